@@ -1,0 +1,45 @@
+"""Reference runner for long-running agent sessions: durable, resumable, fenced.
+
+Standard library only. The command line (``python3 -m runner``) is a thin layer
+over this package; a Python harness can use the same API directly.
+"""
+
+from .envelope import SCHEMA_VERSION, canonical_json, content_digest
+from .errors import (
+    EXIT_CODES,
+    AlreadyRunning,
+    AwaitingApproval,
+    Cancelled,
+    Fenced,
+    InvalidInput,
+    LimitExhausted,
+    NeedsReconciliation,
+    RunComplete,
+    RunnerError,
+    StateUnrecoverable,
+)
+from .fs import FileSystem, OsFileSystem
+from .store import RunStore, scan
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "canonical_json",
+    "content_digest",
+    "EXIT_CODES",
+    "RunnerError",
+    "InvalidInput",
+    "AlreadyRunning",
+    "AwaitingApproval",
+    "Cancelled",
+    "LimitExhausted",
+    "StateUnrecoverable",
+    "NeedsReconciliation",
+    "Fenced",
+    "RunComplete",
+    "FileSystem",
+    "OsFileSystem",
+    "RunStore",
+    "scan",
+]

@@ -1,0 +1,290 @@
+"""The versioned envelope of one run, and the canonical JSON it is written in.
+
+Canonical JSON here means: keys sorted, no insignificant white space, UTF-8,
+no NaN or infinities, no duplicate keys on input. Every digest in the project
+is SHA-256 over canonical JSON, written ``sha256:<hex>`` when it names content
+(a plan, a payload) and bare hex when it links journal records.
+
+The envelope is a plain ``dict``; :data:`ENVELOPE_KEYS` lists its fields and
+``references/state-envelope.md`` documents each one. A transition never edits
+it in place: it is a list of operations (``["set", path, value]`` or
+``["del", path]``) that :func:`apply_ops` applies, so the same record can be
+replayed from the journal on any machine and give the same state.
+"""
+
+import datetime as _dt
+import hashlib
+import json
+import math
+import re
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+
+from .errors import InvalidInput
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "ENVELOPE_KEYS",
+    "MAX_ID_LENGTH",
+    "MAX_DOCUMENT_BYTES",
+    "canonical_json",
+    "sha256_hex",
+    "content_digest",
+    "loads_strict",
+    "validate_id",
+    "check_size",
+    "format_time",
+    "parse_time",
+    "new_envelope",
+    "validate_envelope",
+    "apply_ops",
+    "undo_ops",
+    "Clock",
+]
+
+#: Version of the envelope layout. A file of any other version is refused with
+#: a clear error (there is no older layout to migrate from yet).
+SCHEMA_VERSION = 1
+
+#: Ids and keys: a letter or digit, then letters, digits and ``. _ - : @ + =``.
+#: No path separators, no white space, no control characters.
+MAX_ID_LENGTH = 200
+_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@+=-]*\Z")
+
+#: Upper bound on any one payload, receipt, evidence or contract document.
+MAX_DOCUMENT_BYTES = 256 * 1024
+
+Clock = Callable[[], float]
+Json = Union[None, bool, int, float, str, List[Any], Dict[str, Any]]
+Op = List[Any]
+
+
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def canonical_json(value: Any) -> bytes:
+    """Canonical UTF-8 JSON of ``value``; raises ``ValueError`` on NaN or infinity."""
+    return _ENCODER.encode(value).encode("utf-8")
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def content_digest(value: Any) -> str:
+    """``sha256:<hex>`` of the canonical JSON of ``value``."""
+    return "sha256:" + sha256_hex(canonical_json(value))
+
+
+def _no_duplicates(pairs: List[Any]) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not allowed in JSON here")
+
+
+def loads_strict(data: Union[bytes, str]) -> Any:
+    """Parse JSON, refusing NaN, infinities and duplicate keys. Raises ``ValueError``."""
+    if isinstance(data, bytes):
+        data = data.decode("utf-8")
+    return json.loads(data, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+
+
+def validate_id(value: Any, what: str = "id") -> str:
+    """Return ``value`` if it is a safe id or key, else raise :class:`InvalidInput`.
+
+    Safe means: a string of 1 to 200 characters from ``[A-Za-z0-9._:@+=-]``
+    starting with a letter or digit. Ids are still never used raw as file names.
+    """
+    if not isinstance(value, str) or not value:
+        raise InvalidInput(f"{what} must be a non-empty string")
+    if len(value) > MAX_ID_LENGTH:
+        raise InvalidInput(f"{what} is {len(value)} characters long; the limit is {MAX_ID_LENGTH}")
+    if not _ID_RE.match(value):
+        raise InvalidInput(
+            f"{what} {value[:60]!r} may hold only letters, digits and . _ - : @ + = and must start with a letter or digit"
+        )
+    return value
+
+
+def check_size(data: bytes, what: str, limit: int = MAX_DOCUMENT_BYTES) -> bytes:
+    """Return ``data`` if it is at most ``limit`` bytes, else raise :class:`InvalidInput`."""
+    if len(data) > limit:
+        raise InvalidInput(f"{what} is {len(data)} bytes; the limit is {limit}")
+    return data
+
+
+def format_time(seconds: float) -> str:
+    """UTC time with milliseconds, e.g. ``2026-11-29T07:14:34.123Z``."""
+    if not math.isfinite(seconds):
+        raise ValueError("time must be finite")
+    whole, milli = divmod(int(round(seconds * 1000)), 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + ".%03dZ" % milli
+
+
+def parse_time(text: str) -> float:
+    """Seconds since the epoch of a time written by :func:`format_time`."""
+    stamp = _dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=_dt.timezone.utc)
+    return stamp.timestamp()
+
+
+#: Every field of the envelope, in the order the documentation lists them.
+ENVELOPE_KEYS = (
+    "schema_version",
+    "task_id",
+    "plan_digest",
+    "plan",
+    "revision",
+    "head",
+    "created_at",
+    "updated_at",
+    "status",
+    "current_step",
+    "steps",
+    "completed_steps",
+    "next_action",
+    "observations",
+    "effects",
+    "jobs",
+    "budgets",
+    "counters",
+    "lease",
+)
+
+STATUSES = ("active", "complete", "cancelled", "blocked", "failed")
+
+
+def new_envelope(task_id: str, plan: Dict[str, Any], head: str, now: str) -> Dict[str, Any]:
+    """The envelope of a run at revision 0, before any transition."""
+    limits = plan.get("limits", {}) if isinstance(plan, dict) else {}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "task_id": task_id,
+        "plan_digest": content_digest(plan),
+        "plan": plan,
+        "revision": 0,
+        "head": head,
+        "created_at": now,
+        "updated_at": now,
+        "status": "active",
+        "current_step": None,
+        "steps": {},
+        "completed_steps": [],
+        "next_action": None,
+        "observations": {"authorization": [], "cancellation": None, "approvals": {}, "store": {}},
+        "effects": {},
+        "jobs": {},
+        "budgets": dict(limits),
+        "counters": {"step_attempts": 0, "effect_attempts": 0, "cost": {}, "recoveries": 0},
+        "lease": {"owner": None, "epoch": 0, "expires_at": None},
+    }
+
+
+def validate_envelope(state: Any) -> Dict[str, Any]:
+    """Check the envelope's shape; raise ``ValueError`` naming the first bad field."""
+    if not isinstance(state, dict):
+        raise ValueError("envelope is not an object")
+    version = state.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise SchemaMismatch(version)
+    missing = [key for key in ENVELOPE_KEYS if key not in state]
+    if missing:
+        raise ValueError(f"envelope lacks {', '.join(missing)}")
+    expect = {
+        "task_id": str,
+        "plan_digest": str,
+        "plan": dict,
+        "revision": int,
+        "head": str,
+        "created_at": str,
+        "updated_at": str,
+        "status": str,
+        "steps": dict,
+        "completed_steps": list,
+        "observations": dict,
+        "effects": dict,
+        "jobs": dict,
+        "budgets": dict,
+        "counters": dict,
+        "lease": dict,
+    }
+    for key, kind in expect.items():
+        if not isinstance(state[key], kind) or (kind is int and isinstance(state[key], bool)):
+            raise ValueError(f"envelope field {key} is not a {kind.__name__}")
+    if state["revision"] < 0:
+        raise ValueError("envelope revision is negative")
+    if state["status"] not in STATUSES:
+        raise ValueError(f"envelope status {state['status']!r} is not one of {', '.join(STATUSES)}")
+    if state["plan_digest"] != content_digest(state["plan"]):
+        raise ValueError("envelope plan_digest does not match its plan")
+    validate_id(state["task_id"], "task id")
+    return state
+
+
+class SchemaMismatch(ValueError):
+    """The envelope was written under another schema version."""
+
+    def __init__(self, version: Any) -> None:
+        super().__init__(
+            f"state is schema version {version!r}; this runner reads version {SCHEMA_VERSION} only"
+            " (use the runner that wrote it, or migrate it explicitly)"
+        )
+        self.version = version
+
+
+_MISSING = object()
+
+
+def apply_ops(state: Dict[str, Any], ops: Sequence[Op], undo: Optional[List[Any]] = None) -> None:
+    """Apply ``["set", path, value]`` / ``["del", path]`` operations in place.
+
+    A path is a list of object keys; every key but the last must name an
+    existing object. Raises ``ValueError`` on a malformed operation. When
+    ``undo`` is a list, each change appends what :func:`undo_ops` needs to
+    take it back, so a caller can apply first and roll back on failure.
+    """
+    for op in ops:
+        if not isinstance(op, list) or len(op) not in (2, 3) or op[0] not in ("set", "del"):
+            raise ValueError(f"malformed operation {op!r:.80}")
+        path = op[1]
+        if not isinstance(path, list) or not path or not all(isinstance(part, str) for part in path):
+            raise ValueError(f"malformed path {path!r:.80}")
+        if (op[0] == "set") != (len(op) == 3):
+            raise ValueError(f"{op[0]} takes {'a value' if op[0] == 'set' else 'no value'}")
+        target = state
+        for part in path[:-1]:
+            target = target.get(part) if isinstance(target, dict) else None
+            if not isinstance(target, dict):
+                raise ValueError(f"path {path!r:.80} does not lead to an object")
+        key = path[-1]
+        if undo is not None:
+            undo.append((target, key, target.get(key, _MISSING)))
+        if op[0] == "set":
+            target[key] = op[2]
+        else:
+            target.pop(key, None)
+
+
+def undo_ops(undo: List[Any]) -> None:
+    """Take back the changes :func:`apply_ops` recorded, newest first."""
+    for target, key, old in reversed(undo):
+        if old is _MISSING:
+            target.pop(key, None)
+        else:
+            target[key] = old
+    undo.clear()
+
+
+def get_path(state: Dict[str, Any], path: Sequence[str], default: Optional[Any] = None) -> Any:
+    target: Any = state
+    for part in path:
+        if not isinstance(target, dict) or part not in target:
+            return default
+        target = target[part]
+    return target

@@ -1,0 +1,300 @@
+"""The file-system seam: every durable operation of the store goes through here.
+
+The store never calls ``os`` for its state files directly. It calls a
+:class:`FileSystem`, whose default, :class:`OsFileSystem`, is the real
+operating system. Tests substitute a recording double that models what a power
+loss can leave behind (see ``runner.crashcheck``), so the order of writes,
+fsyncs and renames is checked, not assumed.
+
+A durable replace of a file, in the order the store performs it::
+
+    write_file(tmp, data)   # temp file beside the target, created 0600
+    fsync(tmp)              # its data is on disk before its name can be
+    replace(tmp, target)    # atomic rename over the old file
+    fsync_dir(folder)       # the new name itself is on disk
+
+A durable append is ``append(path, data)`` then ``fsync(path)``.
+
+Every open refuses symbolic links (``O_NOFOLLOW``), so a link planted where a
+state file should be is an error, never a redirection.
+"""
+
+import contextlib
+import errno
+import os
+import sys
+from typing import Dict, Iterator, List, Optional, Tuple
+
+__all__ = ["FileSystem", "OsFileSystem", "SymlinkRefused", "FILE_MODE", "DIR_MODE"]
+
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+class SymlinkRefused(OSError):
+    """A state path is a symbolic link; the store refuses to follow it."""
+
+
+class FileSystem:
+    """The operations the store needs, by path. Subclasses implement each one.
+
+    Reads: :meth:`read`, :meth:`read_from`, :meth:`stat`, :meth:`exists`,
+    :meth:`listdir`. Durable operations: :meth:`mkdir`, :meth:`write_file`,
+    :meth:`append`, :meth:`fsync`, :meth:`replace`, :meth:`fsync_dir`,
+    :meth:`truncate`, :meth:`unlink`. Locking: :meth:`lock`.
+    """
+
+    def read(self, path: str) -> bytes:
+        """The whole file. Raises ``FileNotFoundError`` or :class:`SymlinkRefused`."""
+        raise NotImplementedError
+
+    def read_from(self, path: str, offset: int) -> bytes:
+        """The file's bytes from ``offset`` to its end."""
+        return self.read(path)[offset:]
+
+    def stat(self, path: str) -> Optional[Tuple[int, int]]:
+        """``(identity, size)`` of a regular file, or None when absent.
+
+        The identity changes when the name is pointed at another file (a
+        rename over it), so a reader can tell a grown file from a new one.
+        """
+        raise NotImplementedError
+
+    def exists(self, path: str) -> bool:
+        raise NotImplementedError
+
+    def is_symlink(self, path: str) -> bool:
+        raise NotImplementedError
+
+    def listdir(self, path: str) -> List[str]:
+        raise NotImplementedError
+
+    def mkdir(self, path: str) -> None:
+        """Create a directory with mode 0700."""
+        raise NotImplementedError
+
+    def write_file(self, path: str, data: bytes) -> None:
+        """Create or truncate ``path`` (mode 0600) and write ``data``; no fsync."""
+        raise NotImplementedError
+
+    def create_exclusive(self, path: str, data: bytes = b"") -> None:
+        """Create ``path`` (mode 0600), failing with ``FileExistsError`` if it exists."""
+        raise NotImplementedError
+
+    def append(self, path: str, data: bytes) -> None:
+        """Append ``data`` to an existing file; no fsync."""
+        raise NotImplementedError
+
+    def fsync(self, path: str) -> None:
+        """Make the file's data durable."""
+        raise NotImplementedError
+
+    def replace(self, src: str, dst: str) -> None:
+        """Rename ``src`` over ``dst`` atomically; durable only after :meth:`fsync_dir`."""
+        raise NotImplementedError
+
+    def fsync_dir(self, path: str) -> None:
+        """Make the directory's entries (creations, renames, removals) durable."""
+        raise NotImplementedError
+
+    def truncate(self, path: str, size: int) -> None:
+        """Cut the file to ``size`` bytes; no fsync."""
+        raise NotImplementedError
+
+    def unlink(self, path: str) -> None:
+        raise NotImplementedError
+
+    def lock(self, path: str) -> "contextlib.AbstractContextManager[None]":
+        """An exclusive lock held across processes for the ``with`` block.
+
+        The lock file is created on first use and never removed: removing it
+        would let two processes hold locks on two different files of one name.
+        """
+        raise NotImplementedError
+
+
+def _fullfsync(fd: int) -> None:
+    # On macOS fsync() does not flush the drive's cache; F_FULLFSYNC does.
+    if sys.platform == "darwin":
+        import fcntl
+
+        full = getattr(fcntl, "F_FULLFSYNC", None)
+        if full is not None:
+            try:
+                fcntl.fcntl(fd, full)
+                return
+            except OSError:
+                pass
+    os.fsync(fd)
+
+
+class OsFileSystem(FileSystem):
+    """The real operating system. POSIX only: locking uses ``fcntl.flock``.
+
+    It keeps two kinds of descriptor open between calls, because opening a
+    file costs as much as the rest of a transition: the lock file's (one per
+    instance, so two stores in one process still exclude each other when each
+    has its own instance) and the last appended file's, which is reused only
+    while the name still points at the same file.
+    """
+
+    def __init__(self) -> None:
+        self._lock_fds: Dict[str, int] = {}
+        self._lock_depth: Dict[str, int] = {}
+        self._append: Optional[Tuple[str, int, int]] = None  # (path, fd, inode)
+
+    def close(self) -> None:
+        """Close cached descriptors (releasing any lock this instance holds)."""
+        self._forget_append()
+        for fd in self._lock_fds.values():
+            os.close(fd)
+        self._lock_fds.clear()
+        self._lock_depth.clear()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def _forget_append(self, *paths: str) -> None:
+        if self._append is not None and (not paths or self._append[0] in paths):
+            os.close(self._append[1])
+            self._append = None
+
+    def _open(self, path: str, flags: int, mode: int = FILE_MODE) -> int:
+        try:
+            return os.open(path, flags | _NOFOLLOW | _CLOEXEC, mode)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP or (exc.errno == errno.EEXIST and os.path.islink(path)):
+                raise SymlinkRefused(errno.ELOOP, "refusing to follow a symbolic link", path) from None
+            raise
+
+    def read(self, path: str) -> bytes:
+        return self.read_from(path, 0)
+
+    def read_from(self, path: str, offset: int) -> bytes:
+        fd = self._open(path, os.O_RDONLY)
+        try:
+            chunks = []
+            if offset:
+                os.lseek(fd, offset, os.SEEK_SET)
+            while True:
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    return b"".join(chunks)
+                chunks.append(chunk)
+        finally:
+            os.close(fd)
+
+    def stat(self, path: str) -> Optional[Tuple[int, int]]:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return None
+        if os.path.stat.S_ISLNK(st.st_mode):
+            raise SymlinkRefused(errno.ELOOP, "refusing to follow a symbolic link", path)
+        return (st.st_ino, st.st_size)
+
+    def exists(self, path: str) -> bool:
+        return os.path.lexists(path)
+
+    def is_symlink(self, path: str) -> bool:
+        return os.path.islink(path)
+
+    def listdir(self, path: str) -> List[str]:
+        return sorted(os.listdir(path))
+
+    def mkdir(self, path: str) -> None:
+        os.mkdir(path, DIR_MODE)
+        os.chmod(path, DIR_MODE)  # the umask may have narrowed or widened it
+
+    def write_file(self, path: str, data: bytes) -> None:
+        fd = self._open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            _write_all(fd, data)
+        finally:
+            os.close(fd)
+
+    def create_exclusive(self, path: str, data: bytes = b"") -> None:
+        fd = self._open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        try:
+            _write_all(fd, data)
+        finally:
+            os.close(fd)
+
+    def _append_fd(self, path: str) -> int:
+        st = os.lstat(path)
+        cached = self._append
+        if cached is not None and cached[0] == path and cached[2] == st.st_ino:
+            return cached[1]
+        self._forget_append()
+        fd = self._open(path, os.O_WRONLY | os.O_APPEND)
+        self._append = (path, fd, os.fstat(fd).st_ino)
+        return fd
+
+    def append(self, path: str, data: bytes) -> None:
+        _write_all(self._append_fd(path), data)
+
+    def fsync(self, path: str) -> None:
+        cached = self._append
+        if cached is not None and cached[0] == path:
+            _fullfsync(self._append_fd(path))
+            return
+        fd = self._open(path, os.O_RDONLY)
+        try:
+            _fullfsync(fd)
+        finally:
+            os.close(fd)
+
+    def replace(self, src: str, dst: str) -> None:
+        self._forget_append(src, dst)
+        os.replace(src, dst)
+
+    def fsync_dir(self, path: str) -> None:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC)
+        try:
+            _fullfsync(fd)
+        finally:
+            os.close(fd)
+
+    def truncate(self, path: str, size: int) -> None:
+        fd = self._open(path, os.O_WRONLY)
+        try:
+            os.ftruncate(fd, size)
+        finally:
+            os.close(fd)
+
+    def unlink(self, path: str) -> None:
+        self._forget_append(path)
+        os.unlink(path)
+
+    @contextlib.contextmanager
+    def lock(self, path: str) -> Iterator[None]:
+        try:
+            import fcntl
+        except ImportError:  # pragma: no cover - not POSIX
+            raise OSError(errno.ENOSYS, "the run store needs fcntl.flock (POSIX); this platform has none") from None
+        fd = self._lock_fds.get(path)
+        if fd is None:
+            fd = self._lock_fds[path] = self._open(path, os.O_RDWR | os.O_CREAT)
+        depth = self._lock_depth.get(path, 0)
+        if depth == 0:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        self._lock_depth[path] = depth + 1
+        try:
+            yield
+        finally:
+            self._lock_depth[path] -= 1
+            if self._lock_depth[path] == 0:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
