@@ -48,6 +48,7 @@ from .envelope import (
     content_digest,
     format_time,
     loads_strict,
+    loads_trusted,
     new_envelope,
     sha256_hex,
     validate_envelope,
@@ -139,7 +140,7 @@ def _decode_snapshot(data: bytes) -> Dict[str, Any]:
     if sha256_hex(body) != match.group(1).decode():
         raise ValueError("snapshot digest does not match its content")
     try:
-        state = loads_strict(body)
+        state = loads_trusted(body)
     except ValueError as exc:
         raise ValueError(f"snapshot content is not valid JSON: {exc}") from None
     return validate_envelope(state)
@@ -161,7 +162,7 @@ def _decode_record(line: bytes) -> Tuple[str, Dict[str, Any]]:
     digest = match.group(1).decode()
     if sha256_hex(raw) != digest:
         raise ValueError("hash does not match content")
-    body = loads_strict(raw)
+    body = loads_trusted(raw)
     if not isinstance(body, dict) or set(body) != _RECORD_KEYS:
         raise ValueError("record fields are wrong")
     if not isinstance(body["rev"], int) or not isinstance(body["ops"], list) or not isinstance(body["prev"], str):
@@ -253,12 +254,13 @@ def _read_identity(fs: FileSystem, path: str) -> Tuple[Dict[str, Any], str]:
     return identity, sha256_hex(data)
 
 
-def scan(path: str, fs: Optional[FileSystem] = None) -> Scan:
+def scan(path: str, fs: Optional[FileSystem] = None, thorough: bool = False) -> Scan:
     """Read a run folder without changing anything and say what can be loaded.
 
     The state returned, when there is one, is the latest revision the files
     prove: rebuilt from the first valid base (snapshot, then backup, then the
     identity) that the journal continues to its last complete record.
+    ``thorough`` also validates the bases that were not needed (the backup).
     """
     fs = fs or OsFileSystem()
     findings: List[Finding] = []
@@ -377,6 +379,13 @@ def scan(path: str, fs: Optional[FileSystem] = None) -> Scan:
             continue
         if name == SNAPSHOT:
             snapshot_size = fs.stat(join(SNAPSHOT))[1]  # type: ignore[index]
+            if thorough and BACKUP in names:
+                try:
+                    backup = _decode_snapshot(fs.read(join(BACKUP)))
+                    if backup["task_id"] != identity["task_id"] or backup["revision"] > state["revision"]:
+                        raise ValueError("it does not belong to this run's history")
+                except (OSError, ValueError) as exc:
+                    findings.append(Finding("repairable", f"{BACKUP}-invalid", f"{BACKUP} is invalid: {exc}"))
         else:
             findings.append(Finding("repairable", "rebuilt", f"rebuilt revision {state['revision']} from {name} and the journal"))
         since = current.good_end if current is not None else 0

@@ -1,0 +1,227 @@
+"""The run contract: the one machine-readable block of a filled ``run-contract.md``.
+
+A contract file is Markdown for people with exactly one fenced block whose
+info string is ``json run-contract``. That block is the plan: ``init`` stores
+it in the run, and its canonical digest is the run's plan digest, so any
+change to it is a change of plan. :func:`check_contract` reports every
+problem with the file's line number; :func:`load_contract` returns the block
+or raises :class:`~runner.errors.InvalidInput` with the first problem.
+"""
+
+import fnmatch
+import json
+import re
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+
+from .envelope import MAX_DOCUMENT_BYTES, content_digest, loads_strict, validate_id
+from .errors import InvalidInput
+
+__all__ = ["CONTRACT_VERSION", "ContractProblem", "check_contract", "load_contract", "parse_contract_text", "effect_needs_approval", "key_allowed"]
+
+CONTRACT_VERSION = 1
+
+_FENCE = re.compile(r"^(```+|~~~+)\s*json\s+run-contract\s*$")
+
+TOP_KEYS = {
+    "contract": int,
+    "task_id": str,
+    "goal": str,
+    "non_goals": list,
+    "allowed_actions": list,
+    "forbidden_actions": list,
+    "completion_evidence": list,
+    "steps": list,
+    "effects": dict,
+    "limits": dict,
+    "retry": dict,
+    "lease": dict,
+    "jobs": dict,
+}
+REQUIRED = ("contract", "task_id", "goal", "steps")
+STEP_KEYS = {"id": str, "artifact": str, "check": str, "next": str, "approval": bool, "evidence": list}
+EFFECT_KEYS = {"key_pattern": str, "approval": list, "adapter": str, "verification": str, "max_attempts": int}
+LIMIT_KEYS = ("max_step_attempts", "max_effect_attempts", "max_elapsed_seconds", "max_cost", "max_steps", "no_progress_seconds")
+RETRY_KEYS = ("base_seconds", "cap_seconds", "deadline_seconds")
+LEASE_KEYS = ("ttl_seconds",)
+JOB_KEYS = {"rerun_vanished": bool}
+
+
+class ContractProblem(NamedTuple):
+    line: int
+    message: str
+
+    def format(self, filename: str) -> str:
+        return f"{filename}:{self.line}: {self.message}"
+
+
+def _locate(lines: List[str], first: int, needle: str, after: int = 0) -> int:
+    """Line number (1-based, in the file) of the first block line at or after ``after`` holding ``needle``."""
+    for index in range(max(after - first, 0), len(lines)):
+        if needle in lines[index]:
+            return first + index
+    return first
+
+
+def parse_contract_text(text: str) -> Tuple[Optional[Dict[str, Any]], List[ContractProblem]]:
+    """Find, parse and validate the contract block; return it (or None) and every problem."""
+    problems: List[ContractProblem] = []
+    all_lines = text.splitlines()
+    starts = [i for i, line in enumerate(all_lines) if _FENCE.match(line.strip())]
+    if not starts:
+        return None, [ContractProblem(1, "no ```json run-contract block found")]
+    if len(starts) > 1:
+        return None, [ContractProblem(starts[1] + 1, "a second ```json run-contract block; a contract has exactly one")]
+    start = starts[0]
+    fence = _FENCE.match(all_lines[start].strip()).group(1)  # type: ignore[union-attr]
+    end = next((i for i in range(start + 1, len(all_lines)) if all_lines[i].strip() == fence), None)
+    if end is None:
+        return None, [ContractProblem(start + 1, "the run-contract block is never closed")]
+    lines = all_lines[start + 1 : end]
+    first = start + 2  # file line number of the block's first line
+    try:
+        block = loads_strict("\n".join(lines))
+    except json.JSONDecodeError as exc:
+        return None, [ContractProblem(first + exc.lineno - 1, f"invalid JSON: {exc.msg} (column {exc.colno})")]
+    except ValueError as exc:
+        return None, [ContractProblem(first, f"invalid JSON: {exc}")]
+    if not isinstance(block, dict):
+        return None, [ContractProblem(first, "the block must be a JSON object")]
+
+    def at(key: str, after: int = 0) -> int:
+        return _locate(lines, first, f'"{key}"', after)
+
+    for key in REQUIRED:
+        if key not in block:
+            problems.append(ContractProblem(first, f"missing required field {key!r}"))
+    for key, value in block.items():
+        kind = TOP_KEYS.get(key)
+        if kind is None:
+            problems.append(ContractProblem(at(key), f"unknown field {key!r} (allowed: {', '.join(sorted(TOP_KEYS))})"))
+        elif not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            problems.append(ContractProblem(at(key), f"{key!r} must be a {_kind(kind)}"))
+    if block.get("contract") not in (None, CONTRACT_VERSION) and isinstance(block.get("contract"), int):
+        problems.append(ContractProblem(at("contract"), f"contract version {block['contract']} is not supported (this runner reads {CONTRACT_VERSION})"))
+    if isinstance(block.get("task_id"), str):
+        try:
+            validate_id(block["task_id"], "task_id")
+        except InvalidInput as exc:
+            problems.append(ContractProblem(at("task_id"), exc.message))
+    if isinstance(block.get("goal"), str) and not block["goal"].strip():
+        problems.append(ContractProblem(at("goal"), "goal must not be empty"))
+    for key in ("non_goals", "allowed_actions", "forbidden_actions", "completion_evidence"):
+        if isinstance(block.get(key), list) and not all(isinstance(item, str) and item.strip() for item in block[key]):
+            problems.append(ContractProblem(at(key), f"{key!r} must list non-empty strings"))
+
+    steps = block.get("steps")
+    if isinstance(steps, list):
+        if not steps:
+            problems.append(ContractProblem(at("steps"), "steps must not be empty"))
+        seen: Dict[str, int] = {}
+        steps_line = at("steps")
+        for number, step in enumerate(steps, 1):
+            if not isinstance(step, dict):
+                problems.append(ContractProblem(steps_line, f"step {number} must be an object"))
+                continue
+            sid = step.get("id")
+            line = _locate(lines, first, f'"{sid}"', steps_line) if isinstance(sid, str) else steps_line
+            try:
+                validate_id(sid, f"step {number} id")
+            except InvalidInput as exc:
+                problems.append(ContractProblem(line, exc.message))
+            else:
+                if sid in seen:
+                    problems.append(ContractProblem(line, f"step id {sid!r} repeats step {seen[sid]}"))
+                seen[sid] = number
+            for key, value in step.items():
+                kind = STEP_KEYS.get(key)
+                if kind is None:
+                    problems.append(ContractProblem(line, f"step {sid!r}: unknown field {key!r} (allowed: {', '.join(sorted(STEP_KEYS))})"))
+                elif not isinstance(value, kind):
+                    problems.append(ContractProblem(line, f"step {sid!r}: {key!r} must be a {_kind(kind)}"))
+        for step in steps:
+            if isinstance(step, dict) and isinstance(step.get("next"), str) and step["next"] not in seen and step["next"] != "done":
+                line = _locate(lines, first, f'"{step["next"]}"', steps_line)
+                problems.append(ContractProblem(line, f"step {step.get('id')!r}: next step {step['next']!r} is not a step id (or 'done')"))
+
+    effects = block.get("effects")
+    if isinstance(effects, dict):
+        for key, value in effects.items():
+            kind = EFFECT_KEYS.get(key)
+            if kind is None:
+                problems.append(ContractProblem(at(key), f"effects: unknown field {key!r} (allowed: {', '.join(sorted(EFFECT_KEYS))})"))
+            elif not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+                problems.append(ContractProblem(at(key), f"effects: {key!r} must be a {_kind(kind)}"))
+        pattern = effects.get("key_pattern")
+        if isinstance(pattern, str):
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                problems.append(ContractProblem(at("key_pattern"), f"effects: key_pattern is not a regular expression: {exc}"))
+        if isinstance(effects.get("approval"), list) and not all(isinstance(p, str) and p for p in effects["approval"]):
+            problems.append(ContractProblem(at("approval"), "effects: approval must list key patterns (globs)"))
+
+    for section, keys in (("limits", LIMIT_KEYS), ("retry", RETRY_KEYS), ("lease", LEASE_KEYS)):
+        value = block.get(section)
+        if isinstance(value, dict):
+            for key, number in value.items():
+                if key not in keys:
+                    problems.append(ContractProblem(at(key), f"{section}: unknown field {key!r} (allowed: {', '.join(keys)})"))
+                elif isinstance(number, bool) or not isinstance(number, (int, float)) or number <= 0:
+                    problems.append(ContractProblem(at(key), f"{section}: {key!r} must be a positive number"))
+    jobs = block.get("jobs")
+    if isinstance(jobs, dict):
+        for key, value in jobs.items():
+            if key not in JOB_KEYS:
+                problems.append(ContractProblem(at(key), f"jobs: unknown field {key!r} (allowed: {', '.join(JOB_KEYS)})"))
+            elif not isinstance(value, JOB_KEYS[key]):
+                problems.append(ContractProblem(at(key), f"jobs: {key!r} must be a boolean"))
+    return (block if not problems else None), sorted(problems)
+
+
+def _kind(kind: type) -> str:
+    return {str: "string", int: "whole number", list: "list", dict: "object", bool: "boolean"}[kind]
+
+
+def check_contract(path: str) -> Tuple[Optional[Dict[str, Any]], List[str]]:
+    """Validate the contract file at ``path``; return the block and ``FILE:LINE: message`` lines."""
+    text = _read(path)
+    block, problems = parse_contract_text(text)
+    return block, [p.format(path) for p in problems]
+
+
+def load_contract(path: str) -> Dict[str, Any]:
+    """The validated contract block of ``path``; raises :class:`InvalidInput` naming the first problem."""
+    block, problems = check_contract(path)
+    if problems or block is None:
+        more = f" (and {len(problems) - 1} more; run 'contract check')" if len(problems) > 1 else ""
+        raise InvalidInput(problems[0] + more)
+    return block
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_DOCUMENT_BYTES + 1)
+    except OSError as exc:
+        raise InvalidInput(f"cannot read contract {path}: {exc.strerror}") from None
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise InvalidInput(f"contract {path} is larger than {MAX_DOCUMENT_BYTES} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput(f"contract {path} is not UTF-8") from None
+
+
+def plan_digest(block: Dict[str, Any]) -> str:
+    return content_digest(block)
+
+
+def key_allowed(plan: Dict[str, Any], key: str) -> bool:
+    """True when the contract's ``effects.key_pattern`` (if any) matches the whole key."""
+    pattern = plan.get("effects", {}).get("key_pattern")
+    return pattern is None or re.fullmatch(pattern, key) is not None
+
+
+def effect_needs_approval(plan: Dict[str, Any], key: str) -> bool:
+    """True when an ``effects.approval`` glob matches the key."""
+    return any(fnmatch.fnmatchcase(key, pattern) for pattern in plan.get("effects", {}).get("approval", []))
