@@ -187,12 +187,12 @@ def new_envelope(task_id: str, plan: Dict[str, Any], head: str, now: str) -> Dic
         "steps": {},
         "completed_steps": [],
         "next_action": None,
-        "observations": {"authorization": [], "cancellation": None, "approvals": {}, "store": {}},
+        "observations": {"authorization": {}, "cancellation": None, "approvals": {}, "store": {}},
         "effects": {},
         "jobs": {},
         "budgets": dict(limits),
         "counters": {"step_attempts": 0, "effect_attempts": 0, "cost": {}, "recoveries": 0},
-        "lease": {"owner": None, "epoch": 0, "expires_at": None},
+        "lease": {"owner": None, "epoch": 0, "expires_at": None, "acquired_at": None},
     }
 
 

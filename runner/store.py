@@ -57,7 +57,7 @@ from .envelope import (
 from .errors import InvalidInput, StateUnrecoverable
 from .fs import FileSystem, OsFileSystem, SymlinkRefused
 
-__all__ = ["RunStore", "Scan", "Finding", "scan", "DURABILITY_MODES", "STATE_FILES"]
+__all__ = ["RunStore", "Scan", "Finding", "scan", "CommitThenRaise", "DURABILITY_MODES", "STATE_FILES"]
 
 IDENTITY = "run.json"
 SNAPSHOT = "snapshot.json"
@@ -82,6 +82,15 @@ DURABILITY_MODES = ("sync", "process")
 _SNAPSHOT_HEAD = re.compile(rb'\{"digest":"([0-9a-f]{64})","format":"runner-snapshot/1","state":')
 _RECORD_HEAD = re.compile(rb'\{"h":"([0-9a-f]{64})","r":')
 _RECORD_KEYS = {"at", "epoch", "ops", "prev", "rev"}
+
+
+class CommitThenRaise(Exception):
+    """Raised by a ``decide`` function: commit ``ops`` (a recorded refusal), then raise ``error``."""
+
+    def __init__(self, ops: List[List[Any]], error: BaseException) -> None:
+        super().__init__(str(error))
+        self.ops = ops
+        self.error = error
 
 
 class Finding(NamedTuple):
@@ -603,12 +612,18 @@ class RunStore:
         """Run ``decide(state)`` under the lock on current state and commit its operations.
 
         ``decide`` sees the latest durable state, may raise to refuse (nothing
-        is written), and returns the operations to commit (an empty list
-        commits nothing). The call returns after the record is fsync'd.
+        is written) or raise :class:`CommitThenRaise` to record the refusal,
+        and returns the operations to commit (an empty list commits nothing).
+        The call returns after the record is fsync'd.
         """
         with self.fs.lock(self._p(LOCK)):
             self._catch_up()
-            ops = decide(self.state)
+            try:
+                ops = decide(self.state)
+            except CommitThenRaise as refusal:
+                if refusal.ops:
+                    self._commit_locked(refusal.ops, epoch)
+                raise refusal.error from None
             if ops:
                 self._commit_locked(ops, epoch)
             return self.state

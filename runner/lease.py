@@ -1,0 +1,104 @@
+"""Leases with fencing: one live owner per run, and stale writers refused.
+
+The lease lives in the envelope (``state["lease"]``: owner, epoch,
+expires_at, acquired_at) and changes only through store transactions, so the
+check and the write it guards happen under the same lock.
+
+Semantics:
+
+* ``acquire`` succeeds when there is no holder, the holder released, the
+  lease expired, or the caller is the holder; it always takes
+  ``epoch + 1``. Re-acquiring under the same owner id therefore fences any
+  older process that used that id. A live holder other than the caller gets
+  :class:`~runner.errors.AlreadyRunning`. Taking over an expired lease counts
+  as a recovery.
+* ``renew`` extends the expiry only while owner and epoch match and the lease
+  has not expired; an expired lease is lost even if nobody took it.
+* ``release`` clears the holder and keeps the epoch, which only ever grows.
+* :func:`check_fence` is the guard of every fenced write: the writer's owner
+  and epoch must equal the lease's, and the lease must be unexpired.
+
+Expiry compares the local wall clock with ``expires_at``. Clocks of the
+processes sharing a run must agree to well within the TTL; safety does not
+rest on them, since a stale writer is refused by its epoch, not by the time.
+"""
+
+from typing import Any, Dict, List, Optional
+
+from .envelope import format_time, parse_time, validate_id
+from .errors import AlreadyRunning, Fenced, InvalidInput
+
+__all__ = ["acquire_ops", "renew_ops", "release_ops", "check_fence", "lease_view", "MAX_TTL_SECONDS"]
+
+MAX_TTL_SECONDS = 7 * 24 * 3600
+
+Ops = List[List[Any]]
+
+
+def _ttl(ttl: float) -> float:
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0 < ttl <= MAX_TTL_SECONDS:
+        raise InvalidInput(f"ttl must be a number of seconds between 0 and {MAX_TTL_SECONDS}")
+    return float(ttl)
+
+
+def _expired(lease: Dict[str, Any], now: float) -> bool:
+    expires = lease.get("expires_at")
+    return expires is None or parse_time(expires) <= now
+
+
+def acquire_ops(state: Dict[str, Any], owner: str, ttl: float, now: float) -> Ops:
+    """Take the lease at a higher epoch, or raise :class:`AlreadyRunning`."""
+    validate_id(owner, "owner")
+    ttl = _ttl(ttl)
+    lease = state["lease"]
+    holder = lease.get("owner")
+    if holder is not None and holder != owner and not _expired(lease, now):
+        raise AlreadyRunning(
+            f"run {state['task_id']} is held by {holder} (epoch {lease['epoch']}) until {lease['expires_at']}",
+            owner=holder,
+            epoch=lease["epoch"],
+            expires_at=lease["expires_at"],
+        )
+    ops: Ops = [
+        ["set", ["lease"], {"owner": owner, "epoch": int(lease["epoch"]) + 1, "expires_at": format_time(now + ttl), "acquired_at": format_time(now)}]
+    ]
+    if holder is not None and holder != owner:
+        # The previous owner never released: this is a takeover after a crash or a stall.
+        ops.append(["set", ["counters", "recoveries"], int(state["counters"].get("recoveries", 0)) + 1])
+    return ops
+
+
+def check_fence(state: Dict[str, Any], owner: Optional[str], epoch: Optional[int], now: float) -> None:
+    """Raise :class:`Fenced` unless ``owner`` holds the run's current, unexpired lease at ``epoch``."""
+    lease = state["lease"]
+    if owner is None or epoch is None:
+        raise Fenced("this write must carry the lease: pass --owner ID --epoch N from 'lease acquire'")
+    if lease.get("owner") != owner or int(lease.get("epoch", 0)) != int(epoch):
+        raise Fenced(
+            f"stale writer: {owner} at epoch {epoch}, but the run is at epoch {lease.get('epoch')} held by {lease.get('owner') or 'nobody'}",
+            owner=lease.get("owner"),
+            epoch=lease.get("epoch"),
+        )
+    if _expired(lease, now):
+        raise Fenced(f"the lease of {owner} at epoch {epoch} expired at {lease.get('expires_at')}; acquire it again", epoch=lease.get("epoch"))
+
+
+def renew_ops(state: Dict[str, Any], owner: str, epoch: int, ttl: float, now: float) -> Ops:
+    """Extend the expiry; only the current, unexpired holder may."""
+    ttl = _ttl(ttl)
+    check_fence(state, owner, epoch, now)
+    return [["set", ["lease", "expires_at"], format_time(now + ttl)]]
+
+
+def release_ops(state: Dict[str, Any], owner: str, epoch: int, now: float) -> Ops:
+    """Give the lease up; the epoch is kept so the next holder's is higher."""
+    lease = state["lease"]
+    if lease.get("owner") != owner or int(lease.get("epoch", 0)) != int(epoch):
+        raise Fenced(f"{owner} at epoch {epoch} does not hold the lease (held by {lease.get('owner') or 'nobody'} at epoch {lease.get('epoch')})")
+    return [["set", ["lease"], {"owner": None, "epoch": int(lease["epoch"]), "expires_at": None, "acquired_at": None}]]
+
+
+def lease_view(state: Dict[str, Any], now: float) -> Dict[str, Any]:
+    lease = dict(state["lease"])
+    lease["live"] = lease.get("owner") is not None and not _expired(lease, now)
+    return lease

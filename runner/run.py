@@ -1,0 +1,155 @@
+"""The library API a harness uses: one object per run, holding (or not) its lease.
+
+Every mutating method runs as one store transaction. Fenced methods first
+check, under the store's lock and against the latest durable state, that
+this object's owner and epoch still hold the lease; a stale or expired
+holder gets :class:`~runner.errors.Fenced` and nothing is written. Control
+methods (``cancel``, ``approval_grant``, ``approval_deny``) come from
+outside the run, from a person or a supervisor, and need no lease.
+
+A spent limit raised inside a transition is recorded (the run becomes
+``blocked`` with the limit named) before the error reaches the caller, so a
+restart sees the same outcome instead of trying again.
+"""
+
+import random as _random
+import time
+from typing import Any, Callable, Dict, List, Optional
+
+from . import approvals, effects, lease, retry, steps
+from .envelope import content_digest, format_time
+from .errors import InvalidInput, LimitExhausted
+from .store import CommitThenRaise, RunStore
+
+__all__ = ["Run"]
+
+Ops = List[List[Any]]
+
+
+class Run:
+    """A run opened by a worker (``owner``/``epoch`` set) or an observer (both None)."""
+
+    def __init__(self, store: RunStore, owner: Optional[str] = None, epoch: Optional[int] = None, rand: Callable[[], float] = _random.random) -> None:
+        self.store = store
+        self.owner = owner
+        self.epoch = epoch
+        self.rand = rand
+
+    @classmethod
+    def open(cls, path: str, owner: Optional[str] = None, epoch: Optional[int] = None, *, clock: Optional[Callable[[], float]] = None, rand: Callable[[], float] = _random.random, **store_options: Any) -> "Run":
+        return cls(RunStore.open(path, clock=clock or time.time, **store_options), owner, epoch, rand)
+
+    @property
+    def state(self) -> Dict[str, Any]:
+        return self.store.state
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        return self.store.clock
+
+    def refresh(self) -> Dict[str, Any]:
+        return self.store.refresh()
+
+    # -- the transaction template ------------------------------------------------------
+    def _mutate(self, decide: Callable[[Dict[str, Any], float], Ops], fenced: bool = True) -> Dict[str, Any]:
+        def guarded(state: Dict[str, Any]) -> Ops:
+            now = self.clock()
+            if fenced:
+                lease.check_fence(state, self.owner, self.epoch, now)
+            try:
+                return decide(state, now)
+            except LimitExhausted as exc:
+                if state["status"] == "blocked":
+                    raise
+                raise CommitThenRaise(steps.blocked_ops(exc.message, exc.context.get("limit"), now), exc) from None
+
+        return self.store.transact(guarded, epoch=self.epoch or 0)
+
+    # -- lease ---------------------------------------------------------------------------
+    def acquire(self, owner: str, ttl: float) -> Dict[str, Any]:
+        """Take the lease (higher epoch) or raise AlreadyRunning; this object then writes as its holder."""
+        state = self.store.transact(lambda s: lease.acquire_ops(s, owner, ttl, self.clock()))
+        self.owner, self.epoch = owner, int(state["lease"]["epoch"])
+        return dict(state["lease"])
+
+    def renew(self, ttl: float) -> Dict[str, Any]:
+        state = self._mutate(lambda s, now: lease.renew_ops(s, self.owner, self.epoch, ttl, now), fenced=False)  # type: ignore[arg-type]
+        return dict(state["lease"])
+
+    def release(self) -> None:
+        self._mutate(lambda s, now: lease.release_ops(s, self.owner, self.epoch, now), fenced=False)  # type: ignore[arg-type]
+
+    # -- steps ---------------------------------------------------------------------------
+    def step_start(self, step: str) -> Dict[str, Any]:
+        return self._mutate(lambda s, now: steps.start_ops(s, step, now))["steps"][step]
+
+    def step_done(self, step: str, evidence: Dict[str, Any]) -> Dict[str, Any]:
+        return self._mutate(lambda s, now: steps.done_ops(s, step, evidence, now))["steps"][step]
+
+    def step_fail(self, step: str, error_class: str, error: str) -> Dict[str, Any]:
+        return self._mutate(lambda s, now: steps.fail_ops(s, step, error_class, error, now, self.rand))["steps"][step]
+
+    # -- effects -------------------------------------------------------------------------
+    def effect_begin(self, key: str, payload: Dict[str, Any], step: Optional[str] = None, resend: bool = False) -> Dict[str, Any]:
+        digest = content_digest(effects.check_document(payload, "payload"))
+        return self._mutate(lambda s, now: effects.begin_ops(s, key, digest, now, step, resend))["effects"][key]
+
+    def effect_ack(self, key: str, receipt: Dict[str, Any]) -> Dict[str, Any]:
+        return self._mutate(lambda s, now: effects.ack_ops(s, key, receipt, now))["effects"][key]
+
+    def effect_verify(self, key: str, evidence: Dict[str, Any]) -> Dict[str, Any]:
+        return self._mutate(lambda s, now: effects.verify_ops(s, key, evidence, now))["effects"][key]
+
+    def effect_absent(self, key: str, evidence: Dict[str, Any], backoff: bool = False) -> Dict[str, Any]:
+        def decide(s: Dict[str, Any], now: float) -> Ops:
+            ops = effects.absent_ops(s, key, evidence, now)
+            if backoff and ops:
+                ops += effects.schedule_ops(s, key, retry.next_attempt_at(s, s["effects"][key]["attempts"], now, self.rand))
+            return ops
+
+        return self._mutate(decide)["effects"][key]
+
+    def effect_uncertain(self, key: str, reason: str) -> Dict[str, Any]:
+        return self._mutate(lambda s, now: effects.uncertain_ops(s, key, reason, now))["effects"][key]
+
+    def effect_failed(self, key: str, reason: str) -> Dict[str, Any]:
+        return self._mutate(lambda s, now: effects.failed_ops(s, key, reason, now))["effects"][key]
+
+    def drive_effect(self, key: str, payload: Dict[str, Any], adapter: effects.Adapter, step: Optional[str] = None, sleep: Callable[[float], None] = time.sleep) -> Dict[str, Any]:
+        """The whole lifecycle of one effect through ``adapter``; see :func:`runner.effects.drive_effect`."""
+        return effects.drive_effect(self, key, payload, adapter, step=step, sleep=sleep)
+
+    # -- control: cancellation, approvals, costs, plan --------------------------------------
+    def cancel(self, by: str, reason: str) -> Dict[str, Any]:
+        return self._mutate(lambda s, now: steps.cancel_ops(s, by, reason, now), fenced=False)
+
+    def approval_request(self, step: str, action: str, payload: Dict[str, Any], ttl: float) -> str:
+        digest = content_digest(effects.check_document(payload, "payload"))
+        box: Dict[str, str] = {}
+
+        def decide(s: Dict[str, Any], now: float) -> Ops:
+            box["id"], ops = approvals.request_ops(s, step, action, digest, ttl, now)
+            return ops
+
+        self._mutate(decide)
+        return box["id"]
+
+    def approval_grant(self, request_id: str, by: str) -> Dict[str, Any]:
+        state = self._mutate(lambda s, now: approvals.answer_ops(s, request_id, by, True, now), fenced=False)
+        return state["observations"]["approvals"][request_id]
+
+    def approval_deny(self, request_id: str, by: str) -> Dict[str, Any]:
+        state = self._mutate(lambda s, now: approvals.answer_ops(s, request_id, by, False, now), fenced=False)
+        return state["observations"]["approvals"][request_id]
+
+    def add_cost(self, cost: Dict[str, float]) -> Dict[str, Any]:
+        """Attribute one attempt's costs (e.g. ``{"tokens": 1200, "money": 0.03}``) to the run."""
+        return self._mutate(lambda s, now: retry.cost_ops(s, cost))["counters"]["cost"]
+
+    def migrate(self, contract_text: str, reason: str) -> Dict[str, Any]:
+        if not reason.strip():
+            raise InvalidInput("a migration needs a reason")
+        return self._mutate(lambda s, now: steps.migrate_ops(s, contract_text, reason, now))
+
+    def now(self) -> str:
+        return format_time(self.clock())
