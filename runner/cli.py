@@ -11,12 +11,21 @@ import argparse
 import json
 import os
 import sys
+import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from . import __version__
 from .contract import check_contract, load_contract
-from .envelope import canonical_json
-from .errors import EXIT_CODES, InvalidInput, RunnerError, StateUnrecoverable
+from .approvals import approval_view
+from .envelope import MAX_DOCUMENT_BYTES, loads_strict, validate_id
+from .errors import InvalidInput, RunnerError, StateUnrecoverable
+from .jobs import cancel_ops as job_cancel_ops
+from .jobs import observation_ops, observe_job, read_result, shard_ops, signal_job
+from .lease import lease_view
+from .recovery import decide, decision_exit_code, recover, stop_for_error
+from .report import brief, events_after, report
+from .run import Run, submit_job
+from .steps import require_plan
 from .store import RunStore, scan
 
 __all__ = ["main", "build_parser"]
@@ -74,8 +83,103 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--seed", type=int, default=1)
     sub.add_argument("--max-states", type=_positive, default=64, help="states per crash point before sampling")
 
+    sub = verb("lease", "acquire, renew, release or show the run's lease", cmd_lease)
+    sub.add_argument("action", choices=("acquire", "renew", "release", "show"))
+    _writer(sub, epoch_required=False)
+    sub.add_argument("--ttl", type=_seconds, default=None, help="seconds the lease lives (acquire, renew)")
+
+    sub = verb("effect", "record an external effect's lifecycle in the ledger", cmd_effect)
+    sub.add_argument("action", choices=("begin", "ack", "verify", "absent", "uncertain", "show", "list"))
+    sub.add_argument("key", nargs="?", metavar="KEY")
+    sub.add_argument("--payload", metavar="FILE", help="begin: the payload as a JSON file, or - for stdin")
+    sub.add_argument("--step", metavar="STEP", help="begin: the step the effect belongs to (default: the current step)")
+    sub.add_argument("--receipt", metavar="JSON", help="ack: the target's receipt (inline JSON, @FILE or -)")
+    sub.add_argument("--evidence", metavar="JSON", help="verify/absent: what the observation found (inline JSON, @FILE or -)")
+    sub.add_argument("--reason", metavar="TEXT", help="uncertain: why the outcome is unknown")
+    sub.add_argument("--state", choices=("planned", "started", "acknowledged", "verified", "uncertain", "absent", "failed"), help="list: only effects in this state")
+    _writer(sub)
+
+    sub = verb("step", "start, finish or fail a step of the plan", cmd_step)
+    sub.add_argument("action", choices=("start", "done", "fail"))
+    sub.add_argument("step_id", metavar="STEP")
+    sub.add_argument("--evidence", metavar="JSON", help="done: the evidence the contract asks for (inline JSON, @FILE or -)")
+    sub.add_argument("--class", dest="error_class", choices=("transient", "permanent"), help="fail: transient (retry after a backoff) or permanent")
+    sub.add_argument("--error", metavar="TEXT", help="fail: what went wrong")
+    _writer(sub)
+
+    sub = verb("cancel", "cancel the run: no new step or effect begins; in-flight effects are still reconciled", cmd_cancel)
+    sub.add_argument("--by", required=True, metavar="WHO")
+    sub.add_argument("--reason", required=True, metavar="TEXT")
+
+    sub = verb("approval", "request, grant, deny or list scoped approvals", cmd_approval)
+    sub.add_argument("action", choices=("request", "grant", "deny", "list"))
+    sub.add_argument("target", nargs="?", metavar="STEP|REQUEST_ID")
+    sub.add_argument("--action", dest="requested_action", metavar="TEXT", help="request: effect:KEY, the action to approve")
+    sub.add_argument("--payload", metavar="FILE", help="request: the exact payload that will be sent (JSON file or -)")
+    sub.add_argument("--ttl", type=_seconds, default=None, help="request: seconds until the request and its grant expire")
+    sub.add_argument("--by", metavar="WHO", help="grant/deny: who answers")
+    _writer(sub)
+
+    sub = verb("cost", "attribute an attempt's costs to the run (e.g. --add tokens=1200 --add money=0.03)", cmd_cost)
+    sub.add_argument("--add", action="append", default=[], metavar="NAME=AMOUNT")
+    _writer(sub)
+
+    sub = verb("migrate", "record a change of plan as a new attempt of the same run", cmd_migrate)
+    sub.add_argument("--contract", required=True, metavar="FILE")
+    sub.add_argument("--reason", required=True, metavar="TEXT")
+    _writer(sub)
+
+    sub = verb("next", "name exactly one safe next action, or one stop with its reason", cmd_next)
+    _writer(sub)
+    sub.add_argument("--contract", metavar="FILE", help="refuse (exit 2) if this contract's plan differs from the run's")
+
+    sub = verb("recover", "take the lease, reconcile, refresh authority and jobs, decide, and persist the intent", cmd_recover)
+    _writer(sub)
+    sub.add_argument("--ttl", type=_seconds, default=None, help="lease time to live (default: the contract's)")
+    sub.add_argument("--contract", metavar="FILE", help="refuse (exit 2) if this contract's plan differs from the run's")
+
+    sub = verb("brief", "a bounded Markdown summary of durable facts, for a fresh model context", cmd_brief)
+    sub.add_argument("--max-chars", type=_positive, default=2000)
+
+    sub = verb("events", "transitions after sequence number N (resume an observer where it left off)", cmd_events)
+    sub.add_argument("--after", type=int, default=0, metavar="N")
+    sub.add_argument("--follow", action="store_true", help="keep printing new events until the run stops")
+    sub.add_argument("--timeout", type=_seconds, default=None, help="with --follow: stop after this many seconds")
+
+    verb("report", "recovery metrics of the whole run, across all workers and attempts", cmd_report)
+
+    sub = verb("job", "re-attachable long jobs: submit, status, result, cancel, shard", cmd_job)
+    sub.add_argument("action", choices=("submit", "status", "result", "cancel", "shard"))
+    sub.add_argument("key", metavar="KEY")
+    sub.add_argument("command", nargs=argparse.REMAINDER, help="submit: -- COMMAND [ARGS...]")
+    sub.add_argument("--done", type=int, metavar="N", help="shard: the last committed shard")
+    _writer(sub)
+
     verb("demo", "the 2,000-document recovery demo", cmd_demo)
     return parser
+
+
+def _writer(sub: argparse.ArgumentParser, epoch_required: bool = True) -> None:
+    sub.add_argument("--owner", default=os.environ.get("RUNNER_OWNER"), metavar="ID", help="the lease holder writing (default: $RUNNER_OWNER)")
+    sub.add_argument("--epoch", type=int, default=_env_int("RUNNER_EPOCH"), metavar="N", help="its fencing epoch from 'lease acquire' (default: $RUNNER_EPOCH)")
+
+
+def _env_int(name: str) -> Optional[int]:
+    value = os.environ.get(name)
+    try:
+        return int(value) if value else None
+    except ValueError:
+        return None
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
+    return value
 
 
 def _positive(text: str) -> int:
@@ -229,6 +333,284 @@ def cmd_crashcheck(args: argparse.Namespace) -> int:
     lines += [f"violation: {example}" for example in report.get("examples", [])]
     _emit(args, report, "\n".join(lines))
     return 0 if report["violations"] == 0 else 1
+
+
+def _json_arg(value: Optional[str], what: str) -> Dict[str, Any]:
+    """Inline JSON, ``@FILE`` or ``-`` (stdin): a JSON object within the size limit."""
+    if value is None:
+        raise InvalidInput(f"{what} is required")
+    if value == "-":
+        text = sys.stdin.read(MAX_DOCUMENT_BYTES + 1)
+    elif value.startswith("@"):
+        text = _read_file(value[1:], what)
+    else:
+        text = value
+    if len(text.encode("utf-8", "replace")) > MAX_DOCUMENT_BYTES:
+        raise InvalidInput(f"{what} is larger than {MAX_DOCUMENT_BYTES} bytes")
+    try:
+        obj = loads_strict(text)
+    except ValueError as exc:
+        raise InvalidInput(f"{what} is not valid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise InvalidInput(f"{what} must be a JSON object")
+    return obj
+
+
+def _read_file(path: str, what: str) -> str:
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_DOCUMENT_BYTES + 1)
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {what} {path}: {exc.strerror}") from None
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise InvalidInput(f"{what} {path} is larger than {MAX_DOCUMENT_BYTES} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput(f"{what} {path} is not UTF-8") from None
+
+
+def _payload_arg(value: Optional[str]) -> Dict[str, Any]:
+    if value is None:
+        raise InvalidInput("--payload FILE is required (a JSON file, or - for stdin)")
+    return _json_arg(value if value == "-" else "@" + value, "payload")
+
+
+def _worker(args: argparse.Namespace) -> Run:
+    return Run(_open(args), args.owner, args.epoch)
+
+
+def _effect_out(args: argparse.Namespace, key: str, effect: Dict[str, Any]) -> int:
+    _emit(args, {"ok": True, "key": key, **effect}, f"{key}: {effect['state']} (attempts {effect['attempts']})")
+    return 0
+
+
+def cmd_lease(args: argparse.Namespace) -> int:
+    run = _worker(args)
+    if args.action == "show":
+        view = lease_view(run.state, run.clock())
+        _emit(args, {"ok": True, **view}, f"{view['owner'] or 'nobody'} (epoch {view['epoch']}, expires {view['expires_at'] or '-'}, {'live' if view['live'] else 'not live'})")
+        return 0
+    if not args.owner:
+        raise InvalidInput(f"lease {args.action} needs --owner ID")
+    if args.action == "acquire":
+        view = run.acquire(args.owner, args.ttl or _default_ttl(run))
+    elif args.action == "renew":
+        view = run.renew(args.ttl or _default_ttl(run))
+    else:
+        run.release()
+        view = dict(run.state["lease"])
+    _emit(args, {"ok": True, **view}, f"{args.action}: {view['owner'] or 'nobody'} at epoch {view['epoch']}, expires {view['expires_at'] or '-'}")
+    return 0
+
+
+def _default_ttl(run: Run) -> float:
+    return float(run.state["plan"].get("lease", {}).get("ttl_seconds", 300))
+
+
+def cmd_effect(args: argparse.Namespace) -> int:
+    run = _worker(args)
+    if args.action == "list":
+        items = {k: e for k, e in sorted(run.state["effects"].items()) if args.state in (None, e.get("state"))}
+        _emit(args, {"ok": True, "count": len(items), "effects": items}, "\n".join(f"{k}  {e['state']}  attempts {e['attempts']}" for k, e in items.items()) or "no effects")
+        return 0
+    if not args.key:
+        raise InvalidInput(f"effect {args.action} needs a KEY")
+    key = args.key
+    if args.action == "show":
+        effect = run.state["effects"].get(key)
+        if effect is None:
+            raise InvalidInput(f"no effect {key!r} in the ledger")
+        return _effect_out(args, key, effect)
+    if args.action == "begin":
+        return _effect_out(args, key, run.effect_begin(key, _payload_arg(args.payload), step=args.step))
+    if args.action == "ack":
+        return _effect_out(args, key, run.effect_ack(key, _json_arg(args.receipt, "--receipt")))
+    if args.action == "verify":
+        return _effect_out(args, key, run.effect_verify(key, _json_arg(args.evidence, "--evidence")))
+    if args.action == "absent":
+        return _effect_out(args, key, run.effect_absent(key, _json_arg(args.evidence, "--evidence")))
+    if not args.reason:
+        raise InvalidInput("effect uncertain needs --reason TEXT")
+    return _effect_out(args, key, run.effect_uncertain(key, args.reason))
+
+
+def cmd_step(args: argparse.Namespace) -> int:
+    run = _worker(args)
+    step = args.step_id
+    if args.action == "start":
+        record = run.step_start(step)
+    elif args.action == "done":
+        record = run.step_done(step, _json_arg(args.evidence, "--evidence"))
+    else:
+        if not args.error_class or not args.error:
+            raise InvalidInput("step fail needs --class transient|permanent and --error TEXT")
+        record = run.step_fail(step, args.error_class, args.error)
+    state = run.state
+    _emit(args, {"ok": True, "step": step, **record, "status": state["status"], "next_action": state["next_action"]},
+          f"{step}: {record['state']} (attempt {record['attempts']}); run {state['status']}; next {json.dumps(state['next_action'])}")
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    run = Run(_open(args))
+    state = run.cancel(args.by, args.reason)
+    _emit(args, {"ok": True, "status": state["status"], "cancellation": state["observations"]["cancellation"], "next_action": state["next_action"]},
+          f"cancellation recorded; run {state['status']}" + ("" if state["status"] == "cancelled" else "; in-flight effects are reconciled first"))
+    return 0
+
+
+def cmd_approval(args: argparse.Namespace) -> int:
+    run = _worker(args)
+    if args.action == "list":
+        items = approval_view(run.state, run.clock())
+        _emit(args, {"ok": True, "approvals": items}, "\n".join(f"{a['request_id']}  {a['state']}  {a['step']}  {a['action']}  {a['payload_digest'][:19]}  expires {a['expires_at']}" for a in items) or "no approval requests")
+        return 0
+    if not args.target:
+        raise InvalidInput(f"approval {args.action} needs {'a STEP' if args.action == 'request' else 'a REQUEST_ID'}")
+    if args.action == "request":
+        if not args.requested_action or args.ttl is None:
+            raise InvalidInput("approval request needs --action TEXT, --payload FILE and --ttl SECONDS")
+        rid = run.approval_request(args.target, args.requested_action, _payload_arg(args.payload), args.ttl)
+        req = run.state["observations"]["approvals"][rid]
+        _emit(args, {"ok": True, "request_id": rid, **req}, f"{rid}: {req['state']}; ask a person to run: approval grant {rid} --by NAME")
+        return 0
+    if not args.by:
+        raise InvalidInput(f"approval {args.action} needs --by WHO")
+    answer = run.approval_grant(args.target, args.by) if args.action == "grant" else run.approval_deny(args.target, args.by)
+    _emit(args, {"ok": True, "request_id": args.target, **answer}, f"{args.target}: {answer['state']} by {answer['by']}")
+    return 0
+
+
+def cmd_cost(args: argparse.Namespace) -> int:
+    cost: Dict[str, float] = {}
+    for item in args.add:
+        name, _, amount = item.partition("=")
+        try:
+            cost[validate_id(name, "cost name")] = float(amount)
+        except ValueError:
+            raise InvalidInput(f"--add takes NAME=AMOUNT, got {item!r}") from None
+    if not cost:
+        raise InvalidInput("cost needs at least one --add NAME=AMOUNT")
+    totals = _worker(args).add_cost(cost)
+    _emit(args, {"ok": True, "cost": totals}, "run cost: " + ", ".join(f"{k} {v:g}" for k, v in sorted(totals.items())))
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    run = _worker(args)
+    state = run.migrate(_read_file(args.contract, "contract"), args.reason)
+    _emit(args, {"ok": True, "plan_digest": state["plan_digest"], "revision": state["revision"]}, f"plan is now {state['plan_digest']}")
+    return 0
+
+
+def _contract_check(args: argparse.Namespace, run: Run) -> None:
+    if getattr(args, "contract", None):
+        require_plan(run.state, _read_file(args.contract, "contract"))
+
+
+def _print_decision(args: argparse.Namespace, decision: Dict[str, Any]) -> int:
+    if decision["decision"] == "act":
+        text = f"act: {json.dumps(decision['action'], sort_keys=True)}"
+    else:
+        text = f"stop: {decision['reason']}: {decision['detail']}"
+    if not args.json:
+        for label in ("observations", "inferences", "unknowns"):
+            for item in decision[label]:
+                text += f"\n  {label[:-1]}: {item if isinstance(item, str) else json.dumps(item, sort_keys=True)}"
+    _emit(args, decision, text)
+    return decision_exit_code(decision)
+
+
+def cmd_next(args: argparse.Namespace) -> int:
+    try:
+        run = Run(_open(args), args.owner, args.epoch)
+    except StateUnrecoverable as exc:
+        _warn(f"{exc.reason}: {exc.message}")
+        return _print_decision(args, stop_for_error(exc))
+    _contract_check(args, run)
+    observed = {k: observe_job(run.store.path, j) for k, j in run.state["jobs"].items() if j["state"] in ("submitting", "running", "cancel-requested", "vanished")}
+    return _print_decision(args, decide(run.state, run.clock(), args.owner, args.epoch, observed))
+
+
+def cmd_recover(args: argparse.Namespace) -> int:
+    if not args.owner:
+        raise InvalidInput("recover needs --owner ID (the worker taking over)")
+    try:
+        run = Run(_open(args))
+    except StateUnrecoverable as exc:
+        _warn(f"{exc.reason}: {exc.message}")
+        return _print_decision(args, stop_for_error(exc))
+    _contract_check(args, run)
+    decision = recover(run, args.owner, args.ttl or _default_ttl(run))
+    decision["lease"] = dict(run.state["lease"])
+    return _print_decision(args, decision)
+
+
+def cmd_brief(args: argparse.Namespace) -> int:
+    run = Run(_open(args))
+    observed = {k: observe_job(run.store.path, j) for k, j in run.state["jobs"].items() if j["state"] in ("submitting", "running", "cancel-requested", "vanished")}
+    decision = decide(run.state, run.clock(), run.state["lease"]["owner"], run.state["lease"]["epoch"], observed)
+    text = brief(run.state, decision, args.max_chars)
+    _emit(args, {"ok": True, "brief": text, "chars": len(text)}, text)
+    return 0
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    store = _open(args)
+    after = args.after
+    deadline = None if args.timeout is None else time.monotonic() + args.timeout
+    while True:
+        batch = events_after(store, after)
+        if args.json and not args.follow:
+            _emit(args, {"ok": True, **batch})
+            return 0
+        if batch["truncated"]:
+            sys.stdout.write(json.dumps({"gap": True, "after": after, "oldest": batch["oldest"], "hint": "events before 'oldest' were compacted; re-read 'status'"}) + "\n")
+        for event in batch["events"]:
+            sys.stdout.write(json.dumps(event, sort_keys=True, ensure_ascii=False) + "\n")
+        sys.stdout.flush()
+        after = batch["last"] if batch["events"] or batch["truncated"] else after
+        if not args.follow or store.state["status"] in ("complete", "cancelled") or (deadline is not None and time.monotonic() >= deadline):
+            return 0
+        time.sleep(0.2)
+        store.refresh()
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    result = report(_open(args).state)
+    _emit(args, {"ok": True, **result}, "\n".join(f"{k:22} {v}" for k, v in result.items()))
+    return 0
+
+
+def cmd_job(args: argparse.Namespace) -> int:
+    run = _worker(args)
+    key = args.key
+    path = run.store.path
+    if args.action == "submit":
+        command = args.command[1:] if args.command[:1] == ["--"] else args.command
+        job = submit_job(run, key, command)
+        _emit(args, {"ok": True, "key": key, **job}, f"job {key}: {job['state']} (pid {job['pid']}, attempt {job['attempt']})")
+        return 0
+    job = run.state["jobs"].get(key)
+    if job is None:
+        raise InvalidInput(f"no job {key!r}")
+    if args.action == "shard":
+        if args.done is None:
+            raise InvalidInput("job shard needs --done N")
+        job = run._mutate(lambda s, now: shard_ops(s, key, args.done))["jobs"][key]
+    elif args.action == "cancel":
+        job = run._mutate(lambda s, now: job_cancel_ops(s, key, now), fenced=False)["jobs"][key]
+        signal_job(job)
+    seen = observe_job(path, job)
+    job = run._mutate(lambda s, now: observation_ops(s, key, seen, now), fenced=False)["jobs"][key]
+    out = {"ok": True, "key": key, **job, "observed": seen["status"]}
+    if args.action == "result":
+        if job["state"] not in ("finished", "stopped"):
+            raise InvalidInput(f"job {key!r} is {job['state']}; it has no result yet")
+        out.update(read_result(path, job))
+    _emit(args, out, f"job {key}: {job['state']}" + (f", exit {job['exit_code']}" if job.get("exit_code") is not None else "") + (f"\n{out['log_tail']}" if "log_tail" in out else ""))
+    return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

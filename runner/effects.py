@@ -245,6 +245,8 @@ def _resolve(state: Dict[str, Any], key: str, to: str, field: str, value: Any, a
     if to in ("verified", "absent", "failed"):
         ops.append(["set", ["counters", "last_progress_at"], stamp])
         ops += _settle_ops(state, key)
+    elif to == "uncertain":
+        ops.append(["set", ["counters", "uncertain_effects"], int(state["counters"].get("uncertain_effects", 0)) + 1])
     return ops
 
 

@@ -63,8 +63,12 @@ def acquire_ops(state: Dict[str, Any], owner: str, ttl: float, now: float) -> Op
         ["set", ["lease"], {"owner": owner, "epoch": int(lease["epoch"]) + 1, "expires_at": format_time(now + ttl), "acquired_at": format_time(now)}]
     ]
     if holder is not None and holder != owner:
-        # The previous owner never released: this is a takeover after a crash or a stall.
-        ops.append(["set", ["counters", "recoveries"], int(state["counters"].get("recoveries", 0)) + 1])
+        # The previous owner never released: a takeover after a crash or a
+        # stall. The wait is measured from the run's last durable write.
+        counters = state["counters"]
+        waited = max(0.0, now - parse_time(state["updated_at"]))
+        ops.append(["set", ["counters", "recoveries"], int(counters.get("recoveries", 0)) + 1])
+        ops.append(["set", ["counters", "recovery_wait_seconds"], round(float(counters.get("recovery_wait_seconds", 0.0)) + waited, 3)])
     return ops
 
 

@@ -16,12 +16,12 @@ import random as _random
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from . import approvals, effects, lease, retry, steps
+from . import approvals, effects, jobs, lease, retry, steps
 from .envelope import content_digest, format_time
 from .errors import InvalidInput, LimitExhausted
 from .store import CommitThenRaise, RunStore
 
-__all__ = ["Run"]
+__all__ = ["Run", "submit_job"]
 
 Ops = List[List[Any]]
 
@@ -153,3 +153,28 @@ class Run:
 
     def now(self) -> str:
         return format_time(self.clock())
+
+
+def submit_job(run: Run, key: str, command: List[str]) -> Dict[str, Any]:
+    """Start a re-attachable job under ``key``, or return the one already recorded.
+
+    The intent is committed before the process starts and its pid after, so
+    a crash in between leaves the job's pid file for recovery to find.
+    """
+    box: Dict[str, str] = {}
+
+    def intent(state: Dict[str, Any], now: float) -> Ops:
+        from .effects import _check_open
+
+        existing = state["jobs"].get(key)
+        if existing is None or existing["state"] in ("vanished",):
+            _check_open(state)
+        box["what"], ops = jobs.submit_intent_ops(state, run.store.path, key, command, now)
+        return ops
+
+    state = run._mutate(intent)
+    job = state["jobs"][key]
+    if box["what"] == "start":
+        pid, start = jobs.spawn(run.store.path, key, job)
+        job = run._mutate(lambda s, now: jobs.started_ops(key, pid, start))["jobs"][key]
+    return dict(job)

@@ -607,6 +607,26 @@ class RunStore:
             self._catch_up()
         return self.state
 
+    def records_after(self, after: int) -> Tuple[List[Dict[str, Any]], int]:
+        """Journal records with revision > ``after`` that the store still holds, and the oldest it holds.
+
+        Compaction drops records older than the previous journal, so an
+        observer that asks for more than is held learns it from the second
+        value and re-reads the state instead.
+        """
+        with self.fs.lock(self._p(LOCK)):
+            self._catch_up()
+            records: List[Tuple[str, Dict[str, Any]]] = []
+            for name in (PREV_JOURNAL, JOURNAL):
+                if self.fs.exists(self._p(name)):
+                    parsed = _parse_journal(self.fs.read(self._p(name)), None, allow_torn=(name == JOURNAL))
+                    if not records or (parsed.records and parsed.records[0][1]["prev"] == records[-1][0]):
+                        records += parsed.records
+                    else:
+                        records = list(parsed.records)
+            oldest = records[0][1]["rev"] if records else self.revision + 1
+            return [dict(body, hash=digest) for digest, body in records if body["rev"] > after and body["rev"] <= self.revision], oldest
+
     # -- transitions ------------------------------------------------------------
     def transact(self, decide: Callable[[Dict[str, Any]], Ops], *, epoch: int = 0) -> Dict[str, Any]:
         """Run ``decide(state)`` under the lock on current state and commit its operations.

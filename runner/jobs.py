@@ -1,0 +1,277 @@
+"""Re-attachable long jobs: submit, status, result, cancel, and a shard cursor.
+
+A job is a detached process started under a stable key. Its facts are
+recorded durably so that a new runner, after the one that submitted it died,
+re-attaches instead of starting a second copy:
+
+1. ``submit`` first commits the intent (key, command, attempt, and the folder
+   where the pid, exit code and log will land), then starts a small wrapper
+   process in its own session, then commits the wrapper's pid and start time.
+   The wrapper writes its pid file before anything else, and its exit file
+   (atomically) after the command ends, so a crash between any two of those
+   steps leaves files a new runner can read.
+2. ``status`` observes: the exit file means finished; a live process whose
+   start time matches the recorded one means running (a recycled pid does
+   not match); neither means vanished. Each observed change is committed.
+3. A vanished job is run again only when the contract says
+   ``"jobs": {"rerun_vanished": true}``; a rerun gets the committed shard
+   cursor in ``RUNNER_JOB_CURSOR`` so it continues after the last committed shard.
+4. ``cancel`` records "cancel requested" and signals the job's process group;
+   "stopped" is a separate fact, recorded only when a later observation sees
+   the process gone, and only then is the job's slot released.
+
+Job folders are named by a digest of the key, never by the key itself.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from .envelope import canonical_json, format_time, sha256_hex, validate_id
+from .errors import InvalidInput, NeedsReconciliation
+
+__all__ = ["job_dir", "submit_intent_ops", "started_ops", "observe_job", "observation_ops", "cancel_ops", "shard_ops", "spawn", "read_result", "wrap_main"]
+
+Ops = List[List[Any]]
+JOBS = "jobs"
+MAX_COMMAND_ARGS = 256
+
+
+def job_dir(run_path: str, key: str, attempt: int) -> str:
+    return os.path.join(run_path, JOBS, "j" + sha256_hex(key.encode("utf-8"))[:20], f"a{attempt}")
+
+
+def _proc_start(pid: int) -> Optional[str]:
+    """The process's start time in clock ticks since boot (Linux), or None where unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+        return None if fields[0] == b"Z" else fields[19].decode()
+    except (OSError, IndexError):
+        return None
+
+
+def _alive(pid: int, start: Optional[str]) -> bool:
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)  # reap our own child, if it is one
+        if done == pid:
+            return False
+    except ChildProcessError:
+        pass
+    except OSError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    if os.path.isdir("/proc"):
+        current = _proc_start(pid)
+        return current is not None and (start is None or current == start)
+    return True
+
+
+def submit_intent_ops(state: Dict[str, Any], run_path: str, key: str, command: Sequence[str], now: float) -> Tuple[str, Ops]:
+    """Decide what ``submit`` does: ``("existing", [])``, or ``("start", ops)`` committing the intent."""
+    validate_id(key, "job key")
+    if not command or len(command) > MAX_COMMAND_ARGS or not all(isinstance(a, str) and "\0" not in a for a in command):
+        raise InvalidInput("a job needs a command: job submit KEY -- COMMAND [ARGS...]")
+    job = state["jobs"].get(key)
+    if job is not None:
+        if list(job["command"]) != list(command):
+            raise InvalidInput(f"job {key!r} was submitted with another command; refusing to reuse its key")
+        if job["state"] in ("submitting", "running", "finished"):
+            return "existing", []
+        if job["state"] == "vanished" and not state["plan"].get("jobs", {}).get("rerun_vanished", False):
+            raise NeedsReconciliation(f"job {key!r} vanished without an exit code and the contract does not allow a rerun; check what it left behind", key=key)
+        if job["state"] in ("cancel-requested", "stopped"):
+            raise InvalidInput(f"job {key!r} was cancelled")
+    attempt = (job["attempt"] + 1) if job else 1
+    folder = job_dir(run_path, key, attempt)
+    record = {
+        "state": "submitting",
+        "command": list(command),
+        "attempt": attempt,
+        "dir": os.path.relpath(folder, run_path),
+        "submitted_at": format_time(now),
+        "pid": None,
+        "pid_start": None,
+        "exit_code": None,
+        "finished_at": None,
+        "log_sha256": None,
+        "cursor": job.get("cursor", 0) if job else 0,
+        "cancel_requested_at": None,
+        "stopped_at": None,
+    }
+    return "start", [["set", ["jobs", key], record]]
+
+
+def spawn(run_path: str, key: str, job: Dict[str, Any]) -> Tuple[int, Optional[str]]:
+    """Start the wrapper in its own session; return its pid and start time."""
+    folder = os.path.join(run_path, job["dir"])
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    env = dict(os.environ, RUNNER_JOB_KEY=key, RUNNER_JOB_CURSOR=str(job.get("cursor", 0)))
+    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = package_parent + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runner.jobs", folder, "--"] + list(job["command"]),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+        env=env,
+    )
+    return proc.pid, _proc_start(proc.pid)
+
+
+def started_ops(key: str, pid: int, start: Optional[str]) -> Ops:
+    return [["set", ["jobs", key, "state"], "running"], ["set", ["jobs", key, "pid"], pid], ["set", ["jobs", key, "pid_start"], start]]
+
+
+def _read_json(path: str) -> Optional[Dict[str, Any]]:
+    try:
+        with open(path, "rb") as handle:
+            value = json.loads(handle.read(65536))
+        return value if isinstance(value, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def observe_job(run_path: str, job: Dict[str, Any]) -> Dict[str, Any]:
+    """What the job's files and the process table say now: ``running``, ``finished`` or ``vanished``."""
+    folder = os.path.join(run_path, job["dir"])
+    done = _read_json(os.path.join(folder, "exit.json"))
+    if done is not None and isinstance(done.get("exit_code"), int):
+        log = os.path.join(folder, "log")
+        digest = None
+        try:
+            with open(log, "rb") as handle:
+                digest = sha256_hex(handle.read())
+        except OSError:
+            pass
+        return {"status": "finished", "exit_code": done["exit_code"], "finished_at": done.get("finished_at"), "log_sha256": digest}
+    pid, start = job.get("pid"), job.get("pid_start")
+    if pid is None:
+        started = _read_json(os.path.join(folder, "pid.json"))
+        if started is not None and isinstance(started.get("pid"), int):
+            pid, start = started["pid"], started.get("start")
+    if pid is not None and _alive(int(pid), start):
+        return {"status": "running", "pid": pid, "pid_start": start}
+    return {"status": "vanished", "pid": pid}
+
+
+def observation_ops(state: Dict[str, Any], key: str, seen: Dict[str, Any], now: float) -> Ops:
+    """Commit what an observation established, if it changes the record."""
+    job = state["jobs"][key]
+    ops: Ops = []
+    status = seen["status"]
+    if status == "running" and job["state"] == "submitting":
+        ops += started_ops(key, seen["pid"], seen.get("pid_start"))
+    elif status in ("finished", "vanished"):
+        stopped = job["state"] == "cancel-requested"
+        target = "stopped" if stopped else status
+        if job["state"] not in (target, "finished"):
+            ops.append(["set", ["jobs", key, "state"], target])
+            if stopped:
+                ops.append(["set", ["jobs", key, "stopped_at"], format_time(now)])
+            if status == "vanished" and not stopped:
+                ops.append(["set", ["counters", "jobs_orphaned"], int(state["counters"].get("jobs_orphaned", 0)) + 1])
+        if status == "finished" and job.get("exit_code") is None:
+            ops += [
+                ["set", ["jobs", key, "exit_code"], seen["exit_code"]],
+                ["set", ["jobs", key, "finished_at"], seen.get("finished_at") or format_time(now)],
+                ["set", ["jobs", key, "log_sha256"], seen.get("log_sha256")],
+                ["set", ["counters", "last_progress_at"], format_time(now)],
+            ]
+    return ops
+
+
+def cancel_ops(state: Dict[str, Any], key: str, now: float) -> Ops:
+    job = state["jobs"].get(key)
+    if job is None:
+        raise InvalidInput(f"no job {key!r}")
+    if job["state"] in ("finished", "vanished", "stopped", "cancel-requested"):
+        return []
+    return [["set", ["jobs", key, "state"], "cancel-requested"], ["set", ["jobs", key, "cancel_requested_at"], format_time(now)]]
+
+
+def signal_job(job: Dict[str, Any]) -> bool:
+    """Ask the job's process group to stop; True if a signal was delivered."""
+    pid = job.get("pid")
+    if pid is None or not _alive(int(pid), job.get("pid_start")):
+        return False
+    try:
+        os.killpg(int(pid), signal.SIGTERM)
+        return True
+    except OSError:
+        return False
+
+
+def shard_ops(state: Dict[str, Any], key: str, shard: int) -> Ops:
+    """Advance the job's committed-shard cursor; it never moves back."""
+    job = state["jobs"].get(key)
+    if job is None:
+        raise InvalidInput(f"no job {key!r}")
+    if isinstance(shard, bool) or not isinstance(shard, int) or shard < 0:
+        raise InvalidInput("a shard cursor is a non-negative whole number")
+    if shard <= int(job.get("cursor", 0)):
+        return []
+    return [["set", ["jobs", key, "cursor"], shard]]
+
+
+def read_result(run_path: str, job: Dict[str, Any], tail_bytes: int = 4000) -> Dict[str, Any]:
+    folder = os.path.join(run_path, job["dir"])
+    try:
+        with open(os.path.join(folder, "log"), "rb") as handle:
+            data = handle.read()
+    except OSError:
+        data = b""
+    return {"exit_code": job.get("exit_code"), "log": os.path.join(folder, "log"), "log_sha256": sha256_hex(data) if data else None, "log_tail": data[-tail_bytes:].decode("utf-8", "replace")}
+
+
+def _write_atomic(path: str, value: Dict[str, Any]) -> None:
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, canonical_json(value) + b"\n")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dfd = os.open(os.path.dirname(path), os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def wrap_main(argv: Sequence[str]) -> int:
+    """The wrapper: record pid, run the command with its output in ``log``, record the exit code."""
+    folder, command = argv[0], list(argv[2:])
+    os.umask(0o077)  # the log and exit files live in the run folder: owner-only, like the rest
+    _write_atomic(os.path.join(folder, "pid.json"), {"pid": os.getpid(), "start": _proc_start(os.getpid())})
+    with open(os.path.join(folder, "log"), "ab") as log:
+        try:
+            proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        except OSError as exc:
+            log.write(f"cannot start {command[0]!r}: {exc}\n".encode())
+            code = 127
+        else:
+            def forward(signum: int, _frame: Any) -> None:
+                proc.send_signal(signum)
+
+            signal.signal(signal.SIGTERM, forward)
+            code = proc.wait()
+            code = code if code >= 0 else 128 - code
+    _write_atomic(os.path.join(folder, "exit.json"), {"exit_code": code, "finished_at": format_time(time.time())})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(wrap_main(sys.argv[1:]))

@@ -1,0 +1,246 @@
+"""Recovery: from durable facts alone, name exactly one safe next action.
+
+:func:`decide` is the recovery procedure, in order, as a pure function of the
+state, the time and what was observed of the world:
+
+1. ownership: another live holder means ``already-running``; a caller whose
+   epoch is stale means ``fenced``;
+2. integrity: the store already refused damaged state (``state-unrecoverable``);
+3. effects: an unresolved effect is reconciled before anything else (an
+   ``uncertain`` one stops with ``needs-reconciliation`` and names exactly
+   what must be observed);
+4. jobs: a running job is waited for, a finished one read, a vanished one
+   rerun only if the contract allows (otherwise ``needs-reconciliation``);
+5. authority: cancellation, then pending approvals (``awaiting-approval``);
+6. limits: run-wide limits and a blocked outcome (``limit-exhausted``);
+7. the plan: resume the running step (verify its artifact, never trust a
+   claim), wait out a persisted backoff, or start the next step in order;
+   with every step done and every effect verified, ``complete``.
+
+The decision separates ``observations`` (what was read, with its source and
+digest), ``inferences`` (what follows from them) and ``unknowns`` (what no
+observation settled). :func:`recover` takes the lease, reconciles through
+adapters where given, refreshes jobs, decides, and persists the chosen
+action as the run's ``next_action`` before returning it.
+"""
+
+import os
+from typing import Any, Callable, Dict, List, Optional
+
+from . import jobs as _jobs
+from .effects import UNRESOLVED, Adapter
+from .envelope import content_digest, format_time, parse_time
+from .errors import EXIT_CODES, LimitExhausted, NeedsReconciliation, RunnerError
+from .lease import lease_view
+from .retry import check_limits
+from .steps import plan_steps
+
+__all__ = ["decide", "recover", "decision_exit_code", "STOP_REASONS"]
+
+STOP_REASONS = (
+    "already-running",
+    "awaiting-approval",
+    "cancelled",
+    "limit-exhausted",
+    "state-unrecoverable",
+    "needs-reconciliation",
+    "fenced",
+    "complete",
+)
+
+
+def decision_exit_code(decision: Dict[str, Any]) -> int:
+    return 0 if decision["decision"] == "act" else EXIT_CODES[decision["reason"]]
+
+
+def _stop(reason: str, detail: str, evidence: Dict[str, List[Any]], **extra: Any) -> Dict[str, Any]:
+    return {"decision": "stop", "action": None, "reason": reason, "detail": detail, **evidence, **extra}
+
+
+def _act(action: Dict[str, Any], evidence: Dict[str, List[Any]]) -> Dict[str, Any]:
+    return {"decision": "act", "action": action, "reason": None, "detail": action.get("why", ""), **evidence}
+
+
+def stop_for_error(error: RunnerError) -> Dict[str, Any]:
+    """The decision for a failure that happened before a state could be read (e.g. damage)."""
+    return _stop(error.reason, error.message, {"observations": [], "inferences": [], "unknowns": [error.message]})
+
+
+def decide(state: Dict[str, Any], now: float, owner: Optional[str] = None, epoch: Optional[int] = None, job_observations: Optional[Dict[str, Dict[str, Any]]] = None) -> Dict[str, Any]:
+    """The one next action (or stop) the durable facts allow. Pure: reads, never writes."""
+    ev: Dict[str, List[Any]] = {"observations": [], "inferences": [], "unknowns": []}
+    obs, inf, unk = ev["observations"], ev["inferences"], ev["unknowns"]
+    obs.append({"source": "state", "what": f"revision {state['revision']}, status {state['status']}", "digest": state["head"], "at": state["updated_at"]})
+    obs.append({"source": "plan", "what": f"plan of task {state['task_id']}", "digest": state["plan_digest"]})
+
+    # 1. ownership
+    view = lease_view(state, now)
+    obs.append({"source": "lease", "what": f"held by {view['owner'] or 'nobody'} at epoch {view['epoch']}, {'live' if view['live'] else 'not live'}", "digest": content_digest(state["lease"])})
+    if view["live"] and view["owner"] != owner:
+        return _stop("already-running", f"{view['owner']} holds the lease until {view['expires_at']}", ev)
+    if owner is not None and (view["owner"] != owner or view["epoch"] != epoch or not view["live"]):
+        return _stop("fenced", f"{owner} at epoch {epoch} does not hold the live lease (epoch {view['epoch']}, {view['owner'] or 'nobody'})", ev)
+
+    # 3. effects in flight
+    unresolved = sorted((k, e) for k, e in state["effects"].items() if e.get("state") in UNRESOLVED)
+    if unresolved:
+        obs.append({"source": "effects", "what": f"{len(unresolved)} unresolved effect(s)", "digest": content_digest({k: e["state"] for k, e in unresolved})})
+        uncertain = [(k, e) for k, e in unresolved if e["state"] == "uncertain"]
+        for key, effect in uncertain[:10]:
+            unk.append(f"effect {key} ({effect['payload_digest']}): outcome unknown since {effect['updated_at']}: {effect.get('reason')}")
+        if uncertain:
+            key, effect = uncertain[0]
+            return _stop(
+                "needs-reconciliation",
+                f"observe the target for effect {key} (payload {effect['payload_digest']}); then run 'effect verify {key} --evidence JSON' if it is there, or 'effect absent {key} --evidence JSON' if it is not",
+                ev,
+                check={"key": key, "payload_digest": effect["payload_digest"], "step": effect.get("step"), "attempts": effect["attempts"]},
+            )
+        key, effect = unresolved[0]
+        inf.append(f"effect {key} was {effect['state']} when its writer stopped: it may or may not have reached the target")
+        return _act({"kind": "reconcile", "key": key, "state": effect["state"], "payload_digest": effect["payload_digest"], "receipt": effect.get("receipt"),
+                     "why": f"observe the target for {key} before anything else; record what you see with 'effect verify' or 'effect absent'"}, ev)
+
+    # 4. jobs
+    for key, job in sorted(state["jobs"].items()):
+        if job["state"] not in ("submitting", "running", "cancel-requested", "vanished"):
+            continue
+        seen = (job_observations or {}).get(key)
+        if seen is None:
+            unk.append(f"job {key} ({job['state']}) was not observed")
+            return _act({"kind": "check-job", "key": key, "why": f"observe job {key} ('job status {key}') before deciding"}, ev)
+        obs.append({"source": f"job {key}", "what": seen["status"], "digest": seen.get("log_sha256") or content_digest(seen)})
+        if seen["status"] == "running":
+            inf.append(f"job {key} is still running (pid {seen.get('pid')}, start time matches): re-attach and wait")
+            return _act({"kind": "wait-job", "key": key, "pid": seen.get("pid"), "why": "the job is still running; wait for it, then read its result"}, ev)
+        if seen["status"] == "finished":
+            inf.append(f"job {key} finished with exit code {seen['exit_code']}: read its result, do not rerun it")
+            return _act({"kind": "read-job", "key": key, "exit_code": seen["exit_code"], "why": "record the finished job's result ('job status', 'job result')"}, ev)
+        if job["state"] == "cancel-requested":
+            return _act({"kind": "check-job", "key": key, "why": "the cancelled job is gone: record that it stopped ('job status')"}, ev)
+        if state["plan"].get("jobs", {}).get("rerun_vanished", False) and not state["observations"].get("cancellation"):
+            inf.append(f"job {key} vanished without an exit code; the contract allows a rerun from shard {job.get('cursor', 0)}")
+            return _act({"kind": "rerun-job", "key": key, "cursor": job.get("cursor", 0), "command": job["command"], "why": "rerun the vanished job ('job submit' with the same key and command)"}, ev)
+        unk.append(f"job {key} vanished without an exit code")
+        return _stop("needs-reconciliation", f"job {key} vanished and the contract does not allow a rerun: check what it left behind", ev)
+
+    # 5. authority
+    cancellation = state["observations"].get("cancellation")
+    if cancellation or state["status"] == "cancelled":
+        obs.append({"source": "cancellation", "what": f"by {cancellation['by']} at {cancellation['at']}: {cancellation['reason']}" if cancellation else "status cancelled", "digest": content_digest(cancellation)})
+        return _stop("cancelled", "the run was cancelled; no new step or effect may begin", ev)
+    if state["status"] == "complete":
+        return _stop("complete", "every step is done and every effect verified", ev)
+    approvals = state["observations"]["approvals"]
+    pending = sorted(rid for rid, a in approvals.items() if a["state"] == "pending" and a["plan_digest"] == state["plan_digest"] and parse_time(a["expires_at"]) > now)
+    if pending:
+        req = approvals[pending[0]]
+        obs.append({"source": f"approval {pending[0]}", "what": f"pending for {req['action']} in step {req['step']}", "digest": req["payload_digest"]})
+        return _stop("awaiting-approval", f"request {pending[0]} ({req['action']}) awaits a person: 'approval grant {pending[0]} --by NAME'", ev, request_id=pending[0])
+    for rid, req in sorted(approvals.items()):
+        if req["state"] == "denied" and req["plan_digest"] == state["plan_digest"]:
+            step_state = (state["steps"].get(req["step"]) or {}).get("state")
+            if step_state != "done":
+                inf.append(f"request {rid} for {req['action']} was denied by {req['by']}")
+                return _stop("awaiting-approval", f"{req['action']} was denied by {req['by']}; a new request, a plan change or a cancellation is needed", ev, request_id=rid)
+
+    # 6. limits
+    if state["status"] == "blocked":
+        stop = state.get("next_action") or {}
+        return _stop("limit-exhausted", stop.get("detail", "a limit was exhausted"), ev, limit=stop.get("limit"))
+    try:
+        check_limits(state, now)
+    except LimitExhausted as exc:
+        return _stop("limit-exhausted", exc.message, ev, limit=exc.context.get("limit"))
+
+    # 7. the plan
+    by_id = {s["id"]: s for s in plan_steps(state)}
+    current = state.get("current_step")
+    if current:
+        spec = by_id.get(current, {})
+        inf.append(f"step {current} was running when its worker stopped; its artifact must be checked, not assumed")
+        return _act({"kind": "resume-step", "step": current, "artifact": spec.get("artifact"), "check": spec.get("check"), "evidence": spec.get("evidence", []),
+                     "why": f"check the artifact of {current}; then 'step done {current} --evidence JSON' or 'step fail {current} --class ... --error ...'"}, ev)
+    for spec in plan_steps(state):
+        record = state["steps"].get(spec["id"]) or {}
+        if record.get("state") == "done":
+            continue
+        when = record.get("next_attempt_at")
+        if when and parse_time(when) > now:
+            inf.append(f"step {spec['id']} failed transiently; its persisted backoff ends at {when}")
+            return _act({"kind": "wait", "until": when, "then": {"kind": "start-step", "step": spec["id"]}, "why": "wait out the backoff, then start the step again"}, ev)
+        action = {"kind": "start-step", "step": spec["id"], "artifact": spec.get("artifact"), "check": spec.get("check"), "evidence": spec.get("evidence", []),
+                  "why": f"start {spec['id']} ('step start {spec['id']}')"}
+        if spec.get("approval"):
+            action["approval"] = "effects of this step need a grant bound to their exact payload"
+        return _act(action, ev)
+    return _act({"kind": "complete", "why": "every step is done; record completion"}, ev)
+
+
+def recover(run: Any, owner: str, ttl: float, adapters: Optional[Dict[str, Adapter]] = None, adapter_for: Optional[Callable[[str, Dict[str, Any]], Optional[Adapter]]] = None, payloads: Optional[Callable[[str], Optional[Dict[str, Any]]]] = None) -> Dict[str, Any]:
+    """Run the recovery procedure on ``run`` (a :class:`runner.run.Run`) and persist the intent.
+
+    Takes the lease (or returns ``already-running``), reconciles every
+    unresolved effect through an adapter where one is given (``adapter_for(key,
+    effect)`` and ``payloads(key)`` supply it and the original payload),
+    observes jobs, decides, and commits the decision as ``next_action``.
+    """
+    from .errors import AlreadyRunning
+
+    try:
+        run.acquire(owner, ttl)
+    except AlreadyRunning as exc:
+        return _stop("already-running", exc.message, {"observations": [{"source": "lease", "what": exc.message, "digest": None}], "inferences": [], "unknowns": []})
+    reconciled: List[str] = []
+    for key, effect in sorted(run.state["effects"].items()):
+        if effect.get("state") not in UNRESOLVED:
+            continue
+        adapter = adapter_for(key, effect) if adapter_for else (adapters or {}).get(key)
+        payload = payloads(key) if payloads else None
+        if adapter is None or payload is None:
+            continue
+        seen = adapter.observe(key, payload)
+        if seen.status == "present":
+            run.effect_verify(key, seen.evidence)
+            reconciled.append(f"{key}: present")
+        elif seen.status == "absent":
+            run.effect_absent(key, seen.evidence)
+            reconciled.append(f"{key}: absent")
+        elif effect["state"] != "uncertain":
+            run.effect_uncertain(key, f"recovery could not observe it: {seen.evidence}")
+    observed = refresh_jobs(run)
+    decision = decide(run.state, run.clock(), run.owner, run.epoch, observed)
+    if reconciled:
+        decision["observations"].append({"source": "adapters", "what": "; ".join(reconciled[:20]), "digest": None})
+    run._mutate(lambda s, now: _intent_ops(s, decision, now))
+    return decision
+
+
+def refresh_jobs(run: Any) -> Dict[str, Dict[str, Any]]:
+    """Observe every job that is not settled and commit what changed."""
+    seen: Dict[str, Dict[str, Any]] = {}
+    for key, job in sorted(run.state["jobs"].items()):
+        if job["state"] in ("submitting", "running", "cancel-requested", "vanished"):
+            seen[key] = _jobs.observe_job(run.store.path, job)
+            run._mutate(lambda s, now, k=key, o=seen[key]: _jobs.observation_ops(s, k, o, now))
+    return seen
+
+
+def _intent_ops(state: Dict[str, Any], decision: Dict[str, Any], now: float) -> List[List[Any]]:
+    """Persist the chosen action (or stop) before anything runs, and the authority that was refreshed."""
+    intent = decision["action"] if decision["decision"] == "act" else {"kind": "stop", "reason": decision["reason"], "detail": decision["detail"]}
+    if state["status"] == "blocked":
+        intent = state["next_action"]
+    ops: List[List[Any]] = []
+    if intent != state.get("next_action"):
+        ops.append(["set", ["next_action"], intent])
+    ops.append(["set", ["observations", "authorization", f"r{state['revision'] + 1}"], {
+        "source": "recover",
+        "at": format_time(now),
+        "owner": state["lease"]["owner"],
+        "epoch": state["lease"]["epoch"],
+        "cancelled": bool(state["observations"].get("cancellation")),
+        "decision": decision["decision"],
+        "reason": decision["reason"],
+    }])
+    return ops
