@@ -62,12 +62,13 @@ import bisect
 import contextlib
 import errno
 import hashlib
+import itertools
 import json
 import os
 import posixpath
 import random
 import time
-from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple, Type, Union
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple, Type, Union
 
 from .envelope import apply_ops, canonical_json, undo_ops
 from .errors import InvalidInput, RunnerError, StateUnrecoverable
@@ -320,7 +321,7 @@ class CrashSpace:
 
     def _all_masks(self) -> Iterator[Dict[int, int]]:
         sizes = [1 << len(self._dirs[ino][1]) for ino in self._pending_dirs]
-        for combo in _product(sizes):
+        for combo in itertools.product(*map(range, sizes)):
             yield dict(zip(self._pending_dirs, combo))
 
     def _random_masks(self, rng: random.Random) -> Dict[int, int]:
@@ -343,15 +344,15 @@ class CrashSpace:
         if combos <= limit:
             return sum(self._states_under(m) for m in self._all_masks()), True
         rng = rng or random.Random(0)
-        mean = sum(self._states_under(self._random_masks(rng)) for _ in range(samples)) / samples
-        return max(1, round(combos * mean)), False
+        drawn = sum(self._states_under(self._random_masks(rng)) for _ in range(samples))
+        return max(1, combos * drawn // samples), False  # integers: combos can exceed any float
 
     def enumerate(self) -> Iterator[Tree]:
         """Every state, directory choices outermost. Only sensible when :meth:`count` is small."""
         for masks in self._all_masks():
             nodes = self._walk(masks)
             variable = self._variable_files(nodes)
-            for combo in _product([len(self._files[ino]) for ino in variable]):
+            for combo in itertools.product(*(range(len(self._files[ino])) for ino in variable)):
                 yield self._tree(nodes, dict(zip(variable, combo)))
 
     def sample(self, n: int, rng: random.Random) -> List[Tree]:
@@ -370,17 +371,6 @@ class CrashSpace:
             seen.add(key)
             out.append(self._tree(nodes, picks))
         return out
-
-
-def _product(sizes: Sequence[int]) -> Iterator[Tuple[int, ...]]:
-    """All index tuples below ``sizes``, first position slowest (``itertools.product`` of ranges)."""
-    if not sizes:
-        yield ()
-        return
-    head, rest = sizes[0], sizes[1:]
-    for i in range(head):
-        for tail in _product(rest):
-            yield (i,) + tail
 
 
 # -- the recording file system -----------------------------------------------------
@@ -464,12 +454,13 @@ class RecordingFileSystem(FileSystem):
         """The states a power loss now could leave (see the module's persistence model)."""
         rng = rng or random.Random(0)
         dirs: Dict[int, Tuple[Dict[str, int], List[_Change]]] = {}
-        files: Dict[int, List[bytes]] = {}
+        named = set()  # inodes some crash state can reach: named durably or by a pending change
         for ino, node in self._nodes.items():
             if isinstance(node, _Dir):
                 dirs[ino] = (dict(node.durable), list(node.changes))
-            else:
-                files[ino] = _content_options(node, rng)
+                named.update(node.durable.values())
+                named.update(change[-1] for change in node.changes)
+        files = {ino: _content_options(node, rng) for ino, node in self._nodes.items() if ino in named and isinstance(node, _File)}
         return CrashSpace(self._root.ino, dirs, files)
 
     def crash_states(self, rng: Optional[random.Random] = None) -> List[Tree]:
@@ -688,7 +679,8 @@ class RecordingFileSystem(FileSystem):
 
 
 class _FilteringFileSystem(FileSystem):
-    """Passes every call to ``inner`` except the fsyncs ``drop`` selects, which it silently skips."""
+    """Passes every call to ``inner``, silently skipping the file fsyncs ``drop_fsync`` selects
+    and, when ``drop_dir_fsync`` is set, every directory fsync."""
 
     def __init__(self, inner: FileSystem, drop_fsync: Callable[[str], bool], drop_dir_fsync: bool) -> None:
         self.inner = inner
@@ -1093,6 +1085,8 @@ def explore(
     """
     if transitions < 3:
         raise ValueError("the workload needs at least 3 transitions")
+    if max_states_per_point < 1 or not 0.0 <= followup_rate <= 1.0:
+        raise ValueError("max_states_per_point must be at least 1 and followup_rate within [0, 1]")
     started = time.perf_counter()
     config = _variant(variant)
     plan = {"goal": "power-loss exploration", "steps": [{"id": "work"}]}

@@ -363,6 +363,7 @@ def scan(path: str, fs: Optional[FileSystem] = None, thorough: bool = False) -> 
             findings.append(Finding("repairable", "snapshot-missing", "snapshot.json is missing"))
     candidates.append((IDENTITY, lambda: _genesis(identity, genesis_head)))
 
+    highest_valid = -1  # a rebuild must never land below a valid base
     for name, load in candidates:
         try:
             base = load()
@@ -372,9 +373,10 @@ def scan(path: str, fs: Optional[FileSystem] = None, thorough: bool = False) -> 
         except (OSError, ValueError) as exc:
             findings.append(Finding("repairable", f"{name}-invalid", f"{name} is invalid: {exc}"))
             continue
-        if base["task_id"] != identity["task_id"] or base["plan_digest"] != identity["plan_digest"] or base["created_at"] != identity["created_at"]:
+        if base["task_id"] != identity["task_id"] or base["created_at"] != identity["created_at"]:
             findings.append(Finding("repairable", f"{name}-foreign", f"{name} belongs to another run (task {base['task_id']!r})"))
             continue
+        highest_valid = max(highest_valid, base["revision"])
         start, error = _chain_from(base, records, prev is not None and not prev_usable)
         if error is not None:
             findings.append(Finding("repairable", f"{name}-inconsistent", f"{name}: {error}"))
@@ -384,7 +386,8 @@ def scan(path: str, fs: Optional[FileSystem] = None, thorough: bool = False) -> 
         except ValueError as exc:
             findings.append(Finding("damage", "replay", f"replaying the journal from {name} failed: {exc}"))
             return Scan(path, True, None, None, findings, current, 0, 0)
-        if state["revision"] != max(last_rev, base["revision"]):
+        if state["revision"] != max(last_rev, base["revision"]) or state["revision"] < highest_valid:
+            findings.append(Finding("repairable", f"{name}-behind", f"{name} rebuilds revision {state['revision']}, behind a valid base at {highest_valid}"))
             continue
         if name == SNAPSHOT:
             snapshot_size = fs.stat(join(SNAPSHOT))[1]  # type: ignore[index]
@@ -753,11 +756,15 @@ class RunStore:
             self._fsync_dir()
         fs.replace(self._p(tmp), self._p(SNAPSHOT))  # 2
         self._fsync_dir()
-        if fs.exists(self._p(JOURNAL)):
-            fs.replace(self._p(JOURNAL), self._p(PREV_JOURNAL))  # 3
+        journal = fs.stat(self._p(JOURNAL))
+        if journal is None or journal[1] > 0:
+            # An empty journal is never rotated: the previous journal holds
+            # the record at the snapshot's revision and must stay.
+            if journal is not None:
+                fs.replace(self._p(JOURNAL), self._p(PREV_JOURNAL))  # 3
+                self._fsync_dir()
+            fs.create_exclusive(self._p(JOURNAL))  # 4
             self._fsync_dir()
-        fs.create_exclusive(self._p(JOURNAL))  # 4
-        self._fsync_dir()
         self._snapshot_size = len(data)
         self._journal_bytes = 0
         self._journal_id = fs.stat(self._p(JOURNAL))
