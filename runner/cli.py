@@ -83,10 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--seed", type=int, default=1)
     sub.add_argument("--max-states", type=_positive, default=64, help="states per crash point before sampling")
 
-    sub = verb("lease", "acquire, renew, release or show the run's lease", cmd_lease)
-    sub.add_argument("action", choices=("acquire", "renew", "release", "show"))
-    _writer(sub, epoch_required=False)
+    sub = verb("lease", "acquire, renew, release, break or show the run's lease", cmd_lease)
+    sub.add_argument("action", choices=("acquire", "renew", "release", "break", "show"))
+    _writer(sub)
     sub.add_argument("--ttl", type=_seconds, default=None, help="seconds the lease lives (acquire, renew)")
+    sub.add_argument("--by", metavar="WHO", help="break: the supervisor that saw the holder's process end")
+    sub.add_argument("--reason", metavar="TEXT", help="break: the evidence that it ended")
 
     sub = verb("effect", "record an external effect's lifecycle in the ledger", cmd_effect)
     sub.add_argument("action", choices=("begin", "ack", "verify", "absent", "uncertain", "show", "list"))
@@ -155,11 +157,27 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--done", type=int, metavar="N", help="shard: the last committed shard")
     _writer(sub)
 
-    verb("demo", "the 2,000-document recovery demo", cmd_demo)
+    sub = verb("demo", "the 2,000-document recovery demo: workers killed and resumed, effects audited", cmd_demo)
+    sub.add_argument("--documents", type=_positive, default=2000)
+    sub.add_argument("--seed", type=int, default=1)
+    sub.add_argument("--crash-rate", type=_rate, default=0.01, help="chance per document that its worker is killed (default 0.01)")
+    sub.add_argument("--cancel-at", type=_positive, default=None, metavar="N", help="cancel the run after N documents")
+    sub.add_argument("--scenario", choices=("documents", "draft"), default="documents", help="draft: the plan, write_draft, finish experiment")
+    sub.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     return parser
 
 
-def _writer(sub: argparse.ArgumentParser, epoch_required: bool = True) -> None:
+def _rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value <= 0.5:
+        raise argparse.ArgumentTypeError("the crash rate is a chance per document between 0 and 0.5")
+    return value
+
+
+def _writer(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--owner", default=os.environ.get("RUNNER_OWNER"), metavar="ID", help="the lease holder writing (default: $RUNNER_OWNER)")
     sub.add_argument("--epoch", type=int, default=_env_int("RUNNER_EPOCH"), metavar="N", help="its fencing epoch from 'lease acquire' (default: $RUNNER_EPOCH)")
 
@@ -245,6 +263,7 @@ def _summary(state: Dict[str, Any]) -> Dict[str, Any]:
         "updated_at": state["updated_at"],
         "current_step": state["current_step"],
         "completed_steps": state["completed_steps"],
+        "steps": state["steps"],
         "next_action": state["next_action"],
         "effects": counts,
         "lease": state["lease"],
@@ -390,6 +409,12 @@ def cmd_lease(args: argparse.Namespace) -> int:
     if args.action == "show":
         view = lease_view(run.state, run.clock())
         _emit(args, {"ok": True, **view}, f"{view['owner'] or 'nobody'} (epoch {view['epoch']}, expires {view['expires_at'] or '-'}, {'live' if view['live'] else 'not live'})")
+        return 0
+    if args.action == "break":
+        if not args.by or not args.reason:
+            raise InvalidInput("lease break needs --by WHO and --reason TEXT (the evidence that the holder ended)")
+        view = run.break_lease(args.by, args.reason)
+        _emit(args, {"ok": True, **view}, f"lease of {view['owner'] or 'nobody'} (epoch {view['epoch']}) now expires {view['expires_at'] or '-'}")
         return 0
     if not args.owner:
         raise InvalidInput(f"lease {args.action} needs --owner ID")
@@ -614,7 +639,17 @@ def cmd_job(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    raise InvalidInput("the demo is not there yet: it arrives with the effect ledger and recovery (see README)")
+    from .demo import format_table, run_demo, run_draft_scenario
+
+    if args.scenario == "draft":
+        result = run_draft_scenario(sys.stderr if args.json else sys.stdout)
+        _emit(args, result, f"plan executed {result['plan_executions']} time(s); tickets held {result['tickets']}; same receipt reused: {result['same_receipt']}; status {result['status']}")
+        return 0 if result["ok"] else 1
+    if args.cancel_at is not None and args.cancel_at >= args.documents:
+        raise InvalidInput("--cancel-at must be below --documents")
+    result = run_demo(args.documents, args.seed, args.crash_rate, args.cancel_at, None if args.no_progress else sys.stderr)
+    _emit(args, result, format_table(result))
+    return 0 if result["ok"] else 1
 
 
 # -- entry point ---------------------------------------------------------------

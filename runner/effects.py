@@ -158,12 +158,21 @@ def _check_open(state: Dict[str, Any]) -> None:
         raise InvalidInput(f"run {state['task_id']} is {status}")
 
 
+def cancelled_ops(state: Dict[str, Any]) -> Ops:
+    """The run becomes ``cancelled``; a step still running ends as ``cancelled`` with it."""
+    ops: Ops = [["set", ["status"], "cancelled"], ["set", ["next_action"], None]]
+    current = state.get("current_step")
+    if current:
+        ops += [["set", ["steps", current, "state"], "cancelled"], ["set", ["current_step"], None]]
+    return ops
+
+
 def _settle_ops(state: Dict[str, Any], key: str) -> Ops:
     """After ``key`` resolves: a cancelled run with nothing else in flight becomes ``cancelled``."""
     if not state["observations"].get("cancellation") or state["status"] != "active":
         return []
     others = any(k != key and e.get("state") in UNRESOLVED for k, e in state["effects"].items())
-    return [] if others else [["set", ["status"], "cancelled"], ["set", ["next_action"], None]]
+    return [] if others else cancelled_ops(state)
 
 
 def begin_ops(state: Dict[str, Any], key: str, payload_digest: str, now: float, step: Optional[str] = None, resend: bool = False) -> Ops:
@@ -193,7 +202,7 @@ def begin_ops(state: Dict[str, Any], key: str, payload_digest: str, now: float, 
     _check_open(state)
     check_limits(state, now)
     attempts = effect["attempts"] if effect else 0
-    check_attempts(attempts, limit(state, "max_effect_attempts", state["plan"].get("effects", {}).get("max_attempts")), f"effect {key}")
+    check_attempts(attempts, limit(state, "max_effect_attempts", state["plan"].get("effects", {}).get("max_attempts")), f"effect {key}", "max_effect_attempts")
     if effect is not None:
         check_wait(effect, now, f"effect {key}")
     step = step or state.get("current_step")
@@ -233,7 +242,7 @@ def ack_ops(state: Dict[str, Any], key: str, receipt: Dict[str, Any], now: float
     return [_set(key, "state", "acknowledged"), _set(key, "receipt", receipt), _set(key, "updated_at", format_time(now))]
 
 
-def _resolve(state: Dict[str, Any], key: str, to: str, field: str, value: Any, allowed: tuple, now: float) -> Ops:
+def _resolve(state: Dict[str, Any], key: str, to: str, field: str, value: Any, allowed: tuple, now: float, reconciled: bool = False) -> Ops:
     effect = _effect(state, key)
     current = effect["state"]
     if current == to:
@@ -245,21 +254,24 @@ def _resolve(state: Dict[str, Any], key: str, to: str, field: str, value: Any, a
     if to in ("verified", "absent", "failed"):
         ops.append(["set", ["counters", "last_progress_at"], stamp])
         ops += _settle_ops(state, key)
+        if reconciled:
+            # Settled by observing an effect whose outcome this worker did not know.
+            ops.append(["set", ["counters", "reconciled_effects"], int(state["counters"].get("reconciled_effects", 0)) + 1])
     elif to == "uncertain":
         ops.append(["set", ["counters", "uncertain_effects"], int(state["counters"].get("uncertain_effects", 0)) + 1])
     return ops
 
 
-def verify_ops(state: Dict[str, Any], key: str, evidence: Dict[str, Any], now: float) -> Ops:
+def verify_ops(state: Dict[str, Any], key: str, evidence: Dict[str, Any], now: float, reconciled: bool = False) -> Ops:
     """The effect was observed at the target: it is done."""
     check_document(evidence, "evidence")
-    return _resolve(state, key, "verified", "evidence", evidence, ("started", "acknowledged", "uncertain"), now)
+    return _resolve(state, key, "verified", "evidence", evidence, ("started", "acknowledged", "uncertain"), now, reconciled)
 
 
-def absent_ops(state: Dict[str, Any], key: str, evidence: Dict[str, Any], now: float) -> Ops:
+def absent_ops(state: Dict[str, Any], key: str, evidence: Dict[str, Any], now: float, reconciled: bool = False) -> Ops:
     """The target was observed not to hold the effect: one more bounded attempt is allowed."""
     check_document(evidence, "evidence")
-    return _resolve(state, key, "absent", "evidence", evidence, ("started", "uncertain"), now)
+    return _resolve(state, key, "absent", "evidence", evidence, ("started", "uncertain"), now, reconciled)
 
 
 def uncertain_ops(state: Dict[str, Any], key: str, reason: str, now: float) -> Ops:
@@ -310,10 +322,10 @@ def drive_effect(run: Any, key: str, payload: Dict[str, Any], adapter: Adapter, 
         if current in UNRESOLVED:
             seen = adapter.observe(key, payload)
             if seen.status == "present":
-                run.effect_verify(key, seen.evidence)
+                run.effect_verify(key, seen.evidence, reconciled=True)
                 continue
             if seen.status == "absent":
-                run.effect_absent(key, seen.evidence)
+                run.effect_absent(key, seen.evidence, reconciled=True)
                 continue
             if current != "uncertain":
                 run.effect_uncertain(key, f"observation was inconclusive: {seen.evidence}")

@@ -15,6 +15,10 @@ Semantics:
 * ``renew`` extends the expiry only while owner and epoch match and the lease
   has not expired; an expired lease is lost even if nobody took it.
 * ``release`` clears the holder and keeps the epoch, which only ever grows.
+* ``break`` is for a supervisor that has seen the holder's process end: it
+  expires the lease now and records who broke it and why, so the next
+  worker need not wait out the TTL. Fencing keeps this safe if the holder
+  was alive after all.
 * :func:`check_fence` is the guard of every fenced write: the writer's owner
   and epoch must equal the lease's, and the lease must be unexpired.
 
@@ -28,7 +32,7 @@ from typing import Any, Dict, List, Optional
 from .envelope import format_time, parse_time, validate_id
 from .errors import AlreadyRunning, Fenced, InvalidInput
 
-__all__ = ["acquire_ops", "renew_ops", "release_ops", "check_fence", "lease_view", "MAX_TTL_SECONDS"]
+__all__ = ["acquire_ops", "renew_ops", "release_ops", "break_ops", "check_fence", "lease_view", "MAX_TTL_SECONDS"]
 
 MAX_TTL_SECONDS = 7 * 24 * 3600
 
@@ -100,6 +104,26 @@ def release_ops(state: Dict[str, Any], owner: str, epoch: int, now: float) -> Op
     if lease.get("owner") != owner or int(lease.get("epoch", 0)) != int(epoch):
         raise Fenced(f"{owner} at epoch {epoch} does not hold the lease (held by {lease.get('owner') or 'nobody'} at epoch {lease.get('epoch')})")
     return [["set", ["lease"], {"owner": None, "epoch": int(lease["epoch"]), "expires_at": None, "acquired_at": None}]]
+
+
+def break_ops(state: Dict[str, Any], by: str, reason: str, now: float) -> Ops:
+    """A supervisor that saw the holder die ends its lease now, recording who and why.
+
+    The epoch does not change: the next ``acquire`` takes a higher one, and a
+    holder that was not in fact dead is refused by its stale epoch.
+    """
+    validate_id(by, "supervisor")
+    if not isinstance(reason, str) or not reason.strip() or len(reason) > 2000:
+        raise InvalidInput("reason must be a non-empty line of at most 2,000 characters")
+    lease = state["lease"]
+    if lease.get("owner") is None or _expired(lease, now):
+        return []
+    return [
+        ["set", ["lease", "expires_at"], format_time(now)],
+        ["set", ["observations", "authorization", f"r{state['revision'] + 1}"], {
+            "source": "lease break", "by": by, "reason": reason, "at": format_time(now), "owner": lease["owner"], "epoch": lease["epoch"],
+        }],
+    ]
 
 
 def lease_view(state: Dict[str, Any], now: float) -> Dict[str, Any]:

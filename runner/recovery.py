@@ -201,10 +201,10 @@ def recover(run: Any, owner: str, ttl: float, adapters: Optional[Dict[str, Adapt
             continue
         seen = adapter.observe(key, payload)
         if seen.status == "present":
-            run.effect_verify(key, seen.evidence)
+            run.effect_verify(key, seen.evidence, reconciled=True)
             reconciled.append(f"{key}: present")
         elif seen.status == "absent":
-            run.effect_absent(key, seen.evidence)
+            run.effect_absent(key, seen.evidence, reconciled=True)
             reconciled.append(f"{key}: absent")
         elif effect["state"] != "uncertain":
             run.effect_uncertain(key, f"recovery could not observe it: {seen.evidence}")

@@ -115,6 +115,7 @@ def report(state: Dict[str, Any]) -> Dict[str, Any]:
         "effects": len(state["effects"]),
         "effects_verified": sum(1 for e in effects if e["state"] == "verified"),
         "unknown_results": int(counters.get("uncertain_effects", 0)),
+        "reconciled_effects": int(counters.get("reconciled_effects", 0)),
         "unresolved_effects": sum(1 for e in effects if e["state"] in UNRESOLVED),
         "retries": sum(max(0, int(e.get("attempts", 0)) - 1) for e in effects),
         "step_attempts": int(counters.get("step_attempts", 0)),

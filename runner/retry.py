@@ -70,9 +70,10 @@ def check_wait(record: Dict[str, Any], now: float, what: str) -> None:
         raise InvalidInput(f"{what}: the next attempt is not allowed before {when} (backoff)", not_before=when)
 
 
-def check_attempts(attempts: int, maximum: Optional[float], what: str) -> None:
+def check_attempts(attempts: int, maximum: Optional[float], what: str, name: str) -> None:
+    """Refuse another attempt once ``attempts`` reached ``maximum`` (the limit called ``name``)."""
     if maximum is not None and attempts >= maximum:
-        raise LimitExhausted(f"{what}: {attempts} attempts used of {int(maximum)}", limit="attempts")
+        raise LimitExhausted(f"{what}: {attempts} attempts used of {int(maximum)}", limit=name)
 
 
 def check_limits(state: Dict[str, Any], now: float) -> None:

@@ -76,6 +76,10 @@ class Run:
         state = self._mutate(lambda s, now: lease.renew_ops(s, self.owner, self.epoch, ttl, now), fenced=False)  # type: ignore[arg-type]
         return dict(state["lease"])
 
+    def break_lease(self, by: str, reason: str) -> Dict[str, Any]:
+        """Supervisor: end a dead holder's lease now (see :func:`runner.lease.break_ops`)."""
+        return dict(self._mutate(lambda s, now: lease.break_ops(s, by, reason, now), fenced=False)["lease"])
+
     def release(self) -> None:
         self._mutate(lambda s, now: lease.release_ops(s, self.owner, self.epoch, now), fenced=False)  # type: ignore[arg-type]
 
@@ -97,12 +101,13 @@ class Run:
     def effect_ack(self, key: str, receipt: Dict[str, Any]) -> Dict[str, Any]:
         return self._mutate(lambda s, now: effects.ack_ops(s, key, receipt, now))["effects"][key]
 
-    def effect_verify(self, key: str, evidence: Dict[str, Any]) -> Dict[str, Any]:
-        return self._mutate(lambda s, now: effects.verify_ops(s, key, evidence, now))["effects"][key]
+    def effect_verify(self, key: str, evidence: Dict[str, Any], reconciled: bool = False) -> Dict[str, Any]:
+        """``reconciled``: the outcome was unknown to this worker and settled by observation."""
+        return self._mutate(lambda s, now: effects.verify_ops(s, key, evidence, now, reconciled))["effects"][key]
 
-    def effect_absent(self, key: str, evidence: Dict[str, Any], backoff: bool = False) -> Dict[str, Any]:
+    def effect_absent(self, key: str, evidence: Dict[str, Any], backoff: bool = False, reconciled: bool = False) -> Dict[str, Any]:
         def decide(s: Dict[str, Any], now: float) -> Ops:
-            ops = effects.absent_ops(s, key, evidence, now)
+            ops = effects.absent_ops(s, key, evidence, now, reconciled)
             if backoff and ops:
                 ops += effects.schedule_ops(s, key, retry.next_attempt_at(s, s["effects"][key]["attempts"], now, self.rand))
             return ops

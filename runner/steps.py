@@ -18,7 +18,7 @@ matching, and every counter carries over.
 from typing import Any, Dict, List, Optional
 
 from .contract import parse_contract_text
-from .effects import UNRESOLVED, _check_open, check_document
+from .effects import UNRESOLVED, _check_open, cancelled_ops, check_document
 from .envelope import content_digest, format_time, validate_id
 from .errors import InvalidInput, LimitExhausted, NeedsReconciliation
 from .retry import check_attempts, check_limits, check_wait, limit, next_attempt_at
@@ -65,7 +65,7 @@ def start_ops(state: Dict[str, Any], step: str, now: float) -> Ops:
             raise InvalidInput(f"step {step!r} cannot start before step {earlier['id']!r} is done (steps run in plan order)")
     check_limits(state, now)
     attempts = int(record.get("attempts", 0))
-    check_attempts(attempts, limit(state, "max_step_attempts"), f"step {step}")
+    check_attempts(attempts, limit(state, "max_step_attempts"), f"step {step}", "max_step_attempts")
     check_wait(record, now, f"step {step}")
     stamp = format_time(now)
     counters = state["counters"]
@@ -190,10 +190,7 @@ def cancel_ops(state: Dict[str, Any], by: str, reason: str, now: float) -> Ops:
     if in_flight:
         ops.append(["set", ["next_action"], {"kind": "reconcile", "keys": in_flight[:20], "then": "cancelled"}])
     else:
-        current = state.get("current_step")
-        if current:
-            ops += [["set", ["steps", current, "state"], "cancelled"], ["set", ["current_step"], None]]
-        ops += [["set", ["status"], "cancelled"], ["set", ["next_action"], None]]
+        ops += cancelled_ops(state)
     return ops
 
 

@@ -1,0 +1,524 @@
+"""``demo``: a 2,000-document run whose workers are killed, resumed, and audited.
+
+Each document makes one non-transactional external effect: a ticket on the
+loopback ticket service (its own process, its own SQLite ledger). Worker
+processes drive the effects through the runner. The orchestrator kills them
+with SIGKILL, both at random moments (a timer) and at named commit windows
+(the worker kills itself there, including after the ticket service committed
+but before the runner recorded it), and starts a fresh worker with a new
+owner id, which takes the lease at a higher epoch and resumes.
+
+At the end it audits the result against an uncrashed reference run over the
+same documents: every document holds exactly one ticket, each ticket holds
+the document's payload, every effect is verified, and no acknowledged
+revision was lost. Exit code 0 only when there are no duplicates, no losses
+and the output matches the reference.
+
+``--cancel-at N`` cancels the run after N documents and shows it stops
+within one step. ``--scenario draft`` replays the three-node experiment
+(plan, write_draft, finish) with a crash after the tool committed and
+before the checkpoint.
+"""
+
+import json
+import math
+import os
+import random
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Dict, IO, List, Optional, Tuple
+
+from .envelope import content_digest, sha256_hex
+from .errors import Cancelled, RunnerError
+from .recovery import recover
+from .run import Run
+from .store import RunStore
+from .ticketservice import TicketAdapter, TicketServiceProcess
+
+__all__ = ["run_demo", "run_draft_scenario", "WINDOWS", "worker_main"]
+
+#: Where a worker may be told to die, in the order one effect passes them.
+WINDOWS = (
+    "before-started",  # the effect's started record is not yet committed
+    "after-started",  # started is committed; the request was not sent
+    "after-target-commit",  # the service committed; its answer never arrived
+    "after-response",  # the answer arrived; the ack is not committed
+    "after-ack",  # the ack is committed; the effect is not verified
+)
+
+TASK = "demo-documents"
+TTL = 60.0
+
+
+def demo_contract(documents: int) -> Dict[str, Any]:
+    return {
+        "contract": 1,
+        "task_id": TASK,
+        "goal": f"File one ticket per document for {documents} documents, each exactly once, then write the index.",
+        "completion_evidence": ["every effect verified at the ticket service", "index file hash"],
+        "steps": [
+            {"id": "ingest", "artifact": "one ticket per document", "check": "each ticket found by key", "evidence": ["verified"], "next": "index"},
+            {"id": "index", "artifact": "index.json", "check": "sha256 of the index", "evidence": ["sha256"], "next": "done"},
+        ],
+        "effects": {"key_pattern": "doc-[0-9]{5}:ticket", "adapter": "ticket service with Idempotency-Key", "verification": "lookup by key"},
+        "limits": {"max_effect_attempts": 6, "max_step_attempts": 1000},
+        "lease": {"ttl_seconds": TTL},
+    }
+
+
+def document_payload(n: int) -> Dict[str, Any]:
+    """The effect payload of document ``n``: derived from the document alone, so reruns agree."""
+    body = f"document {n}: quarterly record {n * 7919 % 100003}".encode()
+    return {"doc": f"doc-{n:05d}", "marker": f"doc-{n:05d}", "title": f"Review of document {n}", "sha256": sha256_hex(body)}
+
+
+def doc_key(n: int) -> str:
+    return f"doc-{n:05d}:ticket"
+
+
+# -- the worker (a separate process) -------------------------------------------------------
+
+class _Dying(TicketAdapter):
+    """A ticket adapter that kills its own process at one commit window of one effect."""
+
+    def __init__(self, url: str, die_at: Optional[Tuple[int, str]], service: Optional[TicketServiceProcess] = None) -> None:
+        super().__init__(url, retention_seconds=None, timeout=5.0, run_id=TASK)
+        self.die_at = die_at
+        self.count = 0
+
+    def _maybe_die(self, window: str) -> None:
+        if self.die_at is not None and self.die_at == (self.count, window):
+            sys.stdout.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def invoke(self, key: str, payload: Dict[str, Any], epoch: int) -> Dict[str, Any]:
+        self._maybe_die("after-started")
+        if self.die_at == (self.count, "after-target-commit"):
+            self._send("POST", "/faults", {"drop_after_commit": 1})
+            try:
+                super().invoke(key, payload, epoch)
+            finally:
+                self._maybe_die("after-target-commit")
+        receipt = super().invoke(key, payload, epoch)
+        self._maybe_die("after-response")
+        return receipt
+
+
+class _DyingRun(Run):
+    """A run whose effect transitions can kill the process at the windows around them."""
+
+    adapter: _Dying
+
+    def effect_begin(self, key: str, payload: Dict[str, Any], step: Optional[str] = None, resend: bool = False) -> Dict[str, Any]:
+        self.adapter.count += 1
+        self.adapter._maybe_die("before-started")
+        return super().effect_begin(key, payload, step, resend)
+
+    def effect_ack(self, key: str, receipt: Dict[str, Any]) -> Dict[str, Any]:
+        out = super().effect_ack(key, receipt)
+        self.adapter._maybe_die("after-ack")
+        return out
+
+
+def _ticket_of(effect: Dict[str, Any]) -> Optional[str]:
+    """The ticket id an effect was verified with (from its evidence, else its receipt)."""
+    for record in (effect.get("evidence") or {}, effect.get("receipt") or {}):
+        if record.get("ticket"):
+            return str(record["ticket"])
+    return None
+
+
+def _say(*words: Any) -> None:
+    sys.stdout.write(" ".join(str(w) for w in words) + "\n")
+    sys.stdout.flush()
+
+
+def worker_main(argv: List[str]) -> int:
+    """One worker: recover, drive every document's effect, finish the run; report on stdout."""
+    opts = json.loads(argv[0])
+    run = _DyingRun(RunStore.open(opts["run"], durability=opts.get("durability", "sync")), rand=random.Random(opts["seed"]).random)
+    die_at = tuple(opts["die_at"]) if opts.get("die_at") else None
+    run.adapter = _Dying(opts["url"], die_at)  # type: ignore[arg-type]
+    documents = opts["documents"]
+    _say("loaded", run.state["revision"])
+    decision = recover(run, opts["owner"], TTL, adapter_for=lambda key, effect: run.adapter, payloads=lambda key: document_payload(int(key[4:9])))
+    _say("lease", run.epoch, run.state["revision"])
+    if decision["decision"] == "stop":
+        _say("stop", decision["reason"])
+        return 0 if decision["reason"] == "complete" else 5 if decision["reason"] == "cancelled" else 1
+    try:
+        if (run.state["steps"].get("ingest") or {}).get("state") != "done":
+            if run.state["current_step"] != "ingest":
+                run.step_start("ingest")
+            renew_at = time.monotonic() + TTL / 3
+            for n in range(documents):
+                key = doc_key(n)
+                effect = run.state["effects"].get(key)
+                if effect is not None and effect["state"] == "verified":
+                    continue
+                run.drive_effect(key, document_payload(n), run.adapter, step="ingest")
+                _say("ack", run.state["revision"], n)
+                if time.monotonic() > renew_at:
+                    run.renew(TTL)
+                    renew_at = time.monotonic() + TTL / 3
+            run.step_done("ingest", {"verified": documents})
+        index = {doc_key(n): _ticket_of(run.state["effects"][doc_key(n)]) for n in range(documents)}
+        if run.state["current_step"] != "index":
+            run.step_start("index")
+        run.step_done("index", {"sha256": content_digest(index)})
+        _say("ack", run.state["revision"], "index")
+        run.release()
+        _say("done", run.state["status"])
+        return 0
+    except Cancelled as exc:
+        _say("cancelled", exc.message.replace("\n", " "))
+        return 5
+    except RunnerError as exc:
+        _say("error", exc.reason, exc.message.replace("\n", " "))
+        return exc.exit_code
+
+
+# -- the orchestrator ----------------------------------------------------------------------
+
+class _Progress:
+    def __init__(self, total: int, stream: IO[str], enabled: bool) -> None:
+        self.total, self.stream, self.enabled = total, stream, enabled
+        self.tty = enabled and stream.isatty()
+        self.start = time.monotonic()
+        self.last = 0.0
+        self.last_done = -1
+
+    def show(self, done: int, crashes: int, recoveries: int, final: bool = False) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        step = max(1, self.total // 10)
+        if not final and ((self.tty and now - self.last < 0.1) or (not self.tty and done // step == self.last_done // step)):
+            return
+        self.last, self.last_done = now, done
+        rate = done / max(now - self.start, 1e-9)
+        filled = int(30 * done / max(self.total, 1))
+        line = f"[{'#' * filled}{'.' * (30 - filled)}] {done}/{self.total} documents | crashes {crashes} | recoveries {recoveries} | {rate:.0f} docs/s"
+        self.stream.write(("\r" + line + ("\n" if final else "")) if self.tty else line + "\n")
+        self.stream.flush()
+
+
+def _spawn_worker(opts: Dict[str, Any]) -> "subprocess.Popen[str]":
+    env = dict(os.environ)
+    parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = parent + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return subprocess.Popen([sys.executable, "-m", "runner.demo", "--worker", json.dumps(opts)], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _run_workers(run_path: str, url: str, documents: int, seed: int, crash_rate: float, cancel_at: Optional[int],
+                 progress: Optional[_Progress], max_workers: int = 100000, durability: str = "sync") -> Dict[str, Any]:
+    """Start workers one after another until the run stops; kill them as the plan says."""
+    rng = random.Random(seed)
+    tally = {"crashes": 0, "window_kills": 0, "timer_kills": 0, "workers": 0, "lost_commits": 0, "cancel_revision": None, "errors": []}
+    last_acked = 0
+    done = 0
+    generation = 0
+    while generation < max_workers:
+        generation += 1
+        die_at = None
+        timer = None
+        if crash_rate > 0:
+            # The worker's life in documents is geometric (a crash_rate chance at
+            # each one). Most deaths happen at a named commit window; one in five
+            # is a kill from outside at a random moment instead.
+            life = int(math.log(1.0 - rng.random()) / math.log(1.0 - crash_rate)) + 1
+            if rng.random() < 0.8:
+                die_at = (life, rng.choice(WINDOWS))
+            else:
+                timer = rng.uniform(0.2, 0.2 + life * 0.004)
+        opts = {"run": run_path, "url": url, "documents": documents, "owner": f"worker-{generation}", "seed": rng.randrange(1 << 30), "die_at": die_at, "durability": durability}
+        proc = _spawn_worker(opts)
+        tally["workers"] += 1
+        started = time.monotonic()
+        assert proc.stdout is not None
+        outcome = None
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            while True:
+                wait = None if timer is None else max(0.0, started + timer - time.monotonic())
+                if not sel.select(wait):
+                    proc.kill()  # the timer: a kill at a random moment
+                    tally["timer_kills"] += 1
+                    timer = None
+                    continue
+                line = proc.stdout.readline()
+                if not line:
+                    break
+                word, *rest = line.split()
+                if word == "loaded":
+                    if int(rest[0]) < last_acked:
+                        tally["lost_commits"] += last_acked - int(rest[0])
+                elif word == "ack":
+                    last_acked = max(last_acked, int(rest[0]))
+                    if rest[1] != "index":
+                        done = max(done, int(rest[1]) + 1)
+                    if cancel_at is not None and done >= cancel_at and tally["cancel_revision"] is None:
+                        state = Run(RunStore.open(run_path)).cancel("demo-operator", f"the job became obsolete after {cancel_at} documents")
+                        tally["cancel_revision"] = state["revision"]
+                elif word in ("done", "stop", "cancelled", "error"):
+                    outcome = (word, " ".join(rest))
+                    if word == "error":
+                        tally["errors"].append(" ".join(rest))
+                if progress:
+                    progress.show(done, tally["crashes"], max(0, tally["workers"] - 1))
+        code = proc.wait()
+        stderr = proc.stderr.read() if proc.stderr else ""
+        if proc.stderr:
+            proc.stderr.close()
+        proc.stdout.close()
+        if code == -signal.SIGKILL:
+            tally["crashes"] += 1
+            if die_at is not None:
+                tally["window_kills"] += 1
+            # The supervisor saw the process end: it breaks the lease so the next worker need not wait out the TTL.
+            Run(RunStore.open(run_path)).break_lease("demo-supervisor", f"worker-{generation} (pid {proc.pid}) was killed")
+            continue
+        if outcome is None:
+            tally["errors"].append(f"worker-{generation} exited {code}: {stderr.strip()[-500:]}")
+            break
+        if outcome[0] in ("done", "cancelled") or (outcome[0] == "stop" and outcome[1] in ("complete", "cancelled")):
+            break
+        if outcome[0] == "error":
+            break
+    if progress:
+        progress.show(done, tally["crashes"], max(0, tally["workers"] - 1), final=True)
+    tally["documents_done"] = done
+    return tally
+
+
+def _audit(run_path: str, service: TicketServiceProcess, documents: int) -> Dict[str, Any]:
+    state = RunStore.open(run_path).state
+    stats = service.stats()
+    tickets = {}
+    for n in range(documents):
+        held = service.tickets_for_key(doc_key(n))
+        tickets[doc_key(n)] = [t.get("payload_digest") for t in held]
+    output = {key: digests[0] for key, digests in tickets.items() if len(digests) == 1}
+    return {"state": state, "stats": stats, "tickets": tickets, "output": output}
+
+
+def run_demo(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01, cancel_at: Optional[int] = None,
+             progress_stream: Optional[IO[str]] = None, keep: Optional[str] = None) -> Dict[str, Any]:
+    """Run the demo and return its figures (see the module docstring)."""
+    root = tempfile.mkdtemp(prefix="runner-demo-")
+    began = time.monotonic()
+    try:
+        # The reference: the same documents and code, no crashes, its own ticket
+        # service. Nothing is killed there, so its run store skips fsync.
+        with TicketServiceProcess(os.path.join(root, "reference.db")) as ref_service:
+            ref_run = os.path.join(root, "reference-run")
+            RunStore.create(ref_run, TASK, demo_contract(documents), durability="process")
+            ref_tally = _run_workers(ref_run, ref_service.url, documents, seed, 0.0, None, None, max_workers=1, durability="process")
+            reference = _audit(ref_run, ref_service, documents)
+        reference_seconds = time.monotonic() - began
+        began = time.monotonic()
+        with TicketServiceProcess(os.path.join(root, "tickets.db")) as service:
+            run_path = os.path.join(root, "run")
+            RunStore.create(run_path, TASK, demo_contract(documents))
+            progress = _Progress(documents, progress_stream, True) if progress_stream is not None else None
+            tally = _run_workers(run_path, service.url, documents, seed, crash_rate, cancel_at, progress)
+            audit = _audit(run_path, service, documents)
+        wall = time.monotonic() - began
+        state, stats = audit["state"], audit["stats"]
+        held = sum(len(p) for p in audit["tickets"].values())
+        duplicates = sum(len(p) - 1 for p in audit["tickets"].values() if len(p) > 1) + int(stats.get("duplicates", 0))
+        effects = state["effects"]
+        verified = sum(1 for e in effects.values() if e["state"] == "verified")
+        lost = tally["lost_commits"] + sum(1 for k, e in effects.items() if e["state"] == "verified" and len(audit["tickets"].get(k, [])) != 1)
+        result: Dict[str, Any] = {
+            "documents": documents,
+            "seed": seed,
+            "crash_rate": crash_rate,
+            "crashes": tally["crashes"],
+            "crashes_at_windows": tally["window_kills"],
+            "crashes_at_random_moments": tally["timer_kills"],
+            "recoveries": int(state["counters"].get("recoveries", 0)),
+            "workers": tally["workers"],
+            "effects_requested": int(stats["requests"].get("post_tickets", 0)),
+            "effects_applied": held,
+            "effects_verified": verified,
+            "duplicate_effects": duplicates,
+            "uncertain_reconciled": int(state["counters"].get("reconciled_effects", 0)),
+            "repeated_steps": sum(max(0, int(s.get("attempts", 0)) - 1) for s in state["steps"].values()),
+            "retried_effects": sum(1 for e in effects.values() if e.get("attempts", 0) > 1),
+            "lost_commits": lost,
+            "status": state["status"],
+            "revision": state["revision"],
+            "matches_reference": None,
+            "wall_seconds": round(wall, 2),
+            "reference_seconds": round(reference_seconds, 2),
+            "errors": tally["errors"] + ref_tally["errors"],
+        }
+        if cancel_at is None:
+            result["matches_reference"] = audit["output"] == reference["output"] and state["status"] == reference["state"]["status"] == "complete"
+        else:
+            result.update(_cancel_audit(state, tally, cancel_at))
+        result["ok"] = (
+            result["duplicate_effects"] == 0
+            and result["lost_commits"] == 0
+            and not result["errors"]
+            and (result["matches_reference"] is True if cancel_at is None else result["stopped_within_one_step"])
+        )
+        if keep:
+            shutil.copytree(root, keep, dirs_exist_ok=True)
+        return result
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _cancel_audit(state: Dict[str, Any], tally: Dict[str, Any], cancel_at: int) -> Dict[str, Any]:
+    """After a cancel: nothing new began, what was in flight was reconciled, status is cancelled."""
+    cancel_rev = tally["cancel_revision"]
+    cancellation = state["observations"].get("cancellation") or {}
+    began_after = 0
+    started_after: List[str] = []
+    for key, effect in state["effects"].items():
+        if effect["started_at"] > cancellation.get("at", "9999") and effect["attempts"] >= 1:
+            began_after += 1
+            started_after.append(key)
+    unresolved = sum(1 for e in state["effects"].values() if e["state"] in ("started", "acknowledged", "uncertain"))
+    verified = sum(1 for e in state["effects"].values() if e["state"] == "verified")
+    return {
+        "cancel_at": cancel_at,
+        "cancel_revision": cancel_rev,
+        "cancelled_by": cancellation.get("by"),
+        "effects_begun_after_cancel": began_after,
+        "unresolved_after_cancel": unresolved,
+        "documents_verified": verified,
+        "stopped_within_one_step": state["status"] == "cancelled" and began_after == 0 and unresolved == 0 and verified <= cancel_at + 1,
+    }
+
+
+def format_table(result: Dict[str, Any]) -> str:
+    rows = [
+        ("documents", result["documents"]),
+        ("crashes (SIGKILL)", f"{result['crashes']} ({result['crashes_at_windows']} at commit windows, {result['crashes_at_random_moments']} at random moments)"),
+        ("recoveries (lease takeovers)", result["recoveries"]),
+        ("effects requested", result["effects_requested"]),
+        ("effects held by the target", result["effects_applied"]),
+        ("duplicate effects", f"{result['duplicate_effects']}  (must be 0)"),
+        ("uncertain effects reconciled", result["uncertain_reconciled"]),
+        ("repeated steps", result["repeated_steps"]),
+        ("effects retried after absence", result["retried_effects"]),
+        ("lost commits", f"{result['lost_commits']}  (must be 0)"),
+    ]
+    if result.get("cancel_at") is not None:
+        rows += [
+            ("cancelled after", f"{result['cancel_at']} documents, by {result['cancelled_by']}"),
+            ("effects begun after cancel", f"{result['effects_begun_after_cancel']}  (must be 0)"),
+            ("in flight left unresolved", result["unresolved_after_cancel"]),
+            ("stopped within one step", result["stopped_within_one_step"]),
+        ]
+    else:
+        rows.append(("matches the uncrashed reference", result["matches_reference"]))
+    rows += [("final status", f"{result['status']} at revision {result['revision']}"), ("wall time", f"{result['wall_seconds']} s (reference run {result['reference_seconds']} s)")]
+    width = max(len(name) for name, _ in rows)
+    lines = [f"{name:<{width}}  {value}" for name, value in rows]
+    for error in result["errors"]:
+        lines.append(f"error: {error}")
+    lines.append("RESULT: " + ("ok" if result["ok"] else "FAILED"))
+    return "\n".join(lines)
+
+
+# -- the three-node scenario ---------------------------------------------------------------------
+
+def run_draft_scenario(log: IO[str]) -> Dict[str, Any]:
+    """plan -> write_draft -> finish, with a crash after the tool committed, before the checkpoint."""
+    root = tempfile.mkdtemp(prefix="runner-draft-")
+    try:
+        with TicketServiceProcess(os.path.join(root, "drafts.db")) as service:
+            contract = {
+                "contract": 1,
+                "task_id": "draft-scenario",
+                "goal": "Plan, write one draft through the tool, finish.",
+                "steps": [
+                    {"id": "plan", "artifact": "plan", "check": "written", "next": "write_draft"},
+                    {"id": "write_draft", "artifact": "draft", "check": "draft found by key", "next": "finish"},
+                    {"id": "finish", "artifact": "summary", "check": "written", "next": "done"},
+                ],
+            }
+            run_path = os.path.join(root, "run")
+            RunStore.create(run_path, "draft-scenario", contract)
+            lines: List[str] = []
+            for phase in ("first", "recovery"):
+                env = dict(os.environ)
+                env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+                proc = subprocess.run([sys.executable, "-m", "runner.demo", "--draft-worker", json.dumps({"run": run_path, "url": service.url, "phase": phase})],
+                                      capture_output=True, text=True, env=env, timeout=120)
+                log.write(f"# {'First process' if phase == 'first' else 'Recovery process'}\n")
+                for line in proc.stdout.splitlines():
+                    log.write(line + "\n")
+                    lines.append(line)
+                if phase == "first":
+                    if proc.returncode != -signal.SIGKILL:
+                        raise RuntimeError(f"the first process was meant to crash; it exited {proc.returncode}: {proc.stderr[-500:]}")
+                    crash = "CRASH after effect commit, before checkpoint (SIGKILL)"
+                    log.write(crash + "\n")
+                    lines.append(crash)
+                    Run(RunStore.open(run_path)).break_lease("demo-supervisor", "the first process was killed")
+                elif proc.returncode != 0:
+                    raise RuntimeError(f"recovery failed ({proc.returncode}): {proc.stderr[-500:]}")
+                log.flush()
+            stats = service.stats()
+            state = RunStore.open(run_path).state
+        receipts = [line.split()[-1] for line in lines if line.startswith("TOOL")]
+        return {
+            "log": lines,
+            "status": state["status"],
+            "plan_executions": sum(1 for line in lines if line == "EXECUTE plan"),
+            "tickets": int(stats.get("tickets", 0)),
+            "same_receipt": len(set(receipts)) == 1 and len(receipts) == 2,
+            "ok": state["status"] == "complete" and int(stats.get("tickets", 0)) == 1 and len(set(receipts)) == 1,
+        }
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def draft_worker_main(argv: List[str]) -> int:
+    """One process of the draft scenario: run the plan's steps in order, crashing once if told."""
+    opts = json.loads(argv[0])
+    run = Run(RunStore.open(opts["run"]))
+    recover(run, f"draft-{opts['phase']}", TTL)
+    adapter = TicketAdapter(opts["url"], retention_seconds=None, timeout=5.0, run_id="draft-scenario")
+    payload = {"title": "Why checkpoints alone do not make a task resumable", "marker": "draft-1"}
+    for spec in run.state["plan"]["steps"]:
+        step = spec["id"]
+        if (run.state["steps"].get(step) or {}).get("state") == "done":
+            continue  # committed before the crash: reused, not re-run
+        _say("EXECUTE", step)
+        if run.state["current_step"] != step:
+            run.step_start(step)
+        if step == "write_draft":
+            effect = run.state["effects"].get("draft:post")
+            if effect is None or effect["state"] != "verified":
+                # A started effect is resent under the same key: the tool deduplicates it.
+                run.effect_begin("draft:post", payload, resend=effect is not None)
+                receipt = adapter.invoke("draft:post", payload, run.epoch or 0)
+                _say("TOOL", "committed" if receipt.get("created") else "reuse", "receipt", receipt["ticket"])
+                if opts["phase"] == "first":
+                    os.kill(os.getpid(), signal.SIGKILL)  # after the tool committed, before the checkpoint
+                run.effect_ack("draft:post", receipt)
+                seen = adapter.observe("draft:post", payload)
+                run.effect_verify("draft:post", seen.evidence)
+        run.step_done(step, {})
+    run.release()
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--worker"]:
+        sys.exit(worker_main(sys.argv[2:]))
+    if sys.argv[1:2] == ["--draft-worker"]:
+        sys.exit(draft_worker_main(sys.argv[2:]))
+    sys.exit(2)
