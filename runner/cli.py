@@ -12,7 +12,7 @@ import json
 import os
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import __version__
 from .contract import check_contract, load_contract
@@ -150,12 +150,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     verb("report", "recovery metrics of the whole run, across all workers and attempts", cmd_report)
 
-    sub = verb("job", "re-attachable long jobs: submit, status, result, cancel, shard", cmd_job)
+    sub = verb("job", "re-attachable long jobs: submit KEY -- COMMAND [ARGS...], status, result, cancel, shard", cmd_job)
     sub.add_argument("action", choices=("submit", "status", "result", "cancel", "shard"))
     sub.add_argument("key", metavar="KEY")
-    sub.add_argument("command", nargs=argparse.REMAINDER, help="submit: -- COMMAND [ARGS...]")
     sub.add_argument("--done", type=int, metavar="N", help="shard: the last committed shard")
     _writer(sub)
+
+    sub = verb("conformance", "check an effect adapter against the runner's contract", cmd_conformance)
+    sub.add_argument("--adapter", required=True, action="append", metavar="MODULE:FACTORY", help="a factory returning an adapter or (adapter, controls); repeatable")
+
+    sub = verb("campaign", "SIGKILL forked workers at every named commit window, resume each in another process, audit", cmd_campaign)
+    sub.add_argument("--kills", type=_positive, default=200)
+    sub.add_argument("--seed", type=int, default=1)
+    sub.add_argument("--no-progress", action="store_true")
 
     sub = verb("demo", "the 2,000-document recovery demo: workers killed and resumed, effects audited", cmd_demo)
     sub.add_argument("--documents", type=_positive, default=2000)
@@ -613,8 +620,7 @@ def cmd_job(args: argparse.Namespace) -> int:
     key = args.key
     path = run.store.path
     if args.action == "submit":
-        command = args.command[1:] if args.command[:1] == ["--"] else args.command
-        job = submit_job(run, key, command)
+        job = submit_job(run, key, args.command)
         _emit(args, {"ok": True, "key": key, **job}, f"job {key}: {job['state']} (pid {job['pid']}, attempt {job['attempt']})")
         return 0
     job = run.state["jobs"].get(key)
@@ -638,6 +644,30 @@ def cmd_job(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_conformance(args: argparse.Namespace) -> int:
+    from .conformance import format_report, load_factory, run_conformance
+
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # the user's adapter module is found from where they stand
+    factories = [(spec, load_factory(spec)) for spec in args.adapter]
+    reports = [run_conformance(factory, spec) for spec, factory in factories]
+    passed = all(r["passed"] for r in reports)
+    _emit(args, {"ok": passed, "passed": passed, "reports": reports}, "\n\n".join(format_report(r) for r in reports))
+    return 0 if passed else 1
+
+
+def cmd_campaign(args: argparse.Namespace) -> int:
+    from .campaign import run_campaign
+
+    result = run_campaign(args.kills, args.seed, None if args.no_progress or args.json else sys.stderr)
+    lines = [f"{key:22} {value}" for key, value in result.items() if key not in ("kills_by_window", "errors")]
+    lines += [f"  {window:36} {count}" for window, count in result["kills_by_window"].items()]
+    lines += [f"error: {e}" for e in result["errors"][:20]]
+    lines.append("RESULT: " + ("ok" if result["ok"] else "FAILED"))
+    _emit(args, result, "\n".join(lines))
+    return 0 if result["ok"] else 1
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import format_table, run_demo, run_draft_scenario
 
@@ -654,11 +684,24 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 # -- entry point ---------------------------------------------------------------
 
+def split_command(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
+    """The runner's own arguments, and a job's command line after the first ``--``."""
+    argv = list(argv)
+    if "--" in argv:
+        cut = argv.index("--")
+        return argv[:cut], argv[cut + 1 :]
+    return argv, []
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
-    wants_json = "--json" in (argv if argv is not None else sys.argv[1:])
+    own, command = split_command(sys.argv[1:] if argv is None else argv)
+    wants_json = "--json" in own
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(own)
+        if command and not (args.verb == "job" and args.action == "submit"):
+            raise InvalidInput("only 'job submit KEY -- COMMAND' takes arguments after --")
+        args.command = command
         return int(args.handler(args))
     except RunnerError as exc:
         if wants_json:

@@ -168,11 +168,18 @@ def cancelled_ops(state: Dict[str, Any]) -> Ops:
 
 
 def _settle_ops(state: Dict[str, Any], key: str) -> Ops:
-    """After ``key`` resolves: a cancelled run with nothing else in flight becomes ``cancelled``."""
-    if not state["observations"].get("cancellation") or state["status"] != "active":
+    """After ``key`` resolves with nothing else in flight: a cancelled run becomes
+    ``cancelled``, and a run whose every step is done becomes ``complete``."""
+    if state["status"] != "active":
         return []
-    others = any(k != key and e.get("state") in UNRESOLVED for k, e in state["effects"].items())
-    return [] if others else cancelled_ops(state)
+    if any(k != key and e.get("state") in UNRESOLVED for k, e in state["effects"].items()):
+        return []
+    if state["observations"].get("cancellation"):
+        return cancelled_ops(state)
+    steps = state["plan"].get("steps", [])
+    if steps and all((state["steps"].get(s["id"]) or {}).get("state") == "done" for s in steps):
+        return [["set", ["status"], "complete"], ["set", ["next_action"], None]]
+    return []
 
 
 def begin_ops(state: Dict[str, Any], key: str, payload_digest: str, now: float, step: Optional[str] = None, resend: bool = False) -> Ops:

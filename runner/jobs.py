@@ -112,22 +112,47 @@ def submit_intent_ops(state: Dict[str, Any], run_path: str, key: str, command: S
 
 
 def spawn(run_path: str, key: str, job: Dict[str, Any]) -> Tuple[int, Optional[str]]:
-    """Start the wrapper in its own session; return its pid and start time."""
+    """Start the wrapper, detached in its own session; return its pid and start time.
+
+    A short-lived launcher starts the wrapper and exits, so the wrapper is
+    nobody's child: a long-lived submitter leaves no zombie behind, and the
+    job outlives whoever submitted it.
+    """
     folder = os.path.join(run_path, job["dir"])
     os.makedirs(folder, mode=0o700, exist_ok=True)
     env = dict(os.environ, RUNNER_JOB_KEY=key, RUNNER_JOB_CURSOR=str(job.get("cursor", 0)))
     package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = package_parent + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    launcher = subprocess.run(
+        [sys.executable, "-m", "runner.jobs", "--launch", folder, "--"] + list(job["command"]),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        close_fds=True,
+        env=env,
+        timeout=60,
+    )
+    try:
+        pid = int(launcher.stdout.split()[0])
+    except (IndexError, ValueError):
+        raise OSError(f"the job launcher failed (exit {launcher.returncode})") from None
+    return pid, _proc_start(pid)
+
+
+def launch_main(argv: Sequence[str]) -> int:
+    """The launcher: start the wrapper in a new session, print its pid, exit at once."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "runner.jobs", folder, "--"] + list(job["command"]),
+        [sys.executable, "-m", "runner.jobs"] + list(argv),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
         close_fds=True,
-        env=env,
     )
-    return proc.pid, _proc_start(proc.pid)
+    sys.stdout.write(f"{proc.pid}\n")
+    sys.stdout.flush()
+    proc.returncode = 0  # not waited for on purpose: the wrapper outlives the launcher
+    return 0
 
 
 def started_ops(key: str, pid: int, start: Optional[str]) -> Ops:
@@ -274,4 +299,6 @@ def wrap_main(argv: Sequence[str]) -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--launch"]:
+        sys.exit(launch_main(sys.argv[2:]))
     sys.exit(wrap_main(sys.argv[1:]))

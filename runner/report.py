@@ -20,14 +20,31 @@ from .steps import plan_steps
 __all__ = ["brief", "report", "events_after"]
 
 
-def _fit(lines: List[str], limit: int) -> str:
-    """Join lines, dropping from the end of optional sections to stay within ``limit`` characters."""
-    text = "\n".join(lines)
-    if len(text) <= limit:
-        return text
-    cut = text[: max(0, limit - 40)]
-    cut = cut[: cut.rfind("\n")] if "\n" in cut else cut
-    return cut + "\n… (truncated; run 'status --json' for all)"
+def _fit(sections: List[List[str]], order: List[int], limit: int) -> str:
+    """Join ``sections`` (in display order) within ``limit`` characters.
+
+    Sections are admitted by importance (``order``, most important first);
+    the first one that does not fit whole is cut line by line, and every
+    later one is left out, with one line saying so.
+    """
+    note = "… (cut to fit; 'status --json' has everything)"
+    kept: List[List[str]] = [[] for _ in sections]
+    used = 0
+    cut = False
+    for index in order:
+        for line in sections[index]:
+            cost = len(line) + 1
+            if used + cost + len(note) + 1 > limit:
+                cut = True
+                break
+            kept[index].append(line)
+            used += cost
+        if cut:
+            break
+    text = "\n".join(line for section in kept for line in section)
+    if cut:
+        text = (text + "\n" + note) if text else note
+    return text[:limit]
 
 
 def _short(value: Any, width: int = 80) -> str:
@@ -81,7 +98,9 @@ def brief(state: Dict[str, Any], decision: Optional[Dict[str, Any]] = None, limi
     control.append(f"- approvals pending: {', '.join(pending[:5]) or 'none'}")
     lease = state["lease"]
     control.append(f"- lease: {lease.get('owner') or 'nobody'} at epoch {lease.get('epoch')} until {lease.get('expires_at') or '-'}")
-    return _fit(head + steps + eff + job_part + control, limit)
+    # Shown in this order; kept, when space runs out, in order of importance:
+    # the goal and next action, then unresolved effects, steps, control, jobs.
+    return _fit([head, steps, eff, job_part, control], [0, 2, 1, 4, 3], limit)
 
 
 def events_after(store: Any, after: int) -> Dict[str, Any]:

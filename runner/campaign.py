@@ -1,0 +1,381 @@
+"""``campaign``: thousands of SIGKILLs at every named commit window, each resumed elsewhere.
+
+Each kill is one forked worker process. The worker opens the run from disk
+(nothing is inherited but code), recovers it, and works (effects on the
+loopback ticket service, steps, a re-attachable job now and then) until it
+reaches its assigned window for the n-th time, where it SIGKILLs itself.
+The parent, a different process, then loads the run and checks it; the next
+worker resumes it. Windows are taken in turn, so every one is hit; which
+occurrence of a window dies is random.
+
+Checked after every kill: the run loads (no state-unrecoverable), its
+revision is at least the last one the dead worker saw acknowledged, and the
+ticket service holds no duplicate. At the end every run is driven to
+completion by a clean worker, and the campaign reports: kills, recovery
+success rate, duplicate effects, lost commits, unknown results left,
+orphaned jobs and the slowest recovery. Exit is non-zero on any duplicate or loss.
+"""
+
+import os
+import random
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from .effects import Adapter, Observation
+from .errors import RunnerError
+from .fs import OsFileSystem
+from .recovery import recover
+from .run import Run, submit_job
+from .store import RunStore
+from .ticketservice import TicketAdapter, TicketServiceProcess
+
+__all__ = ["WINDOWS", "KillSwitch", "KillingFileSystem", "KillingAdapter", "KillingRun", "run_campaign"]
+
+#: Every named commit window, grouped by the layer that owns it.
+WINDOWS = (
+    # the store's write path
+    "store:before-temp-write",
+    "store:after-temp-fsync",
+    "store:after-rename-before-dir-fsync",
+    "store:mid-append",
+    "store:after-append-fsync",
+    # one effect's lifecycle
+    "effect:before-started",
+    "effect:after-started",
+    "effect:after-target-commit",
+    "effect:after-response",
+    "effect:after-ack",
+    # a step, a lease, a job
+    "step:after-start",
+    "lease:after-acquire",
+    "job:after-intent",
+    "job:after-spawn",
+)
+
+#: Windows a worker passes about once per run or per worker: always the first pass.
+_ONCE = ("step:after-start", "lease:after-acquire", "job:after-intent", "job:after-spawn")
+
+
+class KillSwitch:
+    """Counts passes through named windows and SIGKILLs this process at the chosen one."""
+
+    def __init__(self, window: Optional[str], nth: int) -> None:
+        self.window, self.nth, self.seen = window, nth, 0
+
+    def armed(self, window: str) -> bool:
+        """True when the next pass through ``window`` is the fatal one."""
+        return window == self.window and self.seen + 1 == self.nth
+
+    def tick(self, window: str) -> None:
+        if window != self.window:
+            return
+        self.seen += 1
+        if self.seen == self.nth:
+            sys.stdout.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+class KillingFileSystem(OsFileSystem):
+    """The real file system, with the store's write-path windows wired to a kill switch."""
+
+    def __init__(self, switch: KillSwitch) -> None:
+        super().__init__()
+        self.switch = switch
+
+    def write_file(self, path: str, data: bytes) -> None:
+        if path.endswith(".tmp"):
+            self.switch.tick("store:before-temp-write")
+        super().write_file(path, data)
+
+    def fsync(self, path: str) -> None:
+        super().fsync(path)
+        if path.endswith(".tmp"):
+            self.switch.tick("store:after-temp-fsync")
+        elif path.endswith("journal.jsonl"):
+            self.switch.tick("store:after-append-fsync")
+
+    def replace(self, src: str, dst: str) -> None:
+        super().replace(src, dst)
+        self.switch.tick("store:after-rename-before-dir-fsync")
+
+    def append(self, path: str, data: bytes) -> None:
+        if path.endswith("journal.jsonl") and self.switch.armed("store:mid-append"):
+            super().append(path, data[: max(1, len(data) // 2)])  # half a record reaches the file
+        self.switch.tick("store:mid-append")
+        super().append(path, data)
+
+
+class KillingAdapter:
+    """Wraps an adapter; dies at the windows around the call to the target."""
+
+    def __init__(self, inner: TicketAdapter, switch: KillSwitch) -> None:
+        self.inner, self.switch = inner, switch
+        for fact in ("name", "key_scope", "retention_seconds", "conflicting_payload", "verification", "deduplicates"):
+            setattr(self, fact, getattr(inner, fact))
+
+    def invoke(self, key: str, payload: Dict[str, Any], epoch: int) -> Dict[str, Any]:
+        self.switch.tick("effect:after-started")
+        if self.switch.armed("effect:after-target-commit"):
+            # The service commits, then drops the connection: the answer never arrives.
+            self.inner._send("POST", "/faults", {"drop_after_commit": 1})
+            try:
+                self.inner.invoke(key, payload, epoch)
+            finally:
+                self.switch.tick("effect:after-target-commit")
+        self.switch.tick("effect:after-target-commit")  # a pass that was not the fatal one
+        receipt = self.inner.invoke(key, payload, epoch)
+        self.switch.tick("effect:after-response")
+        return receipt
+
+    def observe(self, key: str, payload: Dict[str, Any]) -> Observation:
+        return self.inner.observe(key, payload)
+
+
+class KillingRun(Run):
+    """A run whose transitions pass the effect, step and lease windows."""
+
+    switch: KillSwitch
+
+    def effect_begin(self, key: str, payload: Dict[str, Any], step: Optional[str] = None, resend: bool = False) -> Dict[str, Any]:
+        self.switch.tick("effect:before-started")
+        return super().effect_begin(key, payload, step, resend)
+
+    def effect_ack(self, key: str, receipt: Dict[str, Any]) -> Dict[str, Any]:
+        out = super().effect_ack(key, receipt)
+        self.switch.tick("effect:after-ack")
+        return out
+
+    def step_start(self, step: str) -> Dict[str, Any]:
+        out = super().step_start(step)
+        self.switch.tick("step:after-start")
+        return out
+
+    def acquire(self, owner: str, ttl: float) -> Dict[str, Any]:
+        out = super().acquire(owner, ttl)
+        self.switch.tick("lease:after-acquire")
+        return out
+
+    def _mutate(self, decide: Any, fenced: bool = True) -> Dict[str, Any]:
+        submitting = [j for j in self.state["jobs"].values() if j["state"] == "submitting"]
+        if any(os.path.exists(os.path.join(self.store.path, j["dir"], "pid.json")) for j in submitting):
+            self.switch.tick("job:after-spawn")  # the job runs; its pid is not yet recorded
+        state = super()._mutate(decide, fenced)
+        if any(j["state"] == "submitting" for j in state["jobs"].values()) and not submitting:
+            self.switch.tick("job:after-intent")  # the intent is committed; nothing started
+        return state
+
+
+# -- the work a campaign run does ------------------------------------------------------------
+
+DOCS_PER_RUN = 60
+TTL = 120.0
+
+
+def campaign_contract(task: str) -> Dict[str, Any]:
+    return {
+        "contract": 1,
+        "task_id": task,
+        "goal": "File one ticket per document, run a check job, finish.",
+        "steps": [
+            {"id": "ingest", "artifact": "tickets", "check": "each found by key", "next": "check"},
+            {"id": "check", "artifact": "job result", "check": "exit code 0", "next": "done"},
+        ],
+        "effects": {"key_pattern": "[a-z0-9:.-]+"},
+        "limits": {"max_effect_attempts": 50, "max_step_attempts": 10000},
+        "jobs": {"rerun_vanished": True},
+        "lease": {"ttl_seconds": TTL},
+    }
+
+
+def _payload(task: str, n: int) -> Dict[str, Any]:
+    return {"doc": f"{task}:d{n}", "marker": f"{task}:d{n}", "title": f"document {n} of {task}"}
+
+
+def _work(run: KillingRun, task: str, adapter: Adapter, report: Any, budget: int) -> str:
+    """Drive ``run`` toward completion, at most ``budget`` effects; ``report(revision)`` after each acknowledged call."""
+    state = run.state
+    if (state["steps"].get("ingest") or {}).get("state") != "done":
+        if state["current_step"] != "ingest":
+            run.step_start("ingest")
+            report(run.state["revision"])
+        for n in range(DOCS_PER_RUN):
+            key = f"{task}:d{n}:ticket"
+            effect = run.state["effects"].get(key)
+            if effect is None or effect["state"] != "verified":
+                if budget <= 0:
+                    return "paused"  # a worker that missed its window makes way for the next
+                budget -= 1
+                run.drive_effect(key, _payload(task, n), adapter, step="ingest")
+                report(run.state["revision"])
+        run.step_done("ingest", {"verified": DOCS_PER_RUN})
+        report(run.state["revision"])
+    if run.state["current_step"] != "check" and (run.state["steps"].get("check") or {}).get("state") != "done":
+        run.step_start("check")
+        report(run.state["revision"])
+    job = submit_job(run, "check", [sys.executable, "-c", "pass"])
+    report(run.state["revision"])
+    deadline = time.monotonic() + 30
+    from .jobs import observation_ops, observe_job
+
+    while job["state"] in ("submitting", "running") and time.monotonic() < deadline:
+        seen = observe_job(run.store.path, job)
+        job = run._mutate(lambda s, now: observation_ops(s, "check", seen, now))["jobs"]["check"]
+        if job["state"] in ("submitting", "running"):
+            time.sleep(0.005)
+    if job["state"] == "vanished":
+        job = submit_job(run, "check", [sys.executable, "-c", "pass"])
+        return "job-rerun"
+    run.step_done("check", {"exit_code": job.get("exit_code")})
+    report(run.state["revision"])
+    return run.state["status"]
+
+
+def _child(run_path: str, task: str, url: str, window: Optional[str], nth: int, seed: int, write_fd: int) -> None:
+    """The body of a forked worker. Never returns: exits or is killed."""
+    code = 0
+    try:
+        switch = KillSwitch(window, nth)
+        store = RunStore.open(run_path, fs=KillingFileSystem(switch), compact_min_bytes=4096)
+        run = KillingRun(store, rand=random.Random(seed).random)
+        run.switch = switch
+        adapter = KillingAdapter(TicketAdapter(url, retention_seconds=None, timeout=5.0, run_id=task), switch)
+
+        def report(revision: int) -> None:
+            os.write(write_fd, f"ack {revision}\n".encode())
+
+        began = time.monotonic()
+        decision = recover(run, f"w{seed}", TTL, adapter_for=lambda key, effect: adapter, payloads=lambda key: _payload(task, int(key.split(":d")[1].split(":")[0])))
+        os.write(write_fd, f"recovered {time.monotonic() - began:.6f} {run.state['revision']}\n".encode())
+        if decision["decision"] == "stop" and decision["reason"] != "needs-reconciliation":
+            os.write(write_fd, f"{decision['reason']}\n".encode())
+        else:
+            outcome = _work(run, task, adapter, report, 12 if window else DOCS_PER_RUN)
+            run.release()  # only after the last durable write
+            os.write(write_fd, f"{outcome}\n".encode())
+    except RunnerError as exc:
+        os.write(write_fd, f"error {exc.reason} {exc.message}\n".replace("\n", " ").encode() + b"\n")
+        code = 3
+    except BaseException as exc:  # a bug: report it, never hang the campaign
+        os.write(write_fd, f"crash {type(exc).__name__}: {exc}\n".replace("\n", " ").encode() + b"\n")
+        code = 4
+    os._exit(code)
+
+
+def _fork_worker(run_path: str, task: str, url: str, window: Optional[str], nth: int, seed: int) -> Tuple[int, List[str]]:
+    read_fd, write_fd = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_fd)
+        _child(run_path, task, url, window, nth, seed, write_fd)
+    os.close(write_fd)
+    chunks = []
+    while True:
+        chunk = os.read(read_fd, 65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(read_fd)
+    _, status = os.waitpid(pid, 0)
+    return status, b"".join(chunks).decode("utf-8", "replace").splitlines()
+
+
+def run_campaign(kills: int = 100, seed: int = 1, progress: Optional[Any] = None) -> Dict[str, Any]:
+    """Run the campaign until ``kills`` workers were killed at a window; return the figures."""
+    if not hasattr(os, "fork"):
+        raise RunnerError("the campaign forks its workers; this platform has no fork()")
+    rng = random.Random(seed)
+    root = tempfile.mkdtemp(prefix="runner-campaign-")
+    began = time.monotonic()
+    result: Dict[str, Any] = {"kills": 0, "kills_by_window": {w: 0 for w in WINDOWS}, "workers": 0, "runs": 0, "recoveries": 0,
+                              "recovered": 0, "lost_commits": 0, "unrecoverable": 0, "duplicate_effects": 0, "errors": [],
+                              "slowest_recovery_ms": 0.0, "unknown_results_left": 0, "orphaned_jobs": 0, "jobs_rerun": 0}
+    try:
+        with TicketServiceProcess(os.path.join(root, "tickets.db")) as service:
+            runs: List[Tuple[str, str]] = []
+
+            def new_run() -> Tuple[str, str]:
+                task = f"c{seed}-r{len(runs)}"
+                path = os.path.join(root, task)
+                RunStore.create(path, task, campaign_contract(task))
+                runs.append((path, task))
+                result["runs"] += 1
+                return path, task
+
+            run_path, task = new_run()
+            turn = 0
+            while result["kills"] < kills:
+                window = WINDOWS[turn % len(WINDOWS)]
+                turn += 1
+                nth = 1 if window in _ONCE else 1 + int(rng.expovariate(1 / 4))
+                status, lines = _fork_worker(run_path, task, service.url, window, nth, rng.randrange(1 << 30))
+                result["workers"] += 1
+                acked = max([int(line.split()[1]) for line in lines if line.startswith("ack ")] or [0])
+                for line in lines:
+                    if line.startswith("recovered "):
+                        result["slowest_recovery_ms"] = max(result["slowest_recovery_ms"], float(line.split()[1]) * 1000)
+                    elif line.startswith(("error", "crash")) or line in ("already-running", "fenced"):
+                        result["errors"].append(f"{task} {window}#{nth}: {line}")
+                    elif line == "job-rerun":  # noqa: SIM114
+                        result["jobs_rerun"] += 1
+                killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+                # The check runs here, in a process other than the one that died.
+                try:
+                    state = RunStore.open(run_path).state
+                except RunnerError as exc:
+                    result["unrecoverable"] += 1
+                    result["errors"].append(f"{task} after {window}#{nth}: {exc.reason}: {exc.message}")
+                    run_path, task = new_run()
+                    continue
+                if state["revision"] < acked:
+                    result["lost_commits"] += acked - state["revision"]
+                if killed:
+                    result["kills"] += 1
+                    result["kills_by_window"][window] += 1
+                    result["recovered"] += 1
+                    if state["lease"]["owner"] is not None:
+                        Run(RunStore.open(run_path)).break_lease("campaign", f"worker killed at {window}")
+                if state["status"] == "complete":
+                    run_path, task = new_run()
+                if progress is not None and result["workers"] % 50 == 0:
+                    progress.write(f"\rcampaign: {result['kills']}/{kills} kills, {result['runs']} runs, {time.monotonic() - began:.0f}s")
+                    progress.flush()
+                if result["errors"] and len(result["errors"]) > 20:
+                    break
+            # Finish every run with a clean worker, then audit the target and the ledgers.
+            for path, name in runs:
+                for _ in range(5):
+                    state = RunStore.open(path).state
+                    if state["status"] == "complete":
+                        break
+                    status, lines = _fork_worker(path, name, service.url, None, 0, rng.randrange(1 << 30))
+                    result["errors"] += [f"{name} final: {line}" for line in lines if line.startswith(("error", "crash"))]
+                    state = RunStore.open(path).state
+                    if state["lease"]["owner"] is not None and state["status"] != "complete":
+                        Run(RunStore.open(path)).break_lease("campaign", "final worker ended")
+                result["unknown_results_left"] += sum(1 for e in state["effects"].values() if e["state"] in ("started", "acknowledged", "uncertain"))
+                result["orphaned_jobs"] += int(state["counters"].get("jobs_orphaned", 0))
+                result["recoveries"] += int(state["counters"].get("recoveries", 0))
+                if state["status"] != "complete":
+                    result["errors"].append(f"{name} ended {state['status']}")
+            stats = service.stats()
+            result["duplicate_effects"] = int(stats["duplicates"])
+            result["tickets"] = int(stats["tickets"])
+            expected = sum(DOCS_PER_RUN for _ in runs)
+            result["tickets_expected"] = expected
+            result["missing_effects"] = max(0, expected - int(stats["tickets"]))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    if progress is not None:
+        progress.write("\n")
+    result["seconds"] = round(time.monotonic() - began, 2)
+    result["slowest_recovery_ms"] = round(result["slowest_recovery_ms"], 2)
+    result["recovery_success_rate"] = round(result["recovered"] / result["kills"], 4) if result["kills"] else None
+    result["ok"] = (result["duplicate_effects"] == 0 and result["lost_commits"] == 0 and result["unrecoverable"] == 0
+                    and result["missing_effects"] == 0 and result["unknown_results_left"] == 0 and not result["errors"])
+    return result
