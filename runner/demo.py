@@ -38,18 +38,14 @@ from .errors import Cancelled, RunnerError
 from .recovery import recover
 from .run import Run
 from .store import RunStore
+from .campaign import WINDOWS as CAMPAIGN_WINDOWS
+from .campaign import KillingAdapter, KillingRun, KillSwitch
 from .ticketservice import TicketAdapter, TicketServiceProcess
 
 __all__ = ["run_demo", "run_draft_scenario", "WINDOWS", "worker_main"]
 
-#: Where a worker may be told to die, in the order one effect passes them.
-WINDOWS = (
-    "before-started",  # the effect's started record is not yet committed
-    "after-started",  # started is committed; the request was not sent
-    "after-target-commit",  # the service committed; its answer never arrived
-    "after-response",  # the answer arrived; the ack is not committed
-    "after-ack",  # the ack is committed; the effect is not verified
-)
+#: Where a worker may be told to die: the windows one effect passes, in order.
+WINDOWS = tuple(w for w in CAMPAIGN_WINDOWS if w.startswith("effect:"))
 
 TASK = "demo-documents"
 TTL = 60.0
@@ -83,48 +79,6 @@ def doc_key(n: int) -> str:
 
 # -- the worker (a separate process) -------------------------------------------------------
 
-class _Dying(TicketAdapter):
-    """A ticket adapter that kills its own process at one commit window of one effect."""
-
-    def __init__(self, url: str, die_at: Optional[Tuple[int, str]], service: Optional[TicketServiceProcess] = None) -> None:
-        super().__init__(url, retention_seconds=None, timeout=5.0, run_id=TASK)
-        self.die_at = die_at
-        self.count = 0
-
-    def _maybe_die(self, window: str) -> None:
-        if self.die_at is not None and self.die_at == (self.count, window):
-            sys.stdout.flush()
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    def invoke(self, key: str, payload: Dict[str, Any], epoch: int) -> Dict[str, Any]:
-        self._maybe_die("after-started")
-        if self.die_at == (self.count, "after-target-commit"):
-            self._send("POST", "/faults", {"drop_after_commit": 1})
-            try:
-                super().invoke(key, payload, epoch)
-            finally:
-                self._maybe_die("after-target-commit")
-        receipt = super().invoke(key, payload, epoch)
-        self._maybe_die("after-response")
-        return receipt
-
-
-class _DyingRun(Run):
-    """A run whose effect transitions can kill the process at the windows around them."""
-
-    adapter: _Dying
-
-    def effect_begin(self, key: str, payload: Dict[str, Any], step: Optional[str] = None, resend: bool = False) -> Dict[str, Any]:
-        self.adapter.count += 1
-        self.adapter._maybe_die("before-started")
-        return super().effect_begin(key, payload, step, resend)
-
-    def effect_ack(self, key: str, receipt: Dict[str, Any]) -> Dict[str, Any]:
-        out = super().effect_ack(key, receipt)
-        self.adapter._maybe_die("after-ack")
-        return out
-
-
 def _ticket_of(effect: Dict[str, Any]) -> Optional[str]:
     """The ticket id an effect was verified with (from its evidence, else its receipt)."""
     for record in (effect.get("evidence") or {}, effect.get("receipt") or {}):
@@ -141,12 +95,13 @@ def _say(*words: Any) -> None:
 def worker_main(argv: List[str]) -> int:
     """One worker: recover, drive every document's effect, finish the run; report on stdout."""
     opts = json.loads(argv[0])
-    run = _DyingRun(RunStore.open(opts["run"], durability=opts.get("durability", "sync")), rand=random.Random(opts["seed"]).random)
-    die_at = tuple(opts["die_at"]) if opts.get("die_at") else None
-    run.adapter = _Dying(opts["url"], die_at)  # type: ignore[arg-type]
+    run = KillingRun(RunStore.open(opts["run"], durability=opts.get("durability", "sync")), rand=random.Random(opts["seed"]).random)
+    nth, window = opts["die_at"] if opts.get("die_at") else (0, None)
+    run.switch = KillSwitch(window, nth)
+    adapter = KillingAdapter(TicketAdapter(opts["url"], retention_seconds=None, timeout=5.0, run_id=TASK), run.switch)
     documents = opts["documents"]
     _say("loaded", run.state["revision"])
-    decision = recover(run, opts["owner"], TTL, adapter_for=lambda key, effect: run.adapter, payloads=lambda key: document_payload(int(key[4:9])))
+    decision = recover(run, opts["owner"], TTL, adapter_for=lambda key, effect: adapter, payloads=lambda key: document_payload(int(key[4:9])))
     _say("lease", run.epoch, run.state["revision"])
     if decision["decision"] == "stop":
         _say("stop", decision["reason"])
@@ -161,7 +116,7 @@ def worker_main(argv: List[str]) -> int:
                 effect = run.state["effects"].get(key)
                 if effect is not None and effect["state"] == "verified":
                     continue
-                run.drive_effect(key, document_payload(n), run.adapter, step="ingest")
+                run.drive_effect(key, document_payload(n), adapter, step="ingest")
                 _say("ack", run.state["revision"], n)
                 if time.monotonic() > renew_at:
                     run.renew(TTL)
@@ -314,13 +269,16 @@ def run_demo(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01, can
     root = tempfile.mkdtemp(prefix="runner-demo-")
     began = time.monotonic()
     try:
-        # The reference: the same documents and code, no crashes, its own ticket
-        # service. Nothing is killed there, so its run store skips fsync.
-        with TicketServiceProcess(os.path.join(root, "reference.db")) as ref_service:
-            ref_run = os.path.join(root, "reference-run")
-            RunStore.create(ref_run, TASK, demo_contract(documents), durability="process")
-            ref_tally = _run_workers(ref_run, ref_service.url, documents, seed, 0.0, None, None, max_workers=1, durability="process")
-            reference = _audit(ref_run, ref_service, documents)
+        reference: Optional[Dict[str, Any]] = None
+        ref_errors: List[str] = []
+        if cancel_at is None:
+            # The reference: the same documents and code, no crashes, its own ticket
+            # service. Nothing is killed there, so its run store skips fsync.
+            with TicketServiceProcess(os.path.join(root, "reference.db")) as ref_service:
+                ref_run = os.path.join(root, "reference-run")
+                RunStore.create(ref_run, TASK, demo_contract(documents), durability="process")
+                ref_errors = _run_workers(ref_run, ref_service.url, documents, seed, 0.0, None, None, max_workers=1, durability="process")["errors"]
+                reference = _audit(ref_run, ref_service, documents)
         reference_seconds = time.monotonic() - began
         began = time.monotonic()
         with TicketServiceProcess(os.path.join(root, "tickets.db")) as service:
@@ -358,9 +316,9 @@ def run_demo(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01, can
             "matches_reference": None,
             "wall_seconds": round(wall, 2),
             "reference_seconds": round(reference_seconds, 2),
-            "errors": tally["errors"] + ref_tally["errors"],
+            "errors": tally["errors"] + ref_errors,
         }
-        if cancel_at is None:
+        if reference is not None:
             result["matches_reference"] = audit["output"] == reference["output"] and state["status"] == reference["state"]["status"] == "complete"
         else:
             result.update(_cancel_audit(state, tally, cancel_at))
@@ -422,7 +380,7 @@ def format_table(result: Dict[str, Any]) -> str:
         ]
     else:
         rows.append(("matches the uncrashed reference", result["matches_reference"]))
-    rows += [("final status", f"{result['status']} at revision {result['revision']}"), ("wall time", f"{result['wall_seconds']} s (reference run {result['reference_seconds']} s)")]
+    rows += [("final status", f"{result['status']} at revision {result['revision']}"), ("wall time", f"{result['wall_seconds']} s" + (f" (reference run {result['reference_seconds']} s)" if result.get("matches_reference") is not None else ""))]
     width = max(len(name) for name, _ in rows)
     lines = [f"{name:<{width}}  {value}" for name, value in rows]
     for error in result["errors"]:

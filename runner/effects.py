@@ -317,10 +317,12 @@ def drive_effect(run: Any, key: str, payload: Dict[str, Any], adapter: Adapter, 
     window, by resending the same key and payload); stops with
     :class:`NeedsReconciliation` when the outcome cannot be established.
     """
-    check_document(payload, "payload")
+    digest = content_digest(check_document(payload, "payload"))
     while True:
         effect = run.state["effects"].get(key)
         current = effect["state"] if effect else None
+        if effect is not None and effect["payload_digest"] != digest:
+            raise InvalidInput(f"effect {key!r} was recorded with payload {effect['payload_digest']}; refusing a different payload {digest} under the same key", key=key)
         if current == "verified":
             return effect
         if current == "failed":
@@ -331,9 +333,13 @@ def drive_effect(run: Any, key: str, payload: Dict[str, Any], adapter: Adapter, 
             if seen.status == "present":
                 run.effect_verify(key, seen.evidence, reconciled=True)
                 continue
-            if seen.status == "absent":
+            if seen.status == "absent" and current != "acknowledged":
                 run.effect_absent(key, seen.evidence, reconciled=True)
                 continue
+            if seen.status == "absent":
+                # The target acknowledged it, yet it cannot be seen: never retry on that contradiction.
+                run.effect_uncertain(key, f"acknowledged but observation says absent: {seen.evidence}")
+                raise NeedsReconciliation(f"effect {key!r} was acknowledged but the target does not show it ({seen.evidence})", key=key)
             if current != "uncertain":
                 run.effect_uncertain(key, f"observation was inconclusive: {seen.evidence}")
             if not (adapter.deduplicates and _within_retention(run.state["effects"][key], adapter, run.clock())):

@@ -203,9 +203,11 @@ def recover(run: Any, owner: str, ttl: float, adapters: Optional[Dict[str, Adapt
         if seen.status == "present":
             run.effect_verify(key, seen.evidence, reconciled=True)
             reconciled.append(f"{key}: present")
-        elif seen.status == "absent":
+        elif seen.status == "absent" and effect["state"] != "acknowledged":
             run.effect_absent(key, seen.evidence, reconciled=True)
             reconciled.append(f"{key}: absent")
+        elif seen.status == "absent":
+            run.effect_uncertain(key, f"acknowledged but observation says absent: {seen.evidence}")
         elif effect["state"] != "uncertain":
             run.effect_uncertain(key, f"recovery could not observe it: {seen.evidence}")
     observed = refresh_jobs(run)
