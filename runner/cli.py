@@ -26,6 +26,7 @@ from .recovery import decide, decision_exit_code, recover, stop_for_error
 from .report import brief, events_after, report
 from .run import Run, submit_job
 from .steps import require_plan
+from .sqlstore import create_store, open_store, parse_store_url
 from .store import RunStore, scan
 
 __all__ = ["main", "build_parser"]
@@ -45,6 +46,8 @@ def _common(parser: argparse.ArgumentParser, top: bool) -> None:
     # verb is not overwritten by the sub-parser's default.
     default: Any = None if top else argparse.SUPPRESS
     parser.add_argument("--dir", default=default, help="the run's folder (default: $RUNNER_DIR)")
+    parser.add_argument("--store", default=default, metavar="URL", help="file:DIR, sqlite:PATH or postgresql://... (default: $RUNNER_STORE; --dir DIR is file:DIR)")
+    parser.add_argument("--task", default=default, metavar="ID", help="the run's task id in a database store (default: $RUNNER_TASK)")
     parser.add_argument("--json", action="store_true", default=False if top else argparse.SUPPRESS, help="print one JSON object on stdout")
 
 
@@ -159,6 +162,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = verb("conformance", "check an effect adapter against the runner's contract", cmd_conformance)
     sub.add_argument("--adapter", required=True, action="append", metavar="MODULE:FACTORY", help="a factory returning an adapter or (adapter, controls); repeatable")
 
+    sub = verb("work", "a pool of N workers that claim the store's runs with leases and drive them with a handler", cmd_work)
+    sub.add_argument("--workers", type=_positive, default=2, metavar="N")
+    sub.add_argument("--handler", required=True, metavar="MODULE:FUNCTION", help="called as f(store, owner, ttl, context, switch) for each claimed run")
+    sub.add_argument("--context", default="{}", metavar="JSON", help="passed to the handler")
+    sub.add_argument("--ttl", type=_seconds, default=60.0)
+
     sub = verb("campaign", "SIGKILL forked workers at every named commit window, resume each in another process, audit", cmd_campaign)
     sub.add_argument("--kills", type=_positive, default=200)
     sub.add_argument("--seed", type=int, default=1)
@@ -170,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--crash-rate", type=_rate, default=0.01, help="chance per document that its worker is killed (default 0.01)")
     sub.add_argument("--cancel-at", type=_positive, default=None, metavar="N", help="cancel the run after N documents")
     sub.add_argument("--scenario", choices=("documents", "draft"), default="documents", help="draft: the plan, write_draft, finish experiment")
+    sub.add_argument("--workers", type=_positive, default=None, metavar="N", help="split the documents into runs of 100 and let N workers claim them")
     sub.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     return parser
 
@@ -230,15 +240,29 @@ def _warn(message: str) -> None:
     sys.stderr.write(f"runner: {message}\n")
 
 
+def _store_url(args: argparse.Namespace) -> str:
+    """The run's store: ``--store``, else ``--dir`` (a file store), else the environment."""
+    url = getattr(args, "store", None) or (f"file:{args.dir}" if args.dir else None) or os.environ.get("RUNNER_STORE")
+    if not url and os.environ.get("RUNNER_DIR"):
+        url = "file:" + os.environ["RUNNER_DIR"]
+    if not url:
+        raise InvalidInput("no run: pass --dir DIR (or --store URL --task ID), or set RUNNER_DIR")
+    return url
+
+
+def _task(args: argparse.Namespace) -> Optional[str]:
+    return getattr(args, "task", None) or os.environ.get("RUNNER_TASK")
+
+
 def _run_dir(args: argparse.Namespace) -> str:
-    path = args.dir or os.environ.get("RUNNER_DIR")
-    if not path:
-        raise InvalidInput("no run folder: pass --dir DIR or set RUNNER_DIR")
-    return path
+    kind, location = parse_store_url(_store_url(args))
+    if kind != "file":
+        raise InvalidInput(f"this verb works on a run folder (--dir), not on a {kind} store")
+    return location
 
 
-def _open(args: argparse.Namespace) -> RunStore:
-    store = RunStore.open(_run_dir(args))
+def _open(args: argparse.Namespace) -> Any:
+    store = open_store(_store_url(args), _task(args))
     for finding in store.findings:
         if finding.level != "note":
             _warn(f"{finding.code}: {finding.message} (repaired on the next write, or by 'doctor --repair')")
@@ -249,9 +273,14 @@ def _open(args: argparse.Namespace) -> RunStore:
 
 def cmd_init(args: argparse.Namespace) -> int:
     plan = load_contract(args.contract)
-    store = RunStore.create(_run_dir(args), plan["task_id"], plan, durability=args.durability)
+    url = _store_url(args)
+    options = {"durability": args.durability} if parse_store_url(url)[0] == "file" else {}
+    if _task(args) not in (None, plan["task_id"]):
+        raise InvalidInput(f"--task {_task(args)} differs from the contract's task_id {plan['task_id']}")
+    store = create_store(url, plan["task_id"], plan, **options)
     summary = _summary(store.state)
-    _emit(args, {"ok": True, "path": store.path, **summary}, f"started run {summary['task_id']} in {store.path}\nplan {summary['plan_digest']}")
+    where = getattr(store, "url", store.path)
+    _emit(args, {"ok": True, "path": store.path, "store": url, **summary}, f"started run {summary['task_id']} in {where}\nplan {summary['plan_digest']}")
     return 0
 
 
@@ -294,6 +323,10 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
+    if parse_store_url(_store_url(args))[0] != "file":
+        store = _open(args)  # a database store validates its rows and journal head on open
+        _emit(args, {"ok": True, "healthy": True, "revision": store.revision, "findings": [], "repaired": []}, f"healthy: revision {store.revision}")
+        return 0
     path = _run_dir(args)
     found = scan(path, thorough=True)
     if not found.exists:
@@ -656,6 +689,17 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     return 0 if passed else 1
 
 
+def cmd_work(args: argparse.Namespace) -> int:
+    from .pool import load_handler, run_pool
+
+    url = _store_url(args)
+    load_handler(args.handler)  # fail here, once, rather than in every worker
+    context = _json_arg(args.context, "--context")
+    tally = run_pool(url, args.workers, args.handler, context=context, ttl=args.ttl)
+    _emit(args, {"ok": not tally["errors"], **tally}, "\n".join(f"{k:14} {v}" for k, v in tally.items()))
+    return 0 if not tally["errors"] else 1
+
+
 def cmd_campaign(args: argparse.Namespace) -> int:
     from .campaign import run_campaign
 
@@ -677,7 +721,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         return 0 if result["ok"] else 1
     if args.cancel_at is not None and args.cancel_at >= args.documents:
         raise InvalidInput("--cancel-at must be below --documents")
-    result = run_demo(args.documents, args.seed, args.crash_rate, args.cancel_at, None if args.no_progress else sys.stderr)
+    store = getattr(args, "store", None) if args.workers else None
+    result = run_demo(args.documents, args.seed, args.crash_rate, args.cancel_at, None if args.no_progress else sys.stderr, workers=args.workers, store=store)
     _emit(args, result, format_table(result))
     return 0 if result["ok"] else 1
 

@@ -31,12 +31,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, IO, List, Optional, Tuple
+from typing import Any, Callable, Dict, IO, List, Optional, Tuple
 
 from .envelope import content_digest, sha256_hex
 from .errors import Cancelled, RunnerError
 from .recovery import recover
 from .run import Run
+from .errors import InvalidInput
+from .sqlstore import create_store, list_runs, open_store
 from .store import RunStore
 from .campaign import WINDOWS as CAMPAIGN_WINDOWS
 from .campaign import KillingAdapter, KillingRun, KillSwitch
@@ -92,41 +94,49 @@ def _say(*words: Any) -> None:
     sys.stdout.flush()
 
 
+def drive_documents(run: KillingRun, adapter: Any, docs: range, report: Callable[[int, Any], None]) -> None:
+    """Take ``docs`` of a recovered run through ingest and index; ``report`` each acknowledged revision."""
+    if (run.state["steps"].get("ingest") or {}).get("state") != "done":
+        if run.state["current_step"] != "ingest":
+            run.step_start("ingest")
+        renew_at = time.monotonic() + TTL / 3
+        for n in docs:
+            key = doc_key(n)
+            effect = run.state["effects"].get(key)
+            if effect is not None and effect["state"] == "verified":
+                continue
+            run.drive_effect(key, document_payload(n), adapter, step="ingest")
+            report(run.state["revision"], n)
+            if time.monotonic() > renew_at:
+                run.renew(TTL)
+                renew_at = time.monotonic() + TTL / 3
+        run.step_done("ingest", {"verified": len(docs)})
+    index = {doc_key(n): _ticket_of(run.state["effects"][doc_key(n)]) for n in docs}
+    if run.state["current_step"] != "index":
+        run.step_start("index")
+    run.step_done("index", {"sha256": content_digest(index)})
+    report(run.state["revision"], "index")
+
+
+def _payload_of(key: str) -> Dict[str, Any]:
+    return document_payload(int(key[4:9]))
+
+
 def worker_main(argv: List[str]) -> int:
-    """One worker: recover, drive every document's effect, finish the run; report on stdout."""
+    """One worker of the single-run demo: recover, drive every document, finish; report on stdout."""
     opts = json.loads(argv[0])
     run = KillingRun(RunStore.open(opts["run"], durability=opts.get("durability", "sync")), rand=random.Random(opts["seed"]).random)
     nth, window = opts["die_at"] if opts.get("die_at") else (0, None)
     run.switch = KillSwitch(window, nth)
     adapter = KillingAdapter(TicketAdapter(opts["url"], retention_seconds=None, timeout=5.0, run_id=TASK), run.switch)
-    documents = opts["documents"]
     _say("loaded", run.state["revision"])
-    decision = recover(run, opts["owner"], TTL, adapter_for=lambda key, effect: adapter, payloads=lambda key: document_payload(int(key[4:9])))
+    decision = recover(run, opts["owner"], TTL, adapter_for=lambda key, effect: adapter, payloads=_payload_of)
     _say("lease", run.epoch, run.state["revision"])
     if decision["decision"] == "stop":
         _say("stop", decision["reason"])
         return 0 if decision["reason"] == "complete" else 5 if decision["reason"] == "cancelled" else 1
     try:
-        if (run.state["steps"].get("ingest") or {}).get("state") != "done":
-            if run.state["current_step"] != "ingest":
-                run.step_start("ingest")
-            renew_at = time.monotonic() + TTL / 3
-            for n in range(documents):
-                key = doc_key(n)
-                effect = run.state["effects"].get(key)
-                if effect is not None and effect["state"] == "verified":
-                    continue
-                run.drive_effect(key, document_payload(n), adapter, step="ingest")
-                _say("ack", run.state["revision"], n)
-                if time.monotonic() > renew_at:
-                    run.renew(TTL)
-                    renew_at = time.monotonic() + TTL / 3
-            run.step_done("ingest", {"verified": documents})
-        index = {doc_key(n): _ticket_of(run.state["effects"][doc_key(n)]) for n in range(documents)}
-        if run.state["current_step"] != "index":
-            run.step_start("index")
-        run.step_done("index", {"sha256": content_digest(index)})
-        _say("ack", run.state["revision"], "index")
+        drive_documents(run, adapter, range(opts["documents"]), lambda rev, n: _say("ack", rev, n))
         run.release()
         _say("done", run.state["status"])
         return 0
@@ -136,6 +146,25 @@ def worker_main(argv: List[str]) -> int:
     except RunnerError as exc:
         _say("error", exc.reason, exc.message.replace("\n", " "))
         return exc.exit_code
+
+
+def shard_handler(store: Any, owner: str, ttl: float, context: Dict[str, Any], switch: KillSwitch) -> str:
+    """The pool's handler for one shard run of the demo (``runner work --handler runner.demo:shard_handler``)."""
+    task = store.state["task_id"]
+    run = KillingRun(store)
+    run.switch = switch
+    adapter = KillingAdapter(TicketAdapter(context["url"], retention_seconds=None, timeout=5.0, run_id=task), switch)
+    size, total = int(context["shard_size"]), int(context["documents"])
+    shard = int(task.rsplit("-", 1)[1])
+    decision = recover(run, owner, ttl, adapter_for=lambda key, effect: adapter, payloads=_payload_of)
+    if decision["decision"] == "stop" and decision["reason"] != "needs-reconciliation":
+        return str(decision["reason"])
+    try:
+        drive_documents(run, adapter, range(shard * size, min(total, (shard + 1) * size)), lambda rev, n: _say("ack", task, rev, n))
+    except RunnerError as exc:
+        return exc.reason
+    run.release()
+    return str(run.state["status"])
 
 
 # -- the orchestrator ----------------------------------------------------------------------
@@ -252,20 +281,64 @@ def _run_workers(run_path: str, url: str, documents: int, seed: int, crash_rate:
     return tally
 
 
-def _audit(run_path: str, service: TicketServiceProcess, documents: int) -> Dict[str, Any]:
-    state = RunStore.open(run_path).state
+def _audit(states: List[Dict[str, Any]], service: TicketServiceProcess, documents: int) -> Dict[str, Any]:
+    """What the target holds per document, and the runs' merged ledger."""
     stats = service.stats()
     tickets = {}
     for n in range(documents):
         held = service.tickets_for_key(doc_key(n))
         tickets[doc_key(n)] = [t.get("payload_digest") for t in held]
     output = {key: digests[0] for key, digests in tickets.items() if len(digests) == 1}
-    return {"state": state, "stats": stats, "tickets": tickets, "output": output}
+    effects: Dict[str, Any] = {}
+    for state in states:
+        effects.update(state["effects"])
+    return {"states": states, "effects": effects, "stats": stats, "tickets": tickets, "output": output}
+
+
+SHARD_SIZE = 100
+
+
+def _run_sharded(store_url: str, service_url: str, documents: int, seed: int, crash_rate: float, workers: int, progress: Optional[_Progress]) -> Dict[str, Any]:
+    """The documents in runs of SHARD_SIZE in one store, driven by a pool of ``workers``."""
+    from .pool import run_pool
+
+    if list_runs(store_url):
+        raise InvalidInput(f"{store_url} already holds runs; the demo needs an empty store")
+    for shard in range((documents + SHARD_SIZE - 1) // SHARD_SIZE):
+        count = min(SHARD_SIZE, documents - shard * SHARD_SIZE)
+        contract = dict(demo_contract(count), task_id=f"demo-shard-{shard:04d}")
+        create_store(store_url, contract["task_id"], contract)
+    done: set = set()
+    tally: Dict[str, Any] = {}
+
+    def on_line(line: str) -> None:
+        words = line.split()
+        if words[:1] == ["ack"] and len(words) == 4 and words[3].isdigit():
+            done.add(int(words[3]))
+            if progress:
+                progress.show(len(done), tally.get("crashes", 0), tally.get("crashes", 0))
+
+    context = {"url": service_url, "shard_size": SHARD_SIZE, "documents": documents}
+    tally = run_pool(store_url, workers, "runner.demo:shard_handler", context=context, ttl=TTL, seed=seed, crash_rate=crash_rate,
+                     windows=list(WINDOWS), on_line=on_line, tally=tally)
+    if progress:
+        progress.show(len(done), tally["crashes"], tally["crashes"], final=True)
+    tally.setdefault("window_kills", tally.get("crashes", 0) - tally.get("timer_kills", 0))
+    tally["documents_done"] = len(done)
+    return tally
 
 
 def run_demo(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01, cancel_at: Optional[int] = None,
-             progress_stream: Optional[IO[str]] = None, keep: Optional[str] = None) -> Dict[str, Any]:
-    """Run the demo and return its figures (see the module docstring)."""
+             progress_stream: Optional[IO[str]] = None, keep: Optional[str] = None, workers: Optional[int] = None,
+             store: Optional[str] = None) -> Dict[str, Any]:
+    """Run the demo and return its figures (see the module docstring).
+
+    ``workers``: split the documents into runs of SHARD_SIZE in ``store``
+    (default: a fresh SQLite file) and let a pool of that many workers claim
+    them, instead of one worker at a time on one run.
+    """
+    if workers is not None and cancel_at is not None:
+        raise InvalidInput("--cancel-at works on the single-run demo, without --workers")
     root = tempfile.mkdtemp(prefix="runner-demo-")
     began = time.monotonic()
     try:
@@ -278,50 +351,60 @@ def run_demo(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01, can
                 ref_run = os.path.join(root, "reference-run")
                 RunStore.create(ref_run, TASK, demo_contract(documents), durability="process")
                 ref_errors = _run_workers(ref_run, ref_service.url, documents, seed, 0.0, None, None, max_workers=1, durability="process")["errors"]
-                reference = _audit(ref_run, ref_service, documents)
+                reference = _audit([RunStore.open(ref_run).state], ref_service, documents)
         reference_seconds = time.monotonic() - began
         began = time.monotonic()
+        progress = _Progress(documents, progress_stream, True) if progress_stream is not None else None
         with TicketServiceProcess(os.path.join(root, "tickets.db")) as service:
-            run_path = os.path.join(root, "run")
-            RunStore.create(run_path, TASK, demo_contract(documents))
-            progress = _Progress(documents, progress_stream, True) if progress_stream is not None else None
-            tally = _run_workers(run_path, service.url, documents, seed, crash_rate, cancel_at, progress)
-            audit = _audit(run_path, service, documents)
+            if workers is None:
+                run_path = os.path.join(root, "run")
+                RunStore.create(run_path, TASK, demo_contract(documents))
+                tally = _run_workers(run_path, service.url, documents, seed, crash_rate, cancel_at, progress)
+                states = [RunStore.open(run_path).state]
+                store_used = "file:" + run_path
+            else:
+                store_used = store or "sqlite:" + os.path.join(root, "runs.db")
+                tally = _run_sharded(store_used, service.url, documents, seed, crash_rate, workers, progress)
+                states = [open_store(store_used, task).state for task in list_runs(store_used)]
+            audit = _audit(states, service, documents)
         wall = time.monotonic() - began
-        state, stats = audit["state"], audit["stats"]
+        stats, effects = audit["stats"], audit["effects"]
         held = sum(len(p) for p in audit["tickets"].values())
         duplicates = sum(len(p) - 1 for p in audit["tickets"].values() if len(p) > 1) + int(stats.get("duplicates", 0))
-        effects = state["effects"]
         verified = sum(1 for e in effects.values() if e["state"] == "verified")
         lost = tally["lost_commits"] + sum(1 for k, e in effects.items() if e["state"] == "verified" and len(audit["tickets"].get(k, [])) != 1)
+        statuses = sorted({state["status"] for state in states})
         result: Dict[str, Any] = {
             "documents": documents,
             "seed": seed,
             "crash_rate": crash_rate,
+            "workers_in_parallel": workers or 1,
+            "store": store_used.split(":", 1)[0],
+            "runs": len(states),
             "crashes": tally["crashes"],
-            "crashes_at_windows": tally["window_kills"],
-            "crashes_at_random_moments": tally["timer_kills"],
-            "recoveries": int(state["counters"].get("recoveries", 0)),
+            "crashes_at_windows": tally.get("window_kills", 0),
+            "crashes_at_random_moments": tally.get("timer_kills", 0),
+            "recoveries": sum(int(state["counters"].get("recoveries", 0)) for state in states),
             "workers": tally["workers"],
             "effects_requested": int(stats["requests"].get("post_tickets", 0)),
             "effects_applied": held,
             "effects_verified": verified,
             "duplicate_effects": duplicates,
-            "uncertain_reconciled": int(state["counters"].get("reconciled_effects", 0)),
-            "repeated_steps": sum(max(0, int(s.get("attempts", 0)) - 1) for s in state["steps"].values()),
+            "uncertain_reconciled": sum(int(state["counters"].get("reconciled_effects", 0)) for state in states),
+            "repeated_steps": sum(max(0, int(st.get("attempts", 0)) - 1) for state in states for st in state["steps"].values()),
             "retried_effects": sum(1 for e in effects.values() if e.get("attempts", 0) > 1),
             "lost_commits": lost,
-            "status": state["status"],
-            "revision": state["revision"],
+            "status": statuses[0] if len(statuses) == 1 else "+".join(statuses),
+            "revision": sum(int(state["revision"]) for state in states),
             "matches_reference": None,
             "wall_seconds": round(wall, 2),
             "reference_seconds": round(reference_seconds, 2),
             "errors": tally["errors"] + ref_errors,
         }
         if reference is not None:
-            result["matches_reference"] = audit["output"] == reference["output"] and state["status"] == reference["state"]["status"] == "complete"
+            result["matches_reference"] = audit["output"] == reference["output"] and statuses == ["complete"]
         else:
-            result.update(_cancel_audit(state, tally, cancel_at))
+            result.update(_cancel_audit(states[0], tally, cancel_at))
         result["ok"] = (
             result["duplicate_effects"] == 0
             and result["lost_commits"] == 0
@@ -361,6 +444,7 @@ def _cancel_audit(state: Dict[str, Any], tally: Dict[str, Any], cancel_at: int) 
 def format_table(result: Dict[str, Any]) -> str:
     rows = [
         ("documents", result["documents"]),
+        ("workers in parallel / store", f"{result['workers_in_parallel']} on {result['store']} ({result['runs']} run{'s' if result['runs'] != 1 else ''})"),
         ("crashes (SIGKILL)", f"{result['crashes']} ({result['crashes_at_windows']} at commit windows, {result['crashes_at_random_moments']} at random moments)"),
         ("recoveries (lease takeovers)", result["recoveries"]),
         ("effects requested", result["effects_requested"]),
