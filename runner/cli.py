@@ -237,7 +237,8 @@ def _emit(args: argparse.Namespace, obj: Dict[str, Any], text: Optional[str] = N
 
 
 def _warn(message: str) -> None:
-    sys.stderr.write(f"runner: {message}\n")
+    # One line, always: a newline inside a path or a message is shown escaped.
+    sys.stderr.write("runner: " + message.replace("\r", "\\r").replace("\n", "\\n") + "\n")
 
 
 def _store_url(args: argparse.Namespace) -> str:
@@ -362,7 +363,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_contract(args: argparse.Namespace) -> int:
     block, problems = check_contract(args.file)
     if problems:
-        _emit(args, {"ok": False, "file": args.file, "errors": problems})
+        _emit(args, {"ok": False, "error": "invalid-input", "exit_code": InvalidInput.exit_code, "message": problems[0], "file": args.file, "errors": problems})
         for problem in problems:
             sys.stderr.write(problem + "\n")
         return InvalidInput.exit_code

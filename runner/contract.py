@@ -118,12 +118,14 @@ def parse_contract_text(text: str) -> Tuple[Optional[Dict[str, Any]], List[Contr
             problems.append(ContractProblem(at("steps"), "steps must not be empty"))
         seen: Dict[str, int] = {}
         steps_line = at("steps")
+        cursor = steps_line  # each step's id is looked for after the previous step's
         for number, step in enumerate(steps, 1):
             if not isinstance(step, dict):
                 problems.append(ContractProblem(steps_line, f"step {number} must be an object"))
                 continue
             sid = step.get("id")
-            line = _locate(lines, first, f'"{sid}"', steps_line) if isinstance(sid, str) else steps_line
+            line = _locate(lines, first, f'"{sid}"', cursor) if isinstance(sid, str) else cursor
+            cursor = line + 1
             try:
                 validate_id(sid, f"step {number} id")
             except InvalidInput as exc:

@@ -305,7 +305,7 @@ def scan(path: str, fs: Optional[FileSystem] = None, thorough: bool = False) -> 
 
     try:
         identity, genesis_head = _read_identity(fs, join(IDENTITY))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, InvalidInput) as exc:
         findings.append(Finding("damage", "identity", f"run.json is unreadable: {exc}"))
         return Scan(path, True, None, None, findings, None, 0, 0)
 
@@ -370,14 +370,16 @@ def scan(path: str, fs: Optional[FileSystem] = None, thorough: bool = False) -> 
         except SchemaMismatch as exc:
             findings.append(Finding("damage", "schema", f"{name}: {exc}"))
             return Scan(path, True, None, None, findings, current, 0, 0)
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, InvalidInput) as exc:
             findings.append(Finding("repairable", f"{name}-invalid", f"{name} is invalid: {exc}"))
             continue
         if base["task_id"] != identity["task_id"] or base["created_at"] != identity["created_at"]:
             findings.append(Finding("repairable", f"{name}-foreign", f"{name} belongs to another run (task {base['task_id']!r})"))
             continue
         highest_valid = max(highest_valid, base["revision"])
-        start, error = _chain_from(base, records, prev is not None and not prev_usable)
+        # Only the snapshot may stand without the record at its revision, and
+        # only when the previous journal that held it is the damaged file.
+        start, error = _chain_from(base, records, name == SNAPSHOT and prev is not None and not prev_usable)
         if error is not None:
             findings.append(Finding("repairable", f"{name}-inconsistent", f"{name}: {error}"))
             continue
@@ -396,7 +398,7 @@ def scan(path: str, fs: Optional[FileSystem] = None, thorough: bool = False) -> 
                     backup = _decode_snapshot(fs.read(join(BACKUP)))
                     if backup["task_id"] != identity["task_id"] or backup["revision"] > state["revision"]:
                         raise ValueError("it does not belong to this run's history")
-                except (OSError, ValueError) as exc:
+                except (OSError, ValueError, InvalidInput) as exc:
                     findings.append(Finding("repairable", f"{BACKUP}-invalid", f"{BACKUP} is invalid: {exc}"))
         else:
             findings.append(Finding("repairable", "rebuilt", f"rebuilt revision {state['revision']} from {name} and the journal"))
@@ -517,9 +519,19 @@ class RunStore:
         fs = store.fs
         if fs.exists(store.path) and fs.is_symlink(store.path):
             raise InvalidInput(f"{store.path} is a symbolic link; refusing to use it as a run folder")
-        if not fs.exists(store.path):
+        if fs.exists(store.path):
+            # Refuse before anything is written, even a lock file.
+            found = scan(store.path, fs)
+            leftovers = [n for n in fs.listdir(store.path) if n != LOCK and n not in STATE_FILES and not n.endswith(TMP_SUFFIX)]
+            if found.exists or leftovers:
+                detail = "; ".join(f.message for f in found.findings if f.level != "note") or (
+                    "it already holds a run" if found.exists else f"it holds other files ({', '.join(leftovers[:5])})")
+                raise InvalidInput(f"refusing to start a new run in {store.path}: {detail}", path=store.path)
+        else:
             fs.mkdir(store.path)
             store._fsync_dir(os.path.dirname(store.path) or ".")
+        if isinstance(fs, OsFileSystem):
+            os.chmod(store.path, 0o700)  # an existing empty folder is narrowed too
         with fs.lock(store._p(LOCK)):
             found = scan(store.path, fs)
             if found.exists:
@@ -559,7 +571,10 @@ class RunStore:
     def open(cls, path: str, **options: Any) -> "RunStore":
         """Load the run in ``path``; quarantine and raise if it cannot be rebuilt exactly."""
         store = cls(path, **options)
-        with store.fs.lock(store._p(LOCK)) if store.fs.exists(store.path) else _null():
+        fs = store.fs
+        holds_run = fs.exists(store.path) and any(fs.exists(store._p(n)) for n in STATE_FILES + (QUARANTINE,))
+        # A folder without a run is left exactly as it is: not even a lock file.
+        with fs.lock(store._p(LOCK)) if holds_run else _null():
             store._load()
         return store
 
