@@ -38,6 +38,7 @@ __all__ = [
     "parse_time",
     "new_envelope",
     "validate_envelope",
+    "check_shape",
     "apply_ops",
     "undo_ops",
     "Clock",
@@ -134,7 +135,8 @@ def format_time(seconds: float) -> str:
     """UTC time with milliseconds, e.g. ``2026-11-29T07:14:34.123Z``."""
     if not math.isfinite(seconds):
         raise ValueError("time must be finite")
-    whole, milli = divmod(int(round(seconds * 1000)), 1000)
+    # Truncated, never rounded up: a time written now is never later than now.
+    whole, milli = divmod(int(math.floor(seconds * 1000)), 1000)
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + ".%03dZ" % milli
 
 
@@ -169,6 +171,26 @@ ENVELOPE_KEYS = (
 
 STATUSES = ("active", "complete", "cancelled", "blocked", "failed")
 
+_FIELD_TYPES = {
+    "schema_version": int,
+    "task_id": str,
+    "plan_digest": str,
+    "plan": dict,
+    "revision": int,
+    "head": str,
+    "created_at": str,
+    "updated_at": str,
+    "status": str,
+    "steps": dict,
+    "completed_steps": list,
+    "observations": dict,
+    "effects": dict,
+    "jobs": dict,
+    "budgets": dict,
+    "counters": dict,
+    "lease": dict,
+}
+
 
 def new_envelope(task_id: str, plan: Dict[str, Any], head: str, now: str) -> Dict[str, Any]:
     """The envelope of a run at revision 0, before any transition."""
@@ -196,6 +218,22 @@ def new_envelope(task_id: str, plan: Dict[str, Any], head: str, now: str) -> Dic
     }
 
 
+def check_shape(state: Dict[str, Any]) -> None:
+    """The cheap part of :func:`validate_envelope`, run after every transition:
+    every field present with its type, a known status. Raises ``ValueError``."""
+    for key, kind in _FIELD_TYPES.items():
+        value = state.get(key, _MISSING)
+        if value is _MISSING:
+            raise ValueError(f"the envelope would lack {key}")
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise ValueError(f"envelope field {key} would not be a {kind.__name__}")
+    if state["status"] not in STATUSES:
+        raise ValueError(f"envelope status {state['status']!r} is not one of {', '.join(STATUSES)}")
+    for key in ("current_step", "next_action"):
+        if key not in state:
+            raise ValueError(f"the envelope would lack {key}")
+
+
 def validate_envelope(state: Any) -> Dict[str, Any]:
     """Check the envelope's shape; raise ``ValueError`` naming the first bad field."""
     if not isinstance(state, dict):
@@ -206,31 +244,9 @@ def validate_envelope(state: Any) -> Dict[str, Any]:
     missing = [key for key in ENVELOPE_KEYS if key not in state]
     if missing:
         raise ValueError(f"envelope lacks {', '.join(missing)}")
-    expect = {
-        "task_id": str,
-        "plan_digest": str,
-        "plan": dict,
-        "revision": int,
-        "head": str,
-        "created_at": str,
-        "updated_at": str,
-        "status": str,
-        "steps": dict,
-        "completed_steps": list,
-        "observations": dict,
-        "effects": dict,
-        "jobs": dict,
-        "budgets": dict,
-        "counters": dict,
-        "lease": dict,
-    }
-    for key, kind in expect.items():
-        if not isinstance(state[key], kind) or (kind is int and isinstance(state[key], bool)):
-            raise ValueError(f"envelope field {key} is not a {kind.__name__}")
+    check_shape(state)
     if state["revision"] < 0:
         raise ValueError("envelope revision is negative")
-    if state["status"] not in STATUSES:
-        raise ValueError(f"envelope status {state['status']!r} is not one of {', '.join(STATUSES)}")
     if state["plan_digest"] != content_digest(state["plan"]):
         raise ValueError("envelope plan_digest does not match its plan")
     validate_id(state["task_id"], "task id")

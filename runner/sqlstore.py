@@ -37,6 +37,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 from .envelope import (
     apply_ops,
+    check_shape,
     canonical_json,
     content_digest,
     format_time,
@@ -193,14 +194,22 @@ class SQLStore:
                 raise InvalidInput(f"refusing to start a new run: {url} already holds run {task_id}")
             store._exec("INSERT INTO runner_runs (task_id, identity, envelope, revision, head) VALUES ({m}, {m}, {m}, 0, {m})", (task_id, identity_text, envelope, state["head"]))
 
-        store._retrying(insert)
+        try:
+            store._retrying(insert)
+        except BaseException:
+            store.close()
+            raise
         store._state = state
         return store
 
     @classmethod
     def open(cls, url: str, task_id: str, **options: Any) -> "SQLStore":
         store = cls(url, task_id, **options)
-        store._retrying(store._load)
+        try:
+            store._retrying(store._load)
+        except BaseException:
+            store.close()
+            raise
         return store
 
     def _load(self) -> None:
@@ -289,6 +298,7 @@ class SQLStore:
         undo: List[Any] = []
         try:
             apply_ops(state, ops, undo)
+            check_shape(state)  # a transition may never leave an envelope that would not load
         except ValueError as exc:
             undo_ops(undo)
             raise InvalidInput(f"transition refused: {exc}") from None
@@ -354,7 +364,8 @@ class SQLiteStore(SQLStore):
         self.db.execute("BEGIN IMMEDIATE")
 
     def _is_busy(self, exc: Exception) -> bool:
-        return isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc).lower() or "busy" in str(exc).lower()
+        message = str(exc).lower()
+        return isinstance(exc, sqlite3.OperationalError) and ("locked" in message or "busy" in message)
 
 
 class PostgresStore(SQLStore):
@@ -414,7 +425,10 @@ def open_store(url: str, task_id: Optional[str] = None, **options: Any) -> Any:
 
     kind, location = parse_store_url(url)
     if kind == "file":
-        return RunStore.open(location, **options)
+        store = RunStore.open(location, **options)
+        if task_id and store.state["task_id"] != task_id:
+            raise InvalidInput(f"{location} holds run {store.state['task_id']}, not {task_id}")
+        return store
     if not task_id:
         raise InvalidInput(f"a {kind} store holds many runs: name one with --task ID")
     return _db_class(kind).open(url, task_id, **options)

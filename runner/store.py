@@ -43,6 +43,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 from .envelope import (
     SchemaMismatch,
     apply_ops,
+    check_shape,
     undo_ops,
     canonical_json,
     content_digest,
@@ -685,6 +686,7 @@ class RunStore:
         undo: List[Any] = []
         try:
             apply_ops(state, ops, undo)
+            check_shape(state)  # a transition may never leave an envelope that would not load
         except ValueError as exc:
             undo_ops(undo)
             raise InvalidInput(f"transition refused: {exc}") from None

@@ -1,7 +1,9 @@
 """Fail when a module under the given folder imports anything outside the standard library.
 
 Every import is checked, at module level or inside a function. The runner's
-own package is allowed. Needs Python 3.10+ (``sys.stdlib_module_names``).
+own package is allowed, and so are the optional extras below, but only inside
+a function (imported when that feature is selected, never on the default
+path). Needs Python 3.10+ (``sys.stdlib_module_names``).
 """
 
 import ast
@@ -9,17 +11,26 @@ import os
 import sys
 
 ALLOWED = {"runner"}
+#: Optional extras: the PostgreSQL store's driver.
+OPTIONAL = {"psycopg"}
 
 
 def imports(path: str):
+    """``(line, module, at_module_level)`` for every absolute import in the file."""
     with open(path, encoding="utf-8") as handle:
         tree = ast.parse(handle.read(), path)
+    top = set()
+    for node in tree.body:
+        if isinstance(node, ast.Try):
+            top.update(id(n) for part in (node.body, node.orelse, node.finalbody) for n in part)
+            top.update(id(n) for handler in node.handlers for n in handler.body)
+        top.add(id(node))
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                yield node.lineno, alias.name
+                yield node.lineno, alias.name, id(node) in top
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            yield node.lineno, node.module
+            yield node.lineno, node.module, id(node) in top
 
 
 def main(folder: str) -> int:
@@ -29,9 +40,11 @@ def main(folder: str) -> int:
         for name in sorted(files):
             if name.endswith(".py"):
                 path = os.path.join(dirpath, name)
-                for line, module in imports(path):
-                    if module.split(".")[0] not in stdlib:
-                        bad.append(f"{path}:{line}: imports {module}")
+                for line, module, module_level in imports(path):
+                    name = module.split(".")[0]
+                    if name in stdlib or (name in OPTIONAL and not module_level):
+                        continue
+                    bad.append(f"{path}:{line}: imports {module}" + (" at module level (an optional extra is imported only when selected)" if name in OPTIONAL else ""))
     for line in bad:
         print(line)
     print(f"standard-library check: {len(bad)} non-standard import(s)")
