@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, List, Optional
 from .envelope import sha256_hex
 from .store import RunStore
 
-__all__ = ["run_bench", "TARGETS"]
+__all__ = ["run_bench", "run_store_bench", "TARGETS"]
 
 #: The issue's targets; the command reports whether each was met.
 TARGETS = {"transition_ratio": 2.0, "flatness": 1.2, "resume_ms_10000": 100.0, "bytes_per_effect": 1024.0}
@@ -117,3 +117,59 @@ def run_bench(transitions: int = 2000, scratch: Optional[str] = None, clock: Cal
         return result
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _store_worker(url: str, task: str, transitions: int, queue: Any) -> None:
+    """One process committing ``transitions`` effect transitions to its own run; reports the times."""
+    from .sqlstore import open_store
+
+    store = open_store(url, task)
+    times: List[float] = []
+    for n in range(transitions):
+        key = f"doc-{n:06d}:ticket"
+        t0 = time.perf_counter()
+        store.commit([["set", ["effects", key], _effect(key, n, "verified")]])
+        times.append(time.perf_counter() - t0)
+    queue.put(times)
+
+
+def run_store_bench(urls: List[str], transitions: int = 300, processes: int = 4) -> List[Dict[str, Any]]:
+    """Per store: the median transition alone, and the throughput of 1 and ``processes`` writers.
+
+    Each writer is its own process with its own run in the same store, so the
+    figures show what the store's locking and commit cost allow in parallel.
+    """
+    import multiprocessing
+
+    from .sqlstore import create_store, parse_store_url
+
+    out: List[Dict[str, Any]] = []
+    context = multiprocessing.get_context("spawn")
+    for url in urls:
+        kind = parse_store_url(url)[0]
+        row: Dict[str, Any] = {"store": kind}
+        stamp = f"{os.getpid()}-{int(time.time() * 1000) % 10**9}"
+        for writers in (1, processes):
+            tasks = []
+            for w in range(writers):
+                task = f"bench-{kind}-{writers}-{w}-{stamp}"
+                where = url if kind != "file" else "file:" + os.path.join(parse_store_url(url)[1], task)
+                create_store(where, task, {"goal": "bench"})
+                tasks.append((where, task))
+            queue = context.Queue()
+            procs = [context.Process(target=_store_worker, args=(where, task, transitions, queue)) for where, task in tasks]
+            began = time.perf_counter()
+            for proc in procs:
+                proc.start()
+            results = [queue.get(timeout=600) for _ in procs]
+            for proc in procs:
+                proc.join()
+            elapsed = time.perf_counter() - began
+            flat = [t for times in results for t in times]
+            if writers == 1:
+                row["transition_ms_median"] = round(statistics.median(flat) * 1000, 3)
+                row["transition_ms_p99"] = round(_percentile(flat, 0.99) * 1000, 3)
+            # Wall time includes starting the processes: a conservative rate.
+            row[f"throughput_{writers}_writers_per_s"] = round(len(flat) / elapsed, 1)
+        out.append(row)
+    return out

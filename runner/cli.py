@@ -80,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = verb("bench", "measure transition cost against a raw fsync'd append", cmd_bench)
     sub.add_argument("--transitions", type=_positive, default=2000)
     sub.add_argument("--scratch", metavar="DIR", default=None, help="folder on the disk to measure (default: the temp folder)")
+    sub.add_argument("--stores", action="store_true", help="also compare the file, SQLite (and PostgreSQL, with --postgres URL) stores")
+    sub.add_argument("--postgres", metavar="URL", default=None, help="a PostgreSQL database to include in --stores")
 
     sub = verb("crashcheck", "explore every crash state a power loss can leave in the store", cmd_crashcheck)
     sub.add_argument("--transitions", type=_positive, default=200)
@@ -379,7 +381,21 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import run_bench
 
     result = run_bench(args.transitions, args.scratch)
-    lines = [f"{key:28} {value}" for key, value in result.items() if key != "targets"]
+    if args.stores:
+        import tempfile
+
+        from .bench import run_store_bench
+
+        scratch = tempfile.mkdtemp(prefix="runner-bench-stores-", dir=args.scratch)
+        try:
+            urls = ["file:" + scratch, "sqlite:" + os.path.join(scratch, "runs.db")] + ([args.postgres] if args.postgres else [])
+            result["stores"] = run_store_bench(urls)
+        finally:
+            import shutil
+
+            shutil.rmtree(scratch, ignore_errors=True)
+    lines = [f"{key:28} {value}" for key, value in result.items() if key not in ("targets", "stores")]
+    lines += [f"store {row['store']:10} " + ", ".join(f"{k} {v}" for k, v in row.items() if k != "store") for row in result.get("stores", [])]
     lines += [f"target {name:21} <= {t['target']}: {'met' if t['met'] else 'NOT met'}" for name, t in result["targets"].items()]
     _emit(args, result, "\n".join(lines))
     return 0

@@ -298,14 +298,15 @@ def _audit(states: List[Dict[str, Any]], service: TicketServiceProcess, document
 SHARD_SIZE = 100
 
 
-def _run_sharded(store_url: str, service_url: str, documents: int, seed: int, crash_rate: float, workers: int, progress: Optional[_Progress]) -> Dict[str, Any]:
-    """The documents in runs of SHARD_SIZE in one store, driven by a pool of ``workers``."""
+def _run_sharded(store_url: str, service_url: str, documents: int, seed: int, crash_rate: float, workers: int, progress: Optional[_Progress],
+                 shard_size: int = SHARD_SIZE) -> Dict[str, Any]:
+    """The documents in runs of ``shard_size`` in one store, driven by a pool of ``workers``."""
     from .pool import run_pool
 
     if list_runs(store_url):
         raise InvalidInput(f"{store_url} already holds runs; the demo needs an empty store")
-    for shard in range((documents + SHARD_SIZE - 1) // SHARD_SIZE):
-        count = min(SHARD_SIZE, documents - shard * SHARD_SIZE)
+    for shard in range((documents + shard_size - 1) // shard_size):
+        count = min(shard_size, documents - shard * shard_size)
         contract = dict(demo_contract(count), task_id=f"demo-shard-{shard:04d}")
         create_store(store_url, contract["task_id"], contract)
     done: set = set()
@@ -318,7 +319,7 @@ def _run_sharded(store_url: str, service_url: str, documents: int, seed: int, cr
             if progress:
                 progress.show(len(done), tally.get("crashes", 0), tally.get("crashes", 0))
 
-    context = {"url": service_url, "shard_size": SHARD_SIZE, "documents": documents}
+    context = {"url": service_url, "shard_size": shard_size, "documents": documents}
     tally = run_pool(store_url, workers, "runner.demo:shard_handler", context=context, ttl=TTL, seed=seed, crash_rate=crash_rate,
                      windows=list(WINDOWS), on_line=on_line, tally=tally)
     if progress:
@@ -330,7 +331,7 @@ def _run_sharded(store_url: str, service_url: str, documents: int, seed: int, cr
 
 def run_demo(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01, cancel_at: Optional[int] = None,
              progress_stream: Optional[IO[str]] = None, keep: Optional[str] = None, workers: Optional[int] = None,
-             store: Optional[str] = None) -> Dict[str, Any]:
+             store: Optional[str] = None, shard_size: int = SHARD_SIZE) -> Dict[str, Any]:
     """Run the demo and return its figures (see the module docstring).
 
     ``workers``: split the documents into runs of SHARD_SIZE in ``store``
@@ -364,7 +365,7 @@ def run_demo(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01, can
                 store_used = "file:" + run_path
             else:
                 store_used = store or "sqlite:" + os.path.join(root, "runs.db")
-                tally = _run_sharded(store_used, service.url, documents, seed, crash_rate, workers, progress)
+                tally = _run_sharded(store_used, service.url, documents, seed, crash_rate, workers, progress, shard_size)
                 states = [open_store(store_used, task).state for task in list_runs(store_used)]
             audit = _audit(states, service, documents)
         wall = time.monotonic() - began

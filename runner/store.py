@@ -270,9 +270,28 @@ def scan(path: str, fs: Optional[FileSystem] = None, thorough: bool = False) -> 
     The state returned, when there is one, is the latest revision the files
     prove: rebuilt from the first valid base (snapshot, then backup, then the
     identity) that the journal continues to its last complete record.
-    ``thorough`` also validates the bases that were not needed (the backup).
+    ``thorough`` also validates what the load did not need: the backup and
+    every line of the previous journal.
+
+    A load from a valid snapshot needs only the last line of the previous
+    journal (the record at the snapshot's revision), so that is all it reads
+    there; any other base needs the whole previous journal, and gets it.
     """
     fs = fs or OsFileSystem()
+    if not thorough:
+        quick = _scan(path, fs, thorough=False, whole_prev=False)
+        if quick.base == SNAPSHOT or not quick.exists:
+            return quick
+    return _scan(path, fs, thorough=thorough, whole_prev=True)
+
+
+def _last_line(data: bytes) -> bytes:
+    """The final complete line of ``data`` (with its newline), or all of it when there is no such line."""
+    end = data.rfind(b"\n", 0, len(data) - 1) if data.endswith(b"\n") else -1
+    return data[end + 1 :] if data.endswith(b"\n") else data
+
+
+def _scan(path: str, fs: FileSystem, thorough: bool, whole_prev: bool) -> Scan:
     findings: List[Finding] = []
 
     def join(name: str) -> str:
@@ -314,7 +333,10 @@ def scan(path: str, fs: Optional[FileSystem] = None, thorough: bool = False) -> 
     for name in (PREV_JOURNAL, JOURNAL):
         if name in names:
             ident = fs.stat(join(name))
-            journals[name] = _parse_journal(fs.read(join(name)), ident, allow_torn=(name == JOURNAL))
+            data = fs.read(join(name))
+            if name == PREV_JOURNAL and not whole_prev:
+                data = _last_line(data)
+            journals[name] = _parse_journal(data, ident, allow_torn=(name == JOURNAL))
     current = journals.get(JOURNAL)
     prev = journals.get(PREV_JOURNAL)
     if current is not None and current.torn:
