@@ -63,17 +63,16 @@ import contextlib
 import errno
 import hashlib
 import itertools
-import json
 import os
 import posixpath
 import random
 import time
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple, Type, Union
 
-from .envelope import apply_ops, canonical_json, undo_ops
+from .envelope import canonical_json
 from .errors import InvalidInput, RunnerError, StateUnrecoverable
 from .fs import FileSystem
-from .store import RunStore, _encode_record, scan
+from .store import RunStore, finish_transition, prepare_transition, scan
 
 __all__ = [
     "DIR_COMBO_LIMIT",
@@ -753,28 +752,17 @@ class SnapshotBeforeJournalStore(RunStore):
         if self._pending:
             ops = self._repair_ops() + list(ops)
         state = self.state
-        body = {"at": self.now(), "epoch": int(epoch), "ops": ops, "prev": state["head"], "rev": state["revision"] + 1}
-        try:
-            digest, raw, line = _encode_record(body)
-            ops = json.loads(raw)["ops"]
-        except (TypeError, ValueError) as exc:
-            raise InvalidInput(f"transition is not canonical JSON: {exc}") from None
-        undo: List[Any] = []
-        try:
-            apply_ops(state, ops, undo)
-        except ValueError as exc:
-            undo_ops(undo)
-            raise InvalidInput(f"transition refused: {exc}") from None
-        due = self._journal_bytes + len(line) >= max(self.compact_min_bytes, self._snapshot_size // 4)
+        prepared = prepare_transition(state, ops, epoch, self.now())
+        due = self._journal_bytes + len(prepared.line) >= max(self.compact_min_bytes, self._snapshot_size // 4)
         if due and self._torn_at is None:
-            state["revision"], state["head"], state["updated_at"] = body["rev"], digest, body["at"]
+            finish_transition(state, prepared)
             self._compact_locked()
-            self._append_record(line)
+            self._append_record(prepared.line)
             if self._pending:
                 self._finish_repairs()
             return
-        self._append_record(line)
-        state["revision"], state["head"], state["updated_at"] = body["rev"], digest, body["at"]
+        self._append_record(prepared.line)
+        finish_transition(state, prepared)
         if self._pending:
             self._finish_repairs()
         if self._journal_bytes >= max(self.compact_min_bytes, self._snapshot_size // 4):

@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Callable, Dict, IO, List, Optional, Tuple
+from typing import Any, Callable, Dict, IO, List, Optional
 
 from .envelope import content_digest, sha256_hex
 from .errors import Cancelled, RunnerError

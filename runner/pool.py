@@ -24,7 +24,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Dict, IO, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from .campaign import KillSwitch
 from .errors import InvalidInput, RunnerError

@@ -24,13 +24,12 @@ adapters where given, refreshes jobs, decides, and persists the chosen
 action as the run's ``next_action`` before returning it.
 """
 
-import os
 from typing import Any, Callable, Dict, List, Optional
 
 from . import jobs as _jobs
 from .effects import UNRESOLVED, Adapter
 from .envelope import content_digest, format_time, parse_time
-from .errors import EXIT_CODES, LimitExhausted, NeedsReconciliation, RunnerError
+from .errors import EXIT_CODES, LimitExhausted, RunnerError
 from .lease import lease_view
 from .retry import check_limits
 from .steps import plan_steps

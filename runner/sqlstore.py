@@ -27,28 +27,16 @@ number of effects. Journal rows are kept; ``events`` can replay them all.
   hosts. ``psycopg`` is imported only when such a store is opened.
 """
 
-import json
 import os
 import random
 import re
 import sqlite3
 import time
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .envelope import (
-    apply_ops,
-    check_shape,
-    canonical_json,
-    content_digest,
-    format_time,
-    loads_trusted,
-    sha256_hex,
-    undo_ops,
-    validate_envelope,
-    validate_id,
-)
+from .envelope import canonical_json, content_digest, loads_trusted, sha256_hex, validate_envelope, validate_id
 from .errors import InvalidInput, StateUnrecoverable
-from .store import CommitThenRaise, Finding, _decode_record, _encode_record, _genesis, _replay
+from .store import CommitThenRaise, Finding, StateView, _decode_record, _genesis, _replay, finish_transition, prepare_transition
 
 __all__ = ["SQLStore", "SQLiteStore", "PostgresStore", "open_store", "create_store", "list_runs", "parse_store_url"]
 
@@ -80,7 +68,7 @@ def _touched(ops: Sequence[List[Any]]) -> Tuple[bool, Optional[set]]:
     return True, keys
 
 
-class SQLStore:
+class SQLStore(StateView):
     """The database store's template: subclasses supply the connection and the locking statement.
 
     Same public surface as :class:`runner.store.RunStore`: ``create``,
@@ -165,19 +153,6 @@ class SQLStore:
         raise AssertionError("unreachable")
 
     # -- public surface ---------------------------------------------------------------------
-    @property
-    def state(self) -> Dict[str, Any]:
-        if self._state is None:
-            raise StateUnrecoverable("the store has no loaded state")
-        return self._state
-
-    @property
-    def revision(self) -> int:
-        return int(self.state["revision"])
-
-    def now(self) -> str:
-        return format_time(self.clock())
-
     @classmethod
     def create(cls, url: str, task_id: str, plan: Dict[str, Any], **options: Any) -> "SQLStore":
         """Start a new run; refuse if the database already holds one with this task id."""
@@ -289,27 +264,16 @@ class SQLStore:
 
     def _commit_ops(self, ops: Ops, epoch: int) -> None:
         state = self.state
-        body = {"at": self.now(), "epoch": int(epoch), "ops": ops, "prev": state["head"], "rev": state["revision"] + 1}
-        try:
-            digest, raw, line = _encode_record(body)
-            ops = json.loads(raw)["ops"]
-        except (TypeError, ValueError) as exc:
-            raise InvalidInput(f"transition is not canonical JSON: {exc}") from None
-        undo: List[Any] = []
-        try:
-            apply_ops(state, ops, undo)
-            check_shape(state)  # a transition may never leave an envelope that would not load
-        except ValueError as exc:
-            undo_ops(undo)
-            raise InvalidInput(f"transition refused: {exc}") from None
+        prepared = prepare_transition(state, ops, epoch, self.now())
         # From here on memory is ahead of the database until the commit: a
         # failure makes the next use reload.
         self._dirty = True
-        state["revision"], state["head"], state["updated_at"] = body["rev"], digest, body["at"]
+        finish_transition(state, prepared)
+        rev, digest = prepared.body["rev"], prepared.digest
         envelope, effects = _split(state)
-        self._exec("INSERT INTO runner_journal (task_id, rev, line) VALUES ({m}, {m}, {m})", (self.task_id, body["rev"], line[:-1].decode("utf-8")))
-        self._exec("UPDATE runner_runs SET envelope = {m}, revision = {m}, head = {m} WHERE task_id = {m}", (envelope, body["rev"], digest, self.task_id))
-        _, keys = _touched(ops)
+        self._exec("INSERT INTO runner_journal (task_id, rev, line) VALUES ({m}, {m}, {m})", (self.task_id, rev, prepared.line[:-1].decode("utf-8")))
+        self._exec("UPDATE runner_runs SET envelope = {m}, revision = {m}, head = {m} WHERE task_id = {m}", (envelope, rev, digest, self.task_id))
+        _, keys = _touched(prepared.ops)
         if keys is None:
             self._exec("DELETE FROM runner_effects WHERE task_id = {m}", (self.task_id,))
             keys = set(effects)

@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Optional
 from .contract import parse_contract_text
 from .effects import UNRESOLVED, _check_open, cancelled_ops, check_document
 from .envelope import content_digest, format_time, validate_id
-from .errors import InvalidInput, LimitExhausted, NeedsReconciliation
+from .errors import InvalidInput, NeedsReconciliation
 from .retry import check_attempts, check_limits, check_wait, limit, next_attempt_at
 
 __all__ = ["start_ops", "done_ops", "fail_ops", "cancel_ops", "migrate_ops", "blocked_ops", "plan_steps"]

@@ -56,9 +56,9 @@ from .envelope import (
     validate_id,
 )
 from .errors import InvalidInput, StateUnrecoverable
-from .fs import FileSystem, OsFileSystem, SymlinkRefused
+from .fs import FileSystem, OsFileSystem
 
-__all__ = ["RunStore", "Scan", "Finding", "scan", "CommitThenRaise", "DURABILITY_MODES", "STATE_FILES"]
+__all__ = ["RunStore", "StateView", "Scan", "Finding", "scan", "CommitThenRaise", "prepare_transition", "finish_transition", "DURABILITY_MODES", "STATE_FILES"]
 
 IDENTITY = "run.json"
 SNAPSHOT = "snapshot.json"
@@ -178,6 +178,66 @@ def _decode_record(line: bytes) -> Tuple[str, Dict[str, Any]]:
     if not isinstance(body["rev"], int) or not isinstance(body["ops"], list) or not isinstance(body["prev"], str):
         raise ValueError("record field types are wrong")
     return digest, body
+
+
+class Prepared(NamedTuple):
+    """A transition applied in memory and encoded, not yet durable."""
+
+    digest: str
+    body: Dict[str, Any]
+    line: bytes
+    ops: List[List[Any]]
+    undo: List[Any]
+
+
+def prepare_transition(state: Dict[str, Any], ops: List[List[Any]], epoch: int, at: str) -> Prepared:
+    """Encode the record of ``ops`` and apply them to ``state`` in place.
+
+    The ops applied are those decoded from the record, so memory holds exactly
+    what a replay will. A refused transition (not canonical JSON, a bad path,
+    or an envelope that would not load) raises :class:`InvalidInput` with
+    ``state`` unchanged. The caller makes the record durable, then calls
+    :func:`finish_transition`, or takes it back with ``undo_ops(prepared.undo)``.
+    """
+    body = {"at": at, "epoch": int(epoch), "ops": ops, "prev": state["head"], "rev": state["revision"] + 1}
+    try:
+        digest, raw, line = _encode_record(body)
+        ops = json.loads(raw)["ops"]
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"transition is not canonical JSON: {exc}") from None
+    undo: List[Any] = []
+    try:
+        apply_ops(state, ops, undo)
+        check_shape(state)  # a transition may never leave an envelope that would not load
+    except ValueError as exc:
+        undo_ops(undo)
+        raise InvalidInput(f"transition refused: {exc}") from None
+    return Prepared(digest, body, line, ops, undo)
+
+
+def finish_transition(state: Dict[str, Any], prepared: Prepared) -> None:
+    """Advance revision, head and time once the record is durable."""
+    state["revision"], state["head"], state["updated_at"] = prepared.body["rev"], prepared.digest, prepared.body["at"]
+
+
+class StateView:
+    """What every store exposes of its loaded state; subclasses set ``_state`` and ``clock``."""
+
+    _state: Optional[Dict[str, Any]] = None
+    clock: Callable[[], float]
+
+    @property
+    def state(self) -> Dict[str, Any]:
+        if self._state is None:
+            raise StateUnrecoverable("the store has no loaded state")
+        return self._state
+
+    @property
+    def revision(self) -> int:
+        return int(self.state["revision"])
+
+    def now(self) -> str:
+        return format_time(self.clock())
 
 
 def _parse_journal(data: bytes, identity: Optional[Tuple[int, int]], allow_torn: bool) -> _Journal:
@@ -451,7 +511,7 @@ def _is_unfinished_init(fs: FileSystem, path: str, names: set) -> bool:
 Ops = List[List[Any]]
 
 
-class RunStore:
+class RunStore(StateView):
     """One run's durable state. Create with :meth:`create`, load with :meth:`open`.
 
     ``state`` is the envelope at the store's current revision; treat it as
@@ -496,19 +556,6 @@ class RunStore:
         if path is None:
             path = self._paths[name] = os.path.join(self.path, name)
         return path
-
-    @property
-    def state(self) -> Dict[str, Any]:
-        if self._state is None:
-            raise StateUnrecoverable("the store has no loaded state")
-        return self._state
-
-    @property
-    def revision(self) -> int:
-        return int(self.state["revision"])
-
-    def now(self) -> str:
-        return format_time(self.clock())
 
     # -- durable primitives ---------------------------------------------------
     def _fsync(self, name: str) -> None:
@@ -697,29 +744,17 @@ class RunStore:
         if self._pending:
             ops = self._repair_ops() + list(ops)
         state = self.state
-        body = {"at": self.now(), "epoch": int(epoch), "ops": ops, "prev": state["head"], "rev": state["revision"] + 1}
+        # Applied before the append, so a bad operation is refused with
+        # nothing written; taken back if the append fails.
+        prepared = prepare_transition(state, ops, epoch, self.now())
         try:
-            digest, raw, line = _encode_record(body)
-            ops = json.loads(raw)["ops"]  # apply exactly what a replay will see
-        except (TypeError, ValueError) as exc:
-            raise InvalidInput(f"transition is not canonical JSON: {exc}") from None
-        # Apply before the append so that a bad operation is refused with
-        # nothing written; take it back if the append fails.
-        undo: List[Any] = []
-        try:
-            apply_ops(state, ops, undo)
-            check_shape(state)  # a transition may never leave an envelope that would not load
-        except ValueError as exc:
-            undo_ops(undo)
-            raise InvalidInput(f"transition refused: {exc}") from None
-        try:
-            self._append_record(line)
+            self._append_record(prepared.line)
         except BaseException:
-            undo_ops(undo)
+            undo_ops(prepared.undo)
             self._journal_id = None  # unknown how much reached the file: reload next time
             self._state = None
             raise
-        state["revision"], state["head"], state["updated_at"] = body["rev"], digest, body["at"]
+        finish_transition(state, prepared)
         if self._pending:
             self._finish_repairs()
         if self._journal_bytes >= max(self.compact_min_bytes, self._snapshot_size // 4):
