@@ -66,7 +66,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub = verb("init", "start a new run from a filled run contract", cmd_init)
     sub.add_argument("--contract", required=True, metavar="FILE", help="a filled templates/run-contract.md")
-    sub.add_argument("--durability", choices=("sync", "process"), default="sync", help=argparse.SUPPRESS)
 
     verb("status", "show the run's current state", cmd_status)
 
@@ -277,10 +276,9 @@ def _open(args: argparse.Namespace) -> Any:
 def cmd_init(args: argparse.Namespace) -> int:
     plan = load_contract(args.contract)
     url = _store_url(args)
-    options = {"durability": args.durability} if parse_store_url(url)[0] == "file" else {}
     if _task(args) not in (None, plan["task_id"]):
         raise InvalidInput(f"--task {_task(args)} differs from the contract's task_id {plan['task_id']}")
-    store = create_store(url, plan["task_id"], plan, **options)
+    store = create_store(url, plan["task_id"], plan)
     summary = _summary(store.state)
     where = getattr(store, "url", store.path)
     _emit(args, {"ok": True, "path": store.path, "store": url, **summary}, f"started run {summary['task_id']} in {where}\nplan {summary['plan_digest']}")
