@@ -54,9 +54,14 @@ def _bytecode_cache() -> str:
     import tempfile
 
     global _BYTECODE
+    inherited = os.environ.get("RUNNER_TESTS_PYCACHE")
+    if _BYTECODE is None and inherited and os.path.isdir(inherited):
+        # A child of the test process: the parent made the folder and removes it.
+        _BYTECODE = inherited
     if _BYTECODE is None:
         _BYTECODE = tempfile.mkdtemp(prefix="runner-tests-pycache-")
         atexit.register(shutil.rmtree, _BYTECODE, True)
+        os.environ["RUNNER_TESTS_PYCACHE"] = _BYTECODE  # children (even killed ones) reuse it
         saved = sys.pycache_prefix
         sys.pycache_prefix = _BYTECODE
         try:
