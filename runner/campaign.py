@@ -294,7 +294,7 @@ def run_campaign(kills: int = 100, seed: int = 1, progress: Optional[Any] = None
     began = time.monotonic()
     result: Dict[str, Any] = {"kills": 0, "kills_by_window": {w: 0 for w in WINDOWS}, "workers": 0, "runs": 0, "recoveries": 0,
                               "recovered": 0, "lost_commits": 0, "unrecoverable": 0, "duplicate_effects": 0, "errors": [],
-                              "slowest_recovery_ms": 0.0, "unknown_results_left": 0, "orphaned_jobs": 0, "jobs_rerun": 0}
+                              "slowest_recovery_ms": 0.0, "unknown_results_left": 0, "orphaned_jobs": 0, "jobs_vanished": 0}
     try:
         with TicketServiceProcess(os.path.join(root, "tickets.db")) as service:
             runs: List[Tuple[str, str]] = []
@@ -326,8 +326,6 @@ def run_campaign(kills: int = 100, seed: int = 1, progress: Optional[Any] = None
                         result["slowest_recovery_ms"] = max(result["slowest_recovery_ms"], float(line.split()[1]) * 1000)
                     elif line.startswith(("error", "crash")) or line in ("already-running", "fenced"):
                         result["errors"].append(f"{task} {window}#{nth}: {line}")
-                    elif line == "job-rerun":  # noqa: SIM114
-                        result["jobs_rerun"] += 1
                 killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
                 # The check runs here, in a process other than the one that died.
                 try:
@@ -366,7 +364,10 @@ def run_campaign(kills: int = 100, seed: int = 1, progress: Optional[Any] = None
                     if state["lease"]["owner"] is not None and state["status"] != "complete":
                         Run(RunStore.open(path)).break_lease("campaign", "final worker ended")
                 result["unknown_results_left"] += sum(1 for e in state["effects"].values() if e["state"] in ("started", "acknowledged", "uncertain"))
-                result["orphaned_jobs"] += int(state["counters"].get("jobs_orphaned", 0))
+                # A job whose worker died before it started vanished and was run again;
+                # an orphan is one still without a result when the run is finished.
+                result["jobs_vanished"] += int(state["counters"].get("jobs_orphaned", 0))
+                result["orphaned_jobs"] += sum(1 for j in state["jobs"].values() if j["state"] not in ("finished", "stopped"))
                 result["recoveries"] += int(state["counters"].get("recoveries", 0))
                 if state["status"] != "complete":
                     result["errors"].append(f"{name} ended {state['status']}")
@@ -384,5 +385,6 @@ def run_campaign(kills: int = 100, seed: int = 1, progress: Optional[Any] = None
     result["slowest_recovery_ms"] = round(result["slowest_recovery_ms"], 2)
     result["recovery_success_rate"] = round(result["recovered"] / result["kills"], 4) if result["kills"] else None
     result["ok"] = (result["duplicate_effects"] == 0 and result["lost_commits"] == 0 and result["unrecoverable"] == 0
-                    and result["missing_effects"] == 0 and result["unknown_results_left"] == 0 and not result["errors"])
+                    and result["missing_effects"] == 0 and result["unknown_results_left"] == 0 and result["orphaned_jobs"] == 0
+                    and not result["errors"])
     return result

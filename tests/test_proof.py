@@ -87,6 +87,7 @@ class CampaignTest(unittest.TestCase):
         self.assertEqual(result["unrecoverable"], 0)
         self.assertEqual(result["unknown_results_left"], 0)
         self.assertEqual(result["missing_effects"], 0)
+        self.assertEqual(result["orphaned_jobs"], 0)
         self.assertEqual(result["recovery_success_rate"], 1.0)
 
 
