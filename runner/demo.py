@@ -38,7 +38,7 @@ from .errors import Cancelled, RunnerError
 from .recovery import recover
 from .run import Run
 from .errors import InvalidInput
-from .sqlstore import create_store, list_runs, open_store
+from .sqlstore import create_store, list_runs, open_store, parse_store_url, run_url
 from .store import RunStore
 from .campaign import WINDOWS as CAMPAIGN_WINDOWS
 from .campaign import KillingAdapter, KillingRun, KillSwitch
@@ -305,10 +305,13 @@ def _run_sharded(store_url: str, service_url: str, documents: int, seed: int, cr
 
     if list_runs(store_url):
         raise InvalidInput(f"{store_url} already holds runs; the demo needs an empty store")
+    kind, location = parse_store_url(store_url)
+    if kind == "file":
+        os.makedirs(location, mode=0o700, exist_ok=True)  # the folder that holds one folder per run
     for shard in range((documents + shard_size - 1) // shard_size):
         count = min(shard_size, documents - shard * shard_size)
         contract = dict(demo_contract(count), task_id=f"demo-shard-{shard:04d}")
-        create_store(store_url, contract["task_id"], contract)
+        create_store(run_url(store_url, contract["task_id"]), contract["task_id"], contract)
     done: set = set()
     tally: Dict[str, Any] = {}
 
@@ -366,7 +369,7 @@ def run_demo(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01, can
             else:
                 store_used = store or "sqlite:" + os.path.join(root, "runs.db")
                 tally = _run_sharded(store_used, service.url, documents, seed, crash_rate, workers, progress, shard_size)
-                states = [open_store(store_used, task).state for task in list_runs(store_used)]
+                states = [open_store(run_url(store_used, task), task).state for task in list_runs(store_used)]
             audit = _audit(states, service, documents)
         wall = time.monotonic() - began
         stats, effects = audit["stats"], audit["effects"]

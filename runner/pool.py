@@ -1,6 +1,6 @@
 """``work``: a pool of worker processes that claim runs of one store with leases.
 
-Each worker lists the store's runs, and for each one that is not finished
+Each worker lists the store's runs (for ``file:ROOT``, the run folders under ROOT), and for each one that is not finished
 takes the lease through the recovery procedure (another live holder means it
 moves on), hands the run to a handler, and releases the lease after the
 handler's last durable write. Fencing keeps a worker that lost its lease
@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, List, Optional
 from .campaign import KillSwitch
 from .errors import InvalidInput, RunnerError
 from .run import Run
-from .sqlstore import list_runs, open_store
+from .sqlstore import list_runs, open_store, run_url
 
 __all__ = ["run_pool", "load_handler", "worker_main"]
 
@@ -59,7 +59,7 @@ def worker_main(argv: List[str]) -> int:
         rng.shuffle(tasks)
         for task in tasks:
             try:
-                store = open_store(opts["store"], task)
+                store = open_store(run_url(opts["store"], task), task)
             except RunnerError as exc:
                 print(f"error {task} {exc.reason}", flush=True)
                 continue
@@ -161,7 +161,7 @@ def run_pool(store_url: str, workers: int, handler: str, *, context: Optional[Di
 def _after_death(store_url: str, owner: str, acked: Dict[str, int], tally: Dict[str, Any]) -> None:
     """Break the dead worker's leases and check that nothing it saw acknowledged was lost."""
     for task in list_runs(store_url):
-        store = open_store(store_url, task)
+        store = open_store(run_url(store_url, task), task)
         if store.revision < acked.get(task, 0):
             tally["lost_commits"] += acked[task] - store.revision
         if store.state["lease"]["owner"] == owner:

@@ -38,7 +38,7 @@ from .envelope import canonical_json, content_digest, loads_trusted, sha256_hex,
 from .errors import InvalidInput, StateUnrecoverable
 from .store import CommitThenRaise, Finding, StateView, _decode_record, _genesis, _replay, finish_transition, prepare_transition
 
-__all__ = ["SQLStore", "SQLiteStore", "PostgresStore", "open_store", "create_store", "list_runs", "parse_store_url"]
+__all__ = ["SQLStore", "SQLiteStore", "PostgresStore", "open_store", "create_store", "list_runs", "run_url", "parse_store_url"]
 
 Ops = List[List[Any]]
 
@@ -405,6 +405,12 @@ def create_store(url: str, task_id: str, plan: Dict[str, Any], **options: Any) -
     if kind == "file":
         return RunStore.create(location, task_id, plan, **options)
     return _db_class(kind).create(url, task_id, plan, **options)
+
+
+def run_url(url: str, task_id: str) -> str:
+    """The URL of one run of a collection: ``file:ROOT`` holds a folder per run; a database holds rows."""
+    kind, location = parse_store_url(url)
+    return "file:" + os.path.join(location, task_id) if kind == "file" else url
 
 
 def list_runs(url: str) -> List[str]:

@@ -56,6 +56,23 @@ class DemoTest(unittest.TestCase):
         self.assertTrue(result["matches_reference"])
 
 
+    def test_pool_of_workers_on_a_file_store(self) -> None:
+        result = run_demo(documents=60, seed=9, crash_rate=0.06, workers=2, shard_size=30, store="file:" + self.scratch())
+        self.assertTrue(result["ok"], result)
+        self.assertEqual((result["store"], result["runs"]), ("file", 2))
+        self.assertEqual(result["duplicate_effects"], 0)
+        self.assertEqual(result["lost_commits"], 0)
+        self.assertTrue(result["matches_reference"])
+
+    def scratch(self) -> str:
+        import shutil
+        import tempfile
+
+        root = tempfile.mkdtemp(prefix="runner-pool-test-")
+        self.addCleanup(shutil.rmtree, root, True)
+        return os.path.join(root, "runs")
+
+
 class DraftScenarioTest(unittest.TestCase):
     """plan -> write_draft -> finish, killed after the tool committed: plan is not re-run, the receipt is reused."""
 
