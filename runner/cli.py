@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from . import __version__
 from .contract import check_contract, load_contract
 from .approvals import approval_view
-from .envelope import MAX_DOCUMENT_BYTES, loads_strict, validate_id
+from .envelope import MAX_DOCUMENT_BYTES, loads_strict, read_document, validate_id
 from .errors import InvalidInput, RunnerError, StateUnrecoverable
 from .jobs import cancel_ops as job_cancel_ops
 from .jobs import observation_ops, observe_job, read_result, shard_ops, signal_job
@@ -416,7 +416,7 @@ def _json_arg(value: Optional[str], what: str) -> Dict[str, Any]:
     if value == "-":
         text = sys.stdin.read(MAX_DOCUMENT_BYTES + 1)
     elif value.startswith("@"):
-        text = _read_file(value[1:], what)
+        text = read_document(value[1:], what)
     else:
         text = value
     if len(text.encode("utf-8", "replace")) > MAX_DOCUMENT_BYTES:
@@ -428,20 +428,6 @@ def _json_arg(value: Optional[str], what: str) -> Dict[str, Any]:
     if not isinstance(obj, dict):
         raise InvalidInput(f"{what} must be a JSON object")
     return obj
-
-
-def _read_file(path: str, what: str) -> str:
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_DOCUMENT_BYTES + 1)
-    except OSError as exc:
-        raise InvalidInput(f"cannot read {what} {path}: {exc.strerror}") from None
-    if len(data) > MAX_DOCUMENT_BYTES:
-        raise InvalidInput(f"{what} {path} is larger than {MAX_DOCUMENT_BYTES} bytes")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InvalidInput(f"{what} {path} is not UTF-8") from None
 
 
 def _payload_arg(value: Optional[str]) -> Dict[str, Any]:
@@ -579,14 +565,14 @@ def cmd_cost(args: argparse.Namespace) -> int:
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     run = _worker(args)
-    state = run.migrate(_read_file(args.contract, "contract"), args.reason)
+    state = run.migrate(read_document(args.contract, "contract"), args.reason)
     _emit(args, {"ok": True, "plan_digest": state["plan_digest"], "revision": state["revision"]}, f"plan is now {state['plan_digest']}")
     return 0
 
 
 def _contract_check(args: argparse.Namespace, run: Run) -> None:
     if getattr(args, "contract", None):
-        require_plan(run.state, _read_file(args.contract, "contract"))
+        require_plan(run.state, read_document(args.contract, "contract"))
 
 
 def _print_decision(args: argparse.Namespace, decision: Dict[str, Any]) -> int:

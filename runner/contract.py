@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
-from .envelope import MAX_DOCUMENT_BYTES, content_digest, loads_strict, validate_id
+from .envelope import content_digest, loads_strict, read_document, validate_id
 from .errors import InvalidInput
 
 __all__ = ["CONTRACT_VERSION", "ContractProblem", "check_contract", "load_contract", "parse_contract_text", "effect_needs_approval", "key_allowed"]
@@ -186,7 +186,7 @@ def _kind(kind: type) -> str:
 
 def check_contract(path: str) -> Tuple[Optional[Dict[str, Any]], List[str]]:
     """Validate the contract file at ``path``; return the block and ``FILE:LINE: message`` lines."""
-    text = _read(path)
+    text = read_document(path, "contract")
     block, problems = parse_contract_text(text)
     return block, [p.format(path) for p in problems]
 
@@ -198,20 +198,6 @@ def load_contract(path: str) -> Dict[str, Any]:
         more = f" (and {len(problems) - 1} more; run 'contract check')" if len(problems) > 1 else ""
         raise InvalidInput(problems[0] + more)
     return block
-
-
-def _read(path: str) -> str:
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_DOCUMENT_BYTES + 1)
-    except OSError as exc:
-        raise InvalidInput(f"cannot read contract {path}: {exc.strerror}") from None
-    if len(data) > MAX_DOCUMENT_BYTES:
-        raise InvalidInput(f"contract {path} is larger than {MAX_DOCUMENT_BYTES} bytes")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InvalidInput(f"contract {path} is not UTF-8") from None
 
 
 def plan_digest(block: Dict[str, Any]) -> str:

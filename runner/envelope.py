@@ -34,6 +34,7 @@ __all__ = [
     "loads_trusted",
     "validate_id",
     "check_size",
+    "read_document",
     "format_time",
     "parse_time",
     "new_envelope",
@@ -129,6 +130,21 @@ def check_size(data: bytes, what: str, limit: int = MAX_DOCUMENT_BYTES) -> bytes
     if len(data) > limit:
         raise InvalidInput(f"{what} is {len(data)} bytes; the limit is {limit}")
     return data
+
+
+def read_document(path: str, what: str) -> str:
+    """The UTF-8 text of a file given on the command line, within the size limit; :class:`InvalidInput` otherwise."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_DOCUMENT_BYTES + 1)
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {what} {path}: {exc.strerror}") from None
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise InvalidInput(f"{what} {path} is larger than {MAX_DOCUMENT_BYTES} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput(f"{what} {path} is not UTF-8") from None
 
 
 def format_time(seconds: float) -> str:
