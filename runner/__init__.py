@@ -18,7 +18,11 @@ from .errors import (
     RunnerError,
     StateUnrecoverable,
 )
+from .effects import Adapter, NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 from .fs import FileSystem, OsFileSystem
+from .recovery import decide, recover
+from .run import Run, submit_job
+from .sqlstore import create_store, open_store
 from .store import RunStore, scan
 
 __version__ = "0.1.0"
@@ -42,4 +46,16 @@ __all__ = [
     "OsFileSystem",
     "RunStore",
     "scan",
+    "create_store",
+    "open_store",
+    "Run",
+    "submit_job",
+    "recover",
+    "decide",
+    "Adapter",
+    "Observation",
+    "UnknownOutcome",
+    "NotApplied",
+    "Rejected",
+    "StaleEpoch",
 ]
