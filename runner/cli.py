@@ -38,7 +38,8 @@ class _Parser(argparse.ArgumentParser):
     """argparse that raises instead of exiting, so usage errors get exit code 2 and one line."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise InvalidInput(f"{self.prog}: {message}")
+        verb = self.prog.partition(" ")[2]  # "runner effect" -> "effect"; the top level names none
+        raise InvalidInput(f"{verb}: {message}" if verb else message)
 
 
 def _common(parser: argparse.ArgumentParser, top: bool) -> None:
@@ -317,7 +318,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         f"step      {summary['current_step'] or '-'}; done: {', '.join(summary['completed_steps']) or '-'}",
         f"effects   {', '.join(f'{k} {v}' for k, v in sorted(summary['effects'].items())) or 'none'}",
         f"lease     {summary['lease']['owner'] or '-'} (epoch {summary['lease']['epoch']}, expires {summary['lease']['expires_at'] or '-'})",
-        f"next      {json.dumps(summary['next_action']) if summary['next_action'] else '-'}",
+        f"intent    {json.dumps(summary['next_action']) if summary['next_action'] else '-'}  (as last persisted; 'next' decides afresh)",
     ]
     _emit(args, {"ok": True, "path": store.path, **summary, "findings": [f._asdict() for f in store.findings]}, "\n".join(lines))
     return 0

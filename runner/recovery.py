@@ -72,9 +72,13 @@ def decide(state: Dict[str, Any], now: float, owner: Optional[str] = None, epoch
     obs.append({"source": "state", "what": f"revision {state['revision']}, status {state['status']}", "digest": state["head"], "at": state["updated_at"]})
     obs.append({"source": "plan", "what": f"plan of task {state['task_id']}", "digest": state["plan_digest"]})
 
-    # 1. ownership
     view = lease_view(state, now)
     obs.append({"source": "lease", "what": f"held by {view['owner'] or 'nobody'} at epoch {view['epoch']}, {'live' if view['live'] else 'not live'}", "digest": content_digest(state["lease"])})
+    # A finished run is finished for whoever asks: no lease is needed to learn it.
+    if state["status"] in ("complete", "cancelled"):
+        return _stop(state["status"], "every step is done and every effect verified" if state["status"] == "complete" else "the run was cancelled", ev)
+
+    # 1. ownership
     if view["live"] and view["owner"] != owner:
         return _stop("already-running", f"{view['owner']} holds the lease until {view['expires_at']}", ev)
     if owner is not None and (view["owner"] != owner or view["epoch"] != epoch or not view["live"]):
@@ -95,6 +99,9 @@ def decide(state: Dict[str, Any], now: float, owner: Optional[str] = None, epoch
                 ev,
                 check={"key": key, "payload_digest": effect["payload_digest"], "step": effect.get("step"), "attempts": effect["attempts"]},
             )
+        for key, effect in unresolved[:10]:
+            if effect["state"] != "uncertain":
+                unk.append(f"effect {key} ({effect['payload_digest']}) is {effect['state']}: whether the target holds it is not known until it is observed")
         key, effect = unresolved[0]
         inf.append(f"effect {key} was {effect['state']} when its writer stopped: it may or may not have reached the target")
         return _act({"kind": "reconcile", "key": key, "state": effect["state"], "payload_digest": effect["payload_digest"], "receipt": effect.get("receipt"),
@@ -157,9 +164,20 @@ def decide(state: Dict[str, Any], now: float, owner: Optional[str] = None, epoch
     current = state.get("current_step")
     if current:
         spec = by_id.get(current, {})
-        inf.append(f"step {current} was running when its worker stopped; its artifact must be checked, not assumed")
-        return _act({"kind": "resume-step", "step": current, "artifact": spec.get("artifact"), "check": spec.get("check"), "evidence": spec.get("evidence", []),
-                     "why": f"check the artifact of {current}; then 'step done {current} --evidence JSON' or 'step fail {current} --class ... --error ...'"}, ev)
+        record = state["steps"].get(current) or {}
+        # Started under the present lease: the holder is still at work on it.
+        # Started before it: its worker stopped, and nothing it claimed is assumed.
+        same_holder = bool(state["lease"].get("acquired_at")) and record.get("started_at", "") >= state["lease"]["acquired_at"]
+        action = {"kind": "finish-step" if same_holder else "resume-step", "step": current, "artifact": spec.get("artifact"), "check": spec.get("check"), "evidence": spec.get("evidence", []),
+                  "why": f"{'produce and check' if same_holder else 'check'} the artifact of {current}; then 'step done {current} --evidence JSON' with {', '.join(spec.get('evidence', [])) or 'the evidence'}, or 'step fail {current} --class ... --error ...'"}
+        if spec.get("approval"):
+            verified = [k for k, e in state["effects"].items() if e.get("step") == current and e.get("state") == "verified"]
+            if not verified:
+                action["approval"] = (f"this step's effect needs a grant bound to its exact payload: 'approval request {current} --action effect:KEY --payload FILE --ttl SECONDS', "
+                                      "a person's 'approval grant', then 'effect begin KEY --payload FILE', the call, 'effect ack', 'effect verify'")
+        if not same_holder:
+            inf.append(f"step {current} was running when its worker stopped; its artifact must be checked, not assumed")
+        return _act(action, ev)
     for spec in plan_steps(state):
         record = state["steps"].get(spec["id"]) or {}
         if record.get("state") == "done":

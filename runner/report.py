@@ -86,7 +86,8 @@ def brief(state: Dict[str, Any], decision: Optional[Dict[str, Any]] = None, limi
     eff = ["", "## Effects", "- " + (", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none")]
     unresolved = sorted((k, e) for k, e in effects.items() if e["state"] in UNRESOLVED)
     for key, effect in unresolved[:5]:
-        eff.append(f"- UNRESOLVED {key}: {effect['state']} ({_short(effect.get('reason') or effect.get('receipt') or '', 80)})")
+        detail = effect.get("reason") or effect.get("receipt")
+        eff.append(f"- UNRESOLVED {key}: {effect['state']}" + (f" ({_short(detail, 80)})" if detail else ""))
     if len(unresolved) > 5:
         eff.append(f"- … and {len(unresolved) - 5} more unresolved")
     jobs = [f"- {k}: {j['state']}" + (f", exit {j['exit_code']}" if j.get("exit_code") is not None else "") + f", cursor {j.get('cursor', 0)}" for k, j in sorted(state["jobs"].items())]
@@ -94,8 +95,11 @@ def brief(state: Dict[str, Any], decision: Optional[Dict[str, Any]] = None, limi
     control = ["", "## Control"]
     cancellation = state["observations"].get("cancellation")
     control.append(f"- cancellation: {'by ' + cancellation['by'] + ': ' + _short(cancellation['reason'], 120) if cancellation else 'none'}")
-    pending = [rid for rid, a in state["observations"]["approvals"].items() if a["state"] == "pending"]
-    control.append(f"- approvals pending: {', '.join(pending[:5]) or 'none'}")
+    approvals = state["observations"]["approvals"]
+    for label in ("pending", "granted", "used", "denied"):
+        ids = [f"{rid} ({a['action']})" for rid, a in sorted(approvals.items()) if a["state"] == label]
+        if ids or label == "pending":
+            control.append(f"- approvals {label}: {', '.join(ids[:3]) or 'none'}")
     lease = state["lease"]
     control.append(f"- lease: {lease.get('owner') or 'nobody'} at epoch {lease.get('epoch')} until {lease.get('expires_at') or '-'}")
     # Shown in this order; kept, when space runs out, in order of importance:

@@ -114,6 +114,9 @@ def done_ops(state: Dict[str, Any], step: str, evidence: Dict[str, Any], now: fl
     missing = [name for name in spec.get("evidence", []) if name not in evidence]
     if missing:
         raise InvalidInput(f"step {step!r} needs evidence {', '.join(missing)} (the contract asks for {', '.join(spec['evidence'])})")
+    if spec.get("approval") and not any(e.get("step") == step and e.get("state") == "verified" for e in state["effects"].values()):
+        # The step exists to gate an effect; without a verified one, "done" would be a claim.
+        raise InvalidInput(f"step {step!r} needs approval: it is done only with a verified effect begun in it (approval request, grant, effect begin ... effect verify)")
     open_effects = sorted(k for k, e in state["effects"].items() if e.get("step") == step and e.get("state") in UNRESOLVED)
     if open_effects:
         raise NeedsReconciliation(f"step {step!r} has unresolved effects: {', '.join(open_effects[:5])}; verify them first", keys=open_effects[:20])

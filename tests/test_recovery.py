@@ -1017,7 +1017,8 @@ class PlanChangeTest(RecoveryCase):
             lambda: self.cli(world, "next", *writer, "--contract", changed),
             lambda: self.cli(world, "next", *writer, "--contract", world.contract),
         ])
-        self.assertEqual((next_code, decision["action"]["kind"], decision["action"]["step"]), (0, "resume-step", "analysis"))
+        # worker-1 started analysis under the lease it still holds: it is told to finish it.
+        self.assertEqual((next_code, decision["action"]["kind"], decision["action"]["step"]), (0, "finish-step", "analysis"))
         self.assertEqual((old_code, old_out["error"]), (2, "invalid-input"))
         recover_code, recovered = self.cli(world, "recover", "--owner", "worker-1", "--contract", changed)
         self.assertEqual((recover_code, recovered["action"]["kind"], recovered["lease"]["epoch"]), (0, "resume-step", 2))
