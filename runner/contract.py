@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
-from .envelope import content_digest, loads_strict, read_document, validate_id
+from .envelope import loads_strict, read_document, validate_id
 from .errors import InvalidInput
 
 __all__ = ["CONTRACT_VERSION", "ContractProblem", "check_contract", "load_contract", "parse_contract_text", "effect_needs_approval", "key_allowed"]
@@ -198,10 +198,6 @@ def load_contract(path: str) -> Dict[str, Any]:
         more = f" (and {len(problems) - 1} more; run 'contract check')" if len(problems) > 1 else ""
         raise InvalidInput(problems[0] + more)
     return block
-
-
-def plan_digest(block: Dict[str, Any]) -> str:
-    return content_digest(block)
 
 
 def key_allowed(plan: Dict[str, Any], key: str) -> bool:

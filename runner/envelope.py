@@ -321,12 +321,3 @@ def undo_ops(undo: List[Any]) -> None:
         else:
             target[key] = old
     undo.clear()
-
-
-def get_path(state: Dict[str, Any], path: Sequence[str], default: Optional[Any] = None) -> Any:
-    target: Any = state
-    for part in path:
-        if not isinstance(target, dict) or part not in target:
-            return default
-        target = target[part]
-    return target

@@ -21,7 +21,7 @@ The library raises these; the command line maps each to its code and prints
 its message as one line on stderr, never a traceback.
 """
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict
 
 __all__ = [
     "RunnerError",
@@ -138,11 +138,3 @@ EXIT_CODES: Dict[str, int] = {
         RunComplete,
     )
 }
-
-
-def error_for_reason(reason: str, message: Optional[str] = None) -> RunnerError:
-    """Build the error class that belongs to a stop reason such as ``"fenced"``."""
-    for cls in RunnerError.__subclasses__():
-        if cls.reason == reason:
-            return cls(message or reason)
-    raise ValueError(f"unknown reason {reason!r}")

@@ -102,11 +102,6 @@ class Finding(NamedTuple):
     message: str
 
 
-class _Base(NamedTuple):
-    name: str  # which file it came from: snapshot.json, backup.json or run.json
-    state: Dict[str, Any]
-
-
 class _Journal(NamedTuple):
     records: List[Tuple[str, Dict[str, Any]]]  # (hash, body) in file order
     good_end: int  # byte offset after the last complete, valid line
