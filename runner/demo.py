@@ -333,7 +333,7 @@ def _run_sharded(store_url: str, service_url: str, documents: int, seed: int, cr
 
 
 def run_demo(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01, cancel_at: Optional[int] = None,
-             progress_stream: Optional[IO[str]] = None, keep: Optional[str] = None, workers: Optional[int] = None,
+             progress_stream: Optional[IO[str]] = None, workers: Optional[int] = None,
              store: Optional[str] = None, shard_size: int = SHARD_SIZE) -> Dict[str, Any]:
     """Run the demo and return its figures (see the module docstring).
 
@@ -415,8 +415,6 @@ def run_demo(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01, can
             and not result["errors"]
             and (result["matches_reference"] is True if cancel_at is None else result["stopped_within_one_step"])
         )
-        if keep:
-            shutil.copytree(root, keep, dirs_exist_ok=True)
         return result
     finally:
         shutil.rmtree(root, ignore_errors=True)

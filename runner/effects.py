@@ -27,7 +27,7 @@ whole lifecycle, resuming correctly from whatever the ledger holds.
 """
 
 import time
-from typing import Any, Callable, Dict, List, NamedTuple, Optional
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Protocol
 
 from .approvals import require_grant
 from .contract import effect_needs_approval, key_allowed
@@ -35,10 +35,6 @@ from .envelope import MAX_DOCUMENT_BYTES, canonical_json, content_digest, format
 from .errors import Cancelled, Fenced, InvalidInput, LimitExhausted, NeedsReconciliation, RunComplete
 from .retry import check_attempts, check_limits, check_wait, limit
 
-try:  # typing.Protocol is 3.8+; kept optional for static checkers only
-    from typing import Protocol
-except ImportError:  # pragma: no cover
-    Protocol = object  # type: ignore[assignment,misc]
 
 __all__ = [
     "EFFECT_STATES",

@@ -34,6 +34,7 @@ has caught up with what other processes appended, so a check made inside a
 transaction (such as the fencing check) sees the state it writes against.
 """
 
+import contextlib
 import json
 import os
 import re
@@ -639,7 +640,7 @@ class RunStore(StateView):
         fs = store.fs
         holds_run = fs.exists(store.path) and any(fs.exists(store._p(n)) for n in STATE_FILES + (QUARANTINE,))
         # A folder without a run is left exactly as it is: not even a lock file.
-        with fs.lock(store._p(LOCK)) if holds_run else _null():
+        with fs.lock(store._p(LOCK)) if holds_run else contextlib.nullcontext():
             store._load()
         return store
 
@@ -865,11 +866,3 @@ class RunStore(StateView):
         self._fsync_dir(target)
         self._fsync_dir()
         return target
-
-
-class _null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
