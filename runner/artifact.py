@@ -43,6 +43,7 @@ from typing import Any, Dict, Optional, Tuple
 from .effects import NotApplied, Observation, Rejected, UnknownOutcome
 from .envelope import validate_id
 from .errors import InvalidInput
+from .fs import OsFileSystem
 
 __all__ = ["ArtifactAdapter", "payload_for", "conformance_factory"]
 
@@ -56,25 +57,8 @@ def payload_for(content: str) -> Dict[str, Any]:
     return {"content": content, "digest": "sha256:" + hashlib.sha256(content.encode("utf-8")).hexdigest()}
 
 
-def _read(path: str) -> bytes:
-    fd = os.open(path, os.O_RDONLY | _NOFOLLOW | _CLOEXEC)
-    try:
-        chunks = []
-        while True:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+#: Reads and folder fsyncs go through the store's seam: symlinks refused, F_FULLFSYNC on macOS.
+_FS = OsFileSystem()
 
 
 class ArtifactAdapter:
@@ -119,7 +103,7 @@ class ArtifactAdapter:
         target = self._target(key)
         data, digest = self._content(payload)
         try:
-            existing: Optional[bytes] = _read(target)
+            existing: Optional[bytes] = _FS.read(target)
         except FileNotFoundError:
             existing = None
         except OSError as exc:
@@ -129,7 +113,7 @@ class ArtifactAdapter:
             if found == digest:
                 # An earlier invoke may have died between its rename and its folder fsync.
                 try:
-                    _fsync_dir(self.root)
+                    _FS.fsync_dir(self.root)
                 except OSError as exc:
                     raise UnknownOutcome(f"{target} holds the content but the folder fsync failed: {exc}") from None
                 return self._receipt(key, digest, len(existing))
@@ -145,7 +129,7 @@ class ArtifactAdapter:
             finally:
                 os.close(fd)
             # Read back what the disk holds: a temp file that does not hash right never gets the name.
-            written = _read(tmp)
+            written = _FS.read(tmp)
         except OSError as exc:
             _discard(tmp)
             raise NotApplied(f"writing {tmp} failed; {target} was not touched: {exc}") from None
@@ -157,7 +141,7 @@ class ArtifactAdapter:
         except OSError as exc:
             raise UnknownOutcome(f"renaming {tmp} to {target} failed: {exc}") from None
         try:
-            _fsync_dir(self.root)
+            _FS.fsync_dir(self.root)
         except OSError as exc:
             raise UnknownOutcome(f"{target} was renamed but the folder fsync failed: {exc}") from None
         return self._receipt(key, digest, len(data))
@@ -169,7 +153,7 @@ class ArtifactAdapter:
         except Rejected as exc:
             return Observation("unknown", {"path": target, "reason": str(exc)})
         try:
-            data = _read(target)
+            data = _FS.read(target)
         except FileNotFoundError:
             return Observation("absent", {"path": target, "exists": False})
         except OSError as exc:

@@ -25,7 +25,7 @@ import os
 import sys
 from typing import Dict, Iterator, List, Optional, Tuple
 
-__all__ = ["FileSystem", "OsFileSystem", "SymlinkRefused", "FILE_MODE", "DIR_MODE"]
+__all__ = ["FileSystem", "OsFileSystem", "SymlinkRefused", "replace_durably", "FILE_MODE", "DIR_MODE"]
 
 FILE_MODE = 0o600
 DIR_MODE = 0o700
@@ -114,6 +114,21 @@ class FileSystem:
         would let two processes hold locks on two different files of one name.
         """
         raise NotImplementedError
+
+
+def replace_durably(fs: FileSystem, path: str, data: bytes, sync: bool = True) -> None:
+    """Replace ``path`` with ``data`` atomically, in the order the module docstring shows.
+
+    With ``sync`` false the fsyncs are skipped: the replace is still atomic
+    for other processes, but survives only the death of a process.
+    """
+    tmp = path + ".tmp"
+    fs.write_file(tmp, data)
+    if sync:
+        fs.fsync(tmp)
+    fs.replace(tmp, path)
+    if sync:
+        fs.fsync_dir(os.path.dirname(path) or ".")
 
 
 def _fullfsync(fd: int) -> None:

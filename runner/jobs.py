@@ -33,6 +33,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .envelope import canonical_json, format_time, sha256_hex, validate_id
 from .errors import InvalidInput, NeedsReconciliation
+from .fs import OsFileSystem, replace_durably
 
 __all__ = ["job_dir", "submit_intent_ops", "started_ops", "observe_job", "observation_ops", "cancel_ops", "shard_ops", "spawn", "read_result", "wrap_main"]
 
@@ -260,27 +261,11 @@ def read_result(run_path: str, job: Dict[str, Any], tail_bytes: int = 4000) -> D
     return {"exit_code": job.get("exit_code"), "log": os.path.join(folder, "log"), "log_sha256": sha256_hex(data) if data else None, "log_tail": data[-tail_bytes:].decode("utf-8", "replace")}
 
 
-def _write_atomic(path: str, value: Dict[str, Any]) -> None:
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, canonical_json(value) + b"\n")
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dfd = os.open(os.path.dirname(path), os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
-
 def wrap_main(argv: Sequence[str]) -> int:
     """The wrapper: record pid, run the command with its output in ``log``, record the exit code."""
     folder, command = argv[0], list(argv[2:])
     os.umask(0o077)  # the log and exit files live in the run folder: owner-only, like the rest
-    _write_atomic(os.path.join(folder, "pid.json"), {"pid": os.getpid(), "start": _proc_start(os.getpid())})
+    replace_durably(OsFileSystem(), os.path.join(folder, "pid.json"), canonical_json({"pid": os.getpid(), "start": _proc_start(os.getpid())}) + b"\n")
     with open(os.path.join(folder, "log"), "ab") as log:
         try:
             proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
@@ -294,7 +279,7 @@ def wrap_main(argv: Sequence[str]) -> int:
             signal.signal(signal.SIGTERM, forward)
             code = proc.wait()
             code = code if code >= 0 else 128 - code
-    _write_atomic(os.path.join(folder, "exit.json"), {"exit_code": code, "finished_at": format_time(time.time())})
+    replace_durably(OsFileSystem(), os.path.join(folder, "exit.json"), canonical_json({"exit_code": code, "finished_at": format_time(time.time())}) + b"\n")
     return 0
 
 

@@ -57,7 +57,7 @@ from .envelope import (
     validate_id,
 )
 from .errors import InvalidInput, StateUnrecoverable
-from .fs import FileSystem, OsFileSystem
+from .fs import FileSystem, OsFileSystem, replace_durably
 
 __all__ = ["RunStore", "StateView", "Scan", "Finding", "scan", "CommitThenRaise", "prepare_transition", "finish_transition", "DURABILITY_MODES", "STATE_FILES"]
 
@@ -564,11 +564,7 @@ class RunStore(StateView):
 
     def _write_replace(self, name: str, data: bytes) -> None:
         """Temp file beside the target, write, fsync, rename over, fsync the folder."""
-        tmp = name + TMP_SUFFIX
-        self.fs.write_file(self._p(tmp), data)
-        self._fsync(tmp)
-        self.fs.replace(self._p(tmp), self._p(name))
-        self._fsync_dir()
+        replace_durably(self.fs, self._p(name), data, self.durability == "sync")
 
     # -- creation -------------------------------------------------------------
     @classmethod
