@@ -1225,13 +1225,13 @@ class ReportTest(RecoveryCase):
 
     def test_report_across_attempts(self) -> None:
         world = self.world(rerun_vanished=True)
-        world.open_gate()
         t0 = float(int(time.time()) - 1000)
         first = self.child({"mode": "report-a", "t0": t0, **world.spec()})
         pid = first.expect("PAUSED")["pid"]
         first.kill()
-        os.killpg(pid, signal.SIGKILL)
+        os.killpg(pid, signal.SIGKILL)  # the gate is shut: the job cannot have finished first
         wait_until("the first worker's job is gone", lambda: process_gone(pid))
+        world.open_gate()  # for the rerun
         last_write = parse_time(world.state()["updated_at"])
 
         takeover_at = float(int(time.time()))
