@@ -289,7 +289,7 @@ def worker_main(name: str, steps: int, folder: str, raw_path: str, budget: float
 
 def measure_runner(steps: int, folder: str, raw_path: str, budget: float) -> Dict[str, Any]:
     sys.path.insert(0, REPO_ROOT)
-    from runner.store import RunStore
+    from runner.stores.file import RunStore
 
     clock = time.perf_counter
     run_path = os.path.join(folder, "run")

@@ -22,8 +22,8 @@ from .effects import Adapter, NotApplied, Observation, Rejected, StaleEpoch, Unk
 from .fs import FileSystem, OsFileSystem
 from .recovery import decide, recover
 from .run import Run, submit_job
-from .sqlstore import create_store, open_store
-from .store import RunStore, scan
+from .stores import create_store, open_store
+from .stores.file import RunStore, scan
 
 __version__ = "0.1.0"
 

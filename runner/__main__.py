@@ -1,4 +1,9 @@
-"""``python3 -m runner ...`` from the skill root, or ``python3 path/to/runner ...`` from anywhere."""
+"""``python3 -m runner ...`` from the skill root, or ``python3 path/to/runner ...`` from anywhere.
+
+This is the program: the library's command line plus the proof verbs. It is
+the one place outside ``runner/proof/`` allowed to import it (see
+``tools/check_layers.py``).
+"""
 
 import os
 import sys
@@ -9,7 +14,9 @@ if not __package__:
     # the package by name.
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     from runner.cli import main
+    from runner.proof.cli import add_proof_verbs
 else:
     from .cli import main
+    from .proof.cli import add_proof_verbs
 
-sys.exit(main())
+sys.exit(main(extensions=(add_proof_verbs,)))

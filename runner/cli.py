@@ -23,11 +23,11 @@ from .jobs import cancel_ops as job_cancel_ops
 from .jobs import observation_ops, observe_job, read_result, shard_ops, signal_job
 from .lease import lease_view
 from .recovery import decide, decision_exit_code, recover, stop_for_error
-from .report import brief, events_after, report
+from .views import brief, events_after, report
 from .run import Run, submit_job
 from .steps import require_plan
-from .sqlstore import create_store, open_store, parse_store_url
-from .store import RunStore, scan
+from .stores import create_store, open_store, parse_store_url
+from .stores.file import RunStore, scan
 
 __all__ = ["main", "build_parser"]
 
@@ -52,7 +52,8 @@ def _common(parser: argparse.ArgumentParser, top: bool) -> None:
     parser.add_argument("--json", action="store_true", default=False if top else argparse.SUPPRESS, help="print one JSON object on stdout")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(extensions: Sequence[Callable[[Callable[..., argparse.ArgumentParser]], None]] = ()) -> argparse.ArgumentParser:
+    """The command line's parser; each of ``extensions`` is called with ``verb(name, help, handler)`` to add verbs."""
     parser = _Parser(prog="runner", description="Durable, resumable, fenced runs for long agent tasks.", epilog=EXIT_TABLE)
     parser.add_argument("--version", action="version", version=f"runner {__version__}")
     _common(parser, top=True)
@@ -76,17 +77,6 @@ def build_parser() -> argparse.ArgumentParser:
     sub = verb("contract", "work with run contracts", cmd_contract)
     sub.add_argument("action", choices=("check",), help="check: validate a contract file")
     sub.add_argument("file", metavar="FILE")
-
-    sub = verb("bench", "measure transition cost against a raw fsync'd append", cmd_bench)
-    sub.add_argument("--transitions", type=_positive, default=2000)
-    sub.add_argument("--scratch", metavar="DIR", default=None, help="folder on the disk to measure (default: the temp folder)")
-    sub.add_argument("--stores", action="store_true", help="also compare the file, SQLite (and PostgreSQL, with --postgres URL) stores")
-    sub.add_argument("--postgres", metavar="URL", default=None, help="a PostgreSQL database to include in --stores")
-
-    sub = verb("crashcheck", "explore every crash state a power loss can leave in the store", cmd_crashcheck)
-    sub.add_argument("--transitions", type=_positive, default=200)
-    sub.add_argument("--seed", type=int, default=1)
-    sub.add_argument("--max-states", type=_positive, default=64, help="states per crash point before sampling")
 
     sub = verb("lease", "acquire, renew, release, break or show the run's lease", cmd_lease)
     sub.add_argument("action", choices=("acquire", "renew", "release", "break", "show"))
@@ -161,28 +151,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_argument("--done", type=int, metavar="N", help="shard: the last committed shard")
     _writer(sub)
 
-    sub = verb("conformance", "check an effect adapter against the runner's contract", cmd_conformance)
-    sub.add_argument("--adapter", required=True, action="append", metavar="MODULE:FACTORY", help="a factory returning an adapter or (adapter, controls); repeatable")
-
     sub = verb("work", "a pool of N workers that claim the store's runs with leases and drive them with a handler", cmd_work)
     sub.add_argument("--workers", type=_positive, default=2, metavar="N")
     sub.add_argument("--handler", required=True, metavar="MODULE:FUNCTION", help="called as f(store, owner, ttl, context, switch) for each claimed run")
     sub.add_argument("--context", default="{}", metavar="JSON", help="passed to the handler")
     sub.add_argument("--ttl", type=_seconds, default=60.0)
 
-    sub = verb("campaign", "SIGKILL forked workers at every named commit window, resume each in another process, audit", cmd_campaign)
-    sub.add_argument("--kills", type=_positive, default=200)
-    sub.add_argument("--seed", type=int, default=1)
-    sub.add_argument("--no-progress", action="store_true")
-
-    sub = verb("demo", "the 2,000-document recovery demo: workers killed and resumed, effects audited", cmd_demo)
-    sub.add_argument("--documents", type=_positive, default=2000)
-    sub.add_argument("--seed", type=int, default=1)
-    sub.add_argument("--crash-rate", type=_rate, default=0.01, help="chance per document that its worker is killed (default 0.01)")
-    sub.add_argument("--cancel-at", type=_positive, default=None, metavar="N", help="cancel the run after N documents")
-    sub.add_argument("--scenario", choices=("documents", "draft"), default="documents", help="draft: the plan, write_draft, finish experiment")
-    sub.add_argument("--workers", type=_positive, default=None, metavar="N", help="split the documents into runs of 100 and let N workers claim them")
-    sub.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    for extend in extensions:
+        extend(verb)
     return parser
 
 
@@ -374,40 +350,6 @@ def cmd_contract(args: argparse.Namespace) -> int:
     _emit(args, {"ok": True, "file": args.file, "task_id": block["task_id"], "plan_digest": content_digest(block), "steps": [s["id"] for s in block["steps"]]},
           f"{args.file}: ok (task {block['task_id']}, {len(block['steps'])} steps, plan {content_digest(block)})")
     return 0
-
-
-def cmd_bench(args: argparse.Namespace) -> int:
-    from .bench import run_bench
-
-    result = run_bench(args.transitions, args.scratch)
-    if args.stores:
-        import tempfile
-
-        from .bench import run_store_bench
-
-        scratch = tempfile.mkdtemp(prefix="runner-bench-stores-", dir=args.scratch)
-        try:
-            urls = ["file:" + scratch, "sqlite:" + os.path.join(scratch, "runs.db")] + ([args.postgres] if args.postgres else [])
-            result["stores"] = run_store_bench(urls)
-        finally:
-            import shutil
-
-            shutil.rmtree(scratch, ignore_errors=True)
-    lines = [f"{key:28} {value}" for key, value in result.items() if key not in ("targets", "stores")]
-    lines += [f"store {row['store']:10} " + ", ".join(f"{k} {v}" for k, v in row.items() if k != "store") for row in result.get("stores", [])]
-    lines += [f"target {name:21} <= {t['target']}: {'met' if t['met'] else 'NOT met'}" for name, t in result["targets"].items()]
-    _emit(args, result, "\n".join(lines))
-    return 0
-
-
-def cmd_crashcheck(args: argparse.Namespace) -> int:
-    from .crashcheck import explore
-
-    report = explore(transitions=args.transitions, seed=args.seed, max_states_per_point=args.max_states)
-    lines = [f"{key:18} {value}" for key, value in report.items() if key != "examples"]
-    lines += [f"violation: {example}" for example in report.get("examples", [])]
-    _emit(args, report, "\n".join(lines))
-    return 0 if report["violations"] == 0 else 1
 
 
 def _json_arg(value: Optional[str], what: str) -> Dict[str, Any]:
@@ -679,18 +621,6 @@ def cmd_job(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_conformance(args: argparse.Namespace) -> int:
-    from .conformance import format_report, load_factory, run_conformance
-
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())  # the user's adapter module is found from where they stand
-    factories = [(spec, load_factory(spec)) for spec in args.adapter]
-    reports = [run_conformance(factory, spec) for spec, factory in factories]
-    passed = all(r["passed"] for r in reports)
-    _emit(args, {"ok": passed, "passed": passed, "reports": reports}, "\n\n".join(format_report(r) for r in reports))
-    return 0 if passed else 1
-
-
 def cmd_work(args: argparse.Namespace) -> int:
     from .pool import load_handler, run_pool
 
@@ -700,33 +630,6 @@ def cmd_work(args: argparse.Namespace) -> int:
     tally = run_pool(url, args.workers, args.handler, context=context, ttl=args.ttl)
     _emit(args, {"ok": not tally["errors"], **tally}, "\n".join(f"{k:14} {v}" for k, v in tally.items()))
     return 0 if not tally["errors"] else 1
-
-
-def cmd_campaign(args: argparse.Namespace) -> int:
-    from .campaign import run_campaign
-
-    result = run_campaign(args.kills, args.seed, None if args.no_progress or args.json else sys.stderr)
-    lines = [f"{key:22} {value}" for key, value in result.items() if key not in ("kills_by_window", "errors")]
-    lines += [f"  {window:36} {count}" for window, count in result["kills_by_window"].items()]
-    lines += [f"error: {e}" for e in result["errors"][:20]]
-    lines.append("RESULT: " + ("ok" if result["ok"] else "FAILED"))
-    _emit(args, result, "\n".join(lines))
-    return 0 if result["ok"] else 1
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import format_table, run_demo, run_draft_scenario
-
-    if args.scenario == "draft":
-        result = run_draft_scenario(sys.stderr if args.json else sys.stdout)
-        _emit(args, result, f"plan executed {result['plan_executions']} time(s); tickets held {result['tickets']}; same receipt reused: {result['same_receipt']}; status {result['status']}")
-        return 0 if result["ok"] else 1
-    if args.cancel_at is not None and args.cancel_at >= args.documents:
-        raise InvalidInput("--cancel-at must be below --documents")
-    store = getattr(args, "store", None) if args.workers else None
-    result = run_demo(args.documents, args.seed, args.crash_rate, args.cancel_at, None if args.no_progress else sys.stderr, workers=args.workers, store=store)
-    _emit(args, result, format_table(result))
-    return 0 if result["ok"] else 1
 
 
 # -- entry point ---------------------------------------------------------------
@@ -740,8 +643,8 @@ def split_command(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
     return argv, []
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = build_parser()
+def main(argv: Optional[Sequence[str]] = None, extensions: Sequence[Callable[[Callable[..., argparse.ArgumentParser]], None]] = ()) -> int:
+    parser = build_parser(extensions)
     own, command = split_command(sys.argv[1:] if argv is None else argv)
     wants_json = "--json" in own
     try:

@@ -3,7 +3,7 @@
 The store never calls ``os`` for its state files directly. It calls a
 :class:`FileSystem`, whose default, :class:`OsFileSystem`, is the real
 operating system. Tests substitute a recording double that models what a power
-loss can leave behind (see ``runner.crashcheck``), so the order of writes,
+loss can leave behind (see ``runner.proof.crashcheck``), so the order of writes,
 fsyncs and renames is checked, not assumed.
 
 A durable replace of a file, in the order the store performs it::

@@ -26,10 +26,10 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from .campaign import KillSwitch
+from .proof.campaign import KillSwitch
 from .errors import InvalidInput, RunnerError
 from .run import Run
-from .sqlstore import list_runs, open_store, run_url
+from .stores import list_runs, open_store, run_url
 
 __all__ = ["run_pool", "load_handler", "worker_main"]
 

@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict, List, Optional
 from . import approvals, effects, jobs, lease, retry, steps
 from .envelope import content_digest, format_time
 from .errors import InvalidInput, LimitExhausted
-from .store import CommitThenRaise, RunStore
+from .stores.file import CommitThenRaise, RunStore
 
 __all__ = ["Run", "submit_job"]
 

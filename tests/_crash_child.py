@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import _util
 from runner.contract import load_contract
 from runner.fs import OsFileSystem
-from runner.store import RunStore, scan
+from runner.stores.file import RunStore, scan
 
 #: Transitions a child commits at most; every kill point is reached well before.
 MAX_TRANSITIONS = 30

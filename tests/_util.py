@@ -22,7 +22,7 @@ if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
 from runner.envelope import apply_ops, content_digest  # noqa: E402
-from runner.store import STATE_FILES, RunStore  # noqa: E402
+from runner.stores.file import STATE_FILES, RunStore  # noqa: E402
 
 QUARANTINE = "quarantine"
 TASK_ID = "store-test"

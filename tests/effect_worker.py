@@ -5,7 +5,7 @@
 It takes the run's lease (owner ``worker`` unless ``--owner``; re-acquiring
 under the same owner always takes a higher epoch, which fences any earlier
 process that used it), then drives each key to ``verified`` through
-``Run.drive_effect`` and a :class:`~runner.ticketservice.TicketAdapter`.
+``Run.drive_effect`` and a :class:`~runner.proof.ticketservice.TicketAdapter`.
 With ``--kill-window`` it SIGKILLs itself at that window of ``--kill-key``:
 
 1. while the journal append that commits ``started`` is half written
@@ -30,7 +30,7 @@ from runner.effects import Observation, UnknownOutcome
 from runner.errors import RunnerError
 from runner.fs import OsFileSystem
 from runner.run import Run
-from runner.ticketservice import TicketAdapter
+from runner.proof.ticketservice import TicketAdapter
 
 
 def payload_for(key: str) -> Dict[str, Any]:

@@ -34,7 +34,7 @@ from runner.envelope import content_digest, format_time, parse_time
 from runner.errors import AlreadyRunning, Fenced, InvalidInput, LimitExhausted
 from runner.recovery import recover
 from runner.run import Run
-from runner.store import RunStore
+from runner.stores.file import RunStore
 
 CONTENDERS = 8
 #: Race rounds through long-lived children; RUNNER_FULL_TESTS=1 runs the long sweep.

@@ -9,13 +9,14 @@ import unittest
 import uuid
 from typing import Any, Dict, Set, Tuple
 
-from runner import artifact, conformance, ticketservice
+from runner.adapters import artifact
+from runner.proof import conformance, ticketservice
 from runner.effects import Observation, Rejected, StaleEpoch
 from runner.envelope import content_digest
 from runner.errors import InvalidInput
 from runner.run import Run
-from runner.store import RunStore
-from runner.ticketservice import TicketAdapter, TicketServiceProcess
+from runner.stores.file import RunStore
+from runner.proof.ticketservice import TicketAdapter, TicketServiceProcess
 
 
 def statuses(report: Dict[str, Any], status: str) -> Set[str]:
@@ -150,7 +151,7 @@ class ConformanceTests(unittest.TestCase):
 
     # -- the bundled adapters ----------------------------------------------------------------
     def test_ticket_service_adapter_passes(self) -> None:
-        report = conformance.run_conformance(ticketservice.conformance_factory, "runner.ticketservice:conformance_factory")
+        report = conformance.run_conformance(ticketservice.conformance_factory, "runner.proof.ticketservice:conformance_factory")
         self.assertTrue(report["passed"], conformance.format_report(report))
         self.assertEqual(statuses(report, "pass"), set(conformance.CHECKS))
         self.assertIn("effect_count", reason(report, "same_key_same_payload_dedups"))
@@ -162,7 +163,7 @@ class ConformanceTests(unittest.TestCase):
         self.assertEqual(statuses(report, "skip"), {"same_key_same_payload_dedups", "conflicting_payload_refused"})
 
     def test_file_artifact_adapter_passes(self) -> None:
-        report = conformance.run_conformance(artifact.conformance_factory)
+        report = conformance.run_conformance(conformance.artifact_factory)
         self.assertTrue(report["passed"], conformance.format_report(report))
         self.assertEqual(statuses(report, "skip"), {"fencing_epoch_enforced"})
         self.assertIn("UnknownOutcome", reason(report, "lost_response_is_observed"))

@@ -28,8 +28,8 @@ from typing import Any, Dict, List, Optional, Tuple
 from runner.effects import StaleEpoch
 from runner.errors import Fenced, NeedsReconciliation
 from runner.run import Run
-from runner.store import RunStore
-from runner.ticketservice import TicketServiceProcess
+from runner.stores.file import RunStore
+from runner.proof.ticketservice import TicketServiceProcess
 from tests.effect_worker import payload_for  # the payloads must be exactly the worker's
 
 HERE = os.path.dirname(os.path.abspath(__file__))

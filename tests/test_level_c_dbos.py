@@ -148,8 +148,8 @@ class DBOSWorkedExampleTest(unittest.TestCase):
     def setUpClass(cls) -> None:
         if REPO_ROOT not in sys.path:
             sys.path.insert(0, REPO_ROOT)
-        from runner.sqlstore import create_store
-        from runner.ticketservice import TicketServiceProcess
+        from runner.stores import create_store
+        from runner.proof.ticketservice import TicketServiceProcess
 
         cls.folder = tempfile.mkdtemp(prefix="level-c-dbos-")
         try:
@@ -194,7 +194,7 @@ class DBOSWorkedExampleTest(unittest.TestCase):
         return json.loads(lines[0][len("RESULT "):])
 
     def ledger(self) -> Dict[str, Any]:
-        from runner.sqlstore import open_store
+        from runner.stores import open_store
 
         store = open_store(self.store_url, TASK_ID)
         try:

@@ -12,9 +12,9 @@ import tempfile
 import unittest
 from typing import Any, Callable, Dict, List, Optional, Set
 
-from runner.crashcheck import VARIANTS, CrashSpace, RecordingFileSystem, explore
+from runner.proof.crashcheck import VARIANTS, CrashSpace, RecordingFileSystem, explore
 from runner.fs import FileSystem, OsFileSystem
-from runner.store import RunStore, scan
+from runner.stores.file import RunStore, scan
 
 # Sizes that keep the whole file to a few seconds.
 REAL_SIZE = dict(transitions=40, seed=1, max_states_per_point=64)

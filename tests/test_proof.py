@@ -12,8 +12,8 @@ import io
 import os
 import unittest
 
-from runner.campaign import WINDOWS, run_campaign
-from runner.demo import run_demo, run_draft_scenario
+from runner.proof.campaign import WINDOWS, run_campaign
+from runner.proof.demo import run_demo, run_draft_scenario
 
 FULL = bool(os.environ.get("RUNNER_FULL_TESTS"))
 

@@ -48,9 +48,9 @@ from runner.envelope import content_digest, format_time, parse_time
 from runner.errors import EXIT_CODES
 from runner.jobs import observe_job
 from runner.recovery import decide, recover, refresh_jobs
-from runner.report import brief as render_brief
+from runner.views import brief as render_brief
 from runner.run import Run, submit_job
-from runner.store import JOURNAL, RunStore
+from runner.stores.file import JOURNAL, RunStore
 
 TASK_ID = "minute-37"
 #: Lease time to live of a worker that will be killed; it renews the lease as it works.

@@ -15,6 +15,7 @@ import unittest
 from typing import Dict, List, Tuple
 
 from runner.cli import build_parser, split_command
+from runner.proof.cli import add_proof_verbs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SKILL = os.path.join(ROOT, "SKILL.md")
@@ -162,7 +163,7 @@ class ShownCommandsTest(unittest.TestCase):
     """Every runner command shown in the skill's text is accepted by the argument parser."""
 
     def test_every_shown_command_parses(self) -> None:
-        parser = build_parser()
+        parser = build_parser((add_proof_verbs,))
         files = [SKILL, os.path.join(ROOT, "README.md")]
         for folder in ("references", "templates"):
             for name in sorted(os.listdir(os.path.join(ROOT, folder))):

@@ -33,8 +33,8 @@ except ImportError:
 from runner.envelope import canonical_json, sha256_hex
 from runner.errors import AlreadyRunning, Fenced, InvalidInput, RunnerError
 from runner.run import Run
-from runner.sqlstore import create_store, list_runs, open_store
-from runner.store import CommitThenRaise
+from runner.stores import create_store, list_runs, open_store
+from runner.stores.file import CommitThenRaise
 
 WORKER = os.path.abspath(__file__)
 POSTGRES_ENV = "RUNNER_TEST_POSTGRES_URL"

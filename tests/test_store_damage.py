@@ -22,7 +22,7 @@ except ImportError:
     import _util
 
 from runner.errors import StateUnrecoverable
-from runner.store import STATE_FILES, RunStore, _decode_snapshot, _encode_snapshot
+from runner.stores.file import STATE_FILES, RunStore, _decode_snapshot, _encode_snapshot
 
 LATEST, PREVIOUS, QUARANTINED = "latest", "previous", "quarantined"
 THIS_FILE = os.path.abspath(__file__)

@@ -180,7 +180,7 @@ class Modes(SecurityCase):
     CHILD = (
         "import json, os, sys\n"
         "from runner.cli import main\n"
-        "from runner.store import RunStore\n"
+        "from runner.stores.file import RunStore\n"
         "run, contract = sys.argv[1], sys.argv[2]\n"
         "codes = [main(['--dir', run, 'init', '--contract', contract])]\n"
         "store = RunStore.open(run, compact_min_bytes=1)\n"

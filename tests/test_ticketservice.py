@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from runner.effects import NotApplied, Rejected, StaleEpoch, UnknownOutcome
 from runner.envelope import content_digest
-from runner.ticketservice import Faults, MarkerTicketAdapter, TicketServiceProcess, parse_command_line
+from runner.proof.ticketservice import Faults, MarkerTicketAdapter, TicketServiceProcess, parse_command_line
 
 
 class _ServiceCase(unittest.TestCase):

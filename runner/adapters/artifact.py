@@ -36,16 +36,14 @@ what stops a stale writer here.
 import errno
 import hashlib
 import os
-import shutil
-import tempfile
 from typing import Any, Dict, Optional, Tuple
 
-from .effects import NotApplied, Observation, Rejected, UnknownOutcome
-from .envelope import validate_id
-from .errors import InvalidInput
-from .fs import OsFileSystem
+from ..effects import NotApplied, Observation, Rejected, UnknownOutcome
+from ..envelope import validate_id
+from ..errors import InvalidInput
+from ..fs import OsFileSystem
 
-__all__ = ["ArtifactAdapter", "payload_for", "conformance_factory"]
+__all__ = ["ArtifactAdapter", "payload_for"]
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -170,26 +168,3 @@ def _discard(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
-
-
-class _ArtifactControls:
-    """Conformance hooks: a simulated lost response, and cleanup of the temp folder."""
-
-    def __init__(self, adapter: Any, folder: str) -> None:
-        self.adapter = adapter
-        self.folder = folder
-
-    def lose_next_response(self) -> None:
-        self.adapter.lose_next_response()
-
-    def close(self) -> None:
-        shutil.rmtree(self.folder, ignore_errors=True)
-
-
-def conformance_factory() -> Tuple[Any, _ArtifactControls]:
-    """An :class:`ArtifactAdapter` over a fresh temp folder, wrapped to lose a response on demand."""
-    from .conformance import ResponseLosingAdapter  # the kit imports adapters, not the reverse, at import time
-
-    folder = tempfile.mkdtemp(prefix="artifacts-")
-    adapter = ResponseLosingAdapter(ArtifactAdapter(folder))
-    return adapter, _ArtifactControls(adapter, folder)

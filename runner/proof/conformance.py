@@ -8,7 +8,7 @@ effect. The kit exercises each promise against the real target.
 
 ``run_conformance(factory)`` returns a report (a dict); ``format_report``
 renders it with one PASS / FAIL / SKIP line per check and its reason.
-``python3 -m runner.conformance --adapter module:factory`` runs it from
+``python3 -m runner.proof.conformance --adapter module:factory`` runs it from
 the command line (exit 0 when every check passes or is skipped, 1 when one
 fails, 2 when the factory cannot be loaded).
 
@@ -52,12 +52,15 @@ refusal), ``lost_response_is_observed``, ``fencing_epoch_enforced``
 import argparse
 import importlib
 import json
+import shutil
 import sys
+import tempfile
 import uuid
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from .effects import Observation, Rejected, StaleEpoch, UnknownOutcome, check_document
-from .errors import InvalidInput
+from ..effects import Observation, Rejected, StaleEpoch, UnknownOutcome, check_document
+from ..adapters.artifact import ArtifactAdapter
+from ..errors import InvalidInput
 
 __all__ = ["CHECKS", "run_conformance", "format_report", "load_factory", "ResponseLosingAdapter", "main"]
 
@@ -418,7 +421,7 @@ def load_factory(spec: str) -> Callable[[], Any]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m runner.conformance", description="Check an effect adapter against the runner's contract.")
+    parser = argparse.ArgumentParser(prog="python3 -m runner.proof.conformance", description="Check an effect adapter against the runner's contract.")
     parser.add_argument("--adapter", required=True, action="append", metavar="MODULE:FACTORY", help="a factory returning an adapter or (adapter, controls); repeatable")
     parser.add_argument("--json", action="store_true", help="print the reports as one JSON object")
     args = parser.parse_args(argv)
@@ -437,3 +440,26 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# -- the artifact adapter under the kit -------------------------------------------
+
+class _ArtifactControls:
+    """Conformance hooks: a simulated lost response, and cleanup of the temp folder."""
+
+    def __init__(self, adapter: Any, folder: str) -> None:
+        self.adapter = adapter
+        self.folder = folder
+
+    def lose_next_response(self) -> None:
+        self.adapter.lose_next_response()
+
+    def close(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def artifact_factory() -> Tuple[Any, _ArtifactControls]:
+    """An :class:`ArtifactAdapter` over a fresh temp folder, wrapped to lose a response on demand."""
+    folder = tempfile.mkdtemp(prefix="artifacts-")
+    adapter = ResponseLosingAdapter(ArtifactAdapter(folder))
+    return adapter, _ArtifactControls(adapter, folder)

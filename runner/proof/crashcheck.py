@@ -1,6 +1,6 @@
 """Power-loss crash-state explorer for the run store.
 
-A workload drives a real :class:`~runner.store.RunStore` over a
+A workload drives a real :class:`~runner.stores.file.RunStore` over a
 :class:`RecordingFileSystem`, an in-memory file system that logs every durable
 operation and keeps, beside what a process would read, what the disk is
 guaranteed to hold. After every operation the explorer asks which on-disk
@@ -49,7 +49,7 @@ Let A be the last revision acknowledged before the point (a store call
 returned) and T the last revision attempted. Once ``init`` has been
 acknowledged, ``RunStore.open`` must succeed with a revision r, A <= r <= T,
 whose content is exactly the workload's state at revision r, and
-``runner.store.scan`` must agree. Under this model a store that keeps its
+``runner.stores.file.scan`` must agree. Under this model a store that keeps its
 write protocol loses at most unacknowledged data, so any
 :class:`~runner.errors.StateUnrecoverable` there is a violation. Before
 ``init`` is acknowledged a load may report "no run" (and a new ``init`` must
@@ -69,10 +69,10 @@ import random
 import time
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple, Type, Union
 
-from .envelope import canonical_json
-from .errors import InvalidInput, RunnerError, StateUnrecoverable
-from .fs import FileSystem
-from .store import RunStore, finish_transition, prepare_transition, scan
+from ..envelope import canonical_json
+from ..errors import InvalidInput, RunnerError, StateUnrecoverable
+from ..fs import FileSystem
+from ..stores.file import RunStore, finish_transition, prepare_transition, scan
 
 __all__ = [
     "DIR_COMBO_LIMIT",

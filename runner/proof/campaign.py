@@ -25,12 +25,12 @@ import tempfile
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from .effects import Adapter, Observation
-from .errors import RunnerError
-from .fs import OsFileSystem
-from .recovery import recover
-from .run import Run, submit_job
-from .store import RunStore
+from ..effects import Adapter, Observation
+from ..errors import RunnerError
+from ..fs import OsFileSystem
+from ..recovery import recover
+from ..run import Run, submit_job
+from ..stores.file import RunStore
 from .ticketservice import TicketAdapter, TicketServiceProcess
 
 __all__ = ["WINDOWS", "KillSwitch", "KillingFileSystem", "KillingAdapter", "KillingRun", "run_campaign"]
@@ -219,7 +219,7 @@ def _work(run: KillingRun, task: str, adapter: Adapter, report: Any, budget: int
     job = submit_job(run, "check", [sys.executable, "-c", "pass"])
     report(run.state["revision"])
     deadline = time.monotonic() + 30
-    from .jobs import observation_ops, observe_job
+    from ..jobs import observation_ops, observe_job
 
     while job["state"] in ("submitting", "running") and time.monotonic() < deadline:
         seen = observe_job(run.store.path, job)

@@ -25,8 +25,8 @@ import tempfile
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from .envelope import sha256_hex
-from .store import RunStore
+from ..envelope import sha256_hex
+from ..stores.file import RunStore
 
 __all__ = ["run_bench", "run_store_bench", "TARGETS"]
 
@@ -121,7 +121,7 @@ def run_bench(transitions: int = 2000, scratch: Optional[str] = None, clock: Cal
 
 def _store_worker(url: str, task: str, transitions: int, queue: Any) -> None:
     """One process committing ``transitions`` effect transitions to its own run; reports the times."""
-    from .sqlstore import open_store
+    from ..stores import open_store
 
     store = open_store(url, task)
     times: List[float] = []
@@ -141,7 +141,7 @@ def run_store_bench(urls: List[str], transitions: int = 300, processes: int = 4)
     """
     import multiprocessing
 
-    from .sqlstore import create_store, parse_store_url
+    from ..stores import create_store, parse_store_url
 
     out: List[Dict[str, Any]] = []
     context = multiprocessing.get_context("spawn")

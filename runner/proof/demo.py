@@ -33,13 +33,13 @@ import tempfile
 import time
 from typing import Any, Callable, Dict, IO, List, Optional
 
-from .envelope import content_digest, sha256_hex
-from .errors import Cancelled, RunnerError
-from .recovery import recover
-from .run import Run
-from .errors import InvalidInput
-from .sqlstore import create_store, list_runs, open_store, parse_store_url, run_url
-from .store import RunStore
+from ..envelope import content_digest, sha256_hex
+from ..errors import Cancelled, RunnerError
+from ..recovery import recover
+from ..run import Run
+from ..errors import InvalidInput
+from ..stores import create_store, list_runs, open_store, parse_store_url, run_url
+from ..stores.file import RunStore
 from .campaign import WINDOWS as CAMPAIGN_WINDOWS
 from .campaign import KillingAdapter, KillingRun, KillSwitch
 from .ticketservice import TicketAdapter, TicketServiceProcess
@@ -149,7 +149,7 @@ def worker_main(argv: List[str]) -> int:
 
 
 def shard_handler(store: Any, owner: str, ttl: float, context: Dict[str, Any], switch: KillSwitch) -> str:
-    """The pool's handler for one shard run of the demo (``runner work --handler runner.demo:shard_handler``)."""
+    """The pool's handler for one shard run of the demo (``runner work --handler runner.proof.demo:shard_handler``)."""
     task = store.state["task_id"]
     run = KillingRun(store)
     run.switch = switch
@@ -196,7 +196,7 @@ def _spawn_worker(opts: Dict[str, Any]) -> "subprocess.Popen[str]":
     env = dict(os.environ)
     parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = parent + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return subprocess.Popen([sys.executable, "-m", "runner.demo", "--worker", json.dumps(opts)], stdin=subprocess.DEVNULL,
+    return subprocess.Popen([sys.executable, "-m", "runner.proof.demo", "--worker", json.dumps(opts)], stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
@@ -301,7 +301,7 @@ SHARD_SIZE = 100
 def _run_sharded(store_url: str, service_url: str, documents: int, seed: int, crash_rate: float, workers: int, progress: Optional[_Progress],
                  shard_size: int = SHARD_SIZE) -> Dict[str, Any]:
     """The documents in runs of ``shard_size`` in one store, driven by a pool of ``workers``."""
-    from .pool import run_pool
+    from ..pool import run_pool
 
     if list_runs(store_url):
         raise InvalidInput(f"{store_url} already holds runs; the demo needs an empty store")
@@ -323,7 +323,7 @@ def _run_sharded(store_url: str, service_url: str, documents: int, seed: int, cr
                 progress.show(len(done), tally.get("crashes", 0), tally.get("crashes", 0))
 
     context = {"url": service_url, "shard_size": shard_size, "documents": documents}
-    tally = run_pool(store_url, workers, "runner.demo:shard_handler", context=context, ttl=TTL, seed=seed, crash_rate=crash_rate,
+    tally = run_pool(store_url, workers, "runner.proof.demo:shard_handler", context=context, ttl=TTL, seed=seed, crash_rate=crash_rate,
                      windows=list(WINDOWS), on_line=on_line, tally=tally)
     if progress:
         progress.show(len(done), tally["crashes"], tally["crashes"], final=True)
@@ -498,7 +498,7 @@ def run_draft_scenario(log: IO[str]) -> Dict[str, Any]:
             for phase in ("first", "recovery"):
                 env = dict(os.environ)
                 env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-                proc = subprocess.run([sys.executable, "-m", "runner.demo", "--draft-worker", json.dumps({"run": run_path, "url": service.url, "phase": phase})],
+                proc = subprocess.run([sys.executable, "-m", "runner.proof.demo", "--draft-worker", json.dumps({"run": run_path, "url": service.url, "phase": phase})],
                                       capture_output=True, text=True, env=env, timeout=120)
                 log.write(f"# {'First process' if phase == 'first' else 'Recovery process'}\n")
                 for line in proc.stdout.splitlines():

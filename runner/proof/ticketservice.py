@@ -7,7 +7,7 @@ client waits, a retention window after which keys are forgotten).
 
 Start it with::
 
-    python3 -m runner.ticketservice --db PATH --port-file FILE [--no-idempotency] [--retention SECONDS]
+    python3 -m runner.proof.ticketservice --db PATH --port-file FILE [--no-idempotency] [--retention SECONDS]
 
 It listens on 127.0.0.1 at a random port, writes the port to FILE (a temp
 file renamed over FILE, so a reader never sees half a number) and prints
@@ -89,8 +89,8 @@ import urllib.parse
 import urllib.request
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from .effects import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
-from .envelope import content_digest
+from ..effects import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
+from ..envelope import content_digest
 
 __all__ = [
     "FAULT_DEFAULTS",
@@ -632,7 +632,7 @@ def serve(db_path: str, port_file: str, *, port: int = 0, idempotency: bool = Tr
 
 def parse_command_line(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     """The keyword arguments of :func:`serve` from a command line; exits 2 on a usage error."""
-    parser = argparse.ArgumentParser(prog="python3 -m runner.ticketservice", description="A ticket service with a SQLite ledger and fault switches.")
+    parser = argparse.ArgumentParser(prog="python3 -m runner.proof.ticketservice", description="A ticket service with a SQLite ledger and fault switches.")
     parser.add_argument("--db", required=True, help="the SQLite ledger (created if missing)")
     parser.add_argument("--port-file", required=True, help="where to write the port once listening")
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a random free one)")
@@ -867,7 +867,7 @@ _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class TicketServiceProcess:
-    """Start ``python3 -m runner.ticketservice`` in a child process; stop it on exit.
+    """Start ``python3 -m runner.proof.ticketservice`` in a child process; stop it on exit.
 
     ``flags``: ``idempotency`` (default True), ``retention_seconds`` (None),
     ``quiet`` (True) and any fault switch as a start-up value. The service's
@@ -904,7 +904,7 @@ class TicketServiceProcess:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.port_file)
         # -S: the service needs the standard library only, and starts faster without site-packages.
-        command = [sys.executable, "-S", "-m", "runner.ticketservice", "--db", self.db_path, "--port-file", self.port_file]
+        command = [sys.executable, "-S", "-m", "runner.proof.ticketservice", "--db", self.db_path, "--port-file", self.port_file]
         if not self.idempotency:
             command.append("--no-idempotency")
         if self.retention_seconds is not None:
@@ -1023,7 +1023,7 @@ class TicketServiceProcess:
 # -- conformance factories -----------------------------------------------------------------
 
 class _ServiceControls:
-    """Conformance hooks for a service started by a factory (see :mod:`runner.conformance`)."""
+    """Conformance hooks for a service started by a factory (see :mod:`runner.proof.conformance`)."""
 
     def __init__(self, service: TicketServiceProcess, folder: str, by: str) -> None:
         self.service = service

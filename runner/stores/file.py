@@ -1,0 +1,864 @@
+"""The durable run store: an identity file, a snapshot, a journal and a backup.
+
+Layout of a run folder (mode 0700; every file 0600)::
+
+    run.json             identity: task id, plan, creation time. Written once;
+                         the state at revision 0 is derived from it.
+    snapshot.json        the envelope at some revision S, with its digest
+    journal.jsonl        one line per transition after the snapshot
+    journal.prev.jsonl   the transitions that led up to the snapshot
+    backup.json          the snapshot before the current one
+    lock                 flock(2) target; never removed
+    quarantine/          damaged files, moved aside, never deleted
+
+Invariants the store keeps:
+
+* A transition is one fsync'd append of one journal line; it is acknowledged
+  (the call returns) only after that fsync. Each line carries the revision,
+  the writer's fencing epoch and the hash of the line before it, so the
+  journal is a hash chain rooted in ``run.json``.
+* The snapshot is a cache of the journal: the journal files always hold the
+  record at the snapshot's revision. A snapshot ahead of its journal is damage.
+* Compaction writes the new snapshot beside the old, fsyncs it, then rotates
+  journal -> prev and snapshot -> backup with a directory fsync after each
+  step, so every crash leaves a base (snapshot, backup or ``run.json``) from
+  which the journal rebuilds the last acknowledged revision.
+* Loading never guesses. A torn final journal line (an append that was never
+  acknowledged) is dropped and the drop is recorded. Any other damage is
+  rebuilt exactly from another base or the run stops with
+  :class:`~runner.errors.StateUnrecoverable` after its files are moved into
+  ``quarantine/``. A new run is never created over existing or damaged state.
+
+Every mutation runs under an exclusive ``flock`` on ``lock``, after the store
+has caught up with what other processes appended, so a check made inside a
+transaction (such as the fencing check) sees the state it writes against.
+"""
+
+import contextlib
+import json
+import os
+import re
+import time
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from ..envelope import (
+    SchemaMismatch,
+    apply_ops,
+    check_shape,
+    undo_ops,
+    canonical_json,
+    content_digest,
+    format_time,
+    loads_strict,
+    loads_trusted,
+    new_envelope,
+    sha256_hex,
+    validate_envelope,
+    validate_id,
+)
+from ..errors import InvalidInput, StateUnrecoverable
+from ..fs import FileSystem, OsFileSystem, replace_durably
+
+__all__ = ["RunStore", "StateView", "Scan", "Finding", "scan", "CommitThenRaise", "prepare_transition", "finish_transition", "DURABILITY_MODES", "STATE_FILES"]
+
+IDENTITY = "run.json"
+SNAPSHOT = "snapshot.json"
+BACKUP = "backup.json"
+JOURNAL = "journal.jsonl"
+PREV_JOURNAL = "journal.prev.jsonl"
+LOCK = "lock"
+QUARANTINE = "quarantine"
+TMP_SUFFIX = ".tmp"
+
+#: Files that hold run state; quarantine moves these.
+STATE_FILES = (IDENTITY, SNAPSHOT, BACKUP, PREV_JOURNAL, JOURNAL)
+
+IDENTITY_FORMAT = "runner-run/1"
+SNAPSHOT_FORMAT = "runner-snapshot/1"
+
+#: ``sync`` fsyncs before a call returns and survives power loss (the
+#: default). ``process`` skips every fsync: it survives the death of the
+#: process, since the kernel still holds what was written, but not of the machine.
+DURABILITY_MODES = ("sync", "process")
+
+_SNAPSHOT_HEAD = re.compile(rb'\{"digest":"([0-9a-f]{64})","format":"runner-snapshot/1","state":')
+_RECORD_HEAD = re.compile(rb'\{"h":"([0-9a-f]{64})","r":')
+_RECORD_KEYS = {"at", "epoch", "ops", "prev", "rev"}
+
+
+class CommitThenRaise(Exception):
+    """Raised by a ``decide`` function: commit ``ops`` (a recorded refusal), then raise ``error``."""
+
+    def __init__(self, ops: List[List[Any]], error: BaseException) -> None:
+        super().__init__(str(error))
+        self.ops = ops
+        self.error = error
+
+
+class Finding(NamedTuple):
+    """One fact ``scan`` established. ``level``: ``note``, ``repairable`` or ``damage``."""
+
+    level: str
+    code: str
+    message: str
+
+
+class _Journal(NamedTuple):
+    records: List[Tuple[str, Dict[str, Any]]]  # (hash, body) in file order
+    good_end: int  # byte offset after the last complete, valid line
+    size: int  # bytes in the file
+    torn: bool  # trailing bytes after good_end form a torn (unacknowledged) line
+    error: Optional[str]  # damage inside the file, if any
+    identity: Optional[Tuple[int, int]]  # (inode, size) when read
+
+
+class Scan(NamedTuple):
+    """What a read-only look at a run folder found. ``state`` is None unless loadable."""
+
+    path: str
+    exists: bool  # a run (or the remains of one) is here
+    state: Optional[Dict[str, Any]]
+    base: Optional[str]  # the file the state was rebuilt from
+    findings: List[Finding]
+    journal: Optional[_Journal]
+    snapshot_size: int
+    journal_bytes_since_snapshot: int
+
+    @property
+    def damaged(self) -> bool:
+        return any(f.level == "damage" for f in self.findings)
+
+    @property
+    def repairable(self) -> List[Finding]:
+        return [f for f in self.findings if f.level == "repairable"]
+
+
+def _encode_snapshot(state: Dict[str, Any]) -> bytes:
+    body = canonical_json(state)
+    return b'{"digest":"' + sha256_hex(body).encode() + b'","format":"' + SNAPSHOT_FORMAT.encode() + b'","state":' + body + b"}\n"
+
+
+def _decode_snapshot(data: bytes) -> Dict[str, Any]:
+    match = _SNAPSHOT_HEAD.match(data)
+    if not match or not data.endswith(b"}\n"):
+        raise ValueError("not a snapshot file (bad framing)")
+    body = data[match.end() : -2]
+    if sha256_hex(body) != match.group(1).decode():
+        raise ValueError("snapshot digest does not match its content")
+    try:
+        state = loads_trusted(body)
+    except ValueError as exc:
+        raise ValueError(f"snapshot content is not valid JSON: {exc}") from None
+    return validate_envelope(state)
+
+
+def _encode_record(body: Dict[str, Any]) -> Tuple[str, bytes, bytes]:
+    """``(hash, canonical body, journal line)`` of one transition."""
+    raw = canonical_json(body)
+    digest = sha256_hex(raw)
+    return digest, raw, b'{"h":"' + digest.encode() + b'","r":' + raw + b"}\n"
+
+
+def _decode_record(line: bytes) -> Tuple[str, Dict[str, Any]]:
+    """Parse one journal line (without its newline). Raises ``ValueError``."""
+    match = _RECORD_HEAD.match(line)
+    if not match or not line.endswith(b"}"):
+        raise ValueError("bad framing")
+    raw = line[match.end() : -1]
+    digest = match.group(1).decode()
+    if sha256_hex(raw) != digest:
+        raise ValueError("hash does not match content")
+    body = loads_trusted(raw)
+    if not isinstance(body, dict) or set(body) != _RECORD_KEYS:
+        raise ValueError("record fields are wrong")
+    if not isinstance(body["rev"], int) or not isinstance(body["ops"], list) or not isinstance(body["prev"], str):
+        raise ValueError("record field types are wrong")
+    return digest, body
+
+
+class Prepared(NamedTuple):
+    """A transition applied in memory and encoded, not yet durable."""
+
+    digest: str
+    body: Dict[str, Any]
+    line: bytes
+    ops: List[List[Any]]
+    undo: List[Any]
+
+
+def prepare_transition(state: Dict[str, Any], ops: List[List[Any]], epoch: int, at: str) -> Prepared:
+    """Encode the record of ``ops`` and apply them to ``state`` in place.
+
+    The ops applied are those decoded from the record, so memory holds exactly
+    what a replay will. A refused transition (not canonical JSON, a bad path,
+    or an envelope that would not load) raises :class:`InvalidInput` with
+    ``state`` unchanged. The caller makes the record durable, then calls
+    :func:`finish_transition`, or takes it back with ``undo_ops(prepared.undo)``.
+    """
+    body = {"at": at, "epoch": int(epoch), "ops": ops, "prev": state["head"], "rev": state["revision"] + 1}
+    try:
+        digest, raw, line = _encode_record(body)
+        ops = json.loads(raw)["ops"]
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"transition is not canonical JSON: {exc}") from None
+    undo: List[Any] = []
+    try:
+        apply_ops(state, ops, undo)
+        check_shape(state)  # a transition may never leave an envelope that would not load
+    except ValueError as exc:
+        undo_ops(undo)
+        raise InvalidInput(f"transition refused: {exc}") from None
+    return Prepared(digest, body, line, ops, undo)
+
+
+def finish_transition(state: Dict[str, Any], prepared: Prepared) -> None:
+    """Advance revision, head and time once the record is durable."""
+    state["revision"], state["head"], state["updated_at"] = prepared.body["rev"], prepared.digest, prepared.body["at"]
+
+
+class StateView:
+    """What every store exposes of its loaded state; subclasses set ``_state`` and ``clock``."""
+
+    _state: Optional[Dict[str, Any]] = None
+    clock: Callable[[], float]
+
+    @property
+    def state(self) -> Dict[str, Any]:
+        if self._state is None:
+            raise StateUnrecoverable("the store has no loaded state")
+        return self._state
+
+    @property
+    def revision(self) -> int:
+        return int(self.state["revision"])
+
+    def now(self) -> str:
+        return format_time(self.clock())
+
+
+def _parse_journal(data: bytes, identity: Optional[Tuple[int, int]], allow_torn: bool) -> _Journal:
+    records: List[Tuple[str, Dict[str, Any]]] = []
+    pos = 0
+    while True:
+        nl = data.find(b"\n", pos)
+        if nl < 0:
+            break
+        try:
+            records.append(_decode_record(data[pos:nl]))
+        except ValueError as exc:
+            return _Journal(records, pos, len(data), False, f"line {len(records) + 1} (byte {pos}): {exc}", identity)
+        pos = nl + 1
+    tail = data[pos:]
+    if not tail:
+        return _Journal(records, pos, len(data), False, None, identity)
+    # A tail without a newline is an append that never completed, unless it is
+    # a whole record followed by one wrong byte where the newline should be.
+    try:
+        _decode_record(tail[:-1])
+        complete_but_damaged = True
+    except ValueError:
+        complete_but_damaged = False
+    if complete_but_damaged or not allow_torn:
+        return _Journal(records, pos, len(data), False, f"damaged final line (byte {pos})", identity)
+    return _Journal(records, pos, len(data), True, None, identity)
+
+
+def _chain_from(
+    base: Dict[str, Any], records: Sequence[Tuple[str, Dict[str, Any]]], prev_lost: bool
+) -> Tuple[Optional[int], Optional[str]]:
+    """Index of the first record after ``base``, or an error if the journal does not continue it.
+
+    A base ahead of the journal is an error: the journal always holds the
+    record at the snapshot's revision, so such a base means records are gone.
+    The one exception is a damaged previous journal, which held exactly those.
+    """
+    rev, head = base["revision"], base["head"]
+    for index, (digest, body) in enumerate(records):
+        if body["rev"] == rev:
+            if digest != head:
+                return None, f"journal record {rev} disagrees with the base's head"
+            return index + 1, None
+        if body["rev"] == rev + 1:
+            if body["prev"] != head:
+                return None, f"journal record {rev + 1} does not continue revision {rev}"
+            return index, None
+    if not records:
+        if rev == 0 or prev_lost:
+            return 0, None
+        return None, f"base is at revision {rev} but the journal holds no records"
+    if records[-1][1]["rev"] < rev:
+        return None, f"base is at revision {rev}, ahead of the journal (last record {records[-1][1]['rev']})"
+    return None, f"the journal starts at revision {records[0][1]['rev']}, after the base's revision {rev}"
+
+
+def _replay(base: Dict[str, Any], records: Sequence[Tuple[str, Dict[str, Any]]]) -> Dict[str, Any]:
+    state = base
+    for digest, body in records:
+        if body["rev"] != state["revision"] + 1 or body["prev"] != state["head"]:
+            raise ValueError(f"journal record {body['rev']} breaks the chain")
+        apply_ops(state, body["ops"])
+        state["revision"], state["head"], state["updated_at"] = body["rev"], digest, body["at"]
+    return state
+
+
+def _genesis(identity: Dict[str, Any], head: str) -> Dict[str, Any]:
+    return new_envelope(identity["task_id"], identity["plan"], head, identity["created_at"])
+
+
+def _read_identity(fs: FileSystem, path: str) -> Tuple[Dict[str, Any], str]:
+    data = fs.read(path)
+    identity = loads_strict(data)
+    if not isinstance(identity, dict) or identity.get("format") != IDENTITY_FORMAT:
+        raise ValueError("not a run identity file")
+    if data != canonical_json(identity) + b"\n":
+        raise ValueError("identity file is not in canonical form")
+    validate_id(identity.get("task_id"), "task id")
+    if not isinstance(identity.get("plan"), dict) or not isinstance(identity.get("created_at"), str):
+        raise ValueError("identity file lacks its plan or creation time")
+    if identity.get("plan_digest") != content_digest(identity["plan"]):
+        raise ValueError("identity plan_digest does not match its plan")
+    return identity, sha256_hex(data)
+
+
+def scan(path: str, fs: Optional[FileSystem] = None, thorough: bool = False) -> Scan:
+    """Read a run folder without changing anything and say what can be loaded.
+
+    The state returned, when there is one, is the latest revision the files
+    prove: rebuilt from the first valid base (snapshot, then backup, then the
+    identity) that the journal continues to its last complete record.
+    ``thorough`` also validates what the load did not need: the backup and
+    every line of the previous journal.
+
+    A load from a valid snapshot needs only the last line of the previous
+    journal (the record at the snapshot's revision), so that is all it reads
+    there; any other base needs the whole previous journal, and gets it.
+    """
+    fs = fs or OsFileSystem()
+    if not thorough:
+        quick = _scan(path, fs, thorough=False, whole_prev=False)
+        if quick.base == SNAPSHOT or not quick.exists:
+            return quick
+    return _scan(path, fs, thorough=thorough, whole_prev=True)
+
+
+def _last_line(data: bytes) -> bytes:
+    """The final complete line of ``data`` (with its newline), or all of it when there is no such line."""
+    end = data.rfind(b"\n", 0, len(data) - 1) if data.endswith(b"\n") else -1
+    return data[end + 1 :] if data.endswith(b"\n") else data
+
+
+def _scan(path: str, fs: FileSystem, thorough: bool, whole_prev: bool) -> Scan:
+    findings: List[Finding] = []
+
+    def join(name: str) -> str:
+        return os.path.join(path, name)
+
+    if not fs.exists(path):
+        return Scan(path, False, None, None, [Finding("note", "absent", f"no run folder at {path}")], None, 0, 0)
+    names = set(fs.listdir(path))
+    present = [n for n in STATE_FILES if n in names]
+    for name in present:
+        if fs.is_symlink(join(name)):
+            findings.append(Finding("damage", "symlink", f"{name} is a symbolic link; refusing to follow it"))
+    for name in sorted(names):
+        if name.endswith(TMP_SUFFIX):
+            findings.append(Finding("repairable", "stray-temp", f"leftover temporary file {name}"))
+    if any(f.code == "symlink" for f in findings):
+        return Scan(path, True, None, None, findings, None, 0, 0)
+
+    if IDENTITY not in names:
+        if not present:
+            if QUARANTINE in names:
+                findings.append(Finding("damage", "quarantined", f"the run's state was quarantined in {join(QUARANTINE)}"))
+                return Scan(path, True, None, None, findings, None, 0, 0)
+            findings.append(Finding("note", "empty", f"no run in {path}"))
+            return Scan(path, False, None, None, findings, None, 0, 0)
+        if _is_unfinished_init(fs, path, names):
+            findings.append(Finding("note", "unfinished-init", "an init that never completed left files; a new init may replace them"))
+            return Scan(path, False, None, None, findings, None, 0, 0)
+        findings.append(Finding("damage", "identity-missing", "run.json is missing but run state is present"))
+        return Scan(path, True, None, None, findings, None, 0, 0)
+
+    try:
+        identity, genesis_head = _read_identity(fs, join(IDENTITY))
+    except (OSError, ValueError, InvalidInput) as exc:
+        findings.append(Finding("damage", "identity", f"run.json is unreadable: {exc}"))
+        return Scan(path, True, None, None, findings, None, 0, 0)
+
+    journals: Dict[str, _Journal] = {}
+    for name in (PREV_JOURNAL, JOURNAL):
+        if name in names:
+            ident = fs.stat(join(name))
+            data = fs.read(join(name))
+            if name == PREV_JOURNAL and not whole_prev:
+                data = _last_line(data)
+            journals[name] = _parse_journal(data, ident, allow_torn=(name == JOURNAL))
+    current = journals.get(JOURNAL)
+    prev = journals.get(PREV_JOURNAL)
+    if current is not None and current.torn:
+        findings.append(
+            Finding(
+                "repairable",
+                "torn-record",
+                f"dropped a torn final journal record: {current.size - current.good_end} bytes at offset {current.good_end}",
+            )
+        )
+
+    # The records a base may be continued by: prev then current, if they link.
+    records: List[Tuple[str, Dict[str, Any]]] = []
+    chain_error: Optional[str] = None
+    prev_usable = prev is not None and prev.error is None
+    if prev is not None and prev.error:
+        findings.append(Finding("repairable", "prev-journal", f"{PREV_JOURNAL} is damaged at {prev.error}"))
+    if current is not None and current.error:
+        chain_error = f"{JOURNAL} is damaged at {current.error}"
+    else:
+        cur_records = current.records if current else []
+        if prev_usable and prev.records:  # type: ignore[union-attr]
+            if cur_records and cur_records[0][1]["prev"] != prev.records[-1][0]:  # type: ignore[union-attr]
+                findings.append(Finding("repairable", "prev-journal", f"{PREV_JOURNAL} does not link to {JOURNAL}"))
+                records = list(cur_records)
+            else:
+                records = prev.records + list(cur_records)  # type: ignore[union-attr]
+        else:
+            records = list(cur_records)
+        for (_, a), (digest_b, b) in zip(records, records[1:]):
+            if b["rev"] != a["rev"] + 1:
+                chain_error = f"journal revisions jump from {a['rev']} to {b['rev']}"
+                break
+    if chain_error:
+        findings.append(Finding("damage", "journal", chain_error))
+        return Scan(path, True, None, None, findings, current, 0, 0)
+
+    last_rev = records[-1][1]["rev"] if records else 0
+    candidates: List[Tuple[str, Callable[[], Dict[str, Any]]]] = []
+    snapshot_size = 0
+    for name in (SNAPSHOT, BACKUP):
+        if name in names:
+            def load(name: str = name) -> Dict[str, Any]:
+                return _decode_snapshot(fs.read(join(name)))
+            candidates.append((name, load))
+        elif name == SNAPSHOT:
+            findings.append(Finding("repairable", "snapshot-missing", "snapshot.json is missing"))
+    candidates.append((IDENTITY, lambda: _genesis(identity, genesis_head)))
+
+    highest_valid = -1  # a rebuild must never land below a valid base
+    for name, load in candidates:
+        try:
+            base = load()
+        except SchemaMismatch as exc:
+            findings.append(Finding("damage", "schema", f"{name}: {exc}"))
+            return Scan(path, True, None, None, findings, current, 0, 0)
+        except (OSError, ValueError, InvalidInput) as exc:
+            findings.append(Finding("repairable", f"{name}-invalid", f"{name} is invalid: {exc}"))
+            continue
+        if base["task_id"] != identity["task_id"] or base["created_at"] != identity["created_at"]:
+            findings.append(Finding("repairable", f"{name}-foreign", f"{name} belongs to another run (task {base['task_id']!r})"))
+            continue
+        highest_valid = max(highest_valid, base["revision"])
+        # Only the snapshot may stand without the record at its revision, and
+        # only when the previous journal that held it is the damaged file.
+        start, error = _chain_from(base, records, name == SNAPSHOT and prev is not None and not prev_usable)
+        if error is not None:
+            findings.append(Finding("repairable", f"{name}-inconsistent", f"{name}: {error}"))
+            continue
+        try:
+            state = _replay(base, records[start:])  # type: ignore[index]
+        except ValueError as exc:
+            findings.append(Finding("damage", "replay", f"replaying the journal from {name} failed: {exc}"))
+            return Scan(path, True, None, None, findings, current, 0, 0)
+        if state["revision"] != max(last_rev, base["revision"]) or state["revision"] < highest_valid:
+            findings.append(Finding("repairable", f"{name}-behind", f"{name} rebuilds revision {state['revision']}, behind a valid base at {highest_valid}"))
+            continue
+        if name == SNAPSHOT:
+            snapshot_size = fs.stat(join(SNAPSHOT))[1]  # type: ignore[index]
+            if thorough and BACKUP in names:
+                try:
+                    backup = _decode_snapshot(fs.read(join(BACKUP)))
+                    if backup["task_id"] != identity["task_id"] or backup["revision"] > state["revision"]:
+                        raise ValueError("it does not belong to this run's history")
+                except (OSError, ValueError, InvalidInput) as exc:
+                    findings.append(Finding("repairable", f"{BACKUP}-invalid", f"{BACKUP} is invalid: {exc}"))
+        else:
+            findings.append(Finding("repairable", "rebuilt", f"rebuilt revision {state['revision']} from {name} and the journal"))
+        since = current.good_end if current is not None else 0
+        return Scan(path, True, state, name, findings, current, snapshot_size, since)
+
+    # No base reaches the end of the journal: every problem found is damage now.
+    findings = [Finding("damage", f.code, f.message) if f.level == "repairable" else f for f in findings]
+    findings.append(Finding("damage", "no-base", f"no valid base rebuilds revision {last_rev}"))
+    return Scan(path, True, None, None, findings, current, 0, 0)
+
+
+def _is_unfinished_init(fs: FileSystem, path: str, names: set) -> bool:
+    """True when the only state is what an interrupted ``init`` writes before run.json."""
+    if BACKUP in names or PREV_JOURNAL in names:
+        return False
+    if JOURNAL in names and fs.stat(os.path.join(path, JOURNAL))[1] != 0:  # type: ignore[index]
+        return False
+    if SNAPSHOT in names:
+        try:
+            return _decode_snapshot(fs.read(os.path.join(path, SNAPSHOT)))["revision"] == 0
+        except (OSError, ValueError):
+            return False
+    return True
+
+
+Ops = List[List[Any]]
+
+
+class RunStore(StateView):
+    """One run's durable state. Create with :meth:`create`, load with :meth:`open`.
+
+    ``state`` is the envelope at the store's current revision; treat it as
+    read-only. Change it only through :meth:`transact` or :meth:`commit`.
+
+    ``clock`` (seconds since the epoch) and ``fs`` are injectable.
+    ``compact_min_bytes`` is the journal size below which no compaction
+    happens; above it, the journal is compacted once it reaches a quarter of
+    the snapshot's size, which keeps both loading and compaction cost
+    proportional to the state, not to its history.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        fs: Optional[FileSystem] = None,
+        clock: Optional[Callable[[], float]] = None,
+        durability: str = "sync",
+        compact_min_bytes: int = 256 * 1024,
+    ) -> None:
+        if durability not in DURABILITY_MODES:
+            raise InvalidInput(f"durability must be one of {', '.join(DURABILITY_MODES)}")
+        self.path = os.path.abspath(path) if fs is None else path
+        self.fs = fs or OsFileSystem()
+        self.clock = clock or time.time
+        self.durability = durability
+        self.compact_min_bytes = compact_min_bytes
+        self._paths: Dict[str, str] = {}
+        self._state: Optional[Dict[str, Any]] = None
+        self._journal_id: Optional[Tuple[int, int]] = None
+        self._journal_bytes = 0
+        self._snapshot_size = 0
+        self._pending: List[Finding] = []  # repairs the next writer performs
+        self._torn_at: Optional[int] = None
+        #: Findings of the last full load (notes and lossless repairs).
+        self.findings: List[Finding] = []
+
+    # -- paths --------------------------------------------------------------
+    def _p(self, name: str) -> str:
+        path = self._paths.get(name)
+        if path is None:
+            path = self._paths[name] = os.path.join(self.path, name)
+        return path
+
+    # -- durable primitives ---------------------------------------------------
+    def _fsync(self, name: str) -> None:
+        if self.durability == "sync":
+            self.fs.fsync(self._p(name))
+
+    def _fsync_dir(self, path: Optional[str] = None) -> None:
+        if self.durability == "sync":
+            self.fs.fsync_dir(path or self.path)
+
+    def _write_replace(self, name: str, data: bytes) -> None:
+        """Temp file beside the target, write, fsync, rename over, fsync the folder."""
+        replace_durably(self.fs, self._p(name), data, self.durability == "sync")
+
+    # -- creation -------------------------------------------------------------
+    @classmethod
+    def create(cls, path: str, task_id: str, plan: Dict[str, Any], **options: Any) -> "RunStore":
+        """Start a new run in ``path``; refuse if the folder holds any run state.
+
+        ``run.json`` is written last: until it is durable the run does not
+        exist, and a repeated ``create`` may replace what an interrupted one left.
+        """
+        validate_id(task_id, "task id")
+        if not isinstance(plan, dict):
+            raise InvalidInput("the plan must be a JSON object")
+        store = cls(path, **options)
+        fs = store.fs
+        if fs.exists(store.path) and fs.is_symlink(store.path):
+            raise InvalidInput(f"{store.path} is a symbolic link; refusing to use it as a run folder")
+        if fs.exists(store.path):
+            # Refuse before anything is written, even a lock file.
+            found = scan(store.path, fs)
+            leftovers = [n for n in fs.listdir(store.path) if n != LOCK and n not in STATE_FILES and not n.endswith(TMP_SUFFIX)]
+            if found.exists or leftovers:
+                detail = "; ".join(f.message for f in found.findings if f.level != "note") or (
+                    "it already holds a run" if found.exists else f"it holds other files ({', '.join(leftovers[:5])})")
+                raise InvalidInput(f"refusing to start a new run in {store.path}: {detail}", path=store.path)
+        else:
+            fs.mkdir(store.path)
+            store._fsync_dir(os.path.dirname(store.path) or ".")
+        if isinstance(fs, OsFileSystem):
+            os.chmod(store.path, 0o700)  # an existing empty folder is narrowed too
+        with fs.lock(store._p(LOCK)):
+            found = scan(store.path, fs)
+            if found.exists:
+                detail = "; ".join(f.message for f in found.findings if f.level != "note") or "it already holds a run"
+                raise InvalidInput(f"refusing to start a new run in {store.path}: {detail}", path=store.path)
+            leftovers = [n for n in fs.listdir(store.path) if n not in (LOCK,) and n not in STATE_FILES and not n.endswith(TMP_SUFFIX)]
+            if leftovers:
+                raise InvalidInput(f"refusing to start a new run in {store.path}: it holds other files ({', '.join(leftovers[:5])})")
+            now = store.now()
+            identity = {
+                "created_at": now,
+                "format": IDENTITY_FORMAT,
+                "plan": plan,
+                "plan_digest": content_digest(plan),
+                "schema_version": 1,
+                "task_id": task_id,
+            }
+            identity_bytes = canonical_json(identity) + b"\n"
+            state = _genesis(identity, sha256_hex(identity_bytes))
+            snapshot = _encode_snapshot(state)
+            # Unfinished-init leftovers are overwritten, never appended to.
+            for name in (JOURNAL,):
+                if fs.exists(store._p(name)):
+                    fs.unlink(store._p(name))
+            store._write_replace(SNAPSHOT, snapshot)
+            fs.create_exclusive(store._p(JOURNAL))
+            store._fsync_dir()
+            store._write_replace(IDENTITY, identity_bytes)  # the commit point of init
+            store._state = state
+            store._snapshot_size = len(snapshot)
+            store._journal_bytes = 0
+            store._journal_id = fs.stat(store._p(JOURNAL))
+        return store
+
+    # -- loading --------------------------------------------------------------
+    @classmethod
+    def open(cls, path: str, **options: Any) -> "RunStore":
+        """Load the run in ``path``; quarantine and raise if it cannot be rebuilt exactly."""
+        store = cls(path, **options)
+        fs = store.fs
+        holds_run = fs.exists(store.path) and any(fs.exists(store._p(n)) for n in STATE_FILES + (QUARANTINE,))
+        # A folder without a run is left exactly as it is: not even a lock file.
+        with fs.lock(store._p(LOCK)) if holds_run else contextlib.nullcontext():
+            store._load()
+        return store
+
+    def _load(self) -> None:
+        found = scan(self.path, self.fs)
+        if not found.exists:
+            raise InvalidInput(f"no run in {self.path} (start one with init)", path=self.path)
+        if found.state is None:
+            problems = "; ".join(f.message for f in found.findings if f.level == "damage")
+            where = self._quarantine(problems) if not any(f.code in ("quarantined", "schema", "symlink") for f in found.findings) else None
+            if where:
+                problems += f"; files moved to {where}"
+            raise StateUnrecoverable(f"run state in {self.path} is unrecoverable: {problems}", path=self.path, quarantine=where)
+        self._state = found.state
+        self.findings = found.findings
+        self._pending = found.repairable
+        journal = found.journal
+        self._journal_id = (journal.identity[0], journal.good_end) if journal and journal.identity else None
+        self._torn_at = journal.good_end if journal is not None and journal.torn else None
+        self._journal_bytes = found.journal_bytes_since_snapshot
+        self._snapshot_size = found.snapshot_size
+
+    def _catch_up(self) -> None:
+        """Bring the in-memory state up to what is on disk (under the lock)."""
+        ident = self.fs.stat(self._p(JOURNAL))
+        if ident is not None and self._journal_id is not None and ident == self._journal_id and self._torn_at is None:
+            return
+        if ident is not None and self._journal_id is not None and ident[0] == self._journal_id[0] and ident[1] > self._journal_id[1] and self._torn_at is None:
+            tail = self.fs.read_from(self._p(JOURNAL), self._journal_id[1])
+            parsed = _parse_journal(tail, None, allow_torn=True)
+            if parsed.error is None:
+                try:
+                    _replay(self.state, parsed.records)
+                except ValueError:
+                    pass  # fall through to a full load, which decides
+                else:
+                    self._journal_bytes += parsed.good_end
+                    self._journal_id = (ident[0], self._journal_id[1] + parsed.good_end)
+                    if parsed.torn:
+                        self._torn_at = self._journal_id[1]
+                        self._pending.append(Finding("repairable", "torn-record", f"dropped a torn final journal record at offset {self._torn_at}"))
+                    return
+        self._load()
+
+    def refresh(self) -> Dict[str, Any]:
+        """Catch up with transitions other processes committed; return the state."""
+        with self.fs.lock(self._p(LOCK)):
+            self._catch_up()
+        return self.state
+
+    def records_after(self, after: int) -> Tuple[List[Dict[str, Any]], int]:
+        """Journal records with revision > ``after`` that the store still holds, and the oldest it holds.
+
+        Compaction drops records older than the previous journal, so an
+        observer that asks for more than is held learns it from the second
+        value and re-reads the state instead.
+        """
+        with self.fs.lock(self._p(LOCK)):
+            self._catch_up()
+            records: List[Tuple[str, Dict[str, Any]]] = []
+            for name in (PREV_JOURNAL, JOURNAL):
+                if self.fs.exists(self._p(name)):
+                    parsed = _parse_journal(self.fs.read(self._p(name)), None, allow_torn=(name == JOURNAL))
+                    if not records or (parsed.records and parsed.records[0][1]["prev"] == records[-1][0]):
+                        records += parsed.records
+                    else:
+                        records = list(parsed.records)
+            oldest = records[0][1]["rev"] if records else self.revision + 1
+            return [dict(body, hash=digest) for digest, body in records if body["rev"] > after and body["rev"] <= self.revision], oldest
+
+    # -- transitions ------------------------------------------------------------
+    def transact(self, decide: Callable[[Dict[str, Any]], Ops], *, epoch: int = 0) -> Dict[str, Any]:
+        """Run ``decide(state)`` under the lock on current state and commit its operations.
+
+        ``decide`` sees the latest durable state, may raise to refuse (nothing
+        is written) or raise :class:`CommitThenRaise` to record the refusal,
+        and returns the operations to commit (an empty list commits nothing).
+        The call returns after the record is fsync'd.
+        """
+        with self.fs.lock(self._p(LOCK)):
+            self._catch_up()
+            try:
+                ops = decide(self.state)
+            except CommitThenRaise as refusal:
+                if refusal.ops:
+                    self._commit_locked(refusal.ops, epoch)
+                raise refusal.error from None
+            if ops:
+                self._commit_locked(ops, epoch)
+            return self.state
+
+    def commit(self, ops: Ops, *, epoch: int = 0) -> Dict[str, Any]:
+        """Commit ``ops`` as one transition; shorthand for ``transact(lambda s: ops)``."""
+        return self.transact(lambda _state: ops, epoch=epoch)
+
+    def _commit_locked(self, ops: Ops, epoch: int) -> None:
+        if self._pending:
+            ops = self._repair_ops() + list(ops)
+        state = self.state
+        # Applied before the append, so a bad operation is refused with
+        # nothing written; taken back if the append fails.
+        prepared = prepare_transition(state, ops, epoch, self.now())
+        try:
+            self._append_record(prepared.line)
+        except BaseException:
+            undo_ops(prepared.undo)
+            self._journal_id = None  # unknown how much reached the file: reload next time
+            self._state = None
+            raise
+        finish_transition(state, prepared)
+        if self._pending:
+            self._finish_repairs()
+        if self._journal_bytes >= max(self.compact_min_bytes, self._snapshot_size // 4):
+            self._compact_locked()
+
+    def _append_record(self, line: bytes) -> None:
+        """Make one journal line durable: the single fsync of a transition."""
+        journal = self._p(JOURNAL)
+        if self._torn_at is not None:
+            self.fs.truncate(journal, self._torn_at)
+            self._fsync(JOURNAL)
+            self._torn_at = None
+        if self._journal_id is None:
+            self.fs.create_exclusive(journal)
+            self._fsync_dir()
+            self._journal_id = self.fs.stat(journal)
+        self.fs.append(journal, line)
+        self._fsync(JOURNAL)
+        self._journal_bytes += len(line)
+        assert self._journal_id is not None
+        self._journal_id = (self._journal_id[0], self._journal_id[1] + len(line))
+
+    # -- repairs ----------------------------------------------------------------
+    def _repair_ops(self) -> Ops:
+        """Record lossless repairs as a store observation in the next transition."""
+        key = f"r{self.state['revision'] + 1}"
+        event = {"at": self.now(), "source": "store", "findings": [f"{f.code}: {f.message}" for f in self._pending]}
+        return [["set", ["observations", "store", key], event]]
+
+    def _finish_repairs(self) -> None:
+        pending, self._pending = self._pending, []
+        codes = {f.code for f in pending}
+        damaged = [name for name in (SNAPSHOT, BACKUP, PREV_JOURNAL) if f"{name}-invalid" in codes or f"{name}-foreign" in codes or f"{name}-inconsistent" in codes]
+        if "prev-journal" in codes:
+            damaged.append(PREV_JOURNAL)
+        damaged = [n for n in dict.fromkeys(damaged) if self.fs.exists(self._p(n))]
+        if damaged:
+            self._quarantine("lossless repair: " + "; ".join(f.message for f in pending), names=damaged)
+        for name in self.fs.listdir(self.path):
+            if name.endswith(TMP_SUFFIX):
+                self.fs.unlink(self._p(name))
+        if damaged or "rebuilt" in codes or "snapshot-missing" in codes:
+            self._compact_locked()
+
+    def repair(self, *, epoch: int = 0) -> List[Finding]:
+        """Perform every lossless repair the last load found; return what was done."""
+        with self.fs.lock(self._p(LOCK)):
+            self._catch_up()
+            done = list(self._pending)
+            if done:
+                self._commit_locked([], epoch)
+            return done
+
+    # -- compaction -------------------------------------------------------------
+    def compact(self) -> None:
+        """Write a fresh snapshot and rotate journal and backup (see module docs)."""
+        with self.fs.lock(self._p(LOCK)):
+            self._catch_up()
+            self._compact_locked()
+
+    def _compact_locked(self) -> None:
+        # Each rename is made durable before the next, so a crash between any
+        # two leaves a base that the remaining journal continues:
+        #   after 1: backup=S, journal=S+1..R      after 2: snapshot=R
+        #   after 3: prev=S+1..R                   after 4: an empty journal
+        fs = self.fs
+        data = _encode_snapshot(self.state)
+        tmp = SNAPSHOT + TMP_SUFFIX
+        fs.write_file(self._p(tmp), data)
+        self._fsync(tmp)
+        if fs.exists(self._p(SNAPSHOT)):
+            fs.replace(self._p(SNAPSHOT), self._p(BACKUP))  # 1
+            self._fsync_dir()
+        fs.replace(self._p(tmp), self._p(SNAPSHOT))  # 2
+        self._fsync_dir()
+        journal = fs.stat(self._p(JOURNAL))
+        if journal is None or journal[1] > 0:
+            # An empty journal is never rotated: the previous journal holds
+            # the record at the snapshot's revision and must stay.
+            if journal is not None:
+                fs.replace(self._p(JOURNAL), self._p(PREV_JOURNAL))  # 3
+                self._fsync_dir()
+            fs.create_exclusive(self._p(JOURNAL))  # 4
+            self._fsync_dir()
+        self._snapshot_size = len(data)
+        self._journal_bytes = 0
+        self._journal_id = fs.stat(self._p(JOURNAL))
+
+    # -- quarantine ---------------------------------------------------------------
+    def _quarantine(self, reason: str, names: Optional[Sequence[str]] = None) -> str:
+        """Move state files (all of them unless ``names``) into a fresh quarantine folder."""
+        fs = self.fs
+        root = self._p(QUARANTINE)
+        if not fs.exists(root):
+            fs.mkdir(root)
+            self._fsync_dir()
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self.clock()))
+        existing = set(fs.listdir(root))
+        n = 1
+        while f"{stamp}-{n}" in existing:
+            n += 1
+        target = os.path.join(root, f"{stamp}-{n}")
+        fs.mkdir(target)
+        self._fsync_dir(root)
+        note = os.path.join(target, "REASON.txt")
+        fs.write_file(note, (reason.strip() + "\n").encode("utf-8", "replace"))
+        if self.durability == "sync":
+            fs.fsync(note)
+        candidates = names if names is not None else [n for n in fs.listdir(self.path) if n in STATE_FILES or n.endswith(TMP_SUFFIX)]
+        for name in candidates:
+            if fs.exists(self._p(name)):
+                fs.replace(self._p(name), os.path.join(target, name))
+        self._fsync_dir(target)
+        self._fsync_dir()
+        return target

@@ -1,0 +1,48 @@
+"""The package's direction: nothing outside ``runner/proof/`` imports it; ``runner/`` imports only the standard library."""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+
+import check_layers  # noqa: E402
+
+
+class LayerCheckTest(unittest.TestCase):
+    def test_the_library_imports_nothing_from_the_proof_package(self) -> None:
+        self.assertEqual(check_layers.violations(os.path.join(ROOT, "runner")), [])
+
+    def test_the_check_fails_on_a_deliberate_upward_import(self) -> None:
+        scratch = tempfile.mkdtemp(prefix="runner-layers-")
+        self.addCleanup(shutil.rmtree, scratch, True)
+        copy = os.path.join(scratch, "runner")
+        shutil.copytree(os.path.join(ROOT, "runner"), copy, ignore=shutil.ignore_patterns("__pycache__"))
+        cases = {
+            os.path.join(copy, "effects.py"): "\nfrom .proof.campaign import WINDOWS  # noqa\n",
+            os.path.join(copy, "stores", "file.py"): "\n\ndef _late():\n    from ..proof import demo  # noqa\n",
+            os.path.join(copy, "adapters", "artifact.py"): "\nimport runner.proof.ticketservice  # noqa\n",
+        }
+        for path, line in cases.items():
+            with open(path, "a", encoding="utf-8") as handle:
+                handle.write(line)
+        found = check_layers.violations(copy)
+        for where in ("runner/effects.py", "runner/stores/file.py", "runner/adapters/artifact.py"):
+            self.assertTrue(any(where in v for v in found), (where, found))
+        proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "check_layers.py"), copy], capture_output=True, text=True)
+        self.assertEqual(proc.returncode, 1, proc.stdout)
+        self.assertIn("runner.effects imports runner.proof.campaign", proc.stdout)
+
+    def test_the_program_entry_is_the_one_place_allowed_to_add_the_proof_verbs(self) -> None:
+        module = "runner.__main__"
+        targets = [t for _, t in check_layers.imported(os.path.join(ROOT, "runner", "__main__.py"), module)]
+        self.assertTrue(any(t.startswith("runner.proof") for t in targets), targets)
+        self.assertEqual(check_layers.violations(os.path.join(ROOT, "runner")), [])
+
+
+if __name__ == "__main__":
+    unittest.main()
