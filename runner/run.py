@@ -19,7 +19,9 @@ from typing import Any, Callable, Dict, List, Optional
 from . import approvals, effects, jobs, lease, retry, steps
 from .envelope import content_digest, format_time
 from .errors import InvalidInput, LimitExhausted
-from .stores.file import CommitThenRaise, RunStore
+from .stores.base import CommitThenRaise
+from .stores.base import Store
+from .stores.file import RunStore
 
 __all__ = ["Run", "submit_job"]
 
@@ -29,7 +31,7 @@ Ops = List[List[Any]]
 class Run:
     """A run opened by a worker (``owner``/``epoch`` set) or an observer (both None)."""
 
-    def __init__(self, store: RunStore, owner: Optional[str] = None, epoch: Optional[int] = None, rand: Callable[[], float] = _random.random) -> None:
+    def __init__(self, store: Store, owner: Optional[str] = None, epoch: Optional[int] = None, rand: Callable[[], float] = _random.random) -> None:
         self.store = store
         self.owner = owner
         self.epoch = epoch

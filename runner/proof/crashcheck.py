@@ -72,7 +72,8 @@ from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tu
 from ..envelope import canonical_json
 from ..errors import InvalidInput, RunnerError, StateUnrecoverable
 from ..fs import FileSystem
-from ..stores.file import RunStore, finish_transition, prepare_transition, scan
+from ..stores.codec import finish_transition, prepare_transition
+from ..stores.file import RunStore, scan
 
 __all__ = [
     "DIR_COMBO_LIMIT",

@@ -35,31 +35,18 @@ transaction (such as the fencing check) sees the state it writes against.
 """
 
 import contextlib
-import json
 import os
 import re
 import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from ..envelope import (
-    SchemaMismatch,
-    apply_ops,
-    check_shape,
-    undo_ops,
-    canonical_json,
-    content_digest,
-    format_time,
-    loads_strict,
-    loads_trusted,
-    new_envelope,
-    sha256_hex,
-    validate_envelope,
-    validate_id,
-)
+from ..envelope import SchemaMismatch, canonical_json, loads_trusted, sha256_hex, undo_ops, validate_envelope, validate_id
 from ..errors import InvalidInput, StateUnrecoverable
 from ..fs import FileSystem, OsFileSystem, replace_durably
+from .base import CommitThenRaise, Finding, Store
+from .codec import Ops, decode_identity, decode_record, finish_transition, genesis, new_identity, prepare_transition, replay
 
-__all__ = ["RunStore", "StateView", "Scan", "Finding", "scan", "CommitThenRaise", "prepare_transition", "finish_transition", "DURABILITY_MODES", "STATE_FILES"]
+__all__ = ["RunStore", "Scan", "Finding", "scan", "CommitThenRaise", "DURABILITY_MODES", "STATE_FILES"]
 
 IDENTITY = "run.json"
 SNAPSHOT = "snapshot.json"
@@ -73,7 +60,6 @@ TMP_SUFFIX = ".tmp"
 #: Files that hold run state; quarantine moves these.
 STATE_FILES = (IDENTITY, SNAPSHOT, BACKUP, PREV_JOURNAL, JOURNAL)
 
-IDENTITY_FORMAT = "runner-run/1"
 SNAPSHOT_FORMAT = "runner-snapshot/1"
 
 #: ``sync`` fsyncs before a call returns and survives power loss (the
@@ -82,25 +68,6 @@ SNAPSHOT_FORMAT = "runner-snapshot/1"
 DURABILITY_MODES = ("sync", "process")
 
 _SNAPSHOT_HEAD = re.compile(rb'\{"digest":"([0-9a-f]{64})","format":"runner-snapshot/1","state":')
-_RECORD_HEAD = re.compile(rb'\{"h":"([0-9a-f]{64})","r":')
-_RECORD_KEYS = {"at", "epoch", "ops", "prev", "rev"}
-
-
-class CommitThenRaise(Exception):
-    """Raised by a ``decide`` function: commit ``ops`` (a recorded refusal), then raise ``error``."""
-
-    def __init__(self, ops: List[List[Any]], error: BaseException) -> None:
-        super().__init__(str(error))
-        self.ops = ops
-        self.error = error
-
-
-class Finding(NamedTuple):
-    """One fact ``scan`` established. ``level``: ``note``, ``repairable`` or ``damage``."""
-
-    level: str
-    code: str
-    message: str
 
 
 class _Journal(NamedTuple):
@@ -152,90 +119,6 @@ def _decode_snapshot(data: bytes) -> Dict[str, Any]:
     return validate_envelope(state)
 
 
-def _encode_record(body: Dict[str, Any]) -> Tuple[str, bytes, bytes]:
-    """``(hash, canonical body, journal line)`` of one transition."""
-    raw = canonical_json(body)
-    digest = sha256_hex(raw)
-    return digest, raw, b'{"h":"' + digest.encode() + b'","r":' + raw + b"}\n"
-
-
-def _decode_record(line: bytes) -> Tuple[str, Dict[str, Any]]:
-    """Parse one journal line (without its newline). Raises ``ValueError``."""
-    match = _RECORD_HEAD.match(line)
-    if not match or not line.endswith(b"}"):
-        raise ValueError("bad framing")
-    raw = line[match.end() : -1]
-    digest = match.group(1).decode()
-    if sha256_hex(raw) != digest:
-        raise ValueError("hash does not match content")
-    body = loads_trusted(raw)
-    if not isinstance(body, dict) or set(body) != _RECORD_KEYS:
-        raise ValueError("record fields are wrong")
-    if not isinstance(body["rev"], int) or not isinstance(body["ops"], list) or not isinstance(body["prev"], str):
-        raise ValueError("record field types are wrong")
-    return digest, body
-
-
-class Prepared(NamedTuple):
-    """A transition applied in memory and encoded, not yet durable."""
-
-    digest: str
-    body: Dict[str, Any]
-    line: bytes
-    ops: List[List[Any]]
-    undo: List[Any]
-
-
-def prepare_transition(state: Dict[str, Any], ops: List[List[Any]], epoch: int, at: str) -> Prepared:
-    """Encode the record of ``ops`` and apply them to ``state`` in place.
-
-    The ops applied are those decoded from the record, so memory holds exactly
-    what a replay will. A refused transition (not canonical JSON, a bad path,
-    or an envelope that would not load) raises :class:`InvalidInput` with
-    ``state`` unchanged. The caller makes the record durable, then calls
-    :func:`finish_transition`, or takes it back with ``undo_ops(prepared.undo)``.
-    """
-    body = {"at": at, "epoch": int(epoch), "ops": ops, "prev": state["head"], "rev": state["revision"] + 1}
-    try:
-        digest, raw, line = _encode_record(body)
-        ops = json.loads(raw)["ops"]
-    except (TypeError, ValueError) as exc:
-        raise InvalidInput(f"transition is not canonical JSON: {exc}") from None
-    undo: List[Any] = []
-    try:
-        apply_ops(state, ops, undo)
-        check_shape(state)  # a transition may never leave an envelope that would not load
-    except ValueError as exc:
-        undo_ops(undo)
-        raise InvalidInput(f"transition refused: {exc}") from None
-    return Prepared(digest, body, line, ops, undo)
-
-
-def finish_transition(state: Dict[str, Any], prepared: Prepared) -> None:
-    """Advance revision, head and time once the record is durable."""
-    state["revision"], state["head"], state["updated_at"] = prepared.body["rev"], prepared.digest, prepared.body["at"]
-
-
-class StateView:
-    """What every store exposes of its loaded state; subclasses set ``_state`` and ``clock``."""
-
-    _state: Optional[Dict[str, Any]] = None
-    clock: Callable[[], float]
-
-    @property
-    def state(self) -> Dict[str, Any]:
-        if self._state is None:
-            raise StateUnrecoverable("the store has no loaded state")
-        return self._state
-
-    @property
-    def revision(self) -> int:
-        return int(self.state["revision"])
-
-    def now(self) -> str:
-        return format_time(self.clock())
-
-
 def _parse_journal(data: bytes, identity: Optional[Tuple[int, int]], allow_torn: bool) -> _Journal:
     records: List[Tuple[str, Dict[str, Any]]] = []
     pos = 0
@@ -244,7 +127,7 @@ def _parse_journal(data: bytes, identity: Optional[Tuple[int, int]], allow_torn:
         if nl < 0:
             break
         try:
-            records.append(_decode_record(data[pos:nl]))
+            records.append(decode_record(data[pos:nl]))
         except ValueError as exc:
             return _Journal(records, pos, len(data), False, f"line {len(records) + 1} (byte {pos}): {exc}", identity)
         pos = nl + 1
@@ -254,7 +137,7 @@ def _parse_journal(data: bytes, identity: Optional[Tuple[int, int]], allow_torn:
     # A tail without a newline is an append that never completed, unless it is
     # a whole record followed by one wrong byte where the newline should be.
     try:
-        _decode_record(tail[:-1])
+        decode_record(tail[:-1])
         complete_but_damaged = True
     except ValueError:
         complete_but_damaged = False
@@ -291,33 +174,9 @@ def _chain_from(
     return None, f"the journal starts at revision {records[0][1]['rev']}, after the base's revision {rev}"
 
 
-def _replay(base: Dict[str, Any], records: Sequence[Tuple[str, Dict[str, Any]]]) -> Dict[str, Any]:
-    state = base
-    for digest, body in records:
-        if body["rev"] != state["revision"] + 1 or body["prev"] != state["head"]:
-            raise ValueError(f"journal record {body['rev']} breaks the chain")
-        apply_ops(state, body["ops"])
-        state["revision"], state["head"], state["updated_at"] = body["rev"], digest, body["at"]
-    return state
-
-
-def _genesis(identity: Dict[str, Any], head: str) -> Dict[str, Any]:
-    return new_envelope(identity["task_id"], identity["plan"], head, identity["created_at"])
-
-
 def _read_identity(fs: FileSystem, path: str) -> Tuple[Dict[str, Any], str]:
     data = fs.read(path)
-    identity = loads_strict(data)
-    if not isinstance(identity, dict) or identity.get("format") != IDENTITY_FORMAT:
-        raise ValueError("not a run identity file")
-    if data != canonical_json(identity) + b"\n":
-        raise ValueError("identity file is not in canonical form")
-    validate_id(identity.get("task_id"), "task id")
-    if not isinstance(identity.get("plan"), dict) or not isinstance(identity.get("created_at"), str):
-        raise ValueError("identity file lacks its plan or creation time")
-    if identity.get("plan_digest") != content_digest(identity["plan"]):
-        raise ValueError("identity plan_digest does not match its plan")
-    return identity, sha256_hex(data)
+    return decode_identity(data), sha256_hex(data)
 
 
 def scan(path: str, fs: Optional[FileSystem] = None, thorough: bool = False) -> Scan:
@@ -440,7 +299,7 @@ def _scan(path: str, fs: FileSystem, thorough: bool, whole_prev: bool) -> Scan:
             candidates.append((name, load))
         elif name == SNAPSHOT:
             findings.append(Finding("repairable", "snapshot-missing", "snapshot.json is missing"))
-    candidates.append((IDENTITY, lambda: _genesis(identity, genesis_head)))
+    candidates.append((IDENTITY, lambda: genesis(identity, genesis_head)))
 
     highest_valid = -1  # a rebuild must never land below a valid base
     for name, load in candidates:
@@ -463,7 +322,7 @@ def _scan(path: str, fs: FileSystem, thorough: bool, whole_prev: bool) -> Scan:
             findings.append(Finding("repairable", f"{name}-inconsistent", f"{name}: {error}"))
             continue
         try:
-            state = _replay(base, records[start:])  # type: ignore[index]
+            state = replay(base, records[start:])  # type: ignore[index]
         except ValueError as exc:
             findings.append(Finding("damage", "replay", f"replaying the journal from {name} failed: {exc}"))
             return Scan(path, True, None, None, findings, current, 0, 0)
@@ -504,10 +363,8 @@ def _is_unfinished_init(fs: FileSystem, path: str, names: set) -> bool:
     return True
 
 
-Ops = List[List[Any]]
 
-
-class RunStore(StateView):
+class RunStore(Store):
     """One run's durable state. Create with :meth:`create`, load with :meth:`open`.
 
     ``state`` is the envelope at the store's current revision; treat it as
@@ -603,16 +460,8 @@ class RunStore(StateView):
             if leftovers:
                 raise InvalidInput(f"refusing to start a new run in {store.path}: it holds other files ({', '.join(leftovers[:5])})")
             now = store.now()
-            identity = {
-                "created_at": now,
-                "format": IDENTITY_FORMAT,
-                "plan": plan,
-                "plan_digest": content_digest(plan),
-                "schema_version": 1,
-                "task_id": task_id,
-            }
-            identity_bytes = canonical_json(identity) + b"\n"
-            state = _genesis(identity, sha256_hex(identity_bytes))
+            identity, identity_bytes = new_identity(task_id, plan, now)
+            state = genesis(identity, sha256_hex(identity_bytes))
             snapshot = _encode_snapshot(state)
             # Unfinished-init leftovers are overwritten, never appended to.
             for name in (JOURNAL,):
@@ -669,7 +518,7 @@ class RunStore(StateView):
             parsed = _parse_journal(tail, None, allow_torn=True)
             if parsed.error is None:
                 try:
-                    _replay(self.state, parsed.records)
+                    replay(self.state, parsed.records)
                 except ValueError:
                     pass  # fall through to a full load, which decides
                 else:
@@ -680,12 +529,6 @@ class RunStore(StateView):
                         self._pending.append(Finding("repairable", "torn-record", f"dropped a torn final journal record at offset {self._torn_at}"))
                     return
         self._load()
-
-    def refresh(self) -> Dict[str, Any]:
-        """Catch up with transitions other processes committed; return the state."""
-        with self.fs.lock(self._p(LOCK)):
-            self._catch_up()
-        return self.state
 
     def records_after(self, after: int) -> Tuple[List[Dict[str, Any]], int]:
         """Journal records with revision > ``after`` that the store still holds, and the oldest it holds.
@@ -708,29 +551,9 @@ class RunStore(StateView):
             return [dict(body, hash=digest) for digest, body in records if body["rev"] > after and body["rev"] <= self.revision], oldest
 
     # -- transitions ------------------------------------------------------------
-    def transact(self, decide: Callable[[Dict[str, Any]], Ops], *, epoch: int = 0) -> Dict[str, Any]:
-        """Run ``decide(state)`` under the lock on current state and commit its operations.
-
-        ``decide`` sees the latest durable state, may raise to refuse (nothing
-        is written) or raise :class:`CommitThenRaise` to record the refusal,
-        and returns the operations to commit (an empty list commits nothing).
-        The call returns after the record is fsync'd.
-        """
+    def _in_transaction(self, work: Callable[[], Any]) -> Any:
         with self.fs.lock(self._p(LOCK)):
-            self._catch_up()
-            try:
-                ops = decide(self.state)
-            except CommitThenRaise as refusal:
-                if refusal.ops:
-                    self._commit_locked(refusal.ops, epoch)
-                raise refusal.error from None
-            if ops:
-                self._commit_locked(ops, epoch)
-            return self.state
-
-    def commit(self, ops: Ops, *, epoch: int = 0) -> Dict[str, Any]:
-        """Commit ``ops`` as one transition; shorthand for ``transact(lambda s: ops)``."""
-        return self.transact(lambda _state: ops, epoch=epoch)
+            return work()
 
     def _commit_locked(self, ops: Ops, epoch: int) -> None:
         if self._pending:

@@ -1,4 +1,4 @@
-"""Run stores on a database: SQLite (standard library) and PostgreSQL (psycopg 3, optional).
+"""What the database stores share: SQLite (:mod:`.sqlite`) and PostgreSQL (:mod:`.postgres`).
 
 They keep the same envelope, the same hash-chained journal records and the
 same ``transact`` contract as the file store (:class:`runner.stores.file.RunStore`),
@@ -19,30 +19,24 @@ A transition rewrites the run's envelope row and the effect rows its
 operations touch, never the whole ledger, so its cost does not grow with the
 number of effects. Journal rows are kept; ``events`` can replay them all.
 
-* SQLite: WAL, ``synchronous=FULL``, ``BEGIN IMMEDIATE`` (the write lock is
-  taken before anything is read), a busy timeout, and a bounded retry with
-  jittered backoff when the database stays locked. Several worker processes
-  on one host.
-* PostgreSQL: ``SELECT ... FOR UPDATE`` on the run's row. Workers on several
-  hosts. ``psycopg`` is imported only when such a store is opened.
+Each backend supplies the connection, the statement that takes the run's
+lock, and which errors mean "busy, try again".
 """
 
 import os
 import random
-import re
-import sqlite3
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..envelope import canonical_json, content_digest, loads_trusted, sha256_hex, validate_envelope, validate_id
+from ..envelope import canonical_json, loads_trusted, sha256_hex, validate_envelope, validate_id
 from ..errors import InvalidInput, StateUnrecoverable
-from .file import CommitThenRaise, Finding, StateView, _decode_record, _genesis, _replay, finish_transition, prepare_transition
+from .base import Finding, Store
+from .codec import Ops, decode_record, finish_transition, genesis, new_identity, prepare_transition, replay
 
-__all__ = ["SQLStore", "SQLiteStore", "PostgresStore", "db_class", "list_db_runs"]
+__all__ = ["SQLStore", "SCHEMA", "db_class", "list_db_runs"]
 
-Ops = List[List[Any]]
 
-_SCHEMA = (
+SCHEMA = (
     "CREATE TABLE IF NOT EXISTS runner_runs (task_id TEXT PRIMARY KEY, identity TEXT NOT NULL, envelope TEXT NOT NULL, revision BIGINT NOT NULL, head TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS runner_effects (task_id TEXT NOT NULL, key TEXT NOT NULL, effect TEXT NOT NULL, PRIMARY KEY (task_id, key))",
     "CREATE TABLE IF NOT EXISTS runner_journal (task_id TEXT NOT NULL, rev BIGINT NOT NULL, line TEXT NOT NULL, PRIMARY KEY (task_id, rev))",
@@ -68,7 +62,7 @@ def _touched(ops: Sequence[List[Any]]) -> Tuple[bool, Optional[set]]:
     return True, keys
 
 
-class SQLStore(StateView):
+class SQLStore(Store):
     """The database store's template: subclasses supply the connection and the locking statement.
 
     Same public surface as :class:`runner.stores.file.RunStore`: ``create``,
@@ -130,7 +124,7 @@ class SQLStore(StateView):
         return list(self._exec(text, params).fetchall())
 
     def _schema(self) -> None:
-        for statement in _SCHEMA:
+        for statement in SCHEMA:
             self._exec(statement)
         self.db.commit()
 
@@ -159,9 +153,9 @@ class SQLStore(StateView):
         if not isinstance(plan, dict):
             raise InvalidInput("the plan must be a JSON object")
         store = cls(url, task_id, **options)
-        identity = {"created_at": store.now(), "format": "runner-run/1", "plan": plan, "plan_digest": content_digest(plan), "schema_version": 1, "task_id": task_id}
-        identity_text = canonical_json(identity).decode("utf-8") + "\n"
-        state = _genesis(identity, sha256_hex(identity_text.encode("utf-8")))
+        identity, identity_bytes = new_identity(task_id, plan, store.now())
+        identity_text = identity_bytes.decode("utf-8")
+        state = genesis(identity, sha256_hex(identity_text.encode("utf-8")))
         envelope, _ = _split(state)
 
         def insert() -> None:
@@ -206,15 +200,16 @@ class SQLStore(StateView):
                 last = self._one("SELECT line FROM runner_journal WHERE task_id = {m} AND rev = {m}", (self.task_id, int(revision)))
                 if last is None:
                     raise ValueError(f"the journal lacks revision {revision}")
-                digest, _ = _decode_record(str(last[0]).encode("utf-8"))
+                digest, _ = decode_record(str(last[0]).encode("utf-8"))
                 if digest != head:
                     raise ValueError(f"journal record {revision} does not match the run's head")
         except (ValueError, KeyError, TypeError) as exc:
             raise StateUnrecoverable(f"run {self.task_id} in {self.url} is damaged: {exc}") from None
         self._state = state
 
-    def _catch_up(self, locked: Optional[Tuple[int, str]]) -> None:
-        """Inside the transaction: bring memory up to the committed revision."""
+    def _catch_up(self) -> None:
+        """Inside the transaction: take the run's row lock and bring memory up to the committed revision."""
+        locked = self._lock_row()
         if locked is None:
             raise InvalidInput(f"no run {self.task_id} in {self.url}")
         if self._state is not None and locked == (self.state["revision"], self.state["head"]):
@@ -222,47 +217,26 @@ class SQLStore(StateView):
         if self._state is not None and locked[0] > self.state["revision"]:
             rows = self._all("SELECT line FROM runner_journal WHERE task_id = {m} AND rev > {m} ORDER BY rev", (self.task_id, self.state["revision"]))
             try:
-                _replay(self.state, [_decode_record(str(r[0]).encode("utf-8")) for r in rows])
+                replay(self.state, [decode_record(str(r[0]).encode("utf-8")) for r in rows])
                 if (self.state["revision"], self.state["head"]) == locked:
                     return
             except ValueError:
                 pass
         self._load()
 
-    def refresh(self) -> Dict[str, Any]:
-        self._retrying(lambda: self._catch_up(self._lock_row()))
-        return self.state
-
-    def transact(self, decide: Callable[[Dict[str, Any]], Ops], *, epoch: int = 0) -> Dict[str, Any]:
-        """``decide(state)`` and its commit in one database transaction (see the module docs)."""
-        refusal: List[BaseException] = []
-
-        def work() -> None:
-            self._catch_up(self._lock_row())
-            try:
-                ops = decide(self.state)
-            except CommitThenRaise as exc:
-                ops, refusal[:] = exc.ops, [exc.error]
-            if ops:
-                self._commit_ops(ops, epoch)
-
+    def _in_transaction(self, work: Callable[[], Any]) -> Any:
         try:
-            self._retrying(work)
+            return self._retrying(work)
         except BaseException:
-            self._state = None if self._state is not None and self._dirty else self._state
+            if self._dirty:
+                self._state = None  # memory got ahead of a transaction that did not commit: reload
             raise
         finally:
             self._dirty = False
-        if refusal:
-            raise refusal[0] from None
-        return self.state
 
     _dirty = False
 
-    def commit(self, ops: Ops, *, epoch: int = 0) -> Dict[str, Any]:
-        return self.transact(lambda _state: ops, epoch=epoch)
-
-    def _commit_ops(self, ops: Ops, epoch: int) -> None:
+    def _commit_locked(self, ops: Ops, epoch: int) -> None:
         state = self.state
         prepared = prepare_transition(state, ops, epoch, self.now())
         # From here on memory is ahead of the database until the commit: a
@@ -285,91 +259,23 @@ class SQLStore(StateView):
 
     def records_after(self, after: int) -> Tuple[List[Dict[str, Any]], int]:
         rows = self._retrying(lambda: self._all("SELECT line FROM runner_journal WHERE task_id = {m} AND rev > {m} ORDER BY rev", (self.task_id, after)))
-        records = [dict(body, hash=digest) for digest, body in (_decode_record(str(r[0]).encode("utf-8")) for r in rows)]
+        records = [dict(body, hash=digest) for digest, body in (decode_record(str(r[0]).encode("utf-8")) for r in rows)]
         self.refresh()
         return [r for r in records if r["rev"] <= self.revision], 1
-
-    def compact(self) -> None:
-        """Nothing to compact: the database keeps the rows."""
-
-    def repair(self, *, epoch: int = 0) -> List[Finding]:
-        return []
 
     def close(self) -> None:
         self.db.close()
 
 
-class SQLiteStore(SQLStore):
-    """Runs in one SQLite file, shared by worker processes on one host."""
-
-    mark = "?"
-
-    def _connect(self) -> Any:
-        path = self.url[len("sqlite:"):] if self.url.startswith("sqlite:") else self.url
-        if not path:
-            raise InvalidInput("sqlite: needs a file path, e.g. sqlite:runs.db")
-        self.file = os.path.abspath(path)
-        # isolation_level=None: transactions are begun explicitly, so BEGIN IMMEDIATE is ours to issue.
-        db = sqlite3.connect(self.file, timeout=5.0, isolation_level=None, check_same_thread=False)
-        os.chmod(self.file, 0o600)
-        mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
-            raise InvalidInput(f"{self.file}: SQLite refused WAL mode ({mode})")
-        db.execute("PRAGMA synchronous=FULL")
-        return db
-
-    def _default_jobs_root(self) -> str:
-        return self.file + ".jobs"
-
-    def _schema(self) -> None:
-        self._retrying(lambda: [self._exec(s) for s in _SCHEMA])
-
-    def _begin(self) -> None:
-        self.db.execute("BEGIN IMMEDIATE")
-
-    def _is_busy(self, exc: Exception) -> bool:
-        message = str(exc).lower()
-        return isinstance(exc, sqlite3.OperationalError) and ("locked" in message or "busy" in message)
-
-
-class PostgresStore(SQLStore):
-    """Runs in PostgreSQL, shared by workers on several hosts. Needs ``psycopg`` (version 3)."""
-
-    mark = "%s"
-
-    def _connect(self) -> Any:
-        try:
-            import psycopg  # an optional extra: imported only when a postgresql:// store is opened
-        except ImportError:
-            raise InvalidInput("a postgresql:// store needs psycopg 3 (pip install 'psycopg[binary]'); the file and SQLite stores need nothing") from None
-        try:
-            return psycopg.connect(self.url, autocommit=False)
-        except psycopg.Error as exc:
-            raise InvalidInput(f"cannot connect to {re.sub(r'//[^@/]*@', '//***@', self.url)}: {exc}".strip()) from None
-
-    def _begin(self) -> None:
-        """psycopg opens a transaction with the first statement; the row lock follows."""
-
-    def _lock_row(self) -> Optional[Tuple[int, str]]:
-        row = self._one("SELECT revision, head FROM runner_runs WHERE task_id = {m} FOR UPDATE", (self.task_id,))
-        return (int(row[0]), str(row[1])) if row else None
-
-    def _is_busy(self, exc: Exception) -> bool:
-        code = getattr(getattr(exc, "diag", None), "sqlstate", None) or getattr(exc, "sqlstate", None)
-        return code in ("40001", "40P01", "55P03")  # serialization failure, deadlock, lock not available
-
-    def _schema(self) -> None:
-        def create() -> None:
-            # One creator at a time: concurrent CREATE TABLE IF NOT EXISTS can collide.
-            self._exec("SELECT pg_advisory_xact_lock(7741002)")
-            for statement in _SCHEMA:
-                self._exec(statement)
-
-        self._retrying(create)
-
-
 def db_class(kind: str) -> type:
-    return SQLiteStore if kind == "sqlite" else PostgresStore
+    """The backend class of ``sqlite`` or ``postgresql``, imported only when asked for."""
+    if kind == "sqlite":
+        from .sqlite import SQLiteStore
+
+        return SQLiteStore
+    from .postgres import PostgresStore
+
+    return PostgresStore
 
 
 def list_db_runs(kind: str, url: str) -> List[str]:
