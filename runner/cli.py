@@ -302,8 +302,14 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     if parse_store_url(_store_url(args))[0] != "file":
-        store = _open(args)  # a database store validates its rows and journal head on open
-        _emit(args, {"ok": True, "healthy": True, "revision": store.revision, "findings": [], "repaired": []}, f"healthy: revision {store.revision}")
+        # A database store checks its rows against the journal on open; what it rebuilt is a finding.
+        store = open_store(_store_url(args), _task(args))
+        findings = [f._asdict() for f in store.findings]
+        repaired = [f._asdict() for f in store.repair()] if args.repair else []
+        healthy = not findings or bool(repaired)
+        text = [f"{f['level']:10} {f['code']}: {f['message']}" for f in findings] + [f"repaired   {r['code']}: {r['message']}" for r in repaired]
+        text.append(f"{'healthy' if healthy else 'loadable'}: revision {store.revision}" + ("" if healthy else "; run 'doctor --repair' for lossless repairs"))
+        _emit(args, {"ok": True, "healthy": healthy, "revision": store.revision, "findings": findings, "repaired": repaired}, "\n".join(text))
         return 0
     path = _run_dir(args)
     found = scan(path, thorough=True)

@@ -3,48 +3,120 @@
 ``SELECT ... FOR UPDATE`` on the run's row holds the run's lock for the
 transaction. ``psycopg`` is imported only when such a store is opened. The
 shared SQL logic is :class:`runner.stores.sql.SQLStore`.
+
+How long a dead or stuck worker can hold a run's lock is bounded by settings
+every session of this store makes (the PostgreSQL manual, "Client Connection
+Defaults" and "Connections and Authentication"):
+
+* ``idle_in_transaction_session_timeout``: the server ends a session that sits
+  inside a transaction without sending anything for ``lock_hold`` seconds
+  (default 5): a worker that was stopped (SIGSTOP, a paused VM) or hung
+  between two statements loses its transaction and its row lock. Nothing of
+  it committed; when it continues, its next statement fails, and the store
+  tries the whole transaction again on a new connection, where fencing
+  refuses it if its lease was taken over meanwhile.
+* ``client_connection_check_interval`` (PostgreSQL 14 and later): while a
+  statement runs, the server checks every second that the client is still
+  there, so a client that dies mid-statement does not keep it running.
+* TCP keepalives on both ends: a host that vanished (power loss, network
+  cut) is noticed within about 11 s instead of the kernel's two hours.
+* ``lock_timeout``: a writer waits at most one second per try for a row
+  lock, and tries again (jittered) for ``lock_wait`` seconds in all (default
+  15) before answering ``already-running``.
+
+A worker killed outright (SIGKILL) releases its lock at once: the kernel
+closes its socket and the server rolls the transaction back.
 """
 
 import re
-from typing import Any, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
-from ..errors import InvalidInput
-from .sql import SCHEMA, SQLStore
+from ..errors import InvalidInput, RunnerError, StateUnrecoverable
+from .sql import SQLStore
 
 __all__ = ["PostgresStore"]
 
+#: SQLSTATE codes meaning "locked by someone else, try again": serialization
+#: failure, deadlock detected, lock not available (lock_timeout).
+_BUSY = ("40001", "40P01", "55P03")
+#: SQLSTATE codes meaning "the session is gone": idle-in-transaction timeout,
+#: administrator or server shutdown, connection failure.
+_GONE = ("25P03", "57P01", "57P02", "57P03", "08000", "08003", "08006")
+
 
 class PostgresStore(SQLStore):
-    """Runs in PostgreSQL, shared by workers on several hosts. Needs ``psycopg`` (version 3)."""
+    """Runs in PostgreSQL, shared by workers on several hosts. See the module docs for the lock bounds."""
 
     mark = "%s"
+
+    def __init__(self, url: str, task_id: str, *, lock_hold: float = 5.0, **options: Any) -> None:
+        """:param lock_hold: seconds the server lets a session sit idle inside a transaction."""
+        self.lock_hold = float(lock_hold)
+        super().__init__(url, task_id, **options)
 
     def _connect(self) -> Any:
         try:
             import psycopg  # an optional extra: imported only when a postgresql:// store is opened
         except ImportError:
             raise InvalidInput("a postgresql:// store needs psycopg 3 (pip install 'psycopg[binary]'); the file and SQLite stores need nothing") from None
+        settings = {
+            "idle_in_transaction_session_timeout": max(1, int(self.lock_hold * 1000)),
+            "lock_timeout": 1000,
+            "tcp_keepalives_idle": 5,
+            "tcp_keepalives_interval": 2,
+            "tcp_keepalives_count": 3,
+        }
+        options = " ".join(f"-c {name}={value}" for name, value in settings.items())
         try:
-            return psycopg.connect(self.url, autocommit=False)
+            db = psycopg.connect(self.url, autocommit=False, connect_timeout=10, options=options,
+                                 keepalives=1, keepalives_idle=5, keepalives_interval=2, keepalives_count=3)
+            if db.info.server_version >= 140000:
+                db.execute("SET client_connection_check_interval = 1000")
+            db.commit()
         except psycopg.Error as exc:
-            raise InvalidInput(f"cannot connect to {re.sub(r'//[^@/]*@', '//***@', self.url)}: {exc}".strip()) from None
+            raise InvalidInput(f"cannot connect to {self._where()}: {' '.join(str(exc).split())[:300]}".strip()) from None
+        return db
 
-    def _begin(self) -> None:
-        """psycopg opens a transaction with the first statement; the row lock follows."""
+    def _where(self) -> str:
+        return re.sub(r"//[^@/]*@", "//***@", self.url)
+
+    def _columns(self, table: str) -> List[str]:
+        rows = self._all("SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = {m}", (table,))
+        return [str(r[0]) for r in rows]
+
+    def _begin(self, write: bool) -> None:
+        """psycopg opens a transaction with the first statement; a writer's row lock follows.
+
+        A reader's statements see one snapshot (repeatable read), so the rows it
+        checks against each other are never from two revisions.
+        """
+        if not write:
+            self.db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
 
     def _lock_row(self) -> Optional[Tuple[int, str]]:
         row = self._one("SELECT revision, head FROM runner_runs WHERE task_id = {m} FOR UPDATE", (self.task_id,))
         return (int(row[0]), str(row[1])) if row else None
 
+    def _is_driver_error(self, exc: Exception) -> bool:
+        import psycopg
+
+        return isinstance(exc, psycopg.Error)
+
     def _is_busy(self, exc: Exception) -> bool:
-        code = getattr(getattr(exc, "diag", None), "sqlstate", None) or getattr(exc, "sqlstate", None)
-        return code in ("40001", "40P01", "55P03")  # serialization failure, deadlock, lock not available
+        return _sqlstate(exc) in _BUSY
 
-    def _schema(self) -> None:
-        def create() -> None:
-            # One creator at a time: concurrent CREATE TABLE IF NOT EXISTS can collide.
-            self._exec("SELECT pg_advisory_xact_lock(7741002)")
-            for statement in SCHEMA:
-                self._exec(statement)
+    def _is_disconnect(self, exc: Exception) -> bool:
+        # The server ended the session (idle in transaction too long, shut down, admin) or the link broke.
+        return bool(self.db.closed or getattr(self.db, "broken", False)) or _sqlstate(exc) in _GONE
 
-        self._retrying(create)
+    def _failure(self, exc: Exception) -> RunnerError:
+        return StateUnrecoverable(f"run {self.task_id} in {self._where()}: PostgreSQL refused: {' '.join(str(exc).split())[:300]}")
+
+    def _create_tables(self) -> None:
+        # One creator at a time: concurrent CREATE TABLE IF NOT EXISTS can collide.
+        self._exec("SELECT pg_advisory_xact_lock(7741002)")
+        super()._create_tables()
+
+
+def _sqlstate(exc: BaseException) -> Optional[str]:
+    return getattr(getattr(exc, "diag", None), "sqlstate", None) or getattr(exc, "sqlstate", None)
