@@ -139,13 +139,17 @@ def answer_ops(state: Dict[str, Any], request_id: str, by: str, grant: bool, now
 
 
 def find_grant(state: Dict[str, Any], step: str, action: str, payload_digest: str, now: float, effect_key: Optional[str] = None) -> Tuple[Optional[str], str]:
-    """``(request_id, "")`` of a usable grant, or ``(None, why_not)``."""
-    why = "no approval was requested for it"
+    """``(request_id, "")`` of a usable grant, or ``(None, why_not)``.
+
+    ``why_not`` speaks of the newest request for this very payload when there is one
+    (pending, denied, superseded, expired...), else of one for another payload.
+    """
+    why, other = "", ""
     for rid, req in _in_order(state):
         if req["action"] != action or req["step"] != step:
             continue
         if req["payload_digest"] != payload_digest:
-            why = f"request {rid} is for another payload ({req['payload_digest'][:19]}...)"
+            other = f"request {rid} is for another payload ({req['payload_digest'][:19]}...)"
             continue
         if req["task_id"] != state["task_id"] or req["plan_digest"] != state["plan_digest"]:
             why = f"request {rid} was made under another plan"
@@ -163,7 +167,7 @@ def find_grant(state: Dict[str, Any], step: str, action: str, payload_digest: st
             why = f"the grant of request {rid} expired at {req['expires_at']}"
             continue
         return rid, ""
-    return None, why
+    return None, why or other or "no approval was requested for it"
 
 
 def require_grant(state: Dict[str, Any], step: str, action: str, payload_digest: str, now: float, effect_key: str) -> Ops:
