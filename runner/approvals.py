@@ -28,7 +28,9 @@ from typing import Any, Dict, List, Optional, Tuple
 from .envelope import format_time, parse_time, validate_id
 from .errors import AwaitingApproval, InvalidInput
 
-__all__ = ["request_ops", "answer_ops", "find_grant", "require_grant", "approval_view", "newest_requests", "request_order", "payload_source", "HEAD_BYTES"]
+__all__ = [
+    "request_ops", "answer_ops", "find_grant", "require_grant", "approval_view", "newest_requests", "request_order", "payload_source", "HEAD_BYTES",
+]
 
 #: How much of the payload file a request keeps, for a person to recognise it.
 HEAD_BYTES = 80
@@ -138,7 +140,8 @@ def answer_ops(state: Dict[str, Any], request_id: str, by: str, grant: bool, now
     ]
 
 
-def find_grant(state: Dict[str, Any], step: str, action: str, payload_digest: str, now: float, effect_key: Optional[str] = None) -> Tuple[Optional[str], str]:
+def find_grant(state: Dict[str, Any], step: str, action: str, payload_digest: str, now: float,
+               effect_key: Optional[str] = None) -> Tuple[Optional[str], str]:
     """``(request_id, "")`` of a usable grant, or ``(None, why_not)``.
 
     ``why_not`` speaks of the newest request for this very payload when there is one

@@ -199,7 +199,8 @@ def _owning_step(state: Dict[str, Any], key: str, step: Optional[str], effect: O
     for spec in state["plan"].get("steps", []):
         if (state["steps"].get(spec["id"]) or {}).get("state") != "done":
             if spec.get("approval"):
-                raise InvalidInput(f"effect {key!r} would begin before step {spec['id']!r}, which needs approval: start that step first", key=key, step=spec["id"])
+                raise InvalidInput(f"effect {key!r} would begin before step {spec['id']!r}, which needs approval: start that step first",
+                                   key=key, step=spec["id"])
             break
     return effect.get("step") if effect else None
 

@@ -88,7 +88,8 @@ def decide(state: Dict[str, Any], now: float, owner: Optional[str] = None, epoch
             key, effect = uncertain[0]
             return _stop(
                 "needs-reconciliation",
-                f"observe the target for effect {key} (payload {effect['payload_digest']}); then run 'effect verify {key} --evidence JSON' if it is there, or 'effect absent {key} --evidence JSON' if it is not",
+                f"observe the target for effect {key} (payload {effect['payload_digest']}); then run 'effect verify {key} --evidence JSON' "
+                f"if it is there, or 'effect absent {key} --evidence JSON' if it is not",
                 ev,
                 check={"key": key, "payload_digest": effect["payload_digest"], "step": effect.get("step"), "attempts": effect["attempts"]},
             )
@@ -126,7 +127,8 @@ def decide(state: Dict[str, Any], now: float, owner: Optional[str] = None, epoch
     # 5. authority
     cancellation = state["observations"].get("cancellation")
     if cancellation or state["status"] == "cancelled":
-        obs.append({"source": "cancellation", "what": f"by {cancellation['by']} at {cancellation['at']}: {cancellation['reason']}" if cancellation else "status cancelled", "digest": content_digest(cancellation)})
+        what = f"by {cancellation['by']} at {cancellation['at']}: {cancellation['reason']}" if cancellation else "status cancelled"
+        obs.append({"source": "cancellation", "what": what, "digest": content_digest(cancellation)})
         return _stop("cancelled", "the run was cancelled; no new step or effect may begin", ev)
     if state["status"] == "complete":
         return _stop("complete", "every step is done and every effect verified", ev)
@@ -166,7 +168,8 @@ def decide(state: Dict[str, Any], now: float, owner: Optional[str] = None, epoch
         # Started before it: its worker stopped, and nothing it claimed is assumed.
         same_holder = bool(state["lease"].get("acquired_at")) and record.get("started_at", "") >= state["lease"]["acquired_at"]
         action = {"kind": "finish-step" if same_holder else "resume-step", "step": current, "artifact": spec.get("artifact"), "check": spec.get("check"), "evidence": spec.get("evidence", []),
-                  "why": f"{'produce and check' if same_holder else 'check'} the artifact of {current}; then 'step done {current} --evidence JSON' with {', '.join(spec.get('evidence', [])) or 'the evidence'}, or 'step fail {current} --class ... --error ...'"}
+                  "why": f"{'produce and check' if same_holder else 'check'} the artifact of {current}; then 'step done {current} --evidence JSON' "
+                         f"with {', '.join(spec.get('evidence', [])) or 'the evidence'}, or 'step fail {current} --class ... --error ...'"}
         if spec.get("approval"):
             verified = [k for k, e in state["effects"].items() if e.get("step") == current and e.get("state") == "verified"]
             granted = [rid for rid in sorted(newest_requests(state).values(), key=request_order)
@@ -199,7 +202,9 @@ def decide(state: Dict[str, Any], now: float, owner: Optional[str] = None, epoch
     return _act({"kind": "complete", "why": "every step is done; record completion"}, ev)
 
 
-def recover(run: Any, owner: str, ttl: float, adapters: Optional[Dict[str, Adapter]] = None, adapter_for: Optional[Callable[[str, Dict[str, Any]], Optional[Adapter]]] = None, payloads: Optional[Callable[[str], Optional[Dict[str, Any]]]] = None) -> Dict[str, Any]:
+def recover(run: Any, owner: str, ttl: float, adapters: Optional[Dict[str, Adapter]] = None,
+            adapter_for: Optional[Callable[[str, Dict[str, Any]], Optional[Adapter]]] = None,
+            payloads: Optional[Callable[[str], Optional[Dict[str, Any]]]] = None) -> Dict[str, Any]:
     """Run the recovery procedure on ``run`` (a :class:`runner.run.Run`) and persist the intent.
 
     Takes the lease (or returns ``already-running``), reconciles every

@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Optional
 from .contract import parse_contract_text
 from .effects import UNRESOLVED, _check_open, cancelled_ops, check_document
 from .envelope import content_digest, format_time, validate_id
-from .errors import InvalidInput, NeedsReconciliation
+from .errors import InvalidInput, NeedsReconciliation, RunComplete
 from .retry import check_attempts, check_limits, check_wait, limit, next_attempt_at
 
 __all__ = ["start_ops", "done_ops", "fail_ops", "cancel_ops", "migrate_ops", "blocked_ops", "step_failed_ops", "plan_steps"]
@@ -199,8 +199,10 @@ def cancel_ops(state: Dict[str, Any], by: str, reason: str, now: float) -> Ops:
         raise InvalidInput("reason must be a non-empty line of at most 2,000 characters")
     if state["observations"].get("cancellation"):
         return []
-    if state["status"] in ("complete", "cancelled"):
-        raise InvalidInput(f"run {state['task_id']} is already {state['status']}")
+    if state["status"] == "complete":
+        raise RunComplete(f"run {state['task_id']} is already complete; there is nothing left to cancel")
+    if state["status"] == "cancelled":
+        raise InvalidInput(f"run {state['task_id']} is already cancelled")
     stamp = format_time(now)
     ops: Ops = [["set", ["observations", "cancellation"], {"by": by, "reason": reason, "at": stamp, "source": "cancel"}]]
     in_flight = sorted(k for k, e in state["effects"].items() if e.get("state") in UNRESOLVED)

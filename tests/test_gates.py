@@ -157,6 +157,7 @@ class AlreadyVerifiedTest(GateCase):
         run._mutate(lambda s, now: [["set", ["status"], "complete"]])
         self.cli("effect", "begin", "draft:upload", "--payload", self.post, code=14, reason="already-verified")
         self.cli("effect", "begin", "draft:new", "--payload", self.post, code=10, reason="complete")
+        self.assertEqual(self.control("cancel", "--by", "ops", "--reason", "too late", code=10)["error"], "complete")
 
 
 class MigrateRunningStepTest(GateCase):

@@ -100,7 +100,8 @@ class BeginTest(unittest.TestCase):
         state = begun(self.drafting, "doc-1")
         acked = then(state, effects.ack_ops, "doc-1", {"ticket": "T-1"})
         uncertain = then(state, effects.uncertain_ops, "doc-1", "timeout")
-        for name, before, resend in (("started", state, False), ("acknowledged", acked, False), ("uncertain", uncertain, False), ("acknowledged, resend", acked, True)):
+        cases = (("started", state, False), ("acknowledged", acked, False), ("uncertain", uncertain, False), ("acknowledged, resend", acked, True))
+        for name, before, resend in cases:
             with self.subTest(name):
                 with self.assertRaises(NeedsReconciliation) as caught:
                     effects.begin_ops(before, "doc-1", DIGEST, T0, resend=resend)
@@ -116,7 +117,8 @@ class BeginTest(unittest.TestCase):
         complete = apply(self.drafting, [["set", ["status"], "complete"]])
         limited = apply(self.drafting, steps.blocked_ops("spent", "max_cost", T0))
         broken = then(self.drafting, steps.fail_ops, "draft", "permanent", "the repository is gone")
-        for name, state, error in (("cancelled", cancelled, Cancelled), ("complete", complete, RunComplete), ("limit", limited, LimitExhausted), ("step failed", broken, Failed)):
+        cases = (("cancelled", cancelled, Cancelled), ("complete", complete, RunComplete), ("limit", limited, LimitExhausted), ("step failed", broken, Failed))
+        for name, state, error in cases:
             with self.subTest(name):
                 with self.assertRaises(error) as caught:
                     effects.begin_ops(state, "doc-9", DIGEST, T0)

@@ -5,7 +5,7 @@ import unittest
 
 from runner import retry, steps
 from runner.envelope import format_time
-from runner.errors import Cancelled, InvalidInput, LimitExhausted, NeedsReconciliation, RetryLater
+from runner.errors import Cancelled, InvalidInput, LimitExhausted, NeedsReconciliation, RetryLater, RunComplete
 
 from ._ops import EVIDENCE, T0, apply, at_publish, begun, fresh, plan, then, through
 
@@ -119,7 +119,8 @@ class FailTest(unittest.TestCase):
         ops = steps.fail_ops(self.drafting, "draft", "permanent", "the repository is gone", T0)
         self.assertEqual(ops[-2:], [
             ["set", ["status"], "blocked"],
-            ["set", ["next_action"], {"kind": "stop", "reason": "failed", "step": "draft", "detail": "step draft failed permanently: the repository is gone", "at": STAMP}],
+            ["set", ["next_action"], {"kind": "stop", "reason": "failed", "step": "draft",
+                                      "detail": "step draft failed permanently: the repository is gone", "at": STAMP}],
         ])
 
     def test_the_last_allowed_attempt_blocks_on_the_limit(self) -> None:
@@ -157,7 +158,7 @@ class CancelTest(unittest.TestCase):
         ])
         cancelled = then(in_flight, steps.cancel_ops, "ops", "stop")
         self.assertEqual(steps.cancel_ops(cancelled, "someone", "again", T0), [])
-        with self.assertRaises(InvalidInput):
+        with self.assertRaises(RunComplete):
             steps.cancel_ops(apply(fresh(), [["set", ["status"], "complete"]]), "ops", "late", T0)
         with self.assertRaises(InvalidInput):
             steps.cancel_ops(fresh(), "ops", "", T0)
