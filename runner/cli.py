@@ -16,8 +16,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import __version__
 from .contract import check_contract, load_contract
-from .approvals import approval_view
+from .approvals import approval_view, payload_source
+from .effects import EFFECT_STATES
 from .envelope import MAX_DOCUMENT_BYTES, loads_strict, read_document, validate_id
+from .errors import EXIT_TABLE as EXIT_ROWS
 from .errors import InvalidInput, RunnerError, StateUnrecoverable
 from .jobs import cancel_ops as job_cancel_ops
 from .jobs import observation_ops, observe_job, read_result, shard_ops, signal_job
@@ -31,7 +33,8 @@ from .stores.file import RunStore, scan
 
 __all__ = ["main", "build_parser"]
 
-EXIT_TABLE = "exit codes: 0 ok, 2 invalid input, 3 already-running, 4 awaiting-approval, 5 cancelled, 6 limit-exhausted, 7 state-unrecoverable, 8 needs-reconciliation, 9 fenced, 10 complete"
+#: The ``--help`` epilog, generated from :data:`runner.errors.EXIT_TABLE`.
+EXIT_TABLE = "exit codes: " + ", ".join(f"{row.code} {row.reason}" for row in EXIT_ROWS)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -93,7 +96,7 @@ def build_parser(extensions: Sequence[Callable[[Callable[..., argparse.ArgumentP
     sub.add_argument("--receipt", metavar="JSON", help="ack: the target's receipt (inline JSON, @FILE or -)")
     sub.add_argument("--evidence", metavar="JSON", help="verify/absent: what the observation found (inline JSON, @FILE or -)")
     sub.add_argument("--reason", metavar="TEXT", help="uncertain: why the outcome is unknown")
-    sub.add_argument("--state", choices=("planned", "started", "acknowledged", "verified", "uncertain", "absent", "failed"), help="list: only effects in this state")
+    sub.add_argument("--state", choices=EFFECT_STATES, help="list: only effects in this state")
     _writer(sub)
 
     sub = verb("step", "start, finish or fail a step of the plan", cmd_step)
@@ -368,6 +371,10 @@ def _json_arg(value: Optional[str], what: str) -> Dict[str, Any]:
         text = read_document(value[1:], what)
     else:
         text = value
+    return _json_object(text, what)
+
+
+def _json_object(text: str, what: str) -> Dict[str, Any]:
     if len(text.encode("utf-8", "replace")) > MAX_DOCUMENT_BYTES:
         raise InvalidInput(f"{what} is larger than {MAX_DOCUMENT_BYTES} bytes")
     try:
@@ -479,14 +486,18 @@ def cmd_approval(args: argparse.Namespace) -> int:
     run = _worker(args)
     if args.action == "list":
         items = approval_view(run.state, run.clock())
-        _emit(args, {"ok": True, "approvals": items}, "\n".join(f"{a['request_id']}  {a['state']}  {a['step']}  {a['action']}  {a['payload_digest'][:19]}  expires {a['expires_at']}" for a in items) or "no approval requests")
+        _emit(args, {"ok": True, "approvals": items}, "\n".join(_approval_line(a) for a in items) or "no approval requests")
         return 0
     if not args.target:
         raise InvalidInput(f"approval {args.action} needs {'a STEP' if args.action == 'request' else 'a REQUEST_ID'}")
     if args.action == "request":
         if not args.requested_action or args.ttl is None:
             raise InvalidInput("approval request needs --action TEXT, --payload FILE and --ttl SECONDS")
-        rid = run.approval_request(args.target, args.requested_action, _payload_arg(args.payload), args.ttl)
+        if args.payload is None:
+            raise InvalidInput("--payload FILE is required (a JSON file, or - for stdin)")
+        text = sys.stdin.read(MAX_DOCUMENT_BYTES + 1) if args.payload == "-" else read_document(args.payload, "payload")
+        source = payload_source(None if args.payload == "-" else os.path.abspath(args.payload), text.encode("utf-8", "replace"))
+        rid = run.approval_request(args.target, args.requested_action, _json_object(text, "payload"), args.ttl, source)
         req = run.state["observations"]["approvals"][rid]
         _emit(args, {"ok": True, "request_id": rid, **req}, f"{rid}: {req['state']}; ask a person to run: approval grant {rid} --by NAME")
         return 0
@@ -495,6 +506,13 @@ def cmd_approval(args: argparse.Namespace) -> int:
     answer = run.approval_grant(args.target, args.by) if args.action == "grant" else run.approval_deny(args.target, args.by)
     _emit(args, {"ok": True, "request_id": args.target, **answer}, f"{args.target}: {answer['state']} by {answer['by']}")
     return 0
+
+
+def _approval_line(item: Dict[str, Any]) -> str:
+    """One request on one line: what it covers, the payload it was computed from, and its state."""
+    state = item["state"] + (f" by {item['superseded_by']}" if item.get("superseded_by") else "") + (" (expired)" if item["expired"] else "")
+    source = f"from {item['payload_file'] or '(not a file)'}" + (f" {json.dumps(item['payload_head'], ensure_ascii=False)}" if item.get("payload_head") else "")
+    return f"{item['request_id']}  {state}  step {item['step']}  {item['action']}  {item['payload_digest']}  {source}  expires {item['expires_at']}"
 
 
 def cmd_cost(args: argparse.Namespace) -> int:

@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Protocol
 from .approvals import require_grant
 from .contract import effect_needs_approval, key_allowed
 from .envelope import MAX_DOCUMENT_BYTES, canonical_json, content_digest, format_time, parse_time, validate_id
-from .errors import Cancelled, Fenced, InvalidInput, LimitExhausted, NeedsReconciliation, RunComplete
+from .errors import AlreadyVerified, Cancelled, Failed, Fenced, InvalidInput, LimitExhausted, NeedsReconciliation, RunComplete
 from .retry import check_attempts, check_limits, check_wait, limit
 
 
@@ -149,7 +149,10 @@ def _check_open(state: Dict[str, Any]) -> None:
         raise RunComplete(f"run {state['task_id']} is complete")
     if status == "blocked":
         stop = state.get("next_action") or {}
-        raise LimitExhausted(f"run {state['task_id']} is blocked: {stop.get('detail', 'a limit was exhausted')}")
+        detail = f"run {state['task_id']} is blocked: {stop.get('detail', 'a limit was exhausted')}"
+        if stop.get("reason") == "failed":
+            raise Failed(detail, step=stop.get("step"))
+        raise LimitExhausted(detail, limit=stop.get("limit"))
     if status != "active":
         raise InvalidInput(f"run {state['task_id']} is {status}")
 
@@ -178,12 +181,41 @@ def _settle_ops(state: Dict[str, Any], key: str) -> Ops:
     return []
 
 
+def _owning_step(state: Dict[str, Any], key: str, step: Optional[str], effect: Optional[Dict[str, Any]]) -> Optional[str]:
+    """The step an effect begun now belongs to: the running step, and no other.
+
+    ``step`` (the caller's ``--step``) may only name the running step. With no
+    step running, an effect belongs to no step (a new attempt keeps the step
+    it was first begun in), and it is refused when the next step to run needs
+    approval, so a gated step's effect cannot slip in before the step starts.
+    """
+    current = state.get("current_step")
+    if step is not None and step != current:
+        validate_id(step, "step")
+        running = f"the running step is {current!r}" if current else "no step is running"
+        raise InvalidInput(f"effect {key!r} belongs to the running step; --step {step!r} names another ({running})", key=key, step=step)
+    if current:
+        return current
+    for spec in state["plan"].get("steps", []):
+        if (state["steps"].get(spec["id"]) or {}).get("state") != "done":
+            if spec.get("approval"):
+                raise InvalidInput(f"effect {key!r} would begin before step {spec['id']!r}, which needs approval: start that step first",
+                                   key=key, step=spec["id"])
+            break
+    return effect.get("step") if effect else None
+
+
 def begin_ops(state: Dict[str, Any], key: str, payload_digest: str, now: float, step: Optional[str] = None, resend: bool = False) -> Ops:
     """Commit ``started`` for ``key`` (before the target is called), or raise.
 
-    Returns no ops when the effect is already verified: running a completed
-    effect again calls nothing. ``resend`` lets an adapter that deduplicates
-    be invoked again for an effect whose outcome is unknown.
+    The effect belongs to the running step (see :func:`_owning_step`); a gated
+    one consumes a grant. ``resend`` lets an adapter that deduplicates be
+    invoked again for an effect whose outcome is unknown.
+
+    :raises AlreadyVerified: the effect is verified: done, the target must not be called again
+        (also on a cancelled or complete run); the context carries the effect.
+    :raises Failed: the effect failed for good.
+    :raises NeedsReconciliation: the effect is unresolved and must be observed first.
     """
     validate_id(key, "effect key")
     if not key_allowed(state["plan"], key):
@@ -197,23 +229,23 @@ def begin_ops(state: Dict[str, Any], key: str, payload_digest: str, now: float, 
             )
         current = effect["state"]
         if current == "verified":
-            return []
+            raise AlreadyVerified(f"effect {key!r} is already verified: it is done; do not call the target again", effect=key, record=effect)
         if current == "failed":
-            raise InvalidInput(f"effect {key!r} failed for good: {effect.get('reason')}")
+            raise Failed(f"effect {key!r} failed for good: {effect.get('reason')}", effect=key)
         if current in UNRESOLVED and not (resend and current in ("started", "uncertain")):
             raise NeedsReconciliation(f"effect {key!r} is {current}: observe the target (effect verify/absent) before anything is retried", key=key, state=current)
     _check_open(state)
+    step = _owning_step(state, key, step, effect)
     check_limits(state, now)
     attempts = effect["attempts"] if effect else 0
     check_attempts(attempts, limit(state, "max_effect_attempts", state["plan"].get("effects", {}).get("max_attempts")), f"effect {key}", "max_effect_attempts")
     if effect is not None:
         check_wait(effect, now, f"effect {key}")
-    step = step or state.get("current_step")
     ops: Ops = []
     gated = effect_needs_approval(state["plan"], key) or any(s.get("approval") and s["id"] == step for s in state["plan"].get("steps", []))
     if gated:
         if not step:
-            raise InvalidInput(f"effect {key!r} needs approval, which is bound to a step: start the step first or pass --step")
+            raise InvalidInput(f"effect {key!r} needs approval, which is bound to a step: start the step first", key=key)
         ops += require_grant(state, step, f"effect:{key}", payload_digest, now, key)
     stamp = format_time(now)
     record = {
@@ -322,7 +354,7 @@ def drive_effect(run: Any, key: str, payload: Dict[str, Any], adapter: Adapter, 
         if current == "verified":
             return effect
         if current == "failed":
-            raise InvalidInput(f"effect {key!r} failed for good: {effect.get('reason')}")
+            raise Failed(f"effect {key!r} failed for good: {effect.get('reason')}", effect=key)
         resend = False
         if current in UNRESOLVED:
             seen = adapter.observe(key, payload)
@@ -363,7 +395,7 @@ def drive_effect(run: Any, key: str, payload: Dict[str, Any], adapter: Adapter, 
             raise Fenced(f"the target refused epoch {run.epoch} for effect {key!r}: {exc}") from None
         except Rejected as exc:
             run.effect_failed(key, f"rejected by the target: {exc}")
-            raise InvalidInput(f"effect {key!r} was rejected by the target: {exc}") from None
+            raise Failed(f"effect {key!r} was rejected by the target: {exc}", effect=key) from None
         run.effect_ack(key, receipt)
         seen = adapter.observe(key, payload)
         if seen.status == "present":

@@ -1,27 +1,13 @@
 """Error classes of the runner, one per exit code of the command line.
 
-Every verb, now and later, exits with the same code for the same outcome:
-
-====  =======================  ==================================================
-code  reason                   meaning
-====  =======================  ==================================================
-0     (none)                   ok
-2     invalid-input            usage error or invalid input; nothing was changed
-3     already-running          another live owner holds the run's lease
-4     awaiting-approval        a gated action has no matching, current grant
-5     cancelled                the run was cancelled; no new work may begin
-6     limit-exhausted          an attempt, time, cost, step or progress limit ran out
-7     state-unrecoverable      durable state is damaged beyond exact recovery
-8     needs-reconciliation     an effect's outcome is unknown and must be observed
-9     fenced                   the writer's epoch is stale or its lease was lost
-10    complete                 the run is complete; there is nothing left to do
-====  =======================  ==================================================
-
-The library raises these; the command line maps each to its code and prints
-its message as one line on stderr, never a traceback.
+Every verb, now and later, exits with the same code for the same outcome.
+:data:`EXIT_TABLE` is the one list of codes, reasons and meanings: the
+command line's ``--help`` is generated from it, and a test holds README.md and
+SKILL.md to it. The library raises these; the command line maps each to its
+code and prints its message as one line on stderr, never a traceback.
 """
 
-from typing import Any, Dict
+from typing import Any, Dict, NamedTuple, Tuple
 
 __all__ = [
     "RunnerError",
@@ -34,7 +20,13 @@ __all__ = [
     "NeedsReconciliation",
     "Fenced",
     "RunComplete",
+    "RetryLater",
+    "Failed",
+    "ProofFailed",
+    "AlreadyVerified",
+    "ExitCode",
     "EXIT_OK",
+    "EXIT_TABLE",
     "EXIT_CODES",
 ]
 
@@ -46,6 +38,7 @@ class RunnerError(Exception):
 
     exit_code = 1
     reason = "error"
+    meaning = "the runner itself failed (an error it could not classify, e.g. an I/O error)"
 
     def __init__(self, message: str, **context: Any) -> None:
         super().__init__(message)
@@ -65,6 +58,7 @@ class InvalidInput(RunnerError):
 
     exit_code = 2
     reason = "invalid-input"
+    meaning = "the command must be fixed (usage, input, or a request the rules forbid); nothing changed"
 
 
 class AlreadyRunning(RunnerError):
@@ -72,6 +66,7 @@ class AlreadyRunning(RunnerError):
 
     exit_code = 3
     reason = "already-running"
+    meaning = "another live owner holds the run's lease"
 
 
 class AwaitingApproval(RunnerError):
@@ -79,6 +74,7 @@ class AwaitingApproval(RunnerError):
 
     exit_code = 4
     reason = "awaiting-approval"
+    meaning = "a gated action has no matching, current grant"
 
 
 class Cancelled(RunnerError):
@@ -86,6 +82,7 @@ class Cancelled(RunnerError):
 
     exit_code = 5
     reason = "cancelled"
+    meaning = "the run was cancelled; no new step or effect may begin"
 
 
 class LimitExhausted(RunnerError):
@@ -93,6 +90,7 @@ class LimitExhausted(RunnerError):
 
     exit_code = 6
     reason = "limit-exhausted"
+    meaning = "an attempt, time, cost, step or progress limit ran out"
 
 
 class StateUnrecoverable(RunnerError):
@@ -100,6 +98,7 @@ class StateUnrecoverable(RunnerError):
 
     exit_code = 7
     reason = "state-unrecoverable"
+    meaning = "durable state is damaged (and quarantined) or unreadable"
 
 
 class NeedsReconciliation(RunnerError):
@@ -107,6 +106,7 @@ class NeedsReconciliation(RunnerError):
 
     exit_code = 8
     reason = "needs-reconciliation"
+    meaning = "an effect's outcome is unknown and must be observed"
 
 
 class Fenced(RunnerError):
@@ -114,6 +114,7 @@ class Fenced(RunnerError):
 
     exit_code = 9
     reason = "fenced"
+    meaning = "the writer's epoch is stale or its lease was lost"
 
 
 class RunComplete(RunnerError):
@@ -121,12 +122,60 @@ class RunComplete(RunnerError):
 
     exit_code = 10
     reason = "complete"
+    meaning = "the run is complete; there is nothing left to do"
 
 
-#: reason -> exit code, for documentation and for ``next --json``.
-EXIT_CODES: Dict[str, int] = {
-    cls.reason: cls.exit_code
+class RetryLater(RunnerError):
+    """A persisted backoff or wait has not ended; ``retry_at`` and ``wait_seconds`` say when it does."""
+
+    exit_code = 11
+    reason = "retry-later"
+    meaning = "a persisted backoff or wait has not ended; try again at retry_at"
+
+    def __init__(self, message: str, retry_at: str, wait_seconds: float, **context: Any) -> None:
+        super().__init__(message, retry_at=retry_at, wait_seconds=round(max(0.0, wait_seconds), 3), **context)
+
+
+class Failed(RunnerError):
+    """An effect or step is finished as failed, or the target refused it for good.
+
+    The context names which: ``effect`` (its key) or ``step`` (its id).
+    """
+
+    exit_code = 12
+    reason = "failed"
+    meaning = "the named effect or step failed for good, or the target refused it"
+
+
+class ProofFailed(RunnerError):
+    """A proof (demo, campaign, crashcheck, conformance, bench) found a violation."""
+
+    exit_code = 13
+    reason = "proof-failed"
+    meaning = "a proof (demo, campaign, crashcheck, conformance, bench) found a violation"
+
+
+class AlreadyVerified(RunnerError):
+    """``effect begin`` on an effect already observed at its target: it is done; do not call again."""
+
+    exit_code = 14
+    reason = "already-verified"
+    meaning = "the effect is already verified: it is done; do not call the target again"
+
+
+class ExitCode(NamedTuple):
+    """One row of the exit table."""
+
+    code: int
+    reason: str
+    meaning: str
+
+
+#: Every exit code, in order: the single source for ``--help``, README.md and SKILL.md.
+EXIT_TABLE: Tuple[ExitCode, ...] = (ExitCode(EXIT_OK, "ok", "the verb did what it was asked"),) + tuple(
+    ExitCode(cls.exit_code, cls.reason, cls.meaning)
     for cls in (
+        RunnerError,
         InvalidInput,
         AlreadyRunning,
         AwaitingApproval,
@@ -136,5 +185,12 @@ EXIT_CODES: Dict[str, int] = {
         NeedsReconciliation,
         Fenced,
         RunComplete,
+        RetryLater,
+        Failed,
+        ProofFailed,
+        AlreadyVerified,
     )
-}
+)
+
+#: reason -> exit code, for documentation and for ``next --json``.
+EXIT_CODES: Dict[str, int] = {row.reason: row.code for row in EXIT_TABLE}

@@ -11,8 +11,11 @@ state, the time and what was observed of the world:
    what must be observed);
 4. jobs: a running job is waited for, a finished one read, a vanished one
    rerun only if the contract allows (otherwise ``needs-reconciliation``);
-5. authority: cancellation, then pending approvals (``awaiting-approval``);
-6. limits: run-wide limits and a blocked outcome (``limit-exhausted``);
+5. authority: cancellation, then pending approvals and denials
+   (``awaiting-approval``), where only the newest request for a step and
+   action counts: a grant made after a denial is the current answer;
+6. limits: a step failed for good (``failed``), run-wide limits and a blocked
+   outcome (``limit-exhausted``);
 7. the plan: resume the running step (verify its artifact, never trust a
    claim), wait out a persisted backoff, or start the next step in order;
    with every step done and every effect verified, ``complete``.
@@ -27,6 +30,7 @@ action as the run's ``next_action`` before returning it.
 from typing import Any, Callable, Dict, List, Optional
 
 from . import jobs as _jobs
+from .approvals import newest_requests, request_order
 from .effects import UNRESOLVED, Adapter
 from .envelope import content_digest, format_time, parse_time
 from .errors import EXIT_CODES, LimitExhausted, RunnerError
@@ -34,18 +38,7 @@ from .lease import lease_view
 from .retry import check_limits
 from .steps import plan_steps
 
-__all__ = ["decide", "recover", "decision_exit_code", "STOP_REASONS"]
-
-STOP_REASONS = (
-    "already-running",
-    "awaiting-approval",
-    "cancelled",
-    "limit-exhausted",
-    "state-unrecoverable",
-    "needs-reconciliation",
-    "fenced",
-    "complete",
-)
+__all__ = ["decide", "recover", "decision_exit_code"]
 
 
 def decision_exit_code(decision: Dict[str, Any]) -> int:
@@ -95,7 +88,8 @@ def decide(state: Dict[str, Any], now: float, owner: Optional[str] = None, epoch
             key, effect = uncertain[0]
             return _stop(
                 "needs-reconciliation",
-                f"observe the target for effect {key} (payload {effect['payload_digest']}); then run 'effect verify {key} --evidence JSON' if it is there, or 'effect absent {key} --evidence JSON' if it is not",
+                f"observe the target for effect {key} (payload {effect['payload_digest']}); then run 'effect verify {key} --evidence JSON' "
+                f"if it is there, or 'effect absent {key} --evidence JSON' if it is not",
                 ev,
                 check={"key": key, "payload_digest": effect["payload_digest"], "step": effect.get("step"), "attempts": effect["attempts"]},
             )
@@ -133,18 +127,21 @@ def decide(state: Dict[str, Any], now: float, owner: Optional[str] = None, epoch
     # 5. authority
     cancellation = state["observations"].get("cancellation")
     if cancellation or state["status"] == "cancelled":
-        obs.append({"source": "cancellation", "what": f"by {cancellation['by']} at {cancellation['at']}: {cancellation['reason']}" if cancellation else "status cancelled", "digest": content_digest(cancellation)})
+        what = f"by {cancellation['by']} at {cancellation['at']}: {cancellation['reason']}" if cancellation else "status cancelled"
+        obs.append({"source": "cancellation", "what": what, "digest": content_digest(cancellation)})
         return _stop("cancelled", "the run was cancelled; no new step or effect may begin", ev)
     if state["status"] == "complete":
         return _stop("complete", "every step is done and every effect verified", ev)
     approvals = state["observations"]["approvals"]
-    pending = sorted(rid for rid, a in approvals.items() if a["state"] == "pending" and a["plan_digest"] == state["plan_digest"] and parse_time(a["expires_at"]) > now)
+    pending = sorted((rid for rid, a in approvals.items() if a["state"] == "pending" and a["plan_digest"] == state["plan_digest"] and parse_time(a["expires_at"]) > now),
+                     key=request_order)
     if pending:
         req = approvals[pending[0]]
         obs.append({"source": f"approval {pending[0]}", "what": f"pending for {req['action']} in step {req['step']}", "digest": req["payload_digest"]})
         return _stop("awaiting-approval", f"request {pending[0]} ({req['action']}) awaits a person: 'approval grant {pending[0]} --by NAME'", ev, request_id=pending[0])
-    for rid, req in sorted(approvals.items()):
-        if req["state"] == "denied" and req["plan_digest"] == state["plan_digest"]:
+    for rid in sorted(newest_requests(state).values(), key=request_order):
+        req = approvals[rid]
+        if req["state"] == "denied":
             step_state = (state["steps"].get(req["step"]) or {}).get("state")
             if step_state != "done":
                 inf.append(f"request {rid} for {req['action']} was denied by {req['by']}")
@@ -153,6 +150,8 @@ def decide(state: Dict[str, Any], now: float, owner: Optional[str] = None, epoch
     # 6. limits
     if state["status"] == "blocked":
         stop = state.get("next_action") or {}
+        if stop.get("reason") == "failed":
+            return _stop("failed", stop.get("detail", "a step failed for good"), ev, step=stop.get("step"))
         return _stop("limit-exhausted", stop.get("detail", "a limit was exhausted"), ev, limit=stop.get("limit"))
     try:
         check_limits(state, now)
@@ -169,10 +168,19 @@ def decide(state: Dict[str, Any], now: float, owner: Optional[str] = None, epoch
         # Started before it: its worker stopped, and nothing it claimed is assumed.
         same_holder = bool(state["lease"].get("acquired_at")) and record.get("started_at", "") >= state["lease"]["acquired_at"]
         action = {"kind": "finish-step" if same_holder else "resume-step", "step": current, "artifact": spec.get("artifact"), "check": spec.get("check"), "evidence": spec.get("evidence", []),
-                  "why": f"{'produce and check' if same_holder else 'check'} the artifact of {current}; then 'step done {current} --evidence JSON' with {', '.join(spec.get('evidence', [])) or 'the evidence'}, or 'step fail {current} --class ... --error ...'"}
+                  "why": f"{'produce and check' if same_holder else 'check'} the artifact of {current}; then 'step done {current} --evidence JSON' "
+                         f"with {', '.join(spec.get('evidence', [])) or 'the evidence'}, or 'step fail {current} --class ... --error ...'"}
         if spec.get("approval"):
             verified = [k for k, e in state["effects"].items() if e.get("step") == current and e.get("state") == "verified"]
-            if not verified:
+            granted = [rid for rid in sorted(newest_requests(state).values(), key=request_order)
+                       if approvals[rid]["step"] == current and approvals[rid]["state"] == "granted" and parse_time(approvals[rid]["expires_at"]) > now]
+            if not verified and granted:
+                req = approvals[granted[-1]]
+                obs.append({"source": f"approval {granted[-1]}", "what": f"granted by {req['by']} for {req['action']} in step {current}", "digest": req["payload_digest"]})
+                action["grant"] = {"request_id": granted[-1], "action": req["action"], "payload_digest": req["payload_digest"], "payload_file": req.get("payload_file")}
+                action["approval"] = (f"request {granted[-1]} grants {req['action']} for payload {req['payload_digest']}: 'effect begin {req['action'][len('effect:'):]} "
+                                      "--payload FILE' with exactly that payload, the call, 'effect ack', 'effect verify'")
+            elif not verified:
                 action["approval"] = (f"this step's effect needs a grant bound to its exact payload: 'approval request {current} --action effect:KEY --payload FILE --ttl SECONDS', "
                                       "a person's 'approval grant', then 'effect begin KEY --payload FILE', the call, 'effect ack', 'effect verify'")
         if not same_holder:
@@ -194,7 +202,9 @@ def decide(state: Dict[str, Any], now: float, owner: Optional[str] = None, epoch
     return _act({"kind": "complete", "why": "every step is done; record completion"}, ev)
 
 
-def recover(run: Any, owner: str, ttl: float, adapters: Optional[Dict[str, Adapter]] = None, adapter_for: Optional[Callable[[str, Dict[str, Any]], Optional[Adapter]]] = None, payloads: Optional[Callable[[str], Optional[Dict[str, Any]]]] = None) -> Dict[str, Any]:
+def recover(run: Any, owner: str, ttl: float, adapters: Optional[Dict[str, Adapter]] = None,
+            adapter_for: Optional[Callable[[str, Dict[str, Any]], Optional[Adapter]]] = None,
+            payloads: Optional[Callable[[str], Optional[Dict[str, Any]]]] = None) -> Dict[str, Any]:
     """Run the recovery procedure on ``run`` (a :class:`runner.run.Run`) and persist the intent.
 
     Takes the lease (or returns ``already-running``), reconciles every

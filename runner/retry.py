@@ -18,11 +18,9 @@ import random as _random
 from typing import Any, Callable, Dict, List, Optional
 
 from .envelope import format_time, parse_time
-from .errors import InvalidInput, LimitExhausted
+from .errors import InvalidInput, LimitExhausted, RetryLater
 
 __all__ = [
-    "ERROR_CLASSES",
-    "DEFAULT_MAX_ATTEMPTS",
     "backoff_delay",
     "next_attempt_at",
     "check_wait",
@@ -32,12 +30,6 @@ __all__ = [
     "limit",
 ]
 
-#: transient: retrying may succeed; permanent: it will not; unknown: the
-#: outcome of the attempt is not known (a timeout), so it must be reconciled
-#: before anything is retried.
-ERROR_CLASSES = ("transient", "permanent", "unknown")
-
-DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_BASE_SECONDS = 1.0
 DEFAULT_CAP_SECONDS = 60.0
 
@@ -64,10 +56,14 @@ def next_attempt_at(state: Dict[str, Any], attempts: int, now: float, rand: Call
 
 
 def check_wait(record: Dict[str, Any], now: float, what: str) -> None:
-    """Refuse an attempt before its persisted earliest time (a restart does not skip the wait)."""
+    """Refuse an attempt before its persisted earliest time (a restart does not skip the wait).
+
+    :raises RetryLater: carrying ``retry_at`` (the persisted time) and ``wait_seconds``.
+    """
     when = record.get("next_attempt_at")
     if when and parse_time(when) > now:
-        raise InvalidInput(f"{what}: the next attempt is not allowed before {when} (backoff)", not_before=when)
+        wait = parse_time(when) - now
+        raise RetryLater(f"{what}: the next attempt is not allowed before {when} (backoff; {wait:.3f}s left)", retry_at=when, wait_seconds=wait)
 
 
 def check_attempts(attempts: int, maximum: Optional[float], what: str, name: str) -> None:

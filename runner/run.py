@@ -130,12 +130,13 @@ class Run:
     def cancel(self, by: str, reason: str) -> Dict[str, Any]:
         return self._mutate(lambda s, now: steps.cancel_ops(s, by, reason, now), fenced=False)
 
-    def approval_request(self, step: str, action: str, payload: Dict[str, Any], ttl: float) -> str:
+    def approval_request(self, step: str, action: str, payload: Dict[str, Any], ttl: float, source: Optional[Dict[str, Any]] = None) -> str:
+        """``source``: where the payload came from (:func:`runner.approvals.payload_source`), shown by ``approval list``."""
         digest = content_digest(effects.check_document(payload, "payload"))
         box: Dict[str, str] = {}
 
         def decide(s: Dict[str, Any], now: float) -> Ops:
-            box["id"], ops = approvals.request_ops(s, step, action, digest, ttl, now)
+            box["id"], ops = approvals.request_ops(s, step, action, digest, ttl, now, source)
             return ops
 
         self._mutate(decide)

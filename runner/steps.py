@@ -12,7 +12,13 @@ and effect. Effects already in flight are still reconciled; the run becomes
 
 A plan change is refused unless recorded as a migration: the new plan and
 its digest replace the old, pending approvals (bound to the old digest) stop
-matching, and every counter carries over.
+matching, and every counter carries over. A migration to a plan without the
+running step is refused: finish or fail that step first (``step done`` needs
+its effects reconciled), so no run is left running a step no verb can end.
+
+A permanent step failure ends the run as ``blocked`` with the reason
+``failed`` and the step named; a spent limit, with ``limit-exhausted`` and the
+limit named.
 """
 
 from typing import Any, Dict, List, Optional
@@ -20,10 +26,10 @@ from typing import Any, Dict, List, Optional
 from .contract import parse_contract_text
 from .effects import UNRESOLVED, _check_open, cancelled_ops, check_document
 from .envelope import content_digest, format_time, validate_id
-from .errors import InvalidInput, NeedsReconciliation
+from .errors import InvalidInput, NeedsReconciliation, RunComplete
 from .retry import check_attempts, check_limits, check_wait, limit, next_attempt_at
 
-__all__ = ["start_ops", "done_ops", "fail_ops", "cancel_ops", "migrate_ops", "blocked_ops", "plan_steps"]
+__all__ = ["start_ops", "done_ops", "fail_ops", "cancel_ops", "migrate_ops", "blocked_ops", "step_failed_ops", "plan_steps"]
 
 Ops = List[List[Any]]
 
@@ -45,6 +51,14 @@ def blocked_ops(detail: str, limit_name: Optional[str], now: float) -> Ops:
     return [
         ["set", ["status"], "blocked"],
         ["set", ["next_action"], {"kind": "stop", "reason": "limit-exhausted", "limit": limit_name, "detail": detail, "at": format_time(now)}],
+    ]
+
+
+def step_failed_ops(step: str, detail: str, now: float) -> Ops:
+    """Record a permanent step failure as the run's blocked outcome, naming the step."""
+    return [
+        ["set", ["status"], "blocked"],
+        ["set", ["next_action"], {"kind": "stop", "reason": "failed", "step": step, "detail": detail, "at": format_time(now)}],
     ]
 
 
@@ -167,7 +181,7 @@ def fail_ops(state: Dict[str, Any], step: str, error_class: str, error: str, now
     ]
     maximum = limit(state, "max_step_attempts")
     if error_class == "permanent":
-        return ops + blocked_ops(f"step {step} failed permanently: {error}", "permanent-failure", now)
+        return ops + step_failed_ops(step, f"step {step} failed permanently: {error}", now)
     if maximum is not None and attempts >= maximum:
         return ops + blocked_ops(f"step {step}: {attempts} attempts used of {int(maximum)}; last error: {error}", "max_step_attempts", now)
     kwargs = {"rand": rand} if rand is not None else {}
@@ -185,8 +199,10 @@ def cancel_ops(state: Dict[str, Any], by: str, reason: str, now: float) -> Ops:
         raise InvalidInput("reason must be a non-empty line of at most 2,000 characters")
     if state["observations"].get("cancellation"):
         return []
-    if state["status"] in ("complete", "cancelled"):
-        raise InvalidInput(f"run {state['task_id']} is already {state['status']}")
+    if state["status"] == "complete":
+        raise RunComplete(f"run {state['task_id']} is already complete; there is nothing left to cancel")
+    if state["status"] == "cancelled":
+        raise InvalidInput(f"run {state['task_id']} is already cancelled")
     stamp = format_time(now)
     ops: Ops = [["set", ["observations", "cancellation"], {"by": by, "reason": reason, "at": stamp, "source": "cancel"}]]
     in_flight = sorted(k for k, e in state["effects"].items() if e.get("state") in UNRESOLVED)
@@ -207,6 +223,12 @@ def migrate_ops(state: Dict[str, Any], contract_text: str, reason: str, now: flo
     digest = content_digest(block)
     if digest == state["plan_digest"]:
         return []
+    running = state.get("current_step")
+    if running and running not in {s["id"] for s in block["steps"]}:
+        raise InvalidInput(
+            f"the new plan has no step {running!r}, which is running: finish it ('step done') or fail it ('step fail') first, then migrate",
+            step=running,
+        )
     key = f"m{state['revision'] + 1}"
     record = {"from": state["plan_digest"], "to": digest, "reason": reason, "at": format_time(now), "source": "migrate"}
     ops: Ops = [

@@ -31,7 +31,7 @@ except ImportError:
 from runner import approvals, retry
 from runner.contract import load_contract
 from runner.envelope import content_digest, format_time, parse_time
-from runner.errors import AlreadyRunning, Fenced, InvalidInput, LimitExhausted
+from runner.errors import AlreadyRunning, Fenced, InvalidInput, LimitExhausted, RetryLater
 from runner.recovery import recover
 from runner.run import Run
 from runner.stores.file import RunStore
@@ -665,8 +665,14 @@ class ScopedApprovalTest(RunTestCase):
         self.assertEqual(body["payload_digest"], content_digest(OTHER_PAYLOAD))
 
     def test_both_gating_routes_and_an_ungated_effect(self) -> None:
-        self.assertExit(self.cli(self.path, "effect", "begin", "draft:notes", "--step", "draft", "--payload", self.payload, *self.w), 0)
-        self.refused(self.cli(self.path, "effect", "begin", self.KEY, "--step", "draft", "--payload", self.payload, *self.w))
+        # An effect belongs to the running step (publish): '--step draft' names another and is refused, writing nothing.
+        before = durable(self.path)
+        for key in ("draft:notes", self.KEY):
+            body = self.assertExit(self.cli(self.path, "effect", "begin", key, "--step", "draft", "--payload", self.payload, *self.w), 2, "invalid-input")
+            self.assertEqual(body["context"], {"key": key, "step": "draft"})
+        self.assertEqual(durable(self.path), before)
+        self.refused(self.cli(self.path, "effect", "begin", self.KEY, "--step", "publish", "--payload", self.payload, *self.w))
+        self.assertExit(self.cli(self.path, "effect", "begin", "draft:notes", "--step", "publish", "--payload", self.payload, *self.w), 4, "awaiting-approval")
         self.assertExit(self.cli(self.path, "effect", "begin", "cdn:purge", "--payload", self.payload, *self.w), 4, "awaiting-approval")
         self.grant(self.request("publish", "effect:cdn:purge"))
         self.assertExit(self.cli(self.path, "effect", "begin", "cdn:purge", "--payload", self.payload, *self.w), 0)
@@ -815,13 +821,17 @@ class BoundedRetryTest(RunTestCase):
         self.assertEqual(persisted["next_action"]["not_before"], format_time(clock.now + 50))
         self.assertEqual(self.assertExit(self.cli(path, "status"), 0)["next_action"]["not_before"], format_time(clock.now + 50))
         before = durable(path)
-        early = self.assertExit(spawn_cli("--dir", path, "--json", "step", "start", "draft", *creds(run)), 2, "invalid-input")
-        self.assertEqual(early["context"]["not_before"], format_time(clock.now + 50))
+        early = self.assertExit(spawn_cli("--dir", path, "--json", "step", "start", "draft", *creds(run)), 11, "retry-later")
+        self.assertEqual(early["context"]["retry_at"], format_time(clock.now + 50))
+        self.assertGreater(early["context"]["wait_seconds"], 0)
+        self.assertLessEqual(early["context"]["wait_seconds"], 50)
         self.assertEqual(durable(path), before)
         waiting = self.assertExit(self.cli(path, "next", *creds(run), offset=clock.now + 49 - time.time()), 0)
         self.assertEqual((waiting["action"]["kind"], waiting["action"]["until"]), ("wait", format_time(clock.now + 50)))
-        with self.assertRaises(InvalidInput):
+        with self.assertRaises(RetryLater) as caught:
             self.open_run(path, "w", run.epoch, clock=lambda: clock.now + 49.9).step_start("draft")
+        self.assertEqual(caught.exception.context["retry_at"], format_time(clock.now + 50))
+        self.assertAlmostEqual(caught.exception.context["wait_seconds"], 0.1, delta=0.002)
         started = self.assertExit(self.cli(path, "step", "start", "draft", *creds(run), offset=clock.now + 51 - time.time()), 0)
         self.assertEqual(started["attempts"], 2)
 

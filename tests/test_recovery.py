@@ -933,6 +933,15 @@ class StopReasonTest(RecoveryCase):
         run.step_start("analysis")
         run.step_fail("analysis", "permanent", "the repository was deleted")
         self.assertEqual(run.state["status"], "blocked")
+        cases["failed"] = (world, ["--owner", "worker-1", "--epoch", "1"])
+
+        world = self.world()
+        run = holder(world)
+        run.step_start("analysis")
+        run.step_done("analysis", {"sha256": "d" * 64})
+        limited = _util.write_contract(os.path.join(world.root, "limited.md"), {**contract_block(), "limits": {"max_steps": 1}})
+        with open(limited, encoding="utf-8") as handle:
+            run.migrate(handle.read(), "one step is all the budget allows")
         cases["limit-exhausted"] = (world, ["--owner", "worker-1", "--epoch", "1"])
 
         world = self.world()
@@ -969,7 +978,8 @@ class StopReasonTest(RecoveryCase):
             run.step_done(step, {"sha256": "e" * 64, "applied": {}, "exit_code": 0, "log_sha256": "f" * 64})
         cases["complete"] = (world, ["--owner", "worker-1", "--epoch", "1"])
 
-        expected = {"already-running": 3, "awaiting-approval": 4, "cancelled": 5, "limit-exhausted": 6, "state-unrecoverable": 7, "needs-reconciliation": 8, "fenced": 9, "complete": 10}
+        expected = {"already-running": 3, "awaiting-approval": 4, "cancelled": 5, "limit-exhausted": 6, "state-unrecoverable": 7, "needs-reconciliation": 8, "fenced": 9, "complete": 10,
+                    "failed": 12}
         self.assertEqual(set(cases), set(expected))
         results = _util.in_parallel([lambda w=w, a=a: self.cli(w, "next", *a) for w, a in cases.values()], workers=4)  # type: ignore[misc]
         for (reason, (world, _args)), (code, decision) in zip(cases.items(), results):
@@ -984,6 +994,10 @@ class StopReasonTest(RecoveryCase):
                     digest = content_digest(payload)
                     self.assertTrue(any(PATCH_KEY in u and digest in u for u in decision["unknowns"]), decision["unknowns"])
                     self.assertEqual((decision["check"]["key"], decision["check"]["payload_digest"]), (PATCH_KEY, digest))
+                if reason == "failed":
+                    self.assertEqual(decision["step"], "analysis")
+                if reason == "limit-exhausted":
+                    self.assertEqual(decision["limit"], "max_steps")
                 if reason == "state-unrecoverable":
                     self.assertTrue(decision["unknowns"])
                     self.assertTrue(os.listdir(os.path.join(world.run, "quarantine")))

@@ -2,7 +2,9 @@
 
 They exist to prove or demonstrate the runner, so they live apart from the
 verbs users run; ``python3 -m runner`` adds them to the parser through
-:func:`runner.cli.build_parser`'s ``extensions``.
+:func:`runner.cli.build_parser`'s ``extensions``. Each prints its whole report
+and exits with :class:`~runner.errors.ProofFailed`'s code when the proof found
+a violation, so a failed proof is never confused with the runner failing.
 """
 
 import argparse
@@ -10,8 +12,8 @@ import os
 import sys
 from typing import Any, Callable
 
-from ..cli import _emit, _positive, _rate
-from ..errors import InvalidInput
+from ..cli import _emit, _positive, _rate, _warn
+from ..errors import InvalidInput, ProofFailed
 
 __all__ = ["add_proof_verbs"]
 
@@ -47,6 +49,14 @@ def add_proof_verbs(verb: Callable[..., Any]) -> None:
     sub.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
 
+def _verdict(passed: bool, what: str) -> int:
+    """0, or ProofFailed's exit code with one line on stderr (the report is already printed)."""
+    if passed:
+        return 0
+    _warn(f"{ProofFailed.reason}: {what}")
+    return ProofFailed.exit_code
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     from .bench import run_bench
 
@@ -78,7 +88,7 @@ def cmd_crashcheck(args: argparse.Namespace) -> int:
     lines = [f"{key:18} {value}" for key, value in report.items() if key != "examples"]
     lines += [f"violation: {example}" for example in report.get("examples", [])]
     _emit(args, report, "\n".join(lines))
-    return 0 if report["violations"] == 0 else 1
+    return _verdict(report["violations"] == 0, f"the crash-state explorer found {report['violations']} violation(s)")
 
 
 def cmd_conformance(args: argparse.Namespace) -> int:
@@ -90,7 +100,7 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     reports = [run_conformance(factory, spec) for spec, factory in factories]
     passed = all(r["passed"] for r in reports)
     _emit(args, {"ok": passed, "passed": passed, "reports": reports}, "\n\n".join(format_report(r) for r in reports))
-    return 0 if passed else 1
+    return _verdict(passed, "the adapter failed the conformance checks")
 
 
 def cmd_campaign(args: argparse.Namespace) -> int:
@@ -102,7 +112,7 @@ def cmd_campaign(args: argparse.Namespace) -> int:
     lines += [f"error: {e}" for e in result["errors"][:20]]
     lines.append("RESULT: " + ("ok" if result["ok"] else "FAILED"))
     _emit(args, result, "\n".join(lines))
-    return 0 if result["ok"] else 1
+    return _verdict(result["ok"], "the campaign found a violation")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -111,10 +121,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.scenario == "draft":
         result = run_draft_scenario(sys.stderr if args.json else sys.stdout)
         _emit(args, result, f"plan executed {result['plan_executions']} time(s); tickets held {result['tickets']}; same receipt reused: {result['same_receipt']}; status {result['status']}")
-        return 0 if result["ok"] else 1
+        return _verdict(result["ok"], "the draft scenario did not hold")
     if args.cancel_at is not None and args.cancel_at >= args.documents:
         raise InvalidInput("--cancel-at must be below --documents")
     store = getattr(args, "store", None) if args.workers else None
     result = run_demo(args.documents, args.seed, args.crash_rate, args.cancel_at, None if args.no_progress else sys.stderr, workers=args.workers, store=store)
     _emit(args, result, format_table(result))
-    return 0 if result["ok"] else 1
+    return _verdict(result["ok"], "the demo's audit found a violation")

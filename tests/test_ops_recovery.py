@@ -1,0 +1,109 @@
+"""The recovery procedure's decision as a pure function of state, time and owner: one action or one stop."""
+
+import unittest
+
+from runner import approvals, effects, lease, steps
+from runner.envelope import format_time
+from runner.errors import EXIT_CODES
+from runner.recovery import decide, decision_exit_code
+
+from ._ops import DIGEST, T0, apply, at_publish, begun, fresh, granted, held, plan, then, through
+
+ACTION = "effect:publish:weekly-48"
+
+
+def request(state: dict, digest: str = DIGEST) -> tuple:
+    rid, ops = approvals.request_ops(state, "publish", ACTION, digest, 600, T0)
+    return rid, apply(state, ops)
+
+
+class DecideTest(unittest.TestCase):
+    def decide(self, state: dict, now: float = T0, owner: str = "w1", epoch: int = 1) -> dict:
+        decision = decide(state, now, owner, epoch)
+        self.assertEqual(decision_exit_code(decision), 0 if decision["decision"] == "act" else EXIT_CODES[decision["reason"]])
+        return decision
+
+    def stop(self, state: dict, reason: str, **kwargs: object) -> dict:
+        decision = self.decide(state, **kwargs)  # type: ignore[arg-type]
+        self.assertEqual((decision["decision"], decision["action"], decision["reason"]), ("stop", None, reason), decision)
+        return decision
+
+    def act(self, state: dict, kind: str, **kwargs: object) -> dict:
+        decision = self.decide(state, **kwargs)  # type: ignore[arg-type]
+        self.assertEqual((decision["decision"], decision["action"]["kind"]), ("act", kind), decision)
+        return decision["action"]
+
+    def test_ownership_comes_first(self) -> None:
+        state = held(fresh())
+        self.stop(state, "already-running", owner="w2")
+        self.stop(state, "fenced", owner="w1", epoch=0)
+        self.stop(state, "fenced", now=T0 + 301)
+        self.act(state, "start-step")
+
+    def test_a_finished_run_is_finished_for_anyone(self) -> None:
+        self.stop(apply(held(fresh()), [["set", ["status"], "complete"]]), "complete", owner="w2")
+        self.stop(then(held(fresh()), steps.cancel_ops, "ops", "stop"), "cancelled", owner="w2")
+
+    def test_unresolved_effects_before_anything_else(self) -> None:
+        state = begun(then(held(fresh()), steps.start_ops, "draft"), "doc-1")
+        action = self.act(state, "reconcile")
+        self.assertEqual((action["key"], action["state"], action["payload_digest"]), ("doc-1", "started", DIGEST))
+        uncertain = then(state, effects.uncertain_ops, "doc-1", "timeout")
+        decision = self.stop(uncertain, "needs-reconciliation")
+        self.assertEqual(decision["check"], {"key": "doc-1", "payload_digest": DIGEST, "step": "draft", "attempts": 1})
+        self.assertEqual(decision_exit_code(decision), 8)
+
+    def test_approvals_pending_denied_and_denied_then_granted(self) -> None:
+        publishing = held(at_publish())
+        first, state = request(publishing)
+        self.assertEqual(self.stop(state, "awaiting-approval")["request_id"], first)
+        denied = then(state, approvals.answer_ops, first, "carol", False)
+        self.assertEqual(self.stop(denied, "awaiting-approval")["request_id"], first)
+        second, again = request(denied)
+        self.assertEqual(self.stop(again, "awaiting-approval")["request_id"], second)
+        regranted = then(again, approvals.answer_ops, second, "carol", True)
+        action = self.act(regranted, "finish-step")
+        self.assertEqual(action["grant"], {"request_id": second, "action": ACTION, "payload_digest": DIGEST, "payload_file": None})
+        self.assertIn("effect begin publish:weekly-48", action["approval"])
+        ungranted = self.act(publishing, "finish-step")
+        self.assertNotIn("grant", ungranted)
+        self.assertIn("approval request publish", ungranted["approval"])
+        lasting = held(at_publish(), ttl=3600)
+        self.assertIn("grant", self.act(granted(lasting, ACTION), "finish-step", now=T0 + 599))
+        self.assertNotIn("grant", self.act(granted(lasting, ACTION), "finish-step", now=T0 + 601), "an expired grant is not named")
+
+    def test_a_denial_for_a_finished_step_no_longer_stops(self) -> None:
+        state = held(through(fresh(), "draft"))
+        rid, ops = approvals.request_ops(state, "draft", "effect:notes", DIGEST, 600, T0)
+        state = apply(state, ops)
+        state = then(state, approvals.answer_ops, rid, "carol", False)
+        self.assertEqual(self.act(state, "start-step")["step"], "review")
+
+    def test_failed_and_limits(self) -> None:
+        drafting = then(held(fresh()), steps.start_ops, "draft")
+        failed = then(drafting, steps.fail_ops, "draft", "permanent", "the repository is gone")
+        decision = self.stop(failed, "failed")
+        self.assertEqual((decision["step"], decision_exit_code(decision)), ("draft", 12))
+        blocked = apply(drafting, steps.blocked_ops("spent", "max_cost", T0))
+        self.assertEqual(self.stop(blocked, "limit-exhausted")["limit"], "max_cost")
+        timed = held(fresh(plan(limits={"max_elapsed_seconds": 60})))
+        self.assertEqual(self.stop(timed, "limit-exhausted", now=T0 + 61)["limit"], "max_elapsed_seconds")
+
+    def test_the_plan_running_step_backoff_next_step_complete(self) -> None:
+        state = held(fresh())
+        self.assertEqual(self.act(state, "start-step")["step"], "draft")
+        drafting = then(state, steps.start_ops, "draft")
+        self.assertEqual(self.act(drafting, "finish-step")["evidence"], ["file_sha256"])
+        taken_over = apply(drafting, lease.acquire_ops(drafting, "w2", 300, T0 + 400), T0 + 400)
+        self.assertEqual(self.act(taken_over, "resume-step", owner="w2", epoch=2, now=T0 + 400)["step"], "draft")
+        waiting = then(drafting, steps.fail_ops, "draft", "transient", "flaky", rand=lambda: 1.0)
+        action = self.act(waiting, "wait", now=T0 + 1)
+        self.assertEqual((action["until"], action["then"]), (format_time(T0 + 10), {"kind": "start-step", "step": "draft"}))
+        self.assertEqual(self.act(waiting, "start-step", now=T0 + 10)["step"], "draft")
+        self.assertIn("approval", self.act(through(state, "draft", "review"), "start-step"))
+        everything = held(through(fresh(plan(steps=[{"id": "only"}])), "only"))
+        self.stop(everything, "complete")
+
+
+if __name__ == "__main__":
+    unittest.main()
