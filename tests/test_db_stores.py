@@ -29,7 +29,7 @@ import unittest
 from typing import Any, Dict, List, Optional
 
 from tests import _util
-from runner.errors import AlreadyRunning
+from runner.errors import RetryLater
 from runner.stores import create_store, open_store
 
 TASK = "db-damage"
@@ -247,10 +247,12 @@ class SQLiteErrorTest(unittest.TestCase):
         store = open_store(url, TASK, lock_wait=0.5)
         self.addCleanup(store.close)
         started = time.monotonic()
-        with self.assertRaises(AlreadyRunning) as caught:
+        with self.assertRaises(RetryLater) as caught:
             store.commit([["set", ["counters", "n"], 1]])
         self.assertLess(time.monotonic() - started, 30)
         self.assertIn("stayed locked", caught.exception.message)
+        self.assertEqual(caught.exception.exit_code, 11)
+        self.assertGreater(caught.exception.context["wait_seconds"], 0)
         os.kill(holder.proc.pid, signal.SIGCONT)
         holder.send("go")
         self.assertEqual(holder.line(), "committed 1")

@@ -22,7 +22,7 @@ Defaults" and "Connections and Authentication"):
   cut) is noticed within about 11 s instead of the kernel's two hours.
 * ``lock_timeout``: a writer waits at most one second per try for a row
   lock, and tries again (jittered) for ``lock_wait`` seconds in all (default
-  15) before answering ``already-running``.
+  15) before answering ``retry-later``.
 
 A worker killed outright (SIGKILL) releases its lock at once: the kernel
 closes its socket and the server rolls the transaction back.
@@ -76,6 +76,9 @@ class PostgresStore(SQLStore):
         except psycopg.Error as exc:
             raise InvalidInput(f"cannot connect to {self._where()}: {' '.join(str(exc).split())[:300]}".strip()) from None
         return db
+
+    def _retry_after(self) -> float:
+        return self.lock_hold  # by then the server has ended a session stuck inside its transaction
 
     def _where(self) -> str:
         return re.sub(r"//[^@/]*@", "//***@", self.url)

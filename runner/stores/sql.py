@@ -30,7 +30,8 @@ import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..envelope import canonical_json, loads_trusted, sha256_hex, validate_envelope, validate_id
-from ..errors import AlreadyRunning, InvalidInput, RunnerError, StateUnrecoverable
+from ..envelope import format_time
+from ..errors import InvalidInput, RetryLater, RunnerError, StateUnrecoverable
 from .base import Finding, Store
 from .codec import Ops, decode_identity, decode_record, finish_transition, genesis, new_identity, prepare_transition, replay
 
@@ -113,7 +114,7 @@ class SQLStore(Store):
         :param rand: draws the jitter of those waits (in [0, 1)).
         :param monotonic: measures ``lock_wait``.
         :param lock_wait: seconds a transaction keeps trying while the run's lock (or the
-            database's) is held by someone else; then :class:`AlreadyRunning` says so.
+            database's) is held by someone else; then :class:`RetryLater` says so.
         :param creating: the database may be created (``init``); every other use needs it to exist.
         """
         self.url = url
@@ -146,6 +147,10 @@ class SQLStore(Store):
     def _lock_row(self) -> Optional[Tuple[int, str]]:
         row = self._one("SELECT revision, head FROM runner_runs WHERE task_id = {m}", (self.task_id,))
         return (int(row[0]), str(row[1])) if row else None
+
+    def _retry_after(self) -> float:
+        """Seconds after which a writer that found the run locked may try again."""
+        return 1.0
 
     def _is_driver_error(self, exc: Exception) -> bool:
         """``exc`` came from the database driver (and so says something about the database)."""
@@ -215,7 +220,7 @@ class SQLStore(Store):
         session only before its transaction commits, so nothing of it is
         durable. Every other driver error becomes a :class:`RunnerError`.
 
-        :raises AlreadyRunning: the lock stayed held for ``lock_wait`` seconds.
+        :raises RetryLater: the lock stayed held for ``lock_wait`` seconds.
         """
         deadline = self.monotonic() + self.lock_wait
         attempt = 0
@@ -239,9 +244,9 @@ class SQLStore(Store):
                 if left <= 0:
                     if lost:
                         raise StateUnrecoverable(f"{self._where()}: the database connection keeps failing: {_one_line(exc)}") from None
-                    raise AlreadyRunning(
-                        f"{self._where()} stayed locked by another transaction for {self.lock_wait:g} s; try again later",
-                        wait_seconds=self.lock_wait) from None
+                    wait = self._retry_after()
+                    raise RetryLater(f"{self._where()} stayed locked by another transaction for {self.lock_wait:g} s; try again later",
+                                     retry_at=format_time(self.clock() + wait), wait_seconds=wait) from None
                 if lost:
                     try:
                         self._reconnect()
