@@ -345,6 +345,20 @@ class McpToolsTest(unittest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(self.path, "run.json")), "the damaged run is not replaced")
 
 
+class McpBenchTest(unittest.TestCase):
+    """``bench --mcp``: the same transition timed three ways on one run, every one of them recorded."""
+
+    def test_bench_times_library_mcp_and_cli_on_one_run(self) -> None:
+        from runner.proof.bench_mcp import run_mcp_bench
+
+        result = run_mcp_bench(transitions=6, cli_transitions=2)
+        self.assertEqual(result["transitions"], {"library": 6, "mcp": 6, "cli": 2})
+        self.assertEqual(result["recorded_effects"], 14)
+        for name in ("library_ms", "mcp_ms", "cli_ms", "mcp_over_library", "cli_over_library", "cli_over_mcp"):
+            self.assertGreater(result[name], 0, name)
+        self.assertRegex(result["ratio"], r"^1 : [0-9.]+ : [0-9.]+$")
+
+
 def _python_for_client() -> Optional[str]:
     """One interpreter of 3.10 or newer for the official client, the same whichever Python runs the suite.
 
