@@ -251,6 +251,16 @@ class McpToolsTest(unittest.TestCase):
         self.tool(control, "cancel", {"by": "person-1", "reason": "stop here"})
         self.assertEqual(self.tool(session, "effect_begin", {"key": "publish:other", "payload": PAYLOAD})["reason"], "cancelled")
 
+    def test_a_second_owner_is_told_already_running_and_writes_nothing(self) -> None:
+        first, second = self.open(self.session()), self.open(self.session(owner="agent-2"))
+        self.assertEqual(self.tool(first, "recover")["decision"], "act")
+        before = journal_bytes(self.path)
+        stop = self.tool(second, "recover")
+        self.assertEqual((stop["ok"], stop["decision"], stop["reason"], stop["exit_code"]), (True, "stop", "already-running", 3))
+        self.assertEqual(self.tool(second, "step_start", {"step": "draft"})["reason"], "fenced")
+        self.assertEqual(journal_bytes(self.path), before)
+        self.assertTrue(self.tool(first, "step_start", {"step": "draft"})["ok"])
+
     def test_bad_arguments_change_nothing(self) -> None:
         session = self.open(self.session())
         self.tool(session, "recover")
@@ -343,6 +353,19 @@ class McpToolsTest(unittest.TestCase):
         later = self.open(self.session())  # a server started after the quarantine names it too
         self.assertEqual(self.tool(later, "status")["quarantine"], out["quarantine"])
         self.assertFalse(os.path.exists(os.path.join(self.path, "run.json")), "the damaged run is not replaced")
+
+    def test_damage_found_by_a_write_stays_reported(self) -> None:
+        session = self.open(self.session())
+        self.tool(session, "recover")
+        with open(os.path.join(self.path, "journal.jsonl"), "r+b") as handle:
+            handle.seek(5)
+            handle.write(b"#")
+        with open(os.path.join(self.path, "journal.jsonl"), "ab") as handle:
+            handle.write(b'{"not": "a record"}\n')  # the journal grew: the next transaction reads it again
+        out = self.tool(session, "step_start", {"step": "draft"})
+        self.assertEqual(out["reason"], "state-unrecoverable", out)
+        self.assertTrue(out["quarantine"] and os.path.isdir(out["quarantine"]), out)
+        self.assertEqual(self.tool(session, "status")["quarantine"], out["quarantine"])
 
 
 class McpBenchTest(unittest.TestCase):

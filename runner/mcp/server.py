@@ -180,6 +180,8 @@ class Session:
             if exc.context:
                 out["context"] = exc.context
             if isinstance(exc, StateUnrecoverable):
+                # Found by a write as well as by a read: every later call is refused the same way.
+                self.damage, self.run = self._with_quarantine(exc), None
                 out["quarantine"] = exc.context.get("quarantine")
             return _tool_result(out, True)
         except OSError as exc:
