@@ -36,7 +36,9 @@ class Tally:
         self.calls = 0
         self.failures: List[str] = []
 
-    async def call(self, session: ClientSession, name: str, arguments: Dict[str, Any], expect: Optional[str] = None, reason: Optional[str] = None) -> Dict[str, Any]:
+    async def call(
+        self, session: ClientSession, name: str, arguments: Dict[str, Any], expect: Optional[str] = None, reason: Optional[str] = None
+    ) -> Dict[str, Any]:
         """Call a tool; ``expect`` is the refusal reason wanted (None: success), ``reason`` the result reason wanted."""
         self.calls += 1
         result = await session.call_tool(name, arguments)
@@ -56,8 +58,8 @@ class Tally:
 
 def server(owner: str, *extra: str) -> StdioServerParameters:
     env = {"PYTHONDONTWRITEBYTECODE": "1"}
-    if os.environ.get("PYTHONPYCACHEPREFIX"):
-        env = {"PYTHONPYCACHEPREFIX": os.environ["PYTHONPYCACHEPREFIX"]}
+    if os.environ.get("RUNNER_SERVER_PYCACHE"):
+        env = {"PYTHONPYCACHEPREFIX": os.environ["RUNNER_SERVER_PYCACHE"]}
     return StdioServerParameters(command=SERVER_PYTHON, args=["-m", "runner", "--dir", RUN_DIR, "mcp", "--owner", owner, *extra], cwd=REPO, env=env)
 
 
@@ -118,7 +120,9 @@ async def first_server(tally: Tally, report: Dict[str, Any]) -> None:
             await tally.call(session, "step_done", {"step": "review", "evidence": {"exit_code": 0}})
             await tally.call(session, "step_start", {"step": "publish"})
             await tally.call(session, "effect_begin", {"key": GATED_KEY, "payload": PAYLOAD}, expect="awaiting-approval")
-            request = await tally.call(session, "approval_request", {"step": "publish", "action": "effect:" + GATED_KEY, "payload": PAYLOAD, "ttl": 3600})
+            request = await tally.call(
+                session, "approval_request", {"step": "publish", "action": "effect:" + GATED_KEY, "payload": PAYLOAD, "ttl": 3600}
+            )
             report["awaiting_next"] = await tally.call(session, "next", {}, reason="awaiting-approval")
             await tally.call(session, "approval_grant", {"request_id": request.get("request_id", "x"), "by": "agent-1"}, expect="invalid-input")
 
@@ -162,14 +166,20 @@ async def second_server(tally: Tally, report: Dict[str, Any]) -> None:
             tally.check(action.get("kind") == "reconcile" and action.get("key") == GATED_KEY, f"recover after the kill: {action}")
             seen = [line for line in target_lines() if line["key"] == GATED_KEY]
             if seen:
-                await tally.call(session, "effect_verify", {"key": GATED_KEY, "evidence": {"found": True, "post_id": seen[0]["post_id"]}, "reconciled": True})
+                await tally.call(
+                    session, "effect_verify", {"key": GATED_KEY, "evidence": {"found": True, "post_id": seen[0]["post_id"]}, "reconciled": True}
+                )
             await tally.call(session, "step_done", {"step": "publish", "evidence": {"receipt": {"post_id": 48}, "url_check": "title found"}})
             final = await tally.call(session, "next", {}, reason="complete")
             effect = (await tally.call(session, "effect_show", {"key": GATED_KEY})).get("effect") or {}
             brief = await session.read_resource("runner://brief")
             tally.check("complete" in brief.contents[0].text, "brief resource shows the finished run")
             report["kill_recovered"] = bool(
-                report.get("killed") and len(seen) == 1 and effect.get("state") == "verified" and effect.get("attempts") == 1 and final.get("reason") == "complete"
+                report.get("killed")
+                and len(seen) == 1
+                and effect.get("state") == "verified"
+                and effect.get("attempts") == 1
+                and final.get("reason") == "complete"
             )
 
 
@@ -181,7 +191,9 @@ async def observer(tally: Tally, report: Dict[str, Any]) -> None:
         tally.check(set(names) == {"next", "brief", "status", "effect_show", "effect_list", "approval_list", "events"}, f"read-only tools: {names}")
         tally.calls += 1
         refused = await client.call_tool("step_start", {"step": "draft"})
-        tally.check(refused.is_error and (refused.structured_content or {}).get("reason") == "invalid-input", "a write refused on a read-only server")
+        tally.check(
+            refused.is_error and (refused.structured_content or {}).get("reason") == "invalid-input", "a write refused on a read-only server"
+        )
 
 
 async def main() -> None:

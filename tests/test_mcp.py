@@ -28,12 +28,35 @@ from runner.mcp.tools import TOOLS, _mismatch, tool_listing
 from runner.run import Run
 from runner.stores.file import RunStore
 
-WRITER_TOOLS = ["recover", "next", "brief", "status", "step_start", "step_done", "step_fail", "effect_begin", "effect_ack", "effect_verify",
-                "effect_absent", "effect_uncertain", "effect_show", "effect_list", "approval_request", "approval_list", "lease_renew", "lease_release", "events"]
+WRITER_TOOLS = [
+    "recover",
+    "next",
+    "brief",
+    "status",
+    "step_start",
+    "step_done",
+    "step_fail",
+    "effect_begin",
+    "effect_ack",
+    "effect_verify",
+    "effect_absent",
+    "effect_uncertain",
+    "effect_show",
+    "effect_list",
+    "approval_request",
+    "approval_list",
+    "lease_renew",
+    "lease_release",
+    "events",
+]
 VIEW_TOOLS = ["next", "brief", "status", "effect_show", "effect_list", "approval_list", "events"]
 CONTROL_TOOLS = ["approval_grant", "approval_deny", "cancel", "lease_break"]
-INIT = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
-        "params": {"protocolVersion": jsonrpc.PROTOCOL_VERSION, "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 0,
+    "method": "initialize",
+    "params": {"protocolVersion": jsonrpc.PROTOCOL_VERSION, "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}},
+}
 PAYLOAD = {"slug": "weekly-post-2026-48"}
 
 
@@ -94,25 +117,58 @@ class McpFramingTest(unittest.TestCase):
         return Session(self.url, owner="agent-1", log=lambda line: None, **options)
 
     def test_malformed_json_is_a_parse_error_and_the_session_goes_on(self) -> None:
-        replies = converse(self.session(), INIT, b"not json\n", b'{"jsonrpc": "2.0", "id": 1,\n', b"\xff\xfe\n",
-                           b'{"jsonrpc":"2.0","id":2,"id":3,"method":"ping"}\n', b"\n", request(9, "ping"))
+        replies = converse(
+            self.session(),
+            INIT,
+            b"not json\n",
+            b'{"jsonrpc": "2.0", "id": 1,\n',
+            b"\xff\xfe\n",
+            b'{"jsonrpc":"2.0","id":2,"id":3,"method":"ping"}\n',
+            b"\n",
+            request(9, "ping"),
+        )
         self.assertEqual([r.get("id") for r in replies], [0, None, None, None, None, 9])
         self.assertEqual([r["error"]["code"] for r in replies[1:5]], [jsonrpc.PARSE_ERROR] * 4)
         self.assertEqual(replies[5]["result"], {})
 
     def test_invalid_messages_are_invalid_requests(self) -> None:
-        replies = converse(self.session(), INIT, [request(1, "ping")], b"7\n", {"id": 2, "method": "ping"}, {"jsonrpc": "2.0", "id": True, "method": "ping"},
-                           {"jsonrpc": "2.0", "id": 3}, {"jsonrpc": "2.0", "id": 4, "method": "ping", "params": [1]})
-        self.assertEqual([(r.get("id"), r["error"]["code"]) for r in replies[1:]],
-                         [(None, jsonrpc.INVALID_REQUEST), (None, jsonrpc.INVALID_REQUEST), (2, jsonrpc.INVALID_REQUEST), (None, jsonrpc.INVALID_REQUEST),
-                          (3, jsonrpc.INVALID_REQUEST), (4, jsonrpc.INVALID_PARAMS)])
+        replies = converse(
+            self.session(),
+            INIT,
+            [request(1, "ping")],
+            b"7\n",
+            {"id": 2, "method": "ping"},
+            {"jsonrpc": "2.0", "id": True, "method": "ping"},
+            {"jsonrpc": "2.0", "id": 3},
+            {"jsonrpc": "2.0", "id": 4, "method": "ping", "params": [1]},
+        )
+        self.assertEqual(
+            [(r.get("id"), r["error"]["code"]) for r in replies[1:]],
+            [
+                (None, jsonrpc.INVALID_REQUEST),
+                (None, jsonrpc.INVALID_REQUEST),
+                (2, jsonrpc.INVALID_REQUEST),
+                (None, jsonrpc.INVALID_REQUEST),
+                (3, jsonrpc.INVALID_REQUEST),
+                (4, jsonrpc.INVALID_PARAMS),
+            ],
+        )
         self.assertIn("batch", replies[1]["error"]["message"])
 
     def test_unknown_methods_and_tools(self) -> None:
-        replies = converse(self.session(), INIT, request(1, "prompts/list"), {"jsonrpc": "2.0", "method": "no/such/notification"},
-                           call(2, "no_such_tool"), request(3, "resources/read", {"uri": "runner://nothing"}), request(4, "ping"))
-        self.assertEqual([(r["id"], r.get("error", {}).get("code")) for r in replies[1:]],
-                         [(1, jsonrpc.METHOD_NOT_FOUND), (2, jsonrpc.INVALID_PARAMS), (3, jsonrpc.RESOURCE_NOT_FOUND), (4, None)])
+        replies = converse(
+            self.session(),
+            INIT,
+            request(1, "prompts/list"),
+            {"jsonrpc": "2.0", "method": "no/such/notification"},
+            call(2, "no_such_tool"),
+            request(3, "resources/read", {"uri": "runner://nothing"}),
+            request(4, "ping"),
+        )
+        self.assertEqual(
+            [(r["id"], r.get("error", {}).get("code")) for r in replies[1:]],
+            [(1, jsonrpc.METHOD_NOT_FOUND), (2, jsonrpc.INVALID_PARAMS), (3, jsonrpc.RESOURCE_NOT_FOUND), (4, None)],
+        )
 
     def test_oversized_message_is_refused_whole_and_the_next_one_read(self) -> None:
         big = jsonrpc.encode(call(1, "step_done", {"step": "draft", "evidence": {"x": "y" * 5000}}))
@@ -123,9 +179,14 @@ class McpFramingTest(unittest.TestCase):
 
     def test_notifications_are_never_answered_nor_acted_on(self) -> None:
         before = journal_bytes(self.path)
-        replies = converse(self.session(), INIT, {"jsonrpc": "2.0", "method": "notifications/initialized"},
-                           {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}},
-                           {"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "recover", "arguments": {}}}, request(5, "ping"))
+        replies = converse(
+            self.session(),
+            INIT,
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}},
+            {"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "recover", "arguments": {}}},
+            request(5, "ping"),
+        )
         self.assertEqual([r["id"] for r in replies], [0, 5])
         self.assertEqual(journal_bytes(self.path), before)
 
@@ -143,7 +204,9 @@ class McpFramingTest(unittest.TestCase):
         missing = dict(INIT, params={"capabilities": {}})
         self.assertEqual(converse(self.session(), missing)[0]["error"]["code"], jsonrpc.INVALID_PARAMS)
         modern = {"_meta": {jsonrpc.PROTOCOL_VERSION_META_KEY: "2026-07-28"}}
-        replies = converse(self.session(), request(1, "server/discover", modern), INIT, request(2, "tools/list", modern), request(3, "server/discover"))
+        replies = converse(
+            self.session(), request(1, "server/discover", modern), INIT, request(2, "tools/list", modern), request(3, "server/discover")
+        )
         for reply in (replies[0], replies[2]):
             self.assertEqual(reply["error"]["code"], jsonrpc.UNSUPPORTED_PROTOCOL_VERSION)
             self.assertEqual(reply["error"]["data"], {"supported": [jsonrpc.PROTOCOL_VERSION], "requested": "2026-07-28"})
@@ -161,8 +224,15 @@ class McpFramingTest(unittest.TestCase):
         messages.append(call("last", "step_start", {"step": "draft"}))
         idents += [None, "last"]
         data = b"".join(m if isinstance(m, bytes) else jsonrpc.encode(m) for m in messages)
-        proc = subprocess.run(_util.python("-m", "runner", "--dir", self.path, "mcp", "--owner", "agent-1"), input=data, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, env=_util.child_env(), cwd=_util.REPO_ROOT, timeout=120)
+        proc = subprocess.run(
+            _util.python("-m", "runner", "--dir", self.path, "mcp", "--owner", "agent-1"),
+            input=data,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=_util.child_env(),
+            cwd=_util.REPO_ROOT,
+            timeout=120,
+        )
         self.assertEqual(proc.returncode, 0, proc.stderr)
         replies = [json.loads(line) for line in proc.stdout.splitlines()]
         self.assertEqual([r["id"] for r in replies], [0] + idents)
@@ -237,9 +307,13 @@ class McpToolsTest(unittest.TestCase):
                 self.assertTrue(self.tool(session, "step_done", {"step": step, "evidence": evidence})["ok"])
         gated = self.tool(session, "effect_begin", {"key": "publish:post-48", "payload": PAYLOAD})
         self.assertEqual((gated["reason"], gated["exit_code"]), ("awaiting-approval", 4))
-        rid = self.tool(session, "approval_request", {"step": "publish", "action": "effect:publish:post-48", "payload": PAYLOAD, "ttl": 600})["request_id"]
+        rid = self.tool(session, "approval_request", {"step": "publish", "action": "effect:publish:post-48", "payload": PAYLOAD, "ttl": 600})[
+            "request_id"
+        ]
         stop = self.tool(session, "next")
-        self.assertEqual((stop["ok"], stop["decision"], stop["reason"], stop["exit_code"], stop["request_id"]), (True, "stop", "awaiting-approval", 4, rid))
+        self.assertEqual(
+            (stop["ok"], stop["decision"], stop["reason"], stop["exit_code"], stop["request_id"]), (True, "stop", "awaiting-approval", 4, rid)
+        )
         not_here = self.tool(session, "approval_grant", {"request_id": rid, "by": "agent-1"})
         self.assertEqual(not_here["reason"], "invalid-input")
         self.assertIn("--allow-control", not_here["message"])
@@ -288,7 +362,9 @@ class McpToolsTest(unittest.TestCase):
                 self.assertEqual((out["ok"], out["reason"], out["exit_code"]), (False, "invalid-input", 2), out)
                 self.assertTrue(out["message"])
         self.assertEqual(journal_bytes(self.path), before)
-        self.assertEqual(session.handle(jsonrpc.classify(request(2, "tools/call", {"name": "status", "arguments": [1]})))["result"]["isError"], True)  # type: ignore[index]
+        self.assertEqual(
+            session.handle(jsonrpc.classify(request(2, "tools/call", {"name": "status", "arguments": [1]})))["result"]["isError"], True
+        )  # type: ignore[index]
 
     def test_read_only_server_lists_views_and_takes_no_lease(self) -> None:
         session = self.open(self.session(read_only=True, owner=None))
@@ -398,7 +474,9 @@ def _python_for_client() -> Optional[str]:
     candidates += [sys.executable]
     for candidate in candidates:
         try:
-            out = subprocess.run([candidate, "-c", "import sys; print(sys.version_info >= (3, 10))"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=30).stdout
+            out = subprocess.run(
+                [candidate, "-c", "import sys; print(sys.version_info >= (3, 10))"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=30
+            ).stdout
         except (OSError, subprocess.SubprocessError):
             continue
         if out.strip() == b"True":
@@ -419,7 +497,11 @@ def official_client() -> str:
     base = _python_for_client()
     if base is None:
         raise unittest.SkipTest("no Python 3.10 or newer to run the official mcp client")
-    version = subprocess.run([base, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], stdout=subprocess.PIPE, check=True).stdout.decode().strip()
+    version = (
+        subprocess.run([base, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], stdout=subprocess.PIPE, check=True)
+        .stdout.decode()
+        .strip()
+    )
     cache = os.environ.get("RUNNER_TEST_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "runner-tests")
     os.makedirs(cache, exist_ok=True)
     venv = os.path.join(cache, f"mcp-venv-py{version}")
@@ -455,11 +537,21 @@ class McpOfficialClientTest(unittest.TestCase):
             path = new_run(tmp)
             target = os.path.join(tmp, "published.jsonl")
             env = _util.child_env(pythonpath=False)
-            proc = subprocess.run([client_python, os.path.join(_util.HERE, "mcp_client_check.py"), sys.executable, _util.REPO_ROOT, path, target],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp, timeout=300)
+            # The client's own packages keep their installed bytecode; the server shares the suite's folder.
+            env["RUNNER_SERVER_PYCACHE"] = env.pop("PYTHONPYCACHEPREFIX")
+            proc = subprocess.run(
+                [client_python, os.path.join(_util.HERE, "mcp_client_check.py"), sys.executable, _util.REPO_ROOT, path, target],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                cwd=tmp,
+                timeout=300,
+            )
             self.assertEqual(proc.returncode, 0, proc.stderr.decode("utf-8", "replace")[-3000:])
             report = json.loads(proc.stdout.decode().strip().splitlines()[-1])
-        line = "mcp-check: client={client} protocol={protocol} calls={calls} failures={failures} kill_recovered={kr}".format(kr="yes" if report["kill_recovered"] else "no", **report)
+        line = "mcp-check: client={client} protocol={protocol} calls={calls} failures={failures} kill_recovered={kr}".format(
+            kr="yes" if report["kill_recovered"] else "no", **report
+        )
         sys.stderr.write("\n" + line + "\n")
         sys.stderr.flush()
         self.assertEqual(report["failures"], 0, report["failure_list"])

@@ -45,8 +45,20 @@ INSTRUCTIONS = (
 )
 
 RESOURCES = [
-    {"uri": "runner://brief", "name": "brief", "title": "Brief of the run", "description": "bounded Markdown of the run's durable facts", "mimeType": "text/markdown"},
-    {"uri": "runner://status", "name": "status", "title": "Run status", "description": "the run's state at a glance, as JSON", "mimeType": "application/json"},
+    {
+        "uri": "runner://brief",
+        "name": "brief",
+        "title": "Brief of the run",
+        "description": "bounded Markdown of the run's durable facts",
+        "mimeType": "text/markdown",
+    },
+    {
+        "uri": "runner://status",
+        "name": "status",
+        "title": "Run status",
+        "description": "the run's state at a glance, as JSON",
+        "mimeType": "application/json",
+    },
 ]
 
 
@@ -59,9 +71,19 @@ class Session:
     :param allow_control: also list the control tools (approvals, cancel, lease break).
     """
 
-    def __init__(self, store_url: str, task: Optional[str] = None, owner: Optional[str] = None, epoch: Optional[int] = None, ttl: Optional[float] = None,
-                 read_only: bool = False, allow_control: bool = False, clock: Callable[[], float] = time.time,
-                 max_message_bytes: int = jsonrpc.MAX_MESSAGE_BYTES, log: Callable[[str], None] = lambda line: sys.stderr.write("runner mcp: " + line + "\n")) -> None:
+    def __init__(
+        self,
+        store_url: str,
+        task: Optional[str] = None,
+        owner: Optional[str] = None,
+        epoch: Optional[int] = None,
+        ttl: Optional[float] = None,
+        read_only: bool = False,
+        allow_control: bool = False,
+        clock: Callable[[], float] = time.time,
+        max_message_bytes: int = jsonrpc.MAX_MESSAGE_BYTES,
+        log: Callable[[str], None] = lambda line: sys.stderr.write("runner mcp: " + line + "\n"),
+    ) -> None:
         if read_only and allow_control:
             raise InvalidInput("mcp: --read-only and --allow-control exclude each other")
         if not read_only and not owner:
@@ -168,7 +190,11 @@ class Session:
                 known = next((t for t in TOOLS if t.name == name), None)
                 if known is None:
                     raise ProtocolError(jsonrpc.INVALID_PARAMS, f"Unknown tool: {name}")
-                needs = "--allow-control (a person's or a supervisor's authority)" if known.authority == "control" else "a server started without --read-only"
+                needs = (
+                    "--allow-control (a person's or a supervisor's authority)"
+                    if known.authority == "control"
+                    else "a server started without --read-only"
+                )
                 raise InvalidInput(f"{name} is not available on this server: it needs {needs}")
             args = check_arguments(tool, arguments)
             out = {"ok": True, "reason": None, "exit_code": 0, **tool.handler(self, args)}
@@ -213,7 +239,9 @@ class Session:
         try:
             return self.open_run()
         except RunnerError as exc:
-            raise ProtocolError(jsonrpc.INTERNAL_ERROR, f"{exc.reason}: {exc.message}", {"reason": exc.reason, "exit_code": exc.exit_code, **exc.context}) from None
+            raise ProtocolError(
+                jsonrpc.INTERNAL_ERROR, f"{exc.reason}: {exc.message}", {"reason": exc.reason, "exit_code": exc.exit_code, **exc.context}
+            ) from None
 
     # -- methods -----------------------------------------------------------------
     def handle(self, message: jsonrpc.Incoming) -> Optional[Dict[str, Any]]:
@@ -231,7 +259,9 @@ class Session:
         meta = params.get("_meta")
         requested = meta.get(jsonrpc.PROTOCOL_VERSION_META_KEY) if isinstance(meta, dict) else None
         if requested is not None and requested != PROTOCOL_VERSION:
-            raise ProtocolError(jsonrpc.UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version", {"supported": [PROTOCOL_VERSION], "requested": requested})
+            raise ProtocolError(
+                jsonrpc.UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version", {"supported": [PROTOCOL_VERSION], "requested": requested}
+            )
         if method == "ping":
             return {}
         if method == "initialize":
@@ -278,7 +308,9 @@ class Session:
                     reply = self.handle(message)
                 except Exception as exc:  # a defect in the server: one line on stderr, an error to the client, and go on
                     self.log(f"internal error: {type(exc).__name__}: {exc} at {traceback.extract_tb(exc.__traceback__)[-1].line!r}")
-                    reply = jsonrpc.error_response(message.id, ProtocolError(jsonrpc.INTERNAL_ERROR, f"internal error: {type(exc).__name__}: {exc}"))
+                    reply = jsonrpc.error_response(
+                        message.id, ProtocolError(jsonrpc.INTERNAL_ERROR, f"internal error: {type(exc).__name__}: {exc}")
+                    )
                 if reply is not None:
                     out.write(jsonrpc.encode(reply))
                     out.flush()
@@ -290,12 +322,24 @@ class Session:
 
 def _tool_result(structured: Dict[str, Any], is_error: bool) -> Dict[str, Any]:
     # The text block repeats the structured content, for clients that read only text.
-    return {"content": [{"type": "text", "text": json.dumps(structured, sort_keys=True, ensure_ascii=False)}], "structuredContent": structured, "isError": is_error}
+    return {
+        "content": [{"type": "text", "text": json.dumps(structured, sort_keys=True, ensure_ascii=False)}],
+        "structuredContent": structured,
+        "isError": is_error,
+    }
 
 
-def serve(store_url: str, task: Optional[str], owner: Optional[str], epoch: Optional[int], ttl: Optional[float], read_only: bool, allow_control: bool,
-          inp: Optional[BinaryIO] = None, out: Optional[BinaryIO] = None) -> int:
+def serve(
+    store_url: str,
+    task: Optional[str],
+    owner: Optional[str],
+    epoch: Optional[int],
+    ttl: Optional[float],
+    read_only: bool,
+    allow_control: bool,
+    inp: Optional[BinaryIO] = None,
+    out: Optional[BinaryIO] = None,
+) -> int:
     """``python3 -m runner mcp``: serve the run on stdin/stdout until the client closes stdin."""
     session = Session(store_url, task, owner, epoch, ttl, read_only, allow_control)
     return session.serve(inp or sys.stdin.buffer, out or sys.stdout.buffer)
-

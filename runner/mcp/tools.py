@@ -50,6 +50,7 @@ class Tool(NamedTuple):
 
 # -- schemas -----------------------------------------------------------------
 
+
 def _text(description: str, max_length: int = 10_000) -> Dict[str, Any]:
     return {"type": "string", "minLength": 1, "maxLength": max_length, "description": description}
 
@@ -62,7 +63,12 @@ def _doc(description: str) -> Dict[str, Any]:
     return {"type": "object", "description": description + " (a JSON object of at most 256 KiB)"}
 
 
-_TTL = {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TTL_SECONDS, "description": "seconds the lease lives (default: the contract's lease ttl)"}
+_TTL = {
+    "type": "number",
+    "exclusiveMinimum": 0,
+    "maximum": MAX_TTL_SECONDS,
+    "description": "seconds the lease lives (default: the contract's lease ttl)",
+}
 _OBJ = {"type": "object"}
 _NULLABLE_OBJ = {"type": ["object", "null"]}
 _STR = {"type": "string"}
@@ -168,6 +174,7 @@ def tool_listing(tool: Tool) -> Dict[str, Any]:
 
 
 # -- handlers: each gets the session (see runner.mcp.server.Session) and checked arguments ----------
+
 
 def summary(state: Dict[str, Any]) -> Dict[str, Any]:
     """The run at a glance, as ``status --json`` reports it."""
@@ -327,69 +334,286 @@ _STEP_ID = _key("a step id of the run's plan")
 _WHO = _key("who answers: the person or supervisor, by name")
 
 
-def _t(name: str, title: str, description: str, authority: str, arguments: Dict[str, Any], required: List[str], results: Dict[str, Any],
-       handler: Callable[[Any, Dict[str, Any]], Dict[str, Any]], destructive: bool = False, idempotent: bool = False) -> Tool:
+def _t(
+    name: str,
+    title: str,
+    description: str,
+    authority: str,
+    arguments: Dict[str, Any],
+    required: List[str],
+    results: Dict[str, Any],
+    handler: Callable[[Any, Dict[str, Any]], Dict[str, Any]],
+    destructive: bool = False,
+    idempotent: bool = False,
+) -> Tool:
     read_only = authority == "view"
-    return Tool(name, title, description, authority, arguments, required, results, read_only, destructive and not read_only, idempotent or read_only, handler)
+    return Tool(
+        name,
+        title,
+        description,
+        authority,
+        arguments,
+        required,
+        results,
+        read_only,
+        destructive and not read_only,
+        idempotent or read_only,
+        handler,
+    )
 
 
 TOOLS: List[Tool] = [
-    _t("recover", "Recover the run", "Take the lease for this server's owner (a higher fencing epoch), reconcile, refresh jobs, decide the one safe next action "
-       "and persist it. Call it first, and again after any stop. Each call fences the previous epoch.", "write", {"ttl": _TTL}, [], _DECISION, _recover),
-    _t("next", "Next safe action", "Name exactly one safe next action, or one stop with its reason (awaiting-approval, needs-reconciliation, fenced, complete, ...). Reads only.",
-       "view", {}, [], _DECISION, _next),
-    _t("brief", "Brief of the run", "A bounded Markdown summary of durable facts, for a fresh model context.", "view",
-       {"max_chars": {"type": "integer", "minimum": 200, "maximum": 20000, "description": "at most this many characters (default 2000)"}}, [],
-       {"brief": _STR, "chars": _INT}, _brief),
-    _t("status", "Run status", "The run's current state: status, steps, effect counts, lease, next action.", "view", {}, [],
-       {"task_id": _STR, "status": _STR, "revision": _INT, "current_step": _NULLABLE_STR, "completed_steps": _LIST, "steps": _OBJ,
-        "effects": _OBJ, "lease": _OBJ, "next_action": _NULLABLE_OBJ}, _status),
+    _t(
+        "recover",
+        "Recover the run",
+        "Take the lease for this server's owner (a higher fencing epoch), reconcile, refresh jobs, decide the one safe next action "
+        "and persist it. Call it first, and again after any stop. Each call fences the previous epoch.",
+        "write",
+        {"ttl": _TTL},
+        [],
+        _DECISION,
+        _recover,
+    ),
+    _t(
+        "next",
+        "Next safe action",
+        "Name exactly one safe next action, or one stop with its reason (awaiting-approval, needs-reconciliation, fenced, complete, ...). Reads only.",
+        "view",
+        {},
+        [],
+        _DECISION,
+        _next,
+    ),
+    _t(
+        "brief",
+        "Brief of the run",
+        "A bounded Markdown summary of durable facts, for a fresh model context.",
+        "view",
+        {"max_chars": {"type": "integer", "minimum": 200, "maximum": 20000, "description": "at most this many characters (default 2000)"}},
+        [],
+        {"brief": _STR, "chars": _INT},
+        _brief,
+    ),
+    _t(
+        "status",
+        "Run status",
+        "The run's current state: status, steps, effect counts, lease, next action.",
+        "view",
+        {},
+        [],
+        {
+            "task_id": _STR,
+            "status": _STR,
+            "revision": _INT,
+            "current_step": _NULLABLE_STR,
+            "completed_steps": _LIST,
+            "steps": _OBJ,
+            "effects": _OBJ,
+            "lease": _OBJ,
+            "next_action": _NULLABLE_OBJ,
+        },
+        _status,
+    ),
     _t("step_start", "Start a step", "Start a step of the plan, in plan order.", "write", {"step": _STEP_ID}, ["step"], _STEP, _step("start")),
-    _t("step_done", "Finish a step", "Finish the running step with the evidence its contract asks for; gated steps need a verified effect.", "write",
-       {"step": _STEP_ID, "evidence": _doc("the evidence the contract names")}, ["step", "evidence"], _STEP, _step("done")),
-    _t("step_fail", "Fail a step", "Record a failed attempt: transient (retried after a persisted backoff) or permanent (the step is failed for good).", "write",
-       {"step": _STEP_ID, "class": {"type": "string", "enum": ["transient", "permanent"]}, "error": _text("what went wrong")},
-       ["step", "class", "error"], _STEP, _step("fail"), destructive=True),
-    _t("effect_begin", "Begin an effect", "Record the intent to call the target for KEY with this exact payload, before calling it. Refused when approval, "
-       "cancellation, limits or an unresolved earlier attempt forbid it.", "write",
-       {"key": _KEY, "payload": _doc("the exact payload that will be sent"), "step": _key("the step it belongs to (default: the current step)")},
-       ["key", "payload"], _EFFECT, _effect("begin")),
-    _t("effect_ack", "Acknowledge an effect", "Record the target's receipt for KEY after the call returned.", "write",
-       {"key": _KEY, "receipt": _doc("the target's receipt")}, ["key", "receipt"], _EFFECT, _effect("ack")),
-    _t("effect_verify", "Verify an effect", "Record that the target was observed to hold KEY's effect.", "write",
-       {"key": _KEY, "evidence": _doc("what the observation found"), "reconciled": {"type": "boolean", "description": "the outcome was unknown and settled by observation"}},
-       ["key", "evidence"], _EFFECT, _effect("verify")),
-    _t("effect_absent", "Record an effect absent", "Record that the target was observed not to hold KEY's effect, so it may be sent again.", "write",
-       {"key": _KEY, "evidence": _doc("what the observation found"), "reconciled": {"type": "boolean", "description": "the outcome was unknown and settled by observation"}},
-       ["key", "evidence"], _EFFECT, _effect("absent")),
-    _t("effect_uncertain", "Mark an effect uncertain", "Record that KEY's outcome is unknown; nothing is retried until it is observed.", "write",
-       {"key": _KEY, "reason": _text("why the outcome is unknown")}, ["key", "reason"], _EFFECT, _effect("uncertain")),
+    _t(
+        "step_done",
+        "Finish a step",
+        "Finish the running step with the evidence its contract asks for; gated steps need a verified effect.",
+        "write",
+        {"step": _STEP_ID, "evidence": _doc("the evidence the contract names")},
+        ["step", "evidence"],
+        _STEP,
+        _step("done"),
+    ),
+    _t(
+        "step_fail",
+        "Fail a step",
+        "Record a failed attempt: transient (retried after a persisted backoff) or permanent (the step is failed for good).",
+        "write",
+        {"step": _STEP_ID, "class": {"type": "string", "enum": ["transient", "permanent"]}, "error": _text("what went wrong")},
+        ["step", "class", "error"],
+        _STEP,
+        _step("fail"),
+        destructive=True,
+    ),
+    _t(
+        "effect_begin",
+        "Begin an effect",
+        "Record the intent to call the target for KEY with this exact payload, before calling it. Refused when approval, "
+        "cancellation, limits or an unresolved earlier attempt forbid it.",
+        "write",
+        {"key": _KEY, "payload": _doc("the exact payload that will be sent"), "step": _key("the step it belongs to (default: the current step)")},
+        ["key", "payload"],
+        _EFFECT,
+        _effect("begin"),
+    ),
+    _t(
+        "effect_ack",
+        "Acknowledge an effect",
+        "Record the target's receipt for KEY after the call returned.",
+        "write",
+        {"key": _KEY, "receipt": _doc("the target's receipt")},
+        ["key", "receipt"],
+        _EFFECT,
+        _effect("ack"),
+    ),
+    _t(
+        "effect_verify",
+        "Verify an effect",
+        "Record that the target was observed to hold KEY's effect.",
+        "write",
+        {
+            "key": _KEY,
+            "evidence": _doc("what the observation found"),
+            "reconciled": {"type": "boolean", "description": "the outcome was unknown and settled by observation"},
+        },
+        ["key", "evidence"],
+        _EFFECT,
+        _effect("verify"),
+    ),
+    _t(
+        "effect_absent",
+        "Record an effect absent",
+        "Record that the target was observed not to hold KEY's effect, so it may be sent again.",
+        "write",
+        {
+            "key": _KEY,
+            "evidence": _doc("what the observation found"),
+            "reconciled": {"type": "boolean", "description": "the outcome was unknown and settled by observation"},
+        },
+        ["key", "evidence"],
+        _EFFECT,
+        _effect("absent"),
+    ),
+    _t(
+        "effect_uncertain",
+        "Mark an effect uncertain",
+        "Record that KEY's outcome is unknown; nothing is retried until it is observed.",
+        "write",
+        {"key": _KEY, "reason": _text("why the outcome is unknown")},
+        ["key", "reason"],
+        _EFFECT,
+        _effect("uncertain"),
+    ),
     _t("effect_show", "Show an effect", "KEY's ledger record.", "view", {"key": _KEY}, ["key"], _EFFECT, _effect("show")),
-    _t("effect_list", "List effects", "The ledger's effects, by key, optionally only those in one state.", "view",
-       {"state": {"type": "string", "enum": ["planned", "started", "acknowledged", "verified", "uncertain", "absent", "failed"]},
-        "limit": {"type": "integer", "minimum": 1, "maximum": 10000, "description": "at most this many (default 200)"}}, [],
-       {"count": _INT, "effects": _OBJ, "more": _BOOL}, _effect_list),
-    _t("approval_request", "Request an approval", "Ask a person to approve ACTION (effect:KEY) in STEP for this exact payload; the run then stops at "
-       "awaiting-approval until someone outside the run answers.", "write",
-       {"step": _STEP_ID, "action": _text("the action to approve, effect:KEY", 300), "payload": _doc("the exact payload that will be sent"),
-        "ttl": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TTL_SECONDS, "description": "seconds until the request and its grant expire"}},
-       ["step", "action", "payload", "ttl"], {"request_id": _STR, "request": _OBJ}, _approval_request),
-    _t("approval_list", "List approvals", "Every approval request with its state (pending, granted, used, denied, expired).", "view", {}, [],
-       {"approvals": _LIST}, _approval_list),
-    _t("lease_renew", "Renew the lease", "Extend the lease this server holds (it also renews while calls arrive).", "write", {"ttl": _TTL}, [],
-       {"lease": _OBJ}, _lease_renew),
-    _t("lease_release", "Release the lease", "Give up the lease this server took; writes need recover again afterwards.", "write", {}, [],
-       {"lease": _OBJ}, _lease_release),
-    _t("events", "Events", "Journal transitions after sequence number AFTER, so an observer resumes where it left off.", "view",
-       {"after": {"type": "integer", "minimum": 0}, "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "at most this many (default 200)"}}, [],
-       {"after": _INT, "last": _INT, "oldest": _INT, "truncated": _BOOL, "more": _BOOL, "events": _LIST}, _events),
-    _t("approval_grant", "Grant an approval", "Control (a person's authority): grant a pending request, bound to its exact payload.", "control",
-       {"request_id": _key("the request to answer"), "by": _WHO}, ["request_id", "by"], {"request_id": _STR, "request": _OBJ}, _approval_answer(True)),
-    _t("approval_deny", "Deny an approval", "Control (a person's authority): deny a pending request.", "control",
-       {"request_id": _key("the request to answer"), "by": _WHO}, ["request_id", "by"], {"request_id": _STR, "request": _OBJ}, _approval_answer(False),
-       destructive=True),
-    _t("cancel", "Cancel the run", "Control (a person's authority): no new step or effect begins; in-flight effects are still reconciled.", "control",
-       {"by": _WHO, "reason": _text("why")}, ["by", "reason"], {"status": _STR, "cancellation": _OBJ, "next_action": _NULLABLE_OBJ}, _cancel, destructive=True),
-    _t("lease_break", "Break the lease", "Control (a supervisor's authority): end a dead holder's lease now, with the evidence that it ended.", "control",
-       {"by": _WHO, "reason": _text("the evidence that the holder ended")}, ["by", "reason"], {"lease": _OBJ, "view": _OBJ}, _lease_break, destructive=True),
+    _t(
+        "effect_list",
+        "List effects",
+        "The ledger's effects, by key, optionally only those in one state.",
+        "view",
+        {
+            "state": {"type": "string", "enum": ["planned", "started", "acknowledged", "verified", "uncertain", "absent", "failed"]},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 10000, "description": "at most this many (default 200)"},
+        },
+        [],
+        {"count": _INT, "effects": _OBJ, "more": _BOOL},
+        _effect_list,
+    ),
+    _t(
+        "approval_request",
+        "Request an approval",
+        "Ask a person to approve ACTION (effect:KEY) in STEP for this exact payload; the run then stops at "
+        "awaiting-approval until someone outside the run answers.",
+        "write",
+        {
+            "step": _STEP_ID,
+            "action": _text("the action to approve, effect:KEY", 300),
+            "payload": _doc("the exact payload that will be sent"),
+            "ttl": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "maximum": MAX_TTL_SECONDS,
+                "description": "seconds until the request and its grant expire",
+            },
+        },
+        ["step", "action", "payload", "ttl"],
+        {"request_id": _STR, "request": _OBJ},
+        _approval_request,
+    ),
+    _t(
+        "approval_list",
+        "List approvals",
+        "Every approval request with its state (pending, granted, used, denied, expired).",
+        "view",
+        {},
+        [],
+        {"approvals": _LIST},
+        _approval_list,
+    ),
+    _t(
+        "lease_renew",
+        "Renew the lease",
+        "Extend the lease this server holds (it also renews while calls arrive).",
+        "write",
+        {"ttl": _TTL},
+        [],
+        {"lease": _OBJ},
+        _lease_renew,
+    ),
+    _t(
+        "lease_release",
+        "Release the lease",
+        "Give up the lease this server took; writes need recover again afterwards.",
+        "write",
+        {},
+        [],
+        {"lease": _OBJ},
+        _lease_release,
+    ),
+    _t(
+        "events",
+        "Events",
+        "Journal transitions after sequence number AFTER, so an observer resumes where it left off.",
+        "view",
+        {
+            "after": {"type": "integer", "minimum": 0},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "at most this many (default 200)"},
+        },
+        [],
+        {"after": _INT, "last": _INT, "oldest": _INT, "truncated": _BOOL, "more": _BOOL, "events": _LIST},
+        _events,
+    ),
+    _t(
+        "approval_grant",
+        "Grant an approval",
+        "Control (a person's authority): grant a pending request, bound to its exact payload.",
+        "control",
+        {"request_id": _key("the request to answer"), "by": _WHO},
+        ["request_id", "by"],
+        {"request_id": _STR, "request": _OBJ},
+        _approval_answer(True),
+    ),
+    _t(
+        "approval_deny",
+        "Deny an approval",
+        "Control (a person's authority): deny a pending request.",
+        "control",
+        {"request_id": _key("the request to answer"), "by": _WHO},
+        ["request_id", "by"],
+        {"request_id": _STR, "request": _OBJ},
+        _approval_answer(False),
+        destructive=True,
+    ),
+    _t(
+        "cancel",
+        "Cancel the run",
+        "Control (a person's authority): no new step or effect begins; in-flight effects are still reconciled.",
+        "control",
+        {"by": _WHO, "reason": _text("why")},
+        ["by", "reason"],
+        {"status": _STR, "cancellation": _OBJ, "next_action": _NULLABLE_OBJ},
+        _cancel,
+        destructive=True,
+    ),
+    _t(
+        "lease_break",
+        "Break the lease",
+        "Control (a supervisor's authority): end a dead holder's lease now, with the evidence that it ended.",
+        "control",
+        {"by": _WHO, "reason": _text("the evidence that the holder ended")},
+        ["by", "reason"],
+        {"lease": _OBJ, "view": _OBJ},
+        _lease_break,
+        destructive=True,
+    ),
 ]

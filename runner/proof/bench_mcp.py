@@ -36,7 +36,9 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 _CONTRACT = os.path.join(_ROOT, "templates", "run-contract.example.md")
 
 
-def run_mcp_bench(transitions: int = 200, cli_transitions: int = 20, scratch: Optional[str] = None, clock: Callable[[], float] = time.perf_counter) -> Dict[str, Any]:
+def run_mcp_bench(
+    transitions: int = 200, cli_transitions: int = 20, scratch: Optional[str] = None, clock: Callable[[], float] = time.perf_counter
+) -> Dict[str, Any]:
     """Time ``transitions`` library and MCP transitions and ``cli_transitions`` CLI ones; return medians and ratios."""
     root = tempfile.mkdtemp(prefix="runner-bench-mcp-", dir=scratch)
     server = None
@@ -53,8 +55,14 @@ def run_mcp_bench(transitions: int = 200, cli_transitions: int = 20, scratch: Op
             json.dump(payload, handle)
         env = dict(os.environ, PYTHONPATH=_ROOT)
         env.pop("RUNNER_DIR", None)
-        server = subprocess.Popen([sys.executable, "-m", "runner", "--dir", path, "mcp", "--owner", "bench", "--epoch", str(epoch)],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=_ROOT)
+        server = subprocess.Popen(
+            [sys.executable, "-m", "runner", "--dir", path, "mcp", "--owner", "bench", "--epoch", str(epoch)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            cwd=_ROOT,
+        )
         ident = [0]
 
         def ask(method: str, params: Dict[str, Any]) -> Dict[str, Any]:
@@ -78,8 +86,28 @@ def run_mcp_bench(transitions: int = 200, cli_transitions: int = 20, scratch: Op
             times["mcp"].append(clock() - t0)
             if n % every == 0 and len(times["cli"]) < cli_transitions:
                 t0 = clock()
-                done = subprocess.run([sys.executable, "-m", "runner", "--dir", path, "effect", "begin", f"bench-cli-{n}", "--payload", payload_file,
-                                       "--owner", "bench", "--epoch", str(epoch)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=_ROOT)
+                done = subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "runner",
+                        "--dir",
+                        path,
+                        "effect",
+                        "begin",
+                        f"bench-cli-{n}",
+                        "--payload",
+                        payload_file,
+                        "--owner",
+                        "bench",
+                        "--epoch",
+                        str(epoch),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    env=env,
+                    cwd=_ROOT,
+                )
                 times["cli"].append(clock() - t0)
                 if done.returncode != 0:
                     raise RuntimeError(f"cli effect begin failed: {done.stderr.decode('utf-8', 'replace').strip()}")
