@@ -393,9 +393,12 @@ class McpToolsTest(unittest.TestCase):
         worker = Run.open(self.path, clock=self.clock)
         lease = worker.acquire("agent-1", 300)
         given = self.session(epoch=lease["epoch"])
+        self.clock.now += 10
         replies = converse(given, INIT, call(1, "step_start", {"step": "draft"}))
         self.assertFalse(replies[1]["result"]["isError"], replies[1])
-        self.assertEqual(RunStore.open(self.path).state["lease"], lease, "a lease given with --epoch stays with its taker")
+        kept = RunStore.open(self.path).state["lease"]
+        self.assertEqual((kept["owner"], kept["epoch"]), ("agent-1", lease["epoch"]), "a lease given with --epoch stays with its taker")
+        self.assertGreater(kept["expires_at"], lease["expires_at"], "and is renewed by the first call")
         fenced = self.session()
         self.open(fenced)
         self.tool(fenced, "recover")

@@ -93,7 +93,8 @@ class Session:
         self.read_only, self.allow_control = read_only, allow_control
         self.clock, self.max_message_bytes, self.log = clock, max_message_bytes, log
         self.took = False  # whether this server acquired the epoch it holds
-        self.renewed_at = clock()
+        # A lease given with --epoch was taken elsewhere, at a time unknown here: renew it on the first call.
+        self.renewed_at = clock() if epoch is None else float("-inf")
         self.run: Optional[Run] = None
         self.damage: Optional[StateUnrecoverable] = None
         self.state = "new"  # new -> ready (after initialize)

@@ -127,7 +127,11 @@ def run_mcp_bench(
             "ratio": f"1 : {medians['mcp'] / medians['library']:.2f} : {medians['cli'] / medians['library']:.2f}",
         }
     finally:
-        if server is not None and server.poll() is None:
-            server.kill()
-            server.wait()
+        if server is not None:
+            if server.poll() is None:
+                server.kill()
+                server.wait()
+            for stream in (server.stdin, server.stdout):
+                if stream is not None and not stream.closed:
+                    stream.close()
         shutil.rmtree(root, ignore_errors=True)
