@@ -300,6 +300,9 @@ class McpToolsTest(unittest.TestCase):
         session = self.open(self.session())
         refused = self.tool(session, "step_start", {"step": "draft"})
         self.assertEqual((refused["reason"], refused["exit_code"]), ("fenced", 9))
+        told = self.tool(session, "next")
+        self.assertEqual((told["ok"], told["reason"]), (True, "fenced"))
+        self.assertIn("call recover", told["detail"])
         self.assertEqual(self.tool(session, "recover")["action"]["kind"], "start-step")
         for step, evidence in (("draft", {"file_sha256": "sha256:" + "a" * 64}), ("review", {"exit_code": 0}), ("publish", None)):
             self.assertTrue(self.tool(session, "step_start", {"step": step})["ok"])

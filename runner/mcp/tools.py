@@ -218,7 +218,10 @@ def _recover(session: Any, args: Dict[str, Any]) -> Dict[str, Any]:
 
 def _next(session: Any, args: Dict[str, Any]) -> Dict[str, Any]:
     run = session.open_run()
-    return _decision(decide(run.state, run.clock(), session.owner, session.epoch, _observed_jobs(run)), run)
+    decision = decide(run.state, run.clock(), session.owner, session.epoch, _observed_jobs(run))
+    if decision["reason"] == "fenced" and session.epoch is None:
+        decision["detail"] += "; this server has taken no lease yet: call recover"
+    return _decision(decision, run)
 
 
 def _brief(session: Any, args: Dict[str, Any]) -> Dict[str, Any]:
