@@ -11,6 +11,11 @@ authority it needs:
 * ``control``: what belongs to a person or a supervisor (granting or denying
   an approval, cancelling, breaking a lease); listed only with ``--allow-control``.
 
+Annotations: ``readOnlyHint`` exactly for the views (which are also the idempotent
+ones: a write always appends a transition); ``destructiveHint`` for a call that
+ends something for good (a permanent step failure, a denial, a cancellation, a
+broken lease). The journal itself is append-only, so no tool erases history.
+
 Every structured result has ``ok``, ``reason`` and ``exit_code``: the reason
 names and codes of :data:`runner.errors.EXIT_CODES`, as the command line
 reports them (``reason`` is null on success; for ``recover`` and ``next`` it is
