@@ -242,6 +242,30 @@ class McpFramingTest(unittest.TestCase):
         self.assertIsNone(lease["owner"], "the lease the server took is released when the client closes stdin")
 
 
+    def test_servers_of_several_owners_at_once_one_holds_the_lease(self) -> None:
+        """Four server processes recover the same run at the same moment: one acts, the others are told already-running."""
+        data = jsonrpc.encode(INIT) + jsonrpc.encode(call(1, "recover")) + jsonrpc.encode(call(2, "step_start", {"step": "draft"}))
+        procs = [
+            subprocess.Popen(_util.python("-m", "runner", "--dir", self.path, "mcp", "--owner", f"agent-{n}"), stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_util.child_env(), cwd=_util.REPO_ROOT)
+            for n in range(4)
+        ]
+        for proc in procs:  # every request is written before any answer is read
+            proc.stdin.write(data)  # type: ignore[union-attr]
+            proc.stdin.flush()  # type: ignore[union-attr]
+        # Every server keeps its connection (and a winner its lease) until all have answered.
+        replies = [[json.loads(proc.stdout.readline()) for _ in range(3)] for proc in procs]  # type: ignore[union-attr]
+        for proc in procs:
+            _, err = proc.communicate(timeout=120)
+            self.assertEqual(proc.returncode, 0, err)
+        decisions = sorted(structured(r[1])["reason"] or "act" for r in replies)
+        self.assertEqual(decisions, ["act", "already-running", "already-running", "already-running"])
+        started = sorted(structured(r[2])["reason"] or "ok" for r in replies)
+        self.assertEqual(started, ["fenced", "fenced", "fenced", "ok"])
+        state = RunStore.open(self.path).state
+        self.assertEqual(state["steps"]["draft"]["attempts"], 1)
+
+
 class McpToolsTest(unittest.TestCase):
     """The tool table: schemas, annotations, authority, refusals as tool errors, the lease, damage."""
 
