@@ -160,6 +160,12 @@ def build_parser(extensions: Sequence[Callable[[Callable[..., argparse.ArgumentP
     sub.add_argument("--context", default="{}", metavar="JSON", help="passed to the handler")
     sub.add_argument("--ttl", type=_seconds, default=60.0)
 
+    sub = verb("mcp", "serve the run to an MCP client over stdio; --allow-control is dangerous (see README)", cmd_mcp)
+    _writer(sub)
+    sub.add_argument("--ttl", type=_seconds, default=None, help="lease time to live (default: the contract's)")
+    sub.add_argument("--read-only", action="store_true", help="list only the tools that read; take no lease")
+    sub.add_argument("--allow-control", action="store_true", help="DANGEROUS: let the client grant and deny approvals, cancel and break leases")
+
     for extend in extensions:
         extend(verb)
     return parser
@@ -654,6 +660,12 @@ def cmd_work(args: argparse.Namespace) -> int:
     tally = run_pool(url, args.workers, args.handler, context=context, ttl=args.ttl)
     _emit(args, {"ok": not tally["errors"], **tally}, "\n".join(f"{k:14} {v}" for k, v in tally.items()))
     return 0 if not tally["errors"] else 1
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from .mcp.server import serve
+
+    return serve(_store_url(args), _task(args), args.owner, args.epoch, args.ttl, args.read_only, args.allow_control)
 
 
 # -- entry point ---------------------------------------------------------------

@@ -25,6 +25,7 @@ def add_proof_verbs(verb: Callable[..., Any]) -> None:
     sub.add_argument("--scratch", metavar="DIR", default=None, help="folder on the disk to measure (default: the temp folder)")
     sub.add_argument("--stores", action="store_true", help="also compare the file, SQLite (and PostgreSQL, with --postgres URL) stores")
     sub.add_argument("--postgres", metavar="URL", default=None, help="a PostgreSQL database to include in --stores")
+    sub.add_argument("--mcp", action="store_true", help="also time one transition through the library, the MCP server and the command line")
 
     sub = verb("crashcheck", "explore every crash state a power loss can leave in the store", cmd_crashcheck)
     sub.add_argument("--transitions", type=_positive, default=200)
@@ -74,8 +75,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
             import shutil
 
             shutil.rmtree(scratch, ignore_errors=True)
-    lines = [f"{key:28} {value}" for key, value in result.items() if key not in ("targets", "stores")]
+    if args.mcp:
+        from .bench_mcp import run_mcp_bench
+
+        count = min(500, max(20, args.transitions // 10))
+        result["mcp"] = run_mcp_bench(count, max(5, count // 10), args.scratch)
+    lines = [f"{key:28} {value}" for key, value in result.items() if key not in ("targets", "stores", "mcp")]
     lines += [f"store {row['store']:10} " + ", ".join(f"{k} {v}" for k, v in row.items() if k != "store") for row in result.get("stores", [])]
+    lines += [f"mcp {key:24} {value}" for key, value in result.get("mcp", {}).items()]
     lines += [f"target {name:21} <= {t['target']}: {'met' if t['met'] else 'NOT met'}" for name, t in result["targets"].items()]
     _emit(args, result, "\n".join(lines))
     return 0
