@@ -37,6 +37,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from ..envelope import canonical_json, content_digest, loads_trusted, sha256_hex, validate_envelope, validate_id
 from ..errors import InvalidInput, StateUnrecoverable
 from .file import CommitThenRaise, Finding, StateView, _decode_record, _genesis, _replay, finish_transition, prepare_transition
+from ..windows import NO_HOOKS, Hooks
 
 __all__ = ["SQLStore", "SQLiteStore", "PostgresStore", "db_class", "list_db_runs"]
 
@@ -82,8 +83,10 @@ class SQLStore(StateView):
     #: How many times a transaction is retried when the database stays busy.
     busy_retries = 8
 
-    def __init__(self, url: str, task_id: str, *, clock: Optional[Callable[[], float]] = None, jobs_root: Optional[str] = None) -> None:
+    def __init__(self, url: str, task_id: str, *, clock: Optional[Callable[[], float]] = None, jobs_root: Optional[str] = None,
+                 hooks: Optional[Hooks] = None) -> None:
         self.url = url
+        self.hooks = hooks if hooks is not None else NO_HOOKS
         self.task_id = validate_id(task_id, "task id")
         self.clock = clock or time.time
         self.durability = "sync"
@@ -245,6 +248,7 @@ class SQLStore(StateView):
                 ops, refusal[:] = exc.ops, [exc.error]
             if ops:
                 self._commit_ops(ops, epoch)
+                self.hooks.reached("store:before-db-commit")
 
         try:
             self._retrying(work)
@@ -252,7 +256,9 @@ class SQLStore(StateView):
             self._state = None if self._state is not None and self._dirty else self._state
             raise
         finally:
-            self._dirty = False
+            committed, self._dirty = self._dirty, False
+        if committed:
+            self.hooks.reached("store:after-db-commit")
         if refusal:
             raise refusal[0] from None
         return self.state
