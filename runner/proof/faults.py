@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..windows import Hooks, check_window
 
-__all__ = ["die", "KillAt", "KillAfterSeconds", "LoseAnswerThenKill", "Recorder", "Chain", "lose_next_answer"]
+__all__ = ["die", "KillAt", "KillAfterSeconds", "LoseAnswerThenKill", "Recorder", "Chain", "kill_point", "lose_next_answer"]
 
 
 def die() -> None:
@@ -160,6 +160,25 @@ class Chain(Hooks):
     def reached(self, window: str, **facts: Any) -> None:
         for hooks in self.hooks:
             hooks.reached(window, **facts)
+
+
+def kill_point(point: str, nth: int, *, lose_answer: Optional[Callable[[], None]] = None,
+               on_kill: Optional[Callable[[str], None]] = None) -> Hooks:
+    """The hooks that die at the ``nth`` pass of ``point``: a window name, or ``WINDOW/torn`` or ``WINDOW/answer-lost``.
+
+    ``/torn`` tears the append (``store:before-append/torn``); ``/answer-lost``
+    (``effect:after-call/answer-lost``) calls ``lose_answer`` first, so the
+    target commits and its answer never arrives.
+    """
+    window, _, fault = point.partition("/")
+    if fault not in ("", "torn", "answer-lost"):
+        raise ValueError(f"unknown fault {fault!r} in kill point {point!r}")
+    kill = KillAt(window, nth, tear=fault == "torn", on_kill=on_kill and (lambda _window: on_kill(point)))
+    if fault == "answer-lost":
+        if lose_answer is None:
+            raise ValueError(f"{point}: the kill point needs a way to lose the target's answer")
+        return LoseAnswerThenKill(kill, lose_answer)
+    return kill
 
 
 def lose_next_answer(url: str, timeout: float = 5.0) -> None:
