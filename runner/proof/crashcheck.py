@@ -73,6 +73,8 @@ from ..envelope import canonical_json
 from ..errors import InvalidInput, RunnerError, StateUnrecoverable
 from ..fs import FileSystem
 from ..stores.file import RunStore, finish_transition, prepare_transition, scan
+from ..windows import NO_HOOKS, Hooks
+from .faults import Chain
 
 __all__ = [
     "DIR_COMBO_LIMIT",
@@ -677,64 +679,57 @@ class RecordingFileSystem(FileSystem):
 # -- deliberately broken write paths ----------------------------------------------------
 
 
-class _FilteringFileSystem(FileSystem):
-    """Passes every call to ``inner``, silently skipping the file fsyncs ``drop_fsync`` selects
-    and, when ``drop_dir_fsync`` is set, every directory fsync."""
+class _LyingDisk(RecordingFileSystem):
+    """The recording disk acknowledging some syncs without doing them: the model of a write path that leaves them out.
 
-    def __init__(self, inner: FileSystem, drop_fsync: Callable[[str], bool], drop_dir_fsync: bool) -> None:
-        self.inner = inner
-        self._drop_fsync = drop_fsync
-        self._drop_dir_fsync = drop_dir_fsync
+    Every folder sync is dropped when ``drops_dir_fsyncs``; the next file sync
+    after :meth:`drop_next_fsync` (called by hooks at a window) is dropped too.
+    A dropped sync is not an operation: nothing is logged, the disk is unchanged.
+    """
 
-    def read(self, path: str) -> bytes:
-        return self.inner.read(path)
+    drops_dir_fsyncs = False
 
-    def read_from(self, path: str, offset: int) -> bytes:
-        return self.inner.read_from(path, offset)
+    def __init__(self, observer: Optional[Callable[["RecordingFileSystem"], None]] = None) -> None:
+        super().__init__(observer)
+        self._drop_next = False
 
-    def stat(self, path: str) -> Optional[Tuple[int, int]]:
-        return self.inner.stat(path)
-
-    def exists(self, path: str) -> bool:
-        return self.inner.exists(path)
-
-    def is_symlink(self, path: str) -> bool:
-        return self.inner.is_symlink(path)
-
-    def listdir(self, path: str) -> List[str]:
-        return self.inner.listdir(path)
-
-    def mkdir(self, path: str) -> None:
-        self.inner.mkdir(path)
-
-    def write_file(self, path: str, data: bytes) -> None:
-        self.inner.write_file(path, data)
-
-    def create_exclusive(self, path: str, data: bytes = b"") -> None:
-        self.inner.create_exclusive(path, data)
-
-    def append(self, path: str, data: bytes) -> None:
-        self.inner.append(path, data)
+    def drop_next_fsync(self) -> None:
+        self._drop_next = True
 
     def fsync(self, path: str) -> None:
-        if not self._drop_fsync(path):
-            self.inner.fsync(path)
-
-    def replace(self, src: str, dst: str) -> None:
-        self.inner.replace(src, dst)
+        if self._drop_next:
+            self._drop_next = False
+            return
+        super().fsync(path)
 
     def fsync_dir(self, path: str) -> None:
-        if not self._drop_dir_fsync:
-            self.inner.fsync_dir(path)
+        if not self.drops_dir_fsyncs:
+            super().fsync_dir(path)
 
-    def truncate(self, path: str, size: int) -> None:
-        self.inner.truncate(path, size)
 
-    def unlink(self, path: str) -> None:
-        self.inner.unlink(path)
+class _DirSyncDroppingDisk(_LyingDisk):
+    drops_dir_fsyncs = True
 
-    def lock(self, path: str) -> "contextlib.AbstractContextManager[None]":
-        return self.inner.lock(path)
+
+class _DropTempFsyncs(Hooks):
+    """Hooks that make the disk skip the sync of every new file written beside its target (the window just before it)."""
+
+    def __init__(self, disk: RecordingFileSystem) -> None:
+        self.disk = disk
+
+    def reached(self, window: str, **facts: Any) -> None:
+        if window == "store:after-temp-write" and isinstance(self.disk, _LyingDisk):
+            self.disk.drop_next_fsync()
+
+
+class _MarkWindows(Hooks):
+    """Writes each window the store passes into the disk's log, so a crash point can be named by its window."""
+
+    def __init__(self, disk: RecordingFileSystem) -> None:
+        self.disk = disk
+
+    def reached(self, window: str, **facts: Any) -> None:
+        self.disk.mark("window", window)
 
 
 class SnapshotBeforeJournalStore(RunStore):
@@ -771,22 +766,31 @@ class SnapshotBeforeJournalStore(RunStore):
 
 class _Variant(NamedTuple):
     store: Type[RunStore]
-    wrap: Callable[[FileSystem], FileSystem]
+    disk: Type[RecordingFileSystem]
+    hooks: Callable[[RecordingFileSystem], Hooks]
     durability: str
+
+    def options(self, disk: RecordingFileSystem, clock: Callable[[], float]) -> Dict[str, Any]:
+        """The store options of this write path over ``disk``."""
+        return dict(fs=disk, hooks=self.hooks(disk), clock=clock, durability=self.durability, compact_min_bytes=_COMPACT_MIN_BYTES)
+
+
+def _no_hooks(disk: RecordingFileSystem) -> Hooks:
+    return NO_HOOKS
 
 
 def _variant(name: Optional[str]) -> _Variant:
-    """The store class, file-system wrapper and durability of a write path, by variant name."""
+    """The store class, disk model, hooks and durability of a write path, by variant name."""
     if name is None:
-        return _Variant(RunStore, lambda fs: fs, "sync")
+        return _Variant(RunStore, RecordingFileSystem, _no_hooks, "sync")
     if name == "no-file-fsync":
-        return _Variant(RunStore, lambda fs: _FilteringFileSystem(fs, lambda p: p.endswith(".tmp"), False), "sync")
+        return _Variant(RunStore, _LyingDisk, _DropTempFsyncs, "sync")
     if name == "no-dir-fsync":
-        return _Variant(RunStore, lambda fs: _FilteringFileSystem(fs, lambda p: False, True), "sync")
+        return _Variant(RunStore, _DirSyncDroppingDisk, _no_hooks, "sync")
     if name == "snapshot-before-journal":
-        return _Variant(SnapshotBeforeJournalStore, lambda fs: fs, "sync")
+        return _Variant(SnapshotBeforeJournalStore, RecordingFileSystem, _no_hooks, "sync")
     if name == "no-journal-fsync":
-        return _Variant(RunStore, lambda fs: fs, "process")
+        return _Variant(RunStore, RecordingFileSystem, _no_hooks, "process")
     raise ValueError(f"unknown variant {name!r}; known: {', '.join(VARIANTS)}")
 
 
@@ -850,12 +854,12 @@ def _load(tree: Tree, variant: _Variant, plan: Dict[str, Any], task_id: str, fol
 
     Never raises: anything unexpected is reported in the outcome.
     """
-    fs = RecordingFileSystem.from_tree(tree)
+    fs = variant.disk.from_tree(tree)
 
     def clock() -> float:
         return _LOAD_CLOCK  # loads and their follow-ups all happen at one fixed instant
 
-    options = dict(fs=variant.wrap(fs), clock=clock, durability=variant.durability, compact_min_bytes=_COMPACT_MIN_BYTES)
+    options = variant.options(fs, clock)
     summary = _summary(tree)
     scan_problem: Optional[str] = None
     try:
@@ -891,7 +895,7 @@ def _write_again(store: RunStore, fs: RecordingFileSystem, variant: _Variant, cl
         store.commit([["set", ["effects", "probe"], {"status": "after-crash"}]])
         after = store.revision
         expected = _digest(store.state)
-        again = variant.store.open(_RUN, fs=variant.wrap(fs), clock=clock, durability=variant.durability, compact_min_bytes=_COMPACT_MIN_BYTES)
+        again = variant.store.open(_RUN, **variant.options(fs, clock))
     except Exception as exc:
         return f"the next commit after loading revision {before} failed: {type(exc).__name__}: {exc}"
     if after != before + 1:
@@ -904,8 +908,8 @@ def _write_again(store: RunStore, fs: RecordingFileSystem, variant: _Variant, cl
 def _reinit(fs: RecordingFileSystem, variant: _Variant, plan: Dict[str, Any], task_id: str, clock: Callable[[], float]) -> str:
     """After "no run", a new init must succeed and reload at revision 0: "" when it does."""
     try:
-        store = variant.store.create(_RUN, task_id, plan, fs=variant.wrap(fs), clock=clock, durability=variant.durability, compact_min_bytes=_COMPACT_MIN_BYTES)
-        again = variant.store.open(_RUN, fs=variant.wrap(fs), clock=clock)
+        store = variant.store.create(_RUN, task_id, plan, **variant.options(fs, clock))
+        again = variant.store.open(_RUN, fs=fs, clock=clock)
     except Exception as exc:
         return f"a new init after 'no run' failed: {type(exc).__name__}: {exc}"
     if again.revision != 0 or _digest(again.state) != _digest(store.state):
@@ -995,17 +999,18 @@ def _judge(outcome: _Outcome, acked: Optional[int], attempted: Optional[int], re
     return problems
 
 
-def _workload(fs: FileSystem, rec: RecordingFileSystem, variant: _Variant, transitions: int, rng: random.Random, plan: Dict[str, Any], task_id: str) -> Dict[int, str]:
+def _workload(rec: RecordingFileSystem, variant: _Variant, transitions: int, rng: random.Random, plan: Dict[str, Any], task_id: str) -> Dict[int, str]:
     """Drive the store through init, ``transitions`` commits, compactions and two repairs.
 
     Returns the digest of the reference state at every revision. A third of
     the way in, the snapshot is damaged behind the store's back and a fresh
     store opened (its next commit quarantines and rewrites it); two thirds of
     the way, a torn record is left at the journal's end (the next commit
-    truncates it).
+    truncates it). Each window the store passes is marked in the log.
     """
     clock = _tick_clock(_CLOCK_START)
-    options = dict(fs=fs, clock=clock, durability=variant.durability, compact_min_bytes=_COMPACT_MIN_BYTES)
+    options = variant.options(rec, clock)
+    options["hooks"] = Chain(options["hooks"], _MarkWindows(rec))
     refs: Dict[int, str] = {}
     rec.mark("attempt", 0)
     store = variant.store.create(_RUN, task_id, plan, **options)
@@ -1080,10 +1085,10 @@ def explore(
     plan = {"goal": "power-loss exploration", "steps": [{"id": "work"}]}
     task_id = f"powerloss-{seed}"
     explorer = _Explorer(config, seed, max_states_per_point, followup_rate, plan, task_id)
-    rec = RecordingFileSystem()
+    rec = config.disk()
     explorer.observe(rec)  # the empty disk before anything happened
     rec.observer = explorer.observe
-    refs = _workload(config.wrap(rec), rec, config, transitions, random.Random(f"workload/{seed}"), plan, task_id)
+    refs = _workload(rec, config, transitions, random.Random(f"workload/{seed}"), plan, task_id)
     rec.observer = None
 
     # A point sees the markers written before the next change of the disk:
@@ -1103,6 +1108,14 @@ def explore(
     acked.append(a)
     attempted.append(t)
     changes = [i for i, entry in enumerate(log) if entry.kind == "op" or entry.name == "damage"]
+    # The window a point lies in: the first window marked after its operation, before the next change.
+    window_at: List[Optional[str]] = [None] * (len(log) + 1)
+    for i in range(len(log) - 1, -1, -1):
+        entry = log[i]
+        if entry.kind == "mark" and entry.name == "window":
+            window_at[i] = entry.detail
+        elif entry.kind == "mark" and entry.name != "damage":
+            window_at[i] = window_at[i + 1]
 
     violations = 0
     kinds: Dict[str, int] = {}
@@ -1127,6 +1140,7 @@ def explore(
                         {
                             "crash_point": index,
                             "after": point.op,
+                            "window": window_at[point.log_len],
                             "acknowledged": point_acked,
                             "attempted": point_attempted,
                             "state": outcome.summary,
