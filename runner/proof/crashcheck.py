@@ -72,7 +72,7 @@ from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tu
 from ..envelope import canonical_json
 from ..errors import InvalidInput, RunnerError, StateUnrecoverable
 from ..fs import FileSystem
-from ..stores.file import RunStore, finish_transition, prepare_transition, scan
+from ..stores.file import RunStore, scan
 from ..windows import NO_HOOKS, Hooks
 from .faults import Chain
 
@@ -82,7 +82,6 @@ __all__ = [
     "LogEntry",
     "CrashSpace",
     "RecordingFileSystem",
-    "SnapshotBeforeJournalStore",
     "explore",
 ]
 
@@ -732,40 +731,38 @@ class _MarkWindows(Hooks):
         self.disk.mark("window", window)
 
 
-class SnapshotBeforeJournalStore(RunStore):
-    """A deliberately wrong store: a due compaction writes the new snapshot before the record.
+class _SnapshotBeforeRecord(Hooks):
+    """A deliberately wrong write order: a compaction's snapshot is made durable before the record that triggered it.
 
-    The compacted snapshot (at the new revision) is made durable and the
-    journal rotated while the transition's record is not yet in any journal,
-    breaking "the journal files always hold the record at the snapshot's
-    revision". Only used to show that the explorer catches such an order.
-    A pending torn-tail repair keeps the correct order, since truncating the
-    fresh journal would pad it with zeros rather than show the reordering.
+    That breaks "the journal files always hold the record at the snapshot's
+    revision". Hooks cannot reorder the store's calls, so when a compaction
+    starts right after a record was appended, these take the record back
+    off the journal (a ``damage`` of the model, behind the store's back) and
+    append and sync it again once the new snapshot's rename is durable. Only
+    used to show that the explorer catches such an order.
     """
 
-    def _commit_locked(self, ops: List[List[Any]], epoch: int) -> None:
-        if self._pending:
-            ops = self._repair_ops() + list(ops)
-        state = self.state
-        prepared = prepare_transition(state, ops, epoch, self.now())
-        due = self._journal_bytes + len(prepared.line) >= max(self.compact_min_bytes, self._snapshot_size // 4)
-        if due and self._torn_at is None:
-            finish_transition(state, prepared)
-            self._compact_locked()
-            self._append_record(prepared.line)
-            if self._pending:
-                self._finish_repairs()
-            return
-        self._append_record(prepared.line)
-        finish_transition(state, prepared)
-        if self._pending:
-            self._finish_repairs()
-        if self._journal_bytes >= max(self.compact_min_bytes, self._snapshot_size // 4):
-            self._compact_locked()
+    def __init__(self, disk: RecordingFileSystem) -> None:
+        self.disk = disk
+        self.previous = ""
+        self.appended: Optional[Tuple[str, bytes]] = None
+        self.held: Optional[Tuple[str, bytes]] = None
+
+    def reached(self, window: str, **facts: Any) -> None:
+        if window == "store:before-append":
+            self.appended = (facts["path"], facts["data"])
+        elif window == "store:before-compaction" and self.previous == "store:after-append-fsync" and self.appended is not None:
+            path, data = self.held = self.appended
+            self.disk.damage(path, lambda journal: journal[: len(journal) - len(data)])
+        elif window == "store:after-rename-fsync" and self.held is not None:
+            path, data = self.held
+            self.held = None
+            self.disk.append(path, data)
+            self.disk.fsync(path)
+        self.previous = window
 
 
 class _Variant(NamedTuple):
-    store: Type[RunStore]
     disk: Type[RecordingFileSystem]
     hooks: Callable[[RecordingFileSystem], Hooks]
     durability: str
@@ -782,15 +779,15 @@ def _no_hooks(disk: RecordingFileSystem) -> Hooks:
 def _variant(name: Optional[str]) -> _Variant:
     """The store class, disk model, hooks and durability of a write path, by variant name."""
     if name is None:
-        return _Variant(RunStore, RecordingFileSystem, _no_hooks, "sync")
+        return _Variant(RecordingFileSystem, _no_hooks, "sync")
     if name == "no-file-fsync":
-        return _Variant(RunStore, _LyingDisk, _DropTempFsyncs, "sync")
+        return _Variant(_LyingDisk, _DropTempFsyncs, "sync")
     if name == "no-dir-fsync":
-        return _Variant(RunStore, _DirSyncDroppingDisk, _no_hooks, "sync")
+        return _Variant(_DirSyncDroppingDisk, _no_hooks, "sync")
     if name == "snapshot-before-journal":
-        return _Variant(SnapshotBeforeJournalStore, RecordingFileSystem, _no_hooks, "sync")
+        return _Variant(RecordingFileSystem, _SnapshotBeforeRecord, "sync")
     if name == "no-journal-fsync":
-        return _Variant(RunStore, RecordingFileSystem, _no_hooks, "process")
+        return _Variant(RecordingFileSystem, _no_hooks, "process")
     raise ValueError(f"unknown variant {name!r}; known: {', '.join(VARIANTS)}")
 
 
@@ -868,7 +865,7 @@ def _load(tree: Tree, variant: _Variant, plan: Dict[str, Any], task_id: str, fol
         found = None
         scan_problem = f"scan raised {type(exc).__name__}: {exc}"
     try:
-        store = variant.store.open(_RUN, **options)
+        store = RunStore.open(_RUN, **options)
     except RunnerError as exc:
         if found is not None and found.state is not None:
             scan_problem = f"scan loaded revision {found.state['revision']} but open raised {type(exc).__name__}"
@@ -895,7 +892,7 @@ def _write_again(store: RunStore, fs: RecordingFileSystem, variant: _Variant, cl
         store.commit([["set", ["effects", "probe"], {"status": "after-crash"}]])
         after = store.revision
         expected = _digest(store.state)
-        again = variant.store.open(_RUN, **variant.options(fs, clock))
+        again = RunStore.open(_RUN, **variant.options(fs, clock))
     except Exception as exc:
         return f"the next commit after loading revision {before} failed: {type(exc).__name__}: {exc}"
     if after != before + 1:
@@ -908,8 +905,8 @@ def _write_again(store: RunStore, fs: RecordingFileSystem, variant: _Variant, cl
 def _reinit(fs: RecordingFileSystem, variant: _Variant, plan: Dict[str, Any], task_id: str, clock: Callable[[], float]) -> str:
     """After "no run", a new init must succeed and reload at revision 0: "" when it does."""
     try:
-        store = variant.store.create(_RUN, task_id, plan, **variant.options(fs, clock))
-        again = variant.store.open(_RUN, fs=fs, clock=clock)
+        store = RunStore.create(_RUN, task_id, plan, **variant.options(fs, clock))
+        again = RunStore.open(_RUN, fs=fs, clock=clock)
     except Exception as exc:
         return f"a new init after 'no run' failed: {type(exc).__name__}: {exc}"
     if again.revision != 0 or _digest(again.state) != _digest(store.state):
@@ -1010,10 +1007,10 @@ def _workload(rec: RecordingFileSystem, variant: _Variant, transitions: int, rng
     """
     clock = _tick_clock(_CLOCK_START)
     options = variant.options(rec, clock)
-    options["hooks"] = Chain(options["hooks"], _MarkWindows(rec))
+    options["hooks"] = Chain(_MarkWindows(rec), options["hooks"])
     refs: Dict[int, str] = {}
     rec.mark("attempt", 0)
-    store = variant.store.create(_RUN, task_id, plan, **options)
+    store = RunStore.create(_RUN, task_id, plan, **options)
     refs[0] = _digest(store.state)
     rec.mark("ack", 0)
     damage = {max(1, transitions // 3): "snapshot", max(2, (2 * transitions) // 3): "torn"}
@@ -1029,10 +1026,10 @@ def _workload(rec: RecordingFileSystem, variant: _Variant, transitions: int, rng
                 mid = len(data) // 2
                 return data[:mid] + bytes([data[mid] ^ 0x01]) + data[mid + 1 :]
             rec.damage(_RUN + "/snapshot.json", flip)
-            store = variant.store.open(_RUN, **options)
+            store = RunStore.open(_RUN, **options)
         elif event == "torn":
             rec.damage(_RUN + "/journal.jsonl", lambda data: data + _TORN_TAIL)
-            store = variant.store.open(_RUN, **options)
+            store = RunStore.open(_RUN, **options)
         if i in large:
             ops = [["set", ["effects", "blob"], {"data": "%x" % rng.getrandbits(4800), "n": i}]]
         elif i % 10 == 7 and "blob" in store.state["effects"]:
