@@ -4,7 +4,7 @@ Each runs real worker processes that are SIGKILLed and resumed by other
 processes against the loopback ticket service, and asserts the audited
 figures: no duplicate effect, no lost commit, output equal to an uncrashed
 reference run. The long versions are opt-in: ``RUNNER_FULL_TESTS=1`` runs
-the 2,000-document demo and a campaign of 1,300 kills here; the command line
+the 2,000-document demo and a campaign of 1,700 kills here; the command line
 runs any size (``python3 -m runner demo``, ``python3 -m runner campaign --kills 10000``).
 """
 

@@ -154,6 +154,18 @@ class WindowOrderTest(unittest.TestCase):
             raise AssertionError(f"windows never passed: {sorted(set(WINDOW_NAMES) - SEEN)}; passed but not in the table: {sorted(SEEN - set(WINDOW_NAMES))}")
 
 
+class ExplorerWindowsTest(unittest.TestCase):
+    def test_each_example_of_the_explorer_names_its_window(self) -> None:
+        from runner.proof.crashcheck import explore
+
+        report = explore(transitions=6, seed=2, variant="no-file-fsync")
+        self.assertTrue(report["examples"])
+        windows = [example["window"] for example in report["examples"]]
+        self.assertTrue(set(windows) - {None} <= set(WINDOW_NAMES), windows)
+        # The temp file is renamed into place unsynced: the first bad state lies just after that rename.
+        self.assertEqual(windows[0], "store:after-rename")
+
+
 class TableTest(unittest.TestCase):
     def test_names_are_unique_and_layered(self) -> None:
         self.assertEqual(len(NAMES), len(set(NAMES)))

@@ -1071,7 +1071,8 @@ def explore(
     (exact only when ``possible_exact``), ``states_explored`` (equal to it
     unless ``sampled``), ``violations`` (explored states that broke the
     invariant; ``violation_kinds`` counts them by invariant) and
-    ``examples``.
+    ``examples``, each naming the operation and the store window
+    (:mod:`runner.windows`) its crash point follows.
     """
     if transitions < 3:
         raise ValueError("the workload needs at least 3 transitions")
