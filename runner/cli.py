@@ -153,9 +153,11 @@ def build_parser(extensions: Sequence[Callable[[Callable[..., argparse.ArgumentP
 
     sub = verb("work", "a pool of N workers that claim the store's runs with leases and drive them with a handler", cmd_work)
     sub.add_argument("--workers", type=_positive, default=2, metavar="N")
-    sub.add_argument("--handler", dest="handler_spec", required=True, metavar="MODULE:FUNCTION", help="called as f(store, owner, ttl, context) for each claimed run")
+    sub.add_argument("--handler", dest="handler_spec", required=True, metavar="MODULE:FUNCTION",
+                     help="called as f(store, owner, ttl, context) for each claimed run")
     sub.add_argument("--context", default="{}", metavar="JSON", help="passed to the handler (and to the hooks factory)")
-    sub.add_argument("--hooks", metavar="MODULE:FUNCTION", help="called as f(context, seed) once in each worker; returns the hooks of its commit windows")
+    sub.add_argument("--hooks", metavar="MODULE:FUNCTION",
+                     help="called as f(context, seed) once in each worker; returns the hooks of its commit windows")
     sub.add_argument("--ttl", type=_seconds, default=60.0)
 
     for extend in extensions:

@@ -304,8 +304,8 @@ def _within_retention(effect: Dict[str, Any], adapter: Adapter, now: float) -> b
     return retention is None or now < parse_time(effect["started_at"]) + float(retention)
 
 
-def drive_effect(run: Any, key: str, payload: Dict[str, Any], adapter: Adapter, *, step: Optional[str] = None, sleep: Callable[[float], None] = time.sleep,
-                 hooks: Optional[Hooks] = None) -> Dict[str, Any]:
+def drive_effect(run: Any, key: str, payload: Dict[str, Any], adapter: Adapter, *, step: Optional[str] = None,
+                 sleep: Callable[[float], None] = time.sleep, hooks: Optional[Hooks] = None) -> Dict[str, Any]:
     """Take ``key`` to ``verified`` through ``adapter``, from whatever state the ledger holds.
 
     ``run`` is a :class:`runner.run.Run` holding the lease. Never calls the
@@ -384,7 +384,7 @@ def drive_effect(run: Any, key: str, payload: Dict[str, Any], adapter: Adapter, 
         raise NeedsReconciliation(f"effect {key!r} was acknowledged but could not be verified ({seen.status}: {seen.evidence})", key=key)
 
 
-def _call(adapter: Adapter, key: str, payload: Dict[str, Any], epoch: int, hooks: Hooks) -> Dict[str, Any]:
+def _call(adapter: Adapter, key: str, payload: Dict[str, Any], epoch: Any, hooks: Hooks) -> Dict[str, Any]:
     """The target's call; the ``effect:after-call`` window is passed whatever the call did."""
     try:
         return adapter.invoke(key, payload, epoch)

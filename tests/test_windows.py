@@ -151,7 +151,8 @@ class WindowOrderTest(unittest.TestCase):
         # Together the tests above passed every window the table names, and no other.
         every = {name for name in dir(cls) if name.startswith("test_")}
         if RAN == every and SEEN != set(WINDOW_NAMES):
-            raise AssertionError(f"windows never passed: {sorted(set(WINDOW_NAMES) - SEEN)}; passed but not in the table: {sorted(SEEN - set(WINDOW_NAMES))}")
+            missing, unknown = sorted(set(WINDOW_NAMES) - SEEN), sorted(SEEN - set(WINDOW_NAMES))
+            raise AssertionError(f"windows never passed: {missing}; passed but not in the table: {unknown}")
 
 
 class ExplorerWindowsTest(unittest.TestCase):

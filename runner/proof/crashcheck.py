@@ -996,7 +996,8 @@ def _judge(outcome: _Outcome, acked: Optional[int], attempted: Optional[int], re
     return problems
 
 
-def _workload(rec: RecordingFileSystem, variant: _Variant, transitions: int, rng: random.Random, plan: Dict[str, Any], task_id: str) -> Dict[int, str]:
+def _workload(rec: RecordingFileSystem, variant: _Variant, transitions: int, rng: random.Random, plan: Dict[str, Any],
+              task_id: str) -> Dict[int, str]:
     """Drive the store through init, ``transitions`` commits, compactions and two repairs.
 
     Returns the digest of the reference state at every revision. A third of
