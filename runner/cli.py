@@ -156,8 +156,11 @@ def build_parser(extensions: Sequence[Callable[[Callable[..., argparse.ArgumentP
 
     sub = verb("work", "a pool of N workers that claim the store's runs with leases and drive them with a handler", cmd_work)
     sub.add_argument("--workers", type=_positive, default=2, metavar="N")
-    sub.add_argument("--handler", required=True, metavar="MODULE:FUNCTION", help="called as f(store, owner, ttl, context, switch) for each claimed run")
-    sub.add_argument("--context", default="{}", metavar="JSON", help="passed to the handler")
+    sub.add_argument("--handler", dest="handler_spec", required=True, metavar="MODULE:FUNCTION",
+                     help="called as f(store, owner, ttl, context) for each claimed run")
+    sub.add_argument("--context", default="{}", metavar="JSON", help="passed to the handler (and to the hooks factory)")
+    sub.add_argument("--hooks", metavar="MODULE:FUNCTION",
+                     help="called as f(context, seed) once in each worker; returns the hooks of its commit windows")
     sub.add_argument("--ttl", type=_seconds, default=60.0)
 
     sub = verb("mcp", "serve the run to an MCP client over stdio; --allow-control is dangerous (see README)", cmd_mcp)
@@ -655,9 +658,11 @@ def cmd_work(args: argparse.Namespace) -> int:
     from .pool import load_handler, run_pool
 
     url = _store_url(args)
-    load_handler(args.handler)  # fail here, once, rather than in every worker
+    load_handler(args.handler_spec)  # fail here, once, rather than in every worker
+    if args.hooks:
+        load_handler(args.hooks, "hooks factory")
     context = _json_arg(args.context, "--context")
-    tally = run_pool(url, args.workers, args.handler, context=context, ttl=args.ttl)
+    tally = run_pool(url, args.workers, args.handler_spec, context=context, ttl=args.ttl, hooks=args.hooks)
     _emit(args, {"ok": not tally["errors"], **tally}, "\n".join(f"{k:14} {v}" for k, v in tally.items()))
     return 0 if not tally["errors"] else 1
 

@@ -34,6 +34,7 @@ from .contract import effect_needs_approval, key_allowed
 from .envelope import MAX_DOCUMENT_BYTES, canonical_json, content_digest, format_time, parse_time, validate_id
 from .errors import AlreadyVerified, Cancelled, Failed, Fenced, InvalidInput, LimitExhausted, NeedsReconciliation, RunComplete
 from .retry import check_attempts, check_limits, check_wait, limit
+from .windows import NO_HOOKS, Hooks
 
 
 __all__ = [
@@ -335,7 +336,8 @@ def _within_retention(effect: Dict[str, Any], adapter: Adapter, now: float) -> b
     return retention is None or now < parse_time(effect["started_at"]) + float(retention)
 
 
-def drive_effect(run: Any, key: str, payload: Dict[str, Any], adapter: Adapter, *, step: Optional[str] = None, sleep: Callable[[float], None] = time.sleep) -> Dict[str, Any]:
+def drive_effect(run: Any, key: str, payload: Dict[str, Any], adapter: Adapter, *, step: Optional[str] = None,
+                 sleep: Callable[[float], None] = time.sleep, hooks: Optional[Hooks] = None) -> Dict[str, Any]:
     """Take ``key`` to ``verified`` through ``adapter``, from whatever state the ledger holds.
 
     ``run`` is a :class:`runner.run.Run` holding the lease. Never calls the
@@ -344,7 +346,9 @@ def drive_effect(run: Any, key: str, payload: Dict[str, Any], adapter: Adapter, 
     have the effect (or, for a deduplicating adapter within its retention
     window, by resending the same key and payload); stops with
     :class:`NeedsReconciliation` when the outcome cannot be established.
+    ``hooks`` (default: the run's) receives the effect windows of :mod:`runner.windows`.
     """
+    hooks = hooks if hooks is not None else getattr(run, "hooks", NO_HOOKS)
     digest = content_digest(check_document(payload, "payload"))
     while True:
         effect = run.state["effects"].get(key)
@@ -359,6 +363,7 @@ def drive_effect(run: Any, key: str, payload: Dict[str, Any], adapter: Adapter, 
         if current in UNRESOLVED:
             seen = adapter.observe(key, payload)
             if seen.status == "present":
+                hooks.reached("effect:before-verify", key=key)
                 run.effect_verify(key, seen.evidence, reconciled=True)
                 continue
             if seen.status == "absent" and current != "acknowledged":
@@ -381,9 +386,11 @@ def drive_effect(run: Any, key: str, payload: Dict[str, Any], adapter: Adapter, 
             wait = parse_time(effect["next_attempt_at"]) - run.clock() if effect.get("next_attempt_at") else 0
             if wait > 0:
                 sleep(wait)
+        hooks.reached("effect:before-started", key=key)
         run.effect_begin(key, payload, step=step, resend=resend)
+        hooks.reached("effect:after-started", key=key)
         try:
-            receipt = adapter.invoke(key, payload, run.epoch)
+            receipt = _call(adapter, key, payload, run.epoch, hooks)
         except UnknownOutcome as exc:
             run.effect_uncertain(key, f"unknown outcome: {exc}")
             continue  # reconcile by observation on the next turn, never by blind retry
@@ -397,11 +404,21 @@ def drive_effect(run: Any, key: str, payload: Dict[str, Any], adapter: Adapter, 
             run.effect_failed(key, f"rejected by the target: {exc}")
             raise Failed(f"effect {key!r} was rejected by the target: {exc}", effect=key) from None
         run.effect_ack(key, receipt)
+        hooks.reached("effect:after-ack", key=key)
         seen = adapter.observe(key, payload)
         if seen.status == "present":
+            hooks.reached("effect:before-verify", key=key)
             run.effect_verify(key, {**seen.evidence, "receipt": receipt})
             continue
         # The target said yes but cannot be seen to hold it: never retry on
         # that contradiction; stop until an observation settles it.
         run.effect_uncertain(key, f"acknowledged but observation says {seen.status}: {seen.evidence}")
         raise NeedsReconciliation(f"effect {key!r} was acknowledged but could not be verified ({seen.status}: {seen.evidence})", key=key)
+
+
+def _call(adapter: Adapter, key: str, payload: Dict[str, Any], epoch: Any, hooks: Hooks) -> Dict[str, Any]:
+    """The target's call; the ``effect:after-call`` window is passed whatever the call did."""
+    try:
+        return adapter.invoke(key, payload, epoch)
+    finally:
+        hooks.reached("effect:after-call", key=key)

@@ -9,10 +9,13 @@ from writing; the lease keeps two live workers off one run.
 The supervisor starts the workers, watches them, and when one dies breaks
 the leases it held (it saw the process end) and starts a fresh worker with a
 new owner id in its place, until every run is finished or no worker can make
-progress. A handler is ``module:function`` taking ``(store, owner, ttl,
-context, switch)`` and returning an outcome word; it prints ``ack TASK REV``
-lines for each revision it saw acknowledged, so the supervisor can check
-that no acknowledged commit is ever lost.
+progress. A handler is ``module:function`` called as ``handler(store, owner,
+ttl, context)`` for each claimed run and returning an outcome word. A hooks
+factory (``module:function``, called as ``factory(context, seed)`` once in
+each worker) gives the hooks every store the worker opens is handed, so it
+sees each commit window (:mod:`runner.windows`); ``on_line`` sees every line
+a worker prints and ``on_exit`` every worker that ended. The pool itself
+neither injects faults nor judges the results: that is its caller's business.
 """
 
 import importlib
@@ -23,27 +26,27 @@ import selectors
 import signal
 import subprocess
 import sys
-import time
 from typing import Any, Callable, Dict, List, Optional
 
-from .proof.campaign import KillSwitch
 from .errors import InvalidInput, RunnerError
 from .run import Run
 from .stores import list_runs, open_store, run_url
+from .windows import NO_HOOKS, Hooks
 
 __all__ = ["run_pool", "load_handler", "worker_main"]
 
 TERMINAL = ("complete", "cancelled", "blocked", "failed")
 
 
-def load_handler(spec: str) -> Callable[..., str]:
+def load_handler(spec: str, what: str = "handler") -> Callable[..., Any]:
+    """The callable ``module:function`` names; :class:`InvalidInput` when there is none."""
     module_name, _, name = spec.partition(":")
     try:
         handler = getattr(importlib.import_module(module_name), name)
-    except (ImportError, AttributeError) as exc:
-        raise InvalidInput(f"cannot load handler {spec!r}: {exc}") from None
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise InvalidInput(f"cannot load {what} {spec!r}: {exc}") from None
     if not callable(handler):
-        raise InvalidInput(f"handler {spec!r} is not callable")
+        raise InvalidInput(f"{what} {spec!r} is not callable")
     return handler  # type: ignore[no-any-return]
 
 
@@ -51,7 +54,8 @@ def worker_main(argv: List[str]) -> int:
     """One pool worker: claim runs one after another until none is left for it."""
     opts = json.loads(argv[0])
     handler = load_handler(opts["handler"])
-    switch = KillSwitch(opts.get("window"), int(opts.get("nth") or 0))
+    context = opts.get("context", {})
+    hooks: Hooks = load_handler(opts["hooks"], "hooks factory")(context, opts["seed"]) if opts.get("hooks") else NO_HOOKS
     rng = random.Random(opts.get("seed"))
     while True:
         progressed = False
@@ -59,13 +63,13 @@ def worker_main(argv: List[str]) -> int:
         rng.shuffle(tasks)
         for task in tasks:
             try:
-                store = open_store(run_url(opts["store"], task), task)
+                store = open_store(run_url(opts["store"], task), task, hooks=hooks)
             except RunnerError as exc:
                 print(f"error {task} {exc.reason}", flush=True)
                 continue
             if store.state["status"] in TERMINAL:
                 continue
-            outcome = handler(store, opts["owner"], float(opts["ttl"]), opts.get("context", {}), switch)
+            outcome = handler(store, opts["owner"], float(opts["ttl"]), context)
             print(f"outcome {task} {outcome}", flush=True)
             if outcome not in ("already-running",):
                 progressed = True
@@ -82,20 +86,20 @@ def _spawn(opts: Dict[str, Any]) -> "subprocess.Popen[str]":
 
 
 def run_pool(store_url: str, workers: int, handler: str, *, context: Optional[Dict[str, Any]] = None, ttl: float = 60.0, seed: int = 1,
-             crash_rate: float = 0.0, windows: Optional[List[str]] = None, on_line: Optional[Callable[[str], None]] = None,
-             max_generations: int = 10000, tally: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
-    """Run ``workers`` processes over the store's runs, replacing any that die; return the tally.
+             hooks: Optional[str] = None, on_line: Optional[Callable[[str], None]] = None,
+             on_exit: Optional[Callable[[str, int], None]] = None, max_generations: int = 10000,
+             tally: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """Run ``workers`` processes over the store's runs, replacing any that are killed; return the tally.
 
-    With ``crash_rate`` > 0 each worker is given a life (geometric, in effects)
-    after which it kills itself at one of ``windows``; one in five is killed
-    from outside at a random moment instead.
+    ``hooks``: a ``module:function`` hooks factory for each worker (see the
+    module docs). ``on_exit(owner, exit code)`` is called after each worker
+    ended, once the leases of a killed one are broken. The tally counts
+    ``workers`` started, ``crashes`` (workers ended by SIGKILL, each
+    replaced) and lists ``errors`` (workers that failed otherwise).
     """
-    import math
-
     rng = random.Random(seed)
     tally = tally if tally is not None else {}
-    tally.update({"workers": 0, "crashes": 0, "timer_kills": 0, "lost_commits": 0, "errors": []})
-    acked: Dict[str, int] = {}
+    tally.update({"workers": 0, "crashes": 0, "errors": []})
     generation = 0
     live: Dict[int, Dict[str, Any]] = {}
     sel = selectors.DefaultSelector()
@@ -103,41 +107,23 @@ def run_pool(store_url: str, workers: int, handler: str, *, context: Optional[Di
     def start() -> None:
         nonlocal generation
         generation += 1
-        opts: Dict[str, Any] = {"store": store_url, "handler": handler, "owner": f"pool-w{generation}", "ttl": ttl, "context": context or {}, "seed": rng.randrange(1 << 30)}
-        deadline = None
-        if crash_rate > 0 and windows:
-            life = int(math.log(1.0 - rng.random()) / math.log(1.0 - crash_rate)) + 1
-            if rng.random() < 0.8:
-                opts["window"], opts["nth"] = rng.choice(windows), life
-            else:
-                deadline = time.monotonic() + rng.uniform(0.2, 0.2 + life * 0.004)
+        opts: Dict[str, Any] = {"store": store_url, "handler": handler, "hooks": hooks, "owner": f"pool-w{generation}", "ttl": ttl,
+                                "context": context or {}, "seed": rng.randrange(1 << 30)}
         proc = _spawn(opts)
         tally["workers"] += 1
-        live[proc.pid] = {"proc": proc, "owner": opts["owner"], "deadline": deadline, "window": opts.get("window")}
+        live[proc.pid] = {"proc": proc, "owner": opts["owner"]}
         assert proc.stdout is not None
         sel.register(proc.stdout, selectors.EVENT_READ, proc.pid)
 
     for _ in range(workers):
         start()
     while live and generation <= max_generations:
-        deadlines = [w["deadline"] for w in live.values() if w["deadline"] is not None]
-        timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
-        events = sel.select(timeout)
-        now = time.monotonic()
-        for worker in list(live.values()):
-            if worker["deadline"] is not None and now >= worker["deadline"]:
-                worker["deadline"] = None
-                worker["proc"].kill()  # a kill from outside, at a random moment
-                tally["timer_kills"] += 1
-        for key, _ in events:
+        for key, _ in sel.select():
             worker = live.get(key.data)
             if worker is None:
                 continue
             line = worker["proc"].stdout.readline()
             if line:
-                words = line.split()
-                if words[:1] == ["ack"] and len(words) >= 3:
-                    acked[words[1]] = max(acked.get(words[1], 0), int(words[2]))
                 if on_line is not None:
                     on_line(line)
                 continue
@@ -150,20 +136,21 @@ def run_pool(store_url: str, workers: int, handler: str, *, context: Optional[Di
             del live[key.data]
             if code == -signal.SIGKILL:
                 tally["crashes"] += 1
-                _after_death(store_url, worker["owner"], acked, tally)
-                start()
+                _break_leases(store_url, worker["owner"])
             elif code != 0:
                 tally["errors"].append(f"{worker['owner']} exited {code}: {stderr.strip()[-400:]}")
+            if on_exit is not None:
+                on_exit(worker["owner"], code)
+            if code == -signal.SIGKILL:
+                start()
     sel.close()
     return tally
 
 
-def _after_death(store_url: str, owner: str, acked: Dict[str, int], tally: Dict[str, Any]) -> None:
-    """Break the dead worker's leases and check that nothing it saw acknowledged was lost."""
+def _break_leases(store_url: str, owner: str) -> None:
+    """End every lease the dead worker held: the supervisor saw its process end."""
     for task in list_runs(store_url):
         store = open_store(run_url(store_url, task), task)
-        if store.revision < acked.get(task, 0):
-            tally["lost_commits"] += acked[task] - store.revision
         if store.state["lease"]["owner"] == owner:
             Run(store).break_lease("pool-supervisor", f"{owner} was killed")
 

@@ -19,9 +19,9 @@ from typing import Any, Callable, Dict, List, Optional
 from . import approvals, effects, jobs, lease, retry, steps
 from .envelope import content_digest, format_time
 from .errors import InvalidInput, LimitExhausted
-from .stores.base import CommitThenRaise
-from .stores.base import Store
+from .stores.base import CommitThenRaise, Store
 from .stores.file import RunStore
+from .windows import NO_HOOKS, Hooks
 
 __all__ = ["Run", "submit_job"]
 
@@ -29,13 +29,19 @@ Ops = List[List[Any]]
 
 
 class Run:
-    """A run opened by a worker (``owner``/``epoch`` set) or an observer (both None)."""
+    """A run opened by a worker (``owner``/``epoch`` set) or an observer (both None).
 
-    def __init__(self, store: Store, owner: Optional[str] = None, epoch: Optional[int] = None, rand: Callable[[], float] = _random.random) -> None:
+    ``hooks`` receives the step, lease, effect and job windows
+    (:mod:`runner.windows`); by default the store's own hooks.
+    """
+
+    def __init__(self, store: Store, owner: Optional[str] = None, epoch: Optional[int] = None, rand: Callable[[], float] = _random.random,
+                 hooks: Optional[Hooks] = None) -> None:
         self.store = store
         self.owner = owner
         self.epoch = epoch
         self.rand = rand
+        self.hooks = hooks if hooks is not None else getattr(store, "hooks", NO_HOOKS)
 
     @classmethod
     def open(cls, path: str, owner: Optional[str] = None, epoch: Optional[int] = None, *, clock: Optional[Callable[[], float]] = None, rand: Callable[[], float] = _random.random, **store_options: Any) -> "Run":
@@ -72,6 +78,7 @@ class Run:
         """Take the lease (higher epoch) or raise AlreadyRunning; this object then writes as its holder."""
         state = self.store.transact(lambda s: lease.acquire_ops(s, owner, ttl, self.clock()))
         self.owner, self.epoch = owner, int(state["lease"]["epoch"])
+        self.hooks.reached("lease:after-acquire", owner=owner, epoch=self.epoch)
         return dict(state["lease"])
 
     def renew(self, ttl: float) -> Dict[str, Any]:
@@ -87,10 +94,14 @@ class Run:
 
     # -- steps ---------------------------------------------------------------------------
     def step_start(self, step: str) -> Dict[str, Any]:
-        return self._mutate(lambda s, now: steps.start_ops(s, step, now))["steps"][step]
+        out = self._mutate(lambda s, now: steps.start_ops(s, step, now))["steps"][step]
+        self.hooks.reached("step:after-start", step=step)
+        return out
 
     def step_done(self, step: str, evidence: Dict[str, Any]) -> Dict[str, Any]:
-        return self._mutate(lambda s, now: steps.done_ops(s, step, evidence, now))["steps"][step]
+        out = self._mutate(lambda s, now: steps.done_ops(s, step, evidence, now))["steps"][step]
+        self.hooks.reached("step:after-done", step=step)
+        return out
 
     def step_fail(self, step: str, error_class: str, error: str) -> Dict[str, Any]:
         return self._mutate(lambda s, now: steps.fail_ops(s, step, error_class, error, now, self.rand))["steps"][step]
@@ -183,6 +194,8 @@ def submit_job(run: Run, key: str, command: List[str]) -> Dict[str, Any]:
     state = run._mutate(intent)
     job = state["jobs"][key]
     if box["what"] == "start":
+        run.hooks.reached("job:after-intent", key=key)
         pid, start = jobs.spawn(run.store.path, key, job)
+        run.hooks.reached("job:after-spawn", key=key, pid=pid)
         job = run._mutate(lambda s, now: jobs.started_ops(key, pid, start))["jobs"][key]
     return dict(job)

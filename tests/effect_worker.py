@@ -6,12 +6,13 @@ It takes the run's lease (owner ``worker`` unless ``--owner``; re-acquiring
 under the same owner always takes a higher epoch, which fences any earlier
 process that used it), then drives each key to ``verified`` through
 ``Run.drive_effect`` and a :class:`~runner.proof.ticketservice.TicketAdapter`.
-With ``--kill-window`` it SIGKILLs itself at that window of ``--kill-key``:
+With ``--kill-window`` it SIGKILLs itself at that window of ``--kill-key``,
+through hooks from :mod:`runner.proof.faults` (:data:`KILLS`):
 
 1. while the journal append that commits ``started`` is half written
 2. after ``started`` is committed, before the request is sent
 3. after the service committed, when the answer was lost (``drop_after_commit`` armed just before)
-4. after the answer was read, before ``invoke`` returns (so before the ack is committed)
+4. after the answer was read, before the ack is committed
 5. after the ack is committed, before the verifying observation
 
 stdout: one JSON object per line (``acquired``, then one per key, or an
@@ -21,16 +22,14 @@ stdout: one JSON object per line (``acquired``, then one per key, or an
 import argparse
 import json
 import os
-import signal
 import sys
-import urllib.request
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
-from runner.effects import Observation, UnknownOutcome
 from runner.errors import RunnerError
-from runner.fs import OsFileSystem
-from runner.run import Run
+from runner.proof.faults import KillAt, LoseAnswerThenKill, lose_next_answer
 from runner.proof.ticketservice import TicketAdapter
+from runner.run import Run
+from runner.windows import Hooks
 
 
 def payload_for(key: str) -> Dict[str, Any]:
@@ -38,70 +37,19 @@ def payload_for(key: str) -> Dict[str, Any]:
     return {"marker": key, "title": f"ticket for {key}"}
 
 
-def die() -> None:
-    sys.stdout.flush()
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
 def emit(obj: Dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(obj, sort_keys=True) + "\n")
     sys.stdout.flush()
 
 
-def arm_drop_after_commit(url: str) -> None:
-    """The service will commit the next POST and then close the connection without an answer."""
-    request = urllib.request.Request(url + "/faults", data=b'{"drop_after_commit": 1}', method="POST", headers={"Content-Type": "application/json"})
-    with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request, timeout=5) as response:
-        response.read()
-
-
-class TearingFileSystem(OsFileSystem):
-    """Window 1: the append that would commit ``started`` for the key writes half its bytes, then the process dies."""
-
-    def __init__(self, key: str) -> None:
-        super().__init__()
-        self.needle = ('["effects",' + json.dumps(key) + "],{").encode("utf-8")
-
-    def append(self, path: str, data: bytes) -> None:
-        if path.endswith("journal.jsonl") and self.needle in data and b'"state":"started"' in data:
-            super().append(path, data[: len(data) // 2])
-            die()
-        super().append(path, data)
-
-
-class WindowAdapter:
-    """Delegates to the ticket adapter and dies at windows 2 to 5 for one key."""
-
-    def __init__(self, inner: TicketAdapter, run: Run, window: int, kill_key: str) -> None:
-        self.inner = inner
-        self.run = run
-        self.window = window
-        self.kill_key = kill_key
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    def invoke(self, key: str, payload: Dict[str, Any], epoch: int) -> Dict[str, Any]:
-        hit = key == self.kill_key
-        if hit and self.window == 2:
-            die()
-        if hit and self.window == 3:
-            arm_drop_after_commit(self.inner.url)
-        try:
-            receipt = self.inner.invoke(key, payload, epoch)
-        except UnknownOutcome:
-            if hit and self.window == 3:
-                die()
-            raise
-        if hit and self.window == 4:
-            die()
-        return receipt
-
-    def observe(self, key: str, payload: Dict[str, Any]) -> Observation:
-        effect = self.run.state["effects"].get(key) or {}
-        if key == self.kill_key and self.window == 5 and effect.get("state") == "acknowledged":
-            die()
-        return self.inner.observe(key, payload)
+#: Window number -> the hooks that kill the worker there, given the key and the service's URL.
+KILLS: Dict[int, Callable[[str, str], Hooks]] = {
+    1: lambda key, url: KillAt("store:before-append", after=("effect:before-started", 1, {"key": key}), tear=True),
+    2: lambda key, url: KillAt("effect:after-started", where={"key": key}),
+    3: lambda key, url: LoseAnswerThenKill(KillAt("effect:after-call", where={"key": key}), lambda: lose_next_answer(url)),
+    4: lambda key, url: KillAt("effect:after-call", where={"key": key}),
+    5: lambda key, url: KillAt("effect:after-ack", where={"key": key}),
+}
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -118,16 +66,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--kill-key", default=None)
     args = parser.parse_args(argv)
     options: Dict[str, Any] = {}
-    if args.kill_window == 1:
-        options["fs"] = TearingFileSystem(args.kill_key)
+    if args.kill_window is not None:
+        options["hooks"] = KILLS[args.kill_window](args.kill_key, args.url)
     run = Run.open(os.path.abspath(args.run), **options)
     try:
         lease = run.acquire(args.owner, args.ttl)
         emit({"event": "acquired", "epoch": lease["epoch"]})
         inner = TicketAdapter(args.url, retention_seconds=args.retention_seconds, timeout=args.timeout, run_id=args.run_id)
-        adapter: Any = WindowAdapter(inner, run, args.kill_window, args.kill_key) if args.kill_window in (2, 3, 4, 5) else inner
         for key in args.keys.split(","):
-            effect = run.drive_effect(key, payload_for(key), adapter)
+            effect = run.drive_effect(key, payload_for(key), inner)
             emit({"key": key, "state": effect["state"], "attempts": effect["attempts"]})
         run.release()
     except RunnerError as exc:

@@ -4,7 +4,7 @@ Each runs real worker processes that are SIGKILLed and resumed by other
 processes against the loopback ticket service, and asserts the audited
 figures: no duplicate effect, no lost commit, output equal to an uncrashed
 reference run. The long versions are opt-in: ``RUNNER_FULL_TESTS=1`` runs
-the 2,000-document demo and a campaign of 1,300 kills here; the command line
+the 2,000-document demo and a campaign of 1,700 kills here; the command line
 runs any size (``python3 -m runner demo``, ``python3 -m runner campaign --kills 10000``).
 """
 
@@ -12,7 +12,7 @@ import io
 import os
 import unittest
 
-from runner.proof.campaign import WINDOWS, run_campaign
+from runner.proof.campaign import KILL_POINTS, run_campaign
 from runner.proof.demo import run_demo, run_draft_scenario
 
 FULL = bool(os.environ.get("RUNNER_FULL_TESTS"))
@@ -94,11 +94,11 @@ class CampaignTest(unittest.TestCase):
     """Forked workers die at every named commit window; every kill is followed by a clean load elsewhere."""
 
     def test_every_window_is_killed_without_duplicates_or_losses(self) -> None:
-        kills = 100 * len(WINDOWS) if FULL else len(WINDOWS)
+        kills = 100 * len(KILL_POINTS) if FULL else len(KILL_POINTS)
         result = run_campaign(kills=kills, seed=11)
         self.assertTrue(result["ok"], result)
         self.assertEqual(result["kills"], kills)
-        self.assertEqual(set(result["kills_by_window"].values()), {kills // len(WINDOWS)}, result["kills_by_window"])
+        self.assertEqual(set(result["kills_by_window"].values()), {kills // len(KILL_POINTS)}, result["kills_by_window"])
         self.assertEqual(result["duplicate_effects"], 0)
         self.assertEqual(result["lost_commits"], 0)
         self.assertEqual(result["unrecoverable"], 0)

@@ -1,7 +1,7 @@
 """Crash claims of the run store, proved by killing a real child process.
 
-A child process runs the store through a file system that sends itself
-SIGKILL at a chosen point of the write path. The child prints each revision
+A child process runs the store with hooks (``runner.proof.faults.KillAt``)
+that send it SIGKILL at a chosen commit window of the write path. The child prints each revision
 it is about to attempt (with the digest of the effects it expects) and
 acknowledges a revision only after the store call returned. Another process
 then loads the run and must find a revision between the last acknowledged
@@ -91,8 +91,8 @@ class Scenario:
         self.report: Dict[str, Any] = {}
 
 
-def commit_kill(event: str, occurrence: int = 1, *more: str) -> List[str]:
-    return ["--phase", "commit", "--event", event, "--occurrence", str(occurrence), *more]
+def commit_kill(window: str, occurrence: int = 1, *more: str) -> List[str]:
+    return ["--phase", "commit", "--window", window, "--occurrence", str(occurrence), *more]
 
 
 class KillDuringWrites(unittest.TestCase):
@@ -114,25 +114,24 @@ class KillDuringWrites(unittest.TestCase):
     def scenarios(cls) -> Dict[str, Scenario]:
         s: Dict[str, Scenario] = {}
         for occurrence in (1, 9):
-            s[f"before-temp-write-{occurrence}"] = Scenario([commit_kill("before:write_file:snapshot.json.tmp", occurrence)], "attempted")
-        s["after-temp-write-2"] = Scenario([commit_kill("after:write_file:snapshot.json.tmp", 2)], "attempted")
+            s[f"before-temp-write-{occurrence}"] = Scenario([commit_kill("store:before-compaction", occurrence)], "attempted")
+        s["after-temp-write-2"] = Scenario([commit_kill("store:after-temp-write", 2)], "attempted")
         for occurrence in (1, 8):
-            s[f"after-temp-fsync-{occurrence}"] = Scenario([commit_kill("after:fsync:snapshot.json.tmp", occurrence)], "attempted")
+            s[f"after-temp-fsync-{occurrence}"] = Scenario([commit_kill("store:after-temp-fsync", occurrence)], "attempted")
         for occurrence in (3,):
-            s[f"after-snapshot-to-backup-{occurrence}"] = Scenario([commit_kill("after:replace:snapshot.json", occurrence)], "attempted")
-        s["before-temp-to-snapshot-2"] = Scenario([commit_kill("before:replace:snapshot.json.tmp", 2)], "attempted")
+            s[f"after-snapshot-to-backup-{occurrence}"] = Scenario([commit_kill("store:after-backup-rename", occurrence)], "attempted")
+        s["before-temp-to-snapshot-2"] = Scenario([commit_kill("store:after-backup-fsync", 2)], "attempted")
         for occurrence in (1, 5):
-            s[f"after-temp-to-snapshot-{occurrence}"] = Scenario([commit_kill("after:replace:snapshot.json.tmp", occurrence)], "attempted")
-        s["after-journal-to-prev-2"] = Scenario([commit_kill("after:replace:journal.jsonl", 2)], "attempted")
-        s["after-new-journal-3"] = Scenario([commit_kill("after:create_exclusive:journal.jsonl", 3)], "attempted")
+            s[f"after-temp-to-snapshot-{occurrence}"] = Scenario([commit_kill("store:after-rename", occurrence)], "attempted")
+        s["after-journal-to-prev-2"] = Scenario([commit_kill("store:after-journal-rename", 2)], "attempted")
+        s["after-new-journal-3"] = Scenario([commit_kill("store:after-journal-create", 3)], "attempted")
         for occurrence in (1, 8):
-            s[f"mid-append-{occurrence}"] = Scenario([commit_kill("mid:append:journal.jsonl", occurrence)], "acked")
+            s[f"mid-append-{occurrence}"] = Scenario([commit_kill("store:before-append", occurrence, "--tear")], "acked")
         for occurrence in (1, 8):
-            s[f"after-append-fsync-{occurrence}"] = Scenario([commit_kill("after:fsync:journal.jsonl", occurrence)], "attempted")
-        torn = commit_kill("mid:append:journal.jsonl", 8)
-        s["torn-then-after-truncate"] = Scenario([torn, commit_kill("after:truncate:journal.jsonl", 1, "--open")], "acked")
-        # The first fsync of the journal follows the truncate; the second, the append.
-        s["torn-then-after-repairing-append"] = Scenario([torn, commit_kill("after:fsync:journal.jsonl", 2, "--open")], "attempted")
+            s[f"after-append-fsync-{occurrence}"] = Scenario([commit_kill("store:after-append-fsync", occurrence)], "attempted")
+        torn = commit_kill("store:before-append", 8, "--tear")
+        s["torn-then-after-truncate"] = Scenario([torn, commit_kill("store:after-truncate", 1, "--open")], "acked")
+        s["torn-then-after-repairing-append"] = Scenario([torn, commit_kill("store:after-append-fsync", 1, "--open")], "attempted")
         return s
 
     @classmethod
@@ -247,10 +246,11 @@ class KillDuringWrites(unittest.TestCase):
 class KillDuringInit(unittest.TestCase):
     """An init killed before run.json is in place leaves no run and a fresh init succeeds; once run.json is renamed in, the run exists at revision 0.
 
-    The child is killed after 0, 1, 2, ... durable operations of init until
-    one child completes; every killed folder is then examined in one other
-    process through the command line (status, init when there is no run,
-    doctor).
+    Init passes one store window after each of its durable operations. The
+    child is killed at the 1st, 2nd, ... window of init (after that many
+    operations) until one child completes; every killed folder is then
+    examined in one other process through the command line (status, init
+    when there is no run, doctor).
     """
 
     @classmethod
@@ -260,7 +260,7 @@ class KillDuringInit(unittest.TestCase):
         cls.contract = _util.write_contract(os.path.join(tmp.name, "contract.md"))
         cls.results: Dict[int, _util.Result] = {}
         batch = 14
-        start = 0
+        start = 1
         while not any(transcript_of(r).finished for r in cls.results.values()) and start < 64:
             indexes = list(range(start, start + batch))
             outcomes = _util.in_parallel(
@@ -270,11 +270,11 @@ class KillDuringInit(unittest.TestCase):
             start += batch
         finished = [i for i, r in cls.results.items() if transcript_of(r).finished]
         cls.steps = min(finished) if finished else -1
-        cls.killed_dirs = {i: os.path.join(tmp.name, f"init-{i}") for i in range(max(cls.steps, 0))}
+        cls.killed_dirs = {i: os.path.join(tmp.name, f"init-{i}") for i in range(1, max(cls.steps, 0))}
         cls.reports = run_verifier("--init", cls.contract, *cls.killed_dirs.values()) if cls.steps > 0 else {}
 
     def test_init_has_durable_steps(self) -> None:
-        self.assertGreaterEqual(self.steps, 8, "init completed after fewer durable steps than its write path has")
+        self.assertGreaterEqual(len(self.killed_dirs), 8, "init passed fewer windows than its write path has durable steps")
         for index, result in self.results.items():
             if index >= self.steps:
                 self.assertEqual(result.code, 0, result.err)
@@ -289,7 +289,7 @@ class KillDuringInit(unittest.TestCase):
                 self.assertEqual(len(transcript.ops), index)
                 report = self.reports[path]
                 self.assertNotIn("error", report, report.get("error"))
-                if ("replace", "run.json.tmp") in transcript.ops:
+                if ("store:after-rename", "run.json") in transcript.ops:
                     self.assertEqual(report["status_code"], 0, report.get("status_err"))
                     self.assertEqual(report["status"]["revision"], 0)
                 else:

@@ -25,30 +25,36 @@ import tempfile
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..effects import Adapter, Observation
+from ..effects import Adapter
 from ..errors import RunnerError
-from ..fs import OsFileSystem
 from ..recovery import recover
 from ..run import Run, submit_job
 from ..stores.file import RunStore
+from ..windows import NO_HOOKS, Hooks
+from .faults import kill_point, lose_next_answer
 from .ticketservice import TicketAdapter, TicketServiceProcess
 
-__all__ = ["WINDOWS", "KillSwitch", "KillingFileSystem", "KillingAdapter", "KillingRun", "run_campaign"]
+__all__ = ["KILL_POINTS", "run_campaign"]
 
-#: Every named commit window, grouped by the layer that owns it.
-WINDOWS = (
+#: Where a worker is told to die: a window of :mod:`runner.windows`, alone or
+#: with the fault that comes with it (``/torn``: half the record is written;
+#: ``/answer-lost``: the service commits and drops its answer). Grouped by layer.
+KILL_POINTS = (
     # the store's write path
-    "store:before-temp-write",
-    "store:after-temp-fsync",
-    "store:after-rename-before-dir-fsync",
-    "store:mid-append",
+    "store:before-append/torn",
     "store:after-append-fsync",
+    "store:before-compaction",
+    "store:after-temp-fsync",
+    "store:after-backup-rename",
+    "store:after-rename",
+    "store:after-journal-rename",
     # one effect's lifecycle
     "effect:before-started",
     "effect:after-started",
-    "effect:after-target-commit",
-    "effect:after-response",
+    "effect:after-call/answer-lost",
+    "effect:after-call",
     "effect:after-ack",
+    "effect:before-verify",
     # a step, a lease, a job
     "step:after-start",
     "lease:after-acquire",
@@ -56,117 +62,8 @@ WINDOWS = (
     "job:after-spawn",
 )
 
-#: Windows a worker passes about once per run or per worker: always the first pass.
+#: Points a worker passes about once per run or per worker: always the first pass.
 _ONCE = ("step:after-start", "lease:after-acquire", "job:after-intent", "job:after-spawn")
-
-
-class KillSwitch:
-    """Counts passes through named windows and SIGKILLs this process at the chosen one."""
-
-    def __init__(self, window: Optional[str], nth: int) -> None:
-        self.window, self.nth, self.seen = window, nth, 0
-
-    def armed(self, window: str) -> bool:
-        """True when the next pass through ``window`` is the fatal one."""
-        return window == self.window and self.seen + 1 == self.nth
-
-    def tick(self, window: str) -> None:
-        if window != self.window:
-            return
-        self.seen += 1
-        if self.seen == self.nth:
-            sys.stdout.flush()
-            os.kill(os.getpid(), signal.SIGKILL)
-
-
-class KillingFileSystem(OsFileSystem):
-    """The real file system, with the store's write-path windows wired to a kill switch."""
-
-    def __init__(self, switch: KillSwitch) -> None:
-        super().__init__()
-        self.switch = switch
-
-    def write_file(self, path: str, data: bytes) -> None:
-        if path.endswith(".tmp"):
-            self.switch.tick("store:before-temp-write")
-        super().write_file(path, data)
-
-    def fsync(self, path: str) -> None:
-        super().fsync(path)
-        if path.endswith(".tmp"):
-            self.switch.tick("store:after-temp-fsync")
-        elif path.endswith("journal.jsonl"):
-            self.switch.tick("store:after-append-fsync")
-
-    def replace(self, src: str, dst: str) -> None:
-        super().replace(src, dst)
-        self.switch.tick("store:after-rename-before-dir-fsync")
-
-    def append(self, path: str, data: bytes) -> None:
-        if path.endswith("journal.jsonl") and self.switch.armed("store:mid-append"):
-            super().append(path, data[: max(1, len(data) // 2)])  # half a record reaches the file
-        self.switch.tick("store:mid-append")
-        super().append(path, data)
-
-
-class KillingAdapter:
-    """Wraps an adapter; dies at the windows around the call to the target."""
-
-    def __init__(self, inner: TicketAdapter, switch: KillSwitch) -> None:
-        self.inner, self.switch = inner, switch
-        for fact in ("name", "key_scope", "retention_seconds", "conflicting_payload", "verification", "deduplicates"):
-            setattr(self, fact, getattr(inner, fact))
-
-    def invoke(self, key: str, payload: Dict[str, Any], epoch: int) -> Dict[str, Any]:
-        self.switch.tick("effect:after-started")
-        if self.switch.armed("effect:after-target-commit"):
-            # The service commits, then drops the connection: the answer never arrives.
-            self.inner._send("POST", "/faults", {"drop_after_commit": 1})
-            try:
-                self.inner.invoke(key, payload, epoch)
-            finally:
-                self.switch.tick("effect:after-target-commit")
-        self.switch.tick("effect:after-target-commit")  # a pass that was not the fatal one
-        receipt = self.inner.invoke(key, payload, epoch)
-        self.switch.tick("effect:after-response")
-        return receipt
-
-    def observe(self, key: str, payload: Dict[str, Any]) -> Observation:
-        return self.inner.observe(key, payload)
-
-
-class KillingRun(Run):
-    """A run whose transitions pass the effect, step and lease windows."""
-
-    switch: KillSwitch
-
-    def effect_begin(self, key: str, payload: Dict[str, Any], step: Optional[str] = None, resend: bool = False) -> Dict[str, Any]:
-        self.switch.tick("effect:before-started")
-        return super().effect_begin(key, payload, step, resend)
-
-    def effect_ack(self, key: str, receipt: Dict[str, Any]) -> Dict[str, Any]:
-        out = super().effect_ack(key, receipt)
-        self.switch.tick("effect:after-ack")
-        return out
-
-    def step_start(self, step: str) -> Dict[str, Any]:
-        out = super().step_start(step)
-        self.switch.tick("step:after-start")
-        return out
-
-    def acquire(self, owner: str, ttl: float) -> Dict[str, Any]:
-        out = super().acquire(owner, ttl)
-        self.switch.tick("lease:after-acquire")
-        return out
-
-    def _mutate(self, decide: Any, fenced: bool = True) -> Dict[str, Any]:
-        submitting = [j for j in self.state["jobs"].values() if j["state"] == "submitting"]
-        if submitting:
-            self.switch.tick("job:after-spawn")  # the job may be running; its pid is not yet recorded
-        state = super()._mutate(decide, fenced)
-        if any(j["state"] == "submitting" for j in state["jobs"].values()) and not submitting:
-            self.switch.tick("job:after-intent")  # the intent is committed; nothing started
-        return state
 
 
 # -- the work a campaign run does ------------------------------------------------------------
@@ -195,7 +92,7 @@ def _payload(task: str, n: int) -> Dict[str, Any]:
     return {"doc": f"{task}:d{n}", "marker": f"{task}:d{n}", "title": f"document {n} of {task}"}
 
 
-def _work(run: KillingRun, task: str, adapter: Adapter, report: Any, budget: int) -> str:
+def _work(run: Run, task: str, adapter: Adapter, report: Any, budget: int) -> str:
     """Drive ``run`` toward completion, at most ``budget`` effects; ``report(revision)`` after each acknowledged call."""
     state = run.state
     if (state["steps"].get("ingest") or {}).get("state") != "done":
@@ -238,11 +135,10 @@ def _child(run_path: str, task: str, url: str, window: Optional[str], nth: int, 
     """The body of a forked worker. Never returns: exits or is killed."""
     code = 0
     try:
-        switch = KillSwitch(window, nth)
-        store = RunStore.open(run_path, fs=KillingFileSystem(switch), compact_min_bytes=4096)
-        run = KillingRun(store, rand=random.Random(seed).random)
-        run.switch = switch
-        adapter = KillingAdapter(TicketAdapter(url, retention_seconds=None, timeout=5.0, run_id=task), switch)
+        hooks: Hooks = kill_point(window, nth, lose_answer=lambda: lose_next_answer(url)) if window else NO_HOOKS
+        store = RunStore.open(run_path, compact_min_bytes=4096, hooks=hooks)
+        run = Run(store, rand=random.Random(seed).random)
+        adapter = TicketAdapter(url, retention_seconds=None, timeout=5.0, run_id=task)
 
         def report(revision: int) -> None:
             os.write(write_fd, f"ack {revision}\n".encode())
@@ -292,7 +188,7 @@ def run_campaign(kills: int = 100, seed: int = 1, progress: Optional[Any] = None
     rng = random.Random(seed)
     root = tempfile.mkdtemp(prefix="runner-campaign-")
     began = time.monotonic()
-    result: Dict[str, Any] = {"kills": 0, "kills_by_window": {w: 0 for w in WINDOWS}, "workers": 0, "runs": 0, "recoveries": 0,
+    result: Dict[str, Any] = {"kills": 0, "kills_by_window": {w: 0 for w in KILL_POINTS}, "workers": 0, "runs": 0, "recoveries": 0,
                               "recovered": 0, "lost_commits": 0, "unrecoverable": 0, "duplicate_effects": 0, "errors": [],
                               "slowest_recovery_ms": 0.0, "unknown_results_left": 0, "orphaned_jobs": 0, "jobs_vanished": 0}
     try:
@@ -312,11 +208,11 @@ def run_campaign(kills: int = 100, seed: int = 1, progress: Optional[Any] = None
             misses = 0  # workers in a row that did not reach the chosen window
             while result["kills"] < kills:
                 if misses > 200:
-                    result["errors"].append(f"window {WINDOWS[turn % len(WINDOWS)]} was not reached by 200 workers in a row")
+                    result["errors"].append(f"window {KILL_POINTS[turn % len(KILL_POINTS)]} was not reached by 200 workers in a row")
                     break
                 # Windows are taken in turn, and a window stays chosen until a
                 # worker dies there, so rarely reached windows are not skipped.
-                window = WINDOWS[turn % len(WINDOWS)]
+                window = KILL_POINTS[turn % len(KILL_POINTS)]
                 nth = 1 if window in _ONCE else 1 + int(rng.expovariate(1 / 4))
                 status, lines = _fork_worker(run_path, task, service.url, window, nth, rng.randrange(1 << 30))
                 result["workers"] += 1

@@ -72,8 +72,9 @@ from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tu
 from ..envelope import canonical_json
 from ..errors import InvalidInput, RunnerError, StateUnrecoverable
 from ..fs import FileSystem
-from ..stores.codec import finish_transition, prepare_transition
 from ..stores.file import RunStore, scan
+from ..windows import NO_HOOKS, Hooks
+from .faults import Chain
 
 __all__ = [
     "DIR_COMBO_LIMIT",
@@ -81,7 +82,6 @@ __all__ = [
     "LogEntry",
     "CrashSpace",
     "RecordingFileSystem",
-    "SnapshotBeforeJournalStore",
     "explore",
 ]
 
@@ -678,116 +678,116 @@ class RecordingFileSystem(FileSystem):
 # -- deliberately broken write paths ----------------------------------------------------
 
 
-class _FilteringFileSystem(FileSystem):
-    """Passes every call to ``inner``, silently skipping the file fsyncs ``drop_fsync`` selects
-    and, when ``drop_dir_fsync`` is set, every directory fsync."""
+class _LyingDisk(RecordingFileSystem):
+    """The recording disk acknowledging some syncs without doing them: the model of a write path that leaves them out.
 
-    def __init__(self, inner: FileSystem, drop_fsync: Callable[[str], bool], drop_dir_fsync: bool) -> None:
-        self.inner = inner
-        self._drop_fsync = drop_fsync
-        self._drop_dir_fsync = drop_dir_fsync
-
-    def read(self, path: str) -> bytes:
-        return self.inner.read(path)
-
-    def read_from(self, path: str, offset: int) -> bytes:
-        return self.inner.read_from(path, offset)
-
-    def stat(self, path: str) -> Optional[Tuple[int, int]]:
-        return self.inner.stat(path)
-
-    def exists(self, path: str) -> bool:
-        return self.inner.exists(path)
-
-    def is_symlink(self, path: str) -> bool:
-        return self.inner.is_symlink(path)
-
-    def listdir(self, path: str) -> List[str]:
-        return self.inner.listdir(path)
-
-    def mkdir(self, path: str) -> None:
-        self.inner.mkdir(path)
-
-    def write_file(self, path: str, data: bytes) -> None:
-        self.inner.write_file(path, data)
-
-    def create_exclusive(self, path: str, data: bytes = b"") -> None:
-        self.inner.create_exclusive(path, data)
-
-    def append(self, path: str, data: bytes) -> None:
-        self.inner.append(path, data)
-
-    def fsync(self, path: str) -> None:
-        if not self._drop_fsync(path):
-            self.inner.fsync(path)
-
-    def replace(self, src: str, dst: str) -> None:
-        self.inner.replace(src, dst)
-
-    def fsync_dir(self, path: str) -> None:
-        if not self._drop_dir_fsync:
-            self.inner.fsync_dir(path)
-
-    def truncate(self, path: str, size: int) -> None:
-        self.inner.truncate(path, size)
-
-    def unlink(self, path: str) -> None:
-        self.inner.unlink(path)
-
-    def lock(self, path: str) -> "contextlib.AbstractContextManager[None]":
-        return self.inner.lock(path)
-
-
-class SnapshotBeforeJournalStore(RunStore):
-    """A deliberately wrong store: a due compaction writes the new snapshot before the record.
-
-    The compacted snapshot (at the new revision) is made durable and the
-    journal rotated while the transition's record is not yet in any journal,
-    breaking "the journal files always hold the record at the snapshot's
-    revision". Only used to show that the explorer catches such an order.
-    A pending torn-tail repair keeps the correct order, since truncating the
-    fresh journal would pad it with zeros rather than show the reordering.
+    Every folder sync is dropped when ``drops_dir_fsyncs``; the next file sync
+    after :meth:`drop_next_fsync` (called by hooks at a window) is dropped too.
+    A dropped sync is not an operation: nothing is logged, the disk is unchanged.
     """
 
-    def _commit_locked(self, ops: List[List[Any]], epoch: int) -> None:
-        if self._pending:
-            ops = self._repair_ops() + list(ops)
-        state = self.state
-        prepared = prepare_transition(state, ops, epoch, self.now())
-        due = self._journal_bytes + len(prepared.line) >= max(self.compact_min_bytes, self._snapshot_size // 4)
-        if due and self._torn_at is None:
-            finish_transition(state, prepared)
-            self._compact_locked()
-            self._append_record(prepared.line)
-            if self._pending:
-                self._finish_repairs()
+    drops_dir_fsyncs = False
+
+    def __init__(self, observer: Optional[Callable[["RecordingFileSystem"], None]] = None) -> None:
+        super().__init__(observer)
+        self._drop_next = False
+
+    def drop_next_fsync(self) -> None:
+        self._drop_next = True
+
+    def fsync(self, path: str) -> None:
+        if self._drop_next:
+            self._drop_next = False
             return
-        self._append_record(prepared.line)
-        finish_transition(state, prepared)
-        if self._pending:
-            self._finish_repairs()
-        if self._journal_bytes >= max(self.compact_min_bytes, self._snapshot_size // 4):
-            self._compact_locked()
+        super().fsync(path)
+
+    def fsync_dir(self, path: str) -> None:
+        if not self.drops_dir_fsyncs:
+            super().fsync_dir(path)
+
+
+class _DirSyncDroppingDisk(_LyingDisk):
+    drops_dir_fsyncs = True
+
+
+class _DropTempFsyncs(Hooks):
+    """Hooks that make the disk skip the sync of every new file written beside its target (the window just before it)."""
+
+    def __init__(self, disk: RecordingFileSystem) -> None:
+        self.disk = disk
+
+    def reached(self, window: str, **facts: Any) -> None:
+        if window == "store:after-temp-write" and isinstance(self.disk, _LyingDisk):
+            self.disk.drop_next_fsync()
+
+
+class _MarkWindows(Hooks):
+    """Writes each window the store passes into the disk's log, so a crash point can be named by its window."""
+
+    def __init__(self, disk: RecordingFileSystem) -> None:
+        self.disk = disk
+
+    def reached(self, window: str, **facts: Any) -> None:
+        self.disk.mark("window", window)
+
+
+class _SnapshotBeforeRecord(Hooks):
+    """A deliberately wrong write order: a compaction's snapshot is made durable before the record that triggered it.
+
+    That breaks "the journal files always hold the record at the snapshot's
+    revision". Hooks cannot reorder the store's calls, so when a compaction
+    starts right after a record was appended, these take the record back
+    off the journal (a ``damage`` of the model, behind the store's back) and
+    append and sync it again once the new snapshot's rename is durable. Only
+    used to show that the explorer catches such an order.
+    """
+
+    def __init__(self, disk: RecordingFileSystem) -> None:
+        self.disk = disk
+        self.previous = ""
+        self.appended: Optional[Tuple[str, bytes]] = None
+        self.held: Optional[Tuple[str, bytes]] = None
+
+    def reached(self, window: str, **facts: Any) -> None:
+        if window == "store:before-append":
+            self.appended = (facts["path"], facts["data"])
+        elif window == "store:before-compaction" and self.previous == "store:after-append-fsync" and self.appended is not None:
+            path, data = self.held = self.appended
+            self.disk.damage(path, lambda journal: journal[: len(journal) - len(data)])
+        elif window == "store:after-rename-fsync" and self.held is not None:
+            path, data = self.held
+            self.held = None
+            self.disk.append(path, data)
+            self.disk.fsync(path)
+        self.previous = window
 
 
 class _Variant(NamedTuple):
-    store: Type[RunStore]
-    wrap: Callable[[FileSystem], FileSystem]
+    disk: Type[RecordingFileSystem]
+    hooks: Callable[[RecordingFileSystem], Hooks]
     durability: str
+
+    def options(self, disk: RecordingFileSystem, clock: Callable[[], float]) -> Dict[str, Any]:
+        """The store options of this write path over ``disk``."""
+        return dict(fs=disk, hooks=self.hooks(disk), clock=clock, durability=self.durability, compact_min_bytes=_COMPACT_MIN_BYTES)
+
+
+def _no_hooks(disk: RecordingFileSystem) -> Hooks:
+    return NO_HOOKS
 
 
 def _variant(name: Optional[str]) -> _Variant:
-    """The store class, file-system wrapper and durability of a write path, by variant name."""
+    """The store class, disk model, hooks and durability of a write path, by variant name."""
     if name is None:
-        return _Variant(RunStore, lambda fs: fs, "sync")
+        return _Variant(RecordingFileSystem, _no_hooks, "sync")
     if name == "no-file-fsync":
-        return _Variant(RunStore, lambda fs: _FilteringFileSystem(fs, lambda p: p.endswith(".tmp"), False), "sync")
+        return _Variant(_LyingDisk, _DropTempFsyncs, "sync")
     if name == "no-dir-fsync":
-        return _Variant(RunStore, lambda fs: _FilteringFileSystem(fs, lambda p: False, True), "sync")
+        return _Variant(_DirSyncDroppingDisk, _no_hooks, "sync")
     if name == "snapshot-before-journal":
-        return _Variant(SnapshotBeforeJournalStore, lambda fs: fs, "sync")
+        return _Variant(RecordingFileSystem, _SnapshotBeforeRecord, "sync")
     if name == "no-journal-fsync":
-        return _Variant(RunStore, lambda fs: fs, "process")
+        return _Variant(RecordingFileSystem, _no_hooks, "process")
     raise ValueError(f"unknown variant {name!r}; known: {', '.join(VARIANTS)}")
 
 
@@ -851,12 +851,12 @@ def _load(tree: Tree, variant: _Variant, plan: Dict[str, Any], task_id: str, fol
 
     Never raises: anything unexpected is reported in the outcome.
     """
-    fs = RecordingFileSystem.from_tree(tree)
+    fs = variant.disk.from_tree(tree)
 
     def clock() -> float:
         return _LOAD_CLOCK  # loads and their follow-ups all happen at one fixed instant
 
-    options = dict(fs=variant.wrap(fs), clock=clock, durability=variant.durability, compact_min_bytes=_COMPACT_MIN_BYTES)
+    options = variant.options(fs, clock)
     summary = _summary(tree)
     scan_problem: Optional[str] = None
     try:
@@ -865,7 +865,7 @@ def _load(tree: Tree, variant: _Variant, plan: Dict[str, Any], task_id: str, fol
         found = None
         scan_problem = f"scan raised {type(exc).__name__}: {exc}"
     try:
-        store = variant.store.open(_RUN, **options)
+        store = RunStore.open(_RUN, **options)
     except RunnerError as exc:
         if found is not None and found.state is not None:
             scan_problem = f"scan loaded revision {found.state['revision']} but open raised {type(exc).__name__}"
@@ -892,7 +892,7 @@ def _write_again(store: RunStore, fs: RecordingFileSystem, variant: _Variant, cl
         store.commit([["set", ["effects", "probe"], {"status": "after-crash"}]])
         after = store.revision
         expected = _digest(store.state)
-        again = variant.store.open(_RUN, fs=variant.wrap(fs), clock=clock, durability=variant.durability, compact_min_bytes=_COMPACT_MIN_BYTES)
+        again = RunStore.open(_RUN, **variant.options(fs, clock))
     except Exception as exc:
         return f"the next commit after loading revision {before} failed: {type(exc).__name__}: {exc}"
     if after != before + 1:
@@ -905,8 +905,8 @@ def _write_again(store: RunStore, fs: RecordingFileSystem, variant: _Variant, cl
 def _reinit(fs: RecordingFileSystem, variant: _Variant, plan: Dict[str, Any], task_id: str, clock: Callable[[], float]) -> str:
     """After "no run", a new init must succeed and reload at revision 0: "" when it does."""
     try:
-        store = variant.store.create(_RUN, task_id, plan, fs=variant.wrap(fs), clock=clock, durability=variant.durability, compact_min_bytes=_COMPACT_MIN_BYTES)
-        again = variant.store.open(_RUN, fs=variant.wrap(fs), clock=clock)
+        store = RunStore.create(_RUN, task_id, plan, **variant.options(fs, clock))
+        again = RunStore.open(_RUN, fs=fs, clock=clock)
     except Exception as exc:
         return f"a new init after 'no run' failed: {type(exc).__name__}: {exc}"
     if again.revision != 0 or _digest(again.state) != _digest(store.state):
@@ -996,20 +996,22 @@ def _judge(outcome: _Outcome, acked: Optional[int], attempted: Optional[int], re
     return problems
 
 
-def _workload(fs: FileSystem, rec: RecordingFileSystem, variant: _Variant, transitions: int, rng: random.Random, plan: Dict[str, Any], task_id: str) -> Dict[int, str]:
+def _workload(rec: RecordingFileSystem, variant: _Variant, transitions: int, rng: random.Random, plan: Dict[str, Any],
+              task_id: str) -> Dict[int, str]:
     """Drive the store through init, ``transitions`` commits, compactions and two repairs.
 
     Returns the digest of the reference state at every revision. A third of
     the way in, the snapshot is damaged behind the store's back and a fresh
     store opened (its next commit quarantines and rewrites it); two thirds of
     the way, a torn record is left at the journal's end (the next commit
-    truncates it).
+    truncates it). Each window the store passes is marked in the log.
     """
     clock = _tick_clock(_CLOCK_START)
-    options = dict(fs=fs, clock=clock, durability=variant.durability, compact_min_bytes=_COMPACT_MIN_BYTES)
+    options = variant.options(rec, clock)
+    options["hooks"] = Chain(_MarkWindows(rec), options["hooks"])
     refs: Dict[int, str] = {}
     rec.mark("attempt", 0)
-    store = variant.store.create(_RUN, task_id, plan, **options)
+    store = RunStore.create(_RUN, task_id, plan, **options)
     refs[0] = _digest(store.state)
     rec.mark("ack", 0)
     damage = {max(1, transitions // 3): "snapshot", max(2, (2 * transitions) // 3): "torn"}
@@ -1025,10 +1027,10 @@ def _workload(fs: FileSystem, rec: RecordingFileSystem, variant: _Variant, trans
                 mid = len(data) // 2
                 return data[:mid] + bytes([data[mid] ^ 0x01]) + data[mid + 1 :]
             rec.damage(_RUN + "/snapshot.json", flip)
-            store = variant.store.open(_RUN, **options)
+            store = RunStore.open(_RUN, **options)
         elif event == "torn":
             rec.damage(_RUN + "/journal.jsonl", lambda data: data + _TORN_TAIL)
-            store = variant.store.open(_RUN, **options)
+            store = RunStore.open(_RUN, **options)
         if i in large:
             ops = [["set", ["effects", "blob"], {"data": "%x" % rng.getrandbits(4800), "n": i}]]
         elif i % 10 == 7 and "blob" in store.state["effects"]:
@@ -1070,7 +1072,8 @@ def explore(
     (exact only when ``possible_exact``), ``states_explored`` (equal to it
     unless ``sampled``), ``violations`` (explored states that broke the
     invariant; ``violation_kinds`` counts them by invariant) and
-    ``examples``.
+    ``examples``, each naming the operation and the store window
+    (:mod:`runner.windows`) its crash point follows.
     """
     if transitions < 3:
         raise ValueError("the workload needs at least 3 transitions")
@@ -1081,10 +1084,10 @@ def explore(
     plan = {"goal": "power-loss exploration", "steps": [{"id": "work"}]}
     task_id = f"powerloss-{seed}"
     explorer = _Explorer(config, seed, max_states_per_point, followup_rate, plan, task_id)
-    rec = RecordingFileSystem()
+    rec = config.disk()
     explorer.observe(rec)  # the empty disk before anything happened
     rec.observer = explorer.observe
-    refs = _workload(config.wrap(rec), rec, config, transitions, random.Random(f"workload/{seed}"), plan, task_id)
+    refs = _workload(rec, config, transitions, random.Random(f"workload/{seed}"), plan, task_id)
     rec.observer = None
 
     # A point sees the markers written before the next change of the disk:
@@ -1104,6 +1107,14 @@ def explore(
     acked.append(a)
     attempted.append(t)
     changes = [i for i, entry in enumerate(log) if entry.kind == "op" or entry.name == "damage"]
+    # The window a point lies in: the first window marked after its operation, before the next change.
+    window_at: List[Optional[str]] = [None] * (len(log) + 1)
+    for i in range(len(log) - 1, -1, -1):
+        entry = log[i]
+        if entry.kind == "mark" and entry.name == "window":
+            window_at[i] = entry.detail
+        elif entry.kind == "mark" and entry.name != "damage":
+            window_at[i] = window_at[i + 1]
 
     violations = 0
     kinds: Dict[str, int] = {}
@@ -1128,6 +1139,7 @@ def explore(
                         {
                             "crash_point": index,
                             "after": point.op,
+                            "window": window_at[point.log_len],
                             "acknowledged": point_acked,
                             "attempted": point_attempted,
                             "state": outcome.summary,

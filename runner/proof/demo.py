@@ -40,14 +40,15 @@ from ..run import Run
 from ..errors import InvalidInput
 from ..stores import create_store, list_runs, open_store, parse_store_url, run_url
 from ..stores.file import RunStore
-from .campaign import WINDOWS as CAMPAIGN_WINDOWS
-from .campaign import KillingAdapter, KillingRun, KillSwitch
+from ..windows import NO_HOOKS, Hooks
+from .campaign import KILL_POINTS
+from .faults import KillAfterSeconds, die, kill_point, lose_next_answer
 from .ticketservice import TicketAdapter, TicketServiceProcess
 
-__all__ = ["run_demo", "run_draft_scenario", "WINDOWS", "worker_main"]
+__all__ = ["run_demo", "run_draft_scenario", "WINDOWS", "worker_main", "shard_handler", "worker_faults"]
 
-#: Where a worker may be told to die: the windows one effect passes, in order.
-WINDOWS = tuple(w for w in CAMPAIGN_WINDOWS if w.startswith("effect:"))
+#: Where a worker may be told to die: the kill points one effect passes, in order.
+WINDOWS = tuple(p for p in KILL_POINTS if p.startswith("effect:"))
 
 TASK = "demo-documents"
 TTL = 60.0
@@ -94,7 +95,7 @@ def _say(*words: Any) -> None:
     sys.stdout.flush()
 
 
-def drive_documents(run: KillingRun, adapter: Any, docs: range, report: Callable[[int, Any], None]) -> None:
+def drive_documents(run: Run, adapter: Any, docs: range, report: Callable[[int, Any], None]) -> None:
     """Take ``docs`` of a recovered run through ingest and index; ``report`` each acknowledged revision."""
     if (run.state["steps"].get("ingest") or {}).get("state") != "done":
         if run.state["current_step"] != "ingest":
@@ -125,10 +126,10 @@ def _payload_of(key: str) -> Dict[str, Any]:
 def worker_main(argv: List[str]) -> int:
     """One worker of the single-run demo: recover, drive every document, finish; report on stdout."""
     opts = json.loads(argv[0])
-    run = KillingRun(RunStore.open(opts["run"], durability=opts.get("durability", "sync")), rand=random.Random(opts["seed"]).random)
-    nth, window = opts["die_at"] if opts.get("die_at") else (0, None)
-    run.switch = KillSwitch(window, nth)
-    adapter = KillingAdapter(TicketAdapter(opts["url"], retention_seconds=None, timeout=5.0, run_id=TASK), run.switch)
+    nth, point = opts["die_at"] if opts.get("die_at") else (0, None)
+    hooks = kill_point(point, nth, lose_answer=lambda: lose_next_answer(opts["url"])) if point else NO_HOOKS
+    run = Run(RunStore.open(opts["run"], durability=opts.get("durability", "sync"), hooks=hooks), rand=random.Random(opts["seed"]).random)
+    adapter = TicketAdapter(opts["url"], retention_seconds=None, timeout=5.0, run_id=TASK)
     _say("loaded", run.state["revision"])
     decision = recover(run, opts["owner"], TTL, adapter_for=lambda key, effect: adapter, payloads=_payload_of)
     _say("lease", run.epoch, run.state["revision"])
@@ -148,12 +149,15 @@ def worker_main(argv: List[str]) -> int:
         return exc.exit_code
 
 
-def shard_handler(store: Any, owner: str, ttl: float, context: Dict[str, Any], switch: KillSwitch) -> str:
-    """The pool's handler for one shard run of the demo (``runner work --handler runner.proof.demo:shard_handler``)."""
+def shard_handler(store: Any, owner: str, ttl: float, context: Dict[str, Any]) -> str:
+    """The pool's handler for one shard run of the demo (``runner work --handler runner.proof.demo:shard_handler``).
+
+    Prints ``ack TASK REVISION DOCUMENT`` after each acknowledged effect, so the
+    demo can check that no acknowledged commit is lost.
+    """
     task = store.state["task_id"]
-    run = KillingRun(store)
-    run.switch = switch
-    adapter = KillingAdapter(TicketAdapter(context["url"], retention_seconds=None, timeout=5.0, run_id=task), switch)
+    run = Run(store)
+    adapter = TicketAdapter(context["url"], retention_seconds=None, timeout=5.0, run_id=task)
     size, total = int(context["shard_size"]), int(context["documents"])
     shard = int(task.rsplit("-", 1)[1])
     decision = recover(run, owner, ttl, adapter_for=lambda key, effect: adapter, payloads=_payload_of)
@@ -165,6 +169,24 @@ def shard_handler(store: Any, owner: str, ttl: float, context: Dict[str, Any], s
         return exc.reason
     run.release()
     return str(run.state["status"])
+
+
+def worker_faults(context: Dict[str, Any], seed: int) -> Hooks:
+    """The pool's hooks factory (``hooks="runner.proof.demo:worker_faults"``): how this worker will die.
+
+    With ``context["crash_rate"]`` > 0 the worker's life is geometric in
+    effects; four times in five it then dies at one of :data:`WINDOWS`,
+    otherwise at a random moment. It prints ``fault POINT`` (or ``fault
+    timer``) just before, so the demo can count where workers died.
+    """
+    rate = float(context.get("crash_rate") or 0.0)
+    if rate <= 0:
+        return NO_HOOKS
+    rng = random.Random(seed)
+    life = int(math.log(1.0 - rng.random()) / math.log(1.0 - rate)) + 1
+    if rng.random() < 0.8:
+        return kill_point(rng.choice(WINDOWS), life, lose_answer=lambda: lose_next_answer(context["url"]), on_kill=lambda p: _say("fault", p))
+    return KillAfterSeconds(rng.uniform(0.2, 0.2 + life * 0.004), on_kill=lambda _p: _say("fault", "timer"))
 
 
 # -- the orchestrator ----------------------------------------------------------------------
@@ -314,20 +336,34 @@ def _run_sharded(store_url: str, service_url: str, documents: int, seed: int, cr
         create_store(run_url(store_url, contract["task_id"]), contract["task_id"], contract)
     done: set = set()
     tally: Dict[str, Any] = {}
+    acked: Dict[str, int] = {}  # task -> the highest revision a worker saw acknowledged
+    audit = {"window_kills": 0, "timer_kills": 0, "lost_commits": 0}
 
     def on_line(line: str) -> None:
         words = line.split()
-        if words[:1] == ["ack"] and len(words) == 4 and words[3].isdigit():
-            done.add(int(words[3]))
+        if words[:1] == ["ack"] and len(words) == 4:
+            acked[words[1]] = max(acked.get(words[1], 0), int(words[2]))
+            if words[3].isdigit():
+                done.add(int(words[3]))
             if progress:
                 progress.show(len(done), tally.get("crashes", 0), tally.get("crashes", 0))
+        elif words[:1] == ["fault"] and len(words) == 2:
+            audit["timer_kills" if words[1] == "timer" else "window_kills"] += 1
 
-    context = {"url": service_url, "shard_size": shard_size, "documents": documents}
-    tally = run_pool(store_url, workers, "runner.proof.demo:shard_handler", context=context, ttl=TTL, seed=seed, crash_rate=crash_rate,
-                     windows=list(WINDOWS), on_line=on_line, tally=tally)
+    def on_exit(owner: str, code: int) -> None:
+        # Checked in this process after each death: nothing a worker saw acknowledged was lost.
+        for task in list_runs(store_url):
+            revision = open_store(run_url(store_url, task), task).revision
+            if revision < acked.get(task, 0):
+                audit["lost_commits"] += acked[task] - revision
+                acked[task] = revision  # count each loss once
+
+    context = {"url": service_url, "shard_size": shard_size, "documents": documents, "crash_rate": crash_rate}
+    tally = run_pool(store_url, workers, "runner.proof.demo:shard_handler", context=context, ttl=TTL, seed=seed,
+                     hooks="runner.proof.demo:worker_faults", on_line=on_line, on_exit=on_exit, tally=tally)
     if progress:
         progress.show(len(done), tally["crashes"], tally["crashes"], final=True)
-    tally.setdefault("window_kills", tally.get("crashes", 0) - tally.get("timer_kills", 0))
+    tally.update(audit)
     tally["documents_done"] = len(done)
     return tally
 
@@ -551,7 +587,7 @@ def draft_worker_main(argv: List[str]) -> int:
                 receipt = adapter.invoke("draft:post", payload, run.epoch or 0)
                 _say("TOOL", "committed" if receipt.get("created") else "reuse", "receipt", receipt["ticket"])
                 if opts["phase"] == "first":
-                    os.kill(os.getpid(), signal.SIGKILL)  # after the tool committed, before the checkpoint
+                    die()  # after the tool committed, before the checkpoint
                 run.effect_ack("draft:post", receipt)
                 seen = adapter.observe("draft:post", payload)
                 run.effect_verify("draft:post", seen.evidence)

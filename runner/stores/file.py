@@ -45,6 +45,7 @@ from ..errors import InvalidInput, StateUnrecoverable
 from ..fs import FileSystem, OsFileSystem, replace_durably
 from .base import CommitThenRaise, Finding, Store
 from .codec import Ops, decode_identity, decode_record, finish_transition, genesis, new_identity, prepare_transition, replay
+from ..windows import NO_HOOKS, Hooks
 
 __all__ = ["RunStore", "Scan", "Finding", "scan", "CommitThenRaise", "DURABILITY_MODES", "STATE_FILES"]
 
@@ -375,6 +376,7 @@ class RunStore(Store):
     happens; above it, the journal is compacted once it reaches a quarter of
     the snapshot's size, which keeps both loading and compaction cost
     proportional to the state, not to its history.
+    ``hooks`` receives the store's commit windows (see :mod:`runner.windows`).
     """
 
     def __init__(
@@ -385,6 +387,7 @@ class RunStore(Store):
         clock: Optional[Callable[[], float]] = None,
         durability: str = "sync",
         compact_min_bytes: int = 256 * 1024,
+        hooks: Optional[Hooks] = None,
     ) -> None:
         if durability not in DURABILITY_MODES:
             raise InvalidInput(f"durability must be one of {', '.join(DURABILITY_MODES)}")
@@ -393,6 +396,7 @@ class RunStore(Store):
         self.clock = clock or time.time
         self.durability = durability
         self.compact_min_bytes = compact_min_bytes
+        self.hooks = hooks if hooks is not None else NO_HOOKS
         self._paths: Dict[str, str] = {}
         self._state: Optional[Dict[str, Any]] = None
         self._journal_id: Optional[Tuple[int, int]] = None
@@ -421,7 +425,7 @@ class RunStore(Store):
 
     def _write_replace(self, name: str, data: bytes) -> None:
         """Temp file beside the target, write, fsync, rename over, fsync the folder."""
-        replace_durably(self.fs, self._p(name), data, self.durability == "sync")
+        replace_durably(self.fs, self._p(name), data, self.durability == "sync", hooks=self.hooks)
 
     # -- creation -------------------------------------------------------------
     @classmethod
@@ -448,7 +452,9 @@ class RunStore(Store):
                 raise InvalidInput(f"refusing to start a new run in {store.path}: {detail}", path=store.path)
         else:
             fs.mkdir(store.path)
+            store.hooks.reached("store:after-mkdir", path=store.path)
             store._fsync_dir(os.path.dirname(store.path) or ".")
+            store.hooks.reached("store:after-mkdir-fsync", path=store.path)
         if isinstance(fs, OsFileSystem):
             os.chmod(store.path, 0o700)  # an existing empty folder is narrowed too
         with fs.lock(store._p(LOCK)):
@@ -469,7 +475,9 @@ class RunStore(Store):
                     fs.unlink(store._p(name))
             store._write_replace(SNAPSHOT, snapshot)
             fs.create_exclusive(store._p(JOURNAL))
+            store.hooks.reached("store:after-journal-create", path=store._p(JOURNAL))
             store._fsync_dir()
+            store.hooks.reached("store:after-journal-create-fsync", path=store._p(JOURNAL))
             store._write_replace(IDENTITY, identity_bytes)  # the commit point of init
             store._state = state
             store._snapshot_size = len(snapshot)
@@ -580,14 +588,20 @@ class RunStore(Store):
         journal = self._p(JOURNAL)
         if self._torn_at is not None:
             self.fs.truncate(journal, self._torn_at)
+            self.hooks.reached("store:after-truncate", path=journal)
             self._fsync(JOURNAL)
             self._torn_at = None
         if self._journal_id is None:
             self.fs.create_exclusive(journal)
+            self.hooks.reached("store:after-journal-create", path=journal)
             self._fsync_dir()
+            self.hooks.reached("store:after-journal-create-fsync", path=journal)
             self._journal_id = self.fs.stat(journal)
+        self.hooks.reached("store:before-append", fs=self.fs, path=journal, data=line)
         self.fs.append(journal, line)
+        self.hooks.reached("store:after-append", path=journal)
         self._fsync(JOURNAL)
+        self.hooks.reached("store:after-append-fsync", path=journal)
         self._journal_bytes += len(line)
         assert self._journal_id is not None
         self._journal_id = (self._journal_id[0], self._journal_id[1] + len(line))
@@ -635,25 +649,36 @@ class RunStore(Store):
         # two leaves a base that the remaining journal continues:
         #   after 1: backup=S, journal=S+1..R      after 2: snapshot=R
         #   after 3: prev=S+1..R                   after 4: an empty journal
-        fs = self.fs
+        fs, reached = self.fs, self.hooks.reached
         data = _encode_snapshot(self.state)
         tmp = SNAPSHOT + TMP_SUFFIX
+        reached("store:before-compaction", path=self._p(SNAPSHOT))
         fs.write_file(self._p(tmp), data)
+        reached("store:after-temp-write", path=self._p(SNAPSHOT))
         self._fsync(tmp)
+        reached("store:after-temp-fsync", path=self._p(SNAPSHOT))
         if fs.exists(self._p(SNAPSHOT)):
             fs.replace(self._p(SNAPSHOT), self._p(BACKUP))  # 1
+            reached("store:after-backup-rename", path=self._p(BACKUP))
             self._fsync_dir()
+            reached("store:after-backup-fsync", path=self._p(BACKUP))
         fs.replace(self._p(tmp), self._p(SNAPSHOT))  # 2
+        reached("store:after-rename", path=self._p(SNAPSHOT))
         self._fsync_dir()
+        reached("store:after-rename-fsync", path=self._p(SNAPSHOT))
         journal = fs.stat(self._p(JOURNAL))
         if journal is None or journal[1] > 0:
             # An empty journal is never rotated: the previous journal holds
             # the record at the snapshot's revision and must stay.
             if journal is not None:
                 fs.replace(self._p(JOURNAL), self._p(PREV_JOURNAL))  # 3
+                reached("store:after-journal-rename", path=self._p(PREV_JOURNAL))
                 self._fsync_dir()
+                reached("store:after-journal-rename-fsync", path=self._p(PREV_JOURNAL))
             fs.create_exclusive(self._p(JOURNAL))  # 4
+            reached("store:after-journal-create", path=self._p(JOURNAL))
             self._fsync_dir()
+            reached("store:after-journal-create-fsync", path=self._p(JOURNAL))
         self._snapshot_size = len(data)
         self._journal_bytes = 0
         self._journal_id = fs.stat(self._p(JOURNAL))

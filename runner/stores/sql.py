@@ -29,9 +29,9 @@ import random
 import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from ..envelope import canonical_json, loads_trusted, sha256_hex, validate_envelope, validate_id
-from ..envelope import format_time
+from ..envelope import canonical_json, format_time, loads_trusted, sha256_hex, validate_envelope, validate_id
 from ..errors import InvalidInput, RetryLater, RunnerError, StateUnrecoverable
+from ..windows import NO_HOOKS, Hooks
 from .base import Finding, Store
 from .codec import Ops, decode_identity, decode_record, finish_transition, genesis, new_identity, prepare_transition, replay
 
@@ -107,6 +107,7 @@ class SQLStore(Store):
         lock_wait: float = 15.0,
         jobs_root: Optional[str] = None,
         creating: bool = False,
+        hooks: Optional[Hooks] = None,
     ) -> None:
         """
         :param clock: wall clock for record times and leases.
@@ -116,8 +117,10 @@ class SQLStore(Store):
         :param lock_wait: seconds a transaction keeps trying while the run's lock (or the
             database's) is held by someone else; then :class:`RetryLater` says so.
         :param creating: the database may be created (``init``); every other use needs it to exist.
+        :param hooks: receives the store's commit windows (see :mod:`runner.windows`).
         """
         self.url = url
+        self.hooks = hooks if hooks is not None else NO_HOOKS
         self.task_id = validate_id(task_id, "task id")
         self.clock = clock or time.time
         self.sleep, self.rand, self.monotonic = sleep, rand, monotonic
@@ -432,13 +435,16 @@ class SQLStore(Store):
 
     def _in_transaction(self, work: Callable[[], Any], write: bool = True) -> Any:
         try:
-            return self._retrying(work, write)
+            out = self._retrying(work, write)
         except BaseException:
             if self._dirty:
                 self._state = None  # memory got ahead of a transaction that did not commit: reload
             raise
         finally:
-            self._dirty = False
+            committed, self._dirty = self._dirty, False
+        if committed:
+            self.hooks.reached("store:after-db-commit")
+        return out
 
     _dirty = False
 
@@ -469,6 +475,7 @@ class SQLStore(Store):
             else:
                 self._exec("DELETE FROM runner_effects WHERE task_id = {m} AND key = {m}", (self.task_id, key))
         self._pending = []
+        self.hooks.reached("store:before-db-commit")
 
     def _repair_ops(self) -> Ops:
         """Record the rebuild as a store observation in the transition that rewrites the rows."""

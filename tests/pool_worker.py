@@ -1,0 +1,48 @@
+"""A handler and a hooks factory for ``tests/test_pool.py``, loaded by the pool's worker processes.
+
+``handle`` takes a claimed run through the recovery procedure and then every
+step of its plan. ``kill_once`` kills the first worker that reaches
+``context["window"]`` (a marker file, created exclusively, makes it the only
+one) and prints ``fault WINDOW`` just before.
+"""
+
+import os
+from typing import Any, Dict
+
+from runner.proof.faults import KillAt
+from runner.recovery import recover
+from runner.run import Run
+from runner.windows import NO_HOOKS, Hooks
+
+
+def handle(store: Any, owner: str, ttl: float, context: Dict[str, Any]) -> str:
+    run = Run(store)
+    decision = recover(run, owner, ttl)
+    if decision["decision"] == "stop":
+        return str(decision["reason"])
+    for spec in run.state["plan"]["steps"]:
+        if (run.state["steps"].get(spec["id"]) or {}).get("state") == "done":
+            continue
+        if run.state["current_step"] != spec["id"]:
+            run.step_start(spec["id"])
+        run.step_done(spec["id"], {"by": owner})
+    run.release()
+    return str(run.state["status"])
+
+
+class _KillOnce(Hooks):
+    def __init__(self, window: str, marker: str) -> None:
+        self.marker = marker
+        self.kill = KillAt(window, on_kill=lambda w: print(f"fault {w}", flush=True))
+
+    def reached(self, window: str, **facts: Any) -> None:
+        if window == self.kill.window and self.kill.fatal_next(**facts):
+            try:
+                os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            except FileExistsError:
+                return  # another worker died here already
+        self.kill.reached(window, **facts)
+
+
+def kill_once(context: Dict[str, Any], seed: int) -> Hooks:
+    return _KillOnce(context["window"], context["marker"]) if context.get("window") else NO_HOOKS

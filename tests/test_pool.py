@@ -1,0 +1,115 @@
+"""The worker pool (``runner.pool``, the ``work`` verb) with real worker processes.
+
+The handler is called as ``handler(store, owner, ttl, context)``; a hooks
+factory named by ``module:function`` is loaded in each worker and sees the
+commit windows of every store it opens, which is how a worker is killed
+here (``tests/pool_worker.py``); the supervisor breaks a dead worker's
+leases, starts another in its place and tells ``on_exit``.
+"""
+
+import json
+import os
+import signal
+import unittest
+from typing import Any, Dict, List, Tuple
+
+from runner.pool import run_pool
+from runner.stores import create_store, list_runs, open_store, run_url
+
+try:
+    from . import _util
+except ImportError:
+    import _util
+
+HANDLER = "tests.pool_worker:handle"
+HOOKS = "tests.pool_worker:kill_once"
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def plan(task: str) -> Dict[str, Any]:
+    return {"contract": 1, "task_id": task, "goal": "two steps", "steps": [{"id": "one", "next": "two"}, {"id": "two", "next": "done"}]}
+
+
+class PoolTest(unittest.TestCase):
+    def setUp(self) -> None:
+        tmp = _util.scratch_dir()
+        self.addCleanup(tmp.cleanup)
+        self.root = tmp.name
+
+    def make_runs(self, url: str, n: int) -> List[str]:
+        if url.startswith("file:"):
+            os.makedirs(url[5:], mode=0o700)
+        tasks = [f"pool-r{i}" for i in range(n)]
+        for task in tasks:
+            store = create_store(run_url(url, task), task, plan(task))
+            getattr(store, "close", lambda: None)()
+        return tasks
+
+    def pool(self, url: str, **options: Any) -> Tuple[Dict[str, Any], List[Tuple[str, int]], List[str]]:
+        exits: List[Tuple[str, int]] = []
+        lines: List[str] = []
+        tally = run_pool(url, 2, HANDLER, ttl=60, seed=4, on_exit=lambda owner, code: exits.append((owner, code)),
+                         on_line=lines.append, **options)
+        return tally, exits, lines
+
+    def states(self, url: str) -> List[Dict[str, Any]]:
+        return [open_store(run_url(url, task), task).state for task in list_runs(url)]
+
+    def test_every_run_is_finished_by_the_handler(self) -> None:
+        url = "file:" + os.path.join(self.root, "runs")
+        self.make_runs(url, 3)
+        tally, exits, lines = self.pool(url)
+        self.assertEqual((tally["workers"], tally["crashes"], tally["errors"]), (2, 0, []))
+        self.assertEqual(sorted(exits), [("pool-w1", 0), ("pool-w2", 0)])
+        self.assertEqual([s["status"] for s in self.states(url)], ["complete"] * 3)
+        self.assertEqual(sorted(line.split()[1] for line in lines if line.startswith("outcome") and line.split()[2] == "complete"),
+                         ["pool-r0", "pool-r1", "pool-r2"])
+
+    def check_killed_and_replaced(self, url: str, window: str) -> None:
+        self.make_runs(url, 3)
+        context = {"window": window, "marker": os.path.join(self.root, "killed")}
+        tally, exits, lines = self.pool(url, hooks=HOOKS, context=context)
+        self.assertEqual(tally["errors"], [])
+        self.assertEqual((tally["workers"], tally["crashes"]), (3, 1))
+        self.assertIn(f"fault {window}\n", lines)
+        killed = [owner for owner, code in exits if code == -signal.SIGKILL]
+        self.assertEqual(len(killed), 1)
+        self.assertEqual(sorted(code for _, code in exits), [-signal.SIGKILL, 0, 0])
+        states = self.states(url)
+        self.assertEqual([s["status"] for s in states], ["complete"] * 3)
+        # The run the dead worker held: its lease was broken by the supervisor, and a new owner finished it at a higher epoch.
+        breaks = [o for s in states for o in s["observations"].get("authorization", {}).values() if o.get("source") == "lease break"]
+        self.assertEqual([(b["by"], b["owner"]) for b in breaks], [("pool-supervisor", killed[0])])
+        taken_over = [s for s in states if int(s["counters"].get("recoveries", 0)) >= 1]
+        self.assertEqual(len(taken_over), 1)
+        self.assertGreaterEqual(taken_over[0]["lease"]["epoch"], 2)
+
+    def test_a_worker_killed_at_a_window_of_the_file_store_is_replaced(self) -> None:
+        self.check_killed_and_replaced("file:" + os.path.join(self.root, "runs"), "step:after-start")
+
+    def test_a_worker_killed_at_a_window_of_the_sqlite_store_is_replaced(self) -> None:
+        self.check_killed_and_replaced("sqlite:" + os.path.join(self.root, "runs.db"), "store:after-db-commit")
+
+    def test_the_work_verb_runs_the_pool(self) -> None:
+        url = "file:" + os.path.join(self.root, "runs")
+        self.make_runs(url, 2)
+        result = _util.run(_util.python("-m", "runner", "--store", url, "--json", "work", "--workers", "2", "--handler", HANDLER), cwd=REPO)
+        self.assertEqual(result.code, 0, result.err)
+        out = json.loads(result.out)
+        self.assertEqual((out["ok"], out["workers"], out["crashes"], out["errors"]), (True, 2, 0, []))
+        self.assertEqual([s["status"] for s in self.states(url)], ["complete"] * 2)
+
+    def test_work_refuses_a_hooks_factory_that_does_not_load(self) -> None:
+        url = "file:" + os.path.join(self.root, "runs")
+        self.make_runs(url, 1)
+        before = self.states(url)
+        argv = _util.python("-m", "runner", "--store", url, "work", "--handler", HANDLER, "--hooks", "tests.pool_worker:no_such")
+        result = _util.run(argv, cwd=REPO)
+        self.assertEqual(result.code, 2, result.err)
+        self.assertIn("cannot load hooks factory", result.err)
+        self.assertEqual(len(result.err.strip().splitlines()), 1, result.err)
+        self.assertEqual(self.states(url), before, "nothing was claimed or written")
+
+
+if __name__ == "__main__":
+    unittest.main()
