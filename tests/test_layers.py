@@ -44,5 +44,27 @@ class LayerCheckTest(unittest.TestCase):
         self.assertEqual(check_layers.violations(os.path.join(ROOT, "runner")), [])
 
 
+class OldImportPathsTest(unittest.TestCase):
+    """Harness code written against the flat layout still imports what it used."""
+
+    def test_the_old_module_paths_still_name_the_same_objects(self) -> None:
+        import runner.effects
+        import runner.recovery
+        import runner.run
+        import runner.sqlstore
+        import runner.store
+        from runner.stores import create_store, open_store
+        from runner.stores.file import RunStore, scan
+
+        self.assertIs(runner.store.RunStore, RunStore)
+        self.assertIs(runner.store.scan, scan)
+        self.assertIs(runner.sqlstore.open_store, open_store)
+        self.assertIs(runner.sqlstore.create_store, create_store)
+        for name in ("Run", "submit_job"):
+            self.assertTrue(callable(getattr(runner.run, name)))
+        self.assertTrue(callable(runner.recovery.recover))
+        self.assertTrue(callable(runner.effects.drive_effect))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -1,0 +1,11 @@
+"""What exists to prove or demonstrate the runner: fault injection, the conformance kit, the
+crash-state explorer, the ticket service, the demo, the campaign and the benchmarks.
+
+The library never imports this package (``tools/check_layers.py``); the program
+(``python3 -m runner``) adds its verbs to the command line.
+"""
+
+import os
+
+#: The folder that holds the ``runner`` package: what a child process needs on its path.
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

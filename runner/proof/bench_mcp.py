@@ -32,7 +32,7 @@ from ..stores.file import RunStore
 
 __all__ = ["run_mcp_bench"]
 
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_ROOT = PACKAGE_PARENT
 _CONTRACT = os.path.join(_ROOT, "templates", "run-contract.example.md")
 
 

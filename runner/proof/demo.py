@@ -41,6 +41,7 @@ from ..errors import InvalidInput
 from ..stores import create_store, list_runs, open_store, parse_store_url, run_url
 from ..stores.file import RunStore
 from ..windows import NO_HOOKS, Hooks
+from . import PACKAGE_PARENT
 from .campaign import KILL_POINTS
 from .faults import KillAfterSeconds, die, kill_point, lose_next_answer
 from .ticketservice import TicketAdapter, TicketServiceProcess
@@ -137,7 +138,13 @@ def worker_main(argv: List[str]) -> int:
         _say("stop", decision["reason"])
         return 0 if decision["reason"] == "complete" else 5 if decision["reason"] == "cancelled" else 1
     try:
-        drive_documents(run, adapter, range(opts["documents"]), lambda rev, n: _say("ack", rev, n))
+        def report(rev: int, n: Any) -> None:
+            _say("ack", rev, n)
+            if opts.get("hold_at") is not None and n == opts["hold_at"] - 1:
+                _say("held")  # the supervisor cancels now, then lets this worker go on
+                sys.stdin.readline()
+
+        drive_documents(run, adapter, range(opts["documents"]), report)
         run.release()
         _say("done", run.state["status"])
         return 0
@@ -216,9 +223,10 @@ class _Progress:
 
 def _spawn_worker(opts: Dict[str, Any]) -> "subprocess.Popen[str]":
     env = dict(os.environ)
-    parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    parent = PACKAGE_PARENT
     env["PYTHONPATH"] = parent + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return subprocess.Popen([sys.executable, "-m", "runner.proof.demo", "--worker", json.dumps(opts)], stdin=subprocess.DEVNULL,
+    stdin = subprocess.PIPE if opts.get("hold_at") is not None else subprocess.DEVNULL
+    return subprocess.Popen([sys.executable, "-m", "runner.proof.demo", "--worker", json.dumps(opts)], stdin=stdin,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
@@ -243,12 +251,15 @@ def _run_workers(run_path: str, url: str, documents: int, seed: int, crash_rate:
                 die_at = (life, rng.choice(WINDOWS))
             else:
                 timer = rng.uniform(0.2, 0.2 + life * 0.004)
-        opts = {"run": run_path, "url": url, "documents": documents, "owner": f"worker-{generation}", "seed": rng.randrange(1 << 30), "die_at": die_at, "durability": durability}
+        opts = {"run": run_path, "url": url, "documents": documents, "owner": f"worker-{generation}", "seed": rng.randrange(1 << 30), "die_at": die_at, "durability": durability,
+                # The operator's cancel lands between two documents: the worker waits there for it.
+                "hold_at": cancel_at if cancel_at is not None and tally["cancel_revision"] is None else None}
         proc = _spawn_worker(opts)
         tally["workers"] += 1
         started = time.monotonic()
         assert proc.stdout is not None
         outcome = None
+        pending = b""
         with selectors.DefaultSelector() as sel:
             sel.register(proc.stdout, selectors.EVENT_READ)
             while True:
@@ -258,24 +269,30 @@ def _run_workers(run_path: str, url: str, documents: int, seed: int, crash_rate:
                     tally["timer_kills"] += 1
                     timer = None
                     continue
-                line = proc.stdout.readline()
-                if not line:
+                chunk = os.read(proc.stdout.fileno(), 65536)  # not readline: select must see every line not yet handled
+                if not chunk:
                     break
-                word, *rest = line.split()
-                if word == "loaded":
-                    if int(rest[0]) < last_acked:
-                        tally["lost_commits"] += last_acked - int(rest[0])
-                elif word == "ack":
-                    last_acked = max(last_acked, int(rest[0]))
-                    if rest[1] != "index":
-                        done = max(done, int(rest[1]) + 1)
-                    if cancel_at is not None and done >= cancel_at and tally["cancel_revision"] is None:
-                        state = Run(RunStore.open(run_path)).cancel("demo-operator", f"the job became obsolete after {cancel_at} documents")
-                        tally["cancel_revision"] = state["revision"]
-                elif word in ("done", "stop", "cancelled", "error"):
-                    outcome = (word, " ".join(rest))
-                    if word == "error":
-                        tally["errors"].append(" ".join(rest))
+                *complete, pending = (pending + chunk).split(b"\n")
+                for raw in complete:
+                    word, *rest = raw.decode("utf-8", "replace").split() or [""]
+                    if word == "loaded":
+                        if int(rest[0]) < last_acked:
+                            tally["lost_commits"] += last_acked - int(rest[0])
+                    elif word == "ack":
+                        last_acked = max(last_acked, int(rest[0]))
+                        if rest[1] != "index":
+                            done = max(done, int(rest[1]) + 1)
+                    elif word == "held":
+                        if tally["cancel_revision"] is None:
+                            state = Run(RunStore.open(run_path)).cancel("demo-operator", f"the job became obsolete after {cancel_at} documents")
+                            tally["cancel_revision"] = state["revision"]
+                        assert proc.stdin is not None
+                        proc.stdin.write("go\n")
+                        proc.stdin.flush()
+                    elif word in ("done", "stop", "cancelled", "error"):
+                        outcome = (word, " ".join(rest))
+                        if word == "error":
+                            tally["errors"].append(" ".join(rest))
                 if progress:
                     progress.show(done, tally["crashes"], max(0, tally["workers"] - 1))
         code = proc.wait()
@@ -533,7 +550,7 @@ def run_draft_scenario(log: IO[str]) -> Dict[str, Any]:
             lines: List[str] = []
             for phase in ("first", "recovery"):
                 env = dict(os.environ)
-                env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+                env["PYTHONPATH"] = PACKAGE_PARENT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
                 proc = subprocess.run([sys.executable, "-m", "runner.proof.demo", "--draft-worker", json.dumps({"run": run_path, "url": service.url, "phase": phase})],
                                       capture_output=True, text=True, env=env, timeout=120)
                 log.write(f"# {'First process' if phase == 'first' else 'Recovery process'}\n")
