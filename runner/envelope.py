@@ -30,6 +30,8 @@ __all__ = [
     "content_digest",
     "loads_strict",
     "loads_trusted",
+    "check_depth",
+    "check_nesting",
     "validate_id",
     "one_line",
     "check_duration",
@@ -131,6 +133,23 @@ def check_depth(text: str, limit: int = MAX_JSON_DEPTH) -> None:
                 raise ValueError(f"nested too deeply (more than {limit} levels of arrays and objects)")
         else:
             depth -= 1
+
+
+def check_nesting(value: Any, limit: int = MAX_JSON_DEPTH) -> None:
+    """Raise ``ValueError`` if the lists and dicts of ``value`` nest more than ``limit`` deep.
+
+    The same bound as :func:`check_depth`, for a document handed over by the
+    library rather than as text; walked without recursion.
+    """
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, (list, tuple)) else None
+        if children is None:
+            continue
+        if depth > limit:
+            raise ValueError(f"nested too deeply (more than {limit} levels of arrays and objects)")
+        stack.extend((child, depth + 1) for child in children)
 
 
 def loads_strict(data: Union[bytes, str]) -> Any:

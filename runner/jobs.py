@@ -325,8 +325,15 @@ def observe_job(run_path: str, job: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def observation_ops(state: Dict[str, Any], key: str, seen: Dict[str, Any], now: float) -> Ops:
-    """Commit what an observation established, if it changes the record."""
+    """Commit what an observation established, if it changes the record.
+
+    A settled job (finished or stopped) is never changed: an observation
+    after the fact (a ``job status`` of a stopped job, whose process is gone)
+    must not turn it into a vanished one.
+    """
     job = state["jobs"][key]
+    if job["state"] not in UNSETTLED:
+        return []
     ops: Ops = []
     status = seen["status"]
     if status == "running" and job["state"] == "submitting":
