@@ -32,7 +32,6 @@ MAX_PATTERN_CHARS = 500
 MAX_STATES = 2000
 MAX_REPEAT = 100
 
-_SPECIAL = set("\\.[](){}|?*+^$")
 _ESCAPES = {"d", "w", "s", "D", "W", "S"}
 
 
