@@ -70,14 +70,20 @@ def job_dir(run_path: str, key: str, attempt: int) -> str:
     return os.path.join(run_path, JOBS, "j" + sha256_hex(key.encode("utf-8"))[:20], f"a{attempt}")
 
 
-def _proc_start(pid: int) -> Optional[str]:
-    """The process's start time in clock ticks since boot (Linux), or None where unknown."""
+def _proc_stat(pid: int) -> Tuple[Optional[bytes], Optional[str]]:
+    """The process's state letter and start time in clock ticks since boot (Linux); Nones where unknown."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
             fields = handle.read().rsplit(b")", 1)[1].split()
-        return None if fields[0] == b"Z" else fields[19].decode()
+        return fields[0], fields[19].decode()
     except (OSError, IndexError):
-        return None
+        return None, None
+
+
+def _proc_start(pid: int) -> Optional[str]:
+    """The start time of a live process (not a zombie), or None where unknown."""
+    state, start = _proc_stat(pid)
+    return None if state == b"Z" else start
 
 
 def _alive(pid: int, start: Optional[str]) -> bool:
@@ -164,15 +170,23 @@ def spawn(run_path: str, key: str, job: Dict[str, Any]) -> Tuple[int, Optional[s
         env=env,
         timeout=60,
     )
+    words = launcher.stdout.split()
     try:
-        pid = int(launcher.stdout.split()[0])
+        pid = int(words[0])
     except (IndexError, ValueError):
         raise OSError(f"the job launcher failed (exit {launcher.returncode})") from None
-    return pid, _proc_start(pid)
+    start = words[1].decode() if len(words) > 1 and words[1] != b"-" else None
+    return pid, start
 
 
 def launch_main(argv: Sequence[str]) -> int:
-    """The launcher: start the wrapper in a new session, print its pid, exit at once."""
+    """The launcher: start the wrapper in a new session, print its pid and start time, exit at once.
+
+    The start time is read here, by the wrapper's parent, because only until
+    the parent exits is it certain to be readable: a job that ends at once
+    leaves a zombie that keeps its start time, where a later reader would
+    find the pid gone (and the wrapper's files would then look foreign).
+    """
     proc = subprocess.Popen(
         [sys.executable, "-m", "runner.jobs"] + list(argv),
         stdin=subprocess.DEVNULL,
@@ -181,7 +195,7 @@ def launch_main(argv: Sequence[str]) -> int:
         start_new_session=True,
         close_fds=True,
     )
-    sys.stdout.write(f"{proc.pid}\n")
+    sys.stdout.write(f"{proc.pid} {_proc_stat(proc.pid)[1] or '-'}\n")
     sys.stdout.flush()
     proc.returncode = 0  # not waited for on purpose: the wrapper outlives the launcher
     return 0

@@ -264,6 +264,42 @@ class JobFiles(unittest.TestCase):
         self.assertEqual(result["log_sha256"], digest.hexdigest())
 
 
+class LaunchTest(unittest.TestCase):
+    """A job that ends before its submitter looks at it is still recognised by its own exit file."""
+
+    def test_the_start_time_is_taken_while_the_wrapper_cannot_have_been_reaped(self) -> None:
+        tmp = _util.scratch_dir()
+        self.addCleanup(tmp.cleanup)
+        folder = os.path.join(tmp.name, "jobs", "j1", "a1")
+        os.makedirs(folder)
+        launched = _util.run(_util.python("-m", "runner.jobs", "--launch", folder, NONCE, "--", "true"))
+        self.assertEqual(launched.code, 0, launched)
+        pid_text, start = launched.out.split()
+        pid = int(pid_text)
+        exit_file = os.path.join(folder, "exit.json")
+        _wait_until(lambda: os.path.exists(exit_file) and jobs._proc_start(pid) is None)
+        # A submitter reading the start time only now (as one slowed by a loaded machine would) finds none ...
+        self.assertIsNone(jobs._proc_start(pid))
+        with open(exit_file, "rb") as handle:
+            written = json.loads(handle.read())
+        # ... but the launcher read it while the wrapper was its child, and it is the one the wrapper wrote.
+        self.assertEqual((written["pid"], written["start"], written["nonce"]), (pid, start, NONCE))
+        job = with_job(envelope(), state="running", pid=pid, pid_start=start)["jobs"]["j1"]
+        job["dir"] = os.path.relpath(folder, tmp.name)
+        seen = jobs.observe_job(tmp.name, job)
+        self.assertEqual((seen["status"], seen["exit_code"], seen.get("damage")), ("finished", 0, None))
+
+
+def _wait_until(condition: Any, timeout: float = 30.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("the job did not end in time")
+        time.sleep(0.01)
+
+
 class RealJobTest(unittest.TestCase):
     """The forged exit file of defect 10 against a real running job, through the command line."""
 
