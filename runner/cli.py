@@ -574,6 +574,7 @@ def cmd_recover(args: argparse.Namespace) -> int:
         _warn(f"{exc.reason}: {exc.message}")
         return _print_decision(args, stop_for_error(exc))
     _contract_check(args, run)
+    _observe_jobs(run)  # only to report job files that will not be believed; recover observes and commits itself
     decision = recover(run, args.owner, args.ttl or _default_ttl(run))
     decision["lease"] = dict(run.state["lease"])
     return _print_decision(args, decision)

@@ -329,6 +329,10 @@ class RealJobTest(unittest.TestCase):
         self.assertEqual((status["state"], status["observed"], status["exit_code"]), ("running", "running", None))
         decision = _util.one_json(self.cli("--json", "next", "--owner", "w1", "--epoch", "1"))
         self.assertEqual(decision["action"]["kind"], "wait-job")
+        result = self.cli("--json", "recover", "--owner", "w2", "--ttl", "600")
+        self.assertEqual(result.code, 3, result)  # w1's lease is live: w2 may not take over
+        self.assertIn("exit.json", result.err)
+        self.assertEqual(_util.one_json(self.cli("--json", "job", "status", "j1"))["state"], "running")
         os.unlink(os.path.join(folder, "exit.json"))
         os.mkfifo(os.path.join(folder, "exit.json"))
         result = _util.run(_util.python("-m", "runner", "--dir", self.run, "--json", "next", "--owner", "w1", "--epoch", "1"), timeout=30)
