@@ -18,15 +18,14 @@ from . import __version__
 from .contract import check_contract, load_contract
 from .approvals import approval_view, payload_source
 from .effects import EFFECT_STATES
-from .envelope import MAX_DOCUMENT_BYTES, loads_strict, read_document, validate_id
+from .envelope import MAX_DOCUMENT_BYTES, MAX_DURATION_SECONDS, loads_strict, read_document, validate_id
 from .errors import EXIT_TABLE as EXIT_ROWS
 from .errors import InvalidInput, RunnerError, StateUnrecoverable
-from .jobs import cancel_ops as job_cancel_ops
-from .jobs import observation_ops, observe_job, read_result, shard_ops, signal_job
+from .jobs import UNSETTLED, observe_job, read_result
 from .lease import lease_view
 from .recovery import decide, decision_exit_code, recover, stop_for_error
 from .views import brief, events_after, report
-from .run import Run, submit_job
+from .run import Run
 from .steps import require_plan
 from .stores import create_store, open_store, parse_store_url
 from .stores.file import RunStore, scan
@@ -50,7 +49,8 @@ def _common(parser: argparse.ArgumentParser, top: bool) -> None:
     # verb is not overwritten by the sub-parser's default.
     default: Any = None if top else argparse.SUPPRESS
     parser.add_argument("--dir", default=default, help="the run's folder (default: $RUNNER_DIR)")
-    parser.add_argument("--store", default=default, metavar="URL", help="file:DIR, sqlite:PATH or postgresql://... (default: $RUNNER_STORE; --dir DIR is file:DIR)")
+    parser.add_argument("--store", default=default, metavar="URL",
+                        help="file:DIR, sqlite:PATH or postgresql://... (default: $RUNNER_STORE; --dir DIR is file:DIR)")
     parser.add_argument("--task", default=default, metavar="ID", help="the run's task id in a database store (default: $RUNNER_TASK)")
     parser.add_argument("--json", action="store_true", default=False if top else argparse.SUPPRESS, help="print one JSON object on stdout")
 
@@ -66,7 +66,7 @@ def build_parser(extensions: Sequence[Callable[[Callable[..., argparse.ArgumentP
     def verb(name: str, help_text: str, handler: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
         sub = verbs.add_parser(name, help=help_text, description=help_text, epilog=EXIT_TABLE)
         _common(sub, top=False)
-        sub.set_defaults(handler=handler)
+        sub.set_defaults(verb_handler=handler)  # not "handler": a verb's own option may be named so ('work --handler')
         return sub
 
     sub = verb("init", "start a new run from a filled run contract", cmd_init)
@@ -186,24 +186,38 @@ def _rate(text: str) -> float:
 
 def _writer(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--owner", default=os.environ.get("RUNNER_OWNER"), metavar="ID", help="the lease holder writing (default: $RUNNER_OWNER)")
-    sub.add_argument("--epoch", type=int, default=_env_int("RUNNER_EPOCH"), metavar="N", help="its fencing epoch from 'lease acquire' (default: $RUNNER_EPOCH)")
+    sub.add_argument("--epoch", type=_epoch, default=None, metavar="N", help="its fencing epoch from 'lease acquire' (default: $RUNNER_EPOCH)")
 
 
-def _env_int(name: str) -> Optional[int]:
-    value = os.environ.get(name)
+def _epoch(text: str) -> int:
     try:
-        return int(value) if value else None
+        value = int(text)
     except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
+    return value
+
+
+def _env_epoch() -> Optional[int]:
+    """``$RUNNER_EPOCH`` as an epoch; unset or empty is None. :raises InvalidInput: it is set to anything else."""
+    value = os.environ.get("RUNNER_EPOCH")
+    if not value:
         return None
+    try:
+        return _epoch(value)
+    except argparse.ArgumentTypeError as exc:
+        raise InvalidInput(f"RUNNER_EPOCH {exc}") from None
 
 
 def _seconds(text: str) -> float:
+    """A duration on the command line: above 0 and at most ten years, or a usage error (exit 2)."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive number of seconds")
+    if not 0 < value <= MAX_DURATION_SECONDS:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds above 0 and at most {MAX_DURATION_SECONDS:,}")
     return value
 
 
@@ -571,8 +585,16 @@ def cmd_next(args: argparse.Namespace) -> int:
         _warn(f"{exc.reason}: {exc.message}")
         return _print_decision(args, stop_for_error(exc))
     _contract_check(args, run)
-    observed = {k: observe_job(run.store.path, j) for k, j in run.state["jobs"].items() if j["state"] in ("submitting", "running", "cancel-requested", "vanished")}
-    return _print_decision(args, decide(run.state, run.clock(), args.owner, args.epoch, observed))
+    return _print_decision(args, decide(run.state, run.clock(), args.owner, args.epoch, _observe_jobs(run)))
+
+
+def _observe_jobs(run: Run) -> Dict[str, Dict[str, Any]]:
+    """Observe (without committing) every unsettled job; report each job file that was not believed."""
+    observed = {key: observe_job(run.store.path, job) for key, job in run.state["jobs"].items() if job["state"] in UNSETTLED}
+    for key, seen in sorted(observed.items()):
+        if seen.get("damage"):
+            _warn(f"job {key}: {seen['damage']} (not believed)")
+    return observed
 
 
 def cmd_recover(args: argparse.Namespace) -> int:
@@ -584,6 +606,7 @@ def cmd_recover(args: argparse.Namespace) -> int:
         _warn(f"{exc.reason}: {exc.message}")
         return _print_decision(args, stop_for_error(exc))
     _contract_check(args, run)
+    _observe_jobs(run)  # only to report job files that will not be believed; recover observes and commits itself
     decision = recover(run, args.owner, args.ttl or _default_ttl(run))
     decision["lease"] = dict(run.state["lease"])
     return _print_decision(args, decision)
@@ -591,8 +614,7 @@ def cmd_recover(args: argparse.Namespace) -> int:
 
 def cmd_brief(args: argparse.Namespace) -> int:
     run = Run(_open(args))
-    observed = {k: observe_job(run.store.path, j) for k, j in run.state["jobs"].items() if j["state"] in ("submitting", "running", "cancel-requested", "vanished")}
-    decision = decide(run.state, run.clock(), run.state["lease"]["owner"], run.state["lease"]["epoch"], observed)
+    decision = decide(run.state, run.clock(), run.state["lease"]["owner"], run.state["lease"]["epoch"], _observe_jobs(run))
     text = brief(run.state, decision, args.max_chars)
     _emit(args, {"ok": True, "brief": text, "chars": len(text)}, text)
     return 0
@@ -628,29 +650,27 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_job(args: argparse.Namespace) -> int:
     run = _worker(args)
     key = args.key
-    path = run.store.path
     if args.action == "submit":
-        job = submit_job(run, key, args.command)
+        job = run.job_submit(key, args.command)
         _emit(args, {"ok": True, "key": key, **job}, f"job {key}: {job['state']} (pid {job['pid']}, attempt {job['attempt']})")
         return 0
-    job = run.state["jobs"].get(key)
-    if job is None:
-        raise InvalidInput(f"no job {key!r}")
     if args.action == "shard":
         if args.done is None:
             raise InvalidInput("job shard needs --done N")
-        job = run._mutate(lambda s, now: shard_ops(s, key, args.done))["jobs"][key]
+        run.job_shard(key, args.done)
     elif args.action == "cancel":
-        job = run._mutate(lambda s, now: job_cancel_ops(s, key, now), fenced=False)["jobs"][key]
-        signal_job(job)
-    seen = observe_job(path, job)
-    job = run._mutate(lambda s, now: observation_ops(s, key, seen, now), fenced=False)["jobs"][key]
-    out = {"ok": True, "key": key, **job, "observed": seen["status"]}
+        run.job_cancel(key)
+    job = run.job_observe(key)
+    seen = job.pop("observed")
+    if seen.get("damage"):
+        _warn(f"job {key}: {seen['damage']} (not believed)")
+    out = {"ok": True, "key": key, **job, "observed": seen["status"], **({"damage": seen["damage"]} if seen.get("damage") else {})}
     if args.action == "result":
         if job["state"] not in ("finished", "stopped"):
             raise InvalidInput(f"job {key!r} is {job['state']}; it has no result yet")
-        out.update(read_result(path, job))
-    _emit(args, out, f"job {key}: {job['state']}" + (f", exit {job['exit_code']}" if job.get("exit_code") is not None else "") + (f"\n{out['log_tail']}" if "log_tail" in out else ""))
+        out.update(read_result(run.store.path, job))
+    text = f"job {key}: {job['state']}" + (f", exit {job['exit_code']}" if job.get("exit_code") is not None else "")
+    _emit(args, out, text + (f"\n{out['log_tail']}" if "log_tail" in out else ""))
     return 0
 
 
@@ -693,7 +713,9 @@ def main(argv: Optional[Sequence[str]] = None, extensions: Sequence[Callable[[Ca
         if command and not (args.verb == "job" and args.action == "submit"):
             raise InvalidInput("only 'job submit KEY -- COMMAND' takes arguments after --")
         args.command = command
-        return int(args.handler(args))
+        if hasattr(args, "epoch") and args.epoch is None:
+            args.epoch = _env_epoch()
+        return int(args.verb_handler(args))
     except RunnerError as exc:
         if wants_json:
             sys.stdout.write(json.dumps(exc.to_json(), sort_keys=True, ensure_ascii=False) + "\n")

@@ -13,10 +13,14 @@ import json
 import re
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
-from .envelope import loads_strict, read_document, validate_id
+from .envelope import MAX_DURATION_SECONDS, MAX_ID_LENGTH, check_duration, loads_strict, read_document, validate_id
 from .errors import InvalidInput
+from .keypattern import compile_pattern
+from .lease import MAX_TTL_SECONDS
 
-__all__ = ["CONTRACT_VERSION", "ContractProblem", "check_contract", "load_contract", "parse_contract_text", "effect_needs_approval", "key_allowed"]
+__all__ = [
+    "CONTRACT_VERSION", "ContractProblem", "check_contract", "load_contract", "parse_contract_text", "effect_needs_approval", "key_allowed",
+]
 
 CONTRACT_VERSION = 1
 
@@ -43,6 +47,15 @@ EFFECT_KEYS = {"key_pattern": str, "approval": list, "adapter": str, "verificati
 LIMIT_KEYS = ("max_step_attempts", "max_effect_attempts", "max_elapsed_seconds", "max_cost", "max_steps", "no_progress_seconds")
 RETRY_KEYS = ("base_seconds", "cap_seconds", "deadline_seconds")
 LEASE_KEYS = ("ttl_seconds",)
+#: The largest value of each field that is a duration; every other number only has to be positive (and finite).
+DURATION_BOUNDS = {
+    "max_elapsed_seconds": MAX_DURATION_SECONDS,
+    "no_progress_seconds": MAX_DURATION_SECONDS,
+    "base_seconds": MAX_DURATION_SECONDS,
+    "cap_seconds": MAX_DURATION_SECONDS,
+    "deadline_seconds": MAX_DURATION_SECONDS,
+    "ttl_seconds": MAX_TTL_SECONDS,
+}
 JOB_KEYS = {"rerun_vanished": bool}
 
 
@@ -83,7 +96,8 @@ def parse_contract_text(text: str) -> Tuple[Optional[Dict[str, Any]], List[Contr
     except json.JSONDecodeError as exc:
         return None, [ContractProblem(first + exc.lineno - 1, f"invalid JSON: {exc.msg} (column {exc.colno})")]
     except ValueError as exc:
-        return None, [ContractProblem(first, f"invalid JSON: {exc}")]
+        number = re.search(r"number (\S+) is out of range", str(exc))
+        return None, [ContractProblem(_locate(lines, first, number.group(1)) if number else first, f"invalid JSON: {exc}")]
     if not isinstance(block, dict):
         return None, [ContractProblem(first, "the block must be a JSON object")]
 
@@ -100,7 +114,8 @@ def parse_contract_text(text: str) -> Tuple[Optional[Dict[str, Any]], List[Contr
         elif not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             problems.append(ContractProblem(at(key), f"{key!r} must be a {_kind(kind)}"))
     if block.get("contract") not in (None, CONTRACT_VERSION) and isinstance(block.get("contract"), int):
-        problems.append(ContractProblem(at("contract"), f"contract version {block['contract']} is not supported (this runner reads {CONTRACT_VERSION})"))
+        problems.append(ContractProblem(
+            at("contract"), f"contract version {block['contract']} is not supported (this runner reads {CONTRACT_VERSION})"))
     if isinstance(block.get("task_id"), str):
         try:
             validate_id(block["task_id"], "task_id")
@@ -140,10 +155,17 @@ def parse_contract_text(text: str) -> Tuple[Optional[Dict[str, Any]], List[Contr
                     problems.append(ContractProblem(line, f"step {sid!r}: unknown field {key!r} (allowed: {', '.join(sorted(STEP_KEYS))})"))
                 elif not isinstance(value, kind):
                     problems.append(ContractProblem(line, f"step {sid!r}: {key!r} must be a {_kind(kind)}"))
+            evidence = step.get("evidence")
+            if isinstance(evidence, list) and not all(isinstance(name, str) and name.strip() for name in evidence):
+                problems.append(ContractProblem(line, f"step {sid!r}: 'evidence' must list the names of the evidence (non-empty strings)"))
         for step in steps:
             if isinstance(step, dict) and isinstance(step.get("next"), str) and step["next"] not in seen and step["next"] != "done":
                 line = _locate(lines, first, f'"{step["next"]}"', steps_line)
                 problems.append(ContractProblem(line, f"step {step.get('id')!r}: next step {step['next']!r} is not a step id (or 'done')"))
+        cycle = _next_cycle(steps)
+        if cycle:
+            line = _locate(lines, first, f'"{cycle[0]}"', steps_line)
+            problems.append(ContractProblem(line, f"steps: 'next' runs in a circle ({' -> '.join(cycle)}), so the run could never finish"))
 
     effects = block.get("effects")
     if isinstance(effects, dict):
@@ -156,9 +178,9 @@ def parse_contract_text(text: str) -> Tuple[Optional[Dict[str, Any]], List[Contr
         pattern = effects.get("key_pattern")
         if isinstance(pattern, str):
             try:
-                re.compile(pattern)
-            except re.error as exc:
-                problems.append(ContractProblem(at("key_pattern"), f"effects: key_pattern is not a regular expression: {exc}"))
+                compile_pattern(pattern)
+            except InvalidInput as exc:
+                problems.append(ContractProblem(at("key_pattern"), f"effects: {exc.message}"))
         if isinstance(effects.get("approval"), list) and not all(isinstance(p, str) and p for p in effects["approval"]):
             problems.append(ContractProblem(at("approval"), "effects: approval must list key patterns (globs)"))
 
@@ -170,6 +192,11 @@ def parse_contract_text(text: str) -> Tuple[Optional[Dict[str, Any]], List[Contr
                     problems.append(ContractProblem(at(key), f"{section}: unknown field {key!r} (allowed: {', '.join(keys)})"))
                 elif isinstance(number, bool) or not isinstance(number, (int, float)) or number <= 0:
                     problems.append(ContractProblem(at(key), f"{section}: {key!r} must be a positive number"))
+                elif key in DURATION_BOUNDS:
+                    try:
+                        check_duration(number, f"{section}: {key!r}", DURATION_BOUNDS[key])
+                    except InvalidInput as exc:
+                        problems.append(ContractProblem(at(key), exc.message))
     jobs = block.get("jobs")
     if isinstance(jobs, dict):
         for key, value in jobs.items():
@@ -178,6 +205,23 @@ def parse_contract_text(text: str) -> Tuple[Optional[Dict[str, Any]], List[Contr
             elif not isinstance(value, JOB_KEYS[key]):
                 problems.append(ContractProblem(at(key), f"jobs: {key!r} must be a boolean"))
     return (block if not problems else None), sorted(problems)
+
+
+def _next_cycle(steps: List[Any]) -> List[str]:
+    """The first circle of explicit ``next`` links (e.g. ``["a", "b", "a"]``), or ``[]``.
+
+    A step without ``next`` goes on to the first step not yet done, which can
+    never return to a done one; only explicit links can close a circle.
+    """
+    links = {s["id"]: s["next"] for s in steps if isinstance(s, dict) and isinstance(s.get("id"), str) and isinstance(s.get("next"), str)}
+    for origin in links:
+        path = [origin]
+        while path[-1] in links:
+            following = links[path[-1]]
+            if following in path:
+                return path[path.index(following):] + [following]
+            path.append(following)
+    return []
 
 
 def _kind(kind: type) -> str:
@@ -201,9 +245,22 @@ def load_contract(path: str) -> Dict[str, Any]:
 
 
 def key_allowed(plan: Dict[str, Any], key: str) -> bool:
-    """True when the contract's ``effects.key_pattern`` (if any) matches the whole key."""
+    """True when the contract's ``effects.key_pattern`` (if any) matches the whole key.
+
+    Matching takes time linear in the key, which is at most :data:`MAX_ID_LENGTH`
+    characters, so it is safe under the run's lock (see :mod:`runner.keypattern`).
+
+    :raises InvalidInput: the stored pattern is outside the bounded subset (a run
+        started before patterns were checked); a migration to a valid contract fixes it.
+    """
     pattern = plan.get("effects", {}).get("key_pattern")
-    return pattern is None or re.fullmatch(pattern, key) is not None
+    if pattern is None:
+        return True
+    try:
+        compiled = compile_pattern(pattern)
+    except InvalidInput as exc:
+        raise InvalidInput(f"the run's contract has an unsafe {exc.message}; migrate to a contract that passes 'contract check'") from None
+    return len(key) <= MAX_ID_LENGTH and compiled.fullmatch(key)
 
 
 def effect_needs_approval(plan: Dict[str, Any], key: str) -> bool:

@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Protocol
 
 from .approvals import require_grant
 from .contract import effect_needs_approval, key_allowed
-from .envelope import MAX_DOCUMENT_BYTES, canonical_json, content_digest, format_time, parse_time, validate_id
+from .envelope import MAX_DOCUMENT_BYTES, canonical_json, check_nesting, content_digest, format_time, parse_time, validate_id
 from .errors import AlreadyVerified, Cancelled, Failed, Fenced, InvalidInput, LimitExhausted, NeedsReconciliation, RunComplete
 from .retry import check_attempts, check_limits, check_wait, limit
 from .windows import NO_HOOKS, Hooks
@@ -121,6 +121,7 @@ def check_document(value: Any, what: str) -> Dict[str, Any]:
     if not isinstance(value, dict):
         raise InvalidInput(f"{what} must be a JSON object")
     try:
+        check_nesting(value)
         size = len(canonical_json(value))
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"{what} is not valid JSON: {exc}") from None

@@ -29,8 +29,8 @@ rest on them, since a stale writer is refused by its epoch, not by the time.
 
 from typing import Any, Dict, List, Optional
 
-from .envelope import format_time, parse_time, validate_id
-from .errors import AlreadyRunning, Fenced, InvalidInput
+from .envelope import check_duration, format_time, one_line, parse_time, validate_id
+from .errors import AlreadyRunning, Fenced
 
 __all__ = ["acquire_ops", "renew_ops", "release_ops", "break_ops", "check_fence", "lease_view", "MAX_TTL_SECONDS"]
 
@@ -40,9 +40,12 @@ Ops = List[List[Any]]
 
 
 def _ttl(ttl: float) -> float:
-    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not 0 < ttl <= MAX_TTL_SECONDS:
-        raise InvalidInput(f"ttl must be a number of seconds between 0 and {MAX_TTL_SECONDS}")
-    return float(ttl)
+    return check_duration(ttl, "ttl", MAX_TTL_SECONDS)
+
+
+def _carries_lease(owner: Optional[str], epoch: Optional[int]) -> None:
+    if owner is None or epoch is None:
+        raise Fenced("this write must carry the lease: pass --owner ID --epoch N from 'lease acquire'")
 
 
 def _expired(lease: Dict[str, Any], now: float) -> bool:
@@ -63,32 +66,33 @@ def acquire_ops(state: Dict[str, Any], owner: str, ttl: float, now: float) -> Op
             epoch=lease["epoch"],
             expires_at=lease["expires_at"],
         )
-    ops: Ops = [
-        ["set", ["lease"], {"owner": owner, "epoch": int(lease["epoch"]) + 1, "expires_at": format_time(now + ttl), "acquired_at": format_time(now)}]
-    ]
+    taken = {"owner": owner, "epoch": int(lease["epoch"]) + 1, "expires_at": format_time(now + ttl), "acquired_at": format_time(now)}
+    ops: Ops = [["set", ["lease"], taken]]
     if holder is not None and holder != owner:
         # The previous owner never released: a takeover after a crash or a
         # stall. The wait is measured from the run's last durable write.
         counters = state["counters"]
         waited = max(0.0, now - parse_time(state["updated_at"]))
         ops.append(["set", ["counters", "recoveries"], int(counters.get("recoveries", 0)) + 1])
-        ops.append(["set", ["counters", "recovery_wait_seconds"], round(float(counters.get("recovery_wait_seconds", 0.0)) + waited, 3)])
+        total = round(float(counters.get("recovery_wait_seconds", 0.0)) + waited, 3)
+        ops.append(["set", ["counters", "recovery_wait_seconds"], total])
     return ops
 
 
 def check_fence(state: Dict[str, Any], owner: Optional[str], epoch: Optional[int], now: float) -> None:
     """Raise :class:`Fenced` unless ``owner`` holds the run's current, unexpired lease at ``epoch``."""
     lease = state["lease"]
-    if owner is None or epoch is None:
-        raise Fenced("this write must carry the lease: pass --owner ID --epoch N from 'lease acquire'")
-    if lease.get("owner") != owner or int(lease.get("epoch", 0)) != int(epoch):
+    _carries_lease(owner, epoch)
+    if lease.get("owner") != owner or int(lease.get("epoch", 0)) != int(epoch):  # type: ignore[arg-type]
         raise Fenced(
-            f"stale writer: {owner} at epoch {epoch}, but the run is at epoch {lease.get('epoch')} held by {lease.get('owner') or 'nobody'}",
+            f"stale writer: {owner} at epoch {epoch}, but the run is at epoch {lease.get('epoch')}"
+            f" held by {lease.get('owner') or 'nobody'}",
             owner=lease.get("owner"),
             epoch=lease.get("epoch"),
         )
     if _expired(lease, now):
-        raise Fenced(f"the lease of {owner} at epoch {epoch} expired at {lease.get('expires_at')}; acquire it again", epoch=lease.get("epoch"))
+        raise Fenced(f"the lease of {owner} at epoch {epoch} expired at {lease.get('expires_at')}; acquire it again",
+                     epoch=lease.get("epoch"))
 
 
 def renew_ops(state: Dict[str, Any], owner: str, epoch: int, ttl: float, now: float) -> Ops:
@@ -98,11 +102,16 @@ def renew_ops(state: Dict[str, Any], owner: str, epoch: int, ttl: float, now: fl
     return [["set", ["lease", "expires_at"], format_time(now + ttl)]]
 
 
-def release_ops(state: Dict[str, Any], owner: str, epoch: int, now: float) -> Ops:
-    """Give the lease up; the epoch is kept so the next holder's is higher."""
+def release_ops(state: Dict[str, Any], owner: Optional[str], epoch: Optional[int], now: float) -> Ops:
+    """Give the lease up; the epoch is kept so the next holder's is higher.
+
+    :raises Fenced: ``owner`` and ``epoch`` are missing, or are not the holder's.
+    """
     lease = state["lease"]
-    if lease.get("owner") != owner or int(lease.get("epoch", 0)) != int(epoch):
-        raise Fenced(f"{owner} at epoch {epoch} does not hold the lease (held by {lease.get('owner') or 'nobody'} at epoch {lease.get('epoch')})")
+    _carries_lease(owner, epoch)
+    if lease.get("owner") != owner or int(lease.get("epoch", 0)) != int(epoch):  # type: ignore[arg-type]
+        raise Fenced(f"{owner} at epoch {epoch} does not hold the lease"
+                     f" (held by {lease.get('owner') or 'nobody'} at epoch {lease.get('epoch')})")
     return [["set", ["lease"], {"owner": None, "epoch": int(lease["epoch"]), "expires_at": None, "acquired_at": None}]]
 
 
@@ -113,20 +122,21 @@ def break_ops(state: Dict[str, Any], by: str, reason: str, now: float) -> Ops:
     holder that was not in fact dead is refused by its stale epoch.
     """
     validate_id(by, "supervisor")
-    if not isinstance(reason, str) or not reason.strip() or len(reason) > 2000:
-        raise InvalidInput("reason must be a non-empty line of at most 2,000 characters")
+    one_line(reason, "reason")
     lease = state["lease"]
     if lease.get("owner") is None or _expired(lease, now):
         return []
     return [
         ["set", ["lease", "expires_at"], format_time(now)],
         ["set", ["observations", "authorization", f"r{state['revision'] + 1}"], {
-            "source": "lease break", "by": by, "reason": reason, "at": format_time(now), "owner": lease["owner"], "epoch": lease["epoch"],
+            "source": "lease break", "by": by, "reason": reason, "at": format_time(now),
+            "owner": lease["owner"], "epoch": lease["epoch"],
         }],
     ]
 
 
 def lease_view(state: Dict[str, Any], now: float) -> Dict[str, Any]:
+    """The lease as stored, plus ``live``: held and not expired at ``now``."""
     lease = dict(state["lease"])
     lease["live"] = lease.get("owner") is not None and not _expired(lease, now)
     return lease

@@ -103,7 +103,7 @@ def decide(state: Dict[str, Any], now: float, owner: Optional[str] = None, epoch
 
     # 4. jobs
     for key, job in sorted(state["jobs"].items()):
-        if job["state"] not in ("submitting", "running", "cancel-requested", "vanished"):
+        if job["state"] not in _jobs.UNSETTLED:
             continue
         seen = (job_observations or {}).get(key)
         if seen is None:
@@ -249,7 +249,7 @@ def refresh_jobs(run: Any) -> Dict[str, Dict[str, Any]]:
     """Observe every job that is not settled and commit what changed."""
     seen: Dict[str, Dict[str, Any]] = {}
     for key, job in sorted(run.state["jobs"].items()):
-        if job["state"] in ("submitting", "running", "cancel-requested", "vanished"):
+        if job["state"] in _jobs.UNSETTLED:
             seen[key] = _jobs.observe_job(run.store.path, job)
             run._mutate(lambda s, now, k=key, o=seen[key]: _jobs.observation_ops(s, k, o, now))
     return seen

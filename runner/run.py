@@ -17,7 +17,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional
 
 from . import approvals, effects, jobs, lease, retry, steps
-from .envelope import content_digest, format_time
+from .envelope import MAX_DURATION_SECONDS, check_duration, content_digest, format_time, one_line
 from .errors import InvalidInput, LimitExhausted
 from .stores.base import CommitThenRaise, Store
 from .stores.file import RunStore
@@ -44,7 +44,8 @@ class Run:
         self.hooks = hooks if hooks is not None else getattr(store, "hooks", NO_HOOKS)
 
     @classmethod
-    def open(cls, path: str, owner: Optional[str] = None, epoch: Optional[int] = None, *, clock: Optional[Callable[[], float]] = None, rand: Callable[[], float] = _random.random, **store_options: Any) -> "Run":
+    def open(cls, path: str, owner: Optional[str] = None, epoch: Optional[int] = None, *, clock: Optional[Callable[[], float]] = None,
+             rand: Callable[[], float] = _random.random, **store_options: Any) -> "Run":
         return cls(RunStore.open(path, clock=clock or time.time, **store_options), owner, epoch, rand)
 
     @property
@@ -118,7 +119,8 @@ class Run:
         """``reconciled``: the outcome was unknown to this worker and settled by observation."""
         return self._mutate(lambda s, now: effects.verify_ops(s, key, evidence, now, reconciled))["effects"][key]
 
-    def effect_absent(self, key: str, evidence: Dict[str, Any], backoff: bool = False, reconciled: bool = False) -> Dict[str, Any]:
+    def effect_absent(self, key: str, evidence: Dict[str, Any], backoff: bool = False,
+                      reconciled: bool = False) -> Dict[str, Any]:
         def decide(s: Dict[str, Any], now: float) -> Ops:
             ops = effects.absent_ops(s, key, evidence, now, reconciled)
             if backoff and ops:
@@ -133,7 +135,8 @@ class Run:
     def effect_failed(self, key: str, reason: str) -> Dict[str, Any]:
         return self._mutate(lambda s, now: effects.failed_ops(s, key, reason, now))["effects"][key]
 
-    def drive_effect(self, key: str, payload: Dict[str, Any], adapter: effects.Adapter, step: Optional[str] = None, sleep: Callable[[float], None] = time.sleep) -> Dict[str, Any]:
+    def drive_effect(self, key: str, payload: Dict[str, Any], adapter: effects.Adapter, step: Optional[str] = None,
+                     sleep: Callable[[float], None] = time.sleep) -> Dict[str, Any]:
         """The whole lifecycle of one effect through ``adapter``; see :func:`runner.effects.drive_effect`."""
         return effects.drive_effect(self, key, payload, adapter, step=step, sleep=sleep)
 
@@ -142,7 +145,11 @@ class Run:
         return self._mutate(lambda s, now: steps.cancel_ops(s, by, reason, now), fenced=False)
 
     def approval_request(self, step: str, action: str, payload: Dict[str, Any], ttl: float, source: Optional[Dict[str, Any]] = None) -> str:
-        """``source``: where the payload came from (:func:`runner.approvals.payload_source`), shown by ``approval list``."""
+        """Ask for a grant bound to ``payload``'s digest; it expires after ``ttl`` seconds (at most ten years).
+
+        ``source``: where the payload came from (:func:`runner.approvals.payload_source`), shown by ``approval list``.
+        """
+        ttl = check_duration(ttl, "ttl", MAX_DURATION_SECONDS)
         digest = content_digest(effects.check_document(payload, "payload"))
         box: Dict[str, str] = {}
 
@@ -166,9 +173,46 @@ class Run:
         return self._mutate(lambda s, now: retry.cost_ops(s, cost))["counters"]["cost"]
 
     def migrate(self, contract_text: str, reason: str) -> Dict[str, Any]:
-        if not reason.strip():
-            raise InvalidInput("a migration needs a reason")
+        one_line(reason, "a migration's reason")
         return self._mutate(lambda s, now: steps.migrate_ops(s, contract_text, reason, now))
+
+    # -- jobs ------------------------------------------------------------------------------
+    def job_submit(self, key: str, command: List[str]) -> Dict[str, Any]:
+        """Start a re-attachable job under ``key``, or return the one already recorded (see :func:`submit_job`)."""
+        return submit_job(self, key, command)
+
+    def _job(self, key: str) -> Dict[str, Any]:
+        job = self.state["jobs"].get(key)
+        if job is None:
+            raise InvalidInput(f"no job {key!r}")
+        return job
+
+    def job_observe(self, key: str) -> Dict[str, Any]:
+        """Observe the job's process and files and commit what changed; return the record with ``observed``.
+
+        ``observed`` is what was seen (``status``, and ``damage`` if a job file
+        was not believed). Needs no lease: an observation only records facts.
+        """
+        seen = jobs.observe_job(self.store.path, self._job(key))
+        job = dict(self._mutate(lambda s, now: jobs.observation_ops(s, key, seen, now), fenced=False)["jobs"][key])
+        job["observed"] = seen
+        return job
+
+    def job_shard(self, key: str, shard: int) -> Dict[str, Any]:
+        """Advance the job's committed-shard cursor to ``shard`` (it never moves back)."""
+        self._job(key)
+        return dict(self._mutate(lambda s, now: jobs.shard_ops(s, key, shard))["jobs"][key])
+
+    def job_cancel(self, key: str) -> Dict[str, Any]:
+        """Record "cancel requested", then signal the job's process group.
+
+        A control method (no lease). "Stopped" is recorded only by a later
+        observation that sees the process gone.
+        """
+        self._job(key)
+        job = dict(self._mutate(lambda s, now: jobs.cancel_ops(s, key, now), fenced=False)["jobs"][key])
+        jobs.signal_job(job)
+        return job
 
     def now(self) -> str:
         return format_time(self.clock())

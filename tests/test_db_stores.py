@@ -39,7 +39,7 @@ POSTGRES_ENV = "RUNNER_TEST_POSTGRES_URL"
 
 def _contract(folder: str) -> str:
     block = _util.contract_block(TASK)
-    block["effects"] = {"key_pattern": "^[a-z0-9-]+$"}
+    block["effects"] = {"key_pattern": "[a-z0-9-]+"}
     return _util.write_contract(os.path.join(folder, "contract.md"), block)
 
 

@@ -29,6 +29,7 @@ from ..contract import load_contract
 from ..mcp import jsonrpc
 from ..run import Run
 from ..stores.file import RunStore
+from . import PACKAGE_PARENT
 
 __all__ = ["run_mcp_bench"]
 

@@ -1,0 +1,180 @@
+"""The lease's transition rules as pure functions: a state in, operations or one exact error class out.
+
+No store, no process, no file: each case builds an envelope, calls one
+``*_ops`` function at a fixed time and checks the operations it returns (by
+applying them) or the refusal it raises. The process-level proofs of the
+same rules are in ``test_authority`` and ``test_recovery``.
+"""
+
+import copy
+import unittest
+from typing import Any, Dict, Optional
+
+try:
+    from . import _util
+except ImportError:
+    import _util
+
+from runner import lease
+from runner.envelope import apply_ops, format_time, new_envelope
+from runner.errors import AlreadyRunning, Fenced, InvalidInput
+
+NOW = _util.CLOCK_START
+PLAN = {"contract": 1, "task_id": "lease-ops", "goal": "g", "steps": [{"id": "a"}]}
+
+
+def state_with(owner: Optional[str] = None, epoch: int = 0, expires_in: Optional[float] = None) -> Dict[str, Any]:
+    """A fresh envelope whose lease is held by ``owner`` at ``epoch`` until ``NOW + expires_in``."""
+    state = new_envelope("lease-ops", copy.deepcopy(PLAN), "0" * 64, format_time(NOW - 100))
+    state["lease"] = {
+        "owner": owner,
+        "epoch": epoch,
+        "expires_at": None if expires_in is None else format_time(NOW + expires_in),
+        "acquired_at": None if owner is None else format_time(NOW - 100),
+    }
+    return state
+
+
+def after(state: Dict[str, Any], ops: Any) -> Dict[str, Any]:
+    result = copy.deepcopy(state)
+    apply_ops(result, ops)
+    return result
+
+
+class AcquireOps(unittest.TestCase):
+    def test_a_free_lease_is_taken_at_the_next_epoch(self) -> None:
+        state = state_with(epoch=4)
+        new = after(state, lease.acquire_ops(state, "w1", 60, NOW))
+        self.assertEqual(new["lease"], {"owner": "w1", "epoch": 5, "expires_at": format_time(NOW + 60), "acquired_at": format_time(NOW)})
+        self.assertEqual(new["counters"]["recoveries"], 0)
+
+    def test_a_live_holder_refuses_another_owner(self) -> None:
+        state = state_with("w1", 2, expires_in=30)
+        with self.assertRaises(AlreadyRunning) as caught:
+            lease.acquire_ops(state, "w2", 60, NOW)
+        self.assertEqual((caught.exception.context["owner"], caught.exception.context["epoch"]), ("w1", 2))
+
+    def test_the_holder_itself_reacquires_at_a_higher_epoch_without_a_recovery(self) -> None:
+        state = state_with("w1", 2, expires_in=30)
+        new = after(state, lease.acquire_ops(state, "w1", 60, NOW))
+        self.assertEqual((new["lease"]["owner"], new["lease"]["epoch"], new["counters"]["recoveries"]), ("w1", 3, 0))
+
+    def test_taking_over_an_expired_lease_counts_a_recovery_and_its_wait(self) -> None:
+        state = state_with("w1", 2, expires_in=-1)
+        new = after(state, lease.acquire_ops(state, "w2", 60, NOW))
+        self.assertEqual((new["lease"]["owner"], new["lease"]["epoch"]), ("w2", 3))
+        self.assertEqual(new["counters"]["recoveries"], 1)
+        self.assertEqual(new["counters"]["recovery_wait_seconds"], 100.0)
+
+    def test_a_lease_expiring_exactly_now_is_expired(self) -> None:
+        state = state_with("w1", 2, expires_in=0)
+        self.assertEqual(after(state, lease.acquire_ops(state, "w2", 60, NOW))["lease"]["owner"], "w2")
+
+    def test_bad_owner_or_ttl_is_invalid_input(self) -> None:
+        state = state_with()
+        for owner, ttl in (("", 60), ("bad owner", 60), ("w1", 0), ("w1", -1), ("w1", True), ("w1", "60"),
+                           ("w1", lease.MAX_TTL_SECONDS + 1), ("w1", 1e12), ("w1", float("inf")), ("w1", float("nan"))):
+            with self.subTest(owner=owner, ttl=ttl), self.assertRaises(InvalidInput):
+                lease.acquire_ops(state, owner, ttl, NOW)  # type: ignore[arg-type]
+        self.assertEqual(after(state, lease.acquire_ops(state, "w1", lease.MAX_TTL_SECONDS, NOW))["lease"]["epoch"], 1)
+
+
+class FenceAndRenew(unittest.TestCase):
+    def test_the_current_unexpired_holder_passes_the_fence(self) -> None:
+        self.assertIsNone(lease.check_fence(state_with("w1", 3, expires_in=10), "w1", 3, NOW))
+
+    def test_every_other_writer_is_fenced(self) -> None:
+        for owner, epoch, state in (
+            (None, 3, state_with("w1", 3, expires_in=10)),
+            ("w1", None, state_with("w1", 3, expires_in=10)),
+            ("w1", 2, state_with("w1", 3, expires_in=10)),
+            ("w2", 3, state_with("w1", 3, expires_in=10)),
+            ("w1", 3, state_with("w1", 3, expires_in=-0.001)),
+            ("w1", 3, state_with(None, 3)),
+        ):
+            with self.subTest(owner=owner, epoch=epoch, lease=state["lease"]), self.assertRaises(Fenced):
+                lease.check_fence(state, owner, epoch, NOW)
+
+    def test_renew_moves_only_the_expiry(self) -> None:
+        state = state_with("w1", 3, expires_in=10)
+        self.assertEqual(lease.renew_ops(state, "w1", 3, 90, NOW), [["set", ["lease", "expires_at"], format_time(NOW + 90)]])
+
+    def test_an_expired_lease_cannot_be_renewed_even_if_nobody_took_it(self) -> None:
+        with self.assertRaises(Fenced):
+            lease.renew_ops(state_with("w1", 3, expires_in=-5), "w1", 3, 90, NOW)
+
+    def test_renew_checks_the_ttl_before_the_fence(self) -> None:
+        with self.assertRaises(InvalidInput):
+            lease.renew_ops(state_with("w1", 3, expires_in=-5), "w1", 3, 1e12, NOW)
+
+
+class ReleaseAndBreak(unittest.TestCase):
+    def test_release_clears_the_holder_and_keeps_the_epoch(self) -> None:
+        state = state_with("w1", 7, expires_in=10)
+        self.assertEqual(after(state, lease.release_ops(state, "w1", 7, NOW))["lease"],
+                         {"owner": None, "epoch": 7, "expires_at": None, "acquired_at": None})
+
+    def test_release_without_an_epoch_is_fenced_not_a_crash(self) -> None:
+        """Defect 18: 'lease release --owner w1' without --epoch raised a TypeError."""
+        state = state_with("w1", 7, expires_in=10)
+        for owner, epoch in (("w1", None), (None, 7), (None, None)):
+            with self.subTest(owner=owner, epoch=epoch), self.assertRaisesRegex(Fenced, "must carry the lease"):
+                lease.release_ops(state, owner, epoch, NOW)
+
+    def test_release_by_another_owner_or_epoch_is_fenced(self) -> None:
+        state = state_with("w1", 7, expires_in=10)
+        for owner, epoch in (("w2", 7), ("w1", 6)):
+            with self.subTest(owner=owner, epoch=epoch), self.assertRaises(Fenced):
+                lease.release_ops(state, owner, epoch, NOW)
+
+    def test_break_expires_a_live_lease_now_and_records_who_and_why(self) -> None:
+        state = state_with("w1", 7, expires_in=100)
+        new = after(state, lease.break_ops(state, "supervisor", "its process ended", NOW))
+        self.assertEqual((new["lease"]["owner"], new["lease"]["epoch"], new["lease"]["expires_at"]), ("w1", 7, format_time(NOW)))
+        record = new["observations"]["authorization"]["r1"]
+        self.assertEqual((record["source"], record["by"], record["reason"], record["owner"], record["epoch"]),
+                         ("lease break", "supervisor", "its process ended", "w1", 7))
+        self.assertFalse(lease.lease_view(new, NOW)["live"])
+
+    def test_break_of_a_free_or_expired_lease_changes_nothing(self) -> None:
+        self.assertEqual(lease.break_ops(state_with(), "supervisor", "ended", NOW), [])
+        self.assertEqual(lease.break_ops(state_with("w1", 7, expires_in=-1), "supervisor", "ended", NOW), [])
+
+    def test_break_needs_a_supervisor_id_and_a_reason(self) -> None:
+        state = state_with("w1", 7, expires_in=100)
+        for by, reason in (("", "ended"), ("bad id", "ended"), ("supervisor", ""), ("supervisor", "  "), ("supervisor", "x" * 2001)):
+            with self.subTest(by=by, reason=reason[:10]), self.assertRaises(InvalidInput):
+                lease.break_ops(state, by, reason, NOW)
+
+
+class LeaseView(unittest.TestCase):
+    def test_live_means_held_and_unexpired(self) -> None:
+        self.assertTrue(lease.lease_view(state_with("w1", 1, expires_in=1), NOW)["live"])
+        self.assertFalse(lease.lease_view(state_with("w1", 1, expires_in=0), NOW)["live"])
+        self.assertFalse(lease.lease_view(state_with(None, 1), NOW)["live"])
+
+    def test_an_expiry_past_the_year_9999_is_read(self) -> None:
+        state = state_with("w1", 1, expires_in=1e12)
+        self.assertTrue(state["lease"]["expires_at"].startswith("33"))
+        self.assertTrue(lease.lease_view(state, NOW)["live"])
+        with self.assertRaises(AlreadyRunning):
+            lease.acquire_ops(state, "w2", 60, NOW)
+
+
+class LeaseReleaseCli(unittest.TestCase):
+    def test_release_without_an_epoch_on_the_command_line(self) -> None:
+        tmp = _util.scratch_dir()
+        self.addCleanup(tmp.cleanup)
+        run = tmp.name + "/run"
+        self.assertEqual(_util.in_process_cli(["--dir", run, "init", "--contract", _util.TEMPLATE]).code, 0)
+        self.assertEqual(_util.in_process_cli(["--dir", run, "lease", "acquire", "--owner", "w1", "--ttl", "60"]).code, 0)
+        result = _util.in_process_cli(["--dir", run, "lease", "release", "--owner", "w1"])
+        self.assertEqual(result.code, 9, result)
+        self.assertEqual(_util.stderr_lines(result),
+                         ["runner: fenced: this write must carry the lease: pass --owner ID --epoch N from 'lease acquire'"])
+        result = _util.in_process_cli(["--dir", run, "--json", "lease", "show"])
+        self.assertEqual(_util.one_json(result)["owner"], "w1")
+
+
+if __name__ == "__main__":
+    unittest.main()
