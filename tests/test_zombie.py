@@ -167,6 +167,13 @@ class ZombieWorkerTest(unittest.TestCase):
                 self.fail(f"waited {PATIENCE:g} s for {what}")
             time.sleep(0.02)
 
+    def sessions_idle_in_transaction(self) -> int:
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as db:
+            row = db.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state = 'idle in transaction'").fetchone()
+        return int(row[0])
+
     def events(self, event: Optional[str] = None) -> List[Dict[str, Any]]:
         found = zombie_worker.read_events(self.context["events"])
         return [e for e in found if event is None or e["event"] == event]
@@ -194,6 +201,10 @@ class ZombieWorkerTest(unittest.TestCase):
         os.kill(zombie, signal.SIGSTOP)
         self.wait_for("the worker to stop", lambda: _process_state(zombie) == "T")
         open(self.context["go"], "x").close()  # seen only once it is continued
+        if not started_durable:
+            # Stopped inside its transaction: the server ends that session after lock_hold seconds, row lock and all.
+            self.assertEqual(self.sessions_idle_in_transaction(), 1)
+            self.wait_for("the server to end the stopped worker's session", lambda: self.sessions_idle_in_transaction() == 0)
         expires = parse_time(self.state()["lease"]["expires_at"])
         self.wait_for("the stopped worker's lease to expire", lambda: time.time() > expires and not lease_view(self.state(), time.time())["live"])
 
