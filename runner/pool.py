@@ -22,8 +22,10 @@ import importlib
 import json
 import os
 import random
+import re
 import selectors
 import signal
+import socket
 import subprocess
 import sys
 from typing import Any, Callable, Dict, List, Optional
@@ -101,13 +103,16 @@ def run_pool(store_url: str, workers: int, handler: str, *, context: Optional[Di
     tally = tally if tally is not None else {}
     tally.update({"workers": 0, "crashes": 0, "errors": []})
     generation = 0
+    # Owner ids unique across supervisors: pools on several hosts share one database, and a lease is
+    # granted at once to a caller whose id is the holder's, so two pools' "w1" would share every run.
+    supervisor = f"pool-{re.sub(r'[^A-Za-z0-9.-]', '-', socket.gethostname())[:60]}-{os.getpid()}"
     live: Dict[int, Dict[str, Any]] = {}
     sel = selectors.DefaultSelector()
 
     def start() -> None:
         nonlocal generation
         generation += 1
-        opts: Dict[str, Any] = {"store": store_url, "handler": handler, "hooks": hooks, "owner": f"pool-w{generation}", "ttl": ttl,
+        opts: Dict[str, Any] = {"store": store_url, "handler": handler, "hooks": hooks, "owner": f"{supervisor}-w{generation}", "ttl": ttl,
                                 "context": context or {}, "seed": rng.randrange(1 << 30)}
         proc = _spawn(opts)
         tally["workers"] += 1

@@ -60,7 +60,8 @@ class PoolTest(unittest.TestCase):
         self.make_runs(url, 3)
         tally, exits, lines = self.pool(url)
         self.assertEqual((tally["workers"], tally["crashes"], tally["errors"]), (2, 0, []))
-        self.assertEqual(sorted(exits), [("pool-w1", 0), ("pool-w2", 0)])
+        self.assertEqual(sorted((owner.rsplit("-", 1)[1], code) for owner, code in exits), [("w1", 0), ("w2", 0)])
+        self.assertEqual(len({owner.rsplit("-", 1)[0] for owner, _ in exits}), 1, "one supervisor's prefix, its own")
         self.assertEqual([s["status"] for s in self.states(url)], ["complete"] * 3)
         # Each run was taken to its end by exactly one handler call; a worker that came later found it complete.
         self.assertEqual(sorted(line.split()[1] for line in lines if line.startswith("outcome") and line.split()[2] == "finished"),
