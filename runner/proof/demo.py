@@ -38,6 +38,9 @@ from ..errors import Cancelled, RunnerError
 from ..recovery import recover
 from ..run import Run
 from ..errors import InvalidInput
+from ..history import Recorder
+from ..history import load as load_history
+from ..timeline import write as write_timeline
 from ..stores import create_store, list_runs, open_store, parse_store_url, run_url
 from ..stores.file import RunStore
 from .campaign import WINDOWS as CAMPAIGN_WINDOWS
@@ -334,12 +337,14 @@ def _run_sharded(store_url: str, service_url: str, documents: int, seed: int, cr
 
 def run_demo(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01, cancel_at: Optional[int] = None,
              progress_stream: Optional[IO[str]] = None, workers: Optional[int] = None,
-             store: Optional[str] = None, shard_size: int = SHARD_SIZE) -> Dict[str, Any]:
+             store: Optional[str] = None, shard_size: int = SHARD_SIZE, html: Optional[str] = None) -> Dict[str, Any]:
     """Run the demo and return its figures (see the module docstring).
 
     ``workers``: split the documents into runs of SHARD_SIZE in ``store``
     (default: a fresh SQLite file) and let a pool of that many workers claim
-    them, instead of one worker at a time on one run.
+    them, instead of one worker at a time on one run. ``html``: write the
+    timeline page of the run(s) there (a recorder reads the single run's
+    journal while it runs, so that compaction drops nothing unseen).
     """
     if workers is not None and cancel_at is not None:
         raise InvalidInput("--cancel-at works on the single-run demo, without --workers")
@@ -363,14 +368,18 @@ def run_demo(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01, can
             if workers is None:
                 run_path = os.path.join(root, "run")
                 RunStore.create(run_path, TASK, demo_contract(documents))
+                recorder = Recorder(lambda: RunStore.open(run_path)).start() if html else None
                 tally = _run_workers(run_path, service.url, documents, seed, crash_rate, cancel_at, progress)
                 states = [RunStore.open(run_path).state]
                 store_used = "file:" + run_path
+                histories = [recorder.history()] if recorder else []
             else:
                 store_used = store or "sqlite:" + os.path.join(root, "runs.db")
                 tally = _run_sharded(store_used, service.url, documents, seed, crash_rate, workers, progress, shard_size)
                 states = [open_store(run_url(store_used, task), task).state for task in list_runs(store_used)]
+                histories = [load_history(open_store(run_url(store_used, task), task)) for task in list_runs(store_used)] if html else []
             audit = _audit(states, service, documents)
+            html_bytes = write_timeline(html, histories, f"Demo: {documents} documents") if html else None
         wall = time.monotonic() - began
         stats, effects = audit["stats"], audit["effects"]
         held = sum(len(p) for p in audit["tickets"].values())
@@ -405,6 +414,8 @@ def run_demo(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01, can
             "reference_seconds": round(reference_seconds, 2),
             "errors": tally["errors"] + ref_errors,
         }
+        if html:
+            result.update(html=html, html_bytes=html_bytes)
         if reference is not None:
             result["matches_reference"] = audit["output"] == reference["output"] and statuses == ["complete"]
         else:

@@ -1,0 +1,246 @@
+"""The timeline page (``report --html``): what it shows, what it never holds, how big it gets, and a real browser.
+
+* Structure: every effect of a small run appears; the effect that went
+  uncertain and was verified by observation is marked as reconciled; a lane
+  whose holder was SIGKILLed (a real child process, taken over by other
+  processes) ends in a crash and a broken lease, never a release; the
+  cancellation names the effect that was in flight.
+* Nothing external: no script, no ``src=``, no ``http:``/``https:``, no
+  ``//`` anywhere in the file, even when the journal's free text holds them.
+* Size: a run of 10,000 effects gives a page of bounded size, with its
+  exceptional effects still drawn one by one.
+* Browser: headless Chromium (the distribution's package) opens the page
+  from disk; the screenshot is not blank and the page raised no error. The
+  same check on a control page that does raise errors must see them.
+"""
+
+import html.parser
+import json
+import os
+import sys
+import unittest
+from typing import Any, Dict, List, Optional, Tuple
+
+from tests._browser import blankness, find_chromium, load_page
+from tests._timeline_runs import HOSTILE, SMALL_KEYS, UNCERTAIN_KEY, crashed_run, small_run
+from tests._util import CLOCK_START, REPO_ROOT, one_json, run_cli, scratch_dir
+
+from runner import history, timeline
+from runner.envelope import apply_ops, content_digest, format_time, new_envelope
+
+FORBIDDEN = ("http:", "https:", "//", "src=", "<script", "href=", "@import", "url(http")
+
+
+class _Elements(html.parser.HTMLParser):
+    """Every start tag with its attributes and the attributes of the ``<g>`` elements around it."""
+
+    VOID = {"meta", "br", "img", "input", "link", "hr", "rect", "line", "circle", "path"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.elements: List[Tuple[str, Dict[str, Optional[str]], List[Dict[str, Optional[str]]]]] = []
+        self.stack: List[Tuple[str, Dict[str, Optional[str]]]] = []
+
+    def handle_starttag(self, tag: str, attrs: List[Tuple[str, Optional[str]]]) -> None:
+        attributes = dict(attrs)
+        self.elements.append((tag, attributes, [a for t, a in self.stack if t == "g"]))
+        self.stack.append((tag, attributes))
+
+    def handle_startendtag(self, tag: str, attrs: List[Tuple[str, Optional[str]]]) -> None:
+        self.elements.append((tag, dict(attrs), [a for t, a in self.stack if t == "g"]))
+
+    def handle_endtag(self, tag: str) -> None:
+        while self.stack:
+            if self.stack.pop()[0] == tag:
+                break
+
+    def having(self, cls: str) -> List[Dict[str, Optional[str]]]:
+        return [a for _, a, _ in self.elements if cls in (a.get("class") or "").split()]
+
+
+def parse(page: str) -> _Elements:
+    parser = _Elements()
+    parser.feed(page)
+    return parser
+
+
+def assert_inert(test: unittest.TestCase, page: str) -> None:
+    lowered = page.lower()
+    for needle in FORBIDDEN:
+        test.assertNotIn(needle, lowered, f"the page holds {needle!r}")
+
+
+def synthetic_run(effects: int, exceptional_every: int) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
+    """Journal records of one holder filing ``effects`` effects, with the operations the effect ledger writes.
+
+    Every ``exceptional_every``-th effect goes uncertain and is verified by
+    observation. Built without a store: the page is under test, not the store.
+    """
+    plan = {"contract": 1, "task_id": "timeline-large", "goal": "Many effects.",
+            "steps": [{"id": "ingest", "artifact": "tickets", "check": "found", "next": "done"}]}
+    state = new_envelope("timeline-large", plan, "0" * 64, format_time(CLOCK_START))
+    records: List[Dict[str, Any]] = []
+    clock = [CLOCK_START]
+
+    def commit(ops: List[List[Any]]) -> None:
+        clock[0] += 0.004
+        apply_ops(state, ops)
+        state["revision"] += 1
+        state["updated_at"] = format_time(clock[0])
+        records.append({"rev": state["revision"], "at": state["updated_at"], "epoch": 1, "ops": ops})
+
+    commit([["set", ["lease"], {"owner": "worker-1", "epoch": 1, "expires_at": format_time(CLOCK_START + 3600), "acquired_at": format_time(CLOCK_START)}]])
+    commit([["set", ["steps", "ingest"], {"state": "running", "attempts": 1, "started_at": state["updated_at"]}], ["set", ["current_step"], "ingest"]])
+    for n in range(effects):
+        key = f"doc-{n:05d}:ticket"
+        stamp = format_time(clock[0])
+        commit([["set", ["effects", key], {"state": "started", "payload_digest": content_digest({"n": n}), "attempts": 1, "step": "ingest",
+                                            "started_at": stamp, "updated_at": stamp, "receipt": None, "evidence": None, "reason": None,
+                                            "next_attempt_at": None}]])
+        if exceptional_every and n % exceptional_every == 0:
+            commit([["set", ["effects", key, "state"], "uncertain"], ["set", ["effects", key, "reason"], "timeout"],
+                    ["set", ["counters", "uncertain_effects"], int(state["counters"].get("uncertain_effects", 0)) + 1]])
+            commit([["set", ["effects", key, "state"], "verified"], ["set", ["effects", key, "evidence"], {"ticket": n}],
+                    ["set", ["counters", "reconciled_effects"], int(state["counters"].get("reconciled_effects", 0)) + 1]])
+        else:
+            commit([["set", ["effects", key, "state"], "acknowledged"], ["set", ["effects", key, "receipt"], {"ticket": n}]])
+            commit([["set", ["effects", key, "state"], "verified"], ["set", ["effects", key, "evidence"], {"ticket": n}]])
+    commit([["set", ["steps", "ingest", "state"], "done"], ["set", ["current_step"], None], ["set", ["status"], "complete"]])
+    return records, state
+
+
+class TimelineStructure(unittest.TestCase):
+    """What the page of a small run, and of a crashed one, shows."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.scratch = scratch_dir("runner-timeline-")
+        cls.small = os.path.join(cls.scratch.name, "small")
+        small_run(cls.small)
+        cls.page_path = os.path.join(cls.scratch.name, "small.html")
+        cls.result = run_cli("--dir", cls.small, "--json", "report", "--html", cls.page_path)
+        with open(cls.page_path, encoding="utf-8") as handle:
+            cls.page = handle.read()
+        cls.elements = parse(cls.page)
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.scratch.cleanup()
+
+    def test_report_writes_the_page_and_keeps_its_figures(self) -> None:
+        body = one_json(self.result)
+        self.assertEqual(self.result.code, 0, self.result.err)
+        self.assertEqual(body["html_bytes"], os.path.getsize(self.page_path))
+        self.assertEqual((body["reconciled_effects"], body["effects"]), (1, len(SMALL_KEYS)))
+        self.assertIn("reconciled effects", self.page)  # the summary table on top
+
+    def test_every_effect_of_a_small_run_appears(self) -> None:
+        drawn = {a.get("data-key") for a in self.elements.having("effect")} | {a.get("data-key") for a in self.elements.having("reconciled")}
+        for key in SMALL_KEYS:
+            self.assertIn(key, drawn, f"effect {key} is not drawn")
+
+    def test_uncertain_then_verified_effect_is_marked_as_reconciled(self) -> None:
+        reconciled = [a.get("data-key") for a in self.elements.having("reconciled")]
+        self.assertEqual(reconciled, [UNCERTAIN_KEY])
+        self.assertIn(UNCERTAIN_KEY, [a.get("data-key") for a in self.elements.having("uncertain")])
+        self.assertEqual([a.get("data-key") for a in self.elements.having("effect-failed")], ["doc:5:ticket"])
+        self.assertEqual([a.get("data-key") for a in self.elements.having("effect-absent")], ["doc:4:ticket"])
+
+    def test_steps_attempts_backoff_approvals_and_cancellation_are_drawn(self) -> None:
+        self.assertEqual(len(self.elements.having("step")), 4)  # fetch twice, publish, archive
+        self.assertEqual([a["class"] for a in self.elements.having("step")], ["step failed", "step done", "step done", "step cancelled"])
+        self.assertGreaterEqual(len(self.elements.having("wait")), 2)  # the step's backoff and the absent effect's
+        self.assertEqual(len(self.elements.having("approval-request")), 3)
+        self.assertEqual(len(self.elements.having("approval-denied")), 1)
+        self.assertEqual(len(self.elements.having("approval-granted")), 1)
+        self.assertEqual(len(self.elements.having("approval-superseded")), 1)
+        self.assertEqual(len(self.elements.having("cancellation")), 1)
+        self.assertIn("In flight then (1): archive&#58;1", self.page)
+
+    def test_no_external_reference_even_from_hostile_text(self) -> None:
+        assert_inert(self, self.page)
+        self.assertNotIn("<img", self.page)
+        # The hostile cancellation reason is shown, as text.
+        self.assertIn("example.invalid", self.page)
+
+    def test_crash_lane_ends_without_a_release(self) -> None:
+        path = os.path.join(self.scratch.name, "crashed")
+        outputs = crashed_run(path, REPO_ROOT)
+        page_path = os.path.join(self.scratch.name, "crashed.html")
+        result = run_cli("--dir", path, "report", "--html", page_path)
+        self.assertEqual(result.code, 0, result.err + "\n".join(outputs))
+        with open(page_path, encoding="utf-8") as handle:
+            page = handle.read()
+        assert_inert(self, page)
+        elements = parse(page)
+        lanes = {a["data-epoch"]: a for a in elements.having("lane")}
+        self.assertEqual(sorted(lanes), ["1", "2"], outputs)
+        self.assertEqual((lanes["1"]["data-owner"], lanes["1"]["data-ended"]), ("worker-doomed", "broken"))
+        self.assertEqual(lanes["2"]["data-ended"], "released")
+
+        def inside(cls: str, epoch: str) -> int:
+            return sum(1 for _, a, around in elements.elements
+                       if cls in (a.get("class") or "").split() and any(g.get("data-epoch") == epoch and "lane" in (g.get("class") or "") for g in around))
+
+        self.assertEqual((inside("crash", "1"), inside("break", "1"), inside("release", "1")), (1, 1, 0))
+        self.assertEqual((inside("crash", "2"), inside("release", "2"), inside("takeover", "2")), (0, 1, 1))
+        crash = [a for _, a, _ in elements.elements if "crash" in (a.get("class") or "").split()]
+        self.assertEqual(crash[0].get("data-epoch"), "1")
+        # The effect the dead worker left started was settled by the next holder.
+        self.assertIn("doc&#58;1&#58;ticket", page)
+
+
+class TimelineSize(unittest.TestCase):
+    def test_ten_thousand_effects_give_a_bounded_page(self) -> None:
+        sizes = {}
+        for effects, every in ((2000, 0), (10000, 0), (10000, 100)):
+            records, state = synthetic_run(effects, exceptional_every=every)
+            page = timeline.render([history.build(records, state)])
+            sizes[effects, every] = len(page.encode("utf-8"))
+            assert_inert(self, page)
+            elements = parse(page)
+            reconciled = {a.get("data-key") for a in elements.having("reconciled")}
+            self.assertEqual(reconciled, {f"doc-{n:05d}:ticket" for n in range(0, effects, every)} if every else set())
+            self.assertNotIn('data-key="doc-00001:ticket"', page)  # ordinary effects are counted per bucket
+            self.assertTrue(elements.having("bucket"))
+        # Five times the ordinary effects, not five times the page; the exceptional ones add their own marks only.
+        self.assertLess(sizes[10000, 0], 1.3 * sizes[2000, 0], sizes)
+        self.assertLess(sizes[10000, 100], 1_000_000, sizes)
+
+    def test_small_runs_draw_every_transition(self) -> None:
+        records, state = synthetic_run(50, exceptional_every=0)
+        elements = parse(timeline.render([history.build(records, state)]))
+        self.assertEqual(len(elements.having("effect")), 150)
+        self.assertFalse(elements.having("bucket"))
+
+
+CHROMIUM = find_chromium()
+
+
+@unittest.skipUnless(CHROMIUM, "headless Chromium is not installed (the Debian package chromium; CI installs it with .ci/chromium.sh)")
+class TimelineInBrowser(unittest.TestCase):
+    def test_chromium_renders_the_page_without_errors(self) -> None:
+        assert CHROMIUM is not None
+        with scratch_dir("runner-timeline-browser-") as scratch:
+            run_path = os.path.join(scratch, "run")
+            small_run(run_path)
+            page = os.path.join(scratch, "page.html")
+            self.assertEqual(run_cli("--dir", run_path, "report", "--html", page).code, 0)
+            control = os.path.join(scratch, "control.html")
+            with open(control, "w", encoding="utf-8") as handle:
+                handle.write('<!DOCTYPE html><p>control</p><img src="missing.png"><script>console.error("control")</script>')
+            # The check must be able to fail: the control page's two errors are seen.
+            _png, control_errors, _version = load_page(CHROMIUM, control, 600, 400)
+            self.assertEqual(len(control_errors), 2, control_errors)
+            png, errors, version = load_page(CHROMIUM, page)
+            colours, share = blankness(png)
+            blank = colours < 2 or share < 0.02
+            size = os.path.getsize(page)
+        sys.stdout.write(f"timeline-check: browser={version} bytes={size} console_errors={len(errors)} blank={'yes' if blank else 'no'}\n")
+        sys.stdout.flush()
+        self.assertEqual(errors, [])
+        self.assertFalse(blank, (colours, share))
+
+
+if __name__ == "__main__":
+    unittest.main()
