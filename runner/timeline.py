@@ -395,7 +395,8 @@ def _tables(history: History) -> str:
             f"<td>{_t(h.step_at_end or '')}</td><td>{_t(', '.join(h.in_flight[:6]) + (' …' if len(h.in_flight) > 6 else ''))}</td></tr>"
             for h in history.crashes)
         out.append(f"<h3>Crashes: holders that stopped without releasing ({len(history.crashes)})</h3><table><tr><th>holder</th><th>epoch</th>"
-                   f"<th>last durable write</th><th>lease moved on</th><th>at</th><th>step running</th><th>effects in flight</th></tr>{rows}</table>")
+                   f"<th>last durable write</th><th>lease moved on</th><th>at</th><th>step running</th><th>effects in flight</th></tr>{rows}</table>"
+                   '<p class="note">A worker that died before its first durable write left nothing in the journal, and is not drawn.</p>')
     special = [p for p in history.effects.values() if p.exceptional]
     if special:
         shown = special[:300]

@@ -1,9 +1,9 @@
 """Headless Chromium driven over the DevTools protocol on a pipe, and a PNG reader: standard library only.
 
-:func:`load_page` starts ``chromium --remote-debugging-pipe`` (the protocol
+:func:`load_pages` starts ``chromium --remote-debugging-pipe`` (the protocol
 runs over file descriptors 3 and 4, one NUL-terminated JSON message each),
-opens a page from disk, waits for its load event, and returns a screenshot
-and every error the page raised: console errors, uncaught exceptions and log
+opens each page from disk, waits for its load event, and returns a
+screenshot and every error the page raised: console errors, uncaught exceptions and log
 entries of level error (a resource that failed to load is one).
 :func:`png_pixels` decodes an 8-bit RGB or RGBA PNG with :mod:`zlib`.
 """
@@ -101,8 +101,8 @@ def _errors(events: List[Dict[str, Any]]) -> List[str]:
     return out
 
 
-def load_page(chromium: str, page: str, width: int = 1200, height: int = 900, timeout: float = 60) -> Tuple[bytes, List[str], str]:
-    """``(png, errors, version)`` for ``page`` (a file) opened in headless Chromium."""
+def load_pages(chromium: str, pages: List[str], width: int = 1200, height: int = 900, timeout: float = 60) -> Tuple[List[Tuple[bytes, List[str]]], str]:
+    """``([(png, errors) for each page], version)``: each file opened in turn, in its own tab of one headless Chromium."""
     to_browser_r, to_browser_w = os.pipe()
     from_browser_r, from_browser_w = os.pipe()
     profile = tempfile.mkdtemp(prefix="runner-chromium-")
@@ -120,21 +120,23 @@ def load_page(chromium: str, page: str, width: int = 1200, height: int = 900, ti
     pipe = _Pipe(to_browser_w, from_browser_r)
     try:
         version = pipe.call("Browser.getVersion", timeout=timeout)["product"].split("/")[-1]
-        target = pipe.call("Target.createTarget", {"url": "about:blank"})["targetId"]
-        session = pipe.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
-        for domain in ("Runtime.enable", "Log.enable", "Page.enable"):
-            pipe.call(domain, session=session)
-        pipe.call("Emulation.setDeviceMetricsOverride", {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}, session=session)
-        pipe.events.clear()
-        pipe.call("Page.navigate", {"url": "file://" + os.path.abspath(page)}, session=session)
-        pipe.wait_event("Page.loadEventFired", timeout)
-        png = base64.b64decode(pipe.call("Page.captureScreenshot", {"format": "png"}, session=session, timeout=timeout)["data"])
-        errors = _errors(pipe.events)
+        results = []
+        for page in pages:
+            target = pipe.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+            session = pipe.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+            for domain in ("Runtime.enable", "Log.enable", "Page.enable"):
+                pipe.call(domain, session=session)
+            pipe.call("Emulation.setDeviceMetricsOverride", {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}, session=session)
+            pipe.events.clear()
+            pipe.call("Page.navigate", {"url": "file://" + os.path.abspath(page)}, session=session)
+            pipe.wait_event("Page.loadEventFired", timeout)
+            png = base64.b64decode(pipe.call("Page.captureScreenshot", {"format": "png"}, session=session, timeout=timeout)["data"])
+            results.append((png, _errors([e for e in pipe.events if e.get("sessionId") == session])))
         try:
             pipe.send("Browser.close")
         except OSError:
             pass
-        return png, errors, version
+        return results, version
     finally:
         for fd in (to_browser_w, from_browser_r):
             try:
