@@ -260,11 +260,15 @@ def _draw_effects(svg: _Svg, axis: _Axis, history: History) -> Dict[str, int]:
     ordinary: Dict[str, List[Tuple[float, str]]] = {state: [] for state in EFFECT_ROWS}
     special: List[Tuple[float, str, Any, bool]] = []
     for path in effects:
+        previous = None
         for at, state, _epoch, settled in path.transitions:
-            if state in EXCEPTIONAL or settled or (path.reconciled and state in ("verified", "absent")):
-                special.append((at, state, path, settled or path.reconciled))
+            # Settled by observation: flagged so in the journal, or right after the effect was uncertain.
+            observed = state in ("verified", "absent") and (settled or previous == "uncertain")
+            if state in EXCEPTIONAL or observed:
+                special.append((at, state, path, observed))
             elif state in ordinary:
                 ordinary[state].append((at, path.key))
+            previous = state
     count = sum(len(v) for v in ordinary.values())
     individual = count <= INDIVIDUAL_LIMIT
     svg.label(f"effects ({len(effects)})", svg.y, "lab")

@@ -22,11 +22,13 @@ import unittest
 from typing import Any, Dict, List, Optional, Tuple
 
 from tests._browser import blankness, find_chromium, load_pages
-from tests._timeline_runs import HOSTILE, SMALL_KEYS, UNCERTAIN_KEY, crashed_run, small_run
+from tests._timeline_runs import SMALL_KEYS, UNCERTAIN_KEY, crashed_run, small_contract, small_run
 from tests._util import CLOCK_START, REPO_ROOT, one_json, run_cli, scratch_dir
 
 from runner import history, timeline
 from runner.envelope import apply_ops, content_digest, format_time, new_envelope
+from runner.run import Run
+from runner.stores.file import RunStore
 
 FORBIDDEN = ("http:", "https:", "//", "src=", "<script", "href=", "@import", "url(http")
 
@@ -190,6 +192,42 @@ class TimelineStructure(unittest.TestCase):
         self.assertIn("doc&#58;1&#58;ticket", page)
 
 
+class TimelineOfCompactedRuns(unittest.TestCase):
+    """The file store drops old journal records on compaction: the page says so, and a recorder keeps them."""
+
+    def drive(self, path: str, after_each: Any = None) -> None:
+        RunStore.create(path, "timeline-compacted", small_contract("timeline-compacted"))
+        run = Run(RunStore.open(path, compact_min_bytes=2048))
+        run.acquire("worker-a", 600)
+        run.step_start("fetch")
+        for n in range(40):
+            run.effect_begin(f"doc:{n}:ticket", {"doc": n}, step="fetch")
+            run.effect_verify(f"doc:{n}:ticket", {"seen": n})
+            if after_each:
+                after_each()
+
+    def test_compacted_records_are_a_gap_on_the_page(self) -> None:
+        with scratch_dir("runner-timeline-compacted-") as scratch:
+            path = os.path.join(scratch, "run")
+            self.drive(path)
+            seen = history.load(RunStore.open(path))
+        self.assertEqual(seen.gaps[0][0], 0)
+        self.assertGreater(seen.first_rev, 1)
+        self.assertIn("were compacted away before they were read", timeline.render([seen]))
+
+    def test_a_recorder_keeps_every_record(self) -> None:
+        with scratch_dir("runner-timeline-recorded-") as scratch:
+            path = os.path.join(scratch, "run")
+            recorder = history.Recorder(lambda: RunStore.open(path))
+            self.drive(path, recorder.poll)
+            seen = recorder.history()
+            self.assertGreater(history.load(RunStore.open(path)).first_rev, 1)  # the store itself no longer holds them
+        self.assertEqual((seen.gaps, seen.first_rev), ([], 1))
+        self.assertEqual(sorted({p.state for p in seen.effects.values()}), ["verified"])
+        self.assertEqual(len(seen.effects), 40)
+        self.assertEqual([len(p.transitions) for p in seen.effects.values()], [2] * 40)
+
+
 class TimelineSize(unittest.TestCase):
     def test_ten_thousand_effects_give_a_bounded_page(self) -> None:
         sizes = {}
@@ -235,9 +273,8 @@ class TimelineOfProofs(unittest.TestCase):
         self.assertEqual(len(elements.having("run")), 1)
         self.assertNotIn("compacted away", page)  # the recorder read every record
         # Each takeover follows a holder that stopped without releasing, as the run's own counters say.
-        self.assertEqual(len(elements.having("crash")), body["recoveries"])
-        self.assertEqual(len(elements.having("takeover")), body["recoveries"])
-        self.assertEqual(len(elements.having("reconciled")), body["uncertain_reconciled"])
+        counts = {name: len(elements.having(name)) for name in ("crash", "takeover", "reconciled")}
+        self.assertEqual(counts, {"crash": body["recoveries"], "takeover": body["recoveries"], "reconciled": body["uncertain_reconciled"]}, body)
         keys = {a.get("data-key") for a in elements.having("effect")}
         self.assertEqual(len([k for k in keys if k and k.startswith("doc-")]), 80)
 
@@ -250,6 +287,7 @@ class TimelineOfProofs(unittest.TestCase):
         body, elements, _page = self.proof("campaign", "--kills", "6", "--no-progress")
         self.assertEqual(len(elements.having("run")), body["runs"])
         self.assertGreaterEqual(len(elements.having("crash")), 1)
+        self.assertTrue(elements.having("job"))  # each run's check step runs a job
 
 
 CHROMIUM = find_chromium()
