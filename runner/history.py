@@ -417,12 +417,18 @@ class Recorder:
             if records:
                 self.last = int(records[-1]["rev"])
 
+    def try_poll(self) -> bool:
+        """:meth:`poll`, for an observer that must never disturb the run: False when the store could not be read now."""
+        try:
+            self.poll()
+            return True
+        except (RunnerError, OSError, ValueError):  # the next poll, or the final one, reads it again
+            self._store = None
+            return False
+
     def _loop(self, interval: float) -> None:
         while not self._stop.wait(interval):
-            try:
-                self.poll()
-            except (RunnerError, OSError, ValueError):  # the next poll, or the final one, reads it again
-                self._store = None
+            self.try_poll()
 
     def start(self, interval: float = 0.25) -> "Recorder":
         self._thread = threading.Thread(target=self._loop, args=(interval,), name="history-recorder", daemon=True)

@@ -375,12 +375,11 @@ def _note(x: float, y: float, text: str, cls: str) -> str:
 
 
 def _draw_marks(svg: _Svg, axis: _Axis, history: History, top: int) -> None:
-    for at, kind, text in history.marks:
-        if kind == "status" and text == "run active":
-            continue
+    shown = [(at, kind, text) for at, kind, text in history.marks if not (kind == "status" and text == "run active")]
+    for index, (at, kind, text) in enumerate(shown):
         x = axis.x(at)
         colour = {"status": "#2e9d57" if "complete" in text else "#8a4b00", "repair": "#b07cc6", "migrate": "#3d6fc4"}.get(kind, "#555")
-        svg.add(f'<line x1="{x}" y1="{top}" x2="{x}" y2="{svg.y}" stroke="{colour}" stroke-width="1" stroke-dasharray="1 3"/>' + _note(x, top + 9, text, "small"))
+        svg.add(f'<line x1="{x}" y1="{top}" x2="{x}" y2="{svg.y}" stroke="{colour}" stroke-width="1" stroke-dasharray="1 3"/>' + _note(x, top + 9 + (index % 3) * 10, text, "small"))
     if history.cancellation:
         cancel = history.cancellation
         x = axis.x(cancel["at"])

@@ -23,7 +23,7 @@ import signal
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..effects import Adapter, Observation
 from ..errors import RunnerError
@@ -267,7 +267,8 @@ def _child(run_path: str, task: str, url: str, window: Optional[str], nth: int, 
     os._exit(code)
 
 
-def _fork_worker(run_path: str, task: str, url: str, window: Optional[str], nth: int, seed: int) -> Tuple[int, List[str]]:
+def _fork_worker(run_path: str, task: str, url: str, window: Optional[str], nth: int, seed: int,
+                 on_output: Optional[Callable[[], Any]] = None) -> Tuple[int, List[str]]:
     read_fd, write_fd = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -282,6 +283,8 @@ def _fork_worker(run_path: str, task: str, url: str, window: Optional[str], nth:
         if not chunk:
             break
         chunks.append(chunk)
+        if on_output is not None:
+            on_output()
     os.close(read_fd)
     _, status = os.waitpid(pid, 0)
     return status, b"".join(chunks).decode("utf-8", "replace").splitlines()
@@ -291,7 +294,7 @@ def run_campaign(kills: int = 100, seed: int = 1, progress: Optional[Any] = None
     """Run the campaign until ``kills`` workers were killed at a window; return the figures.
 
     ``html``: write the timeline page of the runs there; each run's journal is
-    read after every worker, so that compaction drops as little as possible unseen.
+    read whenever a worker reports progress and after it ends, so that compaction drops as little as possible unseen.
     """
     if not hasattr(os, "fork"):
         raise RunnerError("the campaign forks its workers; this platform has no fork()")
@@ -327,9 +330,10 @@ def run_campaign(kills: int = 100, seed: int = 1, progress: Optional[Any] = None
                 # worker dies there, so rarely reached windows are not skipped.
                 window = WINDOWS[turn % len(WINDOWS)]
                 nth = 1 if window in _ONCE else 1 + int(rng.expovariate(1 / 4))
-                status, lines = _fork_worker(run_path, task, service.url, window, nth, rng.randrange(1 << 30))
+                status, lines = _fork_worker(run_path, task, service.url, window, nth, rng.randrange(1 << 30),
+                                             recorders[run_path].try_poll if html else None)
                 if html:
-                    recorders[run_path].poll()
+                    recorders[run_path].try_poll()
                 result["workers"] += 1
                 acked = max([int(line.split()[1]) for line in lines if line.startswith("ack ")] or [0])
                 for line in lines:
@@ -369,9 +373,9 @@ def run_campaign(kills: int = 100, seed: int = 1, progress: Optional[Any] = None
                     state = RunStore.open(path).state
                     if state["status"] == "complete":
                         break
-                    status, lines = _fork_worker(path, name, service.url, None, 0, rng.randrange(1 << 30))
+                    status, lines = _fork_worker(path, name, service.url, None, 0, rng.randrange(1 << 30), recorders[path].try_poll if html else None)
                     if html:
-                        recorders[path].poll()
+                        recorders[path].try_poll()
                     result["errors"] += [f"{name} final: {line}" for line in lines if line.startswith(("error", "crash"))]
                     state = RunStore.open(path).state
                     if state["lease"]["owner"] is not None and state["status"] != "complete":
