@@ -142,11 +142,11 @@ def build_parser(extensions: Sequence[Callable[[Callable[..., argparse.ArgumentP
     sub.add_argument("--after", type=int, default=0, metavar="N")
     sub.add_argument("--follow", action="store_true", help="keep printing new events until the run stops")
     sub.add_argument("--timeout", type=_seconds, default=None, help="with --follow: stop after this many seconds")
-    sub.add_argument("--otlp", metavar="FILE", type=_html_file, default=None, help="write the run as an OpenTelemetry trace (OTLP JSON lines)")
+    sub.add_argument("--otlp", metavar="FILE", type=_output_file, default=None, help="write the run as an OpenTelemetry trace (OTLP JSON lines)")
     sub.add_argument("--with-content", action="store_true", help="with --otlp: include receipts, evidence and reasons")
 
     sub = verb("report", "recovery metrics of the whole run, across all workers and attempts", cmd_report)
-    sub.add_argument("--html", metavar="FILE", type=_html_file, default=None, help="also write the run's timeline page (one HTML file)")
+    sub.add_argument("--html", metavar="FILE", type=_output_file, default=None, help="also write the run's timeline page (one HTML file)")
 
     sub = verb("job", "re-attachable long jobs: submit KEY -- COMMAND [ARGS...], status, result, cancel, shard", cmd_job)
     sub.add_argument("action", choices=("submit", "status", "result", "cancel", "shard"))
@@ -198,7 +198,7 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _html_file(text: str) -> str:
+def _output_file(text: str) -> str:
     """An output file whose folder exists (checked before any work is done)."""
     folder = os.path.dirname(os.path.abspath(text))
     if not text or os.path.isdir(text) or not os.path.isdir(folder):

@@ -183,10 +183,14 @@ class OtlpTrace(unittest.TestCase):
             with open(self.files[name, True], encoding="utf-8") as handle:
                 self.assertIn(marker, handle.read())
 
-    def test_with_content_needs_otlp(self) -> None:
+    def test_with_content_needs_otlp_and_otlp_a_writable_file(self) -> None:
         result = run_cli("--dir", self.small, "events", "--with-content")
         self.assertEqual(result.code, 2)
         self.assertIn("--otlp", result.err)
+        for bad in (self.scratch.name, os.path.join(self.scratch.name, "no-such-folder", "trace.jsonl")):
+            result = run_cli("--dir", self.small, "events", "--otlp", bad)
+            self.assertEqual((result.code, len(result.err.splitlines())), (2, 1), result.err)
+        self.assertFalse(os.path.exists(os.path.join(self.scratch.name, "no-such-folder")))
 
     def test_official_protobuf_parses_every_line(self) -> None:
         python, why = proto_python()

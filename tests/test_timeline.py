@@ -136,6 +136,13 @@ class TimelineStructure(unittest.TestCase):
         self.assertEqual((body["reconciled_effects"], body["effects"]), (1, len(SMALL_KEYS)))
         self.assertIn("reconciled effects", self.page)  # the summary table on top
 
+    def test_an_output_file_outside_an_existing_folder_is_refused(self) -> None:
+        missing = os.path.join(self.scratch.name, "no-such-folder", "page.html")
+        result = run_cli("--dir", self.small, "report", "--html", missing)
+        self.assertEqual((result.code, len(result.err.splitlines())), (2, 1), result.err)
+        self.assertIn("not a file in an existing folder", result.err)
+        self.assertFalse(os.path.exists(os.path.dirname(missing)))
+
     def test_every_effect_of_a_small_run_appears(self) -> None:
         drawn = {a.get("data-key") for a in self.elements.having("effect")} | {a.get("data-key") for a in self.elements.having("reconciled")}
         for key in SMALL_KEYS:

@@ -10,7 +10,7 @@ import os
 import sys
 from typing import Any, Callable
 
-from ..cli import _emit, _html_file, _positive, _rate
+from ..cli import _emit, _output_file, _positive, _rate
 from ..errors import InvalidInput
 
 __all__ = ["add_proof_verbs"]
@@ -36,7 +36,7 @@ def add_proof_verbs(verb: Callable[..., Any]) -> None:
     sub.add_argument("--kills", type=_positive, default=200)
     sub.add_argument("--seed", type=int, default=1)
     sub.add_argument("--no-progress", action="store_true")
-    sub.add_argument("--html", metavar="FILE", type=_html_file, default=None, help="write the timeline page of the runs to FILE")
+    sub.add_argument("--html", metavar="FILE", type=_output_file, default=None, help="write the timeline page of the runs to FILE")
 
     sub = verb("demo", "the 2,000-document recovery demo: workers killed and resumed, effects audited", cmd_demo)
     sub.add_argument("--documents", type=_positive, default=2000)
@@ -46,7 +46,7 @@ def add_proof_verbs(verb: Callable[..., Any]) -> None:
     sub.add_argument("--scenario", choices=("documents", "draft"), default="documents", help="draft: the plan, write_draft, finish experiment")
     sub.add_argument("--workers", type=_positive, default=None, metavar="N", help="split the documents into runs of 100 and let N workers claim them")
     sub.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    sub.add_argument("--html", metavar="FILE", type=_html_file, default=None, help="write the timeline page of the run(s) to FILE")
+    sub.add_argument("--html", metavar="FILE", type=_output_file, default=None, help="write the timeline page of the run(s) to FILE")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
