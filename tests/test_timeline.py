@@ -72,15 +72,15 @@ def assert_inert(test: unittest.TestCase, page: str) -> None:
         test.assertNotIn(needle, lowered, f"the page holds {needle!r}")
 
 
-def synthetic_run(effects: int, exceptional_every: int) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
+def synthetic_run(effects: int, exceptional_every: int, task: str = "timeline-large") -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
     """Journal records of one holder filing ``effects`` effects, with the operations the effect ledger writes.
 
     Every ``exceptional_every``-th effect goes uncertain and is verified by
     observation. Built without a store: the page is under test, not the store.
     """
-    plan = {"contract": 1, "task_id": "timeline-large", "goal": "Many effects.",
+    plan = {"contract": 1, "task_id": task, "goal": "Many effects.",
             "steps": [{"id": "ingest", "artifact": "tickets", "check": "found", "next": "done"}]}
-    state = new_envelope("timeline-large", plan, "0" * 64, format_time(CLOCK_START))
+    state = new_envelope(task, plan, "0" * 64, format_time(CLOCK_START))
     records: List[Dict[str, Any]] = []
     clock = [CLOCK_START]
 
@@ -251,6 +251,17 @@ class TimelineSize(unittest.TestCase):
         # Five times the ordinary effects, not five times the page; the exceptional ones add their own marks only.
         self.assertLess(sizes[10000, 0], 1.3 * sizes[2000, 0], sizes)
         self.assertLess(sizes[10000, 100], 1_000_000, sizes)
+
+    def test_a_page_of_many_runs_draws_the_most_eventful_and_lists_all(self) -> None:
+        histories = []
+        for n in range(timeline.MAX_SECTIONS + 5):
+            records, state = synthetic_run(3, exceptional_every=1 if n % 9 == 0 else 0, task=f"run-{n:02d}")
+            histories.append(history.build(records, state))
+        page = timeline.render(histories)
+        drawn = sorted(a["data-task"] for a in parse(page).having("run"))
+        self.assertEqual(len(drawn), timeline.MAX_SECTIONS)
+        self.assertTrue({f"run-{n:02d}" for n in range(0, timeline.MAX_SECTIONS + 5, 9)} <= set(drawn))  # those with exceptional effects
+        self.assertEqual(page.count("<td>index only</td>"), 5)
 
     def test_small_runs_draw_every_transition(self) -> None:
         records, state = synthetic_run(50, exceptional_every=0)
