@@ -372,15 +372,15 @@ def run_demo(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01, can
                 tally = _run_workers(run_path, service.url, documents, seed, crash_rate, cancel_at, progress)
                 states = [RunStore.open(run_path).state]
                 store_used = "file:" + run_path
-                histories = [recorder.history()] if recorder else []
+                pages = (lambda: [recorder.history()]) if recorder else None
             else:
                 store_used = store or "sqlite:" + os.path.join(root, "runs.db")
                 tally = _run_sharded(store_used, service.url, documents, seed, crash_rate, workers, progress, shard_size)
                 states = [open_store(run_url(store_used, task), task).state for task in list_runs(store_used)]
-                histories = [load_history(open_store(run_url(store_used, task), task)) for task in list_runs(store_used)] if html else []
+                pages = lambda: [load_history(open_store(run_url(store_used, task), task)) for task in list_runs(store_used)]  # noqa: E731
             audit = _audit(states, service, documents)
-            html_bytes = write_timeline(html, histories, f"Demo: {documents} documents") if html else None
         wall = time.monotonic() - began
+        html_bytes = write_timeline(html, pages(), f"Demo: {documents} documents") if html and pages else None
         stats, effects = audit["stats"], audit["effects"]
         held = sum(len(p) for p in audit["tickets"].values())
         duplicates = sum(len(p) - 1 for p in audit["tickets"].values() if len(p) > 1) + int(stats.get("duplicates", 0))
