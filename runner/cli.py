@@ -579,6 +579,8 @@ def cmd_brief(args: argparse.Namespace) -> int:
 def cmd_events(args: argparse.Namespace) -> int:
     store = _open(args)
     if args.otlp:
+        if args.follow or args.after:
+            raise InvalidInput("events: --otlp writes the whole run; it takes no --after or --follow")
         from .history import load
         from .otlp import write
 

@@ -101,8 +101,12 @@ def _errors(events: List[Dict[str, Any]]) -> List[str]:
     return out
 
 
-def load_pages(chromium: str, pages: List[str], width: int = 1200, height: int = 900, timeout: float = 60) -> Tuple[List[Tuple[bytes, List[str]]], str]:
-    """``([(png, errors) for each page], version)``: each file opened in turn, in its own tab of one headless Chromium."""
+def load_pages(chromium: str, pages: List[Tuple[str, str]], width: int = 1200, height: int = 900,
+               timeout: float = 60) -> Tuple[List[Tuple[bytes, List[str]]], str]:
+    """``([(png, errors) for each page], version)``: each ``(file, media)`` opened in turn, in its own tab of one headless Chromium.
+
+    ``media`` is ``screen`` or ``print`` (the page as it is laid out for printing).
+    """
     to_browser_r, to_browser_w = os.pipe()
     from_browser_r, from_browser_w = os.pipe()
     profile = tempfile.mkdtemp(prefix="runner-chromium-")
@@ -121,12 +125,13 @@ def load_pages(chromium: str, pages: List[str], width: int = 1200, height: int =
     try:
         version = pipe.call("Browser.getVersion", timeout=timeout)["product"].split("/")[-1]
         results = []
-        for page in pages:
+        for page, media in pages:
             target = pipe.call("Target.createTarget", {"url": "about:blank"})["targetId"]
             session = pipe.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
             for domain in ("Runtime.enable", "Log.enable", "Page.enable"):
                 pipe.call(domain, session=session)
             pipe.call("Emulation.setDeviceMetricsOverride", {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False}, session=session)
+            pipe.call("Emulation.setEmulatedMedia", {"media": media}, session=session)
             pipe.events.clear()
             pipe.call("Page.navigate", {"url": "file://" + os.path.abspath(page)}, session=session)
             pipe.wait_event("Page.loadEventFired", timeout)

@@ -191,6 +191,9 @@ class OtlpTrace(unittest.TestCase):
             result = run_cli("--dir", self.small, "events", "--otlp", bad)
             self.assertEqual((result.code, len(result.err.splitlines())), (2, 1), result.err)
         self.assertFalse(os.path.exists(os.path.join(self.scratch.name, "no-such-folder")))
+        result = run_cli("--dir", self.small, "events", "--otlp", os.path.join(self.scratch.name, "t.jsonl"), "--follow")
+        self.assertEqual(result.code, 2, result.err)
+        self.assertFalse(os.path.exists(os.path.join(self.scratch.name, "t.jsonl")))
 
     def test_official_protobuf_parses_every_line(self) -> None:
         python, why = proto_python()

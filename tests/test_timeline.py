@@ -10,8 +10,9 @@
 * Size: a run of 10,000 effects gives a page of bounded size, with its
   exceptional effects still drawn one by one.
 * Browser: headless Chromium (the distribution's package) opens the page
-  from disk; the screenshot is not blank and the page raised no error. The
-  same check on a control page that does raise errors must see them.
+  from disk, on screen and laid out for print; the screenshots are not blank
+  and the page raised no error. The same check on a control page that does
+  raise errors must see them.
 """
 
 import html.parser
@@ -323,16 +324,20 @@ class TimelineInBrowser(unittest.TestCase):
             control = os.path.join(scratch, "control.html")
             with open(control, "w", encoding="utf-8") as handle:
                 handle.write('<!DOCTYPE html><p>control</p><img src="missing.png"><script>console.error("control")</script>')
-            [(_png, control_errors), (png, errors)], version = load_pages(CHROMIUM, [control, page])
+            [(_png, control_errors), (png, errors), (printed, print_errors)], version = load_pages(
+                CHROMIUM, [(control, "screen"), (page, "screen"), (page, "print")])
             # The check can fail: the control page's two errors (a missing file, a console error) are seen.
             self.assertEqual(len(control_errors), 2, control_errors)
             colours, share = blankness(png)
             blank = colours < 2 or share < 0.02
+            print_colours, print_share = blankness(printed)
             size = os.path.getsize(page)
         sys.stdout.write(f"timeline-check: browser={version} bytes={size} console_errors={len(errors)} blank={'yes' if blank else 'no'}\n")
         sys.stdout.flush()
         self.assertEqual(errors, [])
         self.assertFalse(blank, (colours, share))
+        self.assertEqual(print_errors, [])
+        self.assertTrue(print_colours > 1 and print_share > 0.02, (print_colours, print_share))  # laid out for print, still drawn
 
 
 if __name__ == "__main__":
