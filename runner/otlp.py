@@ -161,7 +161,7 @@ def trace(history: History, with_content: bool = False) -> Dict[str, Any]:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             root_attributes[f"runner.report.{name}"] = value
     for name, value in sorted(summary.get("cost", {}).items()):
-        root_attributes["gen_ai.usage.total_tokens" if name == "tokens" else f"runner.cost.{name}"] = value
+        root_attributes[f"runner.cost.{name}"] = value  # the run's totals: no GenAI attribute names a sum over many calls
     root = out.add("run", f"invoke_agent {history.task_id}", None, history.start, history.end, KIND_INTERNAL, root_attributes, root_events, root_status)
 
     by_epoch = {h.epoch: _holding_span(out, root, history, h) for h in history.holdings}

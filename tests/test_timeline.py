@@ -298,7 +298,7 @@ class TimelineOfProofs(unittest.TestCase):
         self.assertEqual(len([k for k in keys if k and k.startswith("doc-")]), 80)
 
     def test_sharded_demo_page_has_one_lane_group_per_run(self) -> None:
-        body, elements, _page = self.proof("demo", "--documents", "150", "--workers", "2", "--crash-rate", "0.02", "--no-progress")
+        body, elements, _page = self.proof("demo", "--documents", "120", "--workers", "2", "--crash-rate", "0.02", "--no-progress")
         self.assertEqual(body["runs"], 2)
         self.assertEqual(sorted(a["data-task"] for a in elements.having("run")), ["demo-shard-0000", "demo-shard-0001"])
 
