@@ -216,8 +216,9 @@ class OtlpTrace(unittest.TestCase):
             handle.write(json.dumps(data) + "\n")
         proc = subprocess.run([python, "-c", _PARSE, broken], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
         self.assertEqual(json.loads(proc.stdout)["orphans"], 1, proc.stderr)
-        sys.stdout.write(f"otlp-check: spans={totals['spans']} orphans={totals['orphans']}\n")
-        sys.stdout.flush()
+        # On the test runner's own stream, on a line of its own, so that CI's log shows it whole.
+        sys.stderr.write(f"\notlp-check: spans={totals['spans']} orphans={totals['orphans']}\n")
+        sys.stderr.flush()
 
 
 if __name__ == "__main__":

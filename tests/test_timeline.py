@@ -332,8 +332,9 @@ class TimelineInBrowser(unittest.TestCase):
             blank = colours < 2 or share < 0.02
             print_colours, print_share = blankness(printed)
             size = os.path.getsize(page)
-        sys.stdout.write(f"timeline-check: browser={version} bytes={size} console_errors={len(errors)} blank={'yes' if blank else 'no'}\n")
-        sys.stdout.flush()
+        # On the test runner's own stream, on a line of its own, so that CI's log shows it whole.
+        sys.stderr.write(f"\ntimeline-check: browser={version} bytes={size} console_errors={len(errors)} blank={'yes' if blank else 'no'}\n")
+        sys.stderr.flush()
         self.assertEqual(errors, [])
         self.assertFalse(blank, (colours, share))
         self.assertEqual(print_errors, [])
