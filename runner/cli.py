@@ -145,8 +145,11 @@ def build_parser(extensions: Sequence[Callable[[Callable[..., argparse.ArgumentP
     sub.add_argument("--after", type=int, default=0, metavar="N")
     sub.add_argument("--follow", action="store_true", help="keep printing new events until the run stops")
     sub.add_argument("--timeout", type=_seconds, default=None, help="with --follow: stop after this many seconds")
+    sub.add_argument("--otlp", metavar="FILE", type=_output_file, default=None, help="write the run as an OpenTelemetry trace (OTLP JSON lines)")
+    sub.add_argument("--with-content", action="store_true", help="with --otlp: include receipts, evidence and reasons")
 
-    verb("report", "recovery metrics of the whole run, across all workers and attempts", cmd_report)
+    sub = verb("report", "recovery metrics of the whole run, across all workers and attempts", cmd_report)
+    sub.add_argument("--html", metavar="FILE", type=_output_file, default=None, help="also write the run's timeline page (one HTML file)")
 
     sub = verb("job", "re-attachable long jobs: submit KEY -- COMMAND [ARGS...], status, result, cancel, shard", cmd_job)
     sub.add_argument("action", choices=("submit", "status", "result", "cancel", "shard"))
@@ -219,6 +222,14 @@ def _seconds(text: str) -> float:
     if not 0 < value <= MAX_DURATION_SECONDS:
         raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds above 0 and at most {MAX_DURATION_SECONDS:,}")
     return value
+
+
+def _output_file(text: str) -> str:
+    """An output file whose folder exists (checked before any work is done)."""
+    folder = os.path.dirname(os.path.abspath(text))
+    if not text or os.path.isdir(text) or not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a file in an existing folder")
+    return text
 
 
 def _positive(text: str) -> int:
@@ -622,6 +633,17 @@ def cmd_brief(args: argparse.Namespace) -> int:
 
 def cmd_events(args: argparse.Namespace) -> int:
     store = _open(args)
+    if args.otlp:
+        if args.follow or args.after:
+            raise InvalidInput("events: --otlp writes the whole run; it takes no --after or --follow")
+        from .history import load
+        from .otlp import write
+
+        spans = write(args.otlp, [load(store)], args.with_content)
+        _emit(args, {"ok": True, "otlp": args.otlp, "spans": spans}, f"wrote {spans} spans to {args.otlp}")
+        return 0
+    if args.with_content:
+        raise InvalidInput("events: --with-content goes with --otlp FILE")
     after = args.after
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
     while True:
@@ -642,7 +664,13 @@ def cmd_events(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    result = report(_open(args).state)
+    store = _open(args)
+    result = report(store.state)
+    if args.html:
+        from .history import load
+        from .timeline import write
+
+        result["html_bytes"] = write(args.html, [load(store)])
     _emit(args, {"ok": True, **result}, "\n".join(f"{k:22} {v}" for k, v in result.items()))
     return 0
 

@@ -23,13 +23,16 @@ import signal
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..effects import Adapter
 from ..errors import RunnerError
+from ..fs import OsFileSystem
+from ..history import Recorder
 from ..recovery import recover
 from ..run import Run, submit_job
 from ..stores.file import RunStore
+from ..timeline import write as write_timeline
 from ..windows import NO_HOOKS, Hooks
 from .faults import kill_point, lose_next_answer
 from .ticketservice import TicketAdapter, TicketServiceProcess
@@ -161,7 +164,8 @@ def _child(run_path: str, task: str, url: str, window: Optional[str], nth: int, 
     os._exit(code)
 
 
-def _fork_worker(run_path: str, task: str, url: str, window: Optional[str], nth: int, seed: int) -> Tuple[int, List[str]]:
+def _fork_worker(run_path: str, task: str, url: str, window: Optional[str], nth: int, seed: int,
+                 on_output: Optional[Callable[[], Any]] = None) -> Tuple[int, List[str]]:
     read_fd, write_fd = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -176,13 +180,19 @@ def _fork_worker(run_path: str, task: str, url: str, window: Optional[str], nth:
         if not chunk:
             break
         chunks.append(chunk)
+        if on_output is not None:
+            on_output()
     os.close(read_fd)
     _, status = os.waitpid(pid, 0)
     return status, b"".join(chunks).decode("utf-8", "replace").splitlines()
 
 
-def run_campaign(kills: int = 100, seed: int = 1, progress: Optional[Any] = None) -> Dict[str, Any]:
-    """Run the campaign until ``kills`` workers were killed at a window; return the figures."""
+def run_campaign(kills: int = 100, seed: int = 1, progress: Optional[Any] = None, html: Optional[str] = None) -> Dict[str, Any]:
+    """Run the campaign until ``kills`` workers were killed at a window; return the figures.
+
+    ``html``: write the timeline page of the runs there; each run's journal is
+    read whenever a worker reports progress and after it ends, so that compaction drops as little as possible unseen.
+    """
     if not hasattr(os, "fork"):
         raise RunnerError("the campaign forks its workers; this platform has no fork()")
     rng = random.Random(seed)
@@ -194,11 +204,14 @@ def run_campaign(kills: int = 100, seed: int = 1, progress: Optional[Any] = None
     try:
         with TicketServiceProcess(os.path.join(root, "tickets.db")) as service:
             runs: List[Tuple[str, str]] = []
+            recorders: Dict[str, Recorder] = {}
 
             def new_run() -> Tuple[str, str]:
                 task = f"c{seed}-r{len(runs)}"
                 path = os.path.join(root, task)
                 RunStore.create(path, task, campaign_contract(task))
+                if html:
+                    recorders[path] = Recorder(lambda: RunStore.open(path))
                 runs.append((path, task))
                 result["runs"] += 1
                 return path, task
@@ -214,7 +227,10 @@ def run_campaign(kills: int = 100, seed: int = 1, progress: Optional[Any] = None
                 # worker dies there, so rarely reached windows are not skipped.
                 window = KILL_POINTS[turn % len(KILL_POINTS)]
                 nth = 1 if window in _ONCE else 1 + int(rng.expovariate(1 / 4))
-                status, lines = _fork_worker(run_path, task, service.url, window, nth, rng.randrange(1 << 30))
+                status, lines = _fork_worker(run_path, task, service.url, window, nth, rng.randrange(1 << 30),
+                                             recorders[run_path].try_poll if html else None)
+                if html:
+                    recorders[run_path].try_poll()
                 result["workers"] += 1
                 acked = max([int(line.split()[1]) for line in lines if line.startswith("ack ")] or [0])
                 for line in lines:
@@ -254,7 +270,9 @@ def run_campaign(kills: int = 100, seed: int = 1, progress: Optional[Any] = None
                     state = RunStore.open(path).state
                     if state["status"] == "complete":
                         break
-                    status, lines = _fork_worker(path, name, service.url, None, 0, rng.randrange(1 << 30))
+                    status, lines = _fork_worker(path, name, service.url, None, 0, rng.randrange(1 << 30), recorders[path].try_poll if html else None)
+                    if html:
+                        recorders[path].try_poll()
                     result["errors"] += [f"{name} final: {line}" for line in lines if line.startswith(("error", "crash"))]
                     state = RunStore.open(path).state
                     if state["lease"]["owner"] is not None and state["status"] != "complete":
@@ -273,6 +291,8 @@ def run_campaign(kills: int = 100, seed: int = 1, progress: Optional[Any] = None
             expected = sum(DOCS_PER_RUN for _ in runs)
             result["tickets_expected"] = expected
             result["missing_effects"] = max(0, expected - int(stats["tickets"]))
+            if html:
+                result["html_bytes"] = write_timeline(html, [recorders[path].history() for path, _ in runs], f"Campaign: {kills} kills, seed {seed}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
     if progress is not None:

@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any, Callable
 
-from ..cli import _emit, _positive, _rate, _warn
+from ..cli import _emit, _output_file, _positive, _rate, _warn
 from ..errors import InvalidInput, ProofFailed
 
 __all__ = ["add_proof_verbs"]
@@ -39,6 +39,7 @@ def add_proof_verbs(verb: Callable[..., Any]) -> None:
     sub.add_argument("--kills", type=_positive, default=200)
     sub.add_argument("--seed", type=int, default=1)
     sub.add_argument("--no-progress", action="store_true")
+    sub.add_argument("--html", metavar="FILE", type=_output_file, default=None, help="write the timeline page of the runs to FILE")
 
     sub = verb("demo", "the 2,000-document recovery demo: workers killed and resumed, effects audited", cmd_demo)
     sub.add_argument("--documents", type=_positive, default=2000)
@@ -48,6 +49,7 @@ def add_proof_verbs(verb: Callable[..., Any]) -> None:
     sub.add_argument("--scenario", choices=("documents", "draft"), default="documents", help="draft: the plan, write_draft, finish experiment")
     sub.add_argument("--workers", type=_positive, default=None, metavar="N", help="split the documents into runs of 100 and let N workers claim them")
     sub.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    sub.add_argument("--html", metavar="FILE", type=_output_file, default=None, help="write the timeline page of the run(s) to FILE")
 
 
 def _verdict(passed: bool, what: str) -> int:
@@ -113,7 +115,7 @@ def cmd_conformance(args: argparse.Namespace) -> int:
 def cmd_campaign(args: argparse.Namespace) -> int:
     from .campaign import run_campaign
 
-    result = run_campaign(args.kills, args.seed, None if args.no_progress or args.json else sys.stderr)
+    result = run_campaign(args.kills, args.seed, None if args.no_progress or args.json else sys.stderr, html=args.html)
     lines = [f"{key:22} {value}" for key, value in result.items() if key not in ("kills_by_window", "errors")]
     lines += [f"  {window:36} {count}" for window, count in result["kills_by_window"].items()]
     lines += [f"error: {e}" for e in result["errors"][:20]]
@@ -132,6 +134,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.cancel_at is not None and args.cancel_at >= args.documents:
         raise InvalidInput("--cancel-at must be below --documents")
     store = getattr(args, "store", None) if args.workers else None
-    result = run_demo(args.documents, args.seed, args.crash_rate, args.cancel_at, None if args.no_progress else sys.stderr, workers=args.workers, store=store)
-    _emit(args, result, format_table(result))
+    result = run_demo(args.documents, args.seed, args.crash_rate, args.cancel_at, None if args.no_progress else sys.stderr, workers=args.workers, store=store,
+                      html=args.html)
+    _emit(args, result, format_table(result) + (f"\ntimeline page: {args.html} ({result['html_bytes']} bytes)" if args.html else ""))
     return _verdict(result["ok"], "the demo's audit found a violation")

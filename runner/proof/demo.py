@@ -38,6 +38,9 @@ from ..errors import Cancelled, RunnerError
 from ..recovery import recover
 from ..run import Run
 from ..errors import InvalidInput
+from ..history import Recorder
+from ..history import load as load_history
+from ..timeline import write as write_timeline
 from ..stores import create_store, list_runs, open_store, parse_store_url, run_url
 from ..stores.file import RunStore
 from ..windows import NO_HOOKS, Hooks
@@ -387,12 +390,14 @@ def _run_sharded(store_url: str, service_url: str, documents: int, seed: int, cr
 
 def run_demo(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01, cancel_at: Optional[int] = None,
              progress_stream: Optional[IO[str]] = None, workers: Optional[int] = None,
-             store: Optional[str] = None, shard_size: int = SHARD_SIZE) -> Dict[str, Any]:
+             store: Optional[str] = None, shard_size: int = SHARD_SIZE, html: Optional[str] = None) -> Dict[str, Any]:
     """Run the demo and return its figures (see the module docstring).
 
     ``workers``: split the documents into runs of SHARD_SIZE in ``store``
     (default: a fresh SQLite file) and let a pool of that many workers claim
-    them, instead of one worker at a time on one run.
+    them, instead of one worker at a time on one run. ``html``: write the
+    timeline page of the run(s) there (a recorder reads the single run's
+    journal while it runs, so that compaction drops nothing unseen).
     """
     if workers is not None and cancel_at is not None:
         raise InvalidInput("--cancel-at works on the single-run demo, without --workers")
@@ -416,15 +421,19 @@ def run_demo(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01, can
             if workers is None:
                 run_path = os.path.join(root, "run")
                 RunStore.create(run_path, TASK, demo_contract(documents))
+                recorder = Recorder(lambda: RunStore.open(run_path)).start() if html else None
                 tally = _run_workers(run_path, service.url, documents, seed, crash_rate, cancel_at, progress)
                 states = [RunStore.open(run_path).state]
                 store_used = "file:" + run_path
+                pages = (lambda: [recorder.history()]) if recorder else None
             else:
                 store_used = store or "sqlite:" + os.path.join(root, "runs.db")
                 tally = _run_sharded(store_used, service.url, documents, seed, crash_rate, workers, progress, shard_size)
                 states = [open_store(run_url(store_used, task), task).state for task in list_runs(store_used)]
+                pages = lambda: [load_history(open_store(run_url(store_used, task), task)) for task in list_runs(store_used)]  # noqa: E731
             audit = _audit(states, service, documents)
         wall = time.monotonic() - began
+        html_bytes = write_timeline(html, pages(), f"Demo: {documents} documents") if html and pages else None
         stats, effects = audit["stats"], audit["effects"]
         held = sum(len(p) for p in audit["tickets"].values())
         duplicates = sum(len(p) - 1 for p in audit["tickets"].values() if len(p) > 1) + int(stats.get("duplicates", 0))
@@ -458,6 +467,8 @@ def run_demo(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01, can
             "reference_seconds": round(reference_seconds, 2),
             "errors": tally["errors"] + ref_errors,
         }
+        if html:
+            result.update(html=html, html_bytes=html_bytes)
         if reference is not None:
             result["matches_reference"] = audit["output"] == reference["output"] and statuses == ["complete"]
         else:

@@ -1,0 +1,451 @@
+"""The history of a run, read back from its journal records.
+
+Every transition of a run is one journal record (``rev``, ``at``, ``epoch``,
+``ops``). :func:`build` replays those records in order and turns the state
+changes they make into the facts an observer asks about: who held the lease
+from when to when and how each holding ended (released, broken by a
+supervisor, taken over after it expired, or still held); each step attempt
+and the backoff wait after a failed one; each effect's path through started,
+acknowledged, uncertain, verified, absent or failed, and whether it was
+settled by observation after its outcome was unknown; approval requests and
+their answers; the cancellation and what was in flight at that moment; jobs.
+
+It reads records only, so it works the same for every store. The file store
+compacts its journal: records older than the previous journal are dropped.
+The gaps that leaves are kept in :attr:`History.gaps` and never papered over;
+a :class:`Recorder` that polls the store while the run runs keeps them away.
+
+A holding that ended without a release is a *crash* here: its holder stopped
+writing (its last durable write is :attr:`Holding.last_write`) and the lease
+was broken or taken over later. That is what the journal can show; a holder
+that merely stalled past its lease looks the same, and is fenced the same.
+"""
+
+import threading
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from .effects import UNRESOLVED
+from .envelope import parse_time
+from .errors import RunnerError
+from .views import report
+
+__all__ = ["History", "Holding", "StepAttempt", "EffectPath", "Approval", "build", "load", "Recorder", "EXCEPTIONAL"]
+
+#: Effect states an observer must always see one by one.
+EXCEPTIONAL = ("uncertain", "absent", "failed")
+
+
+class Holding:
+    """One lease holder at one epoch: a lane of the timeline."""
+
+    def __init__(self, owner: str, epoch: int, start: float) -> None:
+        self.owner, self.epoch, self.start = owner, epoch, start
+        self.end: Optional[float] = None
+        #: released, broken, expired (taken over after expiry), superseded (re-acquired by the same owner), or open.
+        self.ended = "open"
+        self.last_write = start
+        self.writes = 0
+        self.renewals = 0
+        self.takeover = False  # this holding began by taking over an unreleased lease
+        self.broken_by: Optional[str] = None
+        self.reason: Optional[str] = None
+        self.recoveries: List[Tuple[float, str, str]] = []  # (at, decision, reason)
+        self.in_flight: List[str] = []  # unresolved effects when the holding ended
+        self.step_at_end: Optional[str] = None
+
+    @property
+    def crashed(self) -> bool:
+        """The holder stopped without releasing (see the module docstring)."""
+        return self.ended in ("broken", "expired", "superseded")
+
+
+class StepAttempt:
+    def __init__(self, step: str, attempt: int, start: float, epoch: int) -> None:
+        self.step, self.attempt, self.start, self.epoch = step, attempt, start, epoch
+        self.end: Optional[float] = None
+        self.outcome = "running"  # done, failed, cancelled, interrupted (started again), running
+        self.error: Optional[str] = None
+        self.error_class: Optional[str] = None
+        self.evidence: Any = None
+        self.wait_until: Optional[float] = None  # persisted backoff before the next attempt
+
+
+class EffectPath:
+    """One effect's transitions: ``(at, state, epoch, reconciled)`` in journal order."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.step: Optional[str] = None
+        self.payload_digest: Optional[str] = None
+        self.transitions: List[Tuple[float, str, int, bool]] = []
+        self.waits: List[Tuple[float, float]] = []  # (from, until): backoff after an absence
+        self.receipt: Any = None
+        self.evidence: Any = None
+        self.reason: Optional[str] = None
+        self.attempts = 0
+
+    @property
+    def state(self) -> str:
+        return self.transitions[-1][1] if self.transitions else "unknown"
+
+    @property
+    def reconciled(self) -> bool:
+        """Settled by observing the target after its outcome was unknown to the worker."""
+        return any(flag for _, _, _, flag in self.transitions) or (
+            self.went_uncertain and self.state in ("verified", "absent", "failed"))
+
+    @property
+    def went_uncertain(self) -> bool:
+        return any(state == "uncertain" for _, state, _, _ in self.transitions)
+
+    @property
+    def exceptional(self) -> bool:
+        return self.reconciled or any(state in EXCEPTIONAL for _, state, _, _ in self.transitions)
+
+
+class Approval:
+    def __init__(self, rid: str, request: Dict[str, Any], at: float) -> None:
+        self.rid = rid
+        self.step = request.get("step")
+        self.action = request.get("action")
+        self.payload_digest = request.get("payload_digest")
+        self.requested_at = at
+        self.expires_at = _time(request.get("expires_at")) if request.get("expires_at") else None
+        self.state = request.get("state", "pending")
+        self.by: Optional[str] = None
+        self.answered_at: Optional[float] = None
+        self.used_by: Optional[str] = None
+        self.used_at: Optional[float] = None
+        self.superseded_at: Optional[float] = None
+
+
+class History:
+    """What the journal records of one run show; see the module docstring."""
+
+    def __init__(self, state: Dict[str, Any]) -> None:
+        self.task_id: str = state["task_id"]
+        self.state = state
+        self.summary = report(state)
+        self.first_rev = 0
+        self.last_rev = 0
+        self.records = 0
+        self.gaps: List[Tuple[int, int]] = []  # (last rev seen, next rev seen): records between are missing
+        self.start = _time(state["created_at"])
+        self.end = _time(state["updated_at"])
+        self.holdings: List[Holding] = []
+        self.steps: List[StepAttempt] = []
+        self.effects: Dict[str, EffectPath] = {}
+        self.approvals: Dict[str, Approval] = {}
+        self.cancellation: Optional[Dict[str, Any]] = None  # at, by, reason, in_flight, step
+        self.jobs: Dict[str, List[Tuple[float, str, Dict[str, Any]]]] = {}
+        self.marks: List[Tuple[float, str, str]] = []  # (at, kind, text): status changes, repairs, migrations
+
+    @property
+    def crashes(self) -> List[Holding]:
+        return [h for h in self.holdings if h.crashed]
+
+
+_TIMES: Dict[str, float] = {}
+
+
+def _time(text: str) -> float:
+    value = _TIMES.get(text)
+    if value is None:
+        if len(_TIMES) > 100000:
+            _TIMES.clear()
+        value = _TIMES[text] = parse_time(text)
+    return value
+
+
+def _apply(shadow: Dict[str, Any], ops: List[Any]) -> None:
+    """Apply operations leniently: a missing parent (compacted history) is created, not refused."""
+    for op in ops:
+        if not isinstance(op, list) or len(op) < 2 or not isinstance(op[1], list) or not op[1]:
+            continue
+        target = shadow
+        for part in op[1][:-1]:
+            child = target.get(part)
+            if not isinstance(child, dict):
+                child = target[part] = {}
+            target = child
+        if op[0] == "set" and len(op) == 3:
+            target[op[1][-1]] = op[2]
+        elif op[0] == "del":
+            target.pop(op[1][-1], None)
+
+
+def _touched(ops: List[Any]) -> Tuple[set, set, set, set, bool, bool]:
+    effects, steps, approvals, jobs = set(), set(), set(), set()
+    lease = cancel = False
+    for op in ops:
+        path = op[1] if isinstance(op, list) and len(op) >= 2 and isinstance(op[1], list) else []
+        if not path:
+            continue
+        head = path[0]
+        if head == "effects" and len(path) > 1:
+            effects.add(path[1])
+        elif head == "steps" and len(path) > 1:
+            steps.add(path[1])
+        elif head == "jobs" and len(path) > 1:
+            jobs.add(path[1])
+        elif head == "lease":
+            lease = True
+        elif head == "observations" and len(path) > 1:
+            if path[1] == "approvals" and len(path) > 2:
+                approvals.add(path[2])
+            elif path[1] == "cancellation":
+                cancel = True
+    return effects, steps, approvals, jobs, lease, cancel
+
+
+def build(records: List[Dict[str, Any]], state: Dict[str, Any], gaps: Optional[List[Tuple[int, int]]] = None) -> History:
+    """The history of the run whose current state is ``state``, from its journal ``records`` (any order)."""
+    history = History(state)
+    records = sorted({r["rev"]: r for r in records}.values(), key=lambda r: r["rev"])
+    known_gaps = list(gaps or [])
+    shadow: Dict[str, Any] = {"lease": {"owner": None, "epoch": 0}, "effects": {}, "steps": {}, "jobs": {}, "counters": {},
+                              "observations": {"approvals": {}, "authorization": {}, "store": {}, "cancellation": None},
+                              "status": "active", "current_step": None}
+    previous = 0
+    holding: Optional[Holding] = None
+    by_epoch: Dict[int, Holding] = {}
+    open_steps: Dict[str, StepAttempt] = {}
+    unresolved: set = set()  # effects started, acknowledged or uncertain after the record replayed last
+    for record in records:
+        rev = int(record["rev"])
+        if rev != previous + 1 and not any(a <= previous and b >= rev for a, b in known_gaps):
+            known_gaps.append((previous, rev))
+        previous = rev
+        at = _time(record["at"])
+        epoch = int(record.get("epoch") or 0)
+        ops = record.get("ops") or []
+        effects, steps, approvals, jobs, lease, cancel = _touched(ops)
+        heads = {op[1][0] for op in ops if isinstance(op, list) and len(op) >= 2 and isinstance(op[1], list) and op[1]}
+        before_effects = {k: dict(shadow["effects"].get(k) or {}) for k in effects}
+        before_steps = {k: dict(shadow["steps"].get(k) or {}) for k in steps}
+        before_approvals = {k: dict(shadow["observations"]["approvals"].get(k) or {}) for k in approvals}
+        before_jobs = {k: dict(shadow["jobs"].get(k) or {}) for k in jobs}
+        before_lease = dict(shadow["lease"])
+        before_status = shadow.get("status")
+        before_reconciled = int(shadow["counters"].get("reconciled_effects", 0) or 0)
+        before_auth = set(shadow["observations"].get("authorization") or {})
+        before_store = set(shadow["observations"].get("store") or {})
+        unresolved_before = sorted(unresolved) if (lease or cancel or "observations" in heads) else []
+        step_before = shadow.get("current_step")
+        _apply(shadow, ops)
+        for key in effects:
+            if (shadow["effects"].get(key) or {}).get("state") in UNRESOLVED:
+                unresolved.add(key)
+            else:
+                unresolved.discard(key)
+        history.records += 1
+        if history.first_rev == 0:
+            history.first_rev = rev
+        history.last_rev = rev
+        writer = by_epoch.get(epoch)
+        if writer is not None and writer.end is None:
+            writer.last_write, writer.writes = at, writer.writes + 1
+        reconciled_now = int(shadow["counters"].get("reconciled_effects", 0) or 0) > before_reconciled
+
+        # -- lease
+        auth = shadow["observations"].get("authorization") or {}
+        new_auth = [auth[k] for k in sorted(set(auth) - before_auth) if isinstance(auth.get(k), dict)]
+        for entry in new_auth:
+            source = entry.get("source")
+            if source == "lease break" and holding is not None and holding.end is None:
+                holding.end, holding.ended = at, "broken"
+                holding.broken_by, holding.reason = entry.get("by"), entry.get("reason")
+                holding.in_flight, holding.step_at_end = unresolved_before, step_before
+            elif source == "recover":
+                target = by_epoch.get(int(entry.get("epoch") or 0))
+                if target is not None:
+                    target.recoveries.append((at, str(entry.get("decision")), str(entry.get("reason"))))
+            elif source == "migrate":
+                history.marks.append((at, "migrate", f"plan changed: {entry.get('reason', '')}"))
+                for approval in history.approvals.values():
+                    if approval.state in ("pending", "granted") and approval.superseded_at is None:
+                        approval.superseded_at = at
+        if lease:
+            now_lease = shadow["lease"]
+            owner, new_epoch = now_lease.get("owner"), int(now_lease.get("epoch") or 0)
+            old_owner, old_epoch = before_lease.get("owner"), int(before_lease.get("epoch") or 0)
+            if owner is not None and new_epoch != old_epoch:
+                taken = False
+                if holding is not None and holding.end is None:
+                    holding.end = at
+                    holding.ended = "superseded" if holding.owner == owner else "expired"
+                    holding.in_flight, holding.step_at_end = unresolved_before, step_before
+                    taken = True
+                elif holding is not None and holding.ended == "broken":
+                    taken = True
+                holding = Holding(owner, new_epoch, at)
+                holding.takeover = taken or (old_owner is not None and old_owner != owner)
+                history.holdings.append(holding)
+                by_epoch[new_epoch] = holding
+            elif owner is None and old_owner is not None and holding is not None and holding.end is None:
+                holding.end, holding.ended = at, "released"
+                holding.in_flight, holding.step_at_end = unresolved_before, step_before
+            elif owner is not None and now_lease.get("expires_at") != before_lease.get("expires_at") and holding is not None:
+                if not any(e.get("source") == "lease break" for e in new_auth):
+                    holding.renewals += 1
+
+        # -- steps
+        for step in sorted(steps):
+            now_step = shadow["steps"].get(step) or {}
+            old = before_steps[step]
+            attempts = int(now_step.get("attempts") or 0)
+            state_now = now_step.get("state")
+            if attempts > int(old.get("attempts") or 0) and state_now == "running":
+                current = open_steps.get(step)
+                if current is not None and current.end is None:
+                    current.end, current.outcome = at, "interrupted"
+                attempt = StepAttempt(step, attempts, at, epoch)
+                history.steps.append(attempt)
+                open_steps[step] = attempt
+            elif state_now != old.get("state") and state_now in ("done", "failed", "cancelled"):
+                attempt = open_steps.get(step)
+                if attempt is None:  # its start was compacted away
+                    attempt = StepAttempt(step, attempts, _time(now_step["started_at"]) if now_step.get("started_at") else at, epoch)
+                    history.steps.append(attempt)
+                    open_steps[step] = attempt
+                attempt.end, attempt.outcome = at, state_now
+                attempt.error, attempt.error_class, attempt.evidence = now_step.get("error"), now_step.get("class"), now_step.get("evidence")
+            if now_step.get("next_attempt_at") and now_step.get("next_attempt_at") != old.get("next_attempt_at"):
+                attempt = open_steps.get(step)
+                if attempt is not None:
+                    attempt.wait_until = _time(now_step["next_attempt_at"])
+
+        # -- effects
+        for key in sorted(effects):
+            now_effect = shadow["effects"].get(key) or {}
+            old = before_effects[key]
+            path = history.effects.get(key)
+            if path is None:
+                path = history.effects[key] = EffectPath(key)
+            state_now = now_effect.get("state")
+            attempts = int(now_effect.get("attempts") or 0)
+            if state_now and (state_now != old.get("state") or attempts > int(old.get("attempts") or 0)):
+                settled = reconciled_now and state_now in ("verified", "absent")
+                path.transitions.append((at, state_now, epoch, settled))
+            path.step = now_effect.get("step") or path.step
+            path.payload_digest = now_effect.get("payload_digest") or path.payload_digest
+            path.attempts = max(path.attempts, attempts)
+            path.receipt, path.evidence, path.reason = now_effect.get("receipt"), now_effect.get("evidence"), now_effect.get("reason")
+            wait = now_effect.get("next_attempt_at")
+            if wait and wait != old.get("next_attempt_at"):
+                path.waits.append((at, _time(wait)))
+
+        # -- approvals
+        for rid in sorted(approvals):
+            now_request = shadow["observations"]["approvals"].get(rid) or {}
+            old = before_approvals[rid]
+            approval = history.approvals.get(rid)
+            if approval is None:
+                for other in history.approvals.values():
+                    if (other.step, other.action) == (now_request.get("step"), now_request.get("action")) and other.state in ("pending", "granted") \
+                            and other.superseded_at is None:
+                        other.superseded_at = at
+                approval = history.approvals[rid] = Approval(rid, now_request, at)
+            state_now = now_request.get("state")
+            if state_now != old.get("state"):
+                approval.state = state_now or approval.state
+                if state_now in ("granted", "denied"):
+                    approval.answered_at, approval.by = at, now_request.get("by")
+                elif state_now == "used":
+                    approval.used_at, approval.used_by = at, now_request.get("used_by")
+                elif state_now == "superseded" and approval.superseded_at is None:
+                    approval.superseded_at = at  # the run records it since approvals supersede
+
+        # -- cancellation, jobs, status, repairs
+        if cancel and shadow["observations"].get("cancellation") and history.cancellation is None:
+            entry = shadow["observations"]["cancellation"]
+            history.cancellation = {"at": at, "by": entry.get("by"), "reason": entry.get("reason"), "in_flight": unresolved_before, "step": step_before}
+        for key in sorted(jobs):
+            now_job = shadow["jobs"].get(key) or {}
+            if now_job.get("state") != before_jobs[key].get("state"):
+                detail = {name: now_job.get(name) for name in ("attempt", "pid", "exit_code") if now_job.get(name) is not None}
+                history.jobs.setdefault(key, []).append((at, str(now_job.get("state")), detail))
+        if shadow.get("status") != before_status:
+            history.marks.append((at, "status", f"run {shadow.get('status')}"))
+        for key in sorted(set(shadow["observations"].get("store") or {}) - before_store):
+            entry = shadow["observations"]["store"][key] or {}
+            history.marks.append((at, "repair", "store repaired: " + "; ".join(str(f) for f in entry.get("findings", []))[:300]))
+    if records and records[0]["rev"] > 1 and not any(a == 0 for a, _ in known_gaps):
+        known_gaps.append((0, int(records[0]["rev"])))
+    if records and previous < int(state["revision"]):
+        known_gaps.append((previous, int(state["revision"]) + 1))
+    history.gaps = sorted(set(known_gaps))
+    if records:
+        history.start = min(history.start, _time(records[0]["at"]))
+        history.end = max(history.end, _time(records[-1]["at"]))
+    return history
+
+
+def load(store: Any) -> History:
+    """The history of the run in ``store`` (any store), from the journal records it still holds."""
+    records, _oldest = store.records_after(0)
+    return build(records, store.state)
+
+
+class Recorder:
+    """Keeps every journal record of a run while it runs, so that compaction cannot drop any unseen.
+
+    ``open_store`` returns the run's store; it is called in the thread that
+    polls. :meth:`poll` reads what is new; :meth:`start` polls every
+    ``interval`` seconds in a daemon thread until :meth:`stop`. A gap can only
+    appear if the journal was compacted twice between two polls; it is kept.
+    """
+
+    def __init__(self, open_store: Callable[[], Any]) -> None:
+        self.open_store = open_store
+        self.records: Dict[int, Dict[str, Any]] = {}
+        self.gaps: List[Tuple[int, int]] = []
+        self.last = 0
+        self._store: Any = None
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._lock = threading.Lock()
+
+    def poll(self) -> None:
+        """Read the records committed since the last poll; raises what opening or reading the store raises."""
+        with self._lock:
+            if self._store is None:
+                self._store = self.open_store()
+            records, _oldest = self._store.records_after(self.last)
+            if records and int(records[0]["rev"]) > self.last + 1:
+                self.gaps.append((self.last, int(records[0]["rev"])))
+            for record in records:
+                self.records[int(record["rev"])] = record
+            if records:
+                self.last = int(records[-1]["rev"])
+
+    def try_poll(self) -> bool:
+        """:meth:`poll`, for an observer that must never disturb the run: False when the store could not be read now."""
+        try:
+            self.poll()
+            return True
+        except (RunnerError, OSError, ValueError):  # the next poll, or the final one, reads it again
+            self._store = None
+            return False
+
+    def _loop(self, interval: float) -> None:
+        while not self._stop.wait(interval):
+            self.try_poll()
+
+    def start(self, interval: float = 0.25) -> "Recorder":
+        self._thread = threading.Thread(target=self._loop, args=(interval,), name="history-recorder", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def history(self) -> History:
+        """Stop polling, read what is left, and build the history."""
+        self.stop()
+        self._store = None
+        self.poll()
+        self._store.refresh()
+        return build(list(self.records.values()), self._store.state, self.gaps)

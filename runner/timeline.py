@@ -1,0 +1,494 @@
+"""The timeline page of one or more runs: one self-contained HTML file.
+
+The page holds inline CSS and SVG only: no script, no font, image or style
+sheet from anywhere, no link, so it opens from disk, shows the same offline
+and prints. Free text from the journal (owner ids, reasons, errors) is
+written with the characters that could start a reference (``:``, ``/``,
+``=``) as character references, so the file holds no sequence that a browser
+or a scanner could follow; the text reads the same.
+
+From :class:`runner.history.History` it draws, on one time axis: a lane per
+lease holder and epoch (takeovers, breaks, releases, and crashes: where the
+holder's last durable write fell and how long until the lease moved on);
+steps as bars per attempt with their backoff waits; effects by the state
+they entered, with the exceptional ones (uncertain, absent, failed, and
+those settled by observation after their outcome was unknown) always drawn
+one by one and the settled ones joined to where they went unresolved;
+approvals; the cancellation and what was in flight then; jobs. The report
+figures are a table on top.
+
+Size is bounded: ordinary effect transitions are drawn one by one up to
+:data:`INDIVIDUAL_LIMIT` per run, and above it as counts per time bucket
+(:data:`BUCKETS` per run), so the page grows with the exceptional facts
+(crashes, uncertain effects, approvals), not with the number of effects.
+A page of more than :data:`MAX_SECTIONS` runs draws the most eventful ones
+and lists every run in the index.
+"""
+
+import html
+import math
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from .history import EXCEPTIONAL, History
+
+__all__ = ["render", "write", "INDIVIDUAL_LIMIT", "BUCKETS", "MAX_SECTIONS"]
+
+INDIVIDUAL_LIMIT = 1500
+BUCKETS = 240
+MAX_SECTIONS = 40
+
+WIDTH = 1200
+LABEL = 190
+RIGHT = 16
+PLOT = WIDTH - LABEL - RIGHT
+ROW = 16
+
+EFFECT_ROWS = ("started", "acknowledged", "uncertain", "verified", "absent", "failed")
+STATE_COLOURS = {"started": "#6b8fd6", "acknowledged": "#3d6fc4", "uncertain": "#e08a00", "verified": "#2e9d57",
+                 "absent": "#c8322f", "failed": "#222222", "planned": "#999999"}
+STEP_COLOURS = {"done": "#2e9d57", "failed": "#c8322f", "cancelled": "#8a8a8a", "interrupted": "#e08a00", "running": "#3d6fc4"}
+JOB_COLOURS = {"submitting": "#9bb3e0", "running": "#3d6fc4", "finished": "#2e9d57", "vanished": "#e08a00",
+               "cancel-requested": "#b07cc6", "stopped": "#8a8a8a"}
+
+CSS = """
+body{font:13px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;color:#1c1c1c;background:#fff;margin:18px 24px}
+h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:22px 0 6px;border-bottom:1px solid #ddd;padding-bottom:3px}
+h3{font-size:13px;margin:12px 0 4px}
+p.note{color:#555;margin:2px 0 8px}p.warn{color:#8a4b00;background:#fff4e0;padding:4px 8px;border-left:3px solid #e08a00}
+table{border-collapse:collapse;margin:4px 0 10px;font-size:12px}
+th,td{border:1px solid #d7d7d7;padding:2px 7px;text-align:left;vertical-align:top}
+th{background:#f3f3f3;font-weight:600}td.n{text-align:right;font-variant-numeric:tabular-nums}
+tr.bad td{background:#fdecea}
+svg{display:block;width:100%;height:auto;margin:6px 0;font-size:11px}
+svg text{fill:#333}svg .lab{font-weight:600}svg .small{font-size:9px;fill:#555}
+.legend span{display:inline-block;margin:0 12px 4px 0}.legend i{display:inline-block;width:11px;height:11px;margin-right:4px;vertical-align:-1px}
+section{margin-bottom:18px}
+@media print{body{margin:8mm}section{break-inside:avoid-page}h2{break-after:avoid}svg{max-width:100%}}
+"""
+
+_INERT = str.maketrans({":": "&#58;", "/": "&#47;", "=": "&#61;"})
+
+
+def _t(value: Any) -> str:
+    """Free text, escaped and inert (see the module docstring)."""
+    return html.escape(str(value), quote=True).translate(_INERT)
+
+
+def _fmt_time(seconds: float) -> str:
+    whole = int(seconds)
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(whole)) + ".%03d" % int((seconds - whole) * 1000) + " UTC"
+
+
+def _fmt_span(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+    return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
+
+
+class _Axis:
+    def __init__(self, start: float, end: float) -> None:
+        self.start = start
+        self.span = max(end - start, 0.001) * 1.02  # a margin after the last fact
+
+    def x(self, at: float) -> float:
+        return round(LABEL + (at - self.start) / self.span * PLOT, 1)
+
+    def ticks(self) -> List[float]:
+        raw = self.span / 8
+        magnitude = 10 ** math.floor(math.log10(raw))
+        step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
+        return [self.start + i * step for i in range(int(self.span / step) + 1)]
+
+
+class _Svg:
+    """An SVG drawing built row by row."""
+
+    def __init__(self) -> None:
+        self.parts: List[str] = []
+        self.y = 0
+
+    def add(self, text: str) -> None:
+        self.parts.append(text)
+
+    def label(self, text: str, y: float, cls: str = "") -> None:
+        attribute = f' class="{cls}"' if cls else ""
+        self.add(f'<text x="4" y="{y + 11}"{attribute}>{_t(text)}</text>')
+
+    def done(self, title: str) -> str:
+        height = self.y + 6
+        return (f'<svg viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" height="{height}" role="img" aria-label="{_t(title)}">'
+                + "".join(self.parts) + "</svg>")
+
+
+def _rect(x1: float, y: float, x2: float, h: float, fill: str, title: str, extra: str = "") -> str:
+    width = max(round(x2 - x1, 1), 1.2)
+    return f'<rect x="{x1}" y="{y}" width="{width}" height="{h}" fill="{fill}"{extra}><title>{_t(title)}</title></rect>'
+
+
+def _summary_rows(history: History) -> List[Tuple[str, Any]]:
+    figures = history.summary
+    rows = [(name.replace("_", " "), value) for name, value in figures.items() if name != "cost"]
+    rows += [(f"cost {name}", value) for name, value in sorted(figures.get("cost", {}).items())]
+    rows += [("lease holders (epochs)", len(history.holdings)), ("crashes seen in the journal", len(history.crashes)),
+             ("journal records read", history.records)]
+    return rows
+
+
+def _summary_table(history: History, columns: int = 4) -> str:
+    cells = [f'<th>{_t(name)}</th><td class="n">{_t(value)}</td>' for name, value in _summary_rows(history)]
+    rows = "".join("<tr>" + "".join(cells[i:i + columns]) + "</tr>" for i in range(0, len(cells), columns))
+    return f'<table class="summary">{rows}</table>'
+
+
+def _index_table(histories: Sequence[History], drawn: set) -> str:
+    names = ["status", "revision", "elapsed_seconds", "recoveries", "effects", "effects_verified", "unknown_results",
+             "reconciled_effects", "unresolved_effects", "retries", "repeated_steps"]
+    head = "<tr><th>run</th>" + "".join(f"<th>{_t(n.replace('_', ' '))}</th>" for n in names) + "<th>crashes</th><th>drawn</th></tr>"
+    rows = []
+    totals: Dict[str, float] = {}
+    for history in histories:
+        cells = []
+        for name in names:
+            value = history.summary.get(name)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and name not in ("revision",):
+                totals[name] = totals.get(name, 0) + value
+            cells.append(f'<td class="n">{_t(value)}</td>')
+        totals["crashes"] = totals.get("crashes", 0) + len(history.crashes)
+        drawn_cell = "below" if history.task_id in drawn else "index only"
+        bad = ' class="bad"' if history.summary.get("unresolved_effects") or history.summary.get("status") not in ("complete",) else ""
+        rows.append(f"<tr{bad}><th>{_t(history.task_id)}</th>{''.join(cells)}<td class=\"n\">{len(history.crashes)}</td><td>{drawn_cell}</td></tr>")
+    total = "<tr><th>all runs</th>" + "".join(
+        f'<td class="n">{_t(round(totals[n], 3)) if n in totals else ""}</td>' for n in names) + f'<td class="n">{int(totals.get("crashes", 0))}</td><td></td></tr>'
+    return f'<table class="summary">{head}{"".join(rows)}{total}</table>'
+
+
+def _legend() -> str:
+    items = [("#4a78c2", "lease held"), ("repeating-linear-gradient(45deg,#c8322f 0 3px,#fff 3px 6px)", "holder dead or stalled, lease not yet moved"),
+             ("#c8322f", "crash: last durable write of a holder that never released")]
+    items += [(STATE_COLOURS[s], f"effect {s}") for s in EFFECT_ROWS]
+    items += [("#7b3fb0", "settled by observation after an unknown outcome"), ("#f2d7a0", "backoff wait")]
+    spans = "".join(f'<span><i style="background:{colour}"></i>{_t(text)}</span>' for colour, text in items)
+    return f'<p class="legend">{spans}</p>'
+
+
+def _draw_axis(svg: _Svg, axis: _Axis, height_hint: int) -> None:
+    y = svg.y
+    for tick in axis.ticks():
+        x = axis.x(tick)
+        svg.add(f'<line x1="{x}" y1="{y + 14}" x2="{x}" y2="{y + 14 + height_hint}" stroke="#eee"/>')
+        svg.add(f'<text x="{x}" y="{y + 11}" text-anchor="middle" class="small">+{_t(_fmt_span(tick - axis.start))}</text>')
+    svg.label("time from " + time.strftime("%H:%M:%S", time.gmtime(axis.start)) + " UTC", y, "small")
+    svg.y += 16
+
+
+def _draw_lanes(svg: _Svg, axis: _Axis, history: History) -> None:
+    holdings = history.holdings
+    svg.label("lease holders", svg.y, "lab")
+    svg.y += ROW
+    row = ROW if len(holdings) <= 60 else max(4, 900 // max(len(holdings), 1))
+    for holding in holdings:
+        y = svg.y
+        end = holding.end if holding.end is not None else history.end
+        name = f"{holding.owner} · epoch {holding.epoch}"
+        svg.add(f'<g class="lane" data-owner="{_t(holding.owner)}" data-epoch="{holding.epoch}" data-ended="{holding.ended}">')
+        if row >= 12:
+            svg.label(name, y - 1)
+        dead_from = holding.last_write if holding.crashed else end
+        title = f"{name}: held from {_fmt_time(holding.start)}; {holding.writes} writes, {holding.renewals} renewals; ended {holding.ended}"
+        if holding.end is not None:
+            title += f" at {_fmt_time(holding.end)}"
+        svg.add(_rect(axis.x(holding.start), y + 2, axis.x(dead_from), row - 5, "#4a78c2", title))
+        if holding.takeover:
+            x = axis.x(holding.start)
+            svg.add(f'<path d="M{x - 6} {y + 1}L{x} {y + row / 2 - 1}L{x - 6} {y + row - 3}z" fill="#e08a00" class="takeover">'
+                    f'<title>{_t(f"takeover by {holding.owner} at epoch {holding.epoch}, {_fmt_time(holding.start)}")}</title></path>')
+        for at, decision, reason in holding.recoveries:
+            x = axis.x(at)
+            svg.add(f'<rect x="{x - 1}" y="{y}" width="2.5" height="{row - 1}" fill="#111" class="recover"><title>'
+                    f'{_t(f"recover by {holding.owner}: {decision} ({reason}) at {_fmt_time(at)}")}</title></rect>')
+        if holding.crashed:
+            xs, xe = axis.x(holding.last_write), axis.x(end)
+            how = {"broken": f"lease broken by {holding.broken_by}: {holding.reason}", "expired": "lease expired and was taken over",
+                   "superseded": "lease re-acquired by the same owner id"}[holding.ended]
+            flight = ", ".join(holding.in_flight[:8]) + (f" and {len(holding.in_flight) - 8} more" if len(holding.in_flight) > 8 else "")
+            svg.add(_rect(xs, y + 2, xe, row - 5, "url(#dead)", f"{name} stopped without releasing; {how} at {_fmt_time(end)}"))
+            svg.add(f'<g class="crash" data-epoch="{holding.epoch}"><path d="M{xs - 4} {y + 1}l8 {row - 4}m0 -{row - 4}l-8 {row - 4}" '
+                    f'stroke="#c8322f" stroke-width="2.4"/><title>{_t(f"crash: {name} last wrote at {_fmt_time(holding.last_write)}; {how}")}'
+                    f'{_t("; in flight: " + flight) if flight else ""}{_t("; step " + holding.step_at_end) if holding.step_at_end else ""}</title></g>')
+            if holding.ended == "broken":
+                svg.add(f'<path d="M{xe} {y}l-3 {row / 2}h5l-3 {row / 2}" stroke="#c8322f" fill="none" stroke-width="1.6" class="break">'
+                        f'<title>{_t(how)}</title></path>')
+        elif holding.ended == "released":
+            x = axis.x(end)
+            svg.add(f'<rect x="{x - 1}" y="{y}" width="3" height="{row - 1}" fill="#2e9d57" class="release">'
+                    f'<title>{_t(f"{name} released the lease at {_fmt_time(end)}")}</title></rect>')
+        svg.add("</g>")
+        svg.y += row
+
+
+def _draw_steps(svg: _Svg, axis: _Axis, history: History) -> None:
+    order: List[str] = [s.get("id") for s in history.state["plan"].get("steps", []) if isinstance(s, dict)]
+    for attempt in history.steps:
+        if attempt.step not in order:
+            order.append(attempt.step)
+    svg.label("steps", svg.y, "lab")
+    svg.y += ROW
+    for step in order:
+        y = svg.y
+        svg.label(step, y - 1)
+        for attempt in (a for a in history.steps if a.step == step):
+            end = attempt.end if attempt.end is not None else history.end
+            title = f"step {step} attempt {attempt.attempt}: {attempt.outcome}, {_fmt_time(attempt.start)} to {_fmt_time(end)}"
+            if attempt.error:
+                title += f"; {attempt.error_class} error: {attempt.error}"
+            svg.add(_rect(axis.x(attempt.start), y + 2, axis.x(end), ROW - 5, STEP_COLOURS.get(attempt.outcome, "#777"), title,
+                          f' class="step {attempt.outcome}"'))
+            if attempt.wait_until is not None:
+                svg.add(_rect(axis.x(end), y + 5, axis.x(attempt.wait_until), ROW - 11, "#f2d7a0",
+                              f"backoff after attempt {attempt.attempt}: no new attempt before {_fmt_time(attempt.wait_until)}", ' class="wait"'))
+        svg.y += ROW
+
+
+def _draw_effects(svg: _Svg, axis: _Axis, history: History) -> Dict[str, int]:
+    """Effect transitions by the state entered; returns how many were drawn one by one and how many aggregated."""
+    effects = list(history.effects.values())
+    ordinary: Dict[str, List[Tuple[float, str]]] = {state: [] for state in EFFECT_ROWS}
+    special: List[Tuple[float, str, Any, bool]] = []
+    for path in effects:
+        previous = None
+        for at, state, _epoch, settled in path.transitions:
+            # Settled by observation: flagged so in the journal, or right after the effect was uncertain.
+            observed = state in ("verified", "absent") and (settled or previous == "uncertain")
+            if state in EXCEPTIONAL or observed:
+                special.append((at, state, path, observed))
+            elif state in ordinary:
+                ordinary[state].append((at, path.key))
+            previous = state
+    count = sum(len(v) for v in ordinary.values())
+    individual = count <= INDIVIDUAL_LIMIT
+    svg.label(f"effects ({len(effects)})", svg.y, "lab")
+    svg.y += ROW
+    rows: Dict[str, float] = {}
+    for state in EFFECT_ROWS:
+        rows[state] = svg.y
+        svg.label(state, svg.y - 1)
+        svg.add(f'<line x1="{LABEL}" y1="{svg.y + ROW / 2}" x2="{LABEL + PLOT}" y2="{svg.y + ROW / 2}" stroke="#f0f0f0"/>')
+        marks = ordinary[state]
+        colour = STATE_COLOURS[state]
+        if individual:
+            for at, key in marks:
+                x = axis.x(at)
+                svg.add(f'<rect x="{x}" y="{svg.y + 2}" width="1.2" height="{ROW - 4}" fill="{colour}" class="effect" data-key="{_t(key)}">'
+                        f'<title>{_t(f"{key} {state} at {_fmt_time(at)}")}</title></rect>')
+        elif marks:
+            buckets: Dict[int, int] = {}
+            for at, _key in marks:
+                index = min(BUCKETS - 1, int((at - axis.start) / axis.span * BUCKETS))
+                buckets[index] = buckets.get(index, 0) + 1
+            peak = max(buckets.values())
+            width = PLOT / BUCKETS
+            for index, n in sorted(buckets.items()):
+                h = max(1.5, (ROW - 3) * n / peak)
+                t1 = axis.start + index * axis.span / BUCKETS
+                svg.add(f'<rect x="{round(LABEL + index * width, 1)}" y="{round(svg.y + ROW - 1 - h, 1)}" width="{round(width, 1)}" '
+                        f'height="{round(h, 1)}" fill="{colour}" class="bucket"><title>{n} {state} from {_t(_fmt_time(t1))} '
+                        f'to {_t(_fmt_time(t1 + axis.span / BUCKETS))}</title></rect>')
+        svg.y += ROW
+    for at, state, path, settled in special:
+        if state not in rows:
+            continue
+        x, y = axis.x(at), rows[state] + ROW / 2
+        if settled and state in ("verified", "absent"):
+            # Join the settlement to where the effect's outcome became unknown: its last unresolved transition before.
+            before = [(t, s) for t, s, _, _ in path.transitions if t <= at and s in ("started", "acknowledged", "uncertain")]
+            if before:
+                t0, s0 = before[-1]
+                svg.add(f'<line x1="{axis.x(t0)}" y1="{rows.get(s0, y) + ROW / 2}" x2="{x}" y2="{y}" stroke="#7b3fb0" stroke-width="1" '
+                        f'stroke-dasharray="3 2"/>')
+                if s0 != "uncertain":
+                    svg.add(f'<circle cx="{axis.x(t0)}" cy="{rows[s0] + ROW / 2}" r="3" fill="{STATE_COLOURS[s0]}"/>')
+            svg.add(f'<circle cx="{x}" cy="{y}" r="5" fill="none" stroke="#7b3fb0" stroke-width="2.2" class="reconciled" '
+                    f'data-key="{_t(path.key)}"><title>{_t(f"{path.key} {state} by observation at {_fmt_time(at)}, after its outcome was unknown")}'
+                    f'</title></circle><circle cx="{x}" cy="{y}" r="2" fill="{STATE_COLOURS[state]}"/>')
+        elif state == "uncertain":
+            svg.add(f'<path d="M{x} {y - 6}l6 6l-6 6l-6 -6z" fill="{STATE_COLOURS[state]}" class="uncertain" data-key="{_t(path.key)}">'
+                    f'<title>{_t(path.key + " uncertain at " + _fmt_time(at) + ": " + (path.reason or ""))}</title></path>')
+        else:
+            svg.add(f'<rect x="{x - 4}" y="{y - 4}" width="8" height="8" fill="{STATE_COLOURS[state]}" class="effect-{state}" data-key="{_t(path.key)}">'
+                    f'<title>{_t(f"{path.key} {state} at {_fmt_time(at)}")}</title></rect>')
+    for path in effects:
+        for t1, t2 in path.waits:
+            svg.add(_rect(axis.x(t1), rows["absent"] + 11, axis.x(t2), 3, "#e0b050", f"{path.key}: backoff until {_fmt_time(t2)}", ' class="wait"'))
+    return {"individual": count if individual else 0, "aggregated": 0 if individual else count, "exceptional": len(special)}
+
+
+def _draw_approvals(svg: _Svg, axis: _Axis, history: History) -> None:
+    if not history.approvals:
+        return
+    y = svg.y
+    svg.label(f"approvals ({len(history.approvals)})", y, "lab")
+    cy = y + ROW / 2
+    for approval in history.approvals.values():
+        x = axis.x(approval.requested_at)
+        what = f"approval {approval.rid}: {approval.action} in step {approval.step}"
+        svg.add(f'<path d="M{x} {cy - 5}l5 5l-5 5l-5 -5z" fill="#fff" stroke="#555" class="approval-request"><title>'
+                f'{_t(f"{what} requested at {_fmt_time(approval.requested_at)}")}</title></path>')
+        answers = [(approval.answered_at, "granted" if approval.state in ("granted", "used") else approval.state, approval.by),
+                   (approval.used_at, "used", approval.used_by), (approval.superseded_at, "superseded", None)]
+        for at, kind, who in answers:
+            if at is None:
+                continue
+            ax = axis.x(at)
+            colour = {"granted": "#2e9d57", "denied": "#c8322f", "used": "#3d6fc4", "superseded": "#8a8a8a"}.get(kind, "#555")
+            svg.add(f'<line x1="{x + 5}" y1="{cy}" x2="{ax}" y2="{cy}" stroke="{colour}"/>')
+            svg.add(f'<circle cx="{ax}" cy="{cy}" r="4.5" fill="{colour}" class="approval-{kind}"><title>'
+                    f'{_t(f"{what} {kind}" + (f" by {who}" if who else "") + f" at {_fmt_time(at)}")}</title></circle>')
+    svg.y += ROW
+
+
+def _draw_jobs(svg: _Svg, axis: _Axis, history: History) -> None:
+    if not history.jobs:
+        return
+    svg.label("jobs", svg.y, "lab")
+    svg.y += ROW
+    for key, changes in sorted(history.jobs.items()):
+        y = svg.y
+        svg.label(key, y - 1)
+        for index, (at, state, detail) in enumerate(changes):
+            end = changes[index + 1][0] if index + 1 < len(changes) else (history.end if state in ("submitting", "running") else at)
+            words = ", ".join(f"{k} {v}" for k, v in detail.items())
+            svg.add(_rect(axis.x(at), y + 2, axis.x(end), ROW - 5, JOB_COLOURS.get(state, "#777"),
+                          f"job {key} {state} at {_fmt_time(at)}" + (f" ({words})" if words else ""), f' class="job {state}"'))
+        svg.y += ROW
+
+
+def _note(x: float, y: float, text: str, cls: str) -> str:
+    """A label beside a vertical mark, on its left near the right edge so that it stays on the page."""
+    if x > LABEL + PLOT - 120:
+        return f'<text x="{x - 3}" y="{y}" text-anchor="end" class="{cls}">{_t(text)}</text>'
+    return f'<text x="{x + 3}" y="{y}" class="{cls}">{_t(text)}</text>'
+
+
+def _draw_marks(svg: _Svg, axis: _Axis, history: History, top: int) -> None:
+    shown = [(at, kind, text) for at, kind, text in history.marks if not (kind == "status" and text == "run active")]
+    for index, (at, kind, text) in enumerate(shown):
+        x = axis.x(at)
+        colour = {"status": "#2e9d57" if "complete" in text else "#8a4b00", "repair": "#b07cc6", "migrate": "#3d6fc4"}.get(kind, "#555")
+        svg.add(f'<line x1="{x}" y1="{top}" x2="{x}" y2="{svg.y}" stroke="{colour}" stroke-width="1" stroke-dasharray="1 3"/>' + _note(x, top + 9 + (index % 3) * 10, text, "small"))
+    if history.cancellation:
+        cancel = history.cancellation
+        x = axis.x(cancel["at"])
+        flight = cancel["in_flight"]
+        text = f"cancelled by {cancel['by']}: {cancel['reason']}; in flight: {', '.join(flight[:10]) or 'nothing'}"
+        svg.add(f'<g class="cancellation"><line x1="{x}" y1="{top}" x2="{x}" y2="{svg.y}" stroke="#8a4b00" stroke-width="2" '
+                f'stroke-dasharray="6 3"/>{_note(x, top + 20, "cancel", "lab")}<title>{_t(text)}</title></g>')
+
+
+def _tables(history: History) -> str:
+    out = []
+    if history.crashes:
+        rows = "".join(
+            f"<tr><td>{_t(h.owner)}</td><td class=\"n\">{h.epoch}</td><td>{_t(_fmt_time(h.last_write))}</td><td>{_t(h.ended)}"
+            f"{_t(' by ' + str(h.broken_by)) if h.broken_by else ''}</td><td>{_t(_fmt_time(h.end or history.end))}</td>"
+            f"<td>{_t(h.step_at_end or '')}</td><td>{_t(', '.join(h.in_flight[:6]) + (' …' if len(h.in_flight) > 6 else ''))}</td></tr>"
+            for h in history.crashes)
+        out.append(f"<h3>Crashes: holders that stopped without releasing ({len(history.crashes)})</h3><table><tr><th>holder</th><th>epoch</th>"
+                   f"<th>last durable write</th><th>lease moved on</th><th>at</th><th>step running</th><th>effects in flight</th></tr>{rows}</table>"
+                   '<p class="note">A worker that died before its first durable write left nothing in the journal, and is not drawn.</p>')
+    special = [p for p in history.effects.values() if p.exceptional]
+    if special:
+        shown = special[:300]
+        rows = "".join(
+            f'<tr><td>{_t(p.key)}</td><td>{_t(" → ".join(s for _, s, _, _ in p.transitions))}</td><td class="n">{p.attempts}</td>'
+            f'<td>{"by observation" if p.reconciled else ""}</td><td>{_t(p.reason or "")}</td></tr>' for p in shown)
+        more = f"<p class=\"note\">… and {len(special) - len(shown)} more, all drawn above.</p>" if len(special) > len(shown) else ""
+        out.append(f"<h3>Effects that were uncertain, absent, failed or reconciled ({len(special)})</h3><table><tr><th>key</th><th>path</th>"
+                   f"<th>attempts</th><th>settled</th><th>last reason</th></tr>{rows}</table>{more}")
+    if history.approvals:
+        rows = "".join(
+            f"<tr><td>{_t(a.rid)}</td><td>{_t(a.step)}</td><td>{_t(a.action)}</td><td>{_t(a.state)}"
+            f"{_t(', superseded') if a.superseded_at else ''}</td><td>{_t(a.by or '')}</td><td>{_t(a.used_by or '')}</td></tr>"
+            for a in history.approvals.values())
+        out.append(f"<h3>Approvals</h3><table><tr><th>request</th><th>step</th><th>action</th><th>state</th><th>answered by</th>"
+                   f"<th>used by</th></tr>{rows}</table>")
+    if history.cancellation:
+        cancel = history.cancellation
+        flight = cancel["in_flight"]
+        out.append(f"<h3>Cancellation</h3><p>By {_t(cancel['by'])} at {_t(_fmt_time(cancel['at']))}: {_t(cancel['reason'])}. "
+                   f"Step running: {_t(cancel['step'] or 'none')}. In flight then ({len(flight)}): {_t(', '.join(flight) or 'nothing')}.</p>")
+    return "".join(out)
+
+
+def _section(history: History, axis: _Axis) -> str:
+    svg = _Svg()
+    svg.add('<defs><pattern id="dead" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">'
+            '<rect width="3" height="6" fill="#c8322f"/><rect x="3" width="3" height="6" fill="#fbe3e2"/></pattern></defs>')
+    estimate = ROW * (len(history.holdings) + len(EFFECT_ROWS) + 8)
+    _draw_axis(svg, axis, estimate)
+    top = svg.y
+    _draw_lanes(svg, axis, history)
+    _draw_steps(svg, axis, history)
+    counts = _draw_effects(svg, axis, history)
+    _draw_approvals(svg, axis, history)
+    _draw_jobs(svg, axis, history)
+    _draw_marks(svg, axis, history, top)
+    notes = []
+    for after, upto in history.gaps:
+        notes.append(f'<p class="warn">Journal records {after + 1} to {upto - 1} were compacted away before they were read: '
+                     f"what happened then is not drawn.</p>")
+    if counts["aggregated"]:
+        notes.append(f'<p class="note">{counts["aggregated"]} ordinary effect transitions are drawn as counts per time bucket; '
+                     f'{counts["exceptional"]} exceptional ones one by one.</p>')
+    state = history.state
+    head = (f'<h2>Run {_t(history.task_id)}: {_t(state["status"])} at revision {state["revision"]}</h2>'
+            f'<p class="note">Goal: {_t(str(state["plan"].get("goal", "")).rstrip("."))}. From {_t(_fmt_time(history.start))} to {_t(_fmt_time(history.end))} '
+            f"({_t(_fmt_span(history.end - history.start))}); journal records {history.first_rev} to {history.last_rev}.</p>")
+    return f'<section class="run" data-task="{_t(history.task_id)}">{head}{"".join(notes)}{svg.done("timeline of " + history.task_id)}{_tables(history)}</section>'
+
+
+def _eventful(history: History) -> Tuple[int, int]:
+    return (len(history.crashes) + sum(1 for p in history.effects.values() if p.exceptional), len(history.effects))
+
+
+def render(histories: Sequence[History], title: Optional[str] = None) -> str:
+    """The page of ``histories`` (one or more runs) as one HTML document; see the module docstring."""
+    if not histories:
+        raise ValueError("a timeline needs at least one run")
+    start = min(h.start for h in histories)
+    end = max(h.end for h in histories)
+    axis = _Axis(start, end)
+    drawn = list(histories)
+    if len(drawn) > MAX_SECTIONS:
+        drawn = sorted(drawn, key=_eventful, reverse=True)[:MAX_SECTIONS]
+        drawn.sort(key=lambda h: h.task_id)
+    names = {h.task_id for h in drawn}
+    title = title or (f"Run {histories[0].task_id}" if len(histories) == 1 else f"{len(histories)} runs")
+    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', f"<title>{_t(title)}</title>",
+             '<meta name="viewport" content="width=device-width, initial-scale=1">', f"<style>{CSS}</style></head><body>",
+             f"<h1>{_t(title)}</h1>",
+             f'<p class="note">Drawn from the journal, {_t(_fmt_time(start))} to {_t(_fmt_time(end))} ({_t(_fmt_span(end - start))}). '
+             "Hover a mark for its details.</p>"]
+    if len(histories) == 1:
+        parts.append(_summary_table(histories[0]))
+    else:
+        parts.append(_index_table(histories, names))
+        if len(drawn) < len(histories):
+            parts.append(f'<p class="note">{len(drawn)} of {len(histories)} runs are drawn below: those with the most crashes and '
+                         "exceptional effects. Every run is in the table.</p>")
+    parts.append(_legend())
+    parts += [_section(history, axis) for history in drawn]
+    parts.append("</body></html>\n")
+    return "\n".join(parts)
+
+
+def write(path: str, histories: Sequence[History], title: Optional[str] = None) -> int:
+    """Write the page to ``path`` (replacing it); return its size in bytes."""
+    data = render(histories, title).encode("utf-8")
+    with open(path, "wb") as handle:
+        handle.write(data)
+    return len(data)

@@ -1,0 +1,345 @@
+"""The timeline page (``report --html``): what it shows, what it never holds, how big it gets, and a real browser.
+
+* Structure: every effect of a small run appears; the effect that went
+  uncertain and was verified by observation is marked as reconciled; a lane
+  whose holder was SIGKILLed (a real child process, taken over by other
+  processes) ends in a crash and a broken lease, never a release; the
+  cancellation names the effect that was in flight.
+* Nothing external: no script, no ``src=``, no ``http:``/``https:``, no
+  ``//`` anywhere in the file, even when the journal's free text holds them.
+* Size: a run of 10,000 effects gives a page of bounded size, with its
+  exceptional effects still drawn one by one.
+* Browser: headless Chromium (the distribution's package) opens the page
+  from disk, on screen and laid out for print; the screenshots are not blank
+  and the page raised no error. The same check on a control page that does
+  raise errors must see them.
+"""
+
+import html.parser
+import json
+import os
+import sys
+import unittest
+from typing import Any, Dict, List, Optional, Tuple
+
+from tests._browser import blankness, find_chromium, load_pages
+from tests._timeline_runs import SMALL_KEYS, UNCERTAIN_KEY, crashed_run, small_contract, small_run
+from tests._util import CLOCK_START, REPO_ROOT, one_json, run_cli, scratch_dir
+
+from runner import history, timeline
+from runner.envelope import apply_ops, content_digest, format_time, new_envelope
+from runner.run import Run
+from runner.stores.file import RunStore
+
+FORBIDDEN = ("http:", "https:", "//", "src=", "<script", "href=", "@import", "url(http")
+
+
+class _Elements(html.parser.HTMLParser):
+    """Every start tag with its attributes and the attributes of the ``<g>`` elements around it."""
+
+    VOID = {"meta", "br", "img", "input", "link", "hr", "rect", "line", "circle", "path"}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.elements: List[Tuple[str, Dict[str, Optional[str]], List[Dict[str, Optional[str]]]]] = []
+        self.stack: List[Tuple[str, Dict[str, Optional[str]]]] = []
+
+    def handle_starttag(self, tag: str, attrs: List[Tuple[str, Optional[str]]]) -> None:
+        attributes = dict(attrs)
+        self.elements.append((tag, attributes, [a for t, a in self.stack if t == "g"]))
+        self.stack.append((tag, attributes))
+
+    def handle_startendtag(self, tag: str, attrs: List[Tuple[str, Optional[str]]]) -> None:
+        self.elements.append((tag, dict(attrs), [a for t, a in self.stack if t == "g"]))
+
+    def handle_endtag(self, tag: str) -> None:
+        while self.stack:
+            if self.stack.pop()[0] == tag:
+                break
+
+    def having(self, cls: str) -> List[Dict[str, Optional[str]]]:
+        return [a for _, a, _ in self.elements if cls in (a.get("class") or "").split()]
+
+
+def parse(page: str) -> _Elements:
+    parser = _Elements()
+    parser.feed(page)
+    return parser
+
+
+def assert_inert(test: unittest.TestCase, page: str) -> None:
+    lowered = page.lower()
+    for needle in FORBIDDEN:
+        test.assertNotIn(needle, lowered, f"the page holds {needle!r}")
+
+
+def synthetic_run(effects: int, exceptional_every: int, task: str = "timeline-large") -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
+    """Journal records of one holder filing ``effects`` effects, with the operations the effect ledger writes.
+
+    Every ``exceptional_every``-th effect goes uncertain and is verified by
+    observation. Built without a store: the page is under test, not the store.
+    """
+    plan = {"contract": 1, "task_id": task, "goal": "Many effects.",
+            "steps": [{"id": "ingest", "artifact": "tickets", "check": "found", "next": "done"}]}
+    state = new_envelope(task, plan, "0" * 64, format_time(CLOCK_START))
+    records: List[Dict[str, Any]] = []
+    clock = [CLOCK_START]
+
+    def commit(ops: List[List[Any]]) -> None:
+        clock[0] += 0.004
+        apply_ops(state, ops)
+        state["revision"] += 1
+        state["updated_at"] = format_time(clock[0])
+        records.append({"rev": state["revision"], "at": state["updated_at"], "epoch": 1, "ops": ops})
+
+    commit([["set", ["lease"], {"owner": "worker-1", "epoch": 1, "expires_at": format_time(CLOCK_START + 3600), "acquired_at": format_time(CLOCK_START)}]])
+    commit([["set", ["steps", "ingest"], {"state": "running", "attempts": 1, "started_at": state["updated_at"]}], ["set", ["current_step"], "ingest"]])
+    for n in range(effects):
+        key = f"doc-{n:05d}:ticket"
+        stamp = format_time(clock[0])
+        commit([["set", ["effects", key], {"state": "started", "payload_digest": content_digest({"n": n}), "attempts": 1, "step": "ingest",
+                                            "started_at": stamp, "updated_at": stamp, "receipt": None, "evidence": None, "reason": None,
+                                            "next_attempt_at": None}]])
+        if exceptional_every and n % exceptional_every == 0:
+            commit([["set", ["effects", key, "state"], "uncertain"], ["set", ["effects", key, "reason"], "timeout"],
+                    ["set", ["counters", "uncertain_effects"], int(state["counters"].get("uncertain_effects", 0)) + 1]])
+            commit([["set", ["effects", key, "state"], "verified"], ["set", ["effects", key, "evidence"], {"ticket": n}],
+                    ["set", ["counters", "reconciled_effects"], int(state["counters"].get("reconciled_effects", 0)) + 1]])
+        else:
+            commit([["set", ["effects", key, "state"], "acknowledged"], ["set", ["effects", key, "receipt"], {"ticket": n}]])
+            commit([["set", ["effects", key, "state"], "verified"], ["set", ["effects", key, "evidence"], {"ticket": n}]])
+    commit([["set", ["steps", "ingest", "state"], "done"], ["set", ["current_step"], None], ["set", ["status"], "complete"]])
+    return records, state
+
+
+class TimelineStructure(unittest.TestCase):
+    """What the page of a small run, and of a crashed one, shows."""
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.scratch = scratch_dir("runner-timeline-")
+        cls.small = os.path.join(cls.scratch.name, "small")
+        small_run(cls.small)
+        cls.page_path = os.path.join(cls.scratch.name, "small.html")
+        cls.result = run_cli("--dir", cls.small, "--json", "report", "--html", cls.page_path)
+        with open(cls.page_path, encoding="utf-8") as handle:
+            cls.page = handle.read()
+        cls.elements = parse(cls.page)
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.scratch.cleanup()
+
+    def test_report_writes_the_page_and_keeps_its_figures(self) -> None:
+        body = one_json(self.result)
+        self.assertEqual(self.result.code, 0, self.result.err)
+        self.assertEqual(body["html_bytes"], os.path.getsize(self.page_path))
+        self.assertEqual((body["reconciled_effects"], body["effects"]), (1, len(SMALL_KEYS)))
+        self.assertIn("reconciled effects", self.page)  # the summary table on top
+
+    def test_an_output_file_outside_an_existing_folder_is_refused(self) -> None:
+        missing = os.path.join(self.scratch.name, "no-such-folder", "page.html")
+        result = run_cli("--dir", self.small, "report", "--html", missing)
+        self.assertEqual((result.code, len(result.err.splitlines())), (2, 1), result.err)
+        self.assertIn("not a file in an existing folder", result.err)
+        self.assertFalse(os.path.exists(os.path.dirname(missing)))
+
+    def test_every_effect_of_a_small_run_appears(self) -> None:
+        drawn = {a.get("data-key") for a in self.elements.having("effect")} | {a.get("data-key") for a in self.elements.having("reconciled")}
+        for key in SMALL_KEYS:
+            self.assertIn(key, drawn, f"effect {key} is not drawn")
+
+    def test_uncertain_then_verified_effect_is_marked_as_reconciled(self) -> None:
+        reconciled = [a.get("data-key") for a in self.elements.having("reconciled")]
+        self.assertEqual(reconciled, [UNCERTAIN_KEY])
+        self.assertIn(UNCERTAIN_KEY, [a.get("data-key") for a in self.elements.having("uncertain")])
+        self.assertEqual([a.get("data-key") for a in self.elements.having("effect-failed")], ["doc:5:ticket"])
+        self.assertEqual([a.get("data-key") for a in self.elements.having("effect-absent")], ["doc:4:ticket"])
+
+    def test_steps_attempts_backoff_approvals_and_cancellation_are_drawn(self) -> None:
+        self.assertEqual(len(self.elements.having("step")), 4)  # fetch twice, publish, archive
+        self.assertEqual([a["class"] for a in self.elements.having("step")], ["step failed", "step done", "step done", "step cancelled"])
+        self.assertGreaterEqual(len(self.elements.having("wait")), 2)  # the step's backoff and the absent effect's
+        self.assertEqual(len(self.elements.having("approval-request")), 3)
+        self.assertEqual(len(self.elements.having("approval-denied")), 1)
+        self.assertEqual(len(self.elements.having("approval-granted")), 1)
+        self.assertEqual(len(self.elements.having("approval-superseded")), 1)
+        self.assertEqual(len(self.elements.having("cancellation")), 1)
+        self.assertIn("In flight then (1): archive&#58;1", self.page)
+
+    def test_no_external_reference_even_from_hostile_text(self) -> None:
+        assert_inert(self, self.page)
+        self.assertNotIn("<img", self.page)
+        # The hostile cancellation reason is shown, as text.
+        self.assertIn("example.invalid", self.page)
+
+    def test_crash_lane_ends_without_a_release(self) -> None:
+        path = os.path.join(self.scratch.name, "crashed")
+        outputs = crashed_run(path, REPO_ROOT)
+        page_path = os.path.join(self.scratch.name, "crashed.html")
+        result = run_cli("--dir", path, "report", "--html", page_path)
+        self.assertEqual(result.code, 0, result.err + "\n".join(outputs))
+        with open(page_path, encoding="utf-8") as handle:
+            page = handle.read()
+        assert_inert(self, page)
+        elements = parse(page)
+        lanes = {a["data-epoch"]: a for a in elements.having("lane")}
+        self.assertEqual(sorted(lanes), ["1", "2"], outputs)
+        self.assertEqual((lanes["1"]["data-owner"], lanes["1"]["data-ended"]), ("worker-doomed", "broken"))
+        self.assertEqual(lanes["2"]["data-ended"], "released")
+
+        def inside(cls: str, epoch: str) -> int:
+            return sum(1 for _, a, around in elements.elements
+                       if cls in (a.get("class") or "").split() and any(g.get("data-epoch") == epoch and "lane" in (g.get("class") or "") for g in around))
+
+        self.assertEqual((inside("crash", "1"), inside("break", "1"), inside("release", "1")), (1, 1, 0))
+        self.assertEqual((inside("crash", "2"), inside("release", "2"), inside("takeover", "2")), (0, 1, 1))
+        crash = [a for _, a, _ in elements.elements if "crash" in (a.get("class") or "").split()]
+        self.assertEqual(crash[0].get("data-epoch"), "1")
+        # The effect the dead worker left started was settled by the next holder.
+        self.assertIn("doc&#58;1&#58;ticket", page)
+
+
+class TimelineOfCompactedRuns(unittest.TestCase):
+    """The file store drops old journal records on compaction: the page says so, and a recorder keeps them."""
+
+    def drive(self, path: str, after_each: Any = None) -> None:
+        RunStore.create(path, "timeline-compacted", small_contract("timeline-compacted"))
+        run = Run(RunStore.open(path, compact_min_bytes=2048))
+        run.acquire("worker-a", 600)
+        run.step_start("fetch")
+        for n in range(40):
+            run.effect_begin(f"doc:{n}:ticket", {"doc": n}, step="fetch")
+            run.effect_verify(f"doc:{n}:ticket", {"seen": n})
+            if after_each:
+                after_each()
+
+    def test_compacted_records_are_a_gap_on_the_page(self) -> None:
+        with scratch_dir("runner-timeline-compacted-") as scratch:
+            path = os.path.join(scratch, "run")
+            self.drive(path)
+            seen = history.load(RunStore.open(path))
+        self.assertEqual(seen.gaps[0][0], 0)
+        self.assertGreater(seen.first_rev, 1)
+        self.assertIn("were compacted away before they were read", timeline.render([seen]))
+
+    def test_a_recorder_keeps_every_record(self) -> None:
+        with scratch_dir("runner-timeline-recorded-") as scratch:
+            path = os.path.join(scratch, "run")
+            recorder = history.Recorder(lambda: RunStore.open(path))
+            self.drive(path, recorder.poll)
+            seen = recorder.history()
+            self.assertGreater(history.load(RunStore.open(path)).first_rev, 1)  # the store itself no longer holds them
+        self.assertEqual((seen.gaps, seen.first_rev), ([], 1))
+        self.assertEqual(sorted({p.state for p in seen.effects.values()}), ["verified"])
+        self.assertEqual(len(seen.effects), 40)
+        self.assertEqual([len(p.transitions) for p in seen.effects.values()], [2] * 40)
+
+
+class TimelineSize(unittest.TestCase):
+    def test_ten_thousand_effects_give_a_bounded_page(self) -> None:
+        sizes = {}
+        for effects, every in ((2000, 0), (10000, 0), (10000, 100)):
+            records, state = synthetic_run(effects, exceptional_every=every)
+            page = timeline.render([history.build(records, state)])
+            sizes[effects, every] = len(page.encode("utf-8"))
+            assert_inert(self, page)
+            elements = parse(page)
+            reconciled = {a.get("data-key") for a in elements.having("reconciled")}
+            self.assertEqual(reconciled, {f"doc-{n:05d}:ticket" for n in range(0, effects, every)} if every else set())
+            self.assertNotIn('data-key="doc-00001:ticket"', page)  # ordinary effects are counted per bucket
+            self.assertTrue(elements.having("bucket"))
+        # Five times the ordinary effects, not five times the page; the exceptional ones add their own marks only.
+        self.assertLess(sizes[10000, 0], 1.3 * sizes[2000, 0], sizes)
+        self.assertLess(sizes[10000, 100], 1_000_000, sizes)
+
+    def test_a_page_of_many_runs_draws_the_most_eventful_and_lists_all(self) -> None:
+        histories = []
+        for n in range(timeline.MAX_SECTIONS + 5):
+            records, state = synthetic_run(3, exceptional_every=1 if n % 9 == 0 else 0, task=f"run-{n:02d}")
+            histories.append(history.build(records, state))
+        page = timeline.render(histories)
+        drawn = sorted(a["data-task"] for a in parse(page).having("run"))
+        self.assertEqual(len(drawn), timeline.MAX_SECTIONS)
+        self.assertTrue({f"run-{n:02d}" for n in range(0, timeline.MAX_SECTIONS + 5, 9)} <= set(drawn))  # those with exceptional effects
+        self.assertEqual(page.count("<td>index only</td>"), 5)
+
+    def test_small_runs_draw_every_transition(self) -> None:
+        records, state = synthetic_run(50, exceptional_every=0)
+        elements = parse(timeline.render([history.build(records, state)]))
+        self.assertEqual(len(elements.having("effect")), 150)
+        self.assertFalse(elements.having("bucket"))
+
+
+class TimelineOfProofs(unittest.TestCase):
+    """``demo --html`` and ``campaign --html`` write the page of the runs they made, agreeing with their own counts."""
+
+    def proof(self, *args: str) -> Tuple[Dict[str, Any], _Elements, str]:
+        with scratch_dir("runner-timeline-proof-") as scratch:
+            page_path = os.path.join(scratch, "page.html")
+            result = run_cli("--json", *args, "--html", page_path, timeout=300)
+            self.assertEqual(result.code, 0, result.err[-2000:])
+            with open(page_path, encoding="utf-8") as handle:
+                page = handle.read()
+        body = json.loads(result.out)
+        self.assertEqual(body["html_bytes"], len(page.encode("utf-8")))
+        assert_inert(self, page)
+        return body, parse(page), page
+
+    def test_demo_page_shows_its_crashes_and_reconciliations(self) -> None:
+        body, elements, page = self.proof("demo", "--documents", "80", "--crash-rate", "0.06", "--seed", "3", "--no-progress")
+        self.assertGreater(body["recoveries"], 0, body)
+        self.assertEqual(len(elements.having("run")), 1)
+        self.assertNotIn("compacted away", page)  # the recorder read every record
+        # Each takeover follows a holder that stopped without releasing, as the run's own counters say.
+        counts = {name: len(elements.having(name)) for name in ("crash", "takeover", "reconciled")}
+        self.assertEqual(counts, {"crash": body["recoveries"], "takeover": body["recoveries"], "reconciled": body["uncertain_reconciled"]}, body)
+        keys = {a.get("data-key") for a in elements.having("effect")}
+        self.assertEqual(len([k for k in keys if k and k.startswith("doc-")]), 80)
+
+    def test_sharded_demo_page_has_one_lane_group_per_run(self) -> None:
+        body, elements, _page = self.proof("demo", "--documents", "120", "--workers", "2", "--crash-rate", "0.02", "--no-progress")
+        self.assertEqual(body["runs"], 2)
+        self.assertEqual(sorted(a["data-task"] for a in elements.having("run")), ["demo-shard-0000", "demo-shard-0001"])
+
+    def test_campaign_page_has_every_run(self) -> None:
+        body, elements, _page = self.proof("campaign", "--kills", "6", "--no-progress")
+        self.assertEqual(len(elements.having("run")), body["runs"])
+        self.assertGreaterEqual(len(elements.having("crash")), 1)
+        self.assertTrue(elements.having("job"))  # each run's check step runs a job
+
+
+CHROMIUM = find_chromium()
+
+
+@unittest.skipUnless(CHROMIUM, "headless Chromium is not installed (the Debian package chromium; CI installs it with .ci/chromium.sh)")
+class TimelineInBrowser(unittest.TestCase):
+    def test_chromium_renders_the_page_without_errors(self) -> None:
+        assert CHROMIUM is not None
+        with scratch_dir("runner-timeline-browser-") as scratch:
+            run_path = os.path.join(scratch, "run")
+            small_run(run_path)
+            page = os.path.join(scratch, "page.html")
+            self.assertEqual(run_cli("--dir", run_path, "report", "--html", page).code, 0)
+            control = os.path.join(scratch, "control.html")
+            with open(control, "w", encoding="utf-8") as handle:
+                handle.write('<!DOCTYPE html><p>control</p><img src="missing.png"><script>console.error("control")</script>')
+            [(_png, control_errors), (png, errors), (printed, print_errors)], version = load_pages(
+                CHROMIUM, [(control, "screen"), (page, "screen"), (page, "print")])
+            # The check can fail: the control page's two errors (a missing file, a console error) are seen.
+            self.assertEqual(len(control_errors), 2, control_errors)
+            colours, share = blankness(png)
+            blank = colours < 2 or share < 0.02
+            print_colours, print_share = blankness(printed)
+            size = os.path.getsize(page)
+        # On the test runner's own stream, on a line of its own, so that CI's log shows it whole.
+        sys.stderr.write(f"\ntimeline-check: browser={version} bytes={size} console_errors={len(errors)} blank={'yes' if blank else 'no'}\n")
+        sys.stderr.flush()
+        self.assertEqual(errors, [])
+        self.assertFalse(blank, (colours, share))
+        self.assertEqual(print_errors, [])
+        self.assertTrue(print_colours > 1 and print_share > 0.02, (print_colours, print_share))  # laid out for print, still drawn
+
+
+if __name__ == "__main__":
+    unittest.main()
