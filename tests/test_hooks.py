@@ -12,13 +12,15 @@ that the run's files are byte-for-byte unchanged except the hook's own
 import io
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 import unittest
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from tests._util import REPO_ROOT, TEMPLATE, child_env, contract_block, write_contract
 
@@ -451,3 +453,67 @@ class HookScriptTests(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+REFERENCE = os.path.join(REPO_ROOT, "references", "harness-integration.md")
+
+
+def reference_blocks(heading: str, fence: str) -> List[str]:
+    """The fenced ``fence`` blocks of the reference's section ``heading``."""
+    with open(REFERENCE, encoding="utf-8") as handle:
+        section = handle.read().split(f"\n## {heading}", 1)[1].split("\n## ", 1)[0]
+    return [block.split("\n```", 1)[0] for block in section.split(f"```{fence}\n")[1:]]
+
+
+class DocumentedOutputTests(unittest.TestCase):
+    """The Stop answers shown in references/harness-integration.md are what the hook prints."""
+
+    def test_the_shown_stop_answers_are_real(self) -> None:
+        shown = [json.loads(block) for block in reference_blocks("What the hooks do, event by event", "json")]
+        self.assertEqual(len(shown), 2)
+        tmp = tempfile.mkdtemp(prefix="runner-hooks-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        clock = Clock()
+        got = []
+        for name in ("acting", "approval"):
+            project = os.path.join(tmp, name)
+            path = os.path.join(project, ".run")
+            os.makedirs(project)
+            plan = load_contract(TEMPLATE)
+            RunStore.create(path, plan["task_id"], plan, clock=clock)
+            run = Run.open(path, clock=clock)
+            recover(run, owner("claude"), 300)
+            if name == "acting":
+                run.step_start("draft")
+            else:
+                run.approval_request("draft", "effect:post:weekly-2026-48:publish", {"title": "Weekly"}, 3600)
+            got.append(call("Stop", "claude", project, clock)[1])
+        self.assertEqual(got, shown)
+
+
+class AgentsSnippetTests(unittest.TestCase):
+    """The AGENTS.md lines and the recover command in the reference run on a real run."""
+
+    def test_the_snippet_commands_work_from_a_copied_skill(self) -> None:
+        tmp = tempfile.mkdtemp(prefix="runner-agents-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        shutil.copytree(REPO_ROOT, os.path.join(tmp, ".agents", "skills", "long-running-agent-sessions"),
+                        ignore=shutil.ignore_patterns(".git", "__pycache__", "tests", "bench"))
+        env = child_env(pythonpath=False)
+        for name in ("RUNNER_DIR", "RUNNER_OWNER", "RUNNER_EPOCH"):
+            env.pop(name, None)
+        init = subprocess.run([sys.executable, ".agents/skills/long-running-agent-sessions/runner", "--dir", ".run", "init", "--contract", TEMPLATE],
+                              cwd=tmp, env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(init.returncode, 0, init.stderr)
+        text = "\n".join(reference_blocks("Harnesses without hooks: `AGENTS.md`", "markdown")
+                         + reference_blocks("The run folder, the session's owner id and the lease", "sh"))
+        commands = re.findall(r"python3 (\.agents/skills/long-running-agent-sessions/runner [^`\n]+)", text)
+        self.assertEqual(len(commands), 3)
+        for command in commands:
+            argv = shlex.split(command.replace("YOUR-SESSION-ID", "claude-5f0c7d2e"))
+            done = subprocess.run([sys.executable] + argv, cwd=tmp, env=env, capture_output=True, text=True, timeout=60)
+            with self.subTest(command=command):
+                self.assertEqual(done.returncode, 0, done.stderr)
+                self.assertTrue(done.stdout.strip())
+        # The same owner twice: the second recover re-takes its own lease at a new epoch.
+        self.assertEqual(Run.open(os.path.join(tmp, ".run")).state["lease"]["epoch"], 2)
