@@ -157,7 +157,8 @@ class _View:
             return
         self.lease = lease_view(self.state, now)
         holder = self.lease.get("owner") if self.lease.get("live") else None
-        jobs = {k: observe_job(path, j) for k, j in self.state["jobs"].items() if j["state"] in ("submitting", "running", "cancel-requested", "vanished")}
+        unsettled = ("submitting", "running", "cancel-requested", "vanished")
+        jobs = {k: observe_job(path, j) for k, j in self.state["jobs"].items() if j["state"] in unsettled}
         if holder is not None and holder == owner:
             self.decision = decide(self.state, now, owner, self.lease["epoch"], jobs)
         else:

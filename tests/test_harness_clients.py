@@ -16,7 +16,7 @@ import unittest
 
 from tests._util import REPO_ROOT
 
-from tools.harness_check import CheckFailed, Clients, check_claude, harness_check
+from tools.harness_check import CheckFailed, Clients, check_claude, check_codex, harness_check
 
 LINE = re.compile(r"^harness-check: claude=\d+\.\d+\.\d+\S* codex=\d+\.\d+\.\d+\S* skills=[1-9]\d* "
                   r"hooks=SessionStart,Stop,SessionEnd,PreCompact validate=ok$")
@@ -32,7 +32,8 @@ def _clients() -> str:
     if not os.path.isfile(os.path.join(cache, "complete")):
         if shutil.which("npm") is None and shutil.which("apt-get") is None:
             raise unittest.SkipTest("no npm to install @anthropic-ai/claude-code and @openai/codex with, and no apt-get to install npm")
-        done = subprocess.run(["bash", os.path.join(REPO_ROOT, ".ci", "harness.sh"), "--install", cache], capture_output=True, text=True, timeout=1800)
+        install = ["bash", os.path.join(REPO_ROOT, ".ci", "harness.sh"), "--install", cache]
+        done = subprocess.run(install, capture_output=True, text=True, timeout=1800)
         if done.returncode != 0:
             raise unittest.SkipTest(f"the real clients could not be installed: {done.stderr.strip()[-300:]}")
     return cache
@@ -44,7 +45,7 @@ class RealClientTests(unittest.TestCase):
         line = harness_check(clients, REPO_ROOT)
         self.assertRegex(line, LINE)
 
-    def test_a_plugin_missing_a_hook_fails_the_check(self) -> None:
+    def test_a_broken_plugin_fails_the_check(self) -> None:
         clients = _clients()
         broken = os.path.join(self._scratch(), "long-running-agent-sessions")
         shutil.copytree(REPO_ROOT, broken, ignore=shutil.ignore_patterns(".git", "__pycache__", "tests", "bench"))
@@ -54,10 +55,18 @@ class RealClientTests(unittest.TestCase):
         del wired["hooks"]["PreCompact"]
         with open(hooks_file, "w", encoding="utf-8") as handle:
             json.dump(wired, handle)
+        manifest = os.path.join(broken, ".codex-plugin", "plugin.json")
+        with open(manifest, encoding="utf-8") as handle:
+            codex = json.load(handle)
+        del codex["skills"]
+        with open(manifest, "w", encoding="utf-8") as handle:
+            json.dump(codex, handle)
         home = os.path.join(self._scratch(), "home")
         os.mkdir(home)
         with self.assertRaisesRegex(CheckFailed, "PreCompact"):
             check_claude(Clients(clients, home), broken)
+        with self.assertRaisesRegex(CheckFailed, "does not list the skill"):
+            check_codex(Clients(clients, home), broken)
 
     def _scratch(self) -> str:
         folder = tempfile.mkdtemp(prefix="harness-broken-")

@@ -46,14 +46,16 @@ EVENTS: Dict[str, Dict[str, Dict[str, Any]]] = {
                          "source": "startup", "model": "claude-sonnet-4-6"},
         "Stop": {"session_id": SESSION, "transcript_path": "/tmp/t.jsonl", "cwd": "", "permission_mode": "default", "hook_event_name": "Stop",
                  "stop_hook_active": False, "last_assistant_message": "Done for now."},
-        "SessionEnd": {"session_id": SESSION, "transcript_path": "/tmp/t.jsonl", "cwd": "", "hook_event_name": "SessionEnd", "reason": "prompt_input_exit"},
+        "SessionEnd": {"session_id": SESSION, "transcript_path": "/tmp/t.jsonl", "cwd": "", "hook_event_name": "SessionEnd",
+                       "reason": "prompt_input_exit"},
         "PreCompact": {"session_id": SESSION, "transcript_path": "/tmp/t.jsonl", "cwd": "", "hook_event_name": "PreCompact", "trigger": "auto",
                        "custom_instructions": ""},
     },
     "codex": {
         "SessionStart": {"session_id": SESSION, "transcript_path": None, "cwd": "", "hook_event_name": "SessionStart", "model": "gpt-5.5",
                          "permission_mode": "default", "source": "startup"},
-        "Stop": {"session_id": SESSION, "transcript_path": None, "cwd": "", "hook_event_name": "Stop", "model": "gpt-5.5", "permission_mode": "default",
+        "Stop": {"session_id": SESSION, "transcript_path": None, "cwd": "", "hook_event_name": "Stop", "model": "gpt-5.5",
+                 "permission_mode": "default",
                  "stop_hook_active": False, "last_assistant_message": None, "turn_id": "turn-1"},
         "SessionEnd": {"session_id": SESSION, "transcript_path": None, "cwd": "", "hook_event_name": "SessionEnd", "reason": "other"},
         "PreCompact": {"session_id": SESSION, "transcript_path": None, "cwd": "", "hook_event_name": "PreCompact", "model": "gpt-5.5",
@@ -142,7 +144,8 @@ def make_project(tmp: str, state: str, harness: str, clock: Clock) -> str:
     return project
 
 
-def call(event: str, harness: str, project: str, clock: Clock, env: Optional[Dict[str, str]] = None, **fields: Any) -> Tuple[int, Optional[Dict[str, Any]], str, str]:
+def call(event: str, harness: str, project: str, clock: Clock, env: Optional[Dict[str, str]] = None,
+         **fields: Any) -> Tuple[int, Optional[Dict[str, Any]], str, str]:
     """Run one hook in-process as the harness would: JSON on stdin, the answer on stdout."""
     payload = dict(EVENTS[harness][event], cwd=project, **fields)
     out, err = io.StringIO(), io.StringIO()
@@ -207,7 +210,8 @@ class HookStateMatrixTests(unittest.TestCase):
                         self.assertIn(f"you ({owner(harness)}) hold the lease at epoch 1", context)
 
     def test_stop_in_every_state(self) -> None:
-        legal = {"approval": "awaiting-approval", "cancelled": "cancelled", "complete": "complete", "fenced": "fenced", "damaged": "state-unrecoverable"}
+        legal = {"approval": "awaiting-approval", "cancelled": "cancelled", "complete": "complete", "fenced": "fenced",
+                 "damaged": "state-unrecoverable"}
         for harness in ("claude", "codex"):
             for state in STATES:
                 with self.subTest(harness=harness, state=state):
@@ -246,7 +250,8 @@ class HookStateMatrixTests(unittest.TestCase):
                         self.assertIsNone(state_after["lease"]["owner"])
                         self.assertEqual(state_after["lease"]["epoch"], 1)
                         self.assertGreater(len(after["journal.jsonl"]), len(before["journal.jsonl"]))
-                        self.assertEqual({k: v for k, v in after.items() if k != "journal.jsonl"}, {k: v for k, v in before.items() if k != "journal.jsonl"})
+                        others = {k: v for k, v in before.items() if k != "journal.jsonl"}
+                        self.assertEqual({k: v for k, v in after.items() if k != "journal.jsonl"}, others)
                         self.assertTrue(after["journal.jsonl"].startswith(before["journal.jsonl"]))
                     else:
                         # No run, nobody's lease, someone else's lease, or damage: nothing changes.

@@ -10,6 +10,7 @@ runner and its hooks run from the copy.
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -90,6 +91,17 @@ class ManifestTests(unittest.TestCase):
 
     def test_codex_manifest_names_files_that_exist(self) -> None:
         codex = load(CODEX_PLUGIN)
+        # Codex lists skills only from folders below the plugin root: one entry, pointing at the root skill.
+        entries = os.listdir(in_root(codex["skills"]))
+        self.assertEqual(entries, [NAME])
+        entry = os.path.join(in_root(codex["skills"]), NAME, "SKILL.md")
+        with open(entry, encoding="utf-8") as handle:
+            text = handle.read()
+        with open(os.path.join(REPO_ROOT, "SKILL.md"), encoding="utf-8") as handle:
+            root_skill = handle.read()
+        self.assertEqual(text.split("\n---\n", 1)[0], root_skill.split("\n---\n", 1)[0])
+        pointer = re.search(r"`((?:\.\./)+SKILL\.md)`", text).group(1)
+        self.assertEqual(os.path.normpath(os.path.join(os.path.dirname(entry), pointer)), os.path.join(REPO_ROOT, "SKILL.md"))
         self.assertTrue(os.path.isfile(in_root(codex["hooks"])))
         self.assertTrue(os.path.isfile(in_root(codex["mcpServers"])))
         self.assertEqual(os.listdir(os.path.dirname(CODEX_PLUGIN)), ["plugin.json"])

@@ -14,7 +14,8 @@ throwaway ``HOME`` the check runs
 * ``codex plugin marketplace add CHECKOUT``, ``codex plugin add ...`` and
   ``codex plugin list --json``, which must show the plugin installed and
   enabled, with ``SKILL.md``, the Codex hooks file and every hook script it
-  names in the installed plugin root;
+  names in the installed plugin root, and ``codex debug prompt-input``, whose
+  list of a session's skills must hold the plugin's skill;
 * ``agentskills validate`` on the skill folder (under its own name, as the
   specification requires);
 
@@ -120,6 +121,11 @@ def check_codex(clients: Clients, checkout: str) -> Dict[str, object]:
                 raise CheckFailed(f"the installed plugin root lacks the hook script {script}")
     if not os.path.isfile(os.path.join(installed, "SKILL.md")):
         raise CheckFailed(f"the installed plugin root {installed} has no SKILL.md")
+    # The skills a Codex session would see, rendered without a model or an account.
+    prompt = clients.run([codex, "debug", "prompt-input", "hello"])
+    listed_at = os.path.normpath(os.path.join(manifest.get("skills", "./skills/"), NAME, "SKILL.md"))  # Codex's default folder
+    if f"{NAME}:{NAME}:" not in prompt or listed_at not in prompt:
+        raise CheckFailed(f"codex debug prompt-input does not list the skill {NAME}:{NAME} at {listed_at}")
     return {"version": version, "root": installed, "hooks": sorted(wired)}
 
 
