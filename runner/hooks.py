@@ -39,6 +39,7 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
 from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Tuple
 
@@ -315,7 +316,8 @@ def main(event: str, argv: List[str], stdin: Optional[IO[str]] = None, stdout: O
     stdin, stdout, stderr = stdin or sys.stdin, stdout or sys.stdout, stderr or sys.stderr
     env = os.environ if env is None else env
     harness = "codex" if "--harness" in argv and argv[argv.index("--harness") + 1 :][:1] == ["codex"] else "claude"
-    timed = hasattr(signal, "setitimer") and hasattr(signal, "SIGALRM")
+    # The timer needs SIGALRM, which only the main thread can handle.
+    timed = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
     previous = None
     try:
         if timed:

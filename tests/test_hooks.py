@@ -330,6 +330,34 @@ class StopBoundTests(unittest.TestCase):
         self.assertIn("could not be recorded", answer["systemMessage"])
 
 
+class StopReasonTests(unittest.TestCase):
+    """A spent limit lets the session stop; an unknown effect outcome the agent can observe does not."""
+
+    def setUp(self) -> None:
+        self.tmp = tempfile.mkdtemp(prefix="runner-hooks-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+
+    def test_a_spent_limit_lets_the_stop_through(self) -> None:
+        clock = Clock()
+        project = make_project(self.tmp, "acting", "claude", clock)
+        Run.open(os.path.join(project, ".run"), owner=owner("claude"), epoch=1, clock=clock).add_cost({"money": 6})
+        answer = call("Stop", "claude", project, clock)[1]
+        self.assertNotIn("decision", answer)
+        self.assertIn("stops here: limit-exhausted", answer["systemMessage"])
+
+    def test_an_uncertain_effect_is_pushed_as_a_reconciliation(self) -> None:
+        clock = Clock()
+        project = make_project(self.tmp, "acting", "codex", clock)
+        run = Run.open(os.path.join(project, ".run"), owner=owner("codex"), epoch=1, clock=clock)
+        run.effect_begin("draft:file", {"path": "drafts/post.md"}, step="draft")
+        run.effect_uncertain("draft:file", "the write timed out")
+        before = run_files(project)
+        answer = call("Stop", "codex", project, clock)[1]
+        self.assertEqual(answer["decision"], "block")
+        self.assertIn("next action reconcile draft:file: observe the target for effect draft:file", answer["reason"])
+        self.assertEqual(run_files(project), before)
+
+
 class SessionOwnerTests(unittest.TestCase):
     """The owner id follows the harness session, so a resumed session re-takes its own lease."""
 
@@ -399,6 +427,26 @@ class FailOpenTests(unittest.TestCase):
             self.assertEqual(hooks.main(event, [], stdin=io.StringIO(payload), stdout=out, stderr=err, env={}, clock=broken), 0)
             self.assertEqual(out.getvalue(), "")
             self.assertIn("clock unavailable", err.getvalue())
+
+
+    def test_a_hook_that_hangs_gives_up_within_its_budget(self) -> None:
+        clock = Clock()
+        project = make_project(self.tmp, "acting", "claude", clock)
+
+        def hung() -> float:
+            time.sleep(30)  # stands for a stuck file system; the hook's own timer must end it
+            return T0
+
+        budget = hooks.TIME_BUDGET_SECONDS
+        hooks.TIME_BUDGET_SECONDS = 0.2
+        self.addCleanup(setattr, hooks, "TIME_BUDGET_SECONDS", budget)
+        out, err = io.StringIO(), io.StringIO()
+        payload = json.dumps(dict(EVENTS["claude"]["Stop"], cwd=project))
+        started = time.monotonic()
+        self.assertEqual(hooks.main("Stop", [], stdin=io.StringIO(payload), stdout=out, stderr=err, env={}, clock=hung), 0)
+        self.assertLess(time.monotonic() - started, 10)
+        self.assertEqual(out.getvalue(), "")
+        self.assertIn("gave up after 0.2 s", err.getvalue())
 
 
 class HookScriptTests(unittest.TestCase):
