@@ -44,10 +44,12 @@ import time
 from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from .envelope import canonical_json, format_time
+from .errors import RunnerError
 from .fs import OsFileSystem, replace_durably
 from .jobs import observe_job
 from .lease import lease_view
 from .recovery import decide
+from .run import Run
 from .stores.file import scan
 from .views import brief
 
@@ -192,7 +194,7 @@ class _View:
 # -- the four events ---------------------------------------------------------------------
 
 
-def _session_start(view: _View, payload: Mapping[str, Any], harness: str) -> Output:
+def _session_start(view: _View) -> Output:
     if view.state is None:
         text = (f"The run in {view.path} is damaged and was not loaded: {_line(view.damage, 300)}. "
                 f"Do not start the task over; run '{_runner_command(view.path)} doctor' and report what it says.")
@@ -211,7 +213,7 @@ def _let_through(reason: str, detail: str, task: str = "") -> Output:
     return {"systemMessage": _line(f"run {task + ' ' if task else ''}stops here: {reason}: {detail}")}
 
 
-def _stop(view: _View, payload: Mapping[str, Any], harness: str, now: float) -> Output:
+def _stop(view: _View, payload: Mapping[str, Any], now: float) -> Output:
     if view.state is None:
         return _let_through("state-unrecoverable", view.damage or "the run state could not be read")
     state, decision = view.state, view.decision
@@ -244,12 +246,9 @@ def _stop(view: _View, payload: Mapping[str, Any], harness: str, now: float) -> 
     return {"decision": "block", "reason": reason}
 
 
-def _session_end(view: _View, payload: Mapping[str, Any], harness: str, now: float, clock: Clock) -> Output:
+def _session_end(view: _View, clock: Clock) -> Output:
     if view.state is None or view.owner is None or view.state["lease"].get("owner") != view.owner:
         return None
-    from .errors import RunnerError
-    from .run import Run
-
     try:
         run = Run.open(view.path, owner=view.owner, epoch=int(view.state["lease"]["epoch"]), clock=clock)
         run.release()
@@ -258,7 +257,7 @@ def _session_end(view: _View, payload: Mapping[str, Any], harness: str, now: flo
     return None
 
 
-def _pre_compact(view: _View, payload: Mapping[str, Any], harness: str, now: float) -> Output:
+def _pre_compact(view: _View, payload: Mapping[str, Any], now: float) -> Output:
     if view.state is None:
         return None
     record = _read_hook_file(view.path)
@@ -295,13 +294,13 @@ def handle(event: str, harness: str, payload: Mapping[str, Any], env: Mapping[st
     if not view.exists:
         return None, ""
     if event == "SessionStart":
-        return _session_start(view, payload, harness), ""
+        return _session_start(view), ""
     if event == "Stop":
-        return _stop(view, payload, harness, now), ""
+        return _stop(view, payload, now), ""
     if event == "SessionEnd":
-        return _session_end(view, payload, harness, now, clock), ""
+        return _session_end(view, clock), ""
     if event == "PreCompact":
-        out = _pre_compact(view, payload, harness, now)
+        out = _pre_compact(view, payload, now)
         return out, (_pre_compact_text(view) if harness == "claude" else "")
     return None, ""
 
