@@ -68,6 +68,22 @@ class RealClientTests(unittest.TestCase):
         with self.assertRaisesRegex(CheckFailed, "does not list the skill"):
             check_codex(Clients(clients, home), broken)
 
+    def test_a_visible_codex_entry_would_list_a_copied_skill_twice(self) -> None:
+        clients = _clients()
+        visible = os.path.join(self._scratch(), "long-running-agent-sessions")
+        shutil.copytree(REPO_ROOT, visible, ignore=shutil.ignore_patterns(".git", "__pycache__", "tests", "bench"))
+        os.rename(os.path.join(visible, ".codex-skills"), os.path.join(visible, "codex-skills"))
+        manifest = os.path.join(visible, ".codex-plugin", "plugin.json")
+        with open(manifest, encoding="utf-8") as handle:
+            codex = json.load(handle)
+        codex["skills"] = "./codex-skills/"
+        with open(manifest, "w", encoding="utf-8") as handle:
+            json.dump(codex, handle)
+        home = os.path.join(self._scratch(), "home")
+        os.mkdir(home)
+        with self.assertRaisesRegex(CheckFailed, "shows Codex the skill 2 times"):
+            check_codex(Clients(clients, home), visible)
+
     def _scratch(self) -> str:
         folder = tempfile.mkdtemp(prefix="harness-broken-")
         self.addCleanup(shutil.rmtree, folder, True)

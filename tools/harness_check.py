@@ -49,6 +49,7 @@ class Clients:
     """The installed command-line clients and a throwaway home to run them in."""
 
     def __init__(self, folder: str, home: str) -> None:
+        self.folder = folder
         self.bin = os.path.join(folder, "npm", "node_modules", ".bin")
         self.agentskills = os.path.join(folder, "venv", "bin", "agentskills")
         self.home = home
@@ -56,10 +57,10 @@ class Clients:
             if not os.access(tool, os.X_OK):
                 raise CheckFailed(f"{tool} is not installed (run .ci/harness.sh)")
 
-    def run(self, argv: List[str], timeout: float = 180) -> str:
+    def run(self, argv: List[str], timeout: float = 180, cwd: Optional[str] = None) -> str:
         env = {"HOME": self.home, "PATH": self.bin + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8",
                "CI": "true", "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "NO_COLOR": "1"}
-        done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=self.home, timeout=timeout, stdin=subprocess.DEVNULL)
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd or self.home, timeout=timeout, stdin=subprocess.DEVNULL)
         if done.returncode != 0:
             tail = (done.stderr.strip() or done.stdout.strip()).splitlines()[-3:]
             raise CheckFailed(f"{' '.join(argv[:4])} exited {done.returncode}: {' | '.join(tail)}")
@@ -126,7 +127,22 @@ def check_codex(clients: Clients, checkout: str) -> Dict[str, object]:
     listed_at = os.path.normpath(os.path.join(manifest.get("skills", "./skills/"), NAME, "SKILL.md"))  # Codex's default folder
     if f"{NAME}:{NAME}:" not in prompt or listed_at not in prompt:
         raise CheckFailed(f"codex debug prompt-input does not list the skill {NAME}:{NAME} at {listed_at}")
+    copied = _copied_skill_entries(clients, codex, checkout)
+    if copied != 1:
+        raise CheckFailed(f"a copy in .agents/skills/ shows Codex the skill {copied} times, not once")
     return {"version": version, "root": installed, "hooks": sorted(wired)}
+
+
+def _copied_skill_entries(clients: Clients, codex: str, checkout: str) -> int:
+    """How often a Codex session in a project lists the skill when the folder is copied to ``.agents/skills/``."""
+    home = os.path.join(clients.home, "copy-home")  # no plugin installed here, only the copy
+    os.mkdir(home)
+    clients = Clients(clients.folder, home)
+    project = os.path.join(home, "project")
+    shutil.copytree(checkout, os.path.join(project, ".agents", "skills", NAME), ignore=shutil.ignore_patterns(".git", "tests", "bench"))
+    os.mkdir(os.path.join(project, ".git"))  # the project root Codex searches up to
+    prompt = clients.run([codex, "debug", "prompt-input", "hello"], cwd=project)
+    return len(re.findall(rf"- (?:{NAME}:)?{NAME}: ", prompt))
 
 
 def check_skill(clients: Clients, checkout: str, scratch: str) -> str:
