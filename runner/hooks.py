@@ -185,7 +185,7 @@ class _View:
     def lease_line(self) -> str:
         if self.mine:
             return (f"you ({self.owner}) hold the lease at epoch {self.lease['epoch']} until {self.lease['expires_at']}; "
-                    f"writers pass --owner {self.owner} --epoch {self.lease['epoch']}")
+                    f"after a resume, '{_runner_command(self.path)} recover --owner {self.owner} --json' re-takes it at a new epoch")
         if self.lease.get("live"):
             return f"{self.lease.get('owner')} holds the lease at epoch {self.lease.get('epoch')}: this session must not write"
         return f"the lease is free: take it with '{_runner_command(self.path)} recover --owner {self.owner or 'ID'} --json'"
