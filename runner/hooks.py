@@ -37,6 +37,7 @@ does not reset the count. When the count cannot be persisted, a stop that
 import json
 import os
 import re
+import shlex
 import signal
 import sys
 import threading
@@ -114,7 +115,7 @@ def locate_run(payload: Mapping[str, Any], env: Mapping[str, str]) -> Optional[s
 
 
 def _runner_command(path: str) -> str:
-    return f"python3 {_ROOT}/runner --dir {path}"
+    return f"python3 {shlex.quote(os.path.join(_ROOT, 'runner'))} --dir {shlex.quote(path)}"
 
 
 def _read_hook_file(path: str) -> Dict[str, Any]:
