@@ -82,7 +82,9 @@ class WorkVerbTest(unittest.TestCase):
             evidence = state["steps"]["build"]["evidence"]["log"]
             self.assertRegex(evidence, r"^done by pool-.+-w[0-9]+$")
             owners.add(evidence.split()[-1])
-        self.assertLessEqual(owners, {f"pool-w{n}" for n in range(1, tally["workers"] + 1)})
+        # One supervisor's workers: a shared prefix, then w1, w2, ... up to the number started.
+        self.assertEqual(len({owner.rsplit("-w", 1)[0] for owner in owners}), 1, owners)
+        self.assertLessEqual({owner.rsplit("-", 1)[1] for owner in owners}, {f"w{n}" for n in range(1, tally["workers"] + 1)})
 
     def test_a_handler_that_cannot_be_loaded_is_invalid_input(self) -> None:
         for spec in ("no.such.module:thing", "tests.test_cli_work:no_such_function", "tests.test_cli_work:HANDLER"):

@@ -1,0 +1,119 @@
+# shellcheck shell=bash
+# The real harness clients, installed once per CI run into a throwaway folder.
+#
+#   source .ci/harness.sh [PYTHON]     # from .ci/run: install, check once, export
+#   bash .ci/harness.sh --install DIR  # install into DIR (reused when complete)
+#
+# Installs Claude Code (@anthropic-ai/claude-code) and Codex (@openai/codex)
+# from the npm registry into DIR/npm, and the Agent Skills reference validator
+# (skills-ref, command agentskills) from PyPI into the venv DIR/venv. Node.js
+# and npm come from the OS packages when they are missing. Sourced, it then
+# runs tools/harness_check.py once, which prints the one line
+#
+#   harness-check: claude=V codex=V skills=N hooks=E,... validate=ok
+#
+# and exports RUNNER_TEST_HARNESS_CLIENTS=DIR, so the test suite (run once per
+# Python) reuses the install instead of repeating it. When the packages cannot
+# be had it prints one line saying so and why, exports
+# RUNNER_TEST_HARNESS_SKIP with the reason, and returns 0: it never stops CI
+# by itself; a failed check does (the line says what failed).
+
+_RUNNER_HX_DIR=${_RUNNER_HX_DIR:-}
+
+_runner_hx_limit() {
+  local seconds=$1
+  shift
+  if command -v timeout >/dev/null 2>&1; then
+    timeout "$seconds" "$@"
+  else
+    "$@"
+  fi
+}
+
+# Node.js and npm from the OS packages, when either is missing.
+_runner_hx_node() {
+  local log
+  if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
+    return 0
+  fi
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "no node/npm and no apt-get to install them with"
+    return 1
+  fi
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "no node/npm, and installing them needs root"
+    return 1
+  fi
+  log=$(mktemp) || { echo "mktemp failed"; return 1; }
+  echo "== harness: installing Node.js and npm from the OS packages" >&2
+  if ! DEBIAN_FRONTEND=noninteractive _runner_hx_limit 600 apt-get update >"$log" 2>&1 \
+    || ! DEBIAN_FRONTEND=noninteractive _runner_hx_limit 1200 apt-get install -y -q nodejs npm >"$log" 2>&1; then
+    echo "apt-get could not install nodejs and npm: $(tail -n 1 "$log")"
+    rm -f "$log"
+    return 1
+  fi
+  rm -f "$log"
+  command -v npm >/dev/null 2>&1 || { echo "the npm package installed no npm command"; return 1; }
+}
+
+# Install the three clients into $1 (skipped when a previous install completed).
+_runner_hx_install() {
+  local dir=$1 python=${2:-python3} out
+  [ -f "$dir/complete" ] && return 0
+  out=$(_runner_hx_node) || { echo "$out"; return 1; }
+  mkdir -p "$dir/npm" || { echo "cannot make $dir/npm"; return 1; }
+  if ! out=$(_runner_hx_limit 900 npm install --prefix "$dir/npm" --no-audit --no-fund --loglevel=error \
+    @anthropic-ai/claude-code @openai/codex 2>&1); then
+    echo "npm could not install @anthropic-ai/claude-code and @openai/codex: $(printf '%s\n' "$out" | grep -v '^\s*$' | tail -n 1)"
+    return 1
+  fi
+  if ! out=$("$python" -m venv "$dir/venv" 2>&1); then
+    echo "cannot make a venv with $python: $(printf '%s\n' "$out" | tail -n 1)"
+    return 1
+  fi
+  if ! out=$(PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 PIP_RETRIES=2 PIP_TIMEOUT=30 \
+    _runner_hx_limit 600 "$dir/venv/bin/python" -m pip install --quiet skills-ref 2>&1); then
+    echo "pip could not install skills-ref: $(printf '%s\n' "$out" | grep -v '^\s*$' | tail -n 1)"
+    return 1
+  fi
+  touch "$dir/complete"
+}
+
+_runner_hx_stop() {
+  local dir=${_RUNNER_HX_DIR:-}
+  _RUNNER_HX_DIR=
+  [ -n "$dir" ] && rm -rf "$dir"
+  return 0
+}
+
+_runner_hx_source() {
+  local python=${1:-python3} dir reason
+  unset RUNNER_TEST_HARNESS_CLIENTS RUNNER_TEST_HARNESS_SKIP
+  dir=$(mktemp -d "${TMPDIR:-/tmp}/runner-harness.XXXXXX") || { export RUNNER_TEST_HARNESS_SKIP="cannot make a temporary folder"; return 0; }
+  _RUNNER_HX_DIR=$dir
+  if ! reason=$(_runner_hx_install "$dir" "$python"); then
+    echo "== harness-check skipped: $reason"
+    export RUNNER_TEST_HARNESS_SKIP="$reason"
+    _runner_hx_stop
+    return 0
+  fi
+  export RUNNER_TEST_HARNESS_CLIENTS=$dir
+  "$python" tools/harness_check.py --clients "$dir" || _RUNNER_HX_FAILED=1
+  return 0
+}
+
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  # Executed: --install DIR [PYTHON]
+  set -uo pipefail
+  [ "${1:-}" = "--install" ] && [ -n "${2:-}" ] || { echo "usage: bash .ci/harness.sh --install DIR [PYTHON]" >&2; exit 2; }
+  reason=$(_runner_hx_install "$2" "${3:-python3}") || { echo "$reason" >&2; exit 1; }
+  exit 0
+fi
+
+_runner_hx_options=$(set +o)
+set +e
+_RUNNER_HX_FAILED=0
+_runner_hx_source "$@"
+eval "$_runner_hx_options"
+unset _runner_hx_options
+true
