@@ -13,7 +13,9 @@ A durable replace of a file, in the order the store performs it::
     replace(tmp, target)    # atomic rename over the old file
     fsync_dir(folder)       # the new name itself is on disk
 
-A durable append is ``append(path, data)`` then ``fsync(path)``.
+A durable append is ``append(path, data)`` then ``fsync(path)``. An
+``overwrite(path, data)`` rewrites a file's first bytes in place; the store
+uses it, without an fsync, for a witness that may lag but never leads.
 
 Every open refuses symbolic links (``O_NOFOLLOW``), so a link planted where a
 state file should be is an error, never a redirection.
@@ -43,8 +45,9 @@ class FileSystem:
 
     Reads: :meth:`read`, :meth:`read_from`, :meth:`stat`, :meth:`exists`,
     :meth:`listdir`. Durable operations: :meth:`mkdir`, :meth:`write_file`,
-    :meth:`append`, :meth:`fsync`, :meth:`replace`, :meth:`fsync_dir`,
-    :meth:`truncate`, :meth:`unlink`. Locking: :meth:`lock`.
+    :meth:`append`, :meth:`overwrite`, :meth:`fsync`, :meth:`replace`,
+    :meth:`fsync_dir`, :meth:`truncate`, :meth:`unlink`. Metadata:
+    :meth:`make_private`. Locking: :meth:`lock`.
     """
 
     def read(self, path: str) -> bytes:
@@ -88,6 +91,10 @@ class FileSystem:
         """Append ``data`` to an existing file; no fsync."""
         raise NotImplementedError
 
+    def overwrite(self, path: str, data: bytes) -> None:
+        """Write ``data`` over the first bytes of an existing file, in place; no fsync."""
+        raise NotImplementedError
+
     def fsync(self, path: str) -> None:
         """Make the file's data durable."""
         raise NotImplementedError
@@ -107,11 +114,18 @@ class FileSystem:
     def unlink(self, path: str) -> None:
         raise NotImplementedError
 
-    def lock(self, path: str) -> "contextlib.AbstractContextManager[None]":
-        """An exclusive lock held across processes for the ``with`` block.
+    def make_private(self, path: str) -> None:
+        """Narrow an existing directory to mode 0700 (whatever it had)."""
+        raise NotImplementedError
 
-        The lock file is created on first use and never removed: removing it
-        would let two processes hold locks on two different files of one name.
+    def lock(self, path: str) -> "contextlib.AbstractContextManager[None]":
+        """An exclusive lock on the file or directory at ``path``, held across processes for the ``with`` block.
+
+        Locking needs only read access, so it works on a read-only file
+        system. A missing ``path`` is created as an empty file. The store
+        locks its run folder itself: a lock on a file inside could be lost to
+        anyone who removes that file while it is held, after which two
+        processes would hold locks on two different files of one name.
         """
         raise NotImplementedError
 
@@ -160,10 +174,12 @@ class OsFileSystem(FileSystem):
         self._lock_fds: Dict[str, int] = {}
         self._lock_depth: Dict[str, int] = {}
         self._append: Optional[Tuple[str, int, int]] = None  # (path, fd, inode)
+        self._overwrite: Optional[Tuple[str, int, int]] = None  # (path, fd, inode)
 
     def close(self) -> None:
         """Close cached descriptors (releasing any lock this instance holds)."""
         self._forget_append()
+        self._forget_overwrite()
         for fd in self._lock_fds.values():
             os.close(fd)
         self._lock_fds.clear()
@@ -179,6 +195,15 @@ class OsFileSystem(FileSystem):
         if self._append is not None and (not paths or self._append[0] in paths):
             os.close(self._append[1])
             self._append = None
+
+    def _forget_overwrite(self, *paths: str) -> None:
+        if self._overwrite is not None and (not paths or self._overwrite[0] in paths):
+            os.close(self._overwrite[1])
+            self._overwrite = None
+
+    def _forget(self, *paths: str) -> None:
+        self._forget_append(*paths)
+        self._forget_overwrite(*paths)
 
     def _open(self, path: str, flags: int, mode: int = FILE_MODE) -> int:
         try:
@@ -227,6 +252,13 @@ class OsFileSystem(FileSystem):
         os.mkdir(path, DIR_MODE)
         os.chmod(path, DIR_MODE)  # the umask may have narrowed or widened it
 
+    def make_private(self, path: str) -> None:
+        fd = self._open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fchmod(fd, DIR_MODE)
+        finally:
+            os.close(fd)
+
     def write_file(self, path: str, data: bytes) -> None:
         fd = self._open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
@@ -254,6 +286,19 @@ class OsFileSystem(FileSystem):
     def append(self, path: str, data: bytes) -> None:
         _write_all(self._append_fd(path), data)
 
+    def overwrite(self, path: str, data: bytes) -> None:
+        # One cached descriptor, reused while the name still points at its file.
+        st = os.lstat(path)
+        cached = self._overwrite
+        if cached is None or cached[0] != path or cached[2] != st.st_ino:
+            self._forget_overwrite()
+            fd = self._open(path, os.O_WRONLY)
+            cached = self._overwrite = (path, fd, os.fstat(fd).st_ino)
+        view = memoryview(data)
+        offset = 0
+        while offset < len(view):
+            offset += os.pwrite(cached[1], view[offset:], offset)
+
     def fsync(self, path: str) -> None:
         cached = self._append
         if cached is not None and cached[0] == path:
@@ -266,7 +311,7 @@ class OsFileSystem(FileSystem):
             os.close(fd)
 
     def replace(self, src: str, dst: str) -> None:
-        self._forget_append(src, dst)
+        self._forget(src, dst)
         os.replace(src, dst)
 
     def fsync_dir(self, path: str) -> None:
@@ -284,7 +329,7 @@ class OsFileSystem(FileSystem):
             os.close(fd)
 
     def unlink(self, path: str) -> None:
-        self._forget_append(path)
+        self._forget(path)
         os.unlink(path)
 
     @contextlib.contextmanager
@@ -295,7 +340,11 @@ class OsFileSystem(FileSystem):
             raise OSError(errno.ENOSYS, "the run store needs fcntl.flock (POSIX); this platform has none") from None
         fd = self._lock_fds.get(path)
         if fd is None:
-            fd = self._lock_fds[path] = self._open(path, os.O_RDWR | os.O_CREAT)
+            try:
+                fd = self._open(path, os.O_RDONLY)  # a folder, or a file that exists: read access is enough
+            except FileNotFoundError:
+                fd = self._open(path, os.O_RDWR | os.O_CREAT)
+            self._lock_fds[path] = fd
         depth = self._lock_depth.get(path, 0)
         if depth == 0:
             fcntl.flock(fd, fcntl.LOCK_EX)

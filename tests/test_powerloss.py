@@ -319,7 +319,7 @@ class ExplorerTest(unittest.TestCase):
         self.assertCaught("no-journal-fsync", "lost-ack")
 
     def test_every_variant_is_known(self) -> None:
-        self.assertEqual(set(VARIANTS), {"no-file-fsync", "no-dir-fsync", "snapshot-before-journal", "no-journal-fsync"})
+        self.assertEqual(set(VARIANTS), {"no-file-fsync", "no-dir-fsync", "snapshot-before-journal", "no-journal-fsync", "head-before-append"})
         with self.assertRaises(ValueError):
             explore(transitions=3, variant="no-such-variant")
 

@@ -72,8 +72,8 @@ from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tu
 from ..envelope import canonical_json
 from ..errors import InvalidInput, RunnerError, StateUnrecoverable
 from ..fs import FileSystem
-from ..stores.codec import finish_transition, prepare_transition
-from ..stores.file import RunStore, scan
+from ..stores.codec import decode_identity, finish_transition, prepare_transition
+from ..stores.file import HEAD, RunStore, _decode_head, _encode_head, scan
 
 __all__ = [
     "DIR_COMBO_LIMIT",
@@ -90,7 +90,7 @@ __all__ = [
 DIR_COMBO_LIMIT = 1 << 12
 
 #: The deliberately broken write paths :func:`explore` can check, by name.
-VARIANTS = ("no-file-fsync", "no-dir-fsync", "snapshot-before-journal", "no-journal-fsync")
+VARIANTS = ("no-file-fsync", "no-dir-fsync", "snapshot-before-journal", "no-journal-fsync", "head-before-append")
 
 #: A crash state: absolute path -> file bytes, or None for a directory. The
 #: root directory is implied.
@@ -122,7 +122,7 @@ class LogEntry(NamedTuple):
             return f"{self.name} {self.detail!r}" + (f" {self.path}" if self.path else "")
         if self.name == "replace":
             return f"replace {self.path} -> {self.detail}"
-        if self.name in ("write_file", "create_exclusive", "append"):
+        if self.name in ("write_file", "create_exclusive", "append", "overwrite"):
             return f"{self.name} {self.path} ({self.detail} bytes)"
         if self.name == "truncate":
             return f"truncate {self.path} to {self.detail}"
@@ -600,6 +600,11 @@ class RecordingFileSystem(FileSystem):
         node.write(len(node.data), bytes(data))
         self._done("append", path, len(data))
 
+    def overwrite(self, path: str, data: bytes) -> None:
+        node = self._file(path)
+        node.write(0, bytes(data))
+        self._done("overwrite", path, len(data))
+
     def fsync(self, path: str) -> None:
         node = self._lookup(path)
         if node is None:
@@ -671,6 +676,10 @@ class RecordingFileSystem(FileSystem):
         parent.change(("unlink", name, ino))
         self._done("unlink", path)
 
+    def make_private(self, path: str) -> None:
+        if not isinstance(self._lookup(path), _Dir):
+            raise _oserror(NotADirectoryError, errno.ENOTDIR, path)  # modes are not modelled: only the check
+
     def lock(self, path: str) -> "contextlib.AbstractContextManager[None]":
         return contextlib.nullcontext()
 
@@ -717,6 +726,12 @@ class _FilteringFileSystem(FileSystem):
     def append(self, path: str, data: bytes) -> None:
         self.inner.append(path, data)
 
+    def overwrite(self, path: str, data: bytes) -> None:
+        self.inner.overwrite(path, data)
+
+    def make_private(self, path: str) -> None:
+        self.inner.make_private(path)
+
     def fsync(self, path: str) -> None:
         if not self._drop_fsync(path):
             self.inner.fsync(path)
@@ -759,15 +774,35 @@ class SnapshotBeforeJournalStore(RunStore):
             finish_transition(state, prepared)
             self._compact_locked()
             self._append_record(prepared.line)
+            self._write_head()
             if self._pending:
                 self._finish_repairs()
             return
         self._append_record(prepared.line)
         finish_transition(state, prepared)
+        self._write_head()
+        self._upkeep(self._journal_bytes >= max(self.compact_min_bytes, self._snapshot_size // 4))
+
+
+class HeadBeforeAppendStore(RunStore):
+    """A deliberately wrong store: the head witness names the new revision before its record is appended.
+
+    A power loss can then keep the head and lose the record, and the loader,
+    which trusts a valid head as a lower bound, raises a false alarm over a
+    run that lost only an unacknowledged transition. Only used to show that
+    the explorer catches a witness that may lead the journal.
+    """
+
+    def _commit_locked(self, ops: List[List[Any]], epoch: int) -> None:
         if self._pending:
-            self._finish_repairs()
-        if self._journal_bytes >= max(self.compact_min_bytes, self._snapshot_size // 4):
-            self._compact_locked()
+            ops = self._repair_ops() + list(ops)
+        state = self.state
+        prepared = prepare_transition(state, ops, epoch, self.now())
+        ahead = dict(state, revision=prepared.body["rev"], head=prepared.digest)
+        self.fs.overwrite(self._p(HEAD), _encode_head(ahead))
+        self._append_record(prepared.line)
+        finish_transition(state, prepared)
+        self._upkeep(self._journal_bytes >= max(self.compact_min_bytes, self._snapshot_size // 4))
 
 
 class _Variant(NamedTuple):
@@ -788,6 +823,8 @@ def _variant(name: Optional[str]) -> _Variant:
         return _Variant(SnapshotBeforeJournalStore, lambda fs: fs, "sync")
     if name == "no-journal-fsync":
         return _Variant(RunStore, lambda fs: fs, "process")
+    if name == "head-before-append":
+        return _Variant(HeadBeforeAppendStore, lambda fs: fs, "sync")
     raise ValueError(f"unknown variant {name!r}; known: {', '.join(VARIANTS)}")
 
 
@@ -804,6 +841,7 @@ class _Outcome(NamedTuple):
     scan_problem: Optional[str]
     followup: Optional[str]  # None: not tried; "" passed; else what went wrong
     summary: str
+    head: str = ""  # after a load: the witness was "current", "behind", "invalid" or "missing"
 
 
 def _tick_clock(start: float) -> Callable[[], float]:
@@ -879,10 +917,22 @@ def _load(tree: Tree, variant: _Variant, plan: Dict[str, Any], task_id: str, fol
     digest = _digest(store.state)
     if found is not None and (found.state is None or _digest(found.state) != digest):
         scan_problem = "scan and open disagree about the state"
-    outcome = _Outcome(None, "", revision, digest, scan_problem, None, summary)
+    outcome = _Outcome(None, "", revision, digest, scan_problem, None, summary, _head_status(tree, revision))
     if followup:
         outcome = outcome._replace(followup=_write_again(store, fs, variant, clock))
     return outcome
+
+
+def _head_status(tree: Tree, revision: int) -> str:
+    """How the witness in ``tree`` stands to the revision that loaded from it."""
+    data = tree.get(_RUN + "/" + HEAD)
+    if data is None:
+        return "missing"
+    try:
+        head_rev, _ = _decode_head(data, decode_identity(tree[_RUN + "/run.json"] or b""))
+    except (KeyError, ValueError, InvalidInput):
+        return "invalid"
+    return "current" if head_rev == revision else "behind" if head_rev < revision else "ahead"
 
 
 def _write_again(store: RunStore, fs: RecordingFileSystem, variant: _Variant, clock: Callable[[], float]) -> str:
@@ -996,14 +1046,27 @@ def _judge(outcome: _Outcome, acked: Optional[int], attempted: Optional[int], re
     return problems
 
 
-def _workload(fs: FileSystem, rec: RecordingFileSystem, variant: _Variant, transitions: int, rng: random.Random, plan: Dict[str, Any], task_id: str) -> Dict[int, str]:
+def _workload(
+    fs: FileSystem,
+    rec: RecordingFileSystem,
+    variant: _Variant,
+    transitions: int,
+    rng: random.Random,
+    plan: Dict[str, Any],
+    task_id: str,
+    probes: Optional[List[Tree]] = None,
+    probe_rng: Optional[random.Random] = None,
+) -> Dict[int, str]:
     """Drive the store through init, ``transitions`` commits, compactions and two repairs.
 
     Returns the digest of the reference state at every revision. A third of
     the way in, the snapshot is damaged behind the store's back and a fresh
     store opened (its next commit quarantines and rewrites it); two thirds of
     the way, a torn record is left at the journal's end (the next commit
-    truncates it).
+    truncates it). After each acknowledgement that leaves records in the
+    journal, ``probes`` gets a copy of the folder as a process sees it with
+    the journal cut at a random byte (from ``probe_rng``): outside damage
+    that loses acknowledged records, which the head witness must expose.
     """
     clock = _tick_clock(_CLOCK_START)
     options = dict(fs=fs, clock=clock, durability=variant.durability, compact_min_bytes=_COMPACT_MIN_BYTES)
@@ -1051,6 +1114,12 @@ def _workload(fs: FileSystem, rec: RecordingFileSystem, variant: _Variant, trans
             raise AssertionError(f"the workload expected revision {revision}, the store reports {store.revision}")
         refs[revision] = _digest(store.state)
         rec.mark("ack", revision)
+        if probes is not None and probe_rng is not None:
+            tree = rec.tree()
+            journal = tree.get(_RUN + "/journal.jsonl")
+            if journal:
+                tree[_RUN + "/journal.jsonl"] = journal[: probe_rng.randrange(len(journal))]
+                probes.append(tree)
     return refs
 
 
@@ -1084,7 +1153,8 @@ def explore(
     rec = RecordingFileSystem()
     explorer.observe(rec)  # the empty disk before anything happened
     rec.observer = explorer.observe
-    refs = _workload(config.wrap(rec), rec, config, transitions, random.Random(f"workload/{seed}"), plan, task_id)
+    probes: List[Tree] = []
+    refs = _workload(config.wrap(rec), rec, config, transitions, random.Random(f"workload/{seed}"), plan, task_id, probes, random.Random(f"probes/{seed}"))
     rec.observer = None
 
     # A point sees the markers written before the next change of the disk:
@@ -1138,6 +1208,26 @@ def explore(
                     )
                 seen_kinds.update(kind for kind, _ in problems)
 
+    heads: Dict[str, int] = {}
+    for point in explorer.points:
+        for key, count in point.outcomes.items():
+            status = explorer.outcomes[key].head
+            if status:
+                heads[status] = heads.get(status, 0) + count
+    caught = 0
+    for probe in probes:
+        outcome = _load(probe, config, plan, task_id, followup=False)
+        if outcome.error == StateUnrecoverable.__name__:
+            caught += 1
+            continue
+        violations += 1
+        kinds["loss-unnoticed"] = kinds.get("loss-unnoticed", 0) + 1
+        if len(examples) < 8:
+            loaded = outcome.revision if outcome.error is None else outcome.error
+            examples.append({"crash_point": None, "after": "outside damage: the journal cut at a random byte", "acknowledged": max(refs),
+                             "attempted": max(refs), "state": outcome.summary, "loaded": loaded, "invariant": "loss-unnoticed",
+                             "problem": f"acknowledged records were cut off and the load gave {loaded!r}"})
+
     ops = rec.operations
     return {
         "variant": variant or "none",
@@ -1153,6 +1243,10 @@ def explore(
         "followups": explorer.followups,
         "violations": violations,
         "violation_kinds": dict(sorted(kinds.items())),
+        "false_alarms": kinds.get("unrecoverable", 0),
+        "head_states": dict(sorted(heads.items())),
+        "losses_probed": len(probes),
+        "losses_caught": caught,
         "examples": examples,
         "workload": {
             "operations": len(ops),
