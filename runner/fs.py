@@ -163,11 +163,16 @@ def _fullfsync(fd: int) -> None:
 class OsFileSystem(FileSystem):
     """The real operating system. POSIX only: locking uses ``fcntl.flock``.
 
-    It keeps two kinds of descriptor open between calls, because opening a
-    file costs as much as the rest of a transition: the lock file's (one per
-    instance, so two stores in one process still exclude each other when each
-    has its own instance) and the last appended file's, which is reused only
-    while the name still points at the same file.
+    It keeps descriptors open between calls, because opening a file costs as
+    much as the rest of a transition: the lock's (one per instance, so two
+    stores in one process still exclude each other when each has its own
+    instance), the last appended file's, reused only while the name still
+    points at the same file, and the last overwritten file's.
+
+    While it holds a lock, a name it has looked up (:meth:`stat`) is taken to
+    name the same file until this object renames, removes or creates it: the
+    files a lock guards change only in the hands of its holder. So an append
+    and its fsync right after a look-up do not look the name up again.
     """
 
     def __init__(self) -> None:
@@ -175,6 +180,8 @@ class OsFileSystem(FileSystem):
         self._lock_depth: Dict[str, int] = {}
         self._append: Optional[Tuple[str, int, int]] = None  # (path, fd, inode)
         self._overwrite: Optional[Tuple[str, int, int]] = None  # (path, fd, inode)
+        self._holding = 0  # locks held by this object
+        self._seen: Dict[str, int] = {}  # path -> inode looked up while holding them
 
     def close(self) -> None:
         """Close cached descriptors (releasing any lock this instance holds)."""
@@ -204,6 +211,8 @@ class OsFileSystem(FileSystem):
     def _forget(self, *paths: str) -> None:
         self._forget_append(*paths)
         self._forget_overwrite(*paths)
+        for path in paths:
+            self._seen.pop(path, None)
 
     def _open(self, path: str, flags: int, mode: int = FILE_MODE) -> int:
         try:
@@ -237,6 +246,8 @@ class OsFileSystem(FileSystem):
             return None
         if os.path.stat.S_ISLNK(st.st_mode):
             raise SymlinkRefused(errno.ELOOP, "refusing to follow a symbolic link", path)
+        if self._holding:
+            self._seen[path] = st.st_ino
         return (st.st_ino, st.st_size)
 
     def exists(self, path: str) -> bool:
@@ -260,6 +271,7 @@ class OsFileSystem(FileSystem):
             os.close(fd)
 
     def write_file(self, path: str, data: bytes) -> None:
+        self._forget(path)
         fd = self._open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
             _write_all(fd, data)
@@ -267,6 +279,7 @@ class OsFileSystem(FileSystem):
             os.close(fd)
 
     def create_exclusive(self, path: str, data: bytes = b"") -> None:
+        self._forget(path)
         fd = self._open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         try:
             _write_all(fd, data)
@@ -274,9 +287,11 @@ class OsFileSystem(FileSystem):
             os.close(fd)
 
     def _append_fd(self, path: str) -> int:
-        st = os.lstat(path)
+        ino = self._seen.get(path)
+        if ino is None:
+            ino = os.lstat(path).st_ino
         cached = self._append
-        if cached is not None and cached[0] == path and cached[2] == st.st_ino:
+        if cached is not None and cached[0] == path and cached[2] == ino:
             return cached[1]
         self._forget_append()
         fd = self._open(path, os.O_WRONLY | os.O_APPEND)
@@ -287,10 +302,12 @@ class OsFileSystem(FileSystem):
         _write_all(self._append_fd(path), data)
 
     def overwrite(self, path: str, data: bytes) -> None:
-        # One cached descriptor, reused while the name still points at its file.
-        st = os.lstat(path)
+        # One cached descriptor, kept until this object renames, removes or
+        # recreates the file. Unlike an append's, it is not checked against the
+        # name on every call: the caller (the store's head witness) may lose a
+        # write to a file someone else replaced, and loses nothing by it.
         cached = self._overwrite
-        if cached is None or cached[0] != path or cached[2] != st.st_ino:
+        if cached is None or cached[0] != path:
             self._forget_overwrite()
             fd = self._open(path, os.O_WRONLY)
             cached = self._overwrite = (path, fd, os.fstat(fd).st_ino)
@@ -348,12 +365,16 @@ class OsFileSystem(FileSystem):
         depth = self._lock_depth.get(path, 0)
         if depth == 0:
             fcntl.flock(fd, fcntl.LOCK_EX)
+            self._holding += 1
         self._lock_depth[path] = depth + 1
         try:
             yield
         finally:
             self._lock_depth[path] -= 1
             if self._lock_depth[path] == 0:
+                self._holding -= 1
+                if not self._holding:
+                    self._seen.clear()  # names seen under the lock may change once it is released
                 fcntl.flock(fd, fcntl.LOCK_UN)
 
 

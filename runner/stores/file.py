@@ -81,6 +81,7 @@ against. Loads and ``doctor`` (:func:`check`) read under the same lock.
 """
 
 import contextlib
+import hashlib
 import os
 import re
 import time
@@ -175,14 +176,21 @@ def _decode_snapshot(data: bytes) -> Dict[str, Any]:
 
 
 def _head_seal(task_id: str, created_at: str, body: bytes) -> str:
-    return sha256_hex(task_id.encode() + b"\n" + created_at.encode() + b"\n" + body)
+    return hashlib.sha256(_seal_key(task_id, created_at) + body).hexdigest()
 
 
-def _encode_head(state: Dict[str, Any]) -> bytes:
-    """``head.json`` naming ``state``'s revision and hash, sealed for its run, exactly :data:`HEAD_SIZE` bytes."""
-    body = b'"head":"' + state["head"].encode() + b'","rev":' + str(state["revision"]).encode()
-    line = b"{" + body + b',"seal":"' + _head_seal(state["task_id"], state["created_at"], body).encode() + b'"}'
-    return line + b" " * (HEAD_SIZE - 1 - len(line)) + b"\n"
+def _seal_key(task_id: str, created_at: str) -> bytes:
+    return task_id.encode() + b"\n" + created_at.encode() + b"\n"
+
+
+def _encode_head(state: Dict[str, Any], key: Optional[bytes] = None) -> bytes:
+    """``head.json`` naming ``state``'s revision and hash, sealed for its run, exactly :data:`HEAD_SIZE` bytes.
+
+    ``key`` is :func:`_seal_key` of the run, when the caller has it at hand.
+    """
+    body = b'"head":"%s","rev":%d' % (state["head"].encode(), state["revision"])
+    seal = hashlib.sha256((key or _seal_key(state["task_id"], state["created_at"])) + body).hexdigest()
+    return (b'{%s,"seal":"%s"}' % (body, seal.encode())).ljust(HEAD_SIZE - 1) + b"\n"
 
 
 def _decode_head(data: bytes, identity: Dict[str, Any]) -> Tuple[int, str]:
@@ -551,6 +559,7 @@ class RunStore(Store):
         self._snapshot_size = 0
         self._pending: List[Finding] = []  # repairs the next writer performs
         self._torn_at: Optional[int] = None
+        self._seal: Optional[bytes] = None  # the head's seal key: the run's task id and creation time
         #: Findings of the last full load (notes and lossless repairs).
         self.findings: List[Finding] = []
 
@@ -793,7 +802,10 @@ class RunStore(Store):
         It is written only after the record's fsync, so it never leads the
         journal; failing to write it only leaves it behind, which is allowed.
         """
-        data = _encode_head(self.state)
+        state = self.state
+        if self._seal is None:
+            self._seal = _seal_key(state["task_id"], state["created_at"])
+        data = _encode_head(state, self._seal)
         try:
             self.fs.overwrite(self._p(HEAD), data)
         except FileNotFoundError:
@@ -822,7 +834,16 @@ class RunStore(Store):
             if name.endswith(TMP_SUFFIX):
                 self.fs.unlink(self._p(name))
         if "head-missing" in codes or "head-invalid" in codes:
-            self._write_replace(HEAD, _encode_head(self.state))  # whole and durable, whatever size the old file had
+            # Whole and durable, in the same file where there is one, so that
+            # other writers' descriptors for it stay good.
+            head = self._p(HEAD)
+            if self.fs.exists(head):
+                self.fs.write_file(head, _encode_head(self.state))
+                self._fsync(HEAD)
+            else:
+                self.fs.create_exclusive(head, _encode_head(self.state))
+                self._fsync(HEAD)
+                self._fsync_dir()
         if damaged or "rebuilt" in codes or "snapshot-missing" in codes:
             self._compact_locked()
 
