@@ -7,21 +7,17 @@ cue everywhere.
 
 import contextlib
 import errno
-import json
 import os
-import shutil
 import stat
 import subprocess
-import sys
 import unittest
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Iterator, List, Optional, Tuple
 
 try:
     from . import _util
 except ImportError:
     import _util
 
-from runner.errors import StateUnrecoverable
 from runner.fs import FileSystem, OsFileSystem
 from runner.stores.file import RunStore, scan
 

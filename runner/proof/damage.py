@@ -52,12 +52,12 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Dict, IO, List, NamedTuple, Optional, Sequence, Tuple
+from typing import IO, Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from ..envelope import canonical_json, sha256_hex
 from ..run import Run
 from ..stores.codec import prepare_transition
-from ..stores.file import HEAD, RUN_FILES, RunStore
+from ..stores.file import RUN_FILES, RunStore
 
 __all__ = ["DAMAGES", "OUTCOMES", "PASSING", "PROOF_FAILED_EXIT", "Source", "build_sources", "damage_copy", "judge_copy", "run_damage_campaign"]
 

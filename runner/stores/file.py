@@ -65,14 +65,17 @@ history under the same revision. Not caught: damage that also removes or
 rolls back the head (the head deleted or invalid is itself only reported,
 since an older run has none and a power loss may tear it); records lost in
 the window where the head honestly lags (at most the one record whose append
-a killed writer never acknowledged, or, after a power loss, records younger
-than the head's last write-back, which the fsync protects anyway); and a whole
+a killed writer never acknowledged; after a power loss, records younger than
+the head's last write-back, which are fsynced, so only outside damage at the
+same time loses them; the updates of a writer whose head file someone else
+replaced while it kept the store open); and a whole
 run folder restored from an older copy, which is a consistent past state that
 no file inside the folder can tell from the truth: that needs a witness
 outside the folder. What such a rollback can repeat is bounded elsewhere: an
 effect begun before the rollback point is still in the ledger as begun and
-is reconciled before any retry, and a target that checks fencing epochs
-refuses a writer whose epoch it has seen surpassed.
+is reconciled before any retry, so only effects begun after it are forgotten;
+and the rolled-back lease restarts from an older fencing epoch, which a target
+that checks epochs refuses until the epochs climb past the highest it saw.
 
 Every mutation runs under an exclusive ``flock`` on the run folder, after the
 store has caught up with what other processes appended, so a check made
@@ -91,7 +94,7 @@ from ..envelope import SchemaMismatch, canonical_json, loads_trusted, sha256_hex
 from ..errors import InvalidInput, StateUnrecoverable
 from ..fs import FileSystem, OsFileSystem, replace_durably
 from .base import CommitThenRaise, Finding, Store
-from .codec import Ops, Prepared, decode_identity, decode_record, finish_transition, genesis, new_identity, prepare_transition, replay
+from .codec import Ops, decode_identity, decode_record, finish_transition, genesis, new_identity, prepare_transition, replay
 
 __all__ = ["RunStore", "Scan", "Finding", "scan", "check", "CommitThenRaise", "DURABILITY_MODES", "STATE_FILES", "HEAD"]
 
