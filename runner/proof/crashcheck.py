@@ -781,7 +781,7 @@ class SnapshotBeforeJournalStore(RunStore):
         self._append_record(prepared.line)
         finish_transition(state, prepared)
         self._write_head()
-        self._upkeep(self._journal_bytes >= max(self.compact_min_bytes, self._snapshot_size // 4))
+        self._upkeep()
 
 
 class HeadBeforeAppendStore(RunStore):
@@ -802,7 +802,7 @@ class HeadBeforeAppendStore(RunStore):
         self.fs.overwrite(self._p(HEAD), _encode_head(ahead))
         self._append_record(prepared.line)
         finish_transition(state, prepared)
-        self._upkeep(self._journal_bytes >= max(self.compact_min_bytes, self._snapshot_size // 4))
+        self._upkeep()
 
 
 class _Variant(NamedTuple):

@@ -748,9 +748,9 @@ class RunStore(Store):
             raise
         finish_transition(state, prepared)
         self._write_head()
-        self._upkeep(self._journal_bytes >= max(self.compact_min_bytes, self._snapshot_size // 4))
+        self._upkeep()
 
-    def _upkeep(self, compact: bool) -> None:
+    def _upkeep(self) -> None:
         """After a durable commit: pending repairs, then a due compaction.
 
         The transition is committed whatever happens here, so a failure (a
@@ -762,7 +762,7 @@ class RunStore(Store):
         try:
             if self._pending:
                 self._finish_repairs()
-            if compact:
+            if self._journal_bytes >= max(self.compact_min_bytes, self._snapshot_size // 4):
                 self._compact_locked()
         except OSError as exc:
             self.findings.append(Finding("repairable", "upkeep-failed", f"compaction or repair after revision {self.revision} failed: {exc.strerror or exc}"))
