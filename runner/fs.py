@@ -366,6 +366,7 @@ class OsFileSystem(FileSystem):
         if depth == 0:
             fcntl.flock(fd, fcntl.LOCK_EX)
             self._holding += 1
+            self._seen.clear()  # what was looked up before belongs to no hold of this lock
         self._lock_depth[path] = depth + 1
         try:
             yield
@@ -373,8 +374,7 @@ class OsFileSystem(FileSystem):
             self._lock_depth[path] -= 1
             if self._lock_depth[path] == 0:
                 self._holding -= 1
-                if not self._holding:
-                    self._seen.clear()  # names seen under the lock may change once it is released
+                self._seen.clear()  # names looked up under the lock may change once it is released
                 fcntl.flock(fd, fcntl.LOCK_UN)
 
 

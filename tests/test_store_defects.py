@@ -44,11 +44,12 @@ WRITER = (
     "print('committed', store.revision, flush=True)\n"
 )
 
-#: A writer that adds one to a counter ``argv[2]`` times, each a read-modify-write transaction.
+#: A writer that adds one to a counter ``argv[2]`` times, each a read-modify-write transaction
+#: followed by a compaction, so that writers keep finding the journal renamed under them.
 COUNTER = (
     "import sys\n"
     "from runner.stores.file import RunStore\n"
-    "store = RunStore.open(sys.argv[1])\n"
+    "store = RunStore.open(sys.argv[1], compact_min_bytes=1)\n"
     "def bump(state):\n"
     "    n = state['effects'].get('counter', {'n': 0})['n']\n"
     "    return [['set', ['effects', 'counter'], {'n': n + 1}]]\n"
@@ -517,6 +518,34 @@ class SymlinkedRunFolder(Case):
                 self.assertIn("symbolic link", result.err)
                 self.assertEqual(len(result.err.splitlines()), 1, result.err)
         self.assertEqual(_util.contents(built.path), before)
+
+
+class AppendDescriptorCache(Case):
+    """The real file system reuses an append's descriptor only while the name names the same file."""
+
+    def test_a_file_renamed_over_the_journal_between_two_holds_gets_the_next_append(self) -> None:
+        folder, name = self.tmp, self.path("journal")
+        _util.write_file(name, b"")
+        fs = OsFileSystem()
+        self.addCleanup(fs.close)
+        for looked_up in (True, False):
+            with self.subTest(looked_up_first=looked_up):
+                with fs.lock(folder):
+                    if looked_up:
+                        fs.stat(name)
+                    fs.append(name, b"old\n")
+                    fs.fsync(name)
+                replacement = self.path("replacement")
+                _util.write_file(replacement, b"")
+                os.replace(replacement, name)  # another process rotated it while no lock was held here
+                with fs.lock(folder):
+                    if looked_up:
+                        fs.stat(name)
+                    fs.append(name, b"new\n")
+                    fs.fsync(name)
+                with open(name, "rb") as handle:
+                    self.assertEqual(handle.read(), b"new\n")
+                _util.write_file(name, b"")
 
 
 class InitThroughTheSeam(Case):
