@@ -56,6 +56,22 @@ write protocol loses at most unacknowledged data, so any
 then succeed) or give revision 0. For a sample of states the explorer also
 commits once more after the load and reloads, because some write paths break
 only on the next write.
+
+The head witness
+----------------
+
+``head.json`` is modelled like any file: its in-place overwrites are unsynced
+writes that a power loss may keep, lose or cut, so crash states hold older
+heads and torn ones. The invariant above is what makes them safe: any
+``StateUnrecoverable`` after ``init`` was acknowledged is a violation, so a
+head that raised an alarm over an honest power loss would be counted
+(``false_alarms``). The report also counts how the head stood in the states
+that loaded (``head_states``: ``current``, ``behind``, ``invalid``,
+``missing``; ``ahead`` would be a bug), and after each acknowledgement that
+leaves records in the journal it loads one more state outside the power-loss
+model: the folder as a process sees it with the journal cut at a random byte,
+which loses acknowledged records and must stop the run (``losses_probed``,
+``losses_caught``; a miss is a ``loss-unnoticed`` violation).
 """
 
 import bisect
@@ -82,6 +98,7 @@ __all__ = [
     "CrashSpace",
     "RecordingFileSystem",
     "SnapshotBeforeJournalStore",
+    "HeadBeforeAppendStore",
     "explore",
 ]
 
@@ -1138,8 +1155,9 @@ def explore(
     operation or damage event, plus the empty start), ``states_possible``
     (exact only when ``possible_exact``), ``states_explored`` (equal to it
     unless ``sampled``), ``violations`` (explored states that broke the
-    invariant; ``violation_kinds`` counts them by invariant) and
-    ``examples``.
+    invariant; ``violation_kinds`` counts them by invariant), the witness's
+    figures (``false_alarms``, ``head_states``, ``losses_probed``,
+    ``losses_caught``; see the module docs) and ``examples``.
     """
     if transitions < 3:
         raise ValueError("the workload needs at least 3 transitions")
