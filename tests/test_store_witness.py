@@ -264,6 +264,16 @@ class WhatTheWitnessCannotSee(WitnessCase):
         return file_store._encode_head(built.states[rev])
 
 
+class IdentityVersion(WitnessCase):
+    """A run.json whose schema version was changed (one flipped digit still parses) is damage, even where the snapshot serves the load."""
+
+    def test_schema_version_digit_flipped(self) -> None:
+        built = self.built("identity", 4, compact_after=(2,))
+        data = built.files["run.json"]
+        at = data.index(b'"schema_version":1') + len(b'"schema_version":')
+        self.assert_quarantined(self.copy_with(built, "identity-flipped", run__json=data[:at] + b"3" + data[at + 1 :]), "schema_version 1 -> 3")
+
+
 class HooksFileIsNotDamage(WitnessCase):
     """A harness's ``hooks.json`` counter file in the run folder is neither state nor damage."""
 

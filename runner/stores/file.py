@@ -460,6 +460,11 @@ def _scan(path: str, fs: FileSystem, thorough: bool, whole_prev: bool) -> Scan:
         if state["revision"] != max(last_rev, base["revision"]) or state["revision"] < highest_valid:
             findings.append(Finding("repairable", f"{name}-behind", f"{name} rebuilds revision {state['revision']}, behind a valid base at {highest_valid}"))
             continue
+        if identity.get("schema_version") != state["schema_version"]:
+            # A state of another version was refused above, so this is run.json damaged.
+            findings = [Finding("damage", f.code, f.message) if f.level == "repairable" else f for f in findings]
+            findings.append(Finding("damage", "identity", f"{IDENTITY} says schema version {identity.get('schema_version')!r}, the run's state is version {state['schema_version']}"))
+            return Scan(path, True, None, None, findings, current, 0, 0)
         lost = _witness(head, state, base_point, records)
         if lost is None and current is None and not (prev_usable and prev.records and state["revision"] == prev.records[-1][1]["rev"]):  # type: ignore[union-attr]
             # Compaction leaves no journal only between rotating it and
