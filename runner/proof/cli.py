@@ -34,7 +34,8 @@ def add_proof_verbs(verb: Callable[..., Any]) -> None:
 
     sub = verb("campaign", "SIGKILL forked workers at every named commit window, resume each in another process, audit", cmd_campaign)
     sub.add_argument("--kills", type=_positive, default=200)
-    sub.add_argument("--damage", type=_positive, default=None, metavar="N", help="instead: damage N copies of real run folders at random and load each in a fresh process")
+    sub.add_argument("--damage", type=_positive, default=None, metavar="N",
+                     help="instead: damage N copies of real run folders at random and load each in a fresh process")
     sub.add_argument("--seed", type=int, default=1)
     sub.add_argument("--no-progress", action="store_true")
 

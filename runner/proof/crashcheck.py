@@ -1172,7 +1172,8 @@ def explore(
     explorer.observe(rec)  # the empty disk before anything happened
     rec.observer = explorer.observe
     probes: List[Tree] = []
-    refs = _workload(config.wrap(rec), rec, config, transitions, random.Random(f"workload/{seed}"), plan, task_id, probes, random.Random(f"probes/{seed}"))
+    workload_rng, probe_rng = random.Random(f"workload/{seed}"), random.Random(f"probes/{seed}")
+    refs = _workload(config.wrap(rec), rec, config, transitions, workload_rng, plan, task_id, probes, probe_rng)
     rec.observer = None
 
     # A point sees the markers written before the next change of the disk:

@@ -65,7 +65,10 @@ __all__ = ["DAMAGES", "OUTCOMES", "PASSING", "PROOF_FAILED_EXIT", "Source", "bui
 DAMAGES = ("truncate", "flip", "delete", "swap-other", "swap-older", "torn-append")
 
 #: Every outcome a copy can have; :data:`PASSING` are those that keep the rule.
-OUTCOMES = ("exact", "torn_tail_dropped", "quarantined", "refused", "silent_acceptance", "accepted_with_finding", "changed_on_load", "bad_quarantine", "error")
+OUTCOMES = (
+    "exact", "torn_tail_dropped", "quarantined", "refused",
+    "silent_acceptance", "accepted_with_finding", "changed_on_load", "bad_quarantine", "error",
+)
 PASSING = ("exact", "torn_tail_dropped", "quarantined", "refused")
 
 #: Exit code of a proof that found a violation (``proof-failed``).

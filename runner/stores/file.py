@@ -463,10 +463,12 @@ def _scan(path: str, fs: FileSystem, thorough: bool, whole_prev: bool) -> Scan:
         if identity.get("schema_version") != state["schema_version"]:
             # A state of another version was refused above, so this is run.json damaged.
             findings = [Finding("damage", f.code, f.message) if f.level == "repairable" else f for f in findings]
-            findings.append(Finding("damage", "identity", f"{IDENTITY} says schema version {identity.get('schema_version')!r}, the run's state is version {state['schema_version']}"))
+            said = f"{IDENTITY} says schema version {identity.get('schema_version')!r}, the run's state is version {state['schema_version']}"
+            findings.append(Finding("damage", "identity", said))
             return Scan(path, True, None, None, findings, current, 0, 0)
         lost = _witness(head, state, base_point, records)
-        if lost is None and current is None and not (prev_usable and prev.records and state["revision"] == prev.records[-1][1]["rev"]):  # type: ignore[union-attr]
+        ends_at_snapshot = prev_usable and prev.records and state["revision"] == prev.records[-1][1]["rev"]  # type: ignore[union-attr]
+        if lost is None and current is None and not ends_at_snapshot:
             # Compaction leaves no journal only between rotating it and
             # creating the next, when the previous journal ends at the snapshot.
             lost = f"{JOURNAL} is missing, and only a compaction that ended with {PREV_JOURNAL} at the snapshot may leave it so"
@@ -770,7 +772,8 @@ class RunStore(Store):
             if self._journal_bytes >= max(self.compact_min_bytes, self._snapshot_size // 4):
                 self._compact_locked()
         except OSError as exc:
-            self.findings.append(Finding("repairable", "upkeep-failed", f"compaction or repair after revision {self.revision} failed: {exc.strerror or exc}"))
+            failed = f"compaction or repair after revision {self.revision} failed: {exc.strerror or exc}"
+            self.findings.append(Finding("repairable", "upkeep-failed", failed))
             tmp = self._p(SNAPSHOT + TMP_SUFFIX)
             with contextlib.suppress(OSError):
                 if self.fs.exists(tmp):
