@@ -284,6 +284,14 @@ class HooksFileIsNotDamage(WitnessCase):
         self.assertEqual([f for f in file_store.check(path).findings if f.level != "note"], [])
         self.assertEqual(scan(path).state, built.states[built.latest])
 
+    def test_init_beside_it(self) -> None:
+        folder = os.path.join(self.tmp, "hooks-first")
+        os.mkdir(folder, 0o700)
+        _util.write_file(os.path.join(folder, "hooks.json"), b'{"init": 1}\n')
+        store = RunStore.create(folder, _util.TASK_ID, {}, durability="process")
+        store.fs.close()  # type: ignore[attr-defined]
+        self.assertEqual(RunStore.open(folder, durability="process").revision, 0)
+
 
 if __name__ == "__main__":
     unittest.main()

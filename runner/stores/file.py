@@ -105,6 +105,7 @@ JOURNAL = "journal.jsonl"
 PREV_JOURNAL = "journal.prev.jsonl"
 HEAD = "head.json"
 LOCK = "lock"  # the lock file of older versions: allowed in a folder, never used
+HOOKS = "hooks.json"  # the counters of the harness's hooks: neither state nor damage
 QUARANTINE = "quarantine"
 DISPLACED = "quarantine.displaced"  # whatever held the name quarantine/ without being a folder
 TMP_SUFFIX = ".tmp"
@@ -622,7 +623,7 @@ class RunStore(Store):
                 store._fsync_dir(os.path.dirname(store.path) or ".")
         with fs.lock(store.path):
             found = scan(store.path, fs)
-            leftovers = [n for n in fs.listdir(store.path) if n not in (LOCK,) + RUN_FILES and not n.endswith(TMP_SUFFIX)]
+            leftovers = [n for n in fs.listdir(store.path) if n not in (LOCK, HOOKS) + RUN_FILES and not n.endswith(TMP_SUFFIX)]
             if found.exists or leftovers:
                 detail = "; ".join(f.message for f in found.findings if f.level != "note") or (
                     "it already holds a run" if found.exists else f"it holds other files ({', '.join(leftovers[:5])})")
