@@ -28,7 +28,7 @@ from .views import brief, events_after, report
 from .run import Run
 from .steps import require_plan
 from .stores import create_store, open_store, parse_store_url
-from .stores.file import RunStore, scan
+from .stores.file import RunStore, check
 
 __all__ = ["main", "build_parser"]
 
@@ -349,14 +349,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         _emit(args, {"ok": True, "healthy": healthy, "revision": store.revision, "findings": findings, "repaired": repaired}, "\n".join(text))
         return 0
     path = _run_dir(args)
-    found = scan(path, thorough=True)
+    found = check(path)  # under the run's lock: a writer compacting meanwhile cannot make it look damaged
     if not found.exists:
         raise InvalidInput(f"no run in {path}")
     repaired: List[Dict[str, str]] = []
     if args.repair:
         store = RunStore.open(path)  # quarantines unrecoverable state, as every verb does
         repaired = [f._asdict() for f in store.repair()]
-        found = scan(path, thorough=True)
+        found = check(path)
     problems = [f for f in found.findings if f.level != "note"]
     healthy = found.state is not None and not problems
     result = {

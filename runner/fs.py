@@ -13,7 +13,9 @@ A durable replace of a file, in the order the store performs it::
     replace(tmp, target)    # atomic rename over the old file
     fsync_dir(folder)       # the new name itself is on disk
 
-A durable append is ``append(path, data)`` then ``fsync(path)``.
+A durable append is ``append(path, data)`` then ``fsync(path)``. An
+``overwrite(path, data)`` rewrites a file's first bytes in place; the store
+uses it, without an fsync, for a witness that may lag but never leads.
 
 Every open refuses symbolic links (``O_NOFOLLOW``), so a link planted where a
 state file should be is an error, never a redirection.
@@ -45,8 +47,9 @@ class FileSystem:
 
     Reads: :meth:`read`, :meth:`read_from`, :meth:`stat`, :meth:`exists`,
     :meth:`listdir`. Durable operations: :meth:`mkdir`, :meth:`write_file`,
-    :meth:`append`, :meth:`fsync`, :meth:`replace`, :meth:`fsync_dir`,
-    :meth:`truncate`, :meth:`unlink`. Locking: :meth:`lock`.
+    :meth:`append`, :meth:`overwrite`, :meth:`fsync`, :meth:`replace`,
+    :meth:`fsync_dir`, :meth:`truncate`, :meth:`unlink`. Metadata:
+    :meth:`make_private`. Locking: :meth:`lock`.
     """
 
     def read(self, path: str) -> bytes:
@@ -90,6 +93,10 @@ class FileSystem:
         """Append ``data`` to an existing file; no fsync."""
         raise NotImplementedError
 
+    def overwrite(self, path: str, data: bytes) -> None:
+        """Write ``data`` over the first bytes of an existing file, in place; no fsync."""
+        raise NotImplementedError
+
     def fsync(self, path: str) -> None:
         """Make the file's data durable."""
         raise NotImplementedError
@@ -109,11 +116,18 @@ class FileSystem:
     def unlink(self, path: str) -> None:
         raise NotImplementedError
 
-    def lock(self, path: str) -> "contextlib.AbstractContextManager[None]":
-        """An exclusive lock held across processes for the ``with`` block.
+    def make_private(self, path: str) -> None:
+        """Narrow an existing directory to mode 0700 (whatever it had)."""
+        raise NotImplementedError
 
-        The lock file is created on first use and never removed: removing it
-        would let two processes hold locks on two different files of one name.
+    def lock(self, path: str) -> "contextlib.AbstractContextManager[None]":
+        """An exclusive lock on the file or directory at ``path``, held across processes for the ``with`` block.
+
+        Locking needs only read access, so it works on a read-only file
+        system. A missing ``path`` is created as an empty file. The store
+        locks its run folder itself: a lock on a file inside could be lost to
+        anyone who removes that file while it is held, after which two
+        processes would hold locks on two different files of one name.
         """
         raise NotImplementedError
 
@@ -156,21 +170,30 @@ def _fullfsync(fd: int) -> None:
 class OsFileSystem(FileSystem):
     """The real operating system. POSIX only: locking uses ``fcntl.flock``.
 
-    It keeps two kinds of descriptor open between calls, because opening a
-    file costs as much as the rest of a transition: the lock file's (one per
-    instance, so two stores in one process still exclude each other when each
-    has its own instance) and the last appended file's, which is reused only
-    while the name still points at the same file.
+    It keeps descriptors open between calls, because opening a file costs as
+    much as the rest of a transition: the lock's (one per instance, so two
+    stores in one process still exclude each other when each has its own
+    instance), the last appended file's, reused only while the name still
+    points at the same file, and the last overwritten file's.
+
+    While it holds a lock, a name it has looked up (:meth:`stat`) is taken to
+    name the same file until this object renames, removes or creates it: the
+    files a lock guards change only in the hands of its holder. So an append
+    and its fsync right after a look-up do not look the name up again.
     """
 
     def __init__(self) -> None:
         self._lock_fds: Dict[str, int] = {}
         self._lock_depth: Dict[str, int] = {}
         self._append: Optional[Tuple[str, int, int]] = None  # (path, fd, inode)
+        self._overwrite: Optional[Tuple[str, int, int]] = None  # (path, fd, inode)
+        self._holding = 0  # locks held by this object
+        self._seen: Dict[str, int] = {}  # path -> inode looked up while holding them
 
     def close(self) -> None:
         """Close cached descriptors (releasing any lock this instance holds)."""
         self._forget_append()
+        self._forget_overwrite()
         for fd in self._lock_fds.values():
             os.close(fd)
         self._lock_fds.clear()
@@ -186,6 +209,17 @@ class OsFileSystem(FileSystem):
         if self._append is not None and (not paths or self._append[0] in paths):
             os.close(self._append[1])
             self._append = None
+
+    def _forget_overwrite(self, *paths: str) -> None:
+        if self._overwrite is not None and (not paths or self._overwrite[0] in paths):
+            os.close(self._overwrite[1])
+            self._overwrite = None
+
+    def _forget(self, *paths: str) -> None:
+        self._forget_append(*paths)
+        self._forget_overwrite(*paths)
+        for path in paths:
+            self._seen.pop(path, None)
 
     def _open(self, path: str, flags: int, mode: int = FILE_MODE) -> int:
         try:
@@ -219,6 +253,8 @@ class OsFileSystem(FileSystem):
             return None
         if os.path.stat.S_ISLNK(st.st_mode):
             raise SymlinkRefused(errno.ELOOP, "refusing to follow a symbolic link", path)
+        if self._holding:
+            self._seen[path] = st.st_ino
         return (st.st_ino, st.st_size)
 
     def exists(self, path: str) -> bool:
@@ -234,7 +270,15 @@ class OsFileSystem(FileSystem):
         os.mkdir(path, DIR_MODE)
         os.chmod(path, DIR_MODE)  # the umask may have narrowed or widened it
 
+    def make_private(self, path: str) -> None:
+        fd = self._open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fchmod(fd, DIR_MODE)
+        finally:
+            os.close(fd)
+
     def write_file(self, path: str, data: bytes) -> None:
+        self._forget(path)
         fd = self._open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
             _write_all(fd, data)
@@ -242,6 +286,7 @@ class OsFileSystem(FileSystem):
             os.close(fd)
 
     def create_exclusive(self, path: str, data: bytes = b"") -> None:
+        self._forget(path)
         fd = self._open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         try:
             _write_all(fd, data)
@@ -249,9 +294,11 @@ class OsFileSystem(FileSystem):
             os.close(fd)
 
     def _append_fd(self, path: str) -> int:
-        st = os.lstat(path)
+        ino = self._seen.get(path)
+        if ino is None:
+            ino = os.lstat(path).st_ino
         cached = self._append
-        if cached is not None and cached[0] == path and cached[2] == st.st_ino:
+        if cached is not None and cached[0] == path and cached[2] == ino:
             return cached[1]
         self._forget_append()
         fd = self._open(path, os.O_WRONLY | os.O_APPEND)
@@ -260,6 +307,21 @@ class OsFileSystem(FileSystem):
 
     def append(self, path: str, data: bytes) -> None:
         _write_all(self._append_fd(path), data)
+
+    def overwrite(self, path: str, data: bytes) -> None:
+        # One cached descriptor, kept until this object renames, removes or
+        # recreates the file. Unlike an append's, it is not checked against the
+        # name on every call: the caller (the store's head witness) may lose a
+        # write to a file someone else replaced, and loses nothing by it.
+        cached = self._overwrite
+        if cached is None or cached[0] != path:
+            self._forget_overwrite()
+            fd = self._open(path, os.O_WRONLY)
+            cached = self._overwrite = (path, fd, os.fstat(fd).st_ino)
+        view = memoryview(data)
+        offset = 0
+        while offset < len(view):
+            offset += os.pwrite(cached[1], view[offset:], offset)
 
     def fsync(self, path: str) -> None:
         cached = self._append
@@ -273,7 +335,7 @@ class OsFileSystem(FileSystem):
             os.close(fd)
 
     def replace(self, src: str, dst: str) -> None:
-        self._forget_append(src, dst)
+        self._forget(src, dst)
         os.replace(src, dst)
 
     def fsync_dir(self, path: str) -> None:
@@ -291,7 +353,7 @@ class OsFileSystem(FileSystem):
             os.close(fd)
 
     def unlink(self, path: str) -> None:
-        self._forget_append(path)
+        self._forget(path)
         os.unlink(path)
 
     @contextlib.contextmanager
@@ -302,16 +364,24 @@ class OsFileSystem(FileSystem):
             raise OSError(errno.ENOSYS, "the run store needs fcntl.flock (POSIX); this platform has none") from None
         fd = self._lock_fds.get(path)
         if fd is None:
-            fd = self._lock_fds[path] = self._open(path, os.O_RDWR | os.O_CREAT)
+            try:
+                fd = self._open(path, os.O_RDONLY)  # a folder, or a file that exists: read access is enough
+            except FileNotFoundError:
+                fd = self._open(path, os.O_RDWR | os.O_CREAT)
+            self._lock_fds[path] = fd
         depth = self._lock_depth.get(path, 0)
         if depth == 0:
             fcntl.flock(fd, fcntl.LOCK_EX)
+            self._holding += 1
+            self._seen.clear()  # what was looked up before belongs to no hold of this lock
         self._lock_depth[path] = depth + 1
         try:
             yield
         finally:
             self._lock_depth[path] -= 1
             if self._lock_depth[path] == 0:
+                self._holding -= 1
+                self._seen.clear()  # names looked up under the lock may change once it is released
                 fcntl.flock(fd, fcntl.LOCK_UN)
 
 

@@ -250,8 +250,10 @@ class HookStateMatrixTests(unittest.TestCase):
                         self.assertIsNone(state_after["lease"]["owner"])
                         self.assertEqual(state_after["lease"]["epoch"], 1)
                         self.assertGreater(len(after["journal.jsonl"]), len(before["journal.jsonl"]))
-                        others = {k: v for k, v in before.items() if k != "journal.jsonl"}
-                        self.assertEqual({k: v for k, v in after.items() if k != "journal.jsonl"}, others)
+                        # One transition: a journal line, and the store's witness of it (head.json).
+                        written = ("journal.jsonl", "head.json")
+                        others = {k: v for k, v in before.items() if k not in written}
+                        self.assertEqual({k: v for k, v in after.items() if k not in written}, others)
                         self.assertTrue(after["journal.jsonl"].startswith(before["journal.jsonl"]))
                     else:
                         # No run, nobody's lease, someone else's lease, or damage: nothing changes.

@@ -318,8 +318,25 @@ class ExplorerTest(unittest.TestCase):
     def test_skipped_journal_fsync_is_caught(self) -> None:
         self.assertCaught("no-journal-fsync", "lost-ack")
 
+    def test_the_head_witness_raises_no_false_alarm_and_exposes_cut_journals(self) -> None:
+        report = self.report(None)
+        self.assertEqual(report["false_alarms"], 0, report["examples"])
+        heads = report["head_states"]
+        self.assertGreater(heads.get("behind", 0), 0, heads)  # a power loss kept an older head, and the run loaded
+        self.assertGreater(heads.get("invalid", 0), 0, heads)  # or tore it, and the run loaded
+        self.assertGreater(heads.get("current", 0), 0, heads)
+        self.assertEqual(heads.get("ahead", 0), 0, heads)
+        self.assertGreater(report["losses_probed"], 5)
+        self.assertEqual(report["losses_caught"], report["losses_probed"])
+
+    def test_a_head_written_before_its_record_is_caught(self) -> None:
+        # The witness reaches the disk ahead of the record it names; a crash
+        # between keeps a head the journal never reaches: a false alarm.
+        example = self.assertCaught("head-before-append", "unrecoverable")
+        self.assertIsNotNone(example["acknowledged"])
+
     def test_every_variant_is_known(self) -> None:
-        self.assertEqual(set(VARIANTS), {"no-file-fsync", "no-dir-fsync", "snapshot-before-journal", "no-journal-fsync"})
+        self.assertEqual(set(VARIANTS), {"no-file-fsync", "no-dir-fsync", "snapshot-before-journal", "no-journal-fsync", "head-before-append"})
         with self.assertRaises(ValueError):
             explore(transitions=3, variant="no-such-variant")
 

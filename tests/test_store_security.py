@@ -202,7 +202,7 @@ class Modes(SecurityCase):
                 self.assertEqual(result.code, 0, result.err)
                 report = json.loads(result.out.splitlines()[-1])
                 self.assertEqual(report["codes"], [0, 7], result.err)
-                self.assertLessEqual({"run.json", "snapshot.json", "backup.json", "journal.jsonl", "journal.prev.jsonl", "lock"}, set(report["names"]))
+                self.assertLessEqual({"run.json", "snapshot.json", "backup.json", "journal.jsonl", "journal.prev.jsonl", "head.json"}, set(report["names"]))
                 folders = _util.quarantine_folders(runs[umask])
                 self.assertEqual(len(folders), 1)
                 self.assertLessEqual({"run.json", "snapshot.json", "backup.json", "journal.jsonl", "journal.prev.jsonl", "REASON.txt"}, set(os.listdir(folders[0])))

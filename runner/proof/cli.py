@@ -37,6 +37,8 @@ def add_proof_verbs(verb: Callable[..., Any]) -> None:
 
     sub = verb("campaign", "SIGKILL forked workers at every named commit window, resume each in another process, audit", cmd_campaign)
     sub.add_argument("--kills", type=_positive, default=200)
+    sub.add_argument("--damage", type=_positive, default=None, metavar="N",
+                     help="instead: damage N copies of real run folders at random and load each in a fresh process")
     sub.add_argument("--seed", type=int, default=1)
     sub.add_argument("--no-progress", action="store_true")
     sub.add_argument("--html", metavar="FILE", type=_output_file, default=None, help="write the timeline page of the runs to FILE")
@@ -113,6 +115,8 @@ def cmd_conformance(args: argparse.Namespace) -> int:
 
 
 def cmd_campaign(args: argparse.Namespace) -> int:
+    if args.damage is not None:
+        return cmd_damage_campaign(args)
     from .campaign import run_campaign
 
     result = run_campaign(args.kills, args.seed, None if args.no_progress or args.json else sys.stderr, html=args.html)
@@ -122,6 +126,18 @@ def cmd_campaign(args: argparse.Namespace) -> int:
     lines.append("RESULT: " + ("ok" if result["ok"] else "FAILED"))
     _emit(args, result, "\n".join(lines))
     return _verdict(result["ok"], "the campaign found a violation")
+
+
+def cmd_damage_campaign(args: argparse.Namespace) -> int:
+    from .damage import OUTCOMES, PROOF_FAILED_EXIT, run_damage_campaign
+
+    result = run_damage_campaign(args.damage, args.seed, None if args.no_progress or args.json else sys.stderr)
+    lines = [f"{key:22} {result[key]}" for key in ("copies", "seed") + OUTCOMES + ("seconds",)]
+    lines += [f"  {damage:36} " + ", ".join(f"{k} {v}" for k, v in sorted(row.items())) for damage, row in result["by_damage"].items()]
+    lines += [f"failure: {example}" for example in result["examples"]]
+    lines.append("RESULT: " + ("ok" if result["ok"] else "FAILED"))
+    _emit(args, result, "\n".join(lines))
+    return 0 if result["ok"] else PROOF_FAILED_EXIT
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

@@ -56,6 +56,22 @@ write protocol loses at most unacknowledged data, so any
 then succeed) or give revision 0. For a sample of states the explorer also
 commits once more after the load and reloads, because some write paths break
 only on the next write.
+
+The head witness
+----------------
+
+``head.json`` is modelled like any file: its in-place overwrites are unsynced
+writes that a power loss may keep, lose or cut, so crash states hold older
+heads and torn ones. The invariant above is what makes them safe: any
+``StateUnrecoverable`` after ``init`` was acknowledged is a violation, so a
+head that raised an alarm over an honest power loss would be counted
+(``false_alarms``). The report also counts how the head stood in the states
+that loaded (``head_states``: ``current``, ``behind``, ``invalid``,
+``missing``; ``ahead`` would be a bug), and after each acknowledgement that
+leaves records in the journal it loads one more state outside the power-loss
+model: the folder as a process sees it with the journal cut at a random byte,
+which loses acknowledged records and must stop the run (``losses_probed``,
+``losses_caught``; a miss is a ``loss-unnoticed`` violation).
 """
 
 import bisect
@@ -72,7 +88,8 @@ from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tu
 from ..envelope import canonical_json
 from ..errors import InvalidInput, RunnerError, StateUnrecoverable
 from ..fs import FileSystem
-from ..stores.file import RunStore, scan
+from ..stores.codec import decode_identity, decode_record
+from ..stores.file import HEAD, RunStore, _decode_head, _encode_head, scan
 from ..windows import NO_HOOKS, Hooks
 from .faults import Chain
 
@@ -90,7 +107,7 @@ __all__ = [
 DIR_COMBO_LIMIT = 1 << 12
 
 #: The deliberately broken write paths :func:`explore` can check, by name.
-VARIANTS = ("no-file-fsync", "no-dir-fsync", "snapshot-before-journal", "no-journal-fsync")
+VARIANTS = ("no-file-fsync", "no-dir-fsync", "snapshot-before-journal", "no-journal-fsync", "head-before-append")
 
 #: A crash state: absolute path -> file bytes, or None for a directory. The
 #: root directory is implied.
@@ -122,7 +139,7 @@ class LogEntry(NamedTuple):
             return f"{self.name} {self.detail!r}" + (f" {self.path}" if self.path else "")
         if self.name == "replace":
             return f"replace {self.path} -> {self.detail}"
-        if self.name in ("write_file", "create_exclusive", "append"):
+        if self.name in ("write_file", "create_exclusive", "append", "overwrite"):
             return f"{self.name} {self.path} ({self.detail} bytes)"
         if self.name == "truncate":
             return f"truncate {self.path} to {self.detail}"
@@ -600,6 +617,11 @@ class RecordingFileSystem(FileSystem):
         node.write(len(node.data), bytes(data))
         self._done("append", path, len(data))
 
+    def overwrite(self, path: str, data: bytes) -> None:
+        node = self._file(path)
+        node.write(0, bytes(data))
+        self._done("overwrite", path, len(data))
+
     def fsync(self, path: str) -> None:
         node = self._lookup(path)
         if node is None:
@@ -670,6 +692,10 @@ class RecordingFileSystem(FileSystem):
             raise _oserror(IsADirectoryError, errno.EISDIR, path)
         parent.change(("unlink", name, ino))
         self._done("unlink", path)
+
+    def make_private(self, path: str) -> None:
+        if not isinstance(self._lookup(path), _Dir):
+            raise _oserror(NotADirectoryError, errno.ENOTDIR, path)  # modes are not modelled: only the check
 
     def lock(self, path: str) -> "contextlib.AbstractContextManager[None]":
         return contextlib.nullcontext()
@@ -762,6 +788,28 @@ class _SnapshotBeforeRecord(Hooks):
         self.previous = window
 
 
+class _HeadBeforeAppend(Hooks):
+    """A deliberately wrong witness: ``head.json`` names the new revision before its record is appended.
+
+    A power loss can then keep the head and lose the record, and the loader,
+    which trusts a valid head as a lower bound, raises a false alarm over a
+    run that lost only an unacknowledged transition. Only used to show that
+    the explorer catches a witness that may lead the journal.
+    """
+
+    def __init__(self, disk: RecordingFileSystem) -> None:
+        self.disk = disk
+
+    def reached(self, window: str, **facts: Any) -> None:
+        if window != "store:before-append":
+            return
+        folder = posixpath.dirname(facts["path"])
+        identity = decode_identity(self.disk.read(posixpath.join(folder, "run.json")))
+        digest, body = decode_record(facts["data"].rstrip(b"\n"))
+        ahead = {"task_id": identity["task_id"], "created_at": identity["created_at"], "revision": body["rev"], "head": digest}
+        self.disk.overwrite(posixpath.join(folder, HEAD), _encode_head(ahead))
+
+
 class _Variant(NamedTuple):
     disk: Type[RecordingFileSystem]
     hooks: Callable[[RecordingFileSystem], Hooks]
@@ -788,6 +836,8 @@ def _variant(name: Optional[str]) -> _Variant:
         return _Variant(RecordingFileSystem, _SnapshotBeforeRecord, "sync")
     if name == "no-journal-fsync":
         return _Variant(RecordingFileSystem, _no_hooks, "process")
+    if name == "head-before-append":
+        return _Variant(RecordingFileSystem, _HeadBeforeAppend, "sync")
     raise ValueError(f"unknown variant {name!r}; known: {', '.join(VARIANTS)}")
 
 
@@ -804,6 +854,7 @@ class _Outcome(NamedTuple):
     scan_problem: Optional[str]
     followup: Optional[str]  # None: not tried; "" passed; else what went wrong
     summary: str
+    head: str = ""  # after a load: the witness was "current", "behind", "invalid" or "missing"
 
 
 def _tick_clock(start: float) -> Callable[[], float]:
@@ -879,10 +930,22 @@ def _load(tree: Tree, variant: _Variant, plan: Dict[str, Any], task_id: str, fol
     digest = _digest(store.state)
     if found is not None and (found.state is None or _digest(found.state) != digest):
         scan_problem = "scan and open disagree about the state"
-    outcome = _Outcome(None, "", revision, digest, scan_problem, None, summary)
+    outcome = _Outcome(None, "", revision, digest, scan_problem, None, summary, _head_status(tree, revision))
     if followup:
         outcome = outcome._replace(followup=_write_again(store, fs, variant, clock))
     return outcome
+
+
+def _head_status(tree: Tree, revision: int) -> str:
+    """How the witness in ``tree`` stands to the revision that loaded from it."""
+    data = tree.get(_RUN + "/" + HEAD)
+    if data is None:
+        return "missing"
+    try:
+        head_rev, _ = _decode_head(data, decode_identity(tree[_RUN + "/run.json"] or b""))
+    except (KeyError, ValueError, InvalidInput):
+        return "invalid"
+    return "current" if head_rev == revision else "behind" if head_rev < revision else "ahead"
 
 
 def _write_again(store: RunStore, fs: RecordingFileSystem, variant: _Variant, clock: Callable[[], float]) -> str:
@@ -996,8 +1059,16 @@ def _judge(outcome: _Outcome, acked: Optional[int], attempted: Optional[int], re
     return problems
 
 
-def _workload(rec: RecordingFileSystem, variant: _Variant, transitions: int, rng: random.Random, plan: Dict[str, Any],
-              task_id: str) -> Dict[int, str]:
+def _workload(
+    rec: RecordingFileSystem,
+    variant: _Variant,
+    transitions: int,
+    rng: random.Random,
+    plan: Dict[str, Any],
+    task_id: str,
+    probes: Optional[List[Tree]] = None,
+    probe_rng: Optional[random.Random] = None,
+) -> Dict[int, str]:
     """Drive the store through init, ``transitions`` commits, compactions and two repairs.
 
     Returns the digest of the reference state at every revision. A third of
@@ -1005,6 +1076,10 @@ def _workload(rec: RecordingFileSystem, variant: _Variant, transitions: int, rng
     store opened (its next commit quarantines and rewrites it); two thirds of
     the way, a torn record is left at the journal's end (the next commit
     truncates it). Each window the store passes is marked in the log.
+    After each acknowledgement that leaves records in the journal,
+    ``probes`` gets a copy of the folder as a process sees it with the
+    journal cut at a random byte (from ``probe_rng``): outside damage that
+    loses acknowledged records, which the head witness must expose.
     """
     clock = _tick_clock(_CLOCK_START)
     options = variant.options(rec, clock)
@@ -1053,6 +1128,12 @@ def _workload(rec: RecordingFileSystem, variant: _Variant, transitions: int, rng
             raise AssertionError(f"the workload expected revision {revision}, the store reports {store.revision}")
         refs[revision] = _digest(store.state)
         rec.mark("ack", revision)
+        if probes is not None and probe_rng is not None:
+            tree = rec.tree()
+            journal = tree.get(_RUN + "/journal.jsonl")
+            if journal:
+                tree[_RUN + "/journal.jsonl"] = journal[: probe_rng.randrange(len(journal))]
+                probes.append(tree)
     return refs
 
 
@@ -1071,9 +1152,10 @@ def explore(
     operation or damage event, plus the empty start), ``states_possible``
     (exact only when ``possible_exact``), ``states_explored`` (equal to it
     unless ``sampled``), ``violations`` (explored states that broke the
-    invariant; ``violation_kinds`` counts them by invariant) and
-    ``examples``, each naming the operation and the store window
-    (:mod:`runner.windows`) its crash point follows.
+    invariant; ``violation_kinds`` counts them by invariant), the witness's
+    figures (``false_alarms``, ``head_states``, ``losses_probed``,
+    ``losses_caught``; see the module docs) and ``examples``, each naming the
+    operation and the store window (:mod:`runner.windows`) its crash point follows.
     """
     if transitions < 3:
         raise ValueError("the workload needs at least 3 transitions")
@@ -1087,7 +1169,9 @@ def explore(
     rec = config.disk()
     explorer.observe(rec)  # the empty disk before anything happened
     rec.observer = explorer.observe
-    refs = _workload(rec, config, transitions, random.Random(f"workload/{seed}"), plan, task_id)
+    probes: List[Tree] = []
+    workload_rng, probe_rng = random.Random(f"workload/{seed}"), random.Random(f"probes/{seed}")
+    refs = _workload(rec, config, transitions, workload_rng, plan, task_id, probes, probe_rng)
     rec.observer = None
 
     # A point sees the markers written before the next change of the disk:
@@ -1150,6 +1234,26 @@ def explore(
                     )
                 seen_kinds.update(kind for kind, _ in problems)
 
+    heads: Dict[str, int] = {}
+    for point in explorer.points:
+        for key, count in point.outcomes.items():
+            status = explorer.outcomes[key].head
+            if status:
+                heads[status] = heads.get(status, 0) + count
+    caught = 0
+    for probe in probes:
+        outcome = _load(probe, config, plan, task_id, followup=False)
+        if outcome.error == StateUnrecoverable.__name__:
+            caught += 1
+            continue
+        violations += 1
+        kinds["loss-unnoticed"] = kinds.get("loss-unnoticed", 0) + 1
+        if len(examples) < 8:
+            loaded = outcome.revision if outcome.error is None else outcome.error
+            examples.append({"crash_point": None, "after": "outside damage: the journal cut at a random byte", "acknowledged": max(refs),
+                             "attempted": max(refs), "state": outcome.summary, "loaded": loaded, "invariant": "loss-unnoticed",
+                             "problem": f"acknowledged records were cut off and the load gave {loaded!r}"})
+
     ops = rec.operations
     return {
         "variant": variant or "none",
@@ -1165,6 +1269,10 @@ def explore(
         "followups": explorer.followups,
         "violations": violations,
         "violation_kinds": dict(sorted(kinds.items())),
+        "false_alarms": kinds.get("unrecoverable", 0),
+        "head_states": dict(sorted(heads.items())),
+        "losses_probed": len(probes),
+        "losses_caught": caught,
         "examples": examples,
         "workload": {
             "operations": len(ops),

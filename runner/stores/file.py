@@ -1,4 +1,4 @@
-"""The durable run store: an identity file, a snapshot, a journal and a backup.
+"""The durable run store: an identity file, a snapshot, a journal, a backup and a head witness.
 
 Layout of a run folder (mode 0700; every file 0600)::
 
@@ -8,8 +8,12 @@ Layout of a run folder (mode 0700; every file 0600)::
     journal.jsonl        one line per transition after the snapshot
     journal.prev.jsonl   the transitions that led up to the snapshot
     backup.json          the snapshot before the current one
-    lock                 flock(2) target; never removed
+    head.json            the witness: the last acknowledged revision and its hash
     quarantine/          damaged files, moved aside, never deleted
+
+The run folder itself is the ``flock(2)`` target: there is no lock file that
+someone could remove as "stale" while a writer holds it. (A ``lock`` file
+left by an older version is ignored.)
 
 Invariants the store keeps:
 
@@ -29,12 +33,58 @@ Invariants the store keeps:
   :class:`~runner.errors.StateUnrecoverable` after its files are moved into
   ``quarantine/``. A new run is never created over existing or damaged state.
 
-Every mutation runs under an exclusive ``flock`` on ``lock``, after the store
-has caught up with what other processes appended, so a check made inside a
-transaction (such as the fencing check) sees the state it writes against.
+The head witness
+----------------
+
+A journal cut at a line boundary, emptied, deleted or replaced by an older
+copy is a well-formed journal of an earlier revision: nothing inside it can
+say that later records existed. ``head.json`` says so, at no extra fsync.
+After each append's fsync, still under the lock and before the call returns,
+the writer overwrites it in place with ``{revision, hash}`` of the record
+just made durable, sealed with a SHA-256 over the run's task id and creation
+time. It is fsynced only at init and at compaction, never per transition.
+
+Why it cannot raise a false alarm: it is written after the fsync of the
+record it names, so a process that dies can leave it behind the journal by
+one record, never ahead; after a power loss its unsynced bytes may be an
+older head, or a torn mix of two that fails the seal, and an older head is
+still a lower bound. So a load accepts a head that is behind, and ignores
+(reports, then rewrites) one that is missing, unsealed or sealed for another
+run. A load stops, exit 7 and quarantine, when a valid head names a revision
+the journal files no longer reach, or a record the journal holds with another
+hash. A journal that init created and that is now missing is damage too,
+except in the one window compaction leaves between moving the journal to
+``journal.prev.jsonl`` and creating the next, when the previous journal ends
+exactly at the snapshot.
+
+Caught with the head in place: the newest records lost (journal deleted,
+emptied, cut at any byte or at a line boundary, even inside the last record,
+which a torn append never acknowledged), the journal (or journal and
+snapshot) replaced by an older copy of the same run, a journal from another
+history under the same revision. Not caught: damage that also removes or
+rolls back the head (the head deleted or invalid is itself only reported,
+since an older run has none and a power loss may tear it); records lost in
+the window where the head honestly lags (at most the one record whose append
+a killed writer never acknowledged; after a power loss, records younger than
+the head's last write-back, which are fsynced, so only outside damage at the
+same time loses them; the updates of a writer whose head file someone else
+replaced while it kept the store open); and a whole
+run folder restored from an older copy, which is a consistent past state that
+no file inside the folder can tell from the truth: that needs a witness
+outside the folder. What such a rollback can repeat is bounded elsewhere: an
+effect begun before the rollback point is still in the ledger as begun and
+is reconciled before any retry, so only effects begun after it are forgotten;
+and the rolled-back lease restarts from an older fencing epoch, which a target
+that checks epochs refuses until the epochs climb past the highest it saw.
+
+Every mutation runs under an exclusive ``flock`` on the run folder, after the
+store has caught up with what other processes appended, so a check made
+inside a transaction (such as the fencing check) sees the state it writes
+against. Loads and ``doctor`` (:func:`check`) read under the same lock.
 """
 
 import contextlib
+import hashlib
 import os
 import re
 import time
@@ -47,19 +97,28 @@ from .base import CommitThenRaise, Finding, Store
 from .codec import Ops, decode_identity, decode_record, finish_transition, genesis, new_identity, prepare_transition, replay
 from ..windows import NO_HOOKS, Hooks
 
-__all__ = ["RunStore", "Scan", "Finding", "scan", "CommitThenRaise", "DURABILITY_MODES", "STATE_FILES"]
+__all__ = ["RunStore", "Scan", "Finding", "scan", "check", "CommitThenRaise", "DURABILITY_MODES", "STATE_FILES", "HEAD"]
 
 IDENTITY = "run.json"
 SNAPSHOT = "snapshot.json"
 BACKUP = "backup.json"
 JOURNAL = "journal.jsonl"
 PREV_JOURNAL = "journal.prev.jsonl"
-LOCK = "lock"
+HEAD = "head.json"
+LOCK = "lock"  # the lock file of older versions: allowed in a folder, never used
+HOOKS = "hooks.json"  # the counters of the harness's hooks: neither state nor damage
 QUARANTINE = "quarantine"
+DISPLACED = "quarantine.displaced"  # whatever held the name quarantine/ without being a folder
 TMP_SUFFIX = ".tmp"
 
-#: Files that hold run state; quarantine moves these.
+#: Files that hold run state.
 STATE_FILES = (IDENTITY, SNAPSHOT, BACKUP, PREV_JOURNAL, JOURNAL)
+
+#: Files a quarantine moves: the state and its witness.
+RUN_FILES = STATE_FILES + (HEAD,)
+
+#: The fixed size of ``head.json``, so each overwrite replaces the whole record in place.
+HEAD_SIZE = 192
 
 SNAPSHOT_FORMAT = "runner-snapshot/1"
 
@@ -69,6 +128,7 @@ SNAPSHOT_FORMAT = "runner-snapshot/1"
 DURABILITY_MODES = ("sync", "process")
 
 _SNAPSHOT_HEAD = re.compile(rb'\{"digest":"([0-9a-f]{64})","format":"runner-snapshot/1","state":')
+_HEAD_RECORD = re.compile(rb'\{("head":"([0-9a-f]{64})","rev":(0|[1-9][0-9]{0,18})),"seal":"([0-9a-f]{64})"\} *\n')
 
 
 class _Journal(NamedTuple):
@@ -118,6 +178,55 @@ def _decode_snapshot(data: bytes) -> Dict[str, Any]:
     except ValueError as exc:
         raise ValueError(f"snapshot content is not valid JSON: {exc}") from None
     return validate_envelope(state)
+
+
+def _head_seal(task_id: str, created_at: str, body: bytes) -> str:
+    return hashlib.sha256(_seal_key(task_id, created_at) + body).hexdigest()
+
+
+def _seal_key(task_id: str, created_at: str) -> bytes:
+    return task_id.encode() + b"\n" + created_at.encode() + b"\n"
+
+
+def _encode_head(state: Dict[str, Any], key: Optional[bytes] = None) -> bytes:
+    """``head.json`` naming ``state``'s revision and hash, sealed for its run, exactly :data:`HEAD_SIZE` bytes.
+
+    ``key`` is :func:`_seal_key` of the run, when the caller has it at hand.
+    """
+    body = b'"head":"%s","rev":%d' % (state["head"].encode(), state["revision"])
+    seal = hashlib.sha256((key or _seal_key(state["task_id"], state["created_at"])) + body).hexdigest()
+    return (b'{%s,"seal":"%s"}' % (body, seal.encode())).ljust(HEAD_SIZE - 1) + b"\n"
+
+
+def _decode_head(data: bytes, identity: Dict[str, Any]) -> Tuple[int, str]:
+    """``(revision, hash)`` a head names. Raises ``ValueError`` if it is torn, damaged or sealed for another run."""
+    match = _HEAD_RECORD.fullmatch(data)
+    if match is None or len(data) != HEAD_SIZE:
+        raise ValueError("not a head record")
+    if _head_seal(identity["task_id"], identity["created_at"], match.group(1)) != match.group(4).decode():
+        raise ValueError("its seal does not match this run")
+    return int(match.group(3)), match.group(2).decode()
+
+
+def _witness(
+    head: Optional[Tuple[int, str]], state: Dict[str, Any], base: Tuple[int, str], records: Sequence[Tuple[str, Dict[str, Any]]]
+) -> Optional[str]:
+    """Why the loaded ``state`` is behind or beside what the head says was acknowledged; None when it is not.
+
+    ``base`` is ``(revision, hash)`` of the state the load started from, so
+    its hash is known too; ``records`` are the journal records read.
+    """
+    if head is None:
+        return None
+    rev, digest = head
+    if rev > state["revision"]:
+        return f"revision {rev} was acknowledged ({HEAD}) but the journal files end at revision {state['revision']}: acknowledged records are lost"
+    held = {body["rev"]: d for d, body in records}
+    held.setdefault(state["revision"], state["head"])
+    held.setdefault(base[0], base[1])
+    if rev in held and held[rev] != digest:
+        return f"revision {rev} in the journal is not the one acknowledged ({HEAD} names hash {digest[:12]}, the journal {held[rev][:12]})"
+    return None
 
 
 def _parse_journal(data: bytes, identity: Optional[Tuple[int, int]], allow_torn: bool) -> _Journal:
@@ -192,6 +301,9 @@ def scan(path: str, fs: Optional[FileSystem] = None, thorough: bool = False) -> 
     A load from a valid snapshot needs only the last line of the previous
     journal (the record at the snapshot's revision), so that is all it reads
     there; any other base needs the whole previous journal, and gets it.
+
+    It takes no lock: a writer compacting meanwhile can make a healthy run
+    look damaged. :func:`check` and :meth:`RunStore.open` scan under the lock.
     """
     fs = fs or OsFileSystem()
     if not thorough:
@@ -217,7 +329,7 @@ def _scan(path: str, fs: FileSystem, thorough: bool, whole_prev: bool) -> Scan:
         return Scan(path, False, None, None, [Finding("note", "absent", f"no run folder at {path}")], None, 0, 0)
     names = set(fs.listdir(path))
     present = [n for n in STATE_FILES if n in names]
-    for name in present:
+    for name in present + [n for n in (HEAD,) if n in names]:
         if fs.is_symlink(join(name)):
             findings.append(Finding("damage", "symlink", f"{name} is a symbolic link; refusing to follow it"))
     for name in sorted(names):
@@ -245,6 +357,17 @@ def _scan(path: str, fs: FileSystem, thorough: bool, whole_prev: bool) -> Scan:
         findings.append(Finding("damage", "identity", f"run.json is unreadable: {exc}"))
         return Scan(path, True, None, None, findings, None, 0, 0)
 
+    # The head is read before the journal: a writer updates it only after
+    # the journal, so a reader without the lock still never sees it ahead.
+    head: Optional[Tuple[int, str]] = None
+    if HEAD not in names:
+        findings.append(Finding("repairable", "head-missing", f"{HEAD} is missing, so no witness says how far the run got"))
+    else:
+        try:
+            head = _decode_head(fs.read(join(HEAD)), identity)
+        except (OSError, ValueError) as exc:
+            findings.append(Finding("repairable", "head-invalid", f"{HEAD} is ignored: {exc}"))
+
     journals: Dict[str, _Journal] = {}
     for name in (PREV_JOURNAL, JOURNAL):
         if name in names:
@@ -263,6 +386,13 @@ def _scan(path: str, fs: FileSystem, thorough: bool, whole_prev: bool) -> Scan:
                 f"dropped a torn final journal record: {current.size - current.good_end} bytes at offset {current.good_end}",
             )
         )
+    if prev is not None and prev.error is None:
+        # The previous journal is a copy of what the snapshot holds: a gap or
+        # a repeated line inside it makes it unusable, not the run.
+        for (digest_a, a), (_, b) in zip(prev.records, prev.records[1:]):
+            if b["rev"] != a["rev"] + 1 or b["prev"] != digest_a:
+                prev = prev._replace(error=f"revision {b['rev']} does not continue revision {a['rev']}")
+                break
 
     # The records a base may be continued by: prev then current, if they link.
     records: List[Tuple[str, Dict[str, Any]]] = []
@@ -277,6 +407,7 @@ def _scan(path: str, fs: FileSystem, thorough: bool, whole_prev: bool) -> Scan:
         if prev_usable and prev.records:  # type: ignore[union-attr]
             if cur_records and cur_records[0][1]["prev"] != prev.records[-1][0]:  # type: ignore[union-attr]
                 findings.append(Finding("repairable", "prev-journal", f"{PREV_JOURNAL} does not link to {JOURNAL}"))
+                prev_usable = False
                 records = list(cur_records)
             else:
                 records = prev.records + list(cur_records)  # type: ignore[union-attr]
@@ -316,6 +447,7 @@ def _scan(path: str, fs: FileSystem, thorough: bool, whole_prev: bool) -> Scan:
             findings.append(Finding("repairable", f"{name}-foreign", f"{name} belongs to another run (task {base['task_id']!r})"))
             continue
         highest_valid = max(highest_valid, base["revision"])
+        base_point = (base["revision"], base["head"])
         # Only the snapshot may stand without the record at its revision, and
         # only when the previous journal that held it is the damaged file.
         start, error = _chain_from(base, records, name == SNAPSHOT and prev is not None and not prev_usable)
@@ -330,15 +462,28 @@ def _scan(path: str, fs: FileSystem, thorough: bool, whole_prev: bool) -> Scan:
         if state["revision"] != max(last_rev, base["revision"]) or state["revision"] < highest_valid:
             findings.append(Finding("repairable", f"{name}-behind", f"{name} rebuilds revision {state['revision']}, behind a valid base at {highest_valid}"))
             continue
+        if identity.get("schema_version") != state["schema_version"]:
+            # A state of another version was refused above, so this is run.json damaged.
+            findings = [Finding("damage", f.code, f.message) if f.level == "repairable" else f for f in findings]
+            said = f"{IDENTITY} says schema version {identity.get('schema_version')!r}, the run's state is version {state['schema_version']}"
+            findings.append(Finding("damage", "identity", said))
+            return Scan(path, True, None, None, findings, current, 0, 0)
+        lost = _witness(head, state, base_point, records)
+        ends_at_snapshot = prev_usable and prev.records and state["revision"] == prev.records[-1][1]["rev"]  # type: ignore[union-attr]
+        if lost is None and current is None and not ends_at_snapshot:
+            # Compaction leaves no journal only between rotating it and
+            # creating the next, when the previous journal ends at the snapshot.
+            lost = f"{JOURNAL} is missing, and only a compaction that ended with {PREV_JOURNAL} at the snapshot may leave it so"
+        if lost is not None:
+            findings = [Finding("damage", f.code, f.message) if f.level == "repairable" else f for f in findings]
+            findings.append(Finding("damage", "journal-lost", lost))
+            return Scan(path, True, None, None, findings, current, 0, 0)
         if name == SNAPSHOT:
             snapshot_size = fs.stat(join(SNAPSHOT))[1]  # type: ignore[index]
             if thorough and BACKUP in names:
-                try:
-                    backup = _decode_snapshot(fs.read(join(BACKUP)))
-                    if backup["task_id"] != identity["task_id"] or backup["revision"] > state["revision"]:
-                        raise ValueError("it does not belong to this run's history")
-                except (OSError, ValueError, InvalidInput) as exc:
-                    findings.append(Finding("repairable", f"{BACKUP}-invalid", f"{BACKUP} is invalid: {exc}"))
+                problem = _backup_problem(fs, join(BACKUP), identity, state, prev.records if prev_usable else [])  # type: ignore[union-attr]
+                if problem:
+                    findings.append(Finding("repairable", f"{BACKUP}-invalid", f"{BACKUP} is invalid: {problem}"))
         else:
             findings.append(Finding("repairable", "rebuilt", f"rebuilt revision {state['revision']} from {name} and the journal"))
         since = current.good_end if current is not None else 0
@@ -348,6 +493,31 @@ def _scan(path: str, fs: FileSystem, thorough: bool, whole_prev: bool) -> Scan:
     findings = [Finding("damage", f.code, f.message) if f.level == "repairable" else f for f in findings]
     findings.append(Finding("damage", "no-base", f"no valid base rebuilds revision {last_rev}"))
     return Scan(path, True, None, None, findings, current, 0, 0)
+
+
+def _backup_problem(
+    fs: FileSystem, path: str, identity: Dict[str, Any], state: Dict[str, Any], prev_records: Sequence[Tuple[str, Dict[str, Any]]]
+) -> Optional[str]:
+    """Why ``backup.json`` is not the snapshot before the current one of this run's history; None when it is.
+
+    It must be of this run (task id and creation time), no newer than the
+    state, and, where the previous journal holds the record after it, be the
+    revision that record continues.
+    """
+    try:
+        backup = _decode_snapshot(fs.read(path))
+    except (OSError, ValueError, InvalidInput) as exc:
+        return str(exc)
+    if backup["task_id"] != identity["task_id"] or backup["created_at"] != identity["created_at"]:
+        return "it belongs to another run"
+    if backup["revision"] > state["revision"]:
+        return f"it is at revision {backup['revision']}, ahead of the run"
+    for digest, body in prev_records:
+        if body["rev"] == backup["revision"] + 1 and body["prev"] != backup["head"]:
+            return f"the previous journal's revision {body['rev']} does not continue it"
+        if body["rev"] == backup["revision"] and digest != backup["head"]:
+            return f"its revision {body['rev']} differs from the previous journal's"
+    return None
 
 
 def _is_unfinished_init(fs: FileSystem, path: str, names: set) -> bool:
@@ -404,6 +574,7 @@ class RunStore(Store):
         self._snapshot_size = 0
         self._pending: List[Finding] = []  # repairs the next writer performs
         self._torn_at: Optional[int] = None
+        self._seal: Optional[bytes] = None  # the head's seal key: the run's task id and creation time
         #: Findings of the last full load (notes and lossless repairs).
         self.findings: List[Finding] = []
 
@@ -432,50 +603,51 @@ class RunStore(Store):
     def create(cls, path: str, task_id: str, plan: Dict[str, Any], **options: Any) -> "RunStore":
         """Start a new run in ``path``; refuse if the folder holds any run state.
 
-        ``run.json`` is written last: until it is durable the run does not
-        exist, and a repeated ``create`` may replace what an interrupted one left.
+        The refusal is decided once, under the folder's lock, before anything
+        is written, so of two concurrent inits exactly one starts the run and
+        the other is refused. ``run.json`` is written last: until it is
+        durable the run does not exist, and a repeated ``create`` may replace
+        what an interrupted one left.
+
+        :raises InvalidInput: the folder is a symbolic link or holds a run, its remains, or other files.
         """
         validate_id(task_id, "task id")
         if not isinstance(plan, dict):
             raise InvalidInput("the plan must be a JSON object")
         store = cls(path, **options)
         fs = store.fs
-        if fs.exists(store.path) and fs.is_symlink(store.path):
-            raise InvalidInput(f"{store.path} is a symbolic link; refusing to use it as a run folder")
-        if fs.exists(store.path):
-            # Refuse before anything is written, even a lock file.
+        if fs.is_symlink(store.path):
+            raise InvalidInput(f"{store.path} is a symbolic link; refusing to use it as a run folder", path=store.path)
+        if not fs.exists(store.path):
+            try:
+                fs.mkdir(store.path)
+            except FileExistsError:
+                pass  # a concurrent init made it; the check under the lock decides
+            else:
+                store.hooks.reached("store:after-mkdir", path=store.path)
+                store._fsync_dir(os.path.dirname(store.path) or ".")
+                store.hooks.reached("store:after-mkdir-fsync", path=store.path)
+        with fs.lock(store.path):
             found = scan(store.path, fs)
-            leftovers = [n for n in fs.listdir(store.path) if n != LOCK and n not in STATE_FILES and not n.endswith(TMP_SUFFIX)]
+            leftovers = [n for n in fs.listdir(store.path) if n not in (LOCK, HOOKS) + RUN_FILES and not n.endswith(TMP_SUFFIX)]
             if found.exists or leftovers:
                 detail = "; ".join(f.message for f in found.findings if f.level != "note") or (
                     "it already holds a run" if found.exists else f"it holds other files ({', '.join(leftovers[:5])})")
                 raise InvalidInput(f"refusing to start a new run in {store.path}: {detail}", path=store.path)
-        else:
-            fs.mkdir(store.path)
-            store.hooks.reached("store:after-mkdir", path=store.path)
-            store._fsync_dir(os.path.dirname(store.path) or ".")
-            store.hooks.reached("store:after-mkdir-fsync", path=store.path)
-        if isinstance(fs, OsFileSystem):
-            os.chmod(store.path, 0o700)  # an existing empty folder is narrowed too
-        with fs.lock(store._p(LOCK)):
-            found = scan(store.path, fs)
-            if found.exists:
-                detail = "; ".join(f.message for f in found.findings if f.level != "note") or "it already holds a run"
-                raise InvalidInput(f"refusing to start a new run in {store.path}: {detail}", path=store.path)
-            leftovers = [n for n in fs.listdir(store.path) if n not in (LOCK,) and n not in STATE_FILES and not n.endswith(TMP_SUFFIX)]
-            if leftovers:
-                raise InvalidInput(f"refusing to start a new run in {store.path}: it holds other files ({', '.join(leftovers[:5])})")
+            fs.make_private(store.path)  # an existing empty folder is narrowed too
             now = store.now()
             identity, identity_bytes = new_identity(task_id, plan, now)
             state = genesis(identity, sha256_hex(identity_bytes))
             snapshot = _encode_snapshot(state)
             # Unfinished-init leftovers are overwritten, never appended to.
-            for name in (JOURNAL,):
+            for name in (JOURNAL, HEAD):
                 if fs.exists(store._p(name)):
                     fs.unlink(store._p(name))
             store._write_replace(SNAPSHOT, snapshot)
             fs.create_exclusive(store._p(JOURNAL))
             store.hooks.reached("store:after-journal-create", path=store._p(JOURNAL))
+            fs.create_exclusive(store._p(HEAD), _encode_head(state))
+            store._fsync(HEAD)  # its blocks exist from now on, so later overwrites need no new space
             store._fsync_dir()
             store.hooks.reached("store:after-journal-create-fsync", path=store._p(JOURNAL))
             store._write_replace(IDENTITY, identity_bytes)  # the commit point of init
@@ -488,22 +660,35 @@ class RunStore(Store):
     # -- loading --------------------------------------------------------------
     @classmethod
     def open(cls, path: str, **options: Any) -> "RunStore":
-        """Load the run in ``path``; quarantine and raise if it cannot be rebuilt exactly."""
+        """Load the run in ``path`` under its lock; quarantine and raise if it cannot be rebuilt exactly.
+
+        Reading needs no write access: a run on a read-only file system loads.
+
+        :raises InvalidInput: no run is there, or ``path`` is a symbolic link (which ``create`` refuses too).
+        :raises StateUnrecoverable: the state is damaged; its files were moved into ``quarantine/``.
+        """
         store = cls(path, **options)
         fs = store.fs
-        holds_run = fs.exists(store.path) and any(fs.exists(store._p(n)) for n in STATE_FILES + (QUARANTINE,))
-        # A folder without a run is left exactly as it is: not even a lock file.
-        with fs.lock(store._p(LOCK)) if holds_run else contextlib.nullcontext():
+        if fs.is_symlink(store.path):
+            raise InvalidInput(f"{store.path} is a symbolic link; refusing to use it as a run folder", path=store.path)
+        if not fs.exists(store.path):
+            raise InvalidInput(f"no run in {store.path} (start one with init)", path=store.path)
+        with fs.lock(store.path):  # locking a folder writes nothing, even in a folder without a run
             store._load()
         return store
 
-    def _load(self) -> None:
-        found = scan(self.path, self.fs)
+    def _load(self, thorough: bool = False) -> None:
+        found = scan(self.path, self.fs, thorough=thorough)
         if not found.exists:
             raise InvalidInput(f"no run in {self.path} (start one with init)", path=self.path)
         if found.state is None:
             problems = "; ".join(f.message for f in found.findings if f.level == "damage")
-            where = self._quarantine(problems) if not any(f.code in ("quarantined", "schema", "symlink") for f in found.findings) else None
+            where = None
+            if not any(f.code in ("quarantined", "schema", "symlink") for f in found.findings):
+                try:
+                    where = self._quarantine(problems)
+                except OSError as exc:
+                    problems += f"; moving the files to quarantine failed: {exc.strerror or exc}"
             if where:
                 problems += f"; files moved to {where}"
             raise StateUnrecoverable(f"run state in {self.path} is unrecoverable: {problems}", path=self.path, quarantine=where)
@@ -545,7 +730,7 @@ class RunStore(Store):
         observer that asks for more than is held learns it from the second
         value and re-reads the state instead.
         """
-        with self.fs.lock(self._p(LOCK)):
+        with self.fs.lock(self.path):
             self._catch_up()
             records: List[Tuple[str, Dict[str, Any]]] = []
             for name in (PREV_JOURNAL, JOURNAL):
@@ -560,7 +745,7 @@ class RunStore(Store):
 
     # -- transitions ------------------------------------------------------------
     def _in_transaction(self, work: Callable[[], Any]) -> Any:
-        with self.fs.lock(self._p(LOCK)):
+        with self.fs.lock(self.path):
             return work()
 
     def _commit_locked(self, ops: Ops, epoch: int) -> None:
@@ -578,13 +763,38 @@ class RunStore(Store):
             self._state = None
             raise
         finish_transition(state, prepared)
-        if self._pending:
-            self._finish_repairs()
-        if self._journal_bytes >= max(self.compact_min_bytes, self._snapshot_size // 4):
-            self._compact_locked()
+        self._write_head()
+        self._upkeep()
+
+    def _upkeep(self) -> None:
+        """After a durable commit: pending repairs, then a due compaction.
+
+        The transition is committed whatever happens here, so a failure (a
+        full disk refusing the new snapshot) is a finding, never the call's
+        error: a caller told "failed" would retry a transition that happened.
+        Every step of both keeps the files loadable, so the next load or
+        commit starts from whatever this left.
+        """
+        try:
+            if self._pending:
+                self._finish_repairs()
+            if self._journal_bytes >= max(self.compact_min_bytes, self._snapshot_size // 4):
+                self._compact_locked()
+        except OSError as exc:
+            failed = f"compaction or repair after revision {self.revision} failed: {exc.strerror or exc}"
+            self.findings.append(Finding("repairable", "upkeep-failed", failed))
+            tmp = self._p(SNAPSHOT + TMP_SUFFIX)
+            with contextlib.suppress(OSError):
+                if self.fs.exists(tmp):
+                    self.fs.unlink(tmp)
+            self._journal_id = None  # the files are as the failure left them: reload them next time
 
     def _append_record(self, line: bytes) -> None:
-        """Make one journal line durable: the single fsync of a transition."""
+        """Make one journal line durable: the single fsync of a transition.
+
+        If the append or its fsync fails, the line is cut off again, so a
+        transition reported as failed is not there for the next reader.
+        """
         journal = self._p(JOURNAL)
         if self._torn_at is not None:
             self.fs.truncate(journal, self._torn_at)
@@ -597,14 +807,38 @@ class RunStore(Store):
             self._fsync_dir()
             self.hooks.reached("store:after-journal-create-fsync", path=journal)
             self._journal_id = self.fs.stat(journal)
-        self.hooks.reached("store:before-append", fs=self.fs, path=journal, data=line)
-        self.fs.append(journal, line)
-        self.hooks.reached("store:after-append", path=journal)
-        self._fsync(JOURNAL)
-        self.hooks.reached("store:after-append-fsync", path=journal)
-        self._journal_bytes += len(line)
         assert self._journal_id is not None
-        self._journal_id = (self._journal_id[0], self._journal_id[1] + len(line))
+        end = self._journal_id[1]
+        self.hooks.reached("store:before-append", fs=self.fs, path=journal, data=line)
+        try:
+            self.fs.append(journal, line)
+            self.hooks.reached("store:after-append", path=journal)
+            self._fsync(JOURNAL)
+            self.hooks.reached("store:after-append-fsync", path=journal)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                self.fs.truncate(journal, end)
+            raise
+        self._journal_bytes += len(line)
+        self._journal_id = (self._journal_id[0], end + len(line))
+
+    def _write_head(self) -> None:
+        """Point ``head.json`` at the revision just made durable: in place, no fsync (see the module docs).
+
+        It is written only after the record's fsync, so it never leads the
+        journal; failing to write it only leaves it behind, which is allowed.
+        """
+        state = self.state
+        if self._seal is None:
+            self._seal = _seal_key(state["task_id"], state["created_at"])
+        data = _encode_head(state, self._seal)
+        try:
+            self.fs.overwrite(self._p(HEAD), data)
+        except FileNotFoundError:
+            with contextlib.suppress(OSError):
+                self.fs.create_exclusive(self._p(HEAD), data)
+        except OSError:
+            pass
 
     # -- repairs ----------------------------------------------------------------
     def _repair_ops(self) -> Ops:
@@ -625,13 +859,28 @@ class RunStore(Store):
         for name in self.fs.listdir(self.path):
             if name.endswith(TMP_SUFFIX):
                 self.fs.unlink(self._p(name))
+        if "head-missing" in codes or "head-invalid" in codes:
+            # Whole and durable, in the same file where there is one, so that
+            # other writers' descriptors for it stay good.
+            head = self._p(HEAD)
+            if self.fs.exists(head):
+                self.fs.write_file(head, _encode_head(self.state))
+                self._fsync(HEAD)
+            else:
+                self.fs.create_exclusive(head, _encode_head(self.state))
+                self._fsync(HEAD)
+                self._fsync_dir()
         if damaged or "rebuilt" in codes or "snapshot-missing" in codes:
             self._compact_locked()
 
     def repair(self, *, epoch: int = 0) -> List[Finding]:
-        """Perform every lossless repair the last load found; return what was done."""
-        with self.fs.lock(self._p(LOCK)):
-            self._catch_up()
+        """Perform every lossless repair a thorough look finds; return what was done.
+
+        The look is the one ``doctor`` reports (:func:`check`): it reads every
+        line of the previous journal and the backup, which a load need not.
+        """
+        with self.fs.lock(self.path):
+            self._load(thorough=True)
             done = list(self._pending)
             if done:
                 self._commit_locked([], epoch)
@@ -640,7 +889,7 @@ class RunStore(Store):
     # -- compaction -------------------------------------------------------------
     def compact(self) -> None:
         """Write a fresh snapshot and rotate journal and backup (see module docs)."""
-        with self.fs.lock(self._p(LOCK)):
+        with self.fs.lock(self.path):
             self._catch_up()
             self._compact_locked()
 
@@ -679,15 +928,34 @@ class RunStore(Store):
             reached("store:after-journal-create", path=self._p(JOURNAL))
             self._fsync_dir()
             reached("store:after-journal-create-fsync", path=self._p(JOURNAL))
+        if fs.exists(self._p(HEAD)):
+            # Not needed for safety (the snapshot is a lower bound already):
+            # it keeps what a power loss can make of the head to the
+            # overwrites since the last compaction.
+            self._fsync(HEAD)
         self._snapshot_size = len(data)
         self._journal_bytes = 0
         self._journal_id = fs.stat(self._p(JOURNAL))
 
     # -- quarantine ---------------------------------------------------------------
     def _quarantine(self, reason: str, names: Optional[Sequence[str]] = None) -> str:
-        """Move state files (all of them unless ``names``) into a fresh quarantine folder."""
+        """Move run files (all of them unless ``names``) into a fresh folder under ``quarantine/``.
+
+        Nothing is deleted. Something else under the name ``quarantine`` (a
+        file, or a symbolic link that would carry the files out of the run
+        folder) is moved aside and then into the new folder with the rest.
+        """
         fs = self.fs
         root = self._p(QUARANTINE)
+        displaced = None
+        if fs.exists(root) and not _is_folder(fs, root):
+            existing = set(fs.listdir(self.path))
+            n = 1
+            while f"{DISPLACED}-{n}" in existing:
+                n += 1
+            displaced = self._p(f"{DISPLACED}-{n}")
+            fs.replace(root, displaced)  # renames a link itself, never what it points to
+            self._fsync_dir()
         if not fs.exists(root):
             fs.mkdir(root)
             self._fsync_dir()
@@ -700,13 +968,49 @@ class RunStore(Store):
         fs.mkdir(target)
         self._fsync_dir(root)
         note = os.path.join(target, "REASON.txt")
+        if displaced:
+            reason += f"; a non-folder named {QUARANTINE} was in the way and is kept here as {QUARANTINE}"
         fs.write_file(note, (reason.strip() + "\n").encode("utf-8", "replace"))
         if self.durability == "sync":
             fs.fsync(note)
-        candidates = names if names is not None else [n for n in fs.listdir(self.path) if n in STATE_FILES or n.endswith(TMP_SUFFIX)]
+        candidates = names if names is not None else [n for n in fs.listdir(self.path) if n in RUN_FILES or n.endswith(TMP_SUFFIX)]
         for name in candidates:
             if fs.exists(self._p(name)):
                 fs.replace(self._p(name), os.path.join(target, name))
+        if displaced:
+            fs.replace(displaced, os.path.join(target, QUARANTINE))
         self._fsync_dir(target)
         self._fsync_dir()
         return target
+
+
+def _is_folder(fs: FileSystem, path: str) -> bool:
+    """True when ``path`` is a directory itself, not a file and not a link to one."""
+    if fs.is_symlink(path):
+        return False
+    try:
+        fs.listdir(path)
+    except NotADirectoryError:
+        return False
+    return True
+
+
+def check(path: str, fs: Optional[FileSystem] = None) -> Scan:
+    """A thorough, read-only look at a run folder (what ``doctor`` reports), under the run's lock.
+
+    The lock keeps a writer from compacting mid-look, so a healthy run never
+    looks damaged for having been read between two renames. Nothing is
+    written: the lock is the folder itself.
+    """
+    own = fs is None
+    fs = fs or OsFileSystem()
+    try:
+        if fs.is_symlink(path):
+            raise InvalidInput(f"{path} is a symbolic link; refusing to use it as a run folder", path=path)
+        if not fs.exists(path):
+            return scan(path, fs, thorough=True)
+        with fs.lock(path):
+            return scan(path, fs, thorough=True)
+    finally:
+        if own:
+            fs.close()  # type: ignore[attr-defined]
