@@ -25,7 +25,7 @@ its first bytes), so a person can tell which draft a grant covers.
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from .envelope import format_time, parse_time, validate_id
+from .envelope import Ops, format_time, parse_time, validate_id
 from .errors import AwaitingApproval, InvalidInput
 
 __all__ = [
@@ -35,7 +35,6 @@ __all__ = [
 #: How much of the payload file a request keeps, for a person to recognise it.
 HEAD_BYTES = 80
 
-Ops = List[List[Any]]
 
 
 def _approvals(state: Dict[str, Any]) -> Dict[str, Any]:

@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Protocol
 
 from .approvals import require_grant
 from .contract import effect_needs_approval, key_allowed
-from .envelope import MAX_DOCUMENT_BYTES, canonical_json, check_nesting, content_digest, format_time, parse_time, validate_id
+from .envelope import MAX_DOCUMENT_BYTES, Ops, canonical_json, check_nesting, content_digest, format_time, one_line, parse_time, validate_id
 from .errors import AlreadyVerified, Cancelled, Failed, Fenced, InvalidInput, LimitExhausted, NeedsReconciliation, RunComplete
 from .retry import check_attempts, check_limits, check_wait, limit
 from .windows import NO_HOOKS, Hooks
@@ -59,7 +59,6 @@ __all__ = [
 EFFECT_STATES = ("planned", "started", "acknowledged", "verified", "uncertain", "absent", "failed")
 UNRESOLVED = ("started", "acknowledged", "uncertain")
 
-Ops = List[List[Any]]
 
 
 # -- the adapter contract -------------------------------------------------------
@@ -313,8 +312,7 @@ def absent_ops(state: Dict[str, Any], key: str, evidence: Dict[str, Any], now: f
 
 def uncertain_ops(state: Dict[str, Any], key: str, reason: str, now: float) -> Ops:
     """The outcome is unknown (timeout, crash): it must be observed before any retry."""
-    if not isinstance(reason, str) or not reason.strip() or len(reason) > 2000:
-        raise InvalidInput("reason must be a non-empty line of at most 2,000 characters")
+    one_line(reason, "reason")
     effect = _effect(state, key)
     if effect["state"] == "uncertain":
         return [] if effect.get("reason") == reason else [_set(key, "reason", reason)]

@@ -73,7 +73,10 @@ MAX_LINE_CHARS = 2000
 
 Clock = Callable[[], float]
 Json = Union[None, bool, int, float, str, List[Any], Dict[str, Any]]
+#: One operation of a transition: ``["set", path, value]`` or ``["del", path]``.
 Op = List[Any]
+#: The operations of one transition, applied in order by :func:`apply_ops`.
+Ops = List[Op]
 
 
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)

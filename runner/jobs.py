@@ -43,7 +43,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .envelope import canonical_json, format_time, loads_strict, parse_time, sha256_hex, validate_id
+from .envelope import Ops, canonical_json, format_time, loads_strict, parse_time, sha256_hex, validate_id
 from .errors import InvalidInput, NeedsReconciliation
 from .fs import OsFileSystem, replace_durably
 
@@ -52,7 +52,6 @@ __all__ = [
     "spawn", "signal_job", "read_result", "wrap_main",
 ]
 
-Ops = List[List[Any]]
 JOBS = "jobs"
 MAX_COMMAND_ARGS = 256
 

@@ -27,16 +27,15 @@ processes sharing a run must agree to well within the TTL; safety does not
 rest on them, since a stale writer is refused by its epoch, not by the time.
 """
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
-from .envelope import check_duration, format_time, one_line, parse_time, validate_id
+from .envelope import Ops, check_duration, format_time, one_line, parse_time, validate_id
 from .errors import AlreadyRunning, Fenced
 
 __all__ = ["acquire_ops", "renew_ops", "release_ops", "break_ops", "check_fence", "lease_view", "MAX_TTL_SECONDS"]
 
 MAX_TTL_SECONDS = 7 * 24 * 3600
 
-Ops = List[List[Any]]
 
 
 def _ttl(ttl: float) -> float:

@@ -17,7 +17,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional
 
 from . import approvals, effects, jobs, lease, retry, steps
-from .envelope import MAX_DURATION_SECONDS, check_duration, content_digest, format_time, one_line
+from .envelope import MAX_DURATION_SECONDS, Ops, check_duration, content_digest, format_time, one_line
 from .errors import InvalidInput, LimitExhausted
 from .stores.base import CommitThenRaise, Store
 from .stores.file import RunStore
@@ -25,7 +25,6 @@ from .windows import NO_HOOKS, Hooks
 
 __all__ = ["Run", "submit_job"]
 
-Ops = List[List[Any]]
 
 
 class Run:

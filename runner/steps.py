@@ -25,13 +25,12 @@ from typing import Any, Dict, List, Optional
 
 from .contract import parse_contract_text
 from .effects import UNRESOLVED, _check_open, cancelled_ops, check_document
-from .envelope import content_digest, format_time, validate_id
+from .envelope import Ops, content_digest, format_time, one_line, validate_id
 from .errors import InvalidInput, NeedsReconciliation, RunComplete
 from .retry import check_attempts, check_limits, check_wait, limit, next_attempt_at
 
 __all__ = ["start_ops", "done_ops", "fail_ops", "cancel_ops", "migrate_ops", "blocked_ops", "step_failed_ops", "plan_steps"]
 
-Ops = List[List[Any]]
 
 
 def plan_steps(state: Dict[str, Any]) -> List[Dict[str, Any]]:
@@ -165,8 +164,7 @@ def fail_ops(state: Dict[str, Any], step: str, error_class: str, error: str, now
     _plan_step(state, step)
     if error_class not in ("transient", "permanent"):
         raise InvalidInput("--class must be transient or permanent")
-    if not isinstance(error, str) or not error.strip() or len(error) > 2000:
-        raise InvalidInput("error must be a non-empty line of at most 2,000 characters")
+    one_line(error, "error")
     record = state["steps"].get(step) or {}
     if record.get("state") != "running":
         raise InvalidInput(f"step {step!r} is not running")
@@ -195,8 +193,7 @@ def fail_ops(state: Dict[str, Any], step: str, error_class: str, error: str, now
 def cancel_ops(state: Dict[str, Any], by: str, reason: str, now: float) -> Ops:
     """Record a cancellation; the run is ``cancelled`` at once if nothing is in flight."""
     validate_id(by, "canceller")
-    if not isinstance(reason, str) or not reason.strip() or len(reason) > 2000:
-        raise InvalidInput("reason must be a non-empty line of at most 2,000 characters")
+    one_line(reason, "reason")
     if state["observations"].get("cancellation"):
         return []
     if state["status"] == "complete":

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 import unittest
-from typing import Any, Dict, List, Optional
+from typing import List, Optional
 
 from tests import _util
 from runner.errors import RetryLater

@@ -24,11 +24,10 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import unittest
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 from tests import _util, _venv
 from runner.proof.ticketservice import TicketServiceProcess

@@ -548,7 +548,7 @@ def official_client() -> str:
                 done = subprocess.run(step, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=900)
             except (OSError, subprocess.SubprocessError) as exc:
                 shutil.rmtree(venv, ignore_errors=True)
-                raise unittest.SkipTest(f"the mcp package cannot be installed: {exc}")
+                raise unittest.SkipTest(f"the mcp package cannot be installed: {exc}") from None
             if done.returncode != 0:
                 lines = [line for line in done.stdout.decode("utf-8", "replace").splitlines() if line.strip() and not line.startswith("WARNING")]
                 shutil.rmtree(venv, ignore_errors=True)

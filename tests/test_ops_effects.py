@@ -129,7 +129,7 @@ class BeginTest(unittest.TestCase):
 
     def test_attempts_are_bounded_and_a_backoff_answers_retry_later(self) -> None:
         state = begun(self.drafting, "doc-1")
-        for attempt in range(2):
+        for _ in range(2):
             state = then(state, effects.absent_ops, "doc-1", {"found": False})
             state = begun(state, "doc-1")
         state = then(state, effects.absent_ops, "doc-1", {"found": False})

@@ -764,7 +764,7 @@ class NextDrivenRunTest(RecoveryCase):
         return state
 
     def test_next_driven_runs_complete_with_and_without_kills(self) -> None:
-        runs: List[Callable[[], Dict[str, Any]]] = [self.uninterrupted] + [lambda l=l: self.killed(l) for l in self.KILL_POINTS]  # type: ignore[misc]
+        runs: List[Callable[[], Dict[str, Any]]] = [self.uninterrupted] + [lambda point=point: self.killed(point) for point in self.KILL_POINTS]  # type: ignore[misc]
         states = _util.in_parallel(runs, workers=4)
         self.assertEqual([s["status"] for s in states], ["complete"] * 4)
 
@@ -952,7 +952,7 @@ class StopReasonTest(RecoveryCase):
         journal = os.path.join(world.run, JOURNAL)
         with open(journal, "rb") as handle:
             lines = handle.read().split(b"\n")
-        self.assertGreaterEqual(len([l for l in lines if l]), 4)
+        self.assertGreaterEqual(len([line for line in lines if line]), 4)
         damaged = lines[1].replace(b'"epoch":1', b'"epoch":7', 1)
         self.assertNotEqual(damaged, lines[1])
         lines[1] = damaged
@@ -1068,7 +1068,8 @@ class BriefTest(RecoveryCase):
         root = tempfile.mkdtemp(prefix="runner-recovery-")
         cls.addClassCleanup(shutil.rmtree, root, True)
         world = World(root)
-        plan = dict(load_contract(world.contract), goal="Find why the nightly suite fails on the cache layer, patch every shard of the cache configuration, run the long suite, and deliver the patch with its evidence. " * 4)
+        goal = "Find why the nightly suite fails on the cache layer, patch every shard of the cache configuration, run the long suite, and deliver the patch with its evidence. "
+        plan = dict(load_contract(world.contract), goal=goal * 4)
         earlier = [{"id": name, "artifact": f"work/{name}.md", "check": "file exists", "evidence": ["sha256"], "next": "analysis"} for name in ("reproduce", "bisect")]
         plan["steps"] = earlier + plan["steps"]
         store = RunStore.create(world.run, TASK_ID, plan, durability="process")
@@ -1086,7 +1087,9 @@ class BriefTest(RecoveryCase):
             ["set", ["current_step"], "edits"],
         ]
         for n in range(6):
-            ops.append(["set", ["jobs", f"lint-{n}"], {"state": "finished", "command": ["lint", str(n)], "attempt": 1, "dir": f"jobs/lint-{n}/a1", "submitted_at": stamp, "pid": None, "pid_start": None, "exit_code": 0, "finished_at": stamp, "log_sha256": None, "cursor": 12, "cancel_requested_at": None, "stopped_at": None}])
+            ops.append(["set", ["jobs", f"lint-{n}"], {
+                "state": "finished", "command": ["lint", str(n)], "attempt": 1, "dir": f"jobs/lint-{n}/a1", "submitted_at": stamp, "pid": None,
+                "pid_start": None, "exit_code": 0, "finished_at": stamp, "log_sha256": None, "cursor": 12, "cancel_requested_at": None, "stopped_at": None}])
         store.commit(ops)
         for batch in range(20):
             ops = []
@@ -1095,7 +1098,8 @@ class BriefTest(RecoveryCase):
                 state = cls.UNRESOLVED.get(key, "verified")
                 ops.append(["set", ["effects", key], {
                     "state": state, "payload_digest": content_digest({"shard": i}), "attempts": 1, "step": "edits",
-                    "started_at": stamp, "updated_at": stamp, "receipt": {"id": i, "queue": "cache-config-rollout", "accepted_by": "config-service eu-west-1 replica 3"} if state != "started" else None,
+                    "started_at": stamp, "updated_at": stamp,
+                    "receipt": {"id": i, "queue": "cache-config-rollout", "accepted_by": "config-service eu-west-1 replica 3"} if state != "started" else None,
                     "evidence": {"seen": i} if state == "verified" else None, "reason": None, "next_attempt_at": None,
                 }])
             store.commit(ops)

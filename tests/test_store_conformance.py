@@ -191,7 +191,7 @@ class Worker:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-            raise AssertionError(f"worker did not exit; stderr: {self.errors()}")
+            raise AssertionError(f"worker did not exit; stderr: {self.errors()}") from None
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -532,7 +532,7 @@ class StoreConformance(_Mixin):
         stale = open_store(self.url_for(task), task, **self.shared_options)
         self.stores.append(stale)
         acknowledged = 0
-        for round_ in range(2):
+        for _ in range(2):
             worker = self.worker("count", task, "1000000")
             self.assertEqual(worker.line(), f"ready {acknowledged}")
             worker.send("go")

@@ -170,7 +170,7 @@ class ExplorerWindowsTest(unittest.TestCase):
 class TableTest(unittest.TestCase):
     def test_names_are_unique_and_layered(self) -> None:
         self.assertEqual(len(NAMES), len(set(NAMES)))
-        for name, facts, durable in WINDOWS:
+        for name, _facts, durable in WINDOWS:
             self.assertIn(name.split(":")[0], ("store", "effect", "step", "lease", "job"))
             self.assertTrue(durable)
 

@@ -27,7 +27,6 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..effects import Adapter
 from ..errors import RunnerError
-from ..fs import OsFileSystem
 from ..history import Recorder
 from ..recovery import recover
 from ..run import Run, submit_job
@@ -119,11 +118,8 @@ def _work(run: Run, task: str, adapter: Adapter, report: Any, budget: int) -> st
     job = submit_job(run, "check", [sys.executable, "-c", "pass"])
     report(run.state["revision"])
     deadline = time.monotonic() + 30
-    from ..jobs import observation_ops, observe_job
-
     while job["state"] in ("submitting", "running") and time.monotonic() < deadline:
-        seen = observe_job(run.store.path, job)
-        job = run._mutate(lambda s, now: observation_ops(s, "check", seen, now))["jobs"]["check"]
+        job = run.job_observe("check")
         if job["state"] in ("submitting", "running"):
             time.sleep(0.005)
     if job["state"] == "vanished":

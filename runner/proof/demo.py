@@ -530,7 +530,8 @@ def format_table(result: Dict[str, Any]) -> str:
         ]
     else:
         rows.append(("matches the uncrashed reference", result["matches_reference"]))
-    rows += [("final status", f"{result['status']} at revision {result['revision']}"), ("wall time", f"{result['wall_seconds']} s" + (f" (reference run {result['reference_seconds']} s)" if result.get("matches_reference") is not None else ""))]
+    reference = f" (reference run {result['reference_seconds']} s)" if result.get("matches_reference") is not None else ""
+    rows += [("final status", f"{result['status']} at revision {result['revision']}"), ("wall time", f"{result['wall_seconds']} s{reference}")]
     width = max(len(name) for name, _ in rows)
     lines = [f"{name:<{width}}  {value}" for name, value in rows]
     for error in result["errors"]:

@@ -91,6 +91,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 from ..effects import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 from ..envelope import content_digest
+from . import PACKAGE_PARENT as _PACKAGE_PARENT
 
 __all__ = [
     "FAULT_DEFAULTS",
@@ -783,7 +784,8 @@ class TicketAdapter(_TicketClient):
     verification = "lookup by key: GET /tickets/by-key/KEY, payload digest compared"
     deduplicates = True
 
-    def __init__(self, url: str, *, retention_seconds: Optional[float], timeout: float = 5.0, run_id: Optional[str] = None, refuses_conflicting_payload: bool = True, enforces_fencing: bool = True) -> None:
+    def __init__(self, url: str, *, retention_seconds: Optional[float], timeout: float = 5.0, run_id: Optional[str] = None,
+                 refuses_conflicting_payload: bool = True, enforces_fencing: bool = True) -> None:
         super().__init__(url, timeout=timeout, run_id=run_id)
         self.retention_seconds = retention_seconds
         self.enforces_fencing = enforces_fencing
@@ -802,7 +804,8 @@ class TicketAdapter(_TicketClient):
         if status == 200:
             expected = content_digest(payload)
             if body.get("payload_digest") != expected:
-                return Observation("unknown", {"lookup": "by-key", "key": key, "ticket": body.get("ticket"), "reason": "the key's ticket holds another payload", "found_digest": body.get("payload_digest"), "expected_digest": expected})
+                return Observation("unknown", {"lookup": "by-key", "key": key, "ticket": body.get("ticket"), "reason": "the key's ticket holds another payload",
+                                               "found_digest": body.get("payload_digest"), "expected_digest": expected})
             return Observation("present", {"lookup": "by-key", "key": key, "ticket": body.get("ticket"), "payload_digest": expected, "created_at": body.get("created_at")})
         if status == 404 and body.get("status") == "never-seen":
             return Observation("absent", {"lookup": "by-key", "key": key, "status": "never-seen"})
@@ -862,8 +865,6 @@ class MarkerTicketAdapter(_TicketClient):
 
 
 # -- a service in a child process ----------------------------------------------------------
-
-from . import PACKAGE_PARENT as _PACKAGE_PARENT
 
 
 class TicketServiceProcess:

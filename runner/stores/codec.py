@@ -16,6 +16,7 @@ from typing import Any, Dict, List, NamedTuple, Sequence, Tuple
 
 from ..envelope import (
     SCHEMA_VERSION,
+    Ops,
     apply_ops,
     canonical_json,
     check_shape,
@@ -43,8 +44,6 @@ __all__ = [
     "finish_transition",
 ]
 
-#: The operations of one transition: ``[["set" | "del", path, value?], ...]``.
-Ops = List[List[Any]]
 
 IDENTITY_FORMAT = "runner-run/1"
 

@@ -413,7 +413,7 @@ def _scan(path: str, fs: FileSystem, thorough: bool, whole_prev: bool) -> Scan:
                 records = prev.records + list(cur_records)  # type: ignore[union-attr]
         else:
             records = list(cur_records)
-        for (_, a), (digest_b, b) in zip(records, records[1:]):
+        for (_, a), (_, b) in zip(records, records[1:]):
             if b["rev"] != a["rev"] + 1:
                 chain_error = f"journal revisions jump from {a['rev']} to {b['rev']}"
                 break
