@@ -26,12 +26,13 @@ class LayerCheckTest(unittest.TestCase):
             os.path.join(copy, "effects.py"): "\nfrom .proof.campaign import WINDOWS  # noqa\n",
             os.path.join(copy, "stores", "file.py"): "\n\ndef _late():\n    from ..proof import demo  # noqa\n",
             os.path.join(copy, "adapters", "artifact.py"): "\nimport runner.proof.ticketservice  # noqa\n",
+            os.path.join(copy, "recovery.py"): "\n\ndef _engine():\n    from .engines import temporal  # noqa\n",
         }
         for path, line in cases.items():
             with open(path, "a", encoding="utf-8") as handle:
                 handle.write(line)
         found = check_layers.violations(copy)
-        for where in ("runner/effects.py", "runner/stores/file.py", "runner/adapters/artifact.py"):
+        for where in ("runner/effects.py", "runner/stores/file.py", "runner/adapters/artifact.py", "runner/recovery.py"):
             self.assertTrue(any(where in v for v in found), (where, found))
         proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "check_layers.py"), copy], capture_output=True, text=True)
         self.assertEqual(proc.returncode, 1, proc.stdout)

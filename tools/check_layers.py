@@ -6,6 +6,10 @@ nothing else under ``runner/`` may import ``runner.proof``, at module level or
 inside a function, except ``runner/__main__.py``: the program, which adds the
 proof verbs to the library's command line. Relative imports are resolved
 against the importing module's package.
+
+Likewise the engine modules (``runner.engines.temporal``, ``runner.engines.dbos``),
+which import their engine's SDK: only a harness that chose an engine imports
+them, never another module of the runner.
 """
 
 import ast
@@ -14,6 +18,8 @@ import sys
 from typing import Iterator, List, Tuple
 
 PROOF = "runner.proof"
+#: Modules that pull in a third-party SDK when imported.
+ENGINE_MODULES = ("runner.engines.temporal", "runner.engines.dbos")
 #: The one composition point allowed to import the proof package.
 PROGRAM = os.path.join("runner", "__main__.py")
 
@@ -63,6 +69,8 @@ def violations(root: str) -> List[str]:
             for line, target in imported(path, module):
                 if target == PROOF or target.startswith(PROOF + "."):
                     bad.append(f"{os.path.relpath(path)}:{line}: {module} imports {target}")
+                elif any(target == e or target.startswith(e + ".") for e in ENGINE_MODULES) and not module.startswith("runner.engines"):
+                    bad.append(f"{os.path.relpath(path)}:{line}: {module} imports {target} (an engine module, for harnesses that chose it)")
     return sorted(set(bad))
 
 

@@ -3,7 +3,9 @@
 Every import is checked, at module level or inside a function. The runner's
 own package is allowed, and so are the optional extras below, but only inside
 a function (imported when that feature is selected, never on the default
-path). Needs Python 3.10+ (``sys.stdlib_module_names``).
+path). An engine module (``runner/engines/temporal.py``, ``dbos.py``) is
+itself the selection: it may import its engine at module level, and no other
+module may import it. Needs Python 3.10+ (``sys.stdlib_module_names``).
 """
 
 import ast
@@ -13,6 +15,9 @@ import sys
 ALLOWED = {"runner"}
 #: Optional extras: the PostgreSQL store's driver.
 OPTIONAL = {"psycopg"}
+#: Engine modules and the one engine each may import: imported only by a harness that chose it.
+ENGINES = {os.path.join("engines", "temporal.py"): "temporalio", os.path.join("engines", "dbos.py"): "dbos"}
+ENGINE_MODULES = {"runner.engines.temporal", "runner.engines.dbos"}
 
 
 def imports(path: str):
@@ -40,9 +45,13 @@ def main(folder: str) -> int:
         for name in sorted(files):
             if name.endswith(".py"):
                 path = os.path.join(dirpath, name)
+                engine = next((e for suffix, e in ENGINES.items() if path.endswith(os.sep + suffix)), None)
                 for line, module, module_level in imports(path):
                     name = module.split(".")[0]
-                    if name in stdlib or (name in OPTIONAL and not module_level):
+                    if module in ENGINE_MODULES or any(module.startswith(m + ".") for m in ENGINE_MODULES):
+                        bad.append(f"{path}:{line}: imports {module} (an engine module is imported only by the harness that chose it)")
+                        continue
+                    if name in stdlib or (name in OPTIONAL and not module_level) or name == engine:
                         continue
                     bad.append(f"{path}:{line}: imports {module}" + (" at module level (an optional extra is imported only when selected)" if name in OPTIONAL else ""))
     for line in bad:
