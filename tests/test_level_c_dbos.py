@@ -38,7 +38,6 @@ HEADING = "## Worked example: the effect ledger inside a DBOS workflow step"
 EXAMPLE_MODULE = "level_c_dbos_example"
 ENGINES = os.environ.get("RUNNER_TEST_ENGINES") == "1"
 SKIP_REASON = "the engine tests take a few minutes against real servers: set RUNNER_TEST_ENGINES=1 (CI does)"
-DBOS_REQUIREMENTS = ("dbos==3.4.0", "psycopg[binary]==3.3.9")
 
 TASK_ID = "dbos-example"
 CONTRACT: Dict[str, Any] = {
@@ -149,7 +148,7 @@ class DBOSWorkedExampleTest(unittest.TestCase):
         from runner.proof.ticketservice import TicketServiceProcess
         from tests import _venv
 
-        cls.python = _venv.tool_python("dbos", DBOS_REQUIREMENTS)
+        cls.python = _venv.tool_python("dbos", _venv.DBOS_REQUIREMENTS, maximum=_venv.DBOS_NEWEST_PYTHON)
         cls.folder = tempfile.mkdtemp(prefix="level-c-dbos-")
         try:
             with open(os.path.join(cls.folder, EXAMPLE_MODULE + ".py"), "w", encoding="utf-8") as handle:
