@@ -527,6 +527,16 @@ class StoreConformance(_Mixin):
             self.assertEqual(record["ops"], [["set", ["counters", COUNTER], record["rev"]]])
 
     def test_a_worker_killed_mid_transaction_leaves_a_store_that_opens_at_its_last_acknowledgement(self) -> None:
+        """Every wait here has its own bound: a worker's line (60 s) and exit (30 s), and the store's own.
+
+        The store's reads (``fresh``: open, ``records_after``) no longer take
+        the run's row lock, and a writer that finds the lock held gives up after
+        ``lock_wait`` (15 s) with ``retry-later``; the server ends a session left
+        inside a transaction after ``lock_hold`` (5 s). Before, this process's
+        ``records_after`` took ``SELECT ... FOR UPDATE`` with no timeout, so a
+        holder the server had not yet seen die kept this test waiting outside
+        every deadline the test sets.
+        """
         task = self.new_task()
         self.create(task)
         stale = open_store(self.url_for(task), task, **self.shared_options)
