@@ -14,6 +14,8 @@ import re
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from .envelope import loads_strict, read_document, validate_id
+from .batch import effects_problems as batch_effects_problems
+from .batch import step_problems as batch_step_problems
 from .errors import InvalidInput
 
 __all__ = ["CONTRACT_VERSION", "ContractProblem", "check_contract", "load_contract", "parse_contract_text", "effect_needs_approval", "key_allowed"]
@@ -36,10 +38,13 @@ TOP_KEYS = {
     "retry": dict,
     "lease": dict,
     "jobs": dict,
+    "workspace": str,
 }
 REQUIRED = ("contract", "task_id", "goal", "steps")
-STEP_KEYS = {"id": str, "artifact": str, "check": str, "next": str, "approval": bool, "evidence": list}
-EFFECT_KEYS = {"key_pattern": str, "approval": list, "adapter": str, "verification": str, "max_attempts": int}
+STEP_KEYS = {"id": str, "artifact": str, "check": str, "next": str, "approval": bool, "evidence": list,
+             "items": object, "key": str, "payload": dict, "checks": dict, "artifacts": list}
+EFFECT_KEYS = {"key_pattern": str, "approval": list, "adapter": str, "verification": str, "max_attempts": int,
+               "invoke": list, "observe": list, "timeout_seconds": object}
 LIMIT_KEYS = ("max_step_attempts", "max_effect_attempts", "max_elapsed_seconds", "max_cost", "max_steps", "no_progress_seconds")
 RETRY_KEYS = ("base_seconds", "cap_seconds", "deadline_seconds")
 LEASE_KEYS = ("ttl_seconds",)
@@ -140,6 +145,7 @@ def parse_contract_text(text: str) -> Tuple[Optional[Dict[str, Any]], List[Contr
                     problems.append(ContractProblem(line, f"step {sid!r}: unknown field {key!r} (allowed: {', '.join(sorted(STEP_KEYS))})"))
                 elif not isinstance(value, kind):
                     problems.append(ContractProblem(line, f"step {sid!r}: {key!r} must be a {_kind(kind)}"))
+            problems.extend(ContractProblem(line, f"step {sid!r}: {message}") for message in batch_step_problems(step))
         for step in steps:
             if isinstance(step, dict) and isinstance(step.get("next"), str) and step["next"] not in seen and step["next"] != "done":
                 line = _locate(lines, first, f'"{step["next"]}"', steps_line)
@@ -161,6 +167,7 @@ def parse_contract_text(text: str) -> Tuple[Optional[Dict[str, Any]], List[Contr
                 problems.append(ContractProblem(at("key_pattern"), f"effects: key_pattern is not a regular expression: {exc}"))
         if isinstance(effects.get("approval"), list) and not all(isinstance(p, str) and p for p in effects["approval"]):
             problems.append(ContractProblem(at("approval"), "effects: approval must list key patterns (globs)"))
+        problems.extend(ContractProblem(at("effects"), message) for message in batch_effects_problems(effects))
 
     for section, keys in (("limits", LIMIT_KEYS), ("retry", RETRY_KEYS), ("lease", LEASE_KEYS)):
         value = block.get(section)

@@ -33,6 +33,8 @@ from .errors import EXIT_CODES, LimitExhausted, RunnerError
 from .lease import lease_view
 from .retry import check_limits
 from .steps import plan_steps
+from . import batch as _batch
+from .evidence import evidence_observations
 
 __all__ = ["decide", "recover", "decision_exit_code", "STOP_REASONS"]
 
@@ -71,6 +73,7 @@ def decide(state: Dict[str, Any], now: float, owner: Optional[str] = None, epoch
     obs, inf, unk = ev["observations"], ev["inferences"], ev["unknowns"]
     obs.append({"source": "state", "what": f"revision {state['revision']}, status {state['status']}", "digest": state["head"], "at": state["updated_at"]})
     obs.append({"source": "plan", "what": f"plan of task {state['task_id']}", "digest": state["plan_digest"]})
+    obs.extend(evidence_observations(state))
 
     view = lease_view(state, now)
     obs.append({"source": "lease", "what": f"held by {view['owner'] or 'nobody'} at epoch {view['epoch']}, {'live' if view['live'] else 'not live'}", "digest": content_digest(state["lease"])})
@@ -177,6 +180,12 @@ def decide(state: Dict[str, Any], now: float, owner: Optional[str] = None, epoch
                                       "a person's 'approval grant', then 'effect begin KEY --payload FILE', the call, 'effect ack', 'effect verify'")
         if not same_holder:
             inf.append(f"step {current} was running when its worker stopped; its artifact must be checked, not assumed")
+        if record.get("batch"):
+            changed = _batch.items_changed(state, current)
+            if changed:
+                obs.append(changed)
+                unk.append(f"step {current}: {changed['what']}")
+            action = _batch.next_action(state, current) or action
         return _act(action, ev)
     for spec in plan_steps(state):
         record = state["steps"].get(spec["id"]) or {}

@@ -16,7 +16,8 @@ import random as _random
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from . import approvals, effects, jobs, lease, retry, steps
+from . import approvals, batch, effects, jobs, lease, retry, steps
+from .evidence import observe_step, observed_ops
 from .envelope import content_digest, format_time
 from .errors import InvalidInput, LimitExhausted
 from .stores.file import CommitThenRaise, RunStore
@@ -85,10 +86,25 @@ class Run:
 
     # -- steps ---------------------------------------------------------------------------
     def step_start(self, step: str) -> Dict[str, Any]:
-        return self._mutate(lambda s, now: steps.start_ops(s, step, now))["steps"][step]
+        """Start ``step``; a batch step's items are frozen with it (see :mod:`runner.batch`)."""
+        frozen = batch.freeze(self.state, step)
+        return self._mutate(lambda s, now: steps.start_ops(s, step, now) + batch.freeze_ops(s, step, frozen, now))["steps"][step]
 
     def step_done(self, step: str, evidence: Dict[str, Any]) -> Dict[str, Any]:
-        return self._mutate(lambda s, now: steps.done_ops(s, step, evidence, now))["steps"][step]
+        """Finish ``step``; its declared checks and artifacts are observed first (see :mod:`runner.evidence`)."""
+        observed = observe_step(self.state, step, self.clock)
+
+        def decide(s: Dict[str, Any], now: float) -> Ops:
+            ops = steps.done_ops(s, step, evidence, now)
+            return ops + observed_ops(s, step, observed, ops)
+
+        return self._mutate(decide)["steps"][step]
+
+    def effect_skip(self, key: str, reason: str) -> Dict[str, Any]:
+        """Settle a batch item without its effect, with the reason recorded (counted in ``report``)."""
+        self._mutate(lambda s, now: batch.skip_ops(s, key, reason, now))
+        step = batch.owner_of(self.state, key)[0]  # type: ignore[index]
+        return dict(self.state["steps"][step]["batch"]["skipped"][key], key=key, step=step, state="skipped")
 
     def step_fail(self, step: str, error_class: str, error: str) -> Dict[str, Any]:
         return self._mutate(lambda s, now: steps.fail_ops(s, step, error_class, error, now, self.rand))["steps"][step]

@@ -863,7 +863,7 @@ class MarkerTicketAdapter(_TicketClient):
 
 # -- a service in a child process ----------------------------------------------------------
 
-_PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the folder holding runner/
 
 
 class TicketServiceProcess:
