@@ -53,6 +53,7 @@ __all__ = [
     "progress",
     "next_item",
     "next_action",
+    "item_context",
     "items_changed",
     "skip_ops",
     "check_complete",
@@ -247,7 +248,10 @@ def freeze_ops(state: Dict[str, Any], step: str, frozen: Optional[Dict[str, Any]
     batch = frozen.get("batch") or record.get("batch")
     if batch is not None:
         if "batch" in frozen:
-            batch = dict(batch, frozen_at=format_time(now))
+            # Refrozen under a new plan: skips recorded for items still listed stay recorded.
+            keys = set(keys_of(batch)[0])
+            kept = {k: v for k, v in ((record.get("batch") or {}).get("skipped") or {}).items() if k in keys}
+            batch = dict(batch, frozen_at=format_time(now), skipped=kept)
         ops.append(["set", ["steps", step, "batch"], batch])
     return ops
 
@@ -386,6 +390,18 @@ def next_action(state: Dict[str, Any], step: str) -> Optional[Dict[str, Any]]:
     if current is not None:
         action["state"] = current
     return action
+
+
+def item_context(state: Dict[str, Any], key: str) -> Dict[str, Any]:
+    """For ``next``: the batch item an effect key belongs to, and how the runner settles it; {} for other keys."""
+    found = owner_of(state, key)
+    if found is None:
+        return {}
+    step, index = found
+    out: Dict[str, Any] = {"step": step, "item": state["steps"][step]["batch"]["items"][index], "index": index}
+    if "observe" in state["plan"].get("effects", {}):
+        out["why"] = f"'effect run {key}' (or 'drive') observes the target first and records what it sees; it calls the target again only after an observed absence"
+    return out
 
 
 def items_changed(state: Dict[str, Any], step: str) -> Optional[Dict[str, Any]]:

@@ -28,7 +28,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence
 
 from .envelope import canonical_json, loads_strict, sha256_hex
 from .errors import InvalidInput
@@ -172,12 +172,14 @@ class CommandAdapter:
     deduplicates = False
 
     def __init__(self, invoke: Sequence[str], observe: Sequence[str], *, values: Optional[Mapping[str, Any]] = None,
-                 cwd: Optional[str] = None, timeout: float = DEFAULT_TIMEOUT) -> None:
+                 cwd: Optional[str] = None, timeout: float = DEFAULT_TIMEOUT, runner: Optional[Callable[..., Outcome]] = None) -> None:
+        """``runner`` runs one argument list (default :func:`run_command`); a benchmark may pass a stand-in."""
         if not invoke or not observe:
             raise InvalidInput("an effect run needs both an invoke and an observe command")
         self.invoke_argv, self.observe_argv = list(invoke), list(observe)
         self.values = dict(values or {})
         self.cwd, self.timeout = cwd, float(timeout)
+        self.runner = runner or run_command
         self.last: Optional[Outcome] = None
 
     def _call(self, argv: Sequence[str], key: str, payload: Dict[str, Any], epoch: Optional[int]) -> Outcome:
@@ -187,7 +189,7 @@ class CommandAdapter:
             with open(path, "wb") as handle:
                 handle.write(canonical_json(payload))
             values = dict(self.values, key=key, payload_file=path, epoch="" if epoch is None else int(epoch))
-            self.last = run_command(expand(argv, values), cwd=self.cwd, timeout=self.timeout)
+            self.last = self.runner(expand(argv, values), cwd=self.cwd, timeout=self.timeout)
             return self.last
         finally:
             try:

@@ -32,7 +32,7 @@ __all__ = ["perform_effect", "adapter_for", "drive"]
 
 
 def adapter_for(state: Dict[str, Any], key: str, invoke: Optional[Sequence[str]] = None,
-                observe: Optional[Sequence[str]] = None) -> CommandAdapter:
+                observe: Optional[Sequence[str]] = None, runner: Optional[Callable[..., Any]] = None) -> CommandAdapter:
     """The command adapter for ``key``: inline commands, else the contract's; item placeholders filled."""
     effects = state["plan"].get("effects", {})
     invoke = list(invoke) if invoke else effects.get("invoke")
@@ -49,11 +49,12 @@ def adapter_for(state: Dict[str, Any], key: str, invoke: Optional[Sequence[str]]
         root = record.get("workspace") or root
         values.update(_batch.item_values(record["batch"]["items"][index], index))
     values["workspace"] = root
-    return CommandAdapter(invoke, observe, values=values, cwd=root, timeout=float(effects.get("timeout_seconds", DEFAULT_TIMEOUT)))
+    return CommandAdapter(invoke, observe, values=values, cwd=root, timeout=float(effects.get("timeout_seconds", DEFAULT_TIMEOUT)), runner=runner)
 
 
 def perform_effect(run: Any, key: str, payload: Optional[Dict[str, Any]] = None, invoke: Optional[Sequence[str]] = None,
-                   observe: Optional[Sequence[str]] = None, sleep: Callable[[float], None] = time.sleep) -> Dict[str, Any]:
+                   observe: Optional[Sequence[str]] = None, sleep: Callable[[float], None] = time.sleep,
+                   runner: Optional[Callable[..., Any]] = None) -> Dict[str, Any]:
     """Take ``key`` to verified with commands; a batch item's payload comes from its step's template.
 
     :raises NeedsReconciliation: the outcome cannot be established by observing.
@@ -66,7 +67,7 @@ def perform_effect(run: Any, key: str, payload: Optional[Dict[str, Any]] = None,
         if found is None:
             raise InvalidInput(f"effect run {key}: pass --payload FILE (the key is not an item of a started batch step)")
         payload = _batch.item_payload(state, found[0], found[1])
-    adapter = adapter_for(state, key, invoke, observe)
+    adapter = adapter_for(state, key, invoke, observe, runner)
     return dict(run.drive_effect(key, payload, adapter, step=step, sleep=sleep))
 
 
@@ -92,7 +93,7 @@ class _Progress:
 
 def drive(run: Any, owner: str, *, ttl: float, max_actions: Optional[int] = None, until_stop: bool = False,
           progress: Optional[IO[str]] = None, clock: Callable[[], float] = time.monotonic,
-          sleep: Callable[[float], None] = time.sleep) -> Dict[str, Any]:
+          sleep: Callable[[float], None] = time.sleep, runner: Optional[Callable[..., Any]] = None) -> Dict[str, Any]:
     """Perform actions until a stop, an action that needs judgement, or ``max_actions``.
 
     Takes the lease as ``owner`` (the recovery procedure), then loops. With
@@ -124,7 +125,7 @@ def drive(run: Any, owner: str, *, ttl: float, max_actions: Optional[int] = None
                 check = decision.get("check") or {}
                 if decision["reason"] == "needs-reconciliation" and check.get("key") and _batch.owner_of(run.state, check["key"]) and budget_left():
                     key = check["key"]
-                    perform_effect(run, key, sleep=sleep)  # observes first; raises if still unknown
+                    perform_effect(run, key, sleep=sleep, runner=runner)  # observes first; raises if still unknown
                     tally["actions"] += 1
                     tally["reconciled"] += 1
                 else:
@@ -135,11 +136,11 @@ def drive(run: Any, owner: str, *, ttl: float, max_actions: Optional[int] = None
                 action = decision["action"]
                 kind = action["kind"]
                 if kind == "reconcile" and _batch.owner_of(run.state, action["key"]) and "invoke" in run.state["plan"].get("effects", {}):
-                    perform_effect(run, action["key"], sleep=sleep)
+                    perform_effect(run, action["key"], sleep=sleep, runner=runner)
                     tally["actions"] += 1
                     tally["reconciled"] += 1
                 elif kind == "effect" and "invoke" in run.state["plan"].get("effects", {}):
-                    _walk_items(run, action["step"], action["index"], tally, budget_left, renew, shown, sleep)
+                    _walk_items(run, action["step"], action["index"], tally, budget_left, renew, shown, sleep, runner)
                 elif kind == "start-step" and _observes_itself(run.state, action["step"]):
                     run.step_start(action["step"])
                     tally["actions"] += 1
@@ -180,7 +181,7 @@ def _observes_itself(state: Dict[str, Any], step: str) -> bool:
 
 
 def _walk_items(run: Any, step: str, start: int, tally: Dict[str, Any], budget_left: Callable[[], bool], renew: Callable[[], None],
-                shown: _Progress, sleep: Callable[[float], None]) -> None:
+                shown: _Progress, sleep: Callable[[float], None], runner: Optional[Callable[..., Any]]) -> None:
     """Perform the frozen items of ``step`` from ``start`` on, in order, each in O(1) bookkeeping."""
     state = run.state
     record = state["steps"][step]
@@ -197,7 +198,7 @@ def _walk_items(run: Any, step: str, start: int, tally: Dict[str, Any], budget_l
         if not budget_left():
             return
         was = (effects.get(key) or {}).get("state")
-        perform_effect(run, key, sleep=sleep)
+        perform_effect(run, key, sleep=sleep, runner=runner)
         tally["actions"] += 1
         tally["effects"] += 1
         if was is not None and was != "absent":

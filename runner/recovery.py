@@ -100,7 +100,7 @@ def decide(state: Dict[str, Any], now: float, owner: Optional[str] = None, epoch
                 "needs-reconciliation",
                 f"observe the target for effect {key} (payload {effect['payload_digest']}); then run 'effect verify {key} --evidence JSON' if it is there, or 'effect absent {key} --evidence JSON' if it is not",
                 ev,
-                check={"key": key, "payload_digest": effect["payload_digest"], "step": effect.get("step"), "attempts": effect["attempts"]},
+                check={"key": key, "payload_digest": effect["payload_digest"], "step": effect.get("step"), "attempts": effect["attempts"], **_batch.item_context(state, key)},
             )
         for key, effect in unresolved[:10]:
             if effect["state"] != "uncertain":
@@ -108,7 +108,8 @@ def decide(state: Dict[str, Any], now: float, owner: Optional[str] = None, epoch
         key, effect = unresolved[0]
         inf.append(f"effect {key} was {effect['state']} when its writer stopped: it may or may not have reached the target")
         return _act({"kind": "reconcile", "key": key, "state": effect["state"], "payload_digest": effect["payload_digest"], "receipt": effect.get("receipt"),
-                     "why": f"observe the target for {key} before anything else; record what you see with 'effect verify' or 'effect absent'"}, ev)
+                     "why": f"observe the target for {key} before anything else; record what you see with 'effect verify' or 'effect absent'",
+                     **_batch.item_context(state, key)}, ev)
 
     # 4. jobs
     for key, job in sorted(state["jobs"].items()):

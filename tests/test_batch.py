@@ -10,25 +10,8 @@ import unittest
 
 from runner.contract import parse_contract_text
 from tests._batch import batch_contract, init_run, local, script, status
+from tests._batch_scripts import RECORDER
 from tests._util import contract_markdown, scratch_dir
-
-RECORDER = r'''
-import json, os, sys
-# invoke ITEM KEY OUT: record the exact arguments as received; observe KEY OUT: present when recorded.
-mode = sys.argv[1]
-if mode == "invoke":
-    item, key, out = sys.argv[2:5]
-    with open(os.path.join(out, key + ".json"), "w") as handle:
-        json.dump({"argv": sys.argv[1:]}, handle)
-    print(json.dumps({"recorded": key}))
-    sys.exit(0)
-key, out = sys.argv[2:4]
-path = os.path.join(out, key + ".json")
-if os.path.exists(path):
-    print(json.dumps({"seen": key}))
-    sys.exit(0)
-sys.exit(1)
-'''
 
 SLOW = r'''
 import sys, time
@@ -92,6 +75,18 @@ class BatchTest(unittest.TestCase):
         self.assertIn("doc-00002.txt", json.loads(stopped.out)["detail"])
         self.assertNotIn("late:ticket", status(self.root)["steps"]["file-tickets"]["batch"]["items"])
         self.assertFalse(os.path.exists(os.path.join(self.out, "late:ticket.json")))
+        # A recorded change of plan, then a new start of the step, freezes the list the source holds now.
+        block = self._contract()
+        block["goal"] = "File one ticket per document, each exactly once, including documents added late."
+        from tests._util import write_contract
+
+        write_contract(os.path.join(self.root, "contract-2.md"), block)
+        writer = ["--owner", "agent", "--epoch", str(status(self.root)["lease"]["epoch"])]
+        self.assertEqual(local(self.root, "migrate", "--contract", os.path.join(self.root, "contract-2.md"), "--reason", "a late document", *writer).code, 0)
+        self.assertEqual(local(self.root, "step", "start", "file-tickets", *writer).code, 0)
+        self.assertEqual(status(self.root)["steps"]["file-tickets"]["batch"]["items"], ["docs/doc-00000.txt", "docs/doc-00001.txt", "docs/late.txt"])
+        self.assertEqual(self.drive().code, 10)
+        self.assertEqual(sorted(os.listdir(self.out)), ["doc-00000:ticket.json", "doc-00001:ticket.json", "late:ticket.json"])
 
     def test_next_names_each_item_and_done_needs_every_item(self) -> None:
         init_run(self.root, self._contract(items=["a.md", "b.md", "c.md"], payload={"template": {"name": "{stem}"}}))

@@ -23,6 +23,9 @@ def add_proof_verbs(verb: Callable[..., Any]) -> None:
     sub.add_argument("--scratch", metavar="DIR", default=None, help="folder on the disk to measure (default: the temp folder)")
     sub.add_argument("--stores", action="store_true", help="also compare the file, SQLite (and PostgreSQL, with --postgres URL) stores")
     sub.add_argument("--postgres", metavar="URL", default=None, help="a PostgreSQL database to include in --stores")
+    sub.add_argument("--drive", action="store_true", help="instead: drive's items per second on a batch of 1,000 and of 20,000 items")
+    sub.add_argument("--drive-sizes", type=_positive, nargs=2, default=(1000, 20000), metavar=("SMALL", "LARGE"), help="--drive: the two batch sizes")
+    sub.add_argument("--drive-durability", choices=("process", "sync"), default="process", help="--drive: fsync each transition (sync) or not")
 
     sub = verb("crashcheck", "explore every crash state a power loss can leave in the store", cmd_crashcheck)
     sub.add_argument("--transitions", type=_positive, default=200)
@@ -45,9 +48,18 @@ def add_proof_verbs(verb: Callable[..., Any]) -> None:
     sub.add_argument("--scenario", choices=("documents", "draft"), default="documents", help="draft: the plan, write_draft, finish experiment")
     sub.add_argument("--workers", type=_positive, default=None, metavar="N", help="split the documents into runs of 100 and let N workers claim them")
     sub.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    sub.add_argument("--via-cli", action="store_true", help="a batch contract and 'drive' processes only: no Python drives the job")
+    sub.add_argument("--client", choices=("curl", "python"), default=None, help="--via-cli: the commands that call the service (default: curl if present)")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.drive:
+        from .drivebench import run_drive_bench
+
+        small, large = args.drive_sizes
+        result = run_drive_bench(large=large, small=small, scratch=args.scratch, durability=args.drive_durability)
+        _emit(args, result, "\n".join(f"{key:24} {value}" for key, value in result.items()))
+        return 0
     from .bench import run_bench
 
     result = run_bench(args.transitions, args.scratch)
@@ -108,6 +120,12 @@ def cmd_campaign(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import format_table, run_demo, run_draft_scenario
 
+    if args.via_cli:
+        from .demo_cli import format_cli_table, run_demo_cli
+
+        result = run_demo_cli(args.documents, args.seed, args.crash_rate, None if args.no_progress or args.json else sys.stderr, args.client)
+        _emit(args, result, format_cli_table(result))
+        return 0 if result["ok"] else 1
     if args.scenario == "draft":
         result = run_draft_scenario(sys.stderr if args.json else sys.stdout)
         _emit(args, result, f"plan executed {result['plan_executions']} time(s); tickets held {result['tickets']}; same receipt reused: {result['same_receipt']}; status {result['status']}")

@@ -6,8 +6,9 @@ the programs the proofs use against :mod:`runner.proof.ticketservice`:
 * ``curl`` in two small POSIX shell scripts (``ticket_invoke.sh``,
   ``ticket_observe.sh``), used when the machine has ``curl``;
 * a standalone Python client (``ticket_client.py``), standard library only,
-  for machines without it; it also prints a document's payload.
-* ``kill_at.py``, a wrapper the proofs put in front of a command to SIGKILL
+  for machines without it;
+* ``ticket_payload.sh``, a document's payload from its first line;
+* ``kill_at.sh``, a wrapper the proofs put in front of a command to SIGKILL
   the runner process that started it at one named effect window: before the
   intent is recorded (around the payload command), after ``started``, after
   the service committed, after the response, after the acknowledgement.
@@ -31,7 +32,7 @@ __all__ = ["WINDOWS", "write_commands", "have_curl"]
 #: The five windows of one effect, in the order an effect passes them.
 WINDOWS = ("before-started", "after-started", "after-target-commit", "after-response", "after-ack")
 
-_CLIENT = r'''"""Ticket service client: invoke URL KEY PAYLOAD EPOCH RUN_ID | observe URL KEY PAYLOAD | payload ITEM KEY."""
+_CLIENT = r'''"""Ticket service client: invoke URL KEY PAYLOAD EPOCH RUN_ID | observe URL KEY PAYLOAD."""
 import hashlib, json, sys, urllib.error, urllib.parse, urllib.request
 
 def send(request):
@@ -47,12 +48,6 @@ def digest(value):
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 def main(mode, *args):
-    if mode == "payload":
-        item, key = args
-        with open(item, "rb") as handle:
-            first = handle.read().split(b"\n", 1)[0].decode("utf-8", "replace")
-        print(json.dumps({"doc": key.split(":")[0], "marker": key, "title": first}, sort_keys=True))
-        return 0
     url, key, payload_file = args[:3]
     with open(payload_file, "rb") as handle:
         payload = json.loads(handle.read().decode("utf-8"))
@@ -112,45 +107,39 @@ case "$code" in
 esac
 '''
 
-_KILL_AT = r'''"""kill_at.py WINDOW -- COMMAND...: run COMMAND; at WINDOW (when RUNNER_KILL_AT names it) SIGKILL the parent."""
-import os, signal, subprocess, sys
+_KILL_AT = r'''#!/bin/sh
+# kill_at.sh ROLE -- COMMAND...: run COMMAND; at the window RUNNER_KILL_AT names, SIGKILL the runner that started it.
+role=$1
+shift 2
+[ -n "$RUNNER_KILL_AT" ] || exec "$@"
+due() {
+  [ "$RUNNER_KILL_AT" = "$1" ] || return 1
+  seen=$(cat "$RUNNER_KILL_COUNT" 2>/dev/null || echo 0)
+  seen=$((seen + 1))
+  echo "$seen" > "$RUNNER_KILL_COUNT"
+  [ "$seen" -eq "${RUNNER_KILL_NTH:-1}" ]
+}
+die() { kill -KILL "$PPID"; exit 75; }
+case "$role" in
+  payload) due before-started && die ;;
+  invoke) due after-started && die ;;
+  observe) due after-ack && die ;;
+esac
+[ "$role" = invoke ] || exec "$@"
+out=$(mktemp) || exit 75
+"$@" > "$out"
+code=$?
+if [ "$code" -eq 0 ] && due after-target-commit; then rm -f "$out"; die; fi
+cat "$out"
+rm -f "$out"
+if [ "$code" -eq 0 ] && due after-response; then die; fi
+exit "$code"
+'''
 
-def due(window):
-    if os.environ.get("RUNNER_KILL_AT") != window:
-        return False
-    counter = os.environ["RUNNER_KILL_COUNT"]
-    try:
-        with open(counter) as handle:
-            seen = int(handle.read() or 0)
-    except FileNotFoundError:
-        seen = 0
-    with open(counter, "w") as handle:
-        handle.write(str(seen + 1))
-    return seen + 1 == int(os.environ.get("RUNNER_KILL_NTH", "1"))
-
-def die():
-    os.kill(os.getppid(), signal.SIGKILL)
-    sys.exit(75)
-
-def main(argv):
-    role, command = argv[0], argv[2:]
-    if role == "payload" and due("before-started"):
-        die()
-    if role == "invoke" and due("after-started"):
-        die()
-    if role == "observe" and due("after-ack"):
-        die()
-    done = subprocess.run(command, stdout=subprocess.PIPE)
-    if role == "invoke" and done.returncode == 0 and due("after-target-commit"):
-        die()
-    sys.stdout.buffer.write(done.stdout)
-    sys.stdout.flush()
-    if role == "invoke" and done.returncode == 0 and due("after-response"):
-        die()
-    return done.returncode
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+_PAYLOAD_SH = r'''#!/bin/sh
+# ticket_payload.sh ITEM KEY: the ticket's payload, from the document's first line (plain text, no quotes).
+title=$(head -n 1 "$1" | tr -d '"\\')
+printf '{"doc":"%s","marker":"%s","title":"%s"}\n' "${2%%:*}" "$2" "$title"
 '''
 
 
@@ -181,10 +170,10 @@ def write_commands(folder: str, url: str, client: str = "python", killable: bool
         observe = [py, "-S", script, "observe", url, "{key}", "{payload_file}"]
     else:
         raise ValueError(f"unknown client {client!r}")
-    payload = [py, "-S", script, "payload", "{item}", "{key}"]
+    payload = ["sh", _write(folder, "ticket_payload.sh", _PAYLOAD_SH), "{item}", "{key}"]
     if killable:
-        wrapper = _write(folder, "kill_at.py", _KILL_AT)
-        invoke = [py, "-S", wrapper, "invoke", "--"] + invoke
-        observe = [py, "-S", wrapper, "observe", "--"] + observe
-        payload = [py, "-S", wrapper, "payload", "--"] + payload
+        wrapper = _write(folder, "kill_at.sh", _KILL_AT)
+        invoke = ["sh", wrapper, "invoke", "--"] + invoke
+        observe = ["sh", wrapper, "observe", "--"] + observe
+        payload = ["sh", wrapper, "payload", "--"] + payload
     return {"invoke": invoke, "observe": observe, "payload": payload}

@@ -1,0 +1,88 @@
+"""``drive``: what it performs, where it hands over, its progress line, and the CLI-only demo."""
+
+import json
+import os
+import unittest
+
+from runner.proof.demo_cli import run_demo_cli
+from tests._batch import batch_contract, init_run, local, script, status
+from tests._batch_scripts import RECORDER
+from tests._util import scratch_dir
+
+
+class DriveTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.tmp = scratch_dir("runner-drive-")
+        self.addCleanup(self.tmp.cleanup)
+        self.root = self.tmp.name
+        self.out = os.path.join(self.root, "out")
+        os.mkdir(self.out)
+        recorder = script(self.root, "recorder.py", RECORDER)
+        self.commands = {"invoke": recorder + ["invoke", "{item}", "{key}", self.out], "observe": recorder + ["observe", "{key}", self.out]}
+
+    def _block(self, **options):
+        block = batch_contract(self.commands, items=["a.md", "b.md", "c.md"], payload={"template": {"name": "{stem}"}}, workspace=self.root, **options)
+        return block
+
+    def test_drive_hands_over_a_step_that_needs_judgement(self) -> None:
+        block = self._block()
+        block["steps"][0]["next"] = "review"
+        block["steps"].append({"id": "review", "evidence": ["verdict"], "next": "done"})
+        init_run(self.root, block)
+        result = local(self.root, "drive", "--owner", "agent", "--json")
+        self.assertEqual(result.code, 0, result.err)
+        out = json.loads(result.out)
+        self.assertEqual((out["decision"], out["action"]["kind"], out["action"]["step"], out["drive"]["handed_over"]), ("act", "start-step", "review", True))
+        self.assertEqual(out["drive"]["effects"], 3)
+        self.assertEqual(status(self.root)["completed_steps"], ["file-tickets"])
+
+    def test_max_actions_and_the_progress_line(self) -> None:
+        init_run(self.root, self._block())
+        first = local(self.root, "drive", "--owner", "agent", "--max-actions", "2")
+        self.assertEqual(first.code, 0, first.err)
+        self.assertIn('"key": "b:ticket"', first.out)  # the next action, as 'next' prints it
+        self.assertIn("drive: file-tickets 1/3 items", first.err)
+        self.assertEqual(status(self.root)["effects"], {"verified": 1})
+        rest = local(self.root, "drive", "--owner", "agent", "--json")
+        self.assertEqual(rest.code, 10, rest.err)
+        self.assertEqual(rest.err, "", "quiet with --json")
+        self.assertEqual(json.loads(rest.out)["drive"]["effects"], 2)
+
+    def test_a_gated_effect_stops_drive_awaiting_approval(self) -> None:
+        block = self._block()
+        block["effects"]["approval"] = ["b:*"]
+        init_run(self.root, block)
+        result = local(self.root, "drive", "--owner", "agent", "--json")
+        self.assertEqual(result.code, 4, result.err)
+        self.assertEqual(json.loads(result.out)["reason"], "awaiting-approval")
+        self.assertEqual(sorted(os.listdir(self.out)), ["a:ticket.json"], "nothing after the gated item was called")
+
+    def test_a_checked_step_is_finished_by_drive_once_its_artifact_exists(self) -> None:
+        check = script(self.root, "check.py", "import os, sys\nsys.exit(0 if os.path.exists('index.json') else 1)\n")
+        block = self._block()
+        block["steps"][0]["next"] = "index"
+        block["steps"].append({"id": "index", "checks": {"index": check}, "artifacts": ["index.json"], "next": "done"})
+        init_run(self.root, block)
+        waiting = local(self.root, "drive", "--owner", "agent", "--json")
+        self.assertEqual(waiting.code, 0, waiting.err)
+        out = json.loads(waiting.out)
+        self.assertEqual((out["action"]["kind"], out["drive"]["handed_over"]), ("finish-step", True))
+        self.assertIn("check 'index' exited 1", out["detail"])
+        with open(os.path.join(self.root, "index.json"), "w") as handle:
+            handle.write("{}\n")
+        done = local(self.root, "drive", "--owner", "agent", "--json")
+        self.assertEqual(done.code, 10, done.err)
+        self.assertEqual(status(self.root)["evidence"]["index"]["observed"]["checks"]["index"]["exit_code"], 0)
+
+
+class DemoViaCliTest(unittest.TestCase):
+    def test_small_demo_through_drive_alone(self) -> None:
+        result = run_demo_cli(documents=12, seed=3, crash_rate=0.25)
+        self.assertTrue(result["ok"], result)
+        self.assertEqual((result["duplicate_effects"], result["lost_commits"], result["matches_reference"]), (0, 0, True))
+        self.assertGreater(result["crashes"], 0, "the demo must have killed drive at least once")
+        self.assertEqual(result["crashes"], result["recoveries"])
+
+
+if __name__ == "__main__":
+    unittest.main()
