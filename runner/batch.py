@@ -389,6 +389,8 @@ def next_action(state: Dict[str, Any], step: str) -> Optional[Dict[str, Any]]:
               "total": batch["count"], "why": f"perform item {index} of {step}: {how}"}
     if current is not None:
         action["state"] = current
+    if current == "failed":
+        action["why"] = f"item {index} of {step} failed for good ({(state['effects'][key].get('reason') or '')[:200]}): decide whether to 'effect skip {key} --reason TEXT'"
     return action
 
 

@@ -21,11 +21,11 @@ approvals, limits and the fence under the store's lock.
 """
 
 import time
-from typing import IO, Any, Callable, Dict, List, Optional, Sequence
+from typing import IO, Any, Callable, Dict, Optional, Sequence
 
 from . import batch as _batch
 from .commands import DEFAULT_TIMEOUT, CommandAdapter
-from .errors import EXIT_CODES, InvalidInput, NeedsReconciliation, RunnerError
+from .errors import EXIT_CODES, InvalidInput, RunnerError
 from .recovery import decide, decision_exit_code, recover, refresh_jobs
 
 __all__ = ["perform_effect", "adapter_for", "drive"]
@@ -100,6 +100,9 @@ def drive(run: Any, owner: str, *, ttl: float, max_actions: Optional[int] = None
     ``until_stop`` it also waits out persisted backoffs. Returns the last
     decision with ``exit_code`` (that of the stop, 0 for a handed-over or
     unfinished action) and the tally.
+
+    :param clock: monotonic seconds, for lease renewal and the progress line.
+    :param runner: runs one command (default :func:`runner.commands.run_command`).
     """
     tally: Dict[str, Any] = {"actions": 0, "effects": 0, "reconciled": 0, "steps_started": 0, "steps_done": 0}
     shown = _Progress(progress, clock)
@@ -169,8 +172,11 @@ def drive(run: Any, owner: str, *, ttl: float, max_actions: Optional[int] = None
             failed["context"] = exc.context
         return out(failed, EXIT_CODES.get(exc.reason, exc.exit_code))
     finally:
-        step = run.state.get("current_step")
-        info = _batch.progress(run.state, step) if step else None
+        try:
+            step = run.state.get("current_step")
+            info = _batch.progress(run.state, step) if step else None
+        except RunnerError:  # the store lost its state (an I/O error): the error itself is what matters
+            info = None
         if info:
             shown.show(step, info["verified"] + info["skipped"], info["total"], tally["effects"], tally["reconciled"], final=True)
 

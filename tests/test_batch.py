@@ -110,6 +110,26 @@ class BatchTest(unittest.TestCase):
         self.assertEqual((report["items"], report["items_verified"], report["items_skipped"], report["status"]), (3, 2, 1, "complete"))
         self.assertIn("items 2 verified + 1 skipped of 3", json.loads(local(self.root, "brief", "--json").out)["brief"])
 
+    def test_effect_run_with_inline_commands_and_a_payload_file(self) -> None:
+        block = self._contract(items=["a.md"], payload={"template": {"name": "{item}"}})
+        del block["effects"]["invoke"], block["effects"]["observe"]
+        block["steps"].insert(0, {"id": "setup", "next": "file-tickets"})
+        init_run(self.root, block)
+        self.assertEqual(local(self.root, "lease", "acquire", "--owner", "agent").code, 0)
+        writer = ["--owner", "agent", "--epoch", str(status(self.root)["lease"]["epoch"])]
+        self.assertEqual(local(self.root, "step", "start", "setup", *writer).code, 0)
+        with open(os.path.join(self.root, "p.json"), "w") as handle:
+            handle.write('{"title": "release notes"}')
+        inline = ["--"] + self.commands["invoke"] + ["--observe", "--"] + self.commands["observe"]
+        missing = local(self.root, "effect", "run", "notes:post", "--payload", os.path.join(self.root, "p.json"), *writer)
+        self.assertEqual(missing.code, 2)
+        self.assertIn("needs an invoke and an observe command", missing.err)
+        done = local(self.root, "effect", "run", "notes:post", "--payload", os.path.join(self.root, "p.json"), "--json", *writer, *inline)
+        self.assertEqual(done.code, 0, done.err)
+        self.assertEqual((json.loads(done.out)["state"], json.loads(done.out)["step"]), ("verified", "setup"))
+        with open(os.path.join(self.out, "notes:post.json")) as handle:
+            self.assertEqual(json.load(handle)["argv"][1], "{item}", "a placeholder with no value is left as written")
+
     def test_a_timeout_is_uncertain_never_failed(self) -> None:
         slow = script(self.root, "slow.py", SLOW)
         self.commands = {"invoke": slow + ["invoke"], "observe": slow + ["observe"]}

@@ -75,9 +75,36 @@ class DriveTest(unittest.TestCase):
         self.assertEqual(status(self.root)["evidence"]["index"]["observed"]["checks"]["index"]["exit_code"], 0)
 
 
+    def test_drive_renews_the_lease_as_it_goes(self) -> None:
+        from runner.drive import drive
+        from runner.run import Run
+        from runner.stores.file import RunStore
+
+        init_run(self.root, self._block())
+        run = Run(RunStore.open(os.path.join(self.root, ".run")))
+        renewed = []
+        original = run.renew
+        run.renew = lambda ttl: renewed.append(ttl) or original(ttl)  # type: ignore[assignment]
+        ticks = iter(range(0, 10000, 30))  # every reading of the clock is 30 s later: a third of the TTL each time
+        result = drive(run, "agent", ttl=60, clock=lambda: float(next(ticks)))
+        self.assertEqual(result["exit_code"], 10)
+        self.assertGreaterEqual(len(renewed), 3, "at least once per item")
+
+    def test_until_stop_waits_out_a_persisted_backoff(self) -> None:
+        block = self._block(retry={"base_seconds": 0.2, "cap_seconds": 0.2})
+        init_run(self.root, block)
+        self.assertEqual(local(self.root, "lease", "acquire", "--owner", "agent").code, 0)
+        writer = ["--owner", "agent", "--epoch", str(status(self.root)["lease"]["epoch"])]
+        self.assertEqual(local(self.root, "step", "start", "file-tickets", *writer).code, 0)
+        self.assertEqual(local(self.root, "step", "fail", "file-tickets", "--class", "transient", "--error", "the disk was full", *writer).code, 0)
+        result = local(self.root, "drive", "--owner", "agent", "--until-stop", "--json")
+        self.assertEqual(result.code, 10, result.err)
+        self.assertEqual(status(self.root)["steps"]["file-tickets"]["attempts"], 2)
+
+
 class DemoViaCliTest(unittest.TestCase):
     def test_small_demo_through_drive_alone(self) -> None:
-        result = run_demo_cli(documents=12, seed=3, crash_rate=0.25)
+        result = run_demo_cli(documents=8, seed=3, crash_rate=0.3)
         self.assertTrue(result["ok"], result)
         self.assertEqual((result["duplicate_effects"], result["lost_commits"], result["matches_reference"]), (0, 0, True))
         self.assertGreater(result["crashes"], 0, "the demo must have killed drive at least once")
