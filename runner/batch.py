@@ -232,7 +232,8 @@ def freeze(state: Dict[str, Any], step: str, cwd: Optional[str] = None) -> Optio
         for index, key in enumerate(keys):
             validate_id(key, f"the key of item {index} ({items[index][:60]!r})")
             if key in seen:
-                raise InvalidInput(f"items {items[seen[key]][:60]!r} and {items[index][:60]!r} give the same key {key!r}: the key template must tell items apart")
+                raise InvalidInput(f"items {items[seen[key]][:60]!r} and {items[index][:60]!r} give the same key {key!r}: "
+                                   "the key template must tell items apart")
             seen[key] = index
         frozen["batch"] = {"items": items, "digest": content_digest(items), "count": len(items), "source": source,
                            "key": spec["key"], "plan_digest": state["plan_digest"], "skipped": {}}
@@ -390,7 +391,8 @@ def next_action(state: Dict[str, Any], step: str) -> Optional[Dict[str, Any]]:
     if current is not None:
         action["state"] = current
     if current == "failed":
-        action["why"] = f"item {index} of {step} failed for good ({(state['effects'][key].get('reason') or '')[:200]}): decide whether to 'effect skip {key} --reason TEXT'"
+        reason = (state["effects"][key].get("reason") or "")[:200]
+        action["why"] = f"item {index} of {step} failed for good ({reason}): decide whether to 'effect skip {key} --reason TEXT'"
     return action
 
 
@@ -402,7 +404,8 @@ def item_context(state: Dict[str, Any], key: str) -> Dict[str, Any]:
     step, index = found
     out: Dict[str, Any] = {"step": step, "item": state["steps"][step]["batch"]["items"][index], "index": index}
     if "observe" in state["plan"].get("effects", {}):
-        out["why"] = f"'effect run {key}' (or 'drive') observes the target first and records what it sees; it calls the target again only after an observed absence"
+        out["why"] = (f"'effect run {key}' (or 'drive') observes the target first and records what it sees; "
+                      "it calls the target again only after an observed absence")
     return out
 
 
@@ -425,7 +428,8 @@ def items_changed(state: Dict[str, Any], step: str) -> Optional[Dict[str, Any]]:
     listed = set(now_items)
     removed = [i for i in batch["items"] if i not in listed]
     return {"source": f"items of step {step} ({source})", "digest": digest, "frozen_digest": batch["digest"], "added": len(added), "removed": len(removed),
-            "what": f"the source now lists {len(now_items)} items ({len(added)} added, {len(removed)} removed) where {batch['count']} were frozen at start; "
+            "what": f"the source now lists {len(now_items)} items ({len(added)} added, {len(removed)} removed) "
+                    f"where {batch['count']} were frozen at start; "
                     "the frozen list is used; to use the new one, record a plan change with 'migrate' and start the step again"}
 
 

@@ -167,7 +167,8 @@ def drive(run: Any, owner: str, *, ttl: float, max_actions: Optional[int] = None
             renew()
             decision = decide(run.state, run.clock(), run.owner, run.epoch, refresh_jobs(run) if run.state["jobs"] else {})
     except RunnerError as exc:
-        failed = {"decision": "stop", "action": None, "reason": exc.reason, "detail": exc.message, "observations": [], "inferences": [], "unknowns": [exc.message]}
+        failed = {"decision": "stop", "action": None, "reason": exc.reason, "detail": exc.message,
+                  "observations": [], "inferences": [], "unknowns": [exc.message]}
         if exc.context:
             failed["context"] = exc.context
         return out(failed, EXIT_CODES.get(exc.reason, exc.exit_code))

@@ -111,7 +111,8 @@ def evidence_observations(state: Dict[str, Any]) -> List[Dict[str, Any]]:
             seen = record["observed"]
             parts = [f"{len(seen.get('checks', {}))} check(s) exited 0"] if seen.get("checks") else []
             parts += [f"{len(seen['artifacts'])} artifact(s) hashed"] if seen.get("artifacts") else []
-            parts += [f"{seen['items']['verified']} of {seen['items']['total']} items verified, {seen['items']['skipped']} skipped"] if seen.get("items") else []
+            items = seen.get("items")
+            parts += [f"{items['verified']} of {items['total']} items verified, {items['skipped']} skipped"] if items else []
             out.append({"source": f"step {spec['id']}: observed by the runner", "what": "; ".join(parts), "digest": content_digest(seen)})
         if record.get("evidence"):
             out.append({"source": f"step {spec['id']}: claimed by the agent", "what": "recorded as given, not checked by the runner",

@@ -82,7 +82,8 @@ class BatchTest(unittest.TestCase):
 
         write_contract(os.path.join(self.root, "contract-2.md"), block)
         writer = ["--owner", "agent", "--epoch", str(status(self.root)["lease"]["epoch"])]
-        self.assertEqual(local(self.root, "migrate", "--contract", os.path.join(self.root, "contract-2.md"), "--reason", "a late document", *writer).code, 0)
+        migrated = local(self.root, "migrate", "--contract", os.path.join(self.root, "contract-2.md"), "--reason", "a late document", *writer)
+        self.assertEqual(migrated.code, 0, migrated.err)
         self.assertEqual(local(self.root, "step", "start", "file-tickets", *writer).code, 0)
         self.assertEqual(status(self.root)["steps"]["file-tickets"]["batch"]["items"], ["docs/doc-00000.txt", "docs/doc-00001.txt", "docs/late.txt"])
         self.assertEqual(self.drive().code, 10)

@@ -10,6 +10,17 @@ from tests._batch_scripts import RECORDER
 from tests._util import scratch_dir
 
 
+CANCEL_ON_B = r'''
+import subprocess, sys
+# cancel_on_b.py REPO RUN KEY COMMAND...: a person cancels the run while item b is in flight, then COMMAND runs.
+repo, run, key, command = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+if key == "b:ticket":
+    subprocess.run([sys.executable, "-m", "runner", "--dir", run, "cancel", "--by", "a-person", "--reason", "no longer needed"],
+                   env={"PYTHONPATH": repo}, check=True, stdout=subprocess.DEVNULL)
+sys.exit(subprocess.run(command).returncode)
+'''
+
+
 class DriveTest(unittest.TestCase):
     def setUp(self) -> None:
         self.tmp = scratch_dir("runner-drive-")
@@ -32,7 +43,8 @@ class DriveTest(unittest.TestCase):
         result = local(self.root, "drive", "--owner", "agent", "--json")
         self.assertEqual(result.code, 0, result.err)
         out = json.loads(result.out)
-        self.assertEqual((out["decision"], out["action"]["kind"], out["action"]["step"], out["drive"]["handed_over"]), ("act", "start-step", "review", True))
+        self.assertEqual((out["decision"], out["action"]["kind"], out["action"]["step"], out["drive"]["handed_over"]),
+                         ("act", "start-step", "review", True))
         self.assertEqual(out["drive"]["effects"], 3)
         self.assertEqual(status(self.root)["completed_steps"], ["file-tickets"])
 
@@ -74,6 +86,18 @@ class DriveTest(unittest.TestCase):
         self.assertEqual(done.code, 10, done.err)
         self.assertEqual(status(self.root)["evidence"]["index"]["observed"]["checks"]["index"]["exit_code"], 0)
 
+
+    def test_a_cancel_between_items_stops_drive_before_the_next_effect(self) -> None:
+        from tests._util import REPO_ROOT
+
+        canceller = script(self.root, "cancel_on_b.py", CANCEL_ON_B)
+        self.commands["invoke"] = canceller + [REPO_ROOT, os.path.join(self.root, ".run"), "{key}"] + self.commands["invoke"]
+        init_run(self.root, self._block())
+        result = local(self.root, "drive", "--owner", "agent", "--json")
+        self.assertEqual(result.code, 5, result.err)
+        state = status(self.root)
+        self.assertEqual((state["status"], state["effects"]), ("cancelled", {"verified": 2}), "the effect in flight was still settled")
+        self.assertEqual(sorted(os.listdir(self.out)), ["a:ticket.json", "b:ticket.json"])
 
     def test_drive_renews_the_lease_as_it_goes(self) -> None:
         from runner.drive import drive

@@ -81,7 +81,8 @@ class KillAtEveryWindowTest(unittest.TestCase):
             self.assertEqual(json.loads(resumed.out)["state"], "verified")
             if n == 0:
                 again = cli(self.root, "effect", "run", key, "--owner", "agent", "--epoch", epoch, "--json")
-                self.assertEqual((again.code, json.loads(again.out)["attempts"]), (0, json.loads(resumed.out)["attempts"]), "a verified effect runs nothing again")
+                self.assertEqual((again.code, json.loads(again.out)["attempts"]), (0, json.loads(resumed.out)["attempts"]),
+                                 "a verified effect runs nothing again")
         self.assertEqual(cli(self.root, "step", "done", "file-tickets", "--owner", "agent", "--epoch", epoch).code, 0)
         self._audit(documents)
 
@@ -123,6 +124,18 @@ class KillAtEveryWindowTest(unittest.TestCase):
             path = os.path.join(self.root, name)
             shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)
         self.service = TicketServiceProcess(os.path.join(self.root, "tickets.db"))
+
+
+class ServiceFromAnyFolderTest(unittest.TestCase):
+    def test_the_service_starts_from_a_folder_outside_the_repository(self) -> None:
+        with scratch_dir("runner-elsewhere-") as elsewhere:
+            here = os.getcwd()
+            os.chdir(elsewhere)
+            try:
+                with TicketServiceProcess(os.path.join(elsewhere, "tickets.db")) as service:
+                    self.assertEqual(service.stats()["tickets"], 0)
+            finally:
+                os.chdir(here)
 
 
 if __name__ == "__main__":

@@ -124,7 +124,8 @@ def _drivers(workspace: str, documents: int, seed: int, crash_rate: float, progr
         if progress is not None:
             done = sum(1 for e in state["effects"].values() if e["state"] == "verified")
             rate = state["revision"] / max(tally["drive_seconds"], 1e-9)
-            progress.write(f"demo --via-cli: {done}/{documents} documents | crashes {tally['crashes']} | drivers {tally['drivers']} | {rate:.0f} transitions/s\n")
+            progress.write(f"demo --via-cli: {done}/{documents} documents | crashes {tally['crashes']} | drivers {tally['drivers']}"
+                           f" | {rate:.0f} transitions/s\n")
             progress.flush()
         if proc.returncode == -signal.SIGKILL:
             tally["crashes"] += 1
@@ -209,7 +210,8 @@ def format_cli_table(result: Dict[str, Any]) -> str:
     rows = [
         ("documents", result["documents"]),
         ("driven by", f"'drive' processes over a batch contract; commands via {result['client']}"),
-        ("crashes (SIGKILL)", f"{result['crashes']} ({result['crashes_at_windows']} at effect windows, {result['crashes_at_random_moments']} at random moments)"),
+        ("crashes (SIGKILL)", f"{result['crashes']} ({result['crashes_at_windows']} at effect windows, "
+                              f"{result['crashes_at_random_moments']} at random moments)"),
         ("  by window", ", ".join(f"{w} {n}" for w, n in result["kills_by_window"].items())),
         ("drive processes", result["drivers"]),
         ("recoveries (lease takeovers)", result["recoveries"]),
