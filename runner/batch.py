@@ -135,6 +135,9 @@ def step_problems(step: Dict[str, Any]) -> List[str]:
                 problem = _argv_problem(argv, f"check {name!r}", CHECK_PLACEHOLDERS)
                 if problem:
                     out.append(problem)
+    timeout = step.get("timeout_seconds")
+    if "timeout_seconds" in step and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400):
+        out.append("timeout_seconds (of the step's checks) must be a positive number of seconds, at most a day")
     artifacts = step.get("artifacts")
     if artifacts is not None and (not isinstance(artifacts, list) or not artifacts or not all(_relative(a) for a in artifacts)):
         out.append("artifacts must list paths relative to the workspace, without '..'")
@@ -245,15 +248,20 @@ def freeze_ops(state: Dict[str, Any], step: str, frozen: Optional[Dict[str, Any]
     if frozen is None:
         return []
     record = state["steps"].get(step) or {}
-    ops: Ops = [["set", ["steps", step, "workspace"], frozen["workspace"]]]
-    batch = frozen.get("batch") or record.get("batch")
-    if batch is not None:
-        if "batch" in frozen:
-            # Refrozen under a new plan: skips recorded for items still listed stay recorded.
-            keys = set(keys_of(batch)[0])
-            kept = {k: v for k, v in ((record.get("batch") or {}).get("skipped") or {}).items() if k in keys}
-            batch = dict(batch, frozen_at=format_time(now), skipped=kept)
-        ops.append(["set", ["steps", step, "batch"], batch])
+    ops: Ops = [["set", ["steps", step, "workspace"], record.get("workspace") or frozen["workspace"]]]
+    old = record.get("batch")
+    if old and old.get("plan_digest") == state["plan_digest"]:
+        batch = old  # frozen under this plan already: a new attempt keeps the list it had
+    elif "batch" in frozen and frozen["batch"]["plan_digest"] == state["plan_digest"]:
+        # Frozen anew (first start, or after a migration): skips of items still listed stay recorded.
+        keys = set(keys_of(frozen["batch"])[0])
+        kept = {k: v for k, v in ((old or {}).get("skipped") or {}).items() if k in keys}
+        batch = dict(frozen["batch"], frozen_at=format_time(now), skipped=kept)
+    elif "batch" in frozen or old:
+        raise InvalidInput(f"the plan of step {step!r} changed while it was starting; start it again")
+    else:
+        return ops
+    ops.append(["set", ["steps", step, "batch"], batch])
     return ops
 
 

@@ -42,7 +42,7 @@ TOP_KEYS = {
 }
 REQUIRED = ("contract", "task_id", "goal", "steps")
 STEP_KEYS = {"id": str, "artifact": str, "check": str, "next": str, "approval": bool, "evidence": list,
-             "items": object, "key": str, "payload": dict, "checks": dict, "artifacts": list}
+             "items": object, "key": str, "payload": dict, "checks": dict, "artifacts": list, "timeout_seconds": object}
 EFFECT_KEYS = {"key_pattern": str, "approval": list, "adapter": str, "verification": str, "max_attempts": int,
                "invoke": list, "observe": list, "timeout_seconds": object}
 LIMIT_KEYS = ("max_step_attempts", "max_effect_attempts", "max_elapsed_seconds", "max_cost", "max_steps", "no_progress_seconds")

@@ -19,9 +19,12 @@ import time
 from typing import Any, Dict, List, Optional
 
 from . import batch as _batch
-from .commands import DEFAULT_TIMEOUT, expand, run_command
+from .commands import expand, run_command
 from .envelope import format_time
 from .errors import InvalidInput
+
+#: Seconds a check may run unless its step says otherwise (``timeout_seconds``): long enough for a test suite.
+CHECK_TIMEOUT = 600.0
 
 __all__ = ["observe_step", "observed_ops", "evidence_view", "evidence_observations"]
 
@@ -53,7 +56,7 @@ def observe_step(state: Dict[str, Any], step: str, clock: Any = time.time) -> Op
         return None  # done_ops refuses this with its own message
     _batch.check_complete(state, step)
     root = record.get("workspace") or _batch.workspace_root(state["plan"])
-    timeout = float(state["plan"].get("effects", {}).get("timeout_seconds", DEFAULT_TIMEOUT))
+    timeout = float(spec.get("timeout_seconds", CHECK_TIMEOUT))
     observed: Dict[str, Any] = {"source": "runner", "workspace": root}
     checks: Dict[str, Any] = {}
     for name, argv in sorted((spec.get("checks") or {}).items()):

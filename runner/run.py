@@ -87,12 +87,12 @@ class Run:
     # -- steps ---------------------------------------------------------------------------
     def step_start(self, step: str) -> Dict[str, Any]:
         """Start ``step``; a batch step's items are frozen with it (see :mod:`runner.batch`)."""
-        frozen = batch.freeze(self.state, step)
+        frozen = batch.freeze(self.refresh(), step)
         return self._mutate(lambda s, now: steps.start_ops(s, step, now) + batch.freeze_ops(s, step, frozen, now))["steps"][step]
 
     def step_done(self, step: str, evidence: Dict[str, Any]) -> Dict[str, Any]:
         """Finish ``step``; its declared checks and artifacts are observed first (see :mod:`runner.evidence`)."""
-        observed = observe_step(self.state, step, self.clock)
+        observed = observe_step(self.refresh(), step, self.clock)
 
         def decide(s: Dict[str, Any], now: float) -> Ops:
             ops = steps.done_ops(s, step, evidence, now)

@@ -12,13 +12,18 @@ per key. The default suite runs ``effect run`` with the Python client and
 import json
 import os
 import signal
+import time
 import unittest
+
+from runner import views
+from runner.recovery import decide
+from runner.run import Run
 
 from runner.proof.ticketcommands import WINDOWS, have_curl, write_commands
 from runner.proof.ticketservice import TicketServiceProcess
 from runner.stores.file import RunStore
-from tests._batch import batch_contract, cli, init_run, kill_env, local, make_documents, status
-from tests._util import scratch_dir
+from tests._batch import batch_contract, cli, init_run, kill_env, make_documents
+from tests._util import in_parallel, scratch_dir
 
 #: What the ledger and the service hold when the runner dies at each window: (effect state, tickets).
 AT_KILL = {
@@ -35,95 +40,81 @@ if FULL:
     PAIRS = [(verb, client) for verb in ("effect-run", "drive") for client in (("curl", "python") if have_curl() else ("python",))]
 
 
+def _run(root: str) -> Run:
+    """The run as a library object in this process (thread-safe, unlike the in-process command line)."""
+    return Run(RunStore.open(os.path.join(root, ".run")))
+
+
 class KillAtEveryWindowTest(unittest.TestCase):
-    def setUp(self) -> None:
-        self.tmp = scratch_dir("runner-effect-run-")
-        self.root = self.tmp.name
-        self.service = TicketServiceProcess(os.path.join(self.root, "tickets.db"))
-        self.addCleanup(self.tmp.cleanup)
-        self.addCleanup(lambda: self.service.stop())
+    """Each pairing gets its own workspace and service; the pairings run side by side."""
 
-    def _start(self, client: str, documents: int) -> None:
-        commands = write_commands(self.root, self.service.url, client, killable=True)
+    def _start(self, root: str, service: TicketServiceProcess, client: str, documents: int) -> None:
+        commands = write_commands(root, service.url, client, killable=True)
         block = batch_contract(commands, payload={"command": commands["payload"]})
-        make_documents(self.root, documents)
-        init_run(self.root, block)
+        make_documents(root, documents)
+        init_run(root, block)
 
-    def _audit(self, documents: int) -> None:
+    def _audit(self, root: str, service: TicketServiceProcess, documents: int) -> None:
         for n in range(documents):
             key = f"doc-{n:05d}:ticket"
-            self.assertEqual(len(self.service.tickets_for_key(key)), 1, f"{key} must hold exactly one ticket")
-        self.assertEqual(self.service.stats()["tickets"], documents)
-        state = status(self.root)
-        self.assertEqual(state["effects"], {"verified": documents})
+            self.assertEqual(len(service.tickets_for_key(key)), 1, f"{key} must hold exactly one ticket")
+        self.assertEqual(service.stats()["tickets"], documents)
+        self.assertEqual({e["state"] for e in _run(root).state["effects"].values()}, {"verified"})
 
     def _killed(self, result, window: str) -> None:
         self.assertEqual(result.code, -signal.SIGKILL, f"the runner was not killed at {window}: {result.code} {result.err[-500:]}")
 
-    def _effect_run(self, client: str) -> None:
+    def _effect_run(self, root: str, service: TicketServiceProcess, client: str) -> None:
         documents = 2 * len(WINDOWS)
-        self._start(client, documents)
-        self.assertEqual(local(self.root, "lease", "acquire", "--owner", "agent", "--json").code, 0)
-        epoch = str(status(self.root)["lease"]["epoch"])
-        self.assertEqual(cli(self.root, "step", "start", "file-tickets", "--owner", "agent", "--epoch", epoch).code, 0)
+        self._start(root, service, client, documents)
+        epoch = str(_run(root).acquire("agent", 60)["epoch"])
+        self.assertEqual(cli(root, "step", "start", "file-tickets", "--owner", "agent", "--epoch", epoch).code, 0)
         for n in range(documents):
             window = WINDOWS[n % len(WINDOWS)]
             key = f"doc-{n:05d}:ticket"
-            killed = cli(self.root, "effect", "run", key, "--owner", "agent", "--epoch", epoch, env=kill_env(self.root, window))
+            killed = cli(root, "effect", "run", key, "--owner", "agent", "--epoch", epoch, env=kill_env(root, window))
             self._killed(killed, window)
-            effect = RunStore.open(os.path.join(self.root, ".run")).state["effects"].get(key)
-            self.assertEqual(((effect or {}).get("state"), len(self.service.tickets_for_key(key))), AT_KILL[window], window)
+            effect = _run(root).state["effects"].get(key)
+            self.assertEqual(((effect or {}).get("state"), len(service.tickets_for_key(key))), AT_KILL[window], window)
             # Another process takes the lease (the same owner id, a higher epoch) and runs the effect again.
-            self.assertEqual(local(self.root, "lease", "acquire", "--owner", "agent").code, 0)
-            epoch = str(status(self.root)["lease"]["epoch"])
-            resumed = cli(self.root, "effect", "run", key, "--owner", "agent", "--epoch", epoch, "--json")
+            epoch = str(_run(root).acquire("agent", 60)["epoch"])
+            resumed = cli(root, "effect", "run", key, "--owner", "agent", "--epoch", epoch, "--json")
             self.assertEqual(resumed.code, 0, resumed.err)
             self.assertEqual(json.loads(resumed.out)["state"], "verified")
             if n == 0:
-                again = cli(self.root, "effect", "run", key, "--owner", "agent", "--epoch", epoch, "--json")
+                again = cli(root, "effect", "run", key, "--owner", "agent", "--epoch", epoch, "--json")
                 self.assertEqual((again.code, json.loads(again.out)["attempts"]), (0, json.loads(resumed.out)["attempts"]),
                                  "a verified effect runs nothing again")
-        self.assertEqual(cli(self.root, "step", "done", "file-tickets", "--owner", "agent", "--epoch", epoch).code, 0)
-        self._audit(documents)
+        self.assertEqual(cli(root, "step", "done", "file-tickets", "--owner", "agent", "--epoch", epoch).code, 0)
+        self._audit(root, service, documents)
 
-    def _drive(self, client: str) -> None:
+    def _drive(self, root: str, service: TicketServiceProcess, client: str) -> None:
         documents = 3 * len(WINDOWS)
-        self._start(client, documents)
-        kills = 0
+        self._start(root, service, client, documents)
         for turn in range(2 * len(WINDOWS)):
             window = WINDOWS[turn % len(WINDOWS)]
-            killed = cli(self.root, "drive", "--owner", f"driver-{turn}", "--json", env=kill_env(self.root, window))
+            killed = cli(root, "drive", "--owner", f"driver-{turn}", "--json", env=kill_env(root, window))
             self._killed(killed, window)
-            kills += 1
             # The supervisor saw the process end, so the next driver need not wait out the lease.
-            self.assertEqual(local(self.root, "lease", "break", "--by", "supervisor", "--reason", f"driver-{turn} was killed").code, 0)
-        final = cli(self.root, "drive", "--owner", "driver-last", "--json")
+            _run(root).break_lease("supervisor", f"driver-{turn} was killed")
+            if turn == 2:
+                decision = decide(_run(root).state, time.time())
+                self.assertEqual((decision["action"]["kind"], decision["action"]["step"]), ("reconcile", "file-tickets"), decision)
+                self.assertIn("effect run", decision["action"]["why"])
+        final = cli(root, "drive", "--owner", "driver-last", "--json")
         self.assertEqual(final.code, 10, final.err)
         self.assertEqual(json.loads(final.out)["reason"], "complete")
-        self.assertEqual(kills, 10)
-        self._audit(documents)
-        report = json.loads(local(self.root, "report", "--json").out)
-        self.assertEqual((report["items"], report["items_verified"], report["recoveries"]), (documents, documents, 10))
+        self._audit(root, service, documents)
+        report = views.report(_run(root).state)
+        self.assertEqual((report["items"], report["items_verified"], report["recoveries"]), (documents, documents, 2 * len(WINDOWS)))
+
+    def _pairing(self, verb: str, client: str) -> None:
+        with scratch_dir(f"runner-{verb}-{client}-") as root:
+            with TicketServiceProcess(os.path.join(root, "tickets.db")) as service:
+                (self._effect_run if verb == "effect-run" else self._drive)(root, service, client)
 
     def test_effect_run_and_drive_killed_twice_at_each_window(self) -> None:
-        for verb, client in PAIRS:
-            with self.subTest(verb=verb, client=client):
-                if verb == "effect-run":
-                    self._effect_run(client)
-                else:
-                    self._drive(client)
-            if (verb, client) != PAIRS[-1]:
-                self.tearDown_between()
-
-    def tearDown_between(self) -> None:
-        """A fresh run folder and ledger for the next pairing."""
-        import shutil
-
-        self.service.stop()
-        for name in os.listdir(self.root):
-            path = os.path.join(self.root, name)
-            shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)
-        self.service = TicketServiceProcess(os.path.join(self.root, "tickets.db"))
+        in_parallel([lambda verb=verb, client=client: self._pairing(verb, client) for verb, client in PAIRS], workers=2)
 
 
 class ServiceFromAnyFolderTest(unittest.TestCase):
