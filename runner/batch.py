@@ -325,13 +325,17 @@ def item_payload(state: Dict[str, Any], step: str, index: int) -> Dict[str, Any]
     wanted = {n for s in _strings(template) for n in placeholders_in(s)}
     if wanted & {"first_line", "sha256"}:
         path = os.path.join(root, item)
+        digest = hashlib.sha256()
         try:
             with open(path, "rb") as handle:
-                data = handle.read(MAX_DOCUMENT_BYTES + 1)
+                head = handle.read(1 << 20)
+                digest.update(head)
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
         except OSError as exc:
             raise InvalidInput(f"item {item[:80]!r} of step {step!r}: cannot read {path}: {exc.strerror or exc}") from None
-        values["first_line"] = data.split(b"\n", 1)[0].decode("utf-8", "replace").rstrip("\r")
-        values["sha256"] = hashlib.sha256(data).hexdigest()
+        values["first_line"] = head.split(b"\n", 1)[0][:MAX_DOCUMENT_BYTES // 4].decode("utf-8", "replace").rstrip("\r")
+        values["sha256"] = digest.hexdigest()
     return _fill(template, values)
 
 

@@ -53,7 +53,7 @@ DEFAULT_TIMEOUT = 60.0
 #: Bytes of stdout (and of stderr) kept from one command; the rest is counted, not kept.
 OUTPUT_LIMIT = 256 * 1024
 
-_PLACEHOLDER = re.compile(r"\{([a-z_]+)(?::(0?[1-9][0-9]?)d)?\}")
+_PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)(?::(0?[1-9][0-9]?)d)?\}")
 
 
 def placeholders_in(text: str) -> List[str]:

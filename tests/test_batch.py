@@ -184,6 +184,26 @@ class ObservedEvidenceTest(unittest.TestCase):
         self.assertEqual((report["steps_evidence_observed"], report["steps_evidence_claimed"]), (1, 1))
 
 
+class PayloadTemplateTest(unittest.TestCase):
+    def test_the_template_fills_the_first_line_and_the_digest_of_the_whole_file(self) -> None:
+        import hashlib
+
+        from runner import batch
+        from runner.envelope import content_digest
+
+        with scratch_dir("runner-payload-") as root:
+            data = b"Title line\r\n" + b"x" * (3 << 20)
+            with open(os.path.join(root, "big.md"), "wb") as handle:
+                handle.write(data)
+            plan = {"steps": [{"id": "s", "items": ["big.md"], "key": "{stem}:t",
+                               "payload": {"template": {"title": "{first_line}", "sha256": "{sha256}", "n": "{index:03d}", "k": "{key}"}}}], "workspace": root}
+            state = {"plan": plan, "plan_digest": content_digest(plan), "steps": {}, "effects": {}, "task_id": "t"}
+            frozen = batch.freeze(state, "s")
+            state["steps"]["s"] = {"workspace": frozen["workspace"], "batch": frozen["batch"]}
+            payload = batch.item_payload(state, "s", 0)
+        self.assertEqual(payload, {"title": "Title line", "sha256": hashlib.sha256(data).hexdigest(), "n": "000", "k": "big:t"})
+
+
 class BatchContractTest(unittest.TestCase):
     def problems(self, step=None, effects=None):
         block = {"contract": 1, "task_id": "t", "goal": "g", "steps": [step or {"id": "s"}]}
