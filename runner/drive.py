@@ -126,7 +126,8 @@ def drive(run: Any, owner: str, *, ttl: float, max_actions: Optional[int] = None
         while True:
             if decision["decision"] == "stop":
                 check = decision.get("check") or {}
-                if decision["reason"] == "needs-reconciliation" and check.get("key") and _batch.owner_of(run.state, check["key"]) and budget_left():
+                ours = "invoke" in run.state["plan"].get("effects", {}) and bool(check.get("key")) and _batch.owner_of(run.state, check["key"])
+                if decision["reason"] == "needs-reconciliation" and ours and budget_left():
                     key = check["key"]
                     perform_effect(run, key, sleep=sleep, runner=runner)  # observes first; raises if still unknown
                     tally["actions"] += 1

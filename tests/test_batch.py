@@ -14,9 +14,13 @@ from tests._batch_scripts import RECORDER
 from tests._util import contract_markdown, scratch_dir
 
 SLOW = r'''
-import sys, time
+import os, sys, time
+# invoke: never answers in time; observe: cannot tell (exit 3) until the file "seen" appears, then present.
 if sys.argv[1] == "invoke":
     time.sleep(30)
+if os.path.exists("seen"):
+    print("{}")
+    sys.exit(0)
 sys.exit(3)
 '''
 
@@ -139,6 +143,12 @@ class BatchTest(unittest.TestCase):
         self.assertEqual(result.code, 8, result.err)
         effect = status(self.root)["effects"]
         self.assertEqual(effect, {"uncertain": 1})
+        # Once the target can be seen to hold it, the next drive observes it and is done; it never invokes again.
+        open(os.path.join(self.root, "seen"), "w").close()
+        again = self.drive()
+        self.assertEqual(again.code, 10, again.err)
+        self.assertEqual(json.loads(again.out)["drive"]["reconciled"], 1)
+        self.assertEqual(json.loads(local(self.root, "effect", "show", "only:ticket", "--json").out)["attempts"], 1)
 
 
 class ObservedEvidenceTest(unittest.TestCase):
