@@ -491,7 +491,7 @@ def cmd_drive(args: argparse.Namespace) -> int:
     result = drive(run, args.owner, ttl=args.ttl or _default_ttl(run), max_actions=args.max_actions, until_stop=args.until_stop,
                    progress=None if args.json else sys.stderr)
     tally = result.pop("tally")
-    code = result.pop("exit_code")
+    code = result["exit_code"]
     result["drive"] = dict(tally, handed_over=result.pop("handed_over"))
     result["lease"] = dict(run.state["lease"])
     if result["decision"] == "stop" and result["reason"] not in ("complete",) and not args.json:

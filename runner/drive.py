@@ -168,7 +168,7 @@ def drive(run: Any, owner: str, *, ttl: float, max_actions: Optional[int] = None
             renew()
             decision = decide(run.state, run.clock(), run.owner, run.epoch, refresh_jobs(run) if run.state["jobs"] else {})
     except RunnerError as exc:
-        failed = {"decision": "stop", "action": None, "reason": exc.reason, "detail": exc.message,
+        failed = {"decision": "stop", "action": None, "reason": exc.reason, "error": exc.reason, "detail": exc.message,
                   "observations": [], "inferences": [], "unknowns": [exc.message]}
         if exc.context:
             failed["context"] = exc.context

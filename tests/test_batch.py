@@ -77,6 +77,7 @@ class BatchTest(unittest.TestCase):
         stopped = self.drive()
         self.assertEqual(stopped.code, 2, stopped.err)
         self.assertIn("doc-00002.txt", json.loads(stopped.out)["detail"])
+        self.assertEqual((json.loads(stopped.out)["error"], json.loads(stopped.out)["exit_code"]), ("invalid-input", 2))
         self.assertNotIn("late:ticket", status(self.root)["steps"]["file-tickets"]["batch"]["items"])
         self.assertFalse(os.path.exists(os.path.join(self.out, "late:ticket.json")))
         # A recorded change of plan, then a new start of the step, freezes the list the source holds now.
