@@ -232,8 +232,11 @@ def freeze(state: Dict[str, Any], step: str, cwd: Optional[str] = None) -> Optio
             raise InvalidInput(f"step {step!r} lists {len(items)} items; the limit is {MAX_ITEMS}")
         keys = _keys(spec["key"], items)
         seen: Dict[str, int] = {}
+        pattern = state["plan"].get("effects", {}).get("key_pattern")
         for index, key in enumerate(keys):
             validate_id(key, f"the key of item {index} ({items[index][:60]!r})")
+            if pattern is not None and re.fullmatch(pattern, key) is None:
+                raise InvalidInput(f"the key {key!r} of item {index} does not match the contract's key_pattern {pattern!r}")
             if key in seen:
                 raise InvalidInput(f"items {items[seen[key]][:60]!r} and {items[index][:60]!r} give the same key {key!r}: "
                                    "the key template must tell items apart")

@@ -136,6 +136,17 @@ class BatchTest(unittest.TestCase):
         with open(os.path.join(self.out, "notes:post.json")) as handle:
             self.assertEqual(json.load(handle)["argv"][1], "{item}", "a placeholder with no value is left as written")
 
+    def test_a_key_outside_the_key_pattern_refuses_the_start(self) -> None:
+        block = self._contract(items=["a.md", "B.md"], payload={"template": {"name": "{item}"}})
+        block["effects"]["key_pattern"] = "[a-z]+:ticket"
+        init_run(self.root, block)
+        before = status(self.root)["revision"]
+        result = self.drive()
+        self.assertEqual(result.code, 2, result.err)
+        self.assertIn("'B:ticket' of item 1 does not match", json.loads(result.out)["detail"])
+        self.assertEqual(status(self.root)["steps"], {}, "the step did not start")
+        self.assertLessEqual(status(self.root)["revision"], before + 2, "only the lease and the recovery intent were written")
+
     def test_a_timeout_is_uncertain_never_failed(self) -> None:
         slow = script(self.root, "slow.py", SLOW)
         self.commands = {"invoke": slow + ["invoke"], "observe": slow + ["observe"]}
