@@ -306,7 +306,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         f"effects   {', '.join(f'{k} {v}' for k, v in sorted(summary['effects'].items())) or 'none'}",
     ]
     lines += [f"items     {step}: {p['verified']} verified + {p['skipped']} skipped of {p['total']}" for step, p in summary["items"].items()]
-    lines += [f"evidence  {step}: {', '.join(f'{source} {json.dumps(value, sort_keys=True)[:100]}' for source, value in ev.items())}" for step, ev in summary["evidence"].items()]
+    for step, ev in summary["evidence"].items():
+        lines.append(f"evidence  {step}: " + ", ".join(f"{source} {json.dumps(value, sort_keys=True)[:100]}" for source, value in ev.items()))
     lines += [
         f"lease     {summary['lease']['owner'] or '-'} (epoch {summary['lease']['epoch']}, expires {summary['lease']['expires_at'] or '-'})",
         f"intent    {json.dumps(summary['next_action']) if summary['next_action'] else '-'}  (as last persisted; 'next' decides afresh)",

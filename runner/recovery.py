@@ -100,7 +100,8 @@ def decide(state: Dict[str, Any], now: float, owner: Optional[str] = None, epoch
                 "needs-reconciliation",
                 f"observe the target for effect {key} (payload {effect['payload_digest']}); then run 'effect verify {key} --evidence JSON' if it is there, or 'effect absent {key} --evidence JSON' if it is not",
                 ev,
-                check={"key": key, "payload_digest": effect["payload_digest"], "step": effect.get("step"), "attempts": effect["attempts"], **_batch.item_context(state, key)},
+                check={"key": key, "payload_digest": effect["payload_digest"], "step": effect.get("step"), "attempts": effect["attempts"],
+                       **_batch.item_context(state, key)},
             )
         for key, effect in unresolved[:10]:
             if effect["state"] != "uncertain":

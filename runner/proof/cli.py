@@ -49,7 +49,8 @@ def add_proof_verbs(verb: Callable[..., Any]) -> None:
     sub.add_argument("--workers", type=_positive, default=None, metavar="N", help="split the documents into runs of 100 and let N workers claim them")
     sub.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     sub.add_argument("--via-cli", action="store_true", help="a batch contract and 'drive' processes only: no Python drives the job")
-    sub.add_argument("--client", choices=("curl", "python"), default=None, help="--via-cli: the commands that call the service (default: curl if present)")
+    sub.add_argument("--client", choices=("curl", "python"), default=None,
+                     help="--via-cli: the commands that call the service (default: curl if present)")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
