@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from typing import IO, Any, Dict, List, Optional
 
@@ -116,6 +117,10 @@ def _drivers(workspace: str, documents: int, seed: int, crash_rate: float, progr
             out, err = proc.communicate()
             tally["timer_kills"] += 1
             timer = -1.0
+        finally:
+            if proc.poll() is None:  # the demo itself is being stopped: leave no driver behind
+                proc.kill()
+                proc.wait()
         tally["drive_seconds"] += time.monotonic() - began
         state = RunStore.open(run_path).state
         if state["revision"] < last_revision:
@@ -157,6 +162,8 @@ def run_demo_cli(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01,
     """Run the CLI-only demo; its figures, with ``ok`` only for 0 duplicates, 0 lost commits and a matching output."""
     client = client or ("curl" if have_curl() else "python")
     root = tempfile.mkdtemp(prefix="runner-demo-cli-")
+    # A SIGTERM to the demo unwinds it like an error, so its services and drivers are stopped.
+    previous = signal.signal(signal.SIGTERM, _terminate) if threading.current_thread() is threading.main_thread() else None
     try:
         began = time.monotonic()
         with TicketServiceProcess(os.path.join(root, "reference.db")) as ref_service:
@@ -203,7 +210,13 @@ def run_demo_cli(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01,
         result["ok"] = duplicates == 0 and lost == 0 and not result["errors"] and result["matches_reference"]
         return result
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
 
 
 def format_cli_table(result: Dict[str, Any]) -> str:
