@@ -27,6 +27,9 @@ from .recovery import decide, decision_exit_code, recover, stop_for_error
 from .views import brief, events_after, report
 from .run import Run
 from .steps import require_plan
+from .batch import observes_itself
+from .batch import progress as batch_progress
+from .evidence import evidence_view
 from .stores import create_store, open_store, parse_store_url
 from .stores.file import RunStore, check
 
@@ -89,13 +92,13 @@ def build_parser(extensions: Sequence[Callable[[Callable[..., argparse.ArgumentP
     sub.add_argument("--reason", metavar="TEXT", help="break: the evidence that it ended")
 
     sub = verb("effect", "record an external effect's lifecycle in the ledger", cmd_effect)
-    sub.add_argument("action", choices=("begin", "ack", "verify", "absent", "uncertain", "show", "list"))
+    sub.add_argument("action", choices=("begin", "ack", "verify", "absent", "uncertain", "run", "skip", "show", "list"))
     sub.add_argument("key", nargs="?", metavar="KEY")
-    sub.add_argument("--payload", metavar="FILE", help="begin: the payload as a JSON file, or - for stdin")
+    sub.add_argument("--payload", metavar="FILE", help="begin/run: the payload as a JSON file, or - for stdin (run: default, a batch item's template)")
     sub.add_argument("--step", metavar="STEP", help="begin: the step the effect belongs to (default: the current step)")
     sub.add_argument("--receipt", metavar="JSON", help="ack: the target's receipt (inline JSON, @FILE or -)")
     sub.add_argument("--evidence", metavar="JSON", help="verify/absent: what the observation found (inline JSON, @FILE or -)")
-    sub.add_argument("--reason", metavar="TEXT", help="uncertain: why the outcome is unknown")
+    sub.add_argument("--reason", metavar="TEXT", help="uncertain: why the outcome is unknown; skip: why the batch item is left out")
     sub.add_argument("--state", choices=EFFECT_STATES, help="list: only effects in this state")
     _writer(sub)
 
@@ -132,6 +135,12 @@ def build_parser(extensions: Sequence[Callable[[Callable[..., argparse.ArgumentP
     sub = verb("next", "name exactly one safe next action, or one stop with its reason", cmd_next)
     _writer(sub)
     sub.add_argument("--contract", metavar="FILE", help="refuse (exit 2) if this contract's plan differs from the run's")
+
+    sub = verb("drive", "take the lease and perform every action the runner can establish alone, until a stop or a judgement", cmd_drive)
+    _writer(sub)
+    sub.add_argument("--ttl", type=_seconds, default=None, help="lease time to live (default: the contract's)")
+    sub.add_argument("--max-actions", type=_positive, default=None, metavar="N", help="return (exit 0) after N actions")
+    sub.add_argument("--until-stop", action="store_true", help="also wait out persisted backoffs instead of returning at them")
 
     sub = verb("recover", "take the lease, reconcile, refresh authority and jobs, decide, and persist the intent", cmd_recover)
     _writer(sub)
@@ -319,6 +328,8 @@ def _summary(state: Dict[str, Any]) -> Dict[str, Any]:
         "effects": counts,
         "lease": state["lease"],
         "cancellation": state["observations"].get("cancellation"),
+        "items": {s["id"]: progress for s in state["plan"].get("steps", []) for progress in [batch_progress(state, s["id"])] if progress},
+        "evidence": {k: evidence_view(r) for k, r in state["steps"].items() if isinstance(r, dict) and evidence_view(r)},
     }
 
 
@@ -330,6 +341,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         f"plan      {summary['plan_digest']}",
         f"step      {summary['current_step'] or '-'}; done: {', '.join(summary['completed_steps']) or '-'}",
         f"effects   {', '.join(f'{k} {v}' for k, v in sorted(summary['effects'].items())) or 'none'}",
+    ]
+    lines += [f"items     {step}: {p['verified']} verified + {p['skipped']} skipped of {p['total']}" for step, p in summary["items"].items()]
+    for step, ev in summary["evidence"].items():
+        lines.append(f"evidence  {step}: " + ", ".join(f"{source} {json.dumps(value, sort_keys=True)[:100]}" for source, value in ev.items()))
+    lines += [
         f"lease     {summary['lease']['owner'] or '-'} (epoch {summary['lease']['epoch']}, expires {summary['lease']['expires_at'] or '-'})",
         f"intent    {json.dumps(summary['next_action']) if summary['next_action'] else '-'}  (as last persisted; 'next' decides afresh)",
     ]
@@ -480,6 +496,17 @@ def cmd_effect(args: argparse.Namespace) -> int:
         return _effect_out(args, key, effect)
     if args.action == "begin":
         return _effect_out(args, key, run.effect_begin(key, _payload_arg(args.payload), step=args.step))
+    if args.action == "run":
+        from .drive import perform_effect
+
+        invoke, observe = _effect_commands(args.command)
+        return _effect_out(args, key, perform_effect(run, key, _payload_arg(args.payload) if args.payload else None, invoke, observe))
+    if args.action == "skip":
+        if not args.reason:
+            raise InvalidInput("effect skip needs --reason TEXT")
+        skipped = run.effect_skip(key, args.reason)
+        _emit(args, {"ok": True, **skipped}, f"{key}: skipped in step {skipped['step']}: {skipped['reason']}")
+        return 0
     if args.action == "ack":
         return _effect_out(args, key, run.effect_ack(key, _json_arg(args.receipt, "--receipt")))
     if args.action == "verify":
@@ -491,13 +518,44 @@ def cmd_effect(args: argparse.Namespace) -> int:
     return _effect_out(args, key, run.effect_uncertain(key, args.reason))
 
 
+def _effect_commands(tail: List[str]) -> Tuple[Optional[List[str]], Optional[List[str]]]:
+    """``INVOKE... --observe -- OBSERVE...`` after ``effect run KEY --``: the two inline commands, or none."""
+    if not tail:
+        return None, None
+    for cut in range(len(tail) - 1):
+        if tail[cut] == "--observe" and tail[cut + 1] == "--":
+            invoke, observe = tail[:cut], tail[cut + 2 :]
+            if invoke and observe:
+                return invoke, observe
+    raise InvalidInput("effect run takes both commands inline: -- INVOKE [ARGS...] --observe -- OBSERVE [ARGS...]")
+
+
+def cmd_drive(args: argparse.Namespace) -> int:
+    from .drive import drive
+
+    if not args.owner:
+        raise InvalidInput("drive needs --owner ID (the worker taking the lease)")
+    run = Run(_open(args))
+    result = drive(run, args.owner, ttl=args.ttl or _default_ttl(run), max_actions=args.max_actions, until_stop=args.until_stop,
+                   progress=None if args.json else sys.stderr)
+    tally = result.pop("tally")
+    code = result["exit_code"]
+    result["drive"] = dict(tally, handed_over=result.pop("handed_over"))
+    result["lease"] = dict(run.state["lease"])
+    if result["decision"] == "stop" and result["reason"] not in ("complete",) and not args.json:
+        _warn(f"{result['reason']}: {result['detail']}")
+    _print_decision(args, result)
+    return code
+
+
 def cmd_step(args: argparse.Namespace) -> int:
     run = _worker(args)
     step = args.step_id
     if args.action == "start":
         record = run.step_start(step)
     elif args.action == "done":
-        record = run.step_done(step, _json_arg(args.evidence, "--evidence"))
+        observes = any(s["id"] == step and observes_itself(s) for s in run.state["plan"].get("steps", []))
+        record = run.step_done(step, {} if args.evidence is None and observes else _json_arg(args.evidence, "--evidence"))
     else:
         if not args.error_class or not args.error:
             raise InvalidInput("step fail needs --class transient|permanent and --error TEXT")
@@ -738,8 +796,8 @@ def main(argv: Optional[Sequence[str]] = None, extensions: Sequence[Callable[[Ca
     wants_json = "--json" in own
     try:
         args = parser.parse_args(own)
-        if command and not (args.verb == "job" and args.action == "submit"):
-            raise InvalidInput("only 'job submit KEY -- COMMAND' takes arguments after --")
+        if command and not (args.verb == "job" and args.action == "submit") and not (args.verb == "effect" and args.action == "run"):
+            raise InvalidInput("only 'job submit KEY -- COMMAND' and 'effect run KEY -- COMMAND ...' take arguments after --")
         args.command = command
         if hasattr(args, "epoch") and args.epoch is None:
             args.epoch = _env_epoch()

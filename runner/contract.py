@@ -14,6 +14,8 @@ import re
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from .envelope import MAX_DURATION_SECONDS, MAX_ID_LENGTH, check_duration, loads_strict, read_document, validate_id
+from .batch import effects_problems as batch_effects_problems
+from .batch import step_problems as batch_step_problems
 from .errors import InvalidInput
 from .keypattern import compile_pattern
 from .lease import MAX_TTL_SECONDS
@@ -40,10 +42,13 @@ TOP_KEYS = {
     "retry": dict,
     "lease": dict,
     "jobs": dict,
+    "workspace": str,
 }
 REQUIRED = ("contract", "task_id", "goal", "steps")
-STEP_KEYS = {"id": str, "artifact": str, "check": str, "next": str, "approval": bool, "evidence": list}
-EFFECT_KEYS = {"key_pattern": str, "approval": list, "adapter": str, "verification": str, "max_attempts": int, "several_approvals": bool}
+STEP_KEYS = {"id": str, "artifact": str, "check": str, "next": str, "approval": bool, "evidence": list,
+             "items": object, "key": str, "payload": dict, "checks": dict, "artifacts": list, "timeout_seconds": object}
+EFFECT_KEYS = {"key_pattern": str, "approval": list, "adapter": str, "verification": str, "max_attempts": int, "several_approvals": bool,
+               "invoke": list, "observe": list, "timeout_seconds": object}
 LIMIT_KEYS = ("max_step_attempts", "max_effect_attempts", "max_elapsed_seconds", "max_cost", "max_steps", "no_progress_seconds")
 RETRY_KEYS = ("base_seconds", "cap_seconds", "deadline_seconds")
 LEASE_KEYS = ("ttl_seconds",)
@@ -158,6 +163,7 @@ def parse_contract_text(text: str) -> Tuple[Optional[Dict[str, Any]], List[Contr
             evidence = step.get("evidence")
             if isinstance(evidence, list) and not all(isinstance(name, str) and name.strip() for name in evidence):
                 problems.append(ContractProblem(line, f"step {sid!r}: 'evidence' must list the names of the evidence (non-empty strings)"))
+            problems.extend(ContractProblem(line, f"step {sid!r}: {message}") for message in batch_step_problems(step))
         for step in steps:
             if isinstance(step, dict) and isinstance(step.get("next"), str) and step["next"] not in seen and step["next"] != "done":
                 line = _locate(lines, first, f'"{step["next"]}"', steps_line)
@@ -183,6 +189,7 @@ def parse_contract_text(text: str) -> Tuple[Optional[Dict[str, Any]], List[Contr
                 problems.append(ContractProblem(at("key_pattern"), f"effects: {exc.message}"))
         if isinstance(effects.get("approval"), list) and not all(isinstance(p, str) and p for p in effects["approval"]):
             problems.append(ContractProblem(at("approval"), "effects: approval must list key patterns (globs)"))
+        problems.extend(ContractProblem(at("effects"), message) for message in batch_effects_problems(effects))
 
     for section, keys in (("limits", LIMIT_KEYS), ("retry", RETRY_KEYS), ("lease", LEASE_KEYS)):
         value = block.get(section)

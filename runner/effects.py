@@ -172,14 +172,14 @@ def _settle_ops(state: Dict[str, Any], key: str) -> Ops:
     ``cancelled``, and a run whose every step is done becomes ``complete``."""
     if state["status"] != "active":
         return []
-    if any(k != key and e.get("state") in UNRESOLVED for k, e in state["effects"].items()):
-        return []
-    if state["observations"].get("cancellation"):
-        return cancelled_ops(state)
+    cancelled = bool(state["observations"].get("cancellation"))
     steps = state["plan"].get("steps", [])
-    if steps and all((state["steps"].get(s["id"]) or {}).get("state") == "done" for s in steps):
-        return [["set", ["status"], "complete"], ["set", ["next_action"], None]]
-    return []
+    finished = bool(steps) and all((state["steps"].get(s["id"]) or {}).get("state") == "done" for s in steps)
+    # The scan over every effect comes last: while a step runs it is not needed,
+    # so settling one effect of a long batch does not cost the whole ledger.
+    if not (cancelled or finished) or any(k != key and e.get("state") in UNRESOLVED for k, e in state["effects"].items()):
+        return []
+    return cancelled_ops(state) if cancelled else [["set", ["status"], "complete"], ["set", ["next_action"], None]]
 
 
 def _owning_step(state: Dict[str, Any], key: str, step: Optional[str], effect: Optional[Dict[str, Any]]) -> Optional[str]:

@@ -37,6 +37,8 @@ from .errors import EXIT_CODES, LimitExhausted, RunnerError
 from .lease import lease_view
 from .retry import check_limits
 from .steps import plan_steps
+from . import batch as _batch
+from .evidence import evidence_observations
 
 __all__ = ["decide", "recover", "decision_exit_code"]
 
@@ -64,6 +66,7 @@ def decide(state: Dict[str, Any], now: float, owner: Optional[str] = None, epoch
     obs, inf, unk = ev["observations"], ev["inferences"], ev["unknowns"]
     obs.append({"source": "state", "what": f"revision {state['revision']}, status {state['status']}", "digest": state["head"], "at": state["updated_at"]})
     obs.append({"source": "plan", "what": f"plan of task {state['task_id']}", "digest": state["plan_digest"]})
+    obs.extend(evidence_observations(state))
 
     view = lease_view(state, now)
     obs.append({"source": "lease", "what": f"held by {view['owner'] or 'nobody'} at epoch {view['epoch']}, {'live' if view['live'] else 'not live'}", "digest": content_digest(state["lease"])})
@@ -91,7 +94,8 @@ def decide(state: Dict[str, Any], now: float, owner: Optional[str] = None, epoch
                 f"observe the target for effect {key} (payload {effect['payload_digest']}); then run 'effect verify {key} --evidence JSON' "
                 f"if it is there, or 'effect absent {key} --evidence JSON' if it is not",
                 ev,
-                check={"key": key, "payload_digest": effect["payload_digest"], "step": effect.get("step"), "attempts": effect["attempts"]},
+                check={"key": key, "payload_digest": effect["payload_digest"], "step": effect.get("step"), "attempts": effect["attempts"],
+                       **_batch.item_context(state, key)},
             )
         for key, effect in unresolved[:10]:
             if effect["state"] != "uncertain":
@@ -99,7 +103,8 @@ def decide(state: Dict[str, Any], now: float, owner: Optional[str] = None, epoch
         key, effect = unresolved[0]
         inf.append(f"effect {key} was {effect['state']} when its writer stopped: it may or may not have reached the target")
         return _act({"kind": "reconcile", "key": key, "state": effect["state"], "payload_digest": effect["payload_digest"], "receipt": effect.get("receipt"),
-                     "why": f"observe the target for {key} before anything else; record what you see with 'effect verify' or 'effect absent'"}, ev)
+                     "why": f"observe the target for {key} before anything else; record what you see with 'effect verify' or 'effect absent'",
+                     **_batch.item_context(state, key)}, ev)
 
     # 4. jobs
     for key, job in sorted(state["jobs"].items()):
@@ -185,6 +190,12 @@ def decide(state: Dict[str, Any], now: float, owner: Optional[str] = None, epoch
                                       "a person's 'approval grant', then 'effect begin KEY --payload FILE', the call, 'effect ack', 'effect verify'")
         if not same_holder:
             inf.append(f"step {current} was running when its worker stopped; its artifact must be checked, not assumed")
+        if record.get("batch"):
+            changed = _batch.items_changed(state, current)
+            if changed:
+                obs.append(changed)
+                unk.append(f"step {current}: {changed['what']}")
+            action = _batch.next_action(state, current) or action
         return _act(action, ev)
     for spec in plan_steps(state):
         record = state["steps"].get(spec["id"]) or {}

@@ -16,8 +16,9 @@ import random as _random
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from . import approvals, effects, jobs, lease, retry, steps
+from . import approvals, batch, effects, jobs, lease, retry, steps
 from .envelope import MAX_DURATION_SECONDS, Ops, check_duration, content_digest, format_time, one_line
+from .evidence import observe_step, observed_ops
 from .errors import InvalidInput, LimitExhausted
 from .stores.base import CommitThenRaise, Store
 from .stores.file import RunStore
@@ -94,14 +95,29 @@ class Run:
 
     # -- steps ---------------------------------------------------------------------------
     def step_start(self, step: str) -> Dict[str, Any]:
-        out = self._mutate(lambda s, now: steps.start_ops(s, step, now))["steps"][step]
+        """Start ``step``; a batch step's items are frozen with it (see :mod:`runner.batch`)."""
+        frozen = batch.freeze(self.refresh(), step)
+        out = self._mutate(lambda s, now: steps.start_ops(s, step, now) + batch.freeze_ops(s, step, frozen, now))["steps"][step]
         self.hooks.reached("step:after-start", step=step)
         return out
 
     def step_done(self, step: str, evidence: Dict[str, Any]) -> Dict[str, Any]:
-        out = self._mutate(lambda s, now: steps.done_ops(s, step, evidence, now))["steps"][step]
+        """Finish ``step``; its declared checks and artifacts are observed first (see :mod:`runner.evidence`)."""
+        observed = observe_step(self.refresh(), step, self.clock)
+
+        def decide(s: Dict[str, Any], now: float) -> Ops:
+            ops = steps.done_ops(s, step, evidence, now)
+            return ops + observed_ops(s, step, observed, ops)
+
+        out = self._mutate(decide)["steps"][step]
         self.hooks.reached("step:after-done", step=step)
         return out
+
+    def effect_skip(self, key: str, reason: str) -> Dict[str, Any]:
+        """Settle a batch item without its effect, with the reason recorded (counted in ``report``)."""
+        self._mutate(lambda s, now: batch.skip_ops(s, key, reason, now))
+        step = batch.owner_of(self.state, key)[0]  # type: ignore[index]
+        return dict(self.state["steps"][step]["batch"]["skipped"][key], key=key, step=step, state="skipped")
 
     def step_fail(self, step: str, error_class: str, error: str) -> Dict[str, Any]:
         return self._mutate(lambda s, now: steps.fail_ops(s, step, error_class, error, now, self.rand))["steps"][step]

@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional
 from .effects import UNRESOLVED
 from .envelope import parse_time
 from .steps import plan_steps
+from .batch import progress as batch_progress
 
 __all__ = ["brief", "report", "events_after"]
 
@@ -72,8 +73,14 @@ def brief(state: Dict[str, Any], decision: Optional[Dict[str, Any]] = None, limi
         record = state["steps"].get(spec["id"]) or {}
         status = record.get("state", "pending")
         line = f"- {spec['id']}: {status}"
-        if status == "done":
-            line += f"; evidence {_short(record.get('evidence'), 120)}"
+        items = batch_progress(state, spec["id"])
+        if items:
+            line += f"; items {items['verified']} verified + {items['skipped']} skipped of {items['total']}"
+        if status == "done" and record.get("observed"):
+            seen = record["observed"]
+            line += f"; observed by the runner: {_short({k: seen[k] for k in ('checks', 'artifacts', 'items') if k in seen}, 120)}"
+        if status == "done" and record.get("evidence"):
+            line += f"; claimed (not checked): {_short(record.get('evidence'), 120)}"
         elif record.get("error"):
             line += f"; last error ({record.get('class')}): {_short(record['error'], 120)}"
         if record.get("attempts", 0) > 1:
@@ -145,4 +152,20 @@ def report(state: Dict[str, Any]) -> Dict[str, Any]:
         "effect_attempts": int(counters.get("effect_attempts", 0)),
         "orphaned_jobs": int(counters.get("jobs_orphaned", 0)),
         "cost": dict(counters.get("cost", {})),
+        **_item_counts(state),
     }
+
+
+def _item_counts(state: Dict[str, Any]) -> Dict[str, Any]:
+    """Batch items across the run, and the steps whose evidence was observed or only claimed."""
+    totals = {"items": 0, "items_verified": 0, "items_skipped": 0}
+    for spec in plan_steps(state):
+        items = batch_progress(state, spec["id"])
+        if items:
+            totals["items"] += items["total"]
+            totals["items_verified"] += items["verified"]
+            totals["items_skipped"] += items["skipped"]
+    records = [r for r in state["steps"].values() if r.get("state") == "done"]
+    totals["steps_evidence_observed"] = sum(1 for r in records if r.get("observed"))
+    totals["steps_evidence_claimed"] = sum(1 for r in records if r.get("evidence"))
+    return totals

@@ -26,6 +26,9 @@ def add_proof_verbs(verb: Callable[..., Any]) -> None:
     sub.add_argument("--stores", action="store_true", help="also compare the file, SQLite (and PostgreSQL, with --postgres URL) stores")
     sub.add_argument("--postgres", metavar="URL", default=None, help="a PostgreSQL database to include in --stores")
     sub.add_argument("--mcp", action="store_true", help="also time one transition through the library, the MCP server and the command line")
+    sub.add_argument("--drive", action="store_true", help="instead: drive's items per second on a batch of 1,000 and of 20,000 items")
+    sub.add_argument("--drive-sizes", type=_positive, nargs=2, default=(1000, 20000), metavar=("SMALL", "LARGE"), help="--drive: the two batch sizes")
+    sub.add_argument("--drive-durability", choices=("process", "sync"), default="process", help="--drive: fsync each transition (sync) or not")
 
     sub = verb("crashcheck", "explore every crash state a power loss can leave in the store", cmd_crashcheck)
     sub.add_argument("--transitions", type=_positive, default=200)
@@ -51,6 +54,9 @@ def add_proof_verbs(verb: Callable[..., Any]) -> None:
     sub.add_argument("--scenario", choices=("documents", "draft"), default="documents", help="draft: the plan, write_draft, finish experiment")
     sub.add_argument("--workers", type=_positive, default=None, metavar="N", help="split the documents into runs of 100 and let N workers claim them")
     sub.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    sub.add_argument("--via-cli", action="store_true", help="a batch contract and 'drive' processes only: no Python drives the job")
+    sub.add_argument("--client", choices=("curl", "python"), default=None,
+                     help="--via-cli: the commands that call the service (default: curl if present)")
     sub.add_argument("--html", metavar="FILE", type=_output_file, default=None, help="write the timeline page of the run(s) to FILE")
 
 
@@ -63,6 +69,13 @@ def _verdict(passed: bool, what: str) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.drive:
+        from .drivebench import run_drive_bench
+
+        small, large = args.drive_sizes
+        result = run_drive_bench(large=large, small=small, scratch=args.scratch, durability=args.drive_durability)
+        _emit(args, result, "\n".join(f"{key:24} {value}" for key, value in result.items()))
+        return 0
     from .bench import run_bench
 
     result = run_bench(args.transitions, args.scratch)
@@ -129,7 +142,7 @@ def cmd_campaign(args: argparse.Namespace) -> int:
 
 
 def cmd_damage_campaign(args: argparse.Namespace) -> int:
-    from .damage import OUTCOMES, PROOF_FAILED_EXIT, run_damage_campaign
+    from .damage import OUTCOMES, run_damage_campaign
 
     result = run_damage_campaign(args.damage, args.seed, None if args.no_progress or args.json else sys.stderr)
     lines = [f"{key:22} {result[key]}" for key in ("copies", "seed") + OUTCOMES + ("seconds",)]
@@ -137,15 +150,22 @@ def cmd_damage_campaign(args: argparse.Namespace) -> int:
     lines += [f"failure: {example}" for example in result["examples"]]
     lines.append("RESULT: " + ("ok" if result["ok"] else "FAILED"))
     _emit(args, result, "\n".join(lines))
-    return 0 if result["ok"] else PROOF_FAILED_EXIT
+    return _verdict(result["ok"], "the damage campaign found a load that did not hold")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import format_table, run_demo, run_draft_scenario
 
+    if args.via_cli:
+        from .demo_cli import format_cli_table, run_demo_cli
+
+        result = run_demo_cli(args.documents, args.seed, args.crash_rate, None if args.no_progress or args.json else sys.stderr, args.client)
+        _emit(args, result, format_cli_table(result))
+        return _verdict(result["ok"], "the CLI-only demo's audit found a violation")
     if args.scenario == "draft":
         result = run_draft_scenario(sys.stderr if args.json else sys.stdout)
-        _emit(args, result, f"plan executed {result['plan_executions']} time(s); tickets held {result['tickets']}; same receipt reused: {result['same_receipt']}; status {result['status']}")
+        _emit(args, result, f"plan executed {result['plan_executions']} time(s); tickets held {result['tickets']}; "
+                            f"same receipt reused: {result['same_receipt']}; status {result['status']}")
         return _verdict(result["ok"], "the draft scenario did not hold")
     if args.cancel_at is not None and args.cancel_at >= args.documents:
         raise InvalidInput("--cancel-at must be below --documents")

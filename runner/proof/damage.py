@@ -59,7 +59,7 @@ from ..run import Run
 from ..stores.codec import prepare_transition
 from ..stores.file import RUN_FILES, RunStore
 
-__all__ = ["DAMAGES", "OUTCOMES", "PASSING", "PROOF_FAILED_EXIT", "Source", "build_sources", "damage_copy", "judge_copy", "run_damage_campaign"]
+__all__ = ["DAMAGES", "OUTCOMES", "PASSING", "Source", "build_sources", "damage_copy", "judge_copy", "run_damage_campaign"]
 
 #: The damages drawn, one per copy.
 DAMAGES = ("truncate", "flip", "delete", "swap-other", "swap-older", "torn-append")
@@ -70,9 +70,6 @@ OUTCOMES = (
     "silent_acceptance", "accepted_with_finding", "changed_on_load", "bad_quarantine", "error",
 )
 PASSING = ("exact", "torn_tail_dropped", "quarantined", "refused")
-
-#: Exit code of a proof that found a violation (``proof-failed``).
-PROOF_FAILED_EXIT = 13
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 #: The child program. The package's ``__init__`` imports the whole library;

@@ -1,0 +1,179 @@
+"""Commands that file and look up tickets on the loopback ticket service, as a contract names them.
+
+A contract's effect section names programs, not Python objects. These are
+the programs the proofs use against :mod:`runner.proof.ticketservice`:
+
+* ``curl`` in two small POSIX shell scripts (``ticket_invoke.sh``,
+  ``ticket_observe.sh``), used when the machine has ``curl``;
+* a standalone Python client (``ticket_client.py``), standard library only,
+  for machines without it;
+* ``ticket_payload.sh``, a document's payload from its first line;
+* ``kill_at.sh``, a wrapper the proofs put in front of a command to SIGKILL
+  the runner process that started it at one named effect window: before the
+  intent is recorded (around the payload command), after ``started``, after
+  the service committed, after the response, after the acknowledgement.
+  It acts only when ``RUNNER_KILL_AT`` names its window; ``RUNNER_KILL_NTH``
+  and the counter file ``RUNNER_KILL_COUNT`` choose the Nth passage.
+
+:func:`write_commands` writes them into a folder and returns the argument
+lists with the runner's placeholders. Exit codes follow
+:class:`runner.commands.CommandAdapter`: invoke 0 with the receipt, 2
+refused for good (409), else unknown; observe 0 present, 1 never seen, else
+unknown.
+"""
+
+import os
+import shutil
+import sys
+from typing import Dict, List
+
+__all__ = ["WINDOWS", "write_commands", "have_curl"]
+
+#: The five windows of one effect, in the order an effect passes them.
+WINDOWS = ("before-started", "after-started", "after-target-commit", "after-response", "after-ack")
+
+_CLIENT = r'''"""Ticket service client: invoke URL KEY PAYLOAD EPOCH RUN_ID | observe URL KEY PAYLOAD."""
+import hashlib, json, sys, urllib.error, urllib.parse, urllib.request
+
+def send(request):
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(request, timeout=10) as answer:
+            return answer.status, answer.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+def digest(value):
+    data = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+def main(mode, *args):
+    url, key, payload_file = args[:3]
+    with open(payload_file, "rb") as handle:
+        payload = json.loads(handle.read().decode("utf-8"))
+    try:
+        if mode == "invoke":
+            epoch, run_id = args[3:5]
+            body = json.dumps({"payload": payload}).encode("utf-8")
+            headers = {"Content-Type": "application/json", "Idempotency-Key": key, "X-Fencing-Epoch": epoch, "X-Run-Id": run_id}
+            status, raw = send(urllib.request.Request(url + "/tickets", data=body, method="POST", headers=headers))
+            if status in (200, 201):
+                sys.stdout.write(raw.decode("utf-8"))
+                return 0
+            sys.stderr.write("answer %d: %s\n" % (status, raw[:200]))
+            return 2 if status == 409 else 75
+        status, raw = send(urllib.request.Request(url + "/tickets/by-key/" + urllib.parse.quote(key, safe="")))
+    except OSError as exc:
+        sys.stderr.write("no answer: %s\n" % exc)
+        return 75
+    found = json.loads(raw.decode("utf-8") or "{}")
+    if status == 200 and found.get("payload_digest") == digest(payload):
+        print(json.dumps({"ticket": found.get("ticket"), "payload_digest": found.get("payload_digest")}, sort_keys=True))
+        return 0
+    if status == 404 and found.get("status") == "never-seen":
+        return 1
+    sys.stderr.write("cannot tell: %d %s\n" % (status, raw[:200]))
+    return 3
+
+if __name__ == "__main__":
+    sys.exit(main(*sys.argv[1:]))
+'''
+
+_INVOKE_SH = r'''#!/bin/sh
+# ticket_invoke.sh URL KEY PAYLOAD_FILE EPOCH RUN_ID: POST one ticket with curl; print the receipt.
+out=$(mktemp) || exit 75
+body=$(mktemp) || exit 75
+trap 'rm -f "$out" "$body"' EXIT
+{ printf '{"payload":'; cat "$3"; printf '}'; } > "$body" || exit 75
+code=$(curl -sS --noproxy '*' --max-time 10 -o "$out" -w '%{http_code}' -X POST \
+  -H 'Content-Type: application/json' -H "Idempotency-Key: $2" -H "X-Fencing-Epoch: $4" -H "X-Run-Id: $5" \
+  --data-binary @"$body" "$1/tickets") || exit 75
+case "$code" in
+  200|201) cat "$out"; exit 0 ;;
+  409) cat "$out" >&2; exit 2 ;;
+  *) echo "answer $code" >&2; exit 75 ;;
+esac
+'''
+
+_OBSERVE_SH = r'''#!/bin/sh
+# ticket_observe.sh URL KEY: look the ticket up by key with curl; 0 present, 1 never seen, 3 unknown.
+out=$(mktemp) || exit 3
+trap 'rm -f "$out"' EXIT
+code=$(curl -sS --noproxy '*' --max-time 10 -o "$out" -w '%{http_code}' "$1/tickets/by-key/$2") || exit 3
+case "$code" in
+  200) cat "$out"; exit 0 ;;
+  404) if grep -q '"never-seen"' "$out"; then exit 1; fi; exit 3 ;;
+  *) exit 3 ;;
+esac
+'''
+
+_KILL_AT = r'''#!/bin/sh
+# kill_at.sh ROLE -- COMMAND...: run COMMAND; at the window RUNNER_KILL_AT names, SIGKILL the runner that started it.
+role=$1
+shift 2
+[ -n "$RUNNER_KILL_AT" ] || exec "$@"
+due() {
+  [ "$RUNNER_KILL_AT" = "$1" ] || return 1
+  seen=$(cat "$RUNNER_KILL_COUNT" 2>/dev/null || echo 0)
+  seen=$((seen + 1))
+  echo "$seen" > "$RUNNER_KILL_COUNT"
+  [ "$seen" -eq "${RUNNER_KILL_NTH:-1}" ]
+}
+die() { kill -KILL "$PPID"; exit 75; }
+case "$role" in
+  payload) due before-started && die ;;
+  invoke) due after-started && die ;;
+  observe) due after-ack && die ;;
+esac
+[ "$role" = invoke ] || exec "$@"
+out=$(mktemp) || exit 75
+"$@" > "$out"
+code=$?
+if [ "$code" -eq 0 ] && due after-target-commit; then rm -f "$out"; die; fi
+cat "$out"
+rm -f "$out"
+if [ "$code" -eq 0 ] && due after-response; then die; fi
+exit "$code"
+'''
+
+_PAYLOAD_SH = r'''#!/bin/sh
+# ticket_payload.sh ITEM KEY: the ticket's payload, from the document's first line (plain text, no quotes).
+title=$(head -n 1 "$1" | tr -d '"\\')
+printf '{"doc":"%s","marker":"%s","title":"%s"}\n' "${2%%:*}" "$2" "$title"
+'''
+
+
+def have_curl() -> bool:
+    return shutil.which("curl") is not None and shutil.which("sh") is not None
+
+
+def _write(folder: str, name: str, text: str) -> str:
+    path = os.path.join(folder, name)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    return path
+
+
+def write_commands(folder: str, url: str, client: str = "python", killable: bool = False) -> Dict[str, List[str]]:
+    """Write the client scripts into ``folder``; return ``invoke``, ``observe`` and ``payload`` argument lists.
+
+    ``client``: ``"curl"`` or ``"python"``. ``killable`` puts ``kill_at.py``
+    in front of each command, so the environment can choose a window to die at.
+    """
+    py = sys.executable
+    script = _write(folder, "ticket_client.py", _CLIENT)
+    if client == "curl":
+        invoke = ["sh", _write(folder, "ticket_invoke.sh", _INVOKE_SH), url, "{key}", "{payload_file}", "{epoch}", "{run_id}"]
+        observe = ["sh", _write(folder, "ticket_observe.sh", _OBSERVE_SH), url, "{key}"]
+    elif client == "python":
+        invoke = [py, "-S", script, "invoke", url, "{key}", "{payload_file}", "{epoch}", "{run_id}"]
+        observe = [py, "-S", script, "observe", url, "{key}", "{payload_file}"]
+    else:
+        raise ValueError(f"unknown client {client!r}")
+    payload = ["sh", _write(folder, "ticket_payload.sh", _PAYLOAD_SH), "{item}", "{key}"]
+    if killable:
+        wrapper = _write(folder, "kill_at.sh", _KILL_AT)
+        invoke = ["sh", wrapper, "invoke", "--"] + invoke
+        observe = ["sh", wrapper, "observe", "--"] + observe
+        payload = ["sh", wrapper, "payload", "--"] + payload
+    return {"invoke": invoke, "observe": observe, "payload": payload}

@@ -1,0 +1,77 @@
+"""Shared set-up of the batch tests: a workspace of documents, a batch contract, the CLI in children."""
+
+import json
+import os
+import sys
+from typing import Any, Dict, List, Optional
+
+from tests._util import Result, child_env, in_process_cli, python, run, write_contract
+
+TASK = "batch-tickets"
+
+
+def make_documents(root: str, count: int, folder: str = "docs") -> List[str]:
+    os.makedirs(os.path.join(root, folder), exist_ok=True)
+    names = []
+    for n in range(count):
+        name = f"{folder}/doc-{n:05d}.txt"
+        with open(os.path.join(root, name), "w", encoding="utf-8") as handle:
+            handle.write(f"Review of document {n}\nquarterly record {n * 7919 % 100003}\n")
+        names.append(name)
+    return names
+
+
+def batch_contract(commands: Dict[str, List[str]], *, items: Any = None, payload: Optional[Dict[str, Any]] = None,
+                   timeout: float = 20, **extra: Any) -> Dict[str, Any]:
+    step = {"id": "file-tickets", "items": items if items is not None else {"glob": "docs/*.txt"}, "key": "{stem}:ticket",
+            "payload": payload if payload is not None else {"template": {"doc": "{stem}", "title": "{first_line}"}}, "next": "done"}
+    block = {
+        "contract": 1,
+        "task_id": TASK,
+        "goal": "File one ticket per document, each exactly once.",
+        "workspace": ".",
+        "steps": [step],
+        "effects": {"invoke": commands["invoke"], "observe": commands["observe"], "timeout_seconds": timeout},
+        "limits": {"max_effect_attempts": 4},
+        "lease": {"ttl_seconds": 60},
+    }
+    block.update(extra)
+    return block
+
+
+def init_run(root: str, block: Dict[str, Any]) -> str:
+    """Write the contract into ``root`` and start the run in ``root/.run``; return the run folder."""
+    write_contract(os.path.join(root, "contract.md"), block)
+    result = cli(root, "init", "--contract", "contract.md")
+    if result.code != 0:
+        raise AssertionError(f"init failed: {result.err}")
+    return os.path.join(root, ".run")
+
+
+def cli(root: str, *args: str, env: Optional[Dict[str, str]] = None, timeout: float = 120) -> Result:
+    """``python -m runner --dir ROOT/.run ARGS`` in a child, from the workspace ``root``."""
+    return run(python("-m", "runner", "--dir", os.path.join(root, ".run"), *args), cwd=root, env=child_env(**(env or {})), timeout=timeout)
+
+
+def kill_env(root: str, window: str, nth: int = 1) -> Dict[str, str]:
+    counter = os.path.join(root, f"kill-count-{window}")
+    if os.path.exists(counter):
+        os.unlink(counter)
+    return {"RUNNER_KILL_AT": window, "RUNNER_KILL_NTH": str(nth), "RUNNER_KILL_COUNT": counter}
+
+
+def status(root: str) -> Dict[str, Any]:
+    """``status --json`` of the run, read in this process."""
+    return json.loads(local(root, "status", "--json").out)
+
+
+def local(root: str, *args: str) -> Result:
+    """The command line in this process (for verbs that start no command of the contract)."""
+    return in_process_cli(["--dir", os.path.join(root, ".run"), *args])
+
+
+def script(root: str, name: str, text: str) -> List[str]:
+    path = os.path.join(root, name)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    return [sys.executable, "-S", path]

@@ -1,0 +1,261 @@
+"""Batch steps, contract commands and observed evidence, through the command line.
+
+Commands here are small Python scripts the tests write; the workspace is
+given as an absolute path so that the command line can run in this process.
+"""
+
+import json
+import os
+import unittest
+
+from runner.contract import parse_contract_text
+from tests._batch import batch_contract, init_run, local, script, status
+from tests._batch_scripts import RECORDER
+from tests._util import contract_markdown, scratch_dir
+
+SLOW = r'''
+import os, sys, time
+# invoke: never answers in time; observe: cannot tell (exit 3) until the file "seen" appears, then present.
+if sys.argv[1] == "invoke":
+    time.sleep(30)
+if os.path.exists("seen"):
+    print("{}")
+    sys.exit(0)
+sys.exit(3)
+'''
+
+
+class BatchTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.tmp = scratch_dir("runner-batch-")
+        self.addCleanup(self.tmp.cleanup)
+        self.root = self.tmp.name
+        self.out = os.path.join(self.root, "out")
+        os.mkdir(self.out)
+        recorder = script(self.root, "recorder.py", RECORDER)
+        self.commands = {"invoke": recorder + ["invoke", "{item}", "{key}", self.out], "observe": recorder + ["observe", "{key}", self.out]}
+
+    def _contract(self, **options):
+        options.setdefault("workspace", self.root)
+        return batch_contract(self.commands, **options)
+
+    def drive(self, *extra: str):
+        return local(self.root, "drive", "--owner", "agent", "--json", *extra)
+
+    def test_an_item_with_shell_syntax_reaches_the_command_as_one_argument(self) -> None:
+        nasty = "it's a \"quoted\" $(touch PWNED) `touch PWNED2`; rm -rf ./out\nsecond line * ?"
+        block = self._contract(items=[nasty, "plain"], payload={"template": {"item": "{item}"}})
+        block["steps"][0]["key"] = "t-{index}"
+        init_run(self.root, block)
+        result = self.drive()
+        self.assertEqual(result.code, 10, result.err)
+        with open(os.path.join(self.out, "t-0.json")) as handle:
+            argv = json.load(handle)["argv"]
+        self.assertEqual(argv, ["invoke", nasty, "t-0", self.out], "the item is one argument, byte for byte")
+        for name in ("PWNED", "PWNED2"):
+            self.assertFalse(os.path.exists(os.path.join(self.root, name)), "nothing in the item ran")
+        self.assertTrue(os.path.isdir(self.out))
+
+    def test_a_glob_change_after_start_is_observed_and_never_used(self) -> None:
+        from tests._batch import make_documents
+
+        make_documents(self.root, 3)
+        init_run(self.root, self._contract())
+        self.assertEqual(self.drive("--max-actions", "2").code, 0)  # step start and the first item
+        os.unlink(os.path.join(self.root, "docs", "doc-00002.txt"))
+        with open(os.path.join(self.root, "docs", "late.txt"), "w") as handle:
+            handle.write("Added after the start\n")
+        run_state = status(self.root)
+        epoch = str(run_state["lease"]["epoch"])
+        decision = json.loads(local(self.root, "next", "--json", "--owner", "agent", "--epoch", epoch).out)
+        changed = [o for o in decision["observations"] if o["source"].startswith("items of step file-tickets")]
+        self.assertEqual(len(changed), 1, decision["observations"])
+        self.assertEqual((changed[0]["added"], changed[0]["removed"]), (1, 1))
+        self.assertTrue(any("migrate" in u for u in decision["unknowns"]), decision["unknowns"])
+        self.assertEqual((decision["action"]["kind"], decision["action"]["total"], decision["action"]["key"]), ("effect", 3, "doc-00001:ticket"))
+        # The frozen item whose file is gone cannot make its payload: drive stops there instead of using the new list.
+        stopped = self.drive()
+        self.assertEqual(stopped.code, 2, stopped.err)
+        self.assertIn("doc-00002.txt", json.loads(stopped.out)["detail"])
+        self.assertEqual((json.loads(stopped.out)["error"], json.loads(stopped.out)["exit_code"]), ("invalid-input", 2))
+        self.assertNotIn("late:ticket", status(self.root)["steps"]["file-tickets"]["batch"]["items"])
+        self.assertFalse(os.path.exists(os.path.join(self.out, "late:ticket.json")))
+        # A recorded change of plan, then a new start of the step, freezes the list the source holds now.
+        block = self._contract()
+        block["goal"] = "File one ticket per document, each exactly once, including documents added late."
+        from tests._util import write_contract
+
+        write_contract(os.path.join(self.root, "contract-2.md"), block)
+        writer = ["--owner", "agent", "--epoch", str(status(self.root)["lease"]["epoch"])]
+        migrated = local(self.root, "migrate", "--contract", os.path.join(self.root, "contract-2.md"), "--reason", "a late document", *writer)
+        self.assertEqual(migrated.code, 0, migrated.err)
+        self.assertEqual(local(self.root, "step", "start", "file-tickets", *writer).code, 0)
+        self.assertEqual(status(self.root)["steps"]["file-tickets"]["batch"]["items"], ["docs/doc-00000.txt", "docs/doc-00001.txt", "docs/late.txt"])
+        self.assertEqual(self.drive().code, 10)
+        self.assertEqual(sorted(os.listdir(self.out)), ["doc-00000:ticket.json", "doc-00001:ticket.json", "late:ticket.json"])
+
+    def test_next_names_each_item_and_done_needs_every_item(self) -> None:
+        init_run(self.root, self._contract(items=["a.md", "b.md", "c.md"], payload={"template": {"name": "{stem}"}}))
+        self.assertEqual(local(self.root, "lease", "acquire", "--owner", "agent").code, 0)
+        epoch = str(status(self.root)["lease"]["epoch"])
+        writer = ["--owner", "agent", "--epoch", epoch]
+        self.assertEqual(local(self.root, "step", "start", "file-tickets", *writer).code, 0)
+        action = json.loads(local(self.root, "next", "--json", *writer).out)["action"]
+        self.assertEqual({k: action[k] for k in ("kind", "step", "item", "key", "index", "remaining")},
+                         {"kind": "effect", "step": "file-tickets", "item": "a.md", "key": "a:ticket", "index": 0, "remaining": 3})
+        self.assertEqual(local(self.root, "effect", "run", "a:ticket", *writer).code, 0)
+        refused = local(self.root, "step", "done", "file-tickets", *writer)
+        self.assertEqual(refused.code, 2)
+        self.assertIn("2 of 3 items", refused.err)
+        self.assertEqual(local(self.root, "effect", "skip", "b:ticket", "--reason", "withdrawn by its author", *writer).code, 0)
+        action = json.loads(local(self.root, "next", "--json", *writer).out)["action"]
+        self.assertEqual((action["key"], action["remaining"]), ("c:ticket", 1))
+        self.assertEqual(local(self.root, "effect", "run", "c:ticket", *writer).code, 0)
+        self.assertEqual(local(self.root, "step", "done", "file-tickets", *writer).code, 0)
+        report = json.loads(local(self.root, "report", "--json").out)
+        self.assertEqual((report["items"], report["items_verified"], report["items_skipped"], report["status"]), (3, 2, 1, "complete"))
+        self.assertIn("items 2 verified + 1 skipped of 3", json.loads(local(self.root, "brief", "--json").out)["brief"])
+
+    def test_effect_run_with_inline_commands_and_a_payload_file(self) -> None:
+        block = self._contract(items=["a.md"], payload={"template": {"name": "{item}"}})
+        del block["effects"]["invoke"], block["effects"]["observe"]
+        block["steps"].insert(0, {"id": "setup", "next": "file-tickets"})
+        init_run(self.root, block)
+        self.assertEqual(local(self.root, "lease", "acquire", "--owner", "agent").code, 0)
+        writer = ["--owner", "agent", "--epoch", str(status(self.root)["lease"]["epoch"])]
+        self.assertEqual(local(self.root, "step", "start", "setup", *writer).code, 0)
+        with open(os.path.join(self.root, "p.json"), "w") as handle:
+            handle.write('{"title": "release notes"}')
+        inline = ["--"] + self.commands["invoke"] + ["--observe", "--"] + self.commands["observe"]
+        missing = local(self.root, "effect", "run", "notes:post", "--payload", os.path.join(self.root, "p.json"), *writer)
+        self.assertEqual(missing.code, 2)
+        self.assertIn("needs an invoke and an observe command", missing.err)
+        done = local(self.root, "effect", "run", "notes:post", "--payload", os.path.join(self.root, "p.json"), "--json", *writer, *inline)
+        self.assertEqual(done.code, 0, done.err)
+        self.assertEqual((json.loads(done.out)["state"], json.loads(done.out)["step"]), ("verified", "setup"))
+        with open(os.path.join(self.out, "notes:post.json")) as handle:
+            self.assertEqual(json.load(handle)["argv"][1], "{item}", "a placeholder with no value is left as written")
+
+    def test_a_key_outside_the_key_pattern_refuses_the_start(self) -> None:
+        block = self._contract(items=["a.md", "B.md"], payload={"template": {"name": "{item}"}})
+        block["effects"]["key_pattern"] = "[a-z]+:ticket"
+        init_run(self.root, block)
+        before = status(self.root)["revision"]
+        result = self.drive()
+        self.assertEqual(result.code, 2, result.err)
+        self.assertIn("'B:ticket' of item 1 does not match", json.loads(result.out)["detail"])
+        self.assertEqual(status(self.root)["steps"], {}, "the step did not start")
+        self.assertLessEqual(status(self.root)["revision"], before + 2, "only the lease and the recovery intent were written")
+
+    def test_a_timeout_is_uncertain_never_failed(self) -> None:
+        slow = script(self.root, "slow.py", SLOW)
+        self.commands = {"invoke": slow + ["invoke"], "observe": slow + ["observe"]}
+        init_run(self.root, self._contract(items=["only.md"], payload={"template": {"name": "{item}"}}, timeout=0.5))
+        result = self.drive()
+        self.assertEqual(result.code, 8, result.err)
+        effect = status(self.root)["effects"]
+        self.assertEqual(effect, {"uncertain": 1})
+        # Once the target can be seen to hold it, the next drive observes it and is done; it never invokes again.
+        open(os.path.join(self.root, "seen"), "w").close()
+        again = self.drive()
+        self.assertEqual(again.code, 10, again.err)
+        self.assertEqual(json.loads(again.out)["drive"]["reconciled"], 1)
+        self.assertEqual(json.loads(local(self.root, "effect", "show", "only:ticket", "--json").out)["attempts"], 1)
+
+
+class ObservedEvidenceTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.tmp = scratch_dir("runner-evidence-")
+        self.addCleanup(self.tmp.cleanup)
+        self.root = self.tmp.name
+        check = script(self.root, "check.py", "import os, sys\nsys.exit(0 if os.path.exists('report.txt') else 1)\n")
+        block = {"contract": 1, "task_id": "evidence", "goal": "Write a checked report.", "workspace": self.root,
+                 "steps": [{"id": "write", "checks": {"report-exists": check}, "artifacts": ["report.txt"], "next": "claim"},
+                           {"id": "claim", "evidence": ["file_sha256"], "next": "done"}]}
+        init_run(self.root, block)
+        self.assertEqual(local(self.root, "lease", "acquire", "--owner", "agent").code, 0)
+        self.writer = ["--owner", "agent", "--epoch", str(status(self.root)["lease"]["epoch"])]
+
+    def test_a_failing_check_refuses_done_and_a_claim_is_shown_as_claimed(self) -> None:
+        self.assertEqual(local(self.root, "step", "start", "write", *self.writer).code, 0)
+        before = status(self.root)["revision"]
+        refused = local(self.root, "step", "done", "write", *self.writer, "--json")
+        self.assertEqual(refused.code, 2)
+        self.assertIn("check 'report-exists' exited 1", json.loads(refused.out)["message"])
+        self.assertEqual(status(self.root)["revision"], before, "a refused done records nothing")
+        with open(os.path.join(self.root, "report.txt"), "w") as handle:
+            handle.write("all good\n")
+        self.assertEqual(local(self.root, "step", "done", "write", *self.writer).code, 0)
+        observed = status(self.root)["evidence"]["write"]["observed"]
+        import hashlib
+
+        self.assertEqual(observed["artifacts"]["report.txt"]["sha256"], hashlib.sha256(b"all good\n").hexdigest())
+        self.assertEqual(observed["checks"]["report-exists"]["exit_code"], 0)
+        self.assertEqual(local(self.root, "step", "start", "claim", *self.writer).code, 0)
+        self.assertEqual(local(self.root, "step", "done", "claim", *self.writer, "--evidence", '{"file_sha256": "v1"}').code, 0)
+        shown = status(self.root)["evidence"]["claim"]
+        self.assertEqual(shown, {"claimed": {"file_sha256": "v1"}})
+        brief = json.loads(local(self.root, "brief", "--json").out)["brief"]
+        self.assertIn("claimed (not checked)", brief)
+        self.assertIn("observed by the runner", brief)
+        decision = json.loads(local(self.root, "next", "--json").out)
+        sources = [o["source"] for o in decision["observations"]]
+        self.assertIn("step claim: claimed by the agent", sources)
+        self.assertIn("step write: observed by the runner", sources)
+        report = json.loads(local(self.root, "report", "--json").out)
+        self.assertEqual((report["steps_evidence_observed"], report["steps_evidence_claimed"]), (1, 1))
+
+
+class PayloadTemplateTest(unittest.TestCase):
+    def test_the_template_fills_the_first_line_and_the_digest_of_the_whole_file(self) -> None:
+        import hashlib
+
+        from runner import batch
+        from runner.envelope import content_digest
+
+        with scratch_dir("runner-payload-") as root:
+            data = b"Title line\r\n" + b"x" * (3 << 20)
+            with open(os.path.join(root, "big.md"), "wb") as handle:
+                handle.write(data)
+            plan = {"steps": [{"id": "s", "items": ["big.md"], "key": "{stem}:t",
+                               "payload": {"template": {"title": "{first_line}", "sha256": "{sha256}", "n": "{index:03d}", "k": "{key}"}}}], "workspace": root}
+            state = {"plan": plan, "plan_digest": content_digest(plan), "steps": {}, "effects": {}, "task_id": "t"}
+            frozen = batch.freeze(state, "s")
+            state["steps"]["s"] = {"workspace": frozen["workspace"], "batch": frozen["batch"]}
+            payload = batch.item_payload(state, "s", 0)
+        self.assertEqual(payload, {"title": "Title line", "sha256": hashlib.sha256(data).hexdigest(), "n": "000", "k": "big:t"})
+
+
+class BatchContractTest(unittest.TestCase):
+    def problems(self, step=None, effects=None):
+        block = {"contract": 1, "task_id": "t", "goal": "g", "steps": [step or {"id": "s"}]}
+        if effects is not None:
+            block["effects"] = effects
+        return [p.message for p in parse_contract_text(contract_markdown(json.dumps(block, indent=2)))[1]]
+
+    def test_each_problem_is_named(self) -> None:
+        cases = [
+            ({"id": "s", "items": ["a"], "key": "fixed"}, None, "every item would share one key"),
+            ({"id": "s", "items": ["a"], "key": "{item}-{random}"}, None, "unknown placeholder {random}"),
+            ({"id": "s", "items": ["a"]}, None, "needs \"key\""),
+            ({"id": "s", "items": {"glob": "../*"}, "key": "{stem}"}, None, "without '..'"),
+            ({"id": "s", "checks": {"t": "python3 -m unittest"}}, None, "non-empty list of strings"),
+            (None, {"invoke": ["curl", "{key}"]}, "invoke and observe come together"),
+            (None, {"invoke": ["x", "{secret}"], "observe": ["y"]}, "unknown placeholder {secret}"),
+        ]
+        for step, effects, expected in cases:
+            with self.subTest(expected=expected):
+                found = self.problems(step, effects)
+                self.assertTrue(any(expected in p for p in found), found)
+
+    def test_the_filled_batch_example_is_valid(self) -> None:
+        from runner.contract import check_contract
+
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        block, problems = check_contract(os.path.join(here, "templates", "run-contract.batch.example.md"))
+        self.assertEqual(problems, [])
+        self.assertIn("items", block["steps"][0])
+
+
+if __name__ == "__main__":
+    unittest.main()

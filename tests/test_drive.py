@@ -1,0 +1,139 @@
+"""``drive``: what it performs, where it hands over, its progress line, and the CLI-only demo."""
+
+import json
+import os
+import unittest
+
+from runner.proof.demo_cli import run_demo_cli
+from tests._batch import batch_contract, init_run, local, script, status
+from tests._batch_scripts import RECORDER
+from tests._util import scratch_dir
+
+
+CANCEL_ON_B = r'''
+import subprocess, sys
+# cancel_on_b.py REPO RUN KEY COMMAND...: a person cancels the run while item b is in flight, then COMMAND runs.
+repo, run, key, command = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+if key == "b:ticket":
+    subprocess.run([sys.executable, "-m", "runner", "--dir", run, "cancel", "--by", "a-person", "--reason", "no longer needed"],
+                   env={"PYTHONPATH": repo}, check=True, stdout=subprocess.DEVNULL)
+sys.exit(subprocess.run(command).returncode)
+'''
+
+
+class DriveTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.tmp = scratch_dir("runner-drive-")
+        self.addCleanup(self.tmp.cleanup)
+        self.root = self.tmp.name
+        self.out = os.path.join(self.root, "out")
+        os.mkdir(self.out)
+        recorder = script(self.root, "recorder.py", RECORDER)
+        self.commands = {"invoke": recorder + ["invoke", "{item}", "{key}", self.out], "observe": recorder + ["observe", "{key}", self.out]}
+
+    def _block(self, **options):
+        block = batch_contract(self.commands, items=["a.md", "b.md", "c.md"], payload={"template": {"name": "{stem}"}}, workspace=self.root, **options)
+        return block
+
+    def test_drive_hands_over_a_step_that_needs_judgement(self) -> None:
+        block = self._block()
+        block["steps"][0]["next"] = "review"
+        block["steps"].append({"id": "review", "evidence": ["verdict"], "next": "done"})
+        init_run(self.root, block)
+        result = local(self.root, "drive", "--owner", "agent", "--json")
+        self.assertEqual(result.code, 0, result.err)
+        out = json.loads(result.out)
+        self.assertEqual((out["decision"], out["action"]["kind"], out["action"]["step"], out["drive"]["handed_over"]),
+                         ("act", "start-step", "review", True))
+        self.assertEqual(out["drive"]["effects"], 3)
+        self.assertEqual(status(self.root)["completed_steps"], ["file-tickets"])
+
+    def test_max_actions_and_the_progress_line(self) -> None:
+        init_run(self.root, self._block())
+        first = local(self.root, "drive", "--owner", "agent", "--max-actions", "2")
+        self.assertEqual(first.code, 0, first.err)
+        self.assertIn('"key": "b:ticket"', first.out)  # the next action, as 'next' prints it
+        self.assertIn("drive: file-tickets 1/3 items", first.err)
+        self.assertEqual(status(self.root)["effects"], {"verified": 1})
+        rest = local(self.root, "drive", "--owner", "agent", "--json")
+        self.assertEqual(rest.code, 10, rest.err)
+        self.assertEqual(rest.err, "", "quiet with --json")
+        self.assertEqual(json.loads(rest.out)["drive"]["effects"], 2)
+
+    def test_a_gated_effect_stops_drive_awaiting_approval(self) -> None:
+        block = self._block()
+        block["effects"]["approval"] = ["b:*"]
+        init_run(self.root, block)
+        result = local(self.root, "drive", "--owner", "agent", "--json")
+        self.assertEqual(result.code, 4, result.err)
+        self.assertEqual(json.loads(result.out)["reason"], "awaiting-approval")
+        self.assertEqual(sorted(os.listdir(self.out)), ["a:ticket.json"], "nothing after the gated item was called")
+
+    def test_a_checked_step_is_finished_by_drive_once_its_artifact_exists(self) -> None:
+        check = script(self.root, "check.py", "import os, sys\nsys.exit(0 if os.path.exists('index.json') else 1)\n")
+        block = self._block()
+        block["steps"][0]["next"] = "index"
+        block["steps"].append({"id": "index", "checks": {"index": check}, "artifacts": ["index.json"], "next": "done"})
+        init_run(self.root, block)
+        waiting = local(self.root, "drive", "--owner", "agent", "--json")
+        self.assertEqual(waiting.code, 0, waiting.err)
+        out = json.loads(waiting.out)
+        self.assertEqual((out["action"]["kind"], out["drive"]["handed_over"]), ("finish-step", True))
+        self.assertIn("check 'index' exited 1", out["detail"])
+        with open(os.path.join(self.root, "index.json"), "w") as handle:
+            handle.write("{}\n")
+        done = local(self.root, "drive", "--owner", "agent", "--json")
+        self.assertEqual(done.code, 10, done.err)
+        self.assertEqual(status(self.root)["evidence"]["index"]["observed"]["checks"]["index"]["exit_code"], 0)
+
+
+    def test_a_cancel_between_items_stops_drive_before_the_next_effect(self) -> None:
+        from tests._util import REPO_ROOT
+
+        canceller = script(self.root, "cancel_on_b.py", CANCEL_ON_B)
+        self.commands["invoke"] = canceller + [REPO_ROOT, os.path.join(self.root, ".run"), "{key}"] + self.commands["invoke"]
+        init_run(self.root, self._block())
+        result = local(self.root, "drive", "--owner", "agent", "--json")
+        self.assertEqual(result.code, 5, result.err)
+        state = status(self.root)
+        self.assertEqual((state["status"], state["effects"]), ("cancelled", {"verified": 2}), "the effect in flight was still settled")
+        self.assertEqual(sorted(os.listdir(self.out)), ["a:ticket.json", "b:ticket.json"])
+
+    def test_drive_renews_the_lease_as_it_goes(self) -> None:
+        from runner.drive import drive
+        from runner.run import Run
+        from runner.stores.file import RunStore
+
+        init_run(self.root, self._block())
+        run = Run(RunStore.open(os.path.join(self.root, ".run")))
+        renewed = []
+        original = run.renew
+        run.renew = lambda ttl: renewed.append(ttl) or original(ttl)  # type: ignore[assignment]
+        ticks = iter(range(0, 10000, 30))  # every reading of the clock is 30 s later: a third of the TTL each time
+        result = drive(run, "agent", ttl=60, clock=lambda: float(next(ticks)))
+        self.assertEqual(result["exit_code"], 10)
+        self.assertGreaterEqual(len(renewed), 3, "at least once per item")
+
+    def test_until_stop_waits_out_a_persisted_backoff(self) -> None:
+        block = self._block(retry={"base_seconds": 0.2, "cap_seconds": 0.2})
+        init_run(self.root, block)
+        self.assertEqual(local(self.root, "lease", "acquire", "--owner", "agent").code, 0)
+        writer = ["--owner", "agent", "--epoch", str(status(self.root)["lease"]["epoch"])]
+        self.assertEqual(local(self.root, "step", "start", "file-tickets", *writer).code, 0)
+        self.assertEqual(local(self.root, "step", "fail", "file-tickets", "--class", "transient", "--error", "the disk was full", *writer).code, 0)
+        result = local(self.root, "drive", "--owner", "agent", "--until-stop", "--json")
+        self.assertEqual(result.code, 10, result.err)
+        self.assertEqual(status(self.root)["steps"]["file-tickets"]["attempts"], 2)
+
+
+class DemoViaCliTest(unittest.TestCase):
+    def test_small_demo_through_drive_alone(self) -> None:
+        result = run_demo_cli(documents=8, seed=3, crash_rate=0.3)
+        self.assertTrue(result["ok"], result)
+        self.assertEqual((result["duplicate_effects"], result["lost_commits"], result["matches_reference"]), (0, 0, True))
+        self.assertGreater(result["crashes"], 0, "the demo must have killed drive at least once")
+        self.assertEqual(result["crashes"], result["recoveries"])
+
+
+if __name__ == "__main__":
+    unittest.main()
