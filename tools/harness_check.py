@@ -74,7 +74,17 @@ def _version(text: str) -> str:
     return match.group(0)
 
 
-def check_claude(clients: Clients, checkout: str) -> Dict[str, object]:
+def _show(transcript: Optional[List[str]], argv: List[str], output: str) -> None:
+    """Keep a command and what it printed, for the log (bounded: the first 40 lines)."""
+    if transcript is not None:
+        lines = output.rstrip("\n").splitlines()
+        transcript.append("$ " + " ".join(os.path.basename(a) if i == 0 else a for i, a in enumerate(argv)))
+        transcript.extend("  " + line for line in lines[:40])
+        if len(lines) > 40:
+            transcript.append(f"  ... {len(lines) - 40} more lines")
+
+
+def check_claude(clients: Clients, checkout: str, transcript: Optional[List[str]] = None) -> Dict[str, object]:
     claude = os.path.join(clients.bin, "claude")
     version = _version(clients.run([claude, "--version"]))
     clients.run([claude, "plugin", "validate", "--strict", checkout])
@@ -82,6 +92,7 @@ def check_claude(clients: Clients, checkout: str) -> Dict[str, object]:
     clients.run([claude, "plugin", "marketplace", "add", checkout])
     clients.run([claude, "plugin", "install", PLUGIN])
     details = clients.run([claude, "plugin", "details", PLUGIN])
+    _show(transcript, [claude, "plugin", "details", PLUGIN], details)
     skills = re.search(r"^\s*Skills \((\d+)\)\s+(.*)$", details, re.M)
     hooks = re.search(r"^\s*Hooks \((\d+)\)\s+([A-Za-z, ]+?)(?:\s+\(|$)", details, re.M)
     servers = re.search(r"^\s*MCP servers \((\d+)\)\s*(.*)$", details, re.M)
@@ -95,7 +106,7 @@ def check_claude(clients: Clients, checkout: str) -> Dict[str, object]:
     return {"version": version, "skills": int(skills.group(1)), "hooks": events}
 
 
-def check_codex(clients: Clients, checkout: str) -> Dict[str, object]:
+def check_codex(clients: Clients, checkout: str, transcript: Optional[List[str]] = None) -> Dict[str, object]:
     codex = os.path.join(clients.bin, "codex")
     version = _version(clients.run([codex, "--version"]))
     clients.run([codex, "plugin", "marketplace", "add", checkout])
@@ -106,6 +117,7 @@ def check_codex(clients: Clients, checkout: str) -> Dict[str, object]:
     installed = root.group(1).strip()
     listed = json.loads(clients.run([codex, "plugin", "list", "--json"]))
     entry = [p for p in listed.get("installed", []) if p.get("pluginId") == PLUGIN]
+    _show(transcript, [codex, "plugin", "list", "--json"], json.dumps(entry, indent=1, sort_keys=True) + f"\n(installed plugin root: {installed})")
     if not entry or not entry[0].get("installed") or not entry[0].get("enabled"):
         raise CheckFailed(f"codex plugin list does not show {PLUGIN} installed and enabled: {listed!r}")
     with open(os.path.join(installed, ".codex-plugin", "plugin.json"), encoding="utf-8") as handle:
@@ -145,24 +157,27 @@ def _copied_skill_entries(clients: Clients, codex: str, checkout: str) -> int:
     return len(re.findall(rf"- (?:{NAME}:)?{NAME}: ", prompt))
 
 
-def check_skill(clients: Clients, checkout: str, scratch: str) -> str:
+def check_skill(clients: Clients, checkout: str, scratch: str, transcript: Optional[List[str]] = None) -> str:
     """``agentskills validate`` on the skill under its own folder name (a link to the checkout)."""
     named = os.path.join(scratch, NAME)
     os.symlink(os.path.abspath(checkout), named)
-    clients.run([clients.agentskills, "validate", named])
+    _show(transcript, [clients.agentskills, "validate", NAME], clients.run([clients.agentskills, "validate", named]) or "(exit 0)")
     return "ok"
 
 
-def harness_check(clients_dir: str, checkout: str = ROOT) -> str:
-    """Run every check and return the one summary line; raises :class:`CheckFailed`."""
+def harness_check(clients_dir: str, checkout: str = ROOT, transcript: Optional[List[str]] = None) -> str:
+    """Run every check and return the one summary line; raises :class:`CheckFailed`.
+
+    :param transcript: receives the commands whose output proves the install, and that output.
+    """
     scratch = tempfile.mkdtemp(prefix="harness-check-")
     try:
         home = os.path.join(scratch, "home")
         os.mkdir(home)
         clients = Clients(clients_dir, home)
-        claude = check_claude(clients, checkout)
-        codex = check_codex(clients, checkout)
-        validate = check_skill(clients, checkout, scratch)
+        claude = check_claude(clients, checkout, transcript)
+        codex = check_codex(clients, checkout, transcript)
+        validate = check_skill(clients, checkout, scratch, transcript)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return (f"harness-check: claude={claude['version']} codex={codex['version']} skills={claude['skills']} "
@@ -174,8 +189,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--clients", required=True, help="the folder .ci/harness.sh installed the clients into")
     parser.add_argument("--checkout", default=ROOT, help="the plugin's folder (default: this checkout)")
     args = parser.parse_args(argv)
+    transcript: List[str] = []
     try:
-        print(harness_check(args.clients, args.checkout))
+        line = harness_check(args.clients, args.checkout, transcript)
+        print("\n".join(transcript))
+        print(line)
     except (CheckFailed, OSError, ValueError, subprocess.TimeoutExpired) as exc:
         print(f"harness-check failed: {exc}", file=sys.stderr)
         return 1
