@@ -24,12 +24,10 @@ from .errors import InvalidInput, RunnerError, StateUnrecoverable
 from .jobs import UNSETTLED, observe_job, read_result
 from .lease import lease_view
 from .recovery import decide, decision_exit_code, recover, stop_for_error
-from .views import brief, events_after, report
+from .views import brief, events_after, report, status_view
 from .run import Run
 from .steps import require_plan
 from .batch import observes_itself
-from .batch import progress as batch_progress
-from .evidence import evidence_view
 from .stores import create_store, open_store, parse_store_url
 from .stores.file import RunStore, check
 
@@ -302,40 +300,15 @@ def cmd_init(args: argparse.Namespace) -> int:
     if _task(args) not in (None, plan["task_id"]):
         raise InvalidInput(f"--task {_task(args)} differs from the contract's task_id {plan['task_id']}")
     store = create_store(url, plan["task_id"], plan)
-    summary = _summary(store.state)
+    summary = status_view(store.state)
     where = getattr(store, "url", store.path)
     _emit(args, {"ok": True, "path": store.path, "store": url, **summary}, f"started run {summary['task_id']} in {where}\nplan {summary['plan_digest']}")
     return 0
 
 
-def _summary(state: Dict[str, Any]) -> Dict[str, Any]:
-    counts: Dict[str, int] = {}
-    for effect in state["effects"].values():
-        kind = effect.get("state", "unknown") if isinstance(effect, dict) else "unknown"
-        counts[kind] = counts.get(kind, 0) + 1
-    return {
-        "task_id": state["task_id"],
-        "schema_version": state["schema_version"],
-        "plan_digest": state["plan_digest"],
-        "revision": state["revision"],
-        "status": state["status"],
-        "created_at": state["created_at"],
-        "updated_at": state["updated_at"],
-        "current_step": state["current_step"],
-        "completed_steps": state["completed_steps"],
-        "steps": state["steps"],
-        "next_action": state["next_action"],
-        "effects": counts,
-        "lease": state["lease"],
-        "cancellation": state["observations"].get("cancellation"),
-        "items": {s["id"]: progress for s in state["plan"].get("steps", []) for progress in [batch_progress(state, s["id"])] if progress},
-        "evidence": {k: evidence_view(r) for k, r in state["steps"].items() if isinstance(r, dict) and evidence_view(r)},
-    }
-
-
 def cmd_status(args: argparse.Namespace) -> int:
     store = _open(args)
-    summary = _summary(store.state)
+    summary = status_view(store.state)
     lines = [
         f"task      {summary['task_id']}  ({summary['status']}, revision {summary['revision']})",
         f"plan      {summary['plan_digest']}",

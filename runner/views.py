@@ -17,8 +17,9 @@ from .effects import UNRESOLVED
 from .envelope import parse_time
 from .steps import plan_steps
 from .batch import progress as batch_progress
+from .evidence import evidence_view
 
-__all__ = ["brief", "report", "events_after"]
+__all__ = ["brief", "report", "events_after", "status_view"]
 
 
 def _fit(sections: List[List[str]], order: List[int], limit: int) -> str:
@@ -169,3 +170,29 @@ def _item_counts(state: Dict[str, Any]) -> Dict[str, Any]:
     totals["steps_evidence_observed"] = sum(1 for r in records if r.get("observed"))
     totals["steps_evidence_claimed"] = sum(1 for r in records if r.get("evidence"))
     return totals
+
+
+def status_view(state: Dict[str, Any]) -> Dict[str, Any]:
+    """The run at a glance, as ``status --json`` and the MCP ``status`` tool report it."""
+    counts: Dict[str, int] = {}
+    for effect in state["effects"].values():
+        kind = effect.get("state", "unknown") if isinstance(effect, dict) else "unknown"
+        counts[kind] = counts.get(kind, 0) + 1
+    return {
+        "task_id": state["task_id"],
+        "schema_version": state["schema_version"],
+        "plan_digest": state["plan_digest"],
+        "revision": state["revision"],
+        "status": state["status"],
+        "created_at": state["created_at"],
+        "updated_at": state["updated_at"],
+        "current_step": state["current_step"],
+        "completed_steps": state["completed_steps"],
+        "steps": state["steps"],
+        "next_action": state["next_action"],
+        "effects": counts,
+        "lease": state["lease"],
+        "cancellation": state["observations"].get("cancellation"),
+        "items": {s["id"]: progress for s in state["plan"].get("steps", []) for progress in [batch_progress(state, s["id"])] if progress},
+        "evidence": {k: evidence_view(r) for k, r in state["steps"].items() if isinstance(r, dict) and evidence_view(r)},
+    }

@@ -67,5 +67,22 @@ class OldImportPathsTest(unittest.TestCase):
         self.assertTrue(callable(runner.effects.drive_effect))
 
 
+class EngineModulesTest(unittest.TestCase):
+    """An engine module is the one place its SDK is imported; without the SDK it says what to install."""
+
+    def test_importing_an_engine_module_without_its_sdk_names_the_package(self) -> None:
+        import importlib
+        import importlib.util
+
+        for module, sdk in (("runner.engines.temporal", "temporalio"), ("runner.engines.dbos", "dbos")):
+            with self.subTest(module=module):
+                if importlib.util.find_spec(sdk) is not None:
+                    self.skipTest(f"{sdk} is installed in this interpreter")
+                with self.assertRaises(ImportError) as caught:
+                    importlib.import_module(module)
+                self.assertIn(f"pip install {sdk}", str(caught.exception))
+                self.assertNotIn(module, sys.modules)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -29,7 +29,10 @@ document, exactly once, whatever dies where.
 
 from typing import Any, Callable, Dict, List, Optional
 
-from dbos import DBOS
+try:  # the SDK is this module's reason to exist, and nothing else in the runner imports it
+    from dbos import DBOS
+except ImportError as exc:
+    raise ImportError(f"runner.engines.dbos needs DBOS (pip install dbos): {exc}") from exc
 
 from ..effects import Adapter, NotApplied
 from ..envelope import content_digest

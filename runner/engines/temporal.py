@@ -37,9 +37,12 @@ import datetime
 import threading
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
-from temporalio import activity, workflow
-from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+try:  # the SDK is this module's reason to exist, and nothing else in the runner imports it
+    from temporalio import activity, workflow
+    from temporalio.common import RetryPolicy
+    from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+except ImportError as exc:
+    raise ImportError(f"runner.engines.temporal needs the Temporal SDK (pip install temporalio): {exc}") from exc
 
 with workflow.unsafe.imports_passed_through():
     from ..effects import Adapter

@@ -29,7 +29,7 @@ from ..errors import EXIT_CODES, InvalidInput
 from ..jobs import observe_job
 from ..lease import MAX_TTL_SECONDS, lease_view
 from ..recovery import decide, decision_exit_code, recover
-from ..views import brief, events_after
+from ..views import brief, events_after, status_view
 
 __all__ = ["Tool", "TOOLS", "REASONS", "check_arguments", "tool_listing", "summary"]
 
@@ -183,23 +183,7 @@ def tool_listing(tool: Tool) -> Dict[str, Any]:
 
 def summary(state: Dict[str, Any]) -> Dict[str, Any]:
     """The run at a glance, as ``status --json`` reports it."""
-    counts: Dict[str, int] = {}
-    for effect in state["effects"].values():
-        counts[effect.get("state", "unknown")] = counts.get(effect.get("state", "unknown"), 0) + 1
-    return {
-        "task_id": state["task_id"],
-        "plan_digest": state["plan_digest"],
-        "revision": state["revision"],
-        "status": state["status"],
-        "updated_at": state["updated_at"],
-        "current_step": state["current_step"],
-        "completed_steps": state["completed_steps"],
-        "steps": state["steps"],
-        "next_action": state["next_action"],
-        "effects": counts,
-        "lease": state["lease"],
-        "cancellation": state["observations"].get("cancellation"),
-    }
+    return status_view(state)
 
 
 def _observed_jobs(run: Any) -> Dict[str, Dict[str, Any]]:
