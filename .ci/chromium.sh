@@ -9,53 +9,20 @@
 # skipped and why, and returns 0: this script never stops CI. The test looks
 # for chromium itself (tests/_browser.py) and skips, saying why, without it.
 
-_runner_chromium_say() { echo "== chromium: $*"; }
+# shellcheck source=.ci/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-_runner_chromium_limit() {
-  local seconds=$1
-  shift
-  if command -v timeout >/dev/null 2>&1; then
-    timeout "$seconds" "$@"
-  else
-    "$@"
-  fi
-}
+_runner_chromium_say() { echo "== chromium: $*"; }
 
 _runner_chromium_find() {
   command -v chromium 2>/dev/null || command -v chromium-browser 2>/dev/null || { [ -x /usr/bin/chromium ] && echo /usr/bin/chromium; }
-}
-
-_runner_chromium_install() {
-  local log
-  if ! command -v apt-get >/dev/null 2>&1; then
-    echo "no chromium found and no apt-get to install it with"
-    return 1
-  fi
-  if [ "$(id -u)" -ne 0 ]; then
-    echo "no chromium found, and installing it needs root"
-    return 1
-  fi
-  log=$(mktemp) || { echo "mktemp failed"; return 1; }
-  _runner_chromium_say "installing chromium from the OS packages" >&2
-  if ! DEBIAN_FRONTEND=noninteractive _runner_chromium_limit 600 apt-get update >"$log" 2>&1; then
-    echo "apt-get update failed: $(tail -n 1 "$log")"
-    rm -f "$log"
-    return 1
-  fi
-  if ! DEBIAN_FRONTEND=noninteractive _runner_chromium_limit 1200 apt-get install -y -q chromium >"$log" 2>&1; then
-    echo "apt-get install chromium failed: $(tail -n 1 "$log")"
-    rm -f "$log"
-    return 1
-  fi
-  rm -f "$log"
-  return 0
 }
 
 _runner_chromium_setup() {
   local browser out
   browser=$(_runner_chromium_find)
   if [ -z "$browser" ]; then
-    if ! out=$(_runner_chromium_install); then
+    if ! out=$(_runner_apt_install chromium chromium); then
       echo "== the browser test will be skipped: $out"
       return 0
     fi

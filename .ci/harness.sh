@@ -18,41 +18,17 @@
 # RUNNER_TEST_HARNESS_SKIP with the reason, and returns 0: it never stops CI
 # by itself; a failed check does (the line says what failed).
 
-_RUNNER_HX_DIR=${_RUNNER_HX_DIR:-}
+# shellcheck source=.ci/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-_runner_hx_limit() {
-  local seconds=$1
-  shift
-  if command -v timeout >/dev/null 2>&1; then
-    timeout "$seconds" "$@"
-  else
-    "$@"
-  fi
-}
+_RUNNER_HX_DIR=${_RUNNER_HX_DIR:-}
 
 # Node.js and npm from the OS packages, when either is missing.
 _runner_hx_node() {
-  local log
   if command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; then
     return 0
   fi
-  if ! command -v apt-get >/dev/null 2>&1; then
-    echo "no node/npm and no apt-get to install them with"
-    return 1
-  fi
-  if [ "$(id -u)" -ne 0 ]; then
-    echo "no node/npm, and installing them needs root"
-    return 1
-  fi
-  log=$(mktemp) || { echo "mktemp failed"; return 1; }
-  echo "== harness: installing Node.js and npm from the OS packages" >&2
-  if ! DEBIAN_FRONTEND=noninteractive _runner_hx_limit 600 apt-get update >"$log" 2>&1 \
-    || ! DEBIAN_FRONTEND=noninteractive _runner_hx_limit 1200 apt-get install -y -q nodejs npm >"$log" 2>&1; then
-    echo "apt-get could not install nodejs and npm: $(tail -n 1 "$log")"
-    rm -f "$log"
-    return 1
-  fi
-  rm -f "$log"
+  _runner_apt_install "node/npm" nodejs npm || return 1
   command -v npm >/dev/null 2>&1 || { echo "the npm package installed no npm command"; return 1; }
 }
 
@@ -62,7 +38,7 @@ _runner_hx_install() {
   [ -f "$dir/complete" ] && return 0
   out=$(_runner_hx_node) || { echo "$out"; return 1; }
   mkdir -p "$dir/npm" || { echo "cannot make $dir/npm"; return 1; }
-  if ! out=$(_runner_hx_limit 900 npm install --prefix "$dir/npm" --no-audit --no-fund --loglevel=error \
+  if ! out=$(_runner_limit 900 npm install --prefix "$dir/npm" --no-audit --no-fund --loglevel=error \
     @anthropic-ai/claude-code @openai/codex 2>&1); then
     echo "npm could not install @anthropic-ai/claude-code and @openai/codex: $(printf '%s\n' "$out" | grep -v '^\s*$' | tail -n 1)"
     return 1
@@ -72,7 +48,7 @@ _runner_hx_install() {
     return 1
   fi
   if ! out=$(PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 PIP_RETRIES=2 PIP_TIMEOUT=30 \
-    _runner_hx_limit 600 "$dir/venv/bin/python" -m pip install --quiet skills-ref 2>&1); then
+    _runner_limit 600 "$dir/venv/bin/python" -m pip install --quiet skills-ref 2>&1); then
     echo "pip could not install skills-ref: $(printf '%s\n' "$out" | grep -v '^\s*$' | tail -n 1)"
     return 1
   fi

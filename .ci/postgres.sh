@@ -20,18 +20,10 @@
 _RUNNER_PG_DIR=${_RUNNER_PG_DIR:-}
 _RUNNER_PG_BIN=${_RUNNER_PG_BIN:-}
 
-_runner_pg_say() { echo "== postgres: $*"; }
+# shellcheck source=.ci/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-# Run a command with a time limit when coreutils' timeout is there.
-_runner_pg_limit() {
-  local seconds=$1
-  shift
-  if command -v timeout >/dev/null 2>&1; then
-    timeout "$seconds" "$@"
-  else
-    "$@"
-  fi
-}
+_runner_pg_say() { echo "== postgres: $*"; }
 
 _runner_pg_skip() {
   echo "== PostgreSQL tests will be skipped: $*"
@@ -91,31 +83,6 @@ _runner_pg_find_bin() {
   return 1
 }
 
-_runner_pg_install_server() {
-  local log
-  if ! command -v apt-get >/dev/null 2>&1; then
-    echo "no initdb/pg_ctl found and no apt-get to install PostgreSQL with"
-    return 1
-  fi
-  if [ "$(id -u)" -ne 0 ]; then
-    echo "no initdb/pg_ctl found, and installing PostgreSQL needs root"
-    return 1
-  fi
-  log=$(mktemp) || { echo "mktemp failed"; return 1; }
-  _runner_pg_say "installing PostgreSQL from the OS packages" >&2
-  if ! DEBIAN_FRONTEND=noninteractive _runner_pg_limit 600 apt-get update >"$log" 2>&1; then
-    echo "apt-get update failed: $(tail -n 1 "$log")"
-    rm -f "$log"
-    return 1
-  fi
-  if ! DEBIAN_FRONTEND=noninteractive _runner_pg_limit 1200 apt-get install -y -q postgresql >"$log" 2>&1; then
-    echo "apt-get install postgresql failed: $(tail -n 1 "$log")"
-    rm -f "$log"
-    return 1
-  fi
-  rm -f "$log"
-  return 0
-}
 
 # psycopg 3 for each interpreter; succeeds when at least one can import it.
 _runner_pg_psycopg() {
@@ -130,7 +97,7 @@ _runner_pg_psycopg() {
       continue
     fi
     if out=$(PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore PIP_NO_INPUT=1 PIP_RETRIES=2 PIP_TIMEOUT=30 \
-      _runner_pg_limit 600 "$py" -m pip install --quiet 'psycopg[binary]' 2>&1) && "$py" -c 'import psycopg' >/dev/null 2>&1; then
+      _runner_limit 600 "$py" -m pip install --quiet 'psycopg[binary]' 2>&1) && "$py" -c 'import psycopg' >/dev/null 2>&1; then
       _runner_pg_say "installed psycopg $("$py" -c 'import psycopg; print(psycopg.__version__)') for Python $version ($py)"
       ok=1
     else
@@ -160,7 +127,7 @@ _runner_pg_start() {
 
   bin=$(_runner_pg_find_bin)
   if [ -z "$bin" ]; then
-    out=$(_runner_pg_install_server) || { _runner_pg_skip "$out"; return 0; }
+    out=$(_runner_apt_install PostgreSQL postgresql) || { _runner_pg_skip "$out"; return 0; }
     bin=$(_runner_pg_find_bin)
     [ -n "$bin" ] || { _runner_pg_skip "the postgresql package installed no initdb/pg_ctl under /usr/lib/postgresql/*/bin"; return 0; }
   fi

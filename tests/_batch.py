@@ -75,3 +75,15 @@ def script(root: str, name: str, text: str) -> List[str]:
     with open(path, "w", encoding="utf-8") as handle:
         handle.write(text)
     return [sys.executable, "-S", path]
+
+
+def recorder_commands(root: str) -> Dict[str, List[str]]:
+    """The contract's ``invoke`` and ``observe`` commands over the recording target (``tests/_batch_scripts.py``).
+
+    The target keeps its effects as files in ``ROOT/out``, which the caller makes.
+    """
+    from tests._batch_scripts import RECORDER
+
+    recorder = script(root, "recorder.py", RECORDER)
+    out = os.path.join(root, "out")
+    return {"invoke": recorder + ["invoke", "{item}", "{key}", out], "observe": recorder + ["observe", "{key}", out]}

@@ -395,3 +395,25 @@ def quarantine_folders(path: str) -> List[str]:
     if not os.path.isdir(root):
         return []
     return sorted(os.path.join(root, name) for name in os.listdir(root))
+
+
+# -- PostgreSQL ---------------------------------------------------------------------
+
+POSTGRES_ENV = "RUNNER_TEST_POSTGRES_URL"
+
+
+def postgres_unavailable() -> Optional[str]:
+    """Why the PostgreSQL tests cannot run here (the reason a skip gives), or None when they can."""
+    url = os.environ.get(POSTGRES_ENV)
+    if not url:
+        return f"PostgreSQL not reachable: set {POSTGRES_ENV} (CI sets it)"
+    try:
+        import psycopg
+    except ImportError as exc:
+        return f"PostgreSQL not reachable: psycopg 3 is not importable by {sys.executable} ({exc}); {POSTGRES_ENV} is set (CI sets it)"
+    try:
+        psycopg.connect(url, connect_timeout=5).close()
+    except Exception as exc:
+        detail = " ".join(str(exc).split())[:200]
+        return f"PostgreSQL not reachable: the server at {POSTGRES_ENV} does not answer ({type(exc).__name__}: {detail}) (CI sets it)"
+    return None

@@ -9,8 +9,7 @@ import os
 import unittest
 
 from runner.contract import parse_contract_text
-from tests._batch import batch_contract, init_run, local, script, status
-from tests._batch_scripts import RECORDER
+from tests._batch import batch_contract, init_run, local, recorder_commands, script, status
 from tests._util import contract_markdown, scratch_dir
 
 SLOW = r'''
@@ -32,8 +31,7 @@ class BatchTest(unittest.TestCase):
         self.root = self.tmp.name
         self.out = os.path.join(self.root, "out")
         os.mkdir(self.out)
-        recorder = script(self.root, "recorder.py", RECORDER)
-        self.commands = {"invoke": recorder + ["invoke", "{item}", "{key}", self.out], "observe": recorder + ["observe", "{key}", self.out]}
+        self.commands = recorder_commands(self.root)
 
     def _contract(self, **options):
         options.setdefault("workspace", self.root)

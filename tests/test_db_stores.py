@@ -23,10 +23,9 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 import unittest
-from typing import List, Optional
+from typing import List
 
 from tests import _util
 from runner.errors import RetryLater
@@ -34,7 +33,7 @@ from runner.stores import create_store, open_store
 
 TASK = "db-damage"
 WORKER = os.path.join(_util.HERE, "_db_worker.py")
-POSTGRES_ENV = "RUNNER_TEST_POSTGRES_URL"
+POSTGRES_ENV = _util.POSTGRES_ENV
 
 
 def _contract(folder: str) -> str:
@@ -259,18 +258,7 @@ class SQLiteErrorTest(unittest.TestCase):
         self.assertEqual(store.commit([["set", ["counters", "n"], 2]])["revision"], 2)
 
 
-def _postgres_unavailable() -> Optional[str]:
-    url = os.environ.get(POSTGRES_ENV)
-    if not url:
-        return f"PostgreSQL not reachable: set {POSTGRES_ENV} (CI sets it)"
-    try:
-        import psycopg  # noqa: F401
-    except ImportError as exc:
-        return f"psycopg 3 is not importable by {sys.executable} ({exc})"
-    return None
-
-
-_POSTGRES_SKIP = _postgres_unavailable()
+_POSTGRES_SKIP = _util.postgres_unavailable()
 
 
 @unittest.skipUnless(_POSTGRES_SKIP is None, _POSTGRES_SKIP or "")

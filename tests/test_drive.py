@@ -5,8 +5,7 @@ import os
 import unittest
 
 from runner.proof.demo_cli import run_demo_cli
-from tests._batch import batch_contract, init_run, local, script, status
-from tests._batch_scripts import RECORDER
+from tests._batch import batch_contract, init_run, local, recorder_commands, script, status
 from tests._util import scratch_dir
 
 
@@ -28,8 +27,7 @@ class DriveTest(unittest.TestCase):
         self.root = self.tmp.name
         self.out = os.path.join(self.root, "out")
         os.mkdir(self.out)
-        recorder = script(self.root, "recorder.py", RECORDER)
-        self.commands = {"invoke": recorder + ["invoke", "{item}", "{key}", self.out], "observe": recorder + ["observe", "{key}", self.out]}
+        self.commands = recorder_commands(self.root)
 
     def _block(self, **options):
         block = batch_contract(self.commands, items=["a.md", "b.md", "c.md"], payload={"template": {"name": "{stem}"}}, workspace=self.root, **options)

@@ -37,7 +37,7 @@ from runner.stores import create_store, list_runs, open_store
 from runner.stores.file import CommitThenRaise
 
 WORKER = os.path.abspath(__file__)
-POSTGRES_ENV = "RUNNER_TEST_POSTGRES_URL"
+POSTGRES_ENV = _util.POSTGRES_ENV
 
 #: The counter the concurrency workers increment, one transaction at a time.
 COUNTER = "conformance"
@@ -725,24 +725,7 @@ class SQLiteStoreConformance(StoreConformance, unittest.TestCase):
             db.close()
 
 
-def _postgres_unavailable() -> Optional[str]:
-    """Why the PostgreSQL class cannot run here, or None when it can."""
-    url = os.environ.get(POSTGRES_ENV)
-    if not url:
-        return f"PostgreSQL not reachable: set {POSTGRES_ENV} (CI sets it)"
-    try:
-        import psycopg
-    except ImportError as exc:
-        return f"PostgreSQL not reachable: psycopg 3 is not importable by {sys.executable} ({exc}); {POSTGRES_ENV} is set (CI sets it)"
-    try:
-        psycopg.connect(url, connect_timeout=5).close()
-    except Exception as exc:
-        detail = " ".join(str(exc).split())[:200]
-        return f"PostgreSQL not reachable: the server at {POSTGRES_ENV} does not answer ({type(exc).__name__}: {detail}) (CI sets it)"
-    return None
-
-
-_POSTGRES_SKIP = _postgres_unavailable() if __name__ != "__main__" else "worker process"
+_POSTGRES_SKIP = _util.postgres_unavailable() if __name__ != "__main__" else "worker process"
 
 
 @unittest.skipUnless(_POSTGRES_SKIP is None, _POSTGRES_SKIP or "")

@@ -40,7 +40,7 @@ except ImportError:
     import _util
     import zombie_worker
 
-POSTGRES_ENV = "RUNNER_TEST_POSTGRES_URL"
+POSTGRES_ENV = _util.POSTGRES_ENV
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HANDLER = "tests.zombie_worker:handle"
 HOOKS = "tests.zombie_worker:hooks"
@@ -51,21 +51,9 @@ PATIENCE = 30.0
 
 def _postgres_unavailable() -> Optional[str]:
     """Why these tests cannot run here, or None when they can."""
-    url = os.environ.get(POSTGRES_ENV)
-    if not url:
-        return f"PostgreSQL not reachable: set {POSTGRES_ENV} (CI sets it)"
     if not os.path.isdir("/proc/self"):
         return "the stopped worker is watched through /proc, which this system does not have"
-    try:
-        import psycopg
-    except ImportError as exc:
-        return f"PostgreSQL not reachable: psycopg 3 is not importable by {sys.executable} ({exc}); {POSTGRES_ENV} is set (CI sets it)"
-    try:
-        psycopg.connect(url, connect_timeout=5).close()
-    except Exception as exc:
-        detail = " ".join(str(exc).split())[:200]
-        return f"PostgreSQL not reachable: the server at {POSTGRES_ENV} does not answer ({type(exc).__name__}: {detail}) (CI sets it)"
-    return None
+    return _util.postgres_unavailable()
 
 
 _POSTGRES_SKIP = _postgres_unavailable()
