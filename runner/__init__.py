@@ -22,7 +22,7 @@ from .errors import (
     RunnerError,
     StateUnrecoverable,
 )
-from .effects import Adapter, NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
+from .target import Adapter, NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 from .fs import FileSystem, OsFileSystem
 from .recovery import decide, recover
 from .run import Run, submit_job

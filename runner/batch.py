@@ -31,7 +31,7 @@ import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .commands import PLACEHOLDERS, expand, placeholders_in, run_command
-from . import effects as _effects  # module, not names: effects imports the contract, which imports this
+from .lifecycle import UNRESOLVED
 from .envelope import MAX_DOCUMENT_BYTES, content_digest, format_time, validate_id
 from .errors import InvalidInput, NeedsReconciliation
 
@@ -366,7 +366,7 @@ def progress(state: Dict[str, Any], step: str) -> Optional[Dict[str, Any]]:
         current = (effects.get(key) or {}).get("state")
         if current == "verified":
             verified += 1
-        elif current in _effects.UNRESOLVED:
+        elif current in UNRESOLVED:
             unresolved += 1
         elif current == "failed" and key not in skipped:
             failed += 1
@@ -462,7 +462,7 @@ def skip_ops(state: Dict[str, Any], key: str, reason: str, now: float) -> Ops:
     effect = state["effects"].get(key) or {}
     if effect.get("state") == "verified":
         raise InvalidInput(f"effect {key!r} is verified; a done item is not skipped")
-    if effect.get("state") in _effects.UNRESOLVED:
+    if effect.get("state") in UNRESOLVED:
         raise NeedsReconciliation(f"effect {key!r} is {effect['state']}: observe it first; an item that may have happened is not skipped", key=key)
     return [["set", ["steps", step, "batch", "skipped", key], {"index": index, "reason": reason, "at": format_time(now)}]]
 

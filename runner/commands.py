@@ -11,12 +11,14 @@ with a timeout and bounded output; a timeout is reported as such, never as a
 failure of the command.
 
 :class:`CommandAdapter` turns an invoke and an observe command into a
-:class:`runner.effects.Adapter`, so one effect's whole lifecycle is the
-ledger's :func:`runner.effects.drive_effect`:
+:class:`runner.target.Adapter`, whose calls the executor
+(:mod:`runner.executor`) makes like any other target's:
 
-* invoke: exit 0 with a JSON object on stdout is the receipt; exit 2 means
-  the target refused the call for good; anything else, or a timeout, is an
-  unknown outcome that is reconciled by observing, never by retrying.
+* invoke: exit 0 with a JSON object on stdout is the receipt; 2, refused for
+  good; 75 (EX_TEMPFAIL), the target created nothing for now (a 429 or
+  503), optionally with ``{"retry_after": SECONDS}`` on stdout; 9, the
+  target refused a stale fencing epoch; anything else, or a timeout, is an
+  unknown outcome, settled by observing, never by calling again.
 * observe: exit 0 with a JSON object is *present* (the object is the
   evidence), exit 1 is *observed absent*, anything else or a timeout is
   *unknown*.
@@ -24,14 +26,18 @@ ledger's :func:`runner.effects.drive_effect`:
 
 import os
 import re
+import selectors
+import shutil
 import signal
 import subprocess
 import tempfile
 import time
-from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
+from . import inflight
 from .envelope import canonical_json, loads_strict, sha256_hex
 from .errors import InvalidInput
+from .target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 
 __all__ = [
     "PLACEHOLDERS",
@@ -42,6 +48,8 @@ __all__ = [
     "CommandAdapter",
     "DEFAULT_TIMEOUT",
     "OUTPUT_LIMIT",
+    "INVOKE_EXITS",
+    "OBSERVE_EXITS",
 ]
 
 #: Every name a command argument may hold in braces.
@@ -50,8 +58,26 @@ PLACEHOLDERS = ("key", "payload_file", "epoch", "run_id", "item", "stem", "index
 #: Seconds a command may take unless the contract says otherwise.
 DEFAULT_TIMEOUT = 60.0
 
-#: Bytes of stdout (and of stderr) kept from one command; the rest is counted, not kept.
+#: Bytes of stdout (and of stderr) kept from one command; the rest is read and discarded.
 OUTPUT_LIMIT = 256 * 1024
+
+#: Invoke exit codes other than 0 (done: the JSON object on stdout is the receipt) and the rest (unknown).
+EXIT_REFUSED = 2        # the target refused the call for good
+EXIT_STALE_EPOCH = 9    # the target refused the writer's fencing epoch
+EXIT_TEMPFAIL = 75      # EX_TEMPFAIL: the target created nothing for now (429, 503); {"retry_after": S} optional
+
+#: The longest delay an exit-75 answer may ask for (a day); a longer one is ignored for the contract's backoff.
+MAX_RETRY_AFTER = 86400.0
+
+#: What each invoke exit code means, for ``effect run --help`` and the references.
+INVOKE_EXITS = (
+    ("0", "done: the JSON object on stdout is the receipt"),
+    (str(EXIT_REFUSED), "refused for good: never retried"),
+    (str(EXIT_STALE_EPOCH), "the target refused a stale fencing epoch: stop, fenced"),
+    (str(EXIT_TEMPFAIL), 'created nothing for now (429, 503): retried after {"retry_after": S} on stdout, or the backoff'),
+    ("other", "unknown (also a timeout, or exit 0 without a JSON object): observed, never retried blindly"),
+)
+OBSERVE_EXITS = (("0", "present: the JSON object on stdout is the evidence"), ("1", "absent"), ("other", "unknown (also a timeout)"))
 
 _PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)(?::(0?[1-9][0-9]?)d)?\}")
 
@@ -120,39 +146,80 @@ def run_command(argv: Sequence[str], *, cwd: Optional[str] = None, timeout: floa
                 env: Optional[Mapping[str, str]] = None, limit: int = OUTPUT_LIMIT) -> Outcome:
     """Run ``argv`` (never through a shell) in ``cwd``; stop it after ``timeout`` seconds.
 
-    The command gets no stdin. On a timeout its whole process group is
-    killed and ``exit_code`` is None: the caller must treat that as an
-    unknown outcome. A program that cannot be started raises
-    :class:`InvalidInput` (the contract names something that is not there).
+    The command gets no stdin and a process group of its own. Of its stdout
+    and stderr, the first ``limit`` bytes each are kept and the rest is read
+    and discarded as it arrives: nothing of it is written anywhere. When the
+    command exits, whatever it left running in its group is killed, so that a
+    call that returned has nothing of it still on its way. On a timeout the
+    whole group is killed and ``exit_code`` is None: the caller must treat
+    that as an unknown outcome. Inside :func:`runner.inflight.calling`, the
+    process is registered as the call in flight the moment it exists, and
+    its environment carries the call's token.
+
+    :raises InvalidInput: the program cannot be started (the contract names something that is not there).
     """
     argv = [str(a) for a in argv]
     if not argv:
         raise InvalidInput("a command must name a program")
+    making = inflight.current()
+    child_env = dict(os.environ if env is None else env)
+    if making is not None:
+        child_env[inflight.TOKEN_VARIABLE] = making[1].record["token"]
     began = time.monotonic()
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        try:
-            proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                    env=dict(env) if env is not None else None, start_new_session=True)
-        except OSError as exc:
-            raise InvalidInput(f"cannot run {argv[0]!r}: {exc.strerror or exc}") from None
-        timed_out = False
-        try:
-            code: Optional[int] = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out, code = True, None
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except OSError:
-                pass
-            proc.wait()
-        seconds = time.monotonic() - began
-        stdout, stderr = _read(out, limit), _read(err, limit)
-    return Outcome(argv, code, timed_out, stdout, stderr, sha256_hex(stdout), sha256_hex(stderr), seconds)
+    try:
+        proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=child_env, start_new_session=True)
+    except OSError as exc:
+        raise InvalidInput(f"cannot run {argv[0]!r}: {exc.strerror or exc}") from None
+    try:
+        if making is not None:
+            making[0].spawned(making[1], proc.pid)
+        kept, timed_out = _collect(proc, began + timeout, limit)
+    finally:
+        _end_group(proc)
+    code: Optional[int] = None if timed_out else proc.returncode
+    stdout, stderr = bytes(kept[0]), bytes(kept[1])
+    return Outcome(argv, code, timed_out, stdout, stderr, sha256_hex(stdout), sha256_hex(stderr), time.monotonic() - began)
 
 
-def _read(handle: Any, limit: int) -> bytes:
-    handle.seek(0)
-    return handle.read(limit)
+def _collect(proc: "subprocess.Popen[bytes]", deadline: float, limit: int) -> Tuple[List[bytearray], bool]:
+    """Read both pipes until the command exits (or ``deadline``), keeping ``limit`` bytes of each."""
+    kept = [bytearray(), bytearray()]
+    streams = {proc.stdout: 0, proc.stderr: 1}
+    with selectors.DefaultSelector() as selector:
+        for stream in streams:
+            selector.register(stream, selectors.EVENT_READ)  # type: ignore[arg-type]
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return kept, True
+            for handle, _ in selector.select(min(left, 0.5)):
+                data = os.read(handle.fd, 65536)
+                if not data:
+                    selector.unregister(handle.fileobj)
+                    continue
+                into = kept[streams[handle.fileobj]]  # type: ignore[index]
+                if len(into) < limit:
+                    into += data[: limit - len(into)]
+            if proc.poll() is not None and not any(k for k, _ in selector.select(0)):
+                break  # the command exited and nothing is waiting to be read: a straggler may hold a pipe open
+    try:
+        proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        return kept, True
+    return kept, False
+
+
+def _end_group(proc: "subprocess.Popen[bytes]") -> None:
+    """Kill whatever is left of the command's process group, reap the leader, close the pipes."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    proc.wait()
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
 
 
 class CommandAdapter:
@@ -160,8 +227,11 @@ class CommandAdapter:
 
     ``values`` fills the placeholders other than ``key``, ``payload_file``
     and ``epoch`` (which each call supplies). The payload is written as
-    canonical JSON to a private temporary file for each call and removed
-    after it. Never deduplicates: an unknown outcome is settled by observing.
+    canonical JSON to a private file for each call and removed after it:
+    inside a registered call, beside the call's record in the run's folder
+    (:meth:`runner.inflight.Registry.payload_path`), so a killed runner's
+    payloads are removed by the next; elsewhere, in a private temporary
+    folder. Never deduplicates: an unknown outcome is settled by observing.
     """
 
     name = "contract commands"
@@ -180,41 +250,47 @@ class CommandAdapter:
         self.values = dict(values or {})
         self.cwd, self.timeout = cwd, float(timeout)
         self.runner = runner or run_command
-        self.last: Optional[Outcome] = None
 
     def _call(self, argv: Sequence[str], key: str, payload: Dict[str, Any], epoch: Optional[int]) -> Outcome:
-        folder = tempfile.mkdtemp(prefix="runner-payload-")
-        path = os.path.join(folder, "payload.json")
+        making = inflight.current()
+        folder = None if making is not None else tempfile.mkdtemp(prefix="runner-payload-")
+        path = making[0].payload_path(making[1]) if making is not None else os.path.join(folder, "payload.json")  # type: ignore[arg-type]
         try:
-            with open(path, "wb") as handle:
-                handle.write(canonical_json(payload))
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+            try:
+                os.write(fd, canonical_json(payload))
+            finally:
+                os.close(fd)
             values = dict(self.values, key=key, payload_file=path, epoch="" if epoch is None else int(epoch))
-            self.last = self.runner(expand(argv, values), cwd=self.cwd, timeout=self.timeout)
-            return self.last
+            return self.runner(expand(argv, values), cwd=self.cwd, timeout=self.timeout)
         finally:
             try:
                 os.unlink(path)
             except OSError:
                 pass
-            os.rmdir(folder)
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
 
     def invoke(self, key: str, payload: Dict[str, Any], epoch: int) -> Dict[str, Any]:
-        from .effects import Rejected, UnknownOutcome
-
+        """Run the invoke command; its exit code says what happened (see :data:`INVOKE_EXITS`)."""
         result = self._call(self.invoke_argv, key, payload, epoch)
         if result.timed_out:
             raise UnknownOutcome(f"the invoke command timed out after {self.timeout:g}s")
-        receipt = result.json_object()
-        if result.exit_code == 0 and receipt is not None:
-            return receipt
-        if result.exit_code == 2:
+        answer = result.json_object()
+        code = result.exit_code
+        if code == 0 and answer is not None:
+            return answer
+        if code == EXIT_REFUSED:
             raise Rejected(f"the invoke command says the target refused it for good: {result.tail()}")
-        what = "printed no JSON object" if result.exit_code == 0 else f"exited {result.exit_code}"
+        if code == EXIT_TEMPFAIL:
+            raise NotApplied(f"the invoke command says the target created nothing for now: {result.tail()}", _retry_after(answer))
+        if code == EXIT_STALE_EPOCH:
+            raise StaleEpoch(f"the invoke command says the target refused epoch {epoch}: {result.tail()}")
+        what = "printed no JSON object" if code == 0 else f"exited {code}"
         raise UnknownOutcome(f"the invoke command {what}: {result.tail()}")
 
-    def observe(self, key: str, payload: Dict[str, Any]) -> Any:
-        from .effects import Observation
-
+    def observe(self, key: str, payload: Dict[str, Any]) -> Observation:
+        """Run the observe command: 0 with a JSON object is present, 1 absent, anything else unknown."""
         result = self._call(self.observe_argv, key, payload, None)
         found = result.json_object()
         base = {"source": "observe command", "exit_code": result.exit_code, "stdout_sha256": result.stdout_sha256}
@@ -224,3 +300,11 @@ class CommandAdapter:
             return Observation("absent", {**(found or {}), "observed_by": base})
         reason = f"timed out after {self.timeout:g}s" if result.timed_out else f"exit {result.exit_code}: {result.tail(200)}"
         return Observation("unknown", {"observed_by": base, "reason": reason})
+
+
+def _retry_after(answer: Optional[Dict[str, Any]]) -> Optional[float]:
+    """``retry_after`` seconds from an exit-75 answer's JSON, if it gave a sane one."""
+    value = (answer or {}).get("retry_after")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_RETRY_AFTER:
+        return None
+    return float(value)

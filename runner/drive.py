@@ -2,30 +2,34 @@
 
 :func:`perform_effect` is one effect's whole lifecycle through the contract's
 invoke and observe commands (or commands given inline): intent, started,
-invoke, acknowledged, observe, verified. It is
-:func:`runner.effects.drive_effect` over a
+invoke, acknowledged, observe, verified. It is the executor
+(:class:`runner.executor.Executor`) over a
 :class:`runner.commands.CommandAdapter`, so a rerun in any intermediate state
-observes first and invokes again only after an observed absence and within
-the attempt bound, and a timeout is an unknown outcome, never a failure.
+waits for a call of the key still in flight, observes first, invokes again
+only after an observed absence and within the attempt bound, and a timeout
+is an unknown outcome, never a failure.
 
 :func:`drive` loops: decide (the same pure :func:`runner.recovery.decide`
 that ``next`` prints), perform the action if it is one the runner can
 establish alone (a batch item's effect, reconciling an item, starting a
 step whose evidence the runner observes, finishing a batch or checked step),
 renew the lease, repeat; it returns at the first stop, or at an action that
-needs judgement (handed over with exit 0, as ``next`` would). Inside a batch
-step it walks the frozen items with a cursor instead of deciding afresh for
-each item, so the cost of one item does not grow with the batch: the store
-stays open in this process and every transition still checks cancellation,
-approvals, limits and the fence under the store's lock.
+needs judgement (handed over with exit 0, as ``next`` would), releasing the
+lease once the run is complete or cancelled. Inside a batch step it walks
+the frozen items with a cursor instead of deciding afresh for each item, so
+the cost of one item does not grow with the batch: the store stays open in
+this process and every transition still checks cancellation, approvals,
+limits and the fence under the store's lock.
 """
 
 import time
-from typing import IO, Any, Callable, Dict, Optional, Sequence
+from typing import IO, Any, Callable, Dict, Iterator, Optional, Sequence
 
 from . import batch as _batch
 from .commands import DEFAULT_TIMEOUT, CommandAdapter
+from .envelope import parse_time
 from .errors import EXIT_CODES, InvalidInput, RunnerError
+from .executor import Executor, Job, ThreadWorld
 from .recovery import decide, decision_exit_code, recover, refresh_jobs
 
 __all__ = ["perform_effect", "adapter_for", "drive"]
@@ -68,7 +72,7 @@ def perform_effect(run: Any, key: str, payload: Optional[Dict[str, Any]] = None,
             raise InvalidInput(f"effect run {key}: pass --payload FILE (the key is not an item of a started batch step)")
         payload = _batch.item_payload(state, found[0], found[1])
     adapter = adapter_for(state, key, invoke, observe, runner)
-    return dict(run.drive_effect(key, payload, adapter, step=step, sleep=sleep))
+    return dict(Executor(run, world=ThreadWorld(sleep)).perform(key, payload, adapter, step))
 
 
 class _Progress:
@@ -96,31 +100,35 @@ def drive(run: Any, owner: str, *, ttl: float, max_actions: Optional[int] = None
           sleep: Callable[[float], None] = time.sleep, runner: Optional[Callable[..., Any]] = None) -> Dict[str, Any]:
     """Perform actions until a stop, an action that needs judgement, or ``max_actions``.
 
-    Takes the lease as ``owner`` (the recovery procedure), then loops. With
-    ``until_stop`` it also waits out persisted backoffs. Returns the last
-    decision with ``exit_code`` (that of the stop, 0 for a handed-over or
-    unfinished action) and the tally.
+    Takes the lease as ``owner`` (the recovery procedure), then loops; one
+    :class:`runner.executor.Executor` performs every effect and keeps the
+    lease alive while calls run. With ``until_stop`` it also waits out
+    persisted backoffs. When the run ends (complete or cancelled) the lease
+    is released. Returns the last decision with ``exit_code`` (that of the
+    stop, 0 for a handed-over or unfinished action) and the tally.
 
-    :param clock: monotonic seconds, for lease renewal and the progress line.
+    :param clock: monotonic seconds, for the progress line.
     :param runner: runs one command (default :func:`runner.commands.run_command`).
     """
     tally: Dict[str, Any] = {"actions": 0, "effects": 0, "reconciled": 0, "steps_started": 0, "steps_done": 0}
     shown = _Progress(progress, clock)
     decision = recover(run, owner, ttl)
-    renew_at = clock() + ttl / 3
-
-    def renew() -> None:
-        nonlocal renew_at
-        if clock() >= renew_at:
-            run.renew(ttl)
-            renew_at = clock() + ttl / 3
+    executor = Executor(run, world=ThreadWorld(sleep), ttl=ttl)
 
     def out(decision: Dict[str, Any], code: Optional[int] = None, handed_over: bool = False) -> Dict[str, Any]:
         code = decision_exit_code(decision) if code is None else code
+        _release_if_ended(run)
         return dict(decision, exit_code=code, handed_over=handed_over, tally=tally)
 
     def budget_left() -> bool:
         return max_actions is None or tally["actions"] < max_actions
+
+    def reconcile(key: str) -> None:
+        found = _batch.owner_of(run.state, key)
+        assert found is not None
+        executor.perform(key, _batch.item_payload(run.state, *found), adapter_for(run.state, key, runner=runner), found[0])
+        tally["actions"] += 1
+        tally["reconciled"] += 1
 
     try:
         while True:
@@ -128,10 +136,7 @@ def drive(run: Any, owner: str, *, ttl: float, max_actions: Optional[int] = None
                 check = decision.get("check") or {}
                 ours = "invoke" in run.state["plan"].get("effects", {}) and bool(check.get("key")) and _batch.owner_of(run.state, check["key"])
                 if decision["reason"] == "needs-reconciliation" and ours and budget_left():
-                    key = check["key"]
-                    perform_effect(run, key, sleep=sleep, runner=runner)  # observes first; raises if still unknown
-                    tally["actions"] += 1
-                    tally["reconciled"] += 1
+                    reconcile(check["key"])  # observes first; raises if still unknown
                 else:
                     return out(decision)
             else:
@@ -140,11 +145,9 @@ def drive(run: Any, owner: str, *, ttl: float, max_actions: Optional[int] = None
                 action = decision["action"]
                 kind = action["kind"]
                 if kind == "reconcile" and _batch.owner_of(run.state, action["key"]) and "invoke" in run.state["plan"].get("effects", {}):
-                    perform_effect(run, action["key"], sleep=sleep, runner=runner)
-                    tally["actions"] += 1
-                    tally["reconciled"] += 1
+                    reconcile(action["key"])
                 elif kind == "effect" and "invoke" in run.state["plan"].get("effects", {}):
-                    _walk_items(run, action["step"], action["index"], tally, budget_left, renew, shown, sleep, runner)
+                    _walk_items(run, executor, action["step"], action["index"], tally, budget_left, shown, runner)
                 elif kind == "start-step" and _observes_itself(run.state, action["step"]):
                     run.step_start(action["step"])
                     tally["actions"] += 1
@@ -160,12 +163,10 @@ def drive(run: Any, owner: str, *, ttl: float, max_actions: Optional[int] = None
                     tally["actions"] += 1
                     tally["steps_done"] += 1
                 elif kind == "wait" and until_stop:
-                    from .envelope import parse_time
-
                     sleep(max(0.0, parse_time(action["until"]) - run.clock()))
                 else:
                     return out(decision, 0, handed_over=True)
-            renew()
+            executor.keep_lease()
             decision = decide(run.state, run.clock(), run.owner, run.epoch, refresh_jobs(run) if run.state["jobs"] else {})
     except RunnerError as exc:
         failed = {"decision": "stop", "action": None, "reason": exc.reason, "error": exc.reason, "detail": exc.message,
@@ -183,36 +184,50 @@ def drive(run: Any, owner: str, *, ttl: float, max_actions: Optional[int] = None
             shown.show(step, info["verified"] + info["skipped"], info["total"], tally["effects"], tally["reconciled"], final=True)
 
 
+def _release_if_ended(run: Any) -> None:
+    """Give the lease back once the run is complete or cancelled: nothing is left for its holder to do."""
+    try:
+        lease = run.state["lease"]
+        if run.state["status"] in ("complete", "cancelled") and lease.get("owner") == run.owner and lease.get("epoch") == run.epoch:
+            run.release()
+    except RunnerError:
+        pass  # fenced or unreadable: the lease is not ours to give back
+
+
 def _observes_itself(state: Dict[str, Any], step: str) -> bool:
     spec = next((s for s in state["plan"].get("steps", []) if s["id"] == step), {})
     return _batch.observes_itself(spec)
 
 
-def _walk_items(run: Any, step: str, start: int, tally: Dict[str, Any], budget_left: Callable[[], bool], renew: Callable[[], None],
-                shown: _Progress, sleep: Callable[[float], None], runner: Optional[Callable[..., Any]]) -> None:
+def _walk_items(run: Any, executor: Executor, step: str, start: int, tally: Dict[str, Any], budget_left: Callable[[], bool],
+                shown: _Progress, runner: Optional[Callable[..., Any]]) -> None:
     """Perform the frozen items of ``step`` from ``start`` on, in order, each in O(1) bookkeeping."""
     state = run.state
-    record = state["steps"][step]
-    batch = record["batch"]
+    batch = state["steps"][step]["batch"]
     keys = _batch.keys_of(batch)[0]
     skipped = batch.get("skipped", {})
-    effects = state["effects"]
     total = len(keys)
-    done = total - ((_batch.progress(state, step) or {}).get("remaining") or 0)
-    for index in range(start, total):
-        key = keys[index]
-        if key in skipped or (effects.get(key) or {}).get("state") == "verified":
-            continue
-        if not budget_left():
-            return
-        was = (effects.get(key) or {}).get("state")
-        perform_effect(run, key, sleep=sleep, runner=runner)
-        tally["actions"] += 1
+    done = [total - ((_batch.progress(state, step) or {}).get("remaining") or 0)]
+    before: Dict[str, Optional[str]] = {}
+
+    def jobs() -> Iterator[Job]:
+        for index in range(start, total):
+            key = keys[index]
+            effect = run.state["effects"].get(key) or {}
+            if key in skipped or effect.get("state") == "verified":
+                continue
+            if not budget_left():
+                return
+            tally["actions"] += 1
+            before[key] = effect.get("state")
+            yield Job(key, lambda index=index: _batch.item_payload(run.state, step, index), adapter_for(run.state, key, runner=runner), step)
+
+    def settled(job: Job, record: Dict[str, Any]) -> None:
         tally["effects"] += 1
+        was = before.pop(job.key, None)
         if was is not None and was != "absent":
             tally["reconciled"] += 1
-        done += 1
-        shown.show(step, done, total, tally["effects"], tally["reconciled"])
-        renew()
-        effects = run.state["effects"]
-    return None
+        done[0] += 1
+        shown.show(step, done[0], total, tally["effects"], tally["reconciled"])
+
+    executor.perform_all(jobs(), settled)

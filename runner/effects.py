@@ -5,8 +5,8 @@ Lifecycle of one effect (``state["effects"][KEY]``)::
     planned -> started -> acknowledged -> verified
                   |            |
                   +-> uncertain <-+ -> verified   (observed present)
-                  |            \\--> absent     (observed missing: one more attempt allowed)
-                  +-> absent / failed            (observed missing / refused for good)
+                  |                  -> absent     (observed missing, no receipt: one more attempt allowed)
+                  +-> absent / failed            (observed missing or "not now" / refused for good)
 
 * ``started`` is committed durably *before* the target is called, so a crash
   at any later moment leaves a record that says "this may have happened".
@@ -18,99 +18,55 @@ Lifecycle of one effect (``state["effects"][KEY]``)::
   payload is refused before anything is called.
 * An unresolved effect (started, acknowledged, uncertain) is reconciled
   before anything else happens to it: observed present, it is verified;
-  observed absent, one more bounded attempt is allowed; unknown, the run
-  stops with needs-reconciliation. A timeout is never read as a failure.
+  observed absent, one more bounded attempt is allowed after the contract's
+  backoff; unknown, the run stops with needs-reconciliation. A timeout is
+  never read as a failure.
+* A receipt is proof. An effect whose record holds one is never begun again
+  and never recorded absent: an absence observed after an acknowledgement is
+  a contradiction for a person, not a reason to call again.
+* Attempts are bounded: calls that may have created the effect by
+  ``limits.max_effect_attempts`` (or ``effects.max_attempts``; 3 when neither
+  is given), "not now" answers (``deferred``) by ``effects.max_rate_limited``
+  (10 when not given).
 
-The functions named ``*_ops`` are pure: ``(state, ...) -> ops`` or raise. The
-:class:`Adapter` protocol and :func:`drive_effect` run a target through the
-whole lifecycle, resuming correctly from whatever the ledger holds.
+The functions named ``*_ops`` are pure: ``(state, ...) -> ops`` or raise.
+:mod:`runner.lifecycle` decides one effect's next move and
+:mod:`runner.executor` carries it out against a target.
 """
 
-import time
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Protocol
+from typing import Any, Dict, List, Optional
 
 from .approvals import require_grant
 from .contract import effect_needs_approval, key_allowed
-from .envelope import MAX_DOCUMENT_BYTES, Ops, canonical_json, check_nesting, content_digest, format_time, one_line, parse_time, validate_id
-from .errors import AlreadyVerified, Cancelled, Failed, Fenced, InvalidInput, LimitExhausted, NeedsReconciliation, RunComplete
+from .envelope import MAX_DOCUMENT_BYTES, Ops, canonical_json, check_nesting, format_time, one_line, validate_id
+from .errors import AlreadyVerified, Cancelled, Failed, InvalidInput, LimitExhausted, NeedsReconciliation, RunComplete
+from .lifecycle import UNRESOLVED
 from .retry import check_attempts, check_limits, check_wait, limit
-from .windows import NO_HOOKS, Hooks
-
+from .target import describe
 
 __all__ = [
     "EFFECT_STATES",
     "UNRESOLVED",
-    "Observation",
-    "Adapter",
-    "UnknownOutcome",
-    "NotApplied",
-    "Rejected",
-    "StaleEpoch",
+    "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_MAX_RATE_LIMITED",
     "begin_ops",
     "ack_ops",
     "verify_ops",
     "absent_ops",
+    "deferred_ops",
     "uncertain_ops",
     "failed_ops",
-    "drive_effect",
     "check_document",
+    "effect_caps",
 ]
 
 EFFECT_STATES = ("planned", "started", "acknowledged", "verified", "uncertain", "absent", "failed")
-UNRESOLVED = ("started", "acknowledged", "uncertain")
 
+#: Calls per effect that may have created it, when the contract names no limit.
+DEFAULT_MAX_ATTEMPTS = 3
+#: "Not now" answers (429, 503, exit 75) per effect, when the contract names no limit.
+DEFAULT_MAX_RATE_LIMITED = 10
 
-
-# -- the adapter contract -------------------------------------------------------
-
-class Observation(NamedTuple):
-    """What looking at the target found: ``present``, ``absent`` or ``unknown``, with evidence."""
-
-    status: str
-    evidence: Dict[str, Any]
-
-
-class UnknownOutcome(Exception):
-    """The call may or may not have taken effect: a timeout, a dropped connection."""
-
-
-class NotApplied(Exception):
-    """The target says, with certainty, that it did not apply the call (e.g. refused before processing)."""
-
-
-class Rejected(Exception):
-    """The target refused the call for good (for example, a known key with another payload)."""
-
-
-class StaleEpoch(Exception):
-    """The target refused the call because its fencing epoch is older than one it has seen."""
-
-
-class Adapter(Protocol):
-    """What the runner needs from a target. Declare the four facts; implement the two calls.
-
-    ``key_scope``: where keys are unique (e.g. "per ticket service").
-    ``retention_seconds``: how long the target remembers a key (None: forever).
-    ``conflicting_payload``: what it does with a known key and another payload.
-    ``verification``: how ``observe`` establishes presence (lookup by key, by business marker...).
-    ``deduplicates``: True when invoking again with the same key and payload,
-    within retention, returns the original receipt and makes no second effect.
-    """
-
-    name: str
-    key_scope: str
-    retention_seconds: Optional[float]
-    conflicting_payload: str
-    verification: str
-    deduplicates: bool
-
-    def invoke(self, key: str, payload: Dict[str, Any], epoch: int) -> Dict[str, Any]:
-        """Perform the effect; return a receipt. Raise UnknownOutcome, NotApplied, Rejected or StaleEpoch."""
-        ...
-
-    def observe(self, key: str, payload: Dict[str, Any]) -> Observation:
-        """Look at the target: is the effect for ``key`` there? Never performs it."""
-        ...
 
 
 # -- pure transitions ---------------------------------------------------------------
@@ -206,17 +162,30 @@ def _owning_step(state: Dict[str, Any], key: str, step: Optional[str], effect: O
     return effect.get("step") if effect else None
 
 
+def effect_caps(state: Dict[str, Any]) -> Dict[str, float]:
+    """The per-effect bounds of the run's contract: ``max_attempts`` and ``max_rate_limited``."""
+    effects = state["plan"].get("effects", {})
+    attempts = limit(state, "max_effect_attempts", effects.get("max_attempts", DEFAULT_MAX_ATTEMPTS))
+    return {"max_attempts": float(attempts if attempts is not None else DEFAULT_MAX_ATTEMPTS),
+            "max_rate_limited": float(effects.get("max_rate_limited", DEFAULT_MAX_RATE_LIMITED))}
+
+
 def begin_ops(state: Dict[str, Any], key: str, payload_digest: str, now: float, step: Optional[str] = None, resend: bool = False) -> Ops:
     """Commit ``started`` for ``key`` (before the target is called), or raise.
 
     The effect belongs to the running step (see :func:`_owning_step`); a gated
     one consumes a grant. ``resend`` lets an adapter that deduplicates be
-    invoked again for an effect whose outcome is unknown.
+    invoked again for an effect whose outcome is unknown. ``attempts`` counts
+    every begin; ``deferred`` those the target answered "not now", which do
+    not count against ``max_attempts``.
 
     :raises AlreadyVerified: the effect is verified: done, the target must not be called again
         (also on a cancelled or complete run); the context carries the effect.
     :raises Failed: the effect failed for good.
-    :raises NeedsReconciliation: the effect is unresolved and must be observed first.
+    :raises NeedsReconciliation: the effect is unresolved and must be observed first, or it holds a
+        receipt (the target acknowledged it): it is never begun again.
+    :raises LimitExhausted: ``max_attempts`` or ``max_rate_limited`` is spent.
+    :raises RetryLater: the persisted backoff has not ended.
     """
     validate_id(key, "effect key")
     if not key_allowed(state["plan"], key):
@@ -235,11 +204,17 @@ def begin_ops(state: Dict[str, Any], key: str, payload_digest: str, now: float, 
             raise Failed(f"effect {key!r} failed for good: {effect.get('reason')}", effect=key)
         if current in UNRESOLVED and not (resend and current in ("started", "uncertain")):
             raise NeedsReconciliation(f"effect {key!r} is {current}: observe the target (effect verify/absent) before anything is retried", key=key, state=current)
+        if effect.get("receipt") is not None:
+            raise NeedsReconciliation(f"effect {key!r} holds the target's receipt ({describe(effect['receipt'], 120)}): a receipt is proof; "
+                                      "it is never begun again", key=key, state=current)
     _check_open(state)
     step = _owning_step(state, key, step, effect)
     check_limits(state, now)
     attempts = effect["attempts"] if effect else 0
-    check_attempts(attempts, limit(state, "max_effect_attempts", state["plan"].get("effects", {}).get("max_attempts")), f"effect {key}", "max_effect_attempts")
+    deferred = int(effect.get("deferred", 0)) if effect else 0
+    caps = effect_caps(state)
+    check_attempts(attempts - deferred, caps["max_attempts"], f"effect {key}", "max_effect_attempts")
+    check_attempts(deferred, caps["max_rate_limited"], f"effect {key} (answers of 'not now')", "max_rate_limited")
     if effect is not None:
         check_wait(effect, now, f"effect {key}")
     ops: Ops = []
@@ -256,11 +231,13 @@ def begin_ops(state: Dict[str, Any], key: str, payload_digest: str, now: float, 
         "step": step,
         "started_at": effect["started_at"] if effect else stamp,
         "updated_at": stamp,
-        "receipt": effect.get("receipt") if effect else None,
+        "receipt": None,
         "evidence": None,
         "reason": None,
         "next_attempt_at": None,
     }
+    if deferred:
+        record["deferred"] = deferred
     ops.append(["set", ["effects", key], record])
     ops.append(["set", ["counters", "effect_attempts"], int(state["counters"].get("effect_attempts", 0)) + 1])
     return ops
@@ -304,10 +281,34 @@ def verify_ops(state: Dict[str, Any], key: str, evidence: Dict[str, Any], now: f
     return _resolve(state, key, "verified", "evidence", evidence, ("started", "acknowledged", "uncertain"), now, reconciled)
 
 
-def absent_ops(state: Dict[str, Any], key: str, evidence: Dict[str, Any], now: float, reconciled: bool = False) -> Ops:
-    """The target was observed not to hold the effect: one more bounded attempt is allowed."""
+def absent_ops(state: Dict[str, Any], key: str, evidence: Dict[str, Any], now: float, reconciled: bool = False,
+               not_before: Optional[str] = None) -> Ops:
+    """The target was observed not to hold the effect: one more bounded attempt is allowed, not before ``not_before``.
+
+    :raises NeedsReconciliation: the effect holds a receipt: the target acknowledged it, so an
+        absence is a contradiction to settle by observing again or by a person, never a reason to call again.
+    """
     check_document(evidence, "evidence")
-    return _resolve(state, key, "absent", "evidence", evidence, ("started", "uncertain"), now, reconciled)
+    effect = _effect(state, key)
+    if effect.get("receipt") is not None:
+        raise NeedsReconciliation(
+            f"effect {key!r} was acknowledged by the target (receipt {describe(effect['receipt'], 120)}); an absence contradicts it: "
+            "observe again (the target may lag: effects.settle_seconds), verify it if it is there, or leave it to a person; "
+            "it is never called again under this key", key=key, state=effect["state"])
+    ops = _resolve(state, key, "absent", "evidence", evidence, ("started", "uncertain"), now, reconciled)
+    if ops and not_before is not None:
+        ops += schedule_ops(state, key, not_before)
+    return ops
+
+
+def deferred_ops(state: Dict[str, Any], key: str, evidence: Dict[str, Any], now: float, not_before: str) -> Ops:
+    """The target said it created nothing for now (429, 503, exit 75): absent, counted apart, next call not before ``not_before``."""
+    check_document(evidence, "evidence")
+    effect = _effect(state, key)
+    ops = _resolve(state, key, "absent", "evidence", evidence, ("started",), now)
+    if not ops:
+        return ops
+    return ops + schedule_ops(state, key, not_before) + [_set(key, "deferred", int(effect.get("deferred", 0)) + 1)]
 
 
 def uncertain_ops(state: Dict[str, Any], key: str, reason: str, now: float) -> Ops:
@@ -326,98 +327,3 @@ def failed_ops(state: Dict[str, Any], key: str, reason: str, now: float) -> Ops:
 
 def schedule_ops(state: Dict[str, Any], key: str, not_before: str) -> Ops:
     return [_set(key, "next_attempt_at", not_before)]
-
-
-# -- the whole lifecycle in one call ------------------------------------------------------
-
-def _within_retention(effect: Dict[str, Any], adapter: Adapter, now: float) -> bool:
-    retention = getattr(adapter, "retention_seconds", None)
-    return retention is None or now < parse_time(effect["started_at"]) + float(retention)
-
-
-def drive_effect(run: Any, key: str, payload: Dict[str, Any], adapter: Adapter, *, step: Optional[str] = None,
-                 sleep: Callable[[float], None] = time.sleep, hooks: Optional[Hooks] = None) -> Dict[str, Any]:
-    """Take ``key`` to ``verified`` through ``adapter``, from whatever state the ledger holds.
-
-    ``run`` is a :class:`runner.run.Run` holding the lease. Never calls the
-    target for a verified effect; reconciles an unresolved one by observation
-    before anything else; retries only after the target was observed not to
-    have the effect (or, for a deduplicating adapter within its retention
-    window, by resending the same key and payload); stops with
-    :class:`NeedsReconciliation` when the outcome cannot be established.
-    ``hooks`` (default: the run's) receives the effect windows of :mod:`runner.windows`.
-    """
-    hooks = hooks if hooks is not None else getattr(run, "hooks", NO_HOOKS)
-    digest = content_digest(check_document(payload, "payload"))
-    while True:
-        effect = run.state["effects"].get(key)
-        current = effect["state"] if effect else None
-        if effect is not None and effect["payload_digest"] != digest:
-            raise InvalidInput(f"effect {key!r} was recorded with payload {effect['payload_digest']}; refusing a different payload {digest} under the same key", key=key)
-        if current == "verified":
-            return effect
-        if current == "failed":
-            raise Failed(f"effect {key!r} failed for good: {effect.get('reason')}", effect=key)
-        resend = False
-        if current in UNRESOLVED:
-            seen = adapter.observe(key, payload)
-            if seen.status == "present":
-                hooks.reached("effect:before-verify", key=key)
-                run.effect_verify(key, seen.evidence, reconciled=True)
-                continue
-            if seen.status == "absent" and current != "acknowledged":
-                run.effect_absent(key, seen.evidence, reconciled=True)
-                continue
-            if seen.status == "absent":
-                # The target acknowledged it, yet it cannot be seen: never retry on that contradiction.
-                run.effect_uncertain(key, f"acknowledged but observation says absent: {seen.evidence}")
-                raise NeedsReconciliation(f"effect {key!r} was acknowledged but the target does not show it ({seen.evidence})", key=key)
-            if current != "uncertain":
-                run.effect_uncertain(key, f"observation was inconclusive: {seen.evidence}")
-            if not (adapter.deduplicates and _within_retention(run.state["effects"][key], adapter, run.clock())):
-                raise NeedsReconciliation(
-                    f"effect {key!r}: the target cannot say whether it happened ({seen.evidence}); it will not be retried blindly",
-                    key=key,
-                )
-            resend = True
-        if current == "absent":
-            effect = run.state["effects"][key]
-            wait = parse_time(effect["next_attempt_at"]) - run.clock() if effect.get("next_attempt_at") else 0
-            if wait > 0:
-                sleep(wait)
-        hooks.reached("effect:before-started", key=key)
-        run.effect_begin(key, payload, step=step, resend=resend)
-        hooks.reached("effect:after-started", key=key)
-        try:
-            receipt = _call(adapter, key, payload, run.epoch, hooks)
-        except UnknownOutcome as exc:
-            run.effect_uncertain(key, f"unknown outcome: {exc}")
-            continue  # reconcile by observation on the next turn, never by blind retry
-        except NotApplied as exc:
-            run.effect_absent(key, {"not_applied": str(exc)}, backoff=True)
-            continue
-        except StaleEpoch as exc:
-            run.effect_uncertain(key, f"target refused a stale epoch: {exc}")
-            raise Fenced(f"the target refused epoch {run.epoch} for effect {key!r}: {exc}") from None
-        except Rejected as exc:
-            run.effect_failed(key, f"rejected by the target: {exc}")
-            raise Failed(f"effect {key!r} was rejected by the target: {exc}", effect=key) from None
-        run.effect_ack(key, receipt)
-        hooks.reached("effect:after-ack", key=key)
-        seen = adapter.observe(key, payload)
-        if seen.status == "present":
-            hooks.reached("effect:before-verify", key=key)
-            run.effect_verify(key, {**seen.evidence, "receipt": receipt})
-            continue
-        # The target said yes but cannot be seen to hold it: never retry on
-        # that contradiction; stop until an observation settles it.
-        run.effect_uncertain(key, f"acknowledged but observation says {seen.status}: {seen.evidence}")
-        raise NeedsReconciliation(f"effect {key!r} was acknowledged but could not be verified ({seen.status}: {seen.evidence})", key=key)
-
-
-def _call(adapter: Adapter, key: str, payload: Dict[str, Any], epoch: Any, hooks: Hooks) -> Dict[str, Any]:
-    """The target's call; the ``effect:after-call`` window is passed whatever the call did."""
-    try:
-        return adapter.invoke(key, payload, epoch)
-    finally:
-        hooks.reached("effect:after-call", key=key)

@@ -24,7 +24,7 @@ that merely stalled past its lease looks the same, and is fenced the same.
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .effects import UNRESOLVED
+from .lifecycle import UNRESOLVED
 from .envelope import parse_time
 from .errors import RunnerError
 from .views import report

@@ -1,7 +1,8 @@
 """Leases with fencing: one live owner per run, and stale writers refused.
 
 The lease lives in the envelope (``state["lease"]``: owner, epoch,
-expires_at, acquired_at) and changes only through store transactions, so the
+expires_at, acquired_at, and ttl_seconds, the time to live of the last
+acquire or renewal, from which a holder knows when to renew) and changes only through store transactions, so the
 check and the write it guards happen under the same lock.
 
 Semantics:
@@ -65,7 +66,8 @@ def acquire_ops(state: Dict[str, Any], owner: str, ttl: float, now: float) -> Op
             epoch=lease["epoch"],
             expires_at=lease["expires_at"],
         )
-    taken = {"owner": owner, "epoch": int(lease["epoch"]) + 1, "expires_at": format_time(now + ttl), "acquired_at": format_time(now)}
+    taken = {"owner": owner, "epoch": int(lease["epoch"]) + 1, "expires_at": format_time(now + ttl), "acquired_at": format_time(now),
+             "ttl_seconds": ttl}
     ops: Ops = [["set", ["lease"], taken]]
     if holder is not None and holder != owner:
         # The previous owner never released: a takeover after a crash or a
@@ -98,7 +100,10 @@ def renew_ops(state: Dict[str, Any], owner: str, epoch: int, ttl: float, now: fl
     """Extend the expiry; only the current, unexpired holder may."""
     ttl = _ttl(ttl)
     check_fence(state, owner, epoch, now)
-    return [["set", ["lease", "expires_at"], format_time(now + ttl)]]
+    ops: Ops = [["set", ["lease", "expires_at"], format_time(now + ttl)]]
+    if state["lease"].get("ttl_seconds") != ttl:
+        ops.append(["set", ["lease", "ttl_seconds"], ttl])
+    return ops
 
 
 def release_ops(state: Dict[str, Any], owner: Optional[str], epoch: Optional[int], now: float) -> Ops:

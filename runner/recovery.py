@@ -31,7 +31,8 @@ from typing import Any, Callable, Dict, List, Optional
 
 from . import jobs as _jobs
 from .approvals import newest_requests, request_order
-from .effects import UNRESOLVED, Adapter
+from .lifecycle import UNRESOLVED
+from .target import Adapter
 from .envelope import content_digest, format_time, parse_time
 from .errors import EXIT_CODES, LimitExhausted, RunnerError
 from .lease import lease_view

@@ -14,12 +14,13 @@ restart sees the same outcome instead of trying again.
 
 import random as _random
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from . import approvals, batch, effects, jobs, lease, retry, steps
-from .envelope import MAX_DURATION_SECONDS, Ops, check_duration, content_digest, format_time, one_line
+from .envelope import MAX_DURATION_SECONDS, Ops, apply_ops, check_duration, content_digest, format_time, one_line, undo_ops
 from .evidence import observe_step, observed_ops
-from .errors import InvalidInput, LimitExhausted
+from .errors import InvalidInput, LimitExhausted, RunnerError
+from .target import Adapter
 from .stores.base import CommitThenRaise, Store
 from .stores.file import RunStore
 from .windows import NO_HOOKS, Hooks
@@ -134,15 +135,13 @@ class Run:
         """``reconciled``: the outcome was unknown to this worker and settled by observation."""
         return self._mutate(lambda s, now: effects.verify_ops(s, key, evidence, now, reconciled))["effects"][key]
 
-    def effect_absent(self, key: str, evidence: Dict[str, Any], backoff: bool = False,
-                      reconciled: bool = False) -> Dict[str, Any]:
-        def decide(s: Dict[str, Any], now: float) -> Ops:
-            ops = effects.absent_ops(s, key, evidence, now, reconciled)
-            if backoff and ops:
-                ops += effects.schedule_ops(s, key, retry.next_attempt_at(s, s["effects"][key]["attempts"], now, self.rand))
-            return ops
+    def effect_absent(self, key: str, evidence: Dict[str, Any], reconciled: bool = False) -> Dict[str, Any]:
+        """The target was observed not to hold ``key``: another attempt may begin after the contract's backoff.
 
-        return self._mutate(decide)["effects"][key]
+        :raises NeedsReconciliation: the effect holds a receipt (an absence contradicts it).
+        """
+        return self._mutate(lambda s, now: effects.absent_ops(
+            s, key, evidence, now, reconciled, not_before=retry.next_attempt_at(s, s["effects"][key]["attempts"], now, self.rand)))["effects"][key]
 
     def effect_uncertain(self, key: str, reason: str) -> Dict[str, Any]:
         return self._mutate(lambda s, now: effects.uncertain_ops(s, key, reason, now))["effects"][key]
@@ -150,10 +149,62 @@ class Run:
     def effect_failed(self, key: str, reason: str) -> Dict[str, Any]:
         return self._mutate(lambda s, now: effects.failed_ops(s, key, reason, now))["effects"][key]
 
-    def drive_effect(self, key: str, payload: Dict[str, Any], adapter: effects.Adapter, step: Optional[str] = None,
+    def drive_effect(self, key: str, payload: Dict[str, Any], adapter: Adapter, step: Optional[str] = None,
                      sleep: Callable[[float], None] = time.sleep) -> Dict[str, Any]:
-        """The whole lifecycle of one effect through ``adapter``; see :func:`runner.effects.drive_effect`."""
-        return effects.drive_effect(self, key, payload, adapter, step=step, sleep=sleep)
+        """Take ``key`` to verified through ``adapter``, from whatever the ledger holds; return its record.
+
+        The lifecycle of :mod:`runner.lifecycle`, carried out by :class:`runner.executor.Executor`:
+        an earlier call of the key still in flight is waited for, the target is observed before
+        any retry, and is called again only after an observed absence. ``sleep`` waits out
+        backoffs and settle times while no call runs (a test's clock may pass it).
+
+        :raises NeedsReconciliation: the outcome cannot be established by observing.
+        :raises Failed: the target refused it for good.
+        :raises LimitExhausted: its attempts are spent (the run is recorded as blocked).
+        :raises Fenced: this object no longer holds the lease, or the target refused its epoch.
+        """
+        from .executor import Executor, ThreadWorld
+
+        return Executor(self, world=ThreadWorld(sleep)).perform(key, payload, adapter, step)
+
+    def transact_many(self, changes: Sequence[Callable[[Dict[str, Any], float], Ops]]) -> List[Optional[RunnerError]]:
+        """Commit several fenced changes as one transition; return each one's refusal, or None.
+
+        Each change is a function of the state (as the changes before it left
+        it) and the time, returning its operations. The fence is checked once:
+        if this object no longer holds the lease, :class:`~runner.errors.Fenced`
+        is raised and nothing is written. A change that raises a runner error
+        is left out and its error returned in its place; a spent limit is
+        still recorded (the run becomes ``blocked``), as a single change would.
+        """
+        errors: List[Optional[RunnerError]] = [None] * len(changes)
+
+        def decide(state: Dict[str, Any]) -> Ops:
+            now = self.clock()
+            lease.check_fence(state, self.owner, self.epoch, now)
+            undo: List[Any] = []
+            out: Ops = []
+            try:
+                for index, change in enumerate(changes):
+                    errors[index] = None
+                    try:
+                        ops = change(state, now)
+                    except LimitExhausted as exc:
+                        errors[index] = exc
+                        if state["status"] == "blocked":
+                            continue
+                        ops = steps.blocked_ops(exc.message, exc.context.get("limit"), now)
+                    except RunnerError as exc:
+                        errors[index] = exc
+                        continue
+                    apply_ops(state, ops, undo)
+                    out += ops
+            finally:
+                undo_ops(undo)
+            return out
+
+        self.store.transact(decide, epoch=self.epoch or 0)
+        return errors
 
     # -- control: cancellation, approvals, costs, plan --------------------------------------
     def cancel(self, by: str, reason: str) -> Dict[str, Any]:

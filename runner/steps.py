@@ -24,7 +24,8 @@ limit named.
 from typing import Any, Dict, List, Optional
 
 from .contract import parse_contract_text
-from .effects import UNRESOLVED, _check_open, cancelled_ops, check_document
+from .effects import _check_open, cancelled_ops, check_document
+from .lifecycle import UNRESOLVED
 from .envelope import Ops, content_digest, format_time, one_line, validate_id
 from .errors import InvalidInput, NeedsReconciliation, RunComplete
 from .retry import check_attempts, check_limits, check_wait, limit, next_attempt_at

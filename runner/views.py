@@ -13,7 +13,7 @@
 
 from typing import Any, Dict, List, Optional
 
-from .effects import UNRESOLVED
+from .lifecycle import UNRESOLVED
 from .envelope import parse_time
 from .steps import plan_steps
 from .batch import progress as batch_progress

@@ -91,38 +91,3 @@ def granted(state: Dict[str, Any], action: str, digest: str = DIGEST, step: str 
 
 def begun(state: Dict[str, Any], key: str, digest: str = DIGEST, now: float = T0, **kwargs: Any) -> Dict[str, Any]:
     return apply(state, effects.begin_ops(state, key, digest, now, **kwargs), now)
-
-
-class MemoryRun:
-    """Just enough of :class:`runner.run.Run` for :func:`runner.effects.drive_effect`, in memory."""
-
-    epoch = 1
-
-    def __init__(self, state: Dict[str, Any], now: float = T0) -> None:
-        self.state = state
-        self.now = now
-
-    def clock(self) -> float:
-        return self.now
-
-    def _do(self, ops: List[List[Any]], key: str) -> Dict[str, Any]:
-        self.state = apply(self.state, ops, self.now)
-        return self.state["effects"][key]
-
-    def effect_begin(self, key: str, payload: Dict[str, Any], step: Optional[str] = None, resend: bool = False) -> Dict[str, Any]:
-        return self._do(effects.begin_ops(self.state, key, content_digest(payload), self.now, step, resend), key)
-
-    def effect_ack(self, key: str, receipt: Dict[str, Any]) -> Dict[str, Any]:
-        return self._do(effects.ack_ops(self.state, key, receipt, self.now), key)
-
-    def effect_verify(self, key: str, evidence: Dict[str, Any], reconciled: bool = False) -> Dict[str, Any]:
-        return self._do(effects.verify_ops(self.state, key, evidence, self.now, reconciled), key)
-
-    def effect_absent(self, key: str, evidence: Dict[str, Any], backoff: bool = False, reconciled: bool = False) -> Dict[str, Any]:
-        return self._do(effects.absent_ops(self.state, key, evidence, self.now, reconciled), key)
-
-    def effect_uncertain(self, key: str, reason: str) -> Dict[str, Any]:
-        return self._do(effects.uncertain_ops(self.state, key, reason, self.now), key)
-
-    def effect_failed(self, key: str, reason: str) -> Dict[str, Any]:
-        return self._do(effects.failed_ops(self.state, key, reason, self.now), key)

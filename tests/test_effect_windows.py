@@ -25,7 +25,7 @@ import unittest
 import uuid
 from typing import Any, Dict, List, Optional, Tuple
 
-from runner.effects import StaleEpoch
+from runner.target import StaleEpoch
 from runner.errors import Fenced, NeedsReconciliation
 from runner.run import Run
 from runner.stores.file import RunStore

@@ -228,7 +228,7 @@ class SituationCodesTest(GateCase):
         body = self.cli("effect", "begin", "draft:upload", "--payload", self.post, code=12, reason="failed")
         self.assertEqual(body["context"], {"effect": "draft:upload"})
         run.effect_begin("draft:notes", POST)
-        run.effect_absent("draft:notes", {"found": False}, backoff=True)
+        run.effect_absent("draft:notes", {"found": False})  # an observed absence schedules the backoff itself
         body = self.cli("effect", "begin", "draft:notes", "--payload", self.post, code=11, reason="retry-later")
         self.assertEqual(body["context"]["retry_at"], run.state["effects"]["draft:notes"]["next_attempt_at"])
         self.assertGreater(body["context"]["wait_seconds"], 500)

@@ -3,7 +3,6 @@
 import unittest
 
 from runner import effects, steps
-from runner.effects import Observation, Rejected, UnknownOutcome
 from runner.envelope import format_time
 from runner.errors import (
     AlreadyVerified,
@@ -17,7 +16,7 @@ from runner.errors import (
     RunComplete,
 )
 
-from ._ops import DIGEST, OTHER, PAYLOAD, T0, MemoryRun, apply, at_publish, begun, fresh, granted, plan, then, through
+from ._ops import DIGEST, OTHER, T0, apply, at_publish, begun, fresh, granted, plan, then, through
 
 STAMP = format_time(T0)
 
@@ -222,57 +221,6 @@ class ResolveTest(unittest.TestCase):
             with self.assertRaises(InvalidInput):
                 effects.uncertain_ops(self.state, "doc-1", reason, T0)
 
-
-class Target:
-    """A target whose answers are scripted: ``invoke`` raises or returns, ``observe`` returns statuses in turn."""
-
-    name = "scripted"
-    key_scope = "test"
-    retention_seconds = None
-    conflicting_payload = "refused"
-    verification = "lookup"
-    deduplicates = False
-
-    def __init__(self, invoke: object, observations: list) -> None:
-        self.invoke_result = invoke
-        self.observations = list(observations)
-        self.calls = 0
-
-    def invoke(self, key: str, payload: dict, epoch: int) -> dict:
-        self.calls += 1
-        if isinstance(self.invoke_result, Exception):
-            raise self.invoke_result
-        return self.invoke_result  # type: ignore[return-value]
-
-    def observe(self, key: str, payload: dict) -> Observation:
-        return Observation(self.observations.pop(0), {"looked": True})
-
-
-class DriveTest(unittest.TestCase):
-    """:func:`runner.effects.drive_effect` over an in-memory run: what each target answer becomes."""
-
-    def run_(self) -> MemoryRun:
-        return MemoryRun(then(fresh(), steps.start_ops, "draft"))
-
-    def test_a_refusal_for_good_is_failed_naming_the_effect(self) -> None:
-        run = self.run_()
-        with self.assertRaises(Failed) as caught:
-            effects.drive_effect(run, "doc-1", PAYLOAD, Target(Rejected("known key, other payload"), []))
-        self.assertEqual(caught.exception.context, {"effect": "doc-1"})
-        self.assertEqual(run.state["effects"]["doc-1"]["state"], "failed")
-        with self.assertRaises(Failed):
-            effects.drive_effect(run, "doc-1", PAYLOAD, Target({"t": 1}, ["present"]))
-
-    def test_verified_calls_nothing_and_unknown_is_reconciled_not_retried(self) -> None:
-        run = self.run_()
-        target = Target({"t": 1}, ["present"])
-        self.assertEqual(effects.drive_effect(run, "doc-1", PAYLOAD, target)["state"], "verified")
-        self.assertEqual(effects.drive_effect(run, "doc-1", PAYLOAD, Target(AssertionError("called"), []))["state"], "verified")
-        lost = self.run_()
-        target = Target(UnknownOutcome("timeout"), ["unknown"])
-        with self.assertRaises(NeedsReconciliation):
-            effects.drive_effect(lost, "doc-1", PAYLOAD, target)
-        self.assertEqual((target.calls, lost.state["effects"]["doc-1"]["state"]), (1, "uncertain"))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import unittest
 import uuid
 from typing import Any, Dict, List, Optional, Tuple
 
-from runner.effects import NotApplied, Rejected, StaleEpoch, UnknownOutcome
+from runner.target import NotApplied, Rejected, StaleEpoch, UnknownOutcome
 from runner.envelope import content_digest
 from runner.proof.ticketservice import Faults, MarkerTicketAdapter, TicketServiceProcess, parse_command_line
 

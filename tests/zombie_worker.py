@@ -25,7 +25,7 @@ import os
 import time
 from typing import Any, Dict, List, Optional
 
-from runner.effects import StaleEpoch
+from runner.target import StaleEpoch
 from runner.errors import Fenced
 from runner.proof.ticketservice import TicketAdapter
 from runner.recovery import recover

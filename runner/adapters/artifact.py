@@ -38,7 +38,7 @@ import hashlib
 import os
 from typing import Any, Dict, Optional, Tuple
 
-from ..effects import NotApplied, Observation, Rejected, UnknownOutcome
+from ..target import NotApplied, Observation, Rejected, UnknownOutcome
 from ..envelope import validate_id
 from ..errors import InvalidInput
 from ..fs import OsFileSystem

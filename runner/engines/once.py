@@ -5,8 +5,8 @@ not needed; what the engine does not give is the window between a target
 committing an effect and the engine recording that the step returned. A
 Temporal activity whose worker dies there is retried; a DBOS step runs
 again on recovery. Both then call the target a second time. This module
-closes that window with the ledger's rules, applied to a target through the
-same :class:`runner.effects.Adapter` protocol the runner uses:
+closes that window with the runner's lifecycle (:func:`runner.lifecycle.next_move`),
+applied to a target through the same :class:`runner.target.Adapter` protocol the runner uses:
 
 * the key is stable: the workflow's id and the caller's logical key, never
   an attempt number (:func:`effect_key`);
@@ -24,10 +24,13 @@ same :class:`runner.effects.Adapter` protocol the runner uses:
 act there without patching anything.
 """
 
+import time
 from typing import Any, Callable, Dict, Optional
 
-from ..effects import Adapter, NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
-from ..envelope import content_digest, validate_id
+from ..envelope import content_digest, format_time, validate_id
+from ..errors import Failed, Fenced, NeedsReconciliation
+from ..lifecycle import Answer, Caps, Facts, Seen, next_move
+from ..target import Adapter, NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 
 __all__ = ["effect_key", "perform_once", "observe_once", "EffectUncertain", "EffectConflict", "WINDOWS"]
 
@@ -76,8 +79,15 @@ def perform_once(
     maybe_done: bool,
     epoch: int = 0,
     on_window: Callable[[str, str], None] = _nothing,
+    clock: Callable[[], float] = time.time,
 ) -> Dict[str, Any]:
     """Bring ``key`` with ``payload`` to verified at the target, calling it at most once per observed absence.
+
+    The moves are :func:`runner.lifecycle.next_move`'s, carried out against a
+    record kept in memory (the engine keeps the durable history): an earlier
+    attempt that may have reached the target is an ``uncertain`` effect, so
+    it is observed first, and the target is called only after an observed
+    absence, once per call of this function.
 
     :param maybe_done: an earlier attempt may have reached the target (every retry, every
         recovery; a first attempt when the workflow says so): observe first.
@@ -86,30 +96,75 @@ def perform_once(
         False when an earlier attempt's effect was found and reused.
     :raises EffectUncertain: the outcome stays unknown after the call or the observation.
     :raises EffectConflict: the target refused the effect for good.
+    :raises NotApplied: the target created nothing, for now: the engine's own retry may try again.
     """
     digest = content_digest(payload)
+    stamp = format_time(clock())
+    record: Optional[Dict[str, Any]] = None
     if maybe_done:
-        seen = observe_once(adapter, key, payload)
-        if seen.status == "present":
-            return {"key": key, "payload_digest": digest, "receipt": None, "evidence": seen.evidence, "invoked": False}
-        if seen.status != "absent":
-            raise EffectUncertain(key, f"observation before a retry was {seen.status}: {seen.evidence}")
-    on_window("before-invoke", key)
-    receipt: Optional[Dict[str, Any]] = None
+        record = {"state": "uncertain", "attempts": 0, "receipt": None, "started_at": stamp, "updated_at": stamp}
+    caps = Caps(timeout=float(getattr(adapter, "timeout", 0) or 60), deduplicates=bool(getattr(adapter, "deduplicates", False)),
+                retention=getattr(adapter, "retention_seconds", None))
+    seen: Optional[Seen] = None
+    answer = None
+    invoked = False
+    detail = "an earlier attempt may have reached the target"
+    while True:
+        now = clock()
+        move = next_move(Facts(key, record, (), seen, answer, caps, now))
+        kind = move.kind
+        if kind == "done":
+            assert record is not None
+            return {"key": key, "payload_digest": digest, "receipt": record.get("receipt"), "evidence": record.get("evidence"), "invoked": invoked}
+        if kind == "observe":
+            found = observe_once(adapter, key, payload)
+            seen = Seen(found.status, found.evidence, now)
+        elif kind == "invoke":
+            if invoked:
+                raise EffectUncertain(key, f"{detail} (observed {seen.status if seen else 'nothing'})")
+            on_window("before-invoke", key)
+            record = dict(record or {"attempts": 0, "started_at": format_time(now)}, state="started", updated_at=format_time(now),
+                          attempts=int((record or {}).get("attempts", 0)) + 1, receipt=None)
+            answer, invoked, seen = _call(adapter, key, payload, epoch, clock), True, None
+            detail = "the call returned but the target does not show the effect" if answer.kind == "receipt" else f"the call's outcome is unknown: {answer.detail}"
+            on_window("after-invoke", key)
+        elif kind == "defer":
+            raise NotApplied(answer.detail if answer else "the target created nothing", answer.retry_after if answer else None)
+        elif kind in ("ack", "verify", "absent", "uncertain", "fail"):
+            assert record is not None
+            record = dict(record, updated_at=format_time(now))
+            if kind == "ack":
+                record.update(state="acknowledged", receipt=move.receipt)
+            elif kind == "verify":
+                record.update(state="verified", evidence=move.evidence)
+                on_window("after-verify", key)
+            else:
+                record.update(state={"absent": "absent", "uncertain": "uncertain", "fail": "failed"}[kind], reason=move.reason)
+            if move.error is not None:
+                raise _engine_error(key, move.error, detail)
+        elif kind == "stop":
+            raise _engine_error(key, move.error, detail)
+        else:  # waits: nothing here waits; the engine retries the activity or step
+            raise EffectUncertain(key, f"{detail} (the lifecycle asks to wait until {move.until})")
+
+
+def _call(adapter: Adapter, key: str, payload: Dict[str, Any], epoch: int, clock: Callable[[], float]) -> Answer:
+    """One call of the target and what its answer means (see :mod:`runner.target`)."""
     try:
         receipt = adapter.invoke(key, payload, epoch)
-    except NotApplied:
-        raise  # certainly not applied: the engine's own retry may try again, observing first
+    except NotApplied as exc:
+        return Answer("not-applied", str(exc), retry_after=exc.retry_after, ended_at=clock())
     except (Rejected, StaleEpoch) as exc:
-        raise EffectConflict(key, f"{type(exc).__name__}: {exc}") from None
+        return Answer("rejected", f"{type(exc).__name__}: {exc}", ended_at=clock())
     except UnknownOutcome as exc:
-        receipt = None
-        detail = f"the call's outcome is unknown: {exc}"
-    else:
-        detail = "the call returned but the target does not show the effect"
-    on_window("after-invoke", key)
-    seen = observe_once(adapter, key, payload)
-    if seen.status != "present":
-        raise EffectUncertain(key, f"{detail} (observed {seen.status})")
-    on_window("after-verify", key)
-    return {"key": key, "payload_digest": digest, "receipt": receipt, "evidence": seen.evidence, "invoked": True}
+        return Answer("unknown", str(exc), ended_at=clock())
+    return Answer("receipt", receipt=receipt, ended_at=clock())
+
+
+def _engine_error(key: str, error: Any, detail: str) -> Exception:
+    """The engine's exception for a stop of the lifecycle."""
+    if isinstance(error, (Failed, Fenced)):
+        return EffectConflict(key, error.message.split(": ", 1)[-1])
+    if isinstance(error, NeedsReconciliation):
+        return EffectUncertain(key, f"{detail}: {error.message}")
+    return EffectUncertain(key, str(error))

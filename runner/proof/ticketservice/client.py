@@ -1,4 +1,4 @@
-"""The client side: adapters that call the ticket service (:class:`runner.effects.Adapter`).
+"""The client side: adapters that call the ticket service (:class:`runner.target.Adapter`).
 """
 
 import http.client
@@ -9,7 +9,7 @@ import urllib.parse
 import urllib.request
 from typing import Any, Dict, Optional, Tuple
 
-from ...effects import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
+from ...target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 from ...envelope import content_digest
 
 

@@ -1,0 +1,463 @@
+"""The executor: carries out the lifecycle's moves for one effect or many, as the one writer of their transitions.
+
+:func:`runner.lifecycle.next_move` decides; this module acts. For each
+effect it is given (a :class:`Job`), the executor asks for the next move
+and carries it out: it registers a call in flight
+(:mod:`runner.inflight`) before anything of the call happens, records
+``started`` durably before the target is called, runs the call, records
+what it answered, observes, waits out backoffs and settle times, waits for
+(and, past their deadline, kills) earlier calls of the same key, and asks
+again, until the effect is verified or a stop is named.
+
+Invariants it keeps:
+
+* **One writer.** Calls run concurrently, in threads (the :class:`World`);
+  every transition is made by the thread that runs the loop. Records of
+  several effects that are ready together are committed as one transition
+  (:meth:`runner.run.Run.transact_many`), so a transition is still one
+  fsync, shared.
+* **Register, then begin, then call.** A call's record in the registry
+  exists before its ``started`` is durable, and ``started`` is durable
+  before the target is called; a call's record is removed only after what it
+  answered is recorded (a writer that cannot record it leaves the record, with
+  the call's end, for whoever takes over).
+* **A lease that lives through a call.** While calls run or waits last, the
+  lease is renewed when a third of its time has passed; a renewal that fails
+  (fenced) ends the loop at once, writing nothing more.
+* **Stops let calls in flight settle.** At the first stop (needs-reconciliation,
+  a failure, a limit, a cancellation, an approval), no new call begins;
+  calls in flight finish or reach their deadline and are recorded and
+  reconciled (observed, never called again); then the stop is raised.
+
+The world (threads and their completions), the decision function, the
+registry and the commit windows' hooks are passed in, so a simulation can
+run this same code in a seeded world (``runner/proof/simulation.py``).
+"""
+
+import queue
+import random as _random
+import threading
+import time
+from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple, Union
+
+from . import effects as _effects
+from . import inflight
+from . import retry
+from .envelope import content_digest, format_time, parse_time
+from .errors import Fenced, RunnerError
+from .lifecycle import Answer, Call, Caps, Facts, Move, Seen, next_move
+from .target import Adapter, NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
+from .windows import NO_HOOKS, Hooks
+
+__all__ = ["Executor", "Job", "World", "ThreadWorld", "caps_for", "DEFAULT_TIMEOUT"]
+
+#: Seconds a call may take when neither its adapter nor the contract says.
+DEFAULT_TIMEOUT = 60.0
+#: Seconds between two looks at an earlier call that is still in flight.
+POLL_SECONDS = 0.1
+
+_RECORDS = ("ack", "verify", "absent", "defer", "uncertain", "fail", "invoke")
+
+
+class Job(NamedTuple):
+    """One effect to take to verified: its key, payload (or a function that makes it), adapter and step."""
+
+    key: str
+    payload: Union[Dict[str, Any], Callable[[], Dict[str, Any]]]
+    adapter: Adapter
+    step: Optional[str] = None
+
+
+class World:
+    """Where calls run and time passes. The real one is :class:`ThreadWorld`; a simulation stands in."""
+
+    def start(self, tag: Any, work: Callable[[], Any]) -> None:
+        """Run ``work()`` apart from the loop; its result (or exception) comes back from :meth:`wait` with ``tag``."""
+        raise NotImplementedError
+
+    def wait(self, timeout: float) -> Optional[Tuple[Any, Any]]:
+        """The next finished call as ``(tag, result)``, or None once ``timeout`` seconds passed without one."""
+        raise NotImplementedError
+
+
+class ThreadWorld(World):
+    """Each call in a daemon thread; completions through a queue; with no call running, waits are ``sleep``.
+
+    A process may exit with calls still running: their records stay in the
+    registry and whoever takes over waits for them.
+    """
+
+    def __init__(self, sleep: Callable[[float], None] = time.sleep) -> None:
+        self.sleep = sleep
+        self._done: "queue.Queue[Tuple[Any, Any]]" = queue.Queue()
+        self._running = 0
+
+    def start(self, tag: Any, work: Callable[[], Any]) -> None:
+        def body() -> None:
+            try:
+                result = work()
+            except BaseException as exc:  # delivered to the loop, which decides what it means
+                result = exc
+            self._done.put((tag, result))
+
+        self._running += 1
+        threading.Thread(target=body, name="runner-call", daemon=True).start()
+
+    def wait(self, timeout: float) -> Optional[Tuple[Any, Any]]:
+        if self._running == 0:
+            if timeout > 0:
+                self.sleep(timeout)
+            return None
+        try:
+            got = self._done.get(timeout=max(0.0, timeout))
+        except queue.Empty:
+            return None
+        self._running -= 1
+        return got
+
+
+def caps_for(state: Dict[str, Any], adapter: Adapter, invoke: bool = True) -> Caps:
+    """The caps of one effect: the adapter's timeout and facts, the contract's settle time."""
+    effects = state["plan"].get("effects", {})
+    timeout = getattr(adapter, "timeout", None) or effects.get("timeout_seconds") or DEFAULT_TIMEOUT
+    return Caps(timeout=float(timeout), settle=float(effects.get("settle_seconds", 0) or 0),
+                deduplicates=bool(getattr(adapter, "deduplicates", False)), retention=getattr(adapter, "retention_seconds", None),
+                invoke=invoke)
+
+
+class _Task:
+    """One job in the loop: what this pass learned of it, and what it waits for."""
+
+    __slots__ = ("job", "payload", "digest", "caps", "seen", "answer", "calls", "pending", "wake_at", "own", "error", "record", "finished",
+                 "watch")
+
+    def __init__(self, job: Job, payload: Dict[str, Any], caps: Caps) -> None:
+        self.job, self.payload, self.caps = job, payload, caps
+        self.digest = content_digest(_effects.check_document(payload, "payload"))
+        self.seen: Optional[Seen] = None
+        self.answer: Optional[Answer] = None
+        self.calls: Optional[List[Tuple[inflight.Registered, Call]]] = None  # the registry's view, read once, then while waiting
+        self.pending: Optional[Tuple[inflight.Registered, str, float]] = None  # the call in flight: its record, kind, start
+        self.wake_at: Optional[float] = None
+        self.own: Optional[inflight.Registered] = None  # this pass's invoke, until what it answered is recorded
+        self.error: Optional[BaseException] = None
+        self.record: Optional[Dict[str, Any]] = None
+        self.finished = False
+        self.watch: Optional[inflight.Registered] = None  # an earlier call being waited for or killed
+
+
+class Executor:
+    """Carries out effects' lifecycles for ``run`` (a :class:`runner.run.Run` holding the lease).
+
+    :param registry: the run's calls in flight (default: :func:`runner.inflight.registry_for` the run's store).
+    :param world: where calls run (default: threads).
+    :param decide: the lifecycle (default :func:`runner.lifecycle.next_move`).
+    :param ttl: the lease's time to live for renewals (default: the contract's, else 300 s).
+    :param parallel: how many effects may have calls in flight at once.
+    :param hooks: the commit windows' hooks (default: the run's).
+    :param rand: the random source of backoffs (default: the run's).
+    """
+
+    def __init__(self, run: Any, *, registry: Optional[inflight.Registry] = None, world: Optional[World] = None,
+                 decide: Callable[[Facts], Move] = next_move, ttl: Optional[float] = None, parallel: int = 1,
+                 hooks: Optional[Hooks] = None, rand: Optional[Callable[[], float]] = None) -> None:
+        self.run = run
+        self.registry = registry if registry is not None else inflight.registry_for(run.store)
+        self.world = world or ThreadWorld()
+        self.decide = decide
+        self._ttl = ttl
+        self.parallel = max(1, int(parallel))
+        self.hooks = hooks if hooks is not None else getattr(run, "hooks", NO_HOOKS)
+        self.rand = rand or getattr(run, "rand", _random.random)
+        self.calls_made = 0
+
+    # -- the public verbs ---------------------------------------------------------------------------
+    def perform(self, key: str, payload: Dict[str, Any], adapter: Adapter, step: Optional[str] = None) -> Dict[str, Any]:
+        """Take ``key`` to verified through ``adapter``; return its ledger record.
+
+        :raises NeedsReconciliation: the outcome cannot be established by observing (or a receipt is contradicted).
+        :raises Failed: the target refused it for good, or it failed before.
+        :raises LimitExhausted: its attempts are spent (the run is recorded as blocked).
+        :raises Fenced: the lease was lost, or the target refused the epoch.
+        """
+        return self._one(Job(key, payload, adapter, step), invoke=True)
+
+    def reconcile(self, key: str, payload: Dict[str, Any], adapter: Adapter) -> Dict[str, Any]:
+        """Observe an unresolved effect and record what is seen; never call the target to make it."""
+        return self._one(Job(key, payload, adapter, None), invoke=False)
+
+    def perform_all(self, jobs: Iterable[Job], on_settled: Optional[Callable[[Job, Dict[str, Any]], None]] = None) -> None:
+        """Perform ``jobs`` in order, up to ``parallel`` with calls in flight; ``on_settled(job, record)`` after each.
+
+        At the first stop no new job starts; those in flight settle; then the stop is raised.
+        """
+        self._loop(iter(jobs), True, on_settled)
+
+    def _one(self, job: Job, invoke: bool) -> Dict[str, Any]:
+        done: List[Dict[str, Any]] = []
+        self._loop(iter([job]), invoke, lambda _job, record: done.append(record))
+        return done[0]
+
+    # -- the loop ----------------------------------------------------------------------------------
+    def _loop(self, jobs: Iterator[Job], invoke: bool, on_settled: Optional[Callable[[Job, Dict[str, Any]], None]]) -> None:
+        active: List[_Task] = []
+        stop: Optional[BaseException] = None
+        try:
+            while True:
+                while stop is None and len(active) < self.parallel:
+                    job = next(jobs, None)
+                    if job is None:
+                        break
+                    try:
+                        payload = job.payload() if callable(job.payload) else job.payload
+                        active.append(_Task(job, payload, caps_for(self.run.state, job.adapter, invoke)))
+                    except RunnerError as exc:
+                        stop = exc
+                if not active:
+                    break
+                self._advance(active, stopping=stop is not None)
+                for task in [t for t in active if t.finished]:
+                    active.remove(task)
+                    if task.error is not None:
+                        stop = stop or task.error
+                    elif on_settled is not None and task.record is not None:
+                        on_settled(task.job, task.record)
+                if stop is not None and not any(t.pending for t in active):
+                    break  # nothing in flight: what waits (a backoff, an earlier call) is left for the next run
+                self.keep_lease()
+                self._wait(active)
+        except Fenced:
+            # Nothing more is written. Calls in flight are left to whoever holds the lease now: their
+            # records stay, and one whose answer is in hand is marked ended.
+            for task in active:
+                if task.own is not None and task.pending is None:
+                    self.registry.ended(task.own)
+            raise
+        if stop is not None:
+            raise stop
+
+    @property
+    def ttl(self) -> float:
+        """The lease's time to live for renewals: as given, else as last acquired or renewed, else the contract's."""
+        if self._ttl:
+            return float(self._ttl)
+        lease = self.run.state["lease"]
+        return float(lease.get("ttl_seconds") or self.run.state["plan"].get("lease", {}).get("ttl_seconds", 300))
+
+    def _renew_due(self) -> Optional[float]:
+        """When this writer's lease is next renewed (a third of its time after the last renewal), or None if it holds none."""
+        lease = self.run.state["lease"]
+        if self.run.owner is None or lease.get("owner") != self.run.owner or lease.get("epoch") != self.run.epoch or not lease.get("expires_at"):
+            return None
+        return parse_time(lease["expires_at"]) - self.ttl * 2 / 3
+
+    def keep_lease(self) -> None:
+        """Renew this writer's lease if a third of its time has passed since the last renewal.
+
+        :raises Fenced: the lease was lost.
+        """
+        due = self._renew_due()
+        if due is not None and self.run.clock() >= due:
+            self.run.renew(self.ttl)
+
+    def _wait(self, active: List[_Task]) -> None:
+        """Block until a call ends, a wait is over, or the lease is due; then take in every call that ended."""
+        now = self.run.clock()
+        if any(not t.finished and t.pending is None and (t.wake_at is None or t.wake_at <= now) for t in active):
+            return
+        until = [t.wake_at for t in active if t.wake_at is not None and t.pending is None]
+        due = self._renew_due()
+        if due is not None:
+            until.append(due)
+        timeout = max(0.0, min(until) - now) if until else POLL_SECONDS * 10
+        got = self.world.wait(timeout)
+        while got is not None:
+            self._finished(*got)
+            got = self.world.wait(0.0)
+
+    # -- deciding and acting --------------------------------------------------------------------------
+    def _facts(self, task: _Task, now: float) -> Facts:
+        key = task.job.key
+        if task.calls is None or task.watch is not None:
+            task.calls = self.registry.calls(key)
+            task.watch = None
+        return Facts(key, self.run.state["effects"].get(key), tuple(view for _, view in task.calls), task.seen, task.answer, task.caps, now)
+
+    def _advance(self, active: List[_Task], stopping: bool) -> None:
+        """Decide and act for every task that is not waiting, until each waits, has a call in flight, or is finished."""
+        while True:
+            now = self.run.clock()
+            batch: List[Tuple[_Task, Move]] = []
+            for task in active:
+                if task.finished or task.pending is not None or (task.wake_at is not None and now < task.wake_at):
+                    continue
+                task.wake_at = None
+                move = self.decide(self._facts(task, now))
+                if stopping and move.kind in ("invoke", "wait", "wait-call", "kill-call"):
+                    task.finished = True  # no new call once stopping; what waits is left for the next run
+                elif move.kind in _RECORDS:
+                    batch.append((task, move))
+                else:
+                    self._act(task, move, now)
+            if not batch:
+                return
+            self._commit(batch)
+
+    def _act(self, task: _Task, move: Move, now: float) -> None:
+        kind = move.kind
+        if kind in ("done", "settled"):
+            task.record = self.run.state["effects"].get(task.job.key) or {"key": task.job.key, "state": None}
+            task.finished = True
+        elif kind == "stop":
+            task.error, task.finished = move.error, True
+        elif kind == "observe":
+            self._start(task, "observe", now)
+        elif kind == "wait":
+            task.wake_at = move.until
+        elif kind == "wait-call":
+            task.wake_at = min(float(move.until or now), now + POLL_SECONDS)
+            task.watch = self._registered(task, move.call)
+        elif kind == "kill-call":
+            found = self._registered(task, move.call)
+            if found is not None:
+                self.registry.kill(found)
+            task.watch, task.wake_at = found, now + POLL_SECONDS / 5
+        else:
+            raise ValueError(f"unknown move {kind!r}")
+
+    @staticmethod
+    def _registered(task: _Task, call: Optional[Call]) -> Optional[inflight.Registered]:
+        return next((r for r, view in (task.calls or []) if view == call), None)
+
+    def _change(self, task: _Task, move: Move) -> Callable[[Dict[str, Any], float], List[Any]]:
+        """The ledger change that records ``move`` for ``task``, as a function of the state at commit time."""
+        key, kind = task.job.key, move.kind
+        if kind == "invoke":
+            return lambda s, now: _effects.begin_ops(s, key, task.digest, now, task.job.step, move.resend)
+        if kind == "ack":
+            return lambda s, now: _effects.ack_ops(s, key, move.receipt, now)  # type: ignore[arg-type]
+        if kind == "verify":
+            evidence = dict(move.evidence or {})
+            receipt = (self.run.state["effects"].get(key) or {}).get("receipt")
+            if receipt is not None and not move.reconciled and "receipt" not in evidence:
+                evidence["receipt"] = receipt
+            return lambda s, now: _effects.verify_ops(s, key, evidence, now, move.reconciled)
+        if kind == "absent":
+            return lambda s, now: _effects.absent_ops(s, key, move.evidence or {}, now, move.reconciled,
+                                                       not_before=retry.next_attempt_at(s, s["effects"][key]["attempts"], now, self.rand))
+
+        if kind == "defer":
+            def defer(s: Dict[str, Any], now: float) -> List[Any]:
+                when = format_time(move.until) if move.until is not None else retry.next_attempt_at(s, s["effects"][key]["attempts"], now, self.rand)
+                return _effects.deferred_ops(s, key, move.evidence or {}, now, when)
+            return defer
+        if kind == "uncertain":
+            return lambda s, now: _effects.uncertain_ops(s, key, move.reason or "outcome unknown", now)
+        return lambda s, now: _effects.failed_ops(s, key, move.reason or "refused", now)
+
+    def _commit(self, batch: List[Tuple[_Task, Move]]) -> None:
+        """Record the moves of ``batch`` as one transition; then start the calls whose ``started`` is now durable."""
+        for task, move in batch:
+            if move.kind == "invoke":
+                task.own = self.registry.register(task.job.key, "invoke", self._attempt(task) + 1, task.caps.timeout,
+                                                  self.run.owner, self.run.epoch)
+                self.hooks.reached("effect:before-started", key=task.job.key)
+            elif move.kind == "verify":
+                self.hooks.reached("effect:before-verify", key=task.job.key)
+        errors = self.run.transact_many([self._change(task, move) for task, move in batch])
+        now = self.run.clock()
+        for (task, move), error in zip(batch, errors):
+            key = task.job.key
+            if error is not None:
+                if move.kind == "invoke" and task.own is not None:
+                    self.registry.finish(task.own)  # nothing was begun: the call never started
+                    task.own = None
+                task.error, task.finished = error, True
+                continue
+            if move.kind == "invoke":
+                self.hooks.reached("effect:after-started", key=key)
+                task.seen, task.answer = None, None
+                self._start(task, "invoke", now, task.own)
+                continue
+            if task.own is not None and move.kind in ("ack", "uncertain", "fail", "defer"):
+                self.registry.finish(task.own)  # what the call answered is recorded
+                task.own = None
+            if task.calls:
+                self.registry.forget_ended(key)  # earlier calls that ended are superseded by this record
+                task.calls = [(r, v) for r, v in task.calls if v.alive]
+            if move.kind == "ack":
+                self.hooks.reached("effect:after-ack", key=key)
+            if move.error is not None:
+                task.error, task.finished = move.error, True
+
+    def _attempt(self, task: _Task) -> int:
+        return int((self.run.state["effects"].get(task.job.key) or {}).get("attempts", 0))
+
+    def _start(self, task: _Task, kind: str, now: float, call: Optional[inflight.Registered] = None) -> None:
+        """Start one call in the world (registered first); its result arrives through :meth:`_finished`."""
+        job = task.job
+        if call is None:
+            call = self.registry.register(job.key, kind, self._attempt(task), task.caps.timeout, self.run.owner, self.run.epoch)
+        task.pending = (call, kind, now)
+        self.calls_made += 1
+        epoch = self.run.epoch
+        registry = self.registry
+
+        def work() -> Any:
+            with inflight.calling(registry, call):  # type: ignore[arg-type]
+                if kind == "observe":
+                    return _observe(job.adapter, job.key, task.payload)
+                return _invoke(job.adapter, job.key, task.payload, epoch)
+
+        self.world.start(task, work)
+
+    def _finished(self, task: _Task, result: Any) -> None:
+        """A call of ``task`` ended: keep what it found or answered for the next decision."""
+        call, kind, began = task.pending  # type: ignore[misc]
+        task.pending = None
+        now = self.run.clock()
+        if isinstance(result, BaseException) and not isinstance(result, Exception):
+            raise result
+        if kind == "observe":
+            self.registry.finish(call)
+            task.seen = result if isinstance(result, Seen) else Seen("unknown", {"error": f"{type(result).__name__}: {result}"}, began)
+            task.seen = task.seen._replace(at=began)
+            return
+        self.hooks.reached("effect:after-call", key=task.job.key)
+        answer = result if isinstance(result, Answer) else Answer("unknown", f"{type(result).__name__}: {result}")
+        task.answer = answer._replace(ended_at=now)
+
+
+def _observe(adapter: Adapter, key: str, payload: Dict[str, Any]) -> Seen:
+    """One lookup; a lookup that failed, or answered nonsense, says nothing: unknown, never absent."""
+    try:
+        seen = adapter.observe(key, payload)
+        if not isinstance(seen, Observation) or seen.status not in ("present", "absent", "unknown"):
+            raise TypeError(f"observe returned {seen!r:.100}, not an Observation")
+        _effects.check_document(seen.evidence, "evidence")
+    except Exception as exc:
+        return Seen("unknown", {"error": f"{type(exc).__name__}: {exc}"[:500]}, 0.0)
+    return Seen(seen.status, seen.evidence, 0.0)
+
+
+def _invoke(adapter: Adapter, key: str, payload: Dict[str, Any], epoch: Optional[int]) -> Answer:
+    """One call of the target, and what its answer means (see :mod:`runner.target`)."""
+    try:
+        receipt = adapter.invoke(key, payload, epoch)  # type: ignore[arg-type]
+    except NotApplied as exc:
+        return Answer("not-applied", str(exc), retry_after=exc.retry_after)
+    except Rejected as exc:
+        return Answer("rejected", str(exc))
+    except StaleEpoch as exc:
+        return Answer("stale-epoch", str(exc))
+    except UnknownOutcome as exc:
+        return Answer("unknown", str(exc))
+    except RunnerError as exc:  # the adapter could not even make the call (e.g. its program is missing)
+        return Answer("unknown", f"{exc.reason}: {exc.message}")
+    except Exception as exc:  # an adapter that crashed mid-call: whether the target got it is unknown
+        return Answer("unknown", f"{type(exc).__name__}: {exc}")
+    try:
+        _effects.check_document(receipt, "receipt")
+    except RunnerError as exc:
+        return Answer("unknown", f"the call returned, but its receipt is unusable: {exc.message}")
+    return Answer("receipt", receipt=receipt)

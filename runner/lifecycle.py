@@ -1,0 +1,239 @@
+"""One effect's lifecycle, decided by one pure function.
+
+:func:`next_move` looks at what is known of one effect (its ledger record,
+the earlier calls of its key that the in-flight registry knows of, the last
+observation and the last answer this pass obtained, the caps and the time)
+and names the next move. It reads nothing and changes nothing: the executor
+(:mod:`runner.executor`) and the engines' helper (:mod:`runner.engines.once`)
+carry its moves out and call it again, as tenacity's ``iter()`` decides and
+its loop acts. The rules it keeps:
+
+* **Verified is done.** A verified effect is never called again; a failed one
+  stops with :class:`~runner.errors.Failed`.
+* **Nothing is observed or called while an earlier call of the key may be in
+  progress.** A call that is alive is waited for until its deadline; after it,
+  a call with a process group of its own (a command) is killed and waited
+  for; an in-process call (the process that began the effect) is waited for
+  until that process is gone or its deadline passed.
+* **An absence is an observation only when no earlier call can still land.**
+  A lookup that found nothing sooner than ``settle`` seconds after the last
+  call ended is not believed: wait, observe again.
+* **A receipt is proof.** Once an acknowledgement is recorded, no absence
+  leads to another call, whatever state the effect has moved to: it is a
+  contradiction, recorded and stopped on (needs-reconciliation), never retried.
+* **Retry only after an observed absence**, after the persisted backoff, and
+  within the attempt caps (which the ledger's ``begin`` enforces); an
+  unknown outcome is settled by observing, or (for a target that
+  deduplicates, within its retention) by sending the same key and payload again.
+* **"Not now" is not "unknown".** A target that says it created nothing
+  (429, 503, exit 75) is recorded as such and called again after the delay
+  it named, bounded by its own count.
+
+Times are seconds since the epoch, from the run's clock.
+"""
+
+from typing import Any, Dict, NamedTuple, Optional, Tuple
+
+from .envelope import parse_time
+from .errors import Failed, Fenced, NeedsReconciliation, RunnerError
+from .target import describe
+
+__all__ = ["Caps", "Call", "Seen", "Answer", "Facts", "Move", "next_move", "quiet_since", "UNRESOLVED"]
+
+#: Ledger states of an effect whose outcome at the target is not known.
+UNRESOLVED = ("started", "acknowledged", "uncertain")
+
+
+class Caps(NamedTuple):
+    """What bounds one effect's calls.
+
+    :param timeout: seconds one call may take (its deadline is its start plus this).
+    :param settle: seconds after a call ended during which the target may not show it yet.
+    :param deduplicates: the target returns the original for the same key and payload.
+    :param retention: seconds the target remembers a key (None: forever).
+    :param invoke: False to reconcile only: observe and record, never call the target.
+    """
+
+    timeout: float = 60.0
+    settle: float = 0.0
+    deduplicates: bool = False
+    retention: Optional[float] = None
+    invoke: bool = True
+
+
+class Call(NamedTuple):
+    """An earlier call of the key, as the in-flight registry sees it now.
+
+    ``killable``: the call is a process group of its own (a command), which may
+    be killed once its deadline passed; an in-process call is the process
+    that made it. ``ended_at``: when it was seen to end (None while alive).
+    """
+
+    alive: bool
+    deadline: float
+    killable: bool
+    ended_at: Optional[float]
+    pid: int = 0
+    kind: str = "invoke"
+
+
+class Seen(NamedTuple):
+    """An observation this pass made: ``present``, ``absent`` or ``unknown``, and when it began."""
+
+    status: str
+    evidence: Dict[str, Any]
+    at: float
+
+
+class Answer(NamedTuple):
+    """What the call this pass made answered.
+
+    ``kind``: ``receipt``, ``unknown``, ``not-applied``, ``rejected`` or ``stale-epoch``.
+    """
+
+    kind: str
+    detail: str = ""
+    receipt: Optional[Dict[str, Any]] = None
+    retry_after: Optional[float] = None
+    ended_at: float = 0.0
+
+
+class Facts(NamedTuple):
+    """Everything :func:`next_move` decides from."""
+
+    key: str
+    effect: Optional[Dict[str, Any]]
+    calls: Tuple[Call, ...] = ()
+    seen: Optional[Seen] = None
+    answer: Optional[Answer] = None
+    caps: Caps = Caps()
+    now: float = 0.0
+
+
+class Move(NamedTuple):
+    """The one next thing to do for an effect.
+
+    ``kind`` is one of:
+
+    * ``done``: verified; ``settled``: not unresolved, and ``caps.invoke`` is False;
+    * ``wait-call``: an earlier call is alive: wait until it ends or ``until`` (its deadline);
+    * ``kill-call``: its deadline passed: kill ``call``'s process group, then look again;
+    * ``wait``: wait until ``until`` (a backoff, a delay the target asked for, or the settle time);
+    * ``observe``: look at the target;
+    * ``invoke``: record ``started`` durably, then call the target (``resend``: the same
+      key and payload again, to a target that deduplicates);
+    * records: ``ack`` (``receipt``), ``verify`` (``evidence``), ``absent`` (``evidence``),
+      ``defer`` (``evidence``; the next call not before ``until``), ``uncertain`` (``reason``),
+      ``fail`` (``reason``); after a record, ``error`` (if any) is raised;
+    * ``stop``: raise ``error``.
+    """
+
+    kind: str
+    until: Optional[float] = None
+    evidence: Optional[Dict[str, Any]] = None
+    receipt: Optional[Dict[str, Any]] = None
+    reason: Optional[str] = None
+    error: Optional[RunnerError] = None
+    call: Optional[Call] = None
+    resend: bool = False
+    reconciled: bool = False
+
+
+def quiet_since(facts: Facts) -> float:
+    """The moment after which no earlier call of the key can still be in progress, as far as is known.
+
+    The latest end among the registry's calls and this pass's own answer; an
+    in-process call still alive past its deadline counts as ended there. A
+    recorded ``acknowledged`` or ``uncertain`` was written after its call
+    ended, so its time bounds that call too. A ``started`` effect of which
+    the registry knows nothing (it was lost with the machine) is assumed to
+    have called until its deadline.
+    """
+    ends = [c.ended_at if c.ended_at is not None else c.deadline for c in facts.calls if not c.alive or not c.killable]
+    if facts.answer is not None:
+        ends.append(facts.answer.ended_at)
+    effect = facts.effect or {}
+    state = effect.get("state")
+    if state in UNRESOLVED and effect.get("updated_at"):
+        updated = parse_time(effect["updated_at"])
+        ends.append(updated + facts.caps.timeout if state == "started" and not facts.calls and facts.answer is None else updated)
+    return max(ends) if ends else 0.0
+
+
+def _within_retention(effect: Dict[str, Any], caps: Caps, now: float) -> bool:
+    return caps.retention is None or now < parse_time(effect["started_at"]) + float(caps.retention)
+
+
+def _contradiction(key: str, effect: Dict[str, Any], seen: Seen) -> str:
+    return (f"acknowledged (receipt {describe(effect.get('receipt'), 120)}) but observed absent "
+            f"({describe(seen.evidence, 120)}); a receipt is proof: it is never called again")
+
+
+def next_move(facts: Facts) -> Move:
+    """The next move for one effect (see the module docstring for the rules it keeps)."""
+    key, effect, caps, now = facts.key, facts.effect, facts.caps, facts.now
+    state = effect["state"] if effect else None
+    if state == "verified":
+        return Move("done")
+    if state == "failed":
+        return Move("stop", error=Failed(f"effect {key!r} failed for good: {effect.get('reason')}", effect=key))  # type: ignore[union-attr]
+
+    answer = facts.answer
+    if answer is not None and state == "started":
+        if answer.kind == "receipt":
+            return Move("ack", receipt=answer.receipt)
+        if answer.kind == "not-applied":
+            until = now + answer.retry_after if answer.retry_after is not None else None
+            return Move("defer", evidence={"not_applied": answer.detail[:500]}, until=until)
+        if answer.kind == "rejected":
+            return Move("fail", reason=f"rejected by the target: {answer.detail}",
+                        error=Failed(f"effect {key!r} was rejected by the target: {answer.detail}", effect=key))
+        if answer.kind == "stale-epoch":
+            return Move("uncertain", reason=f"the target refused a stale epoch: {answer.detail}",
+                        error=Fenced(f"the target refused the writer's epoch for effect {key!r}: {answer.detail}", key=key))
+        return Move("uncertain", reason=f"unknown outcome: {answer.detail}")
+
+    live = next((c for c in facts.calls if c.alive), None)
+    if live is not None:
+        if now < live.deadline:
+            return Move("wait-call", until=live.deadline, call=live)
+        if live.killable:
+            return Move("kill-call", call=live)
+        # An in-process call past its deadline: its process is no longer calling (quiet_since counts it ended).
+
+    seen = facts.seen
+    if state in UNRESOLVED:
+        effect = effect or {}
+        if seen is None:
+            return Move("observe")
+        if seen.status == "present":
+            return Move("verify", evidence=seen.evidence, reconciled=answer is None)
+        if seen.status == "absent":
+            settled = quiet_since(facts) + caps.settle
+            if seen.at < settled:
+                return Move("wait", until=settled) if now < settled else Move("observe")
+            if effect.get("receipt") is not None:
+                reason = _contradiction(key, effect, seen)
+                error = NeedsReconciliation(f"effect {key!r} was {reason}", key=key, receipt=effect.get("receipt"), observed=seen.evidence)
+                return Move("uncertain", reason=reason, error=error) if state != "uncertain" else Move("stop", error=error)
+            return Move("absent", evidence=seen.evidence, reconciled=answer is None)
+        # The lookup could not tell.
+        if state != "uncertain":
+            return Move("uncertain", reason=f"observation was inconclusive: {describe(seen.evidence)}")
+        if caps.invoke and caps.deduplicates and effect.get("receipt") is None and _within_retention(effect, caps, now):
+            return Move("invoke", resend=True)
+        return Move("stop", error=NeedsReconciliation(
+            f"effect {key!r}: the target cannot say whether it happened ({describe(seen.evidence)}); it will not be called blindly",
+            key=key))
+
+    # No outcome is pending: the effect was never begun, or was observed absent.
+    if not caps.invoke:
+        return Move("settled")
+    if effect is not None and effect.get("receipt") is not None:
+        return Move("stop", error=NeedsReconciliation(
+            f"effect {key!r} holds a receipt ({describe(effect.get('receipt'), 120)}) and is {state}: a receipt is proof; "
+            "it is never called again under this key", key=key, receipt=effect.get("receipt")))
+    when = (effect or {}).get("next_attempt_at")
+    if when and parse_time(when) > now:
+        return Move("wait", until=parse_time(when))
+    return Move("invoke")

@@ -1,0 +1,152 @@
+"""The lifecycle of one effect as a pure function: every rule of :func:`runner.lifecycle.next_move`, one at a time."""
+
+import unittest
+from typing import Any, Dict, Optional
+
+from runner.envelope import format_time
+from runner.errors import Failed, Fenced, NeedsReconciliation
+from runner.lifecycle import Answer, Call, Caps, Facts, Move, Seen, next_move, quiet_since
+
+T0 = 1_790_000_000.0
+KEY = "doc-1:ticket"
+
+
+def effect(state: str, at: float = T0, receipt: Optional[Dict[str, Any]] = None, **fields: Any) -> Dict[str, Any]:
+    record = {"state": state, "payload_digest": "sha256:x", "attempts": 1, "started_at": format_time(T0), "updated_at": format_time(at),
+              "receipt": receipt, "evidence": None, "reason": None, "next_attempt_at": None}
+    record.update(fields)
+    return record
+
+
+def move(record: Optional[Dict[str, Any]], now: float = T0 + 100, **facts: Any) -> Move:
+    return next_move(Facts(KEY, record, now=now, **facts))
+
+
+class FinishedTest(unittest.TestCase):
+    def test_verified_is_done_and_calls_nothing(self) -> None:
+        self.assertEqual(move(effect("verified")).kind, "done")
+        live = Call(True, T0 + 1000, True, None, 42)
+        self.assertEqual(move(effect("verified"), calls=(live,)).kind, "done", "even with a call in flight: nothing more is done")
+
+    def test_failed_stops_naming_the_effect(self) -> None:
+        got = move(effect("failed", reason="refused"))
+        self.assertEqual(got.kind, "stop")
+        self.assertIsInstance(got.error, Failed)
+        self.assertEqual(got.error.context, {"effect": KEY})
+
+
+class CallsInFlightTest(unittest.TestCase):
+    def test_a_live_call_is_waited_for_until_its_deadline(self) -> None:
+        live = Call(True, T0 + 200, True, None, 42)
+        for record in (None, effect("started"), effect("acknowledged", receipt={"t": 1}), effect("uncertain"), effect("absent")):
+            with self.subTest(state=(record or {}).get("state")):
+                got = move(record, calls=(live,))
+                self.assertEqual((got.kind, got.until, got.call), ("wait-call", T0 + 200, live))
+
+    def test_past_its_deadline_a_command_is_killed_and_an_in_process_call_counts_as_ended(self) -> None:
+        command = Call(True, T0 + 50, True, None, 42)
+        self.assertEqual(move(effect("started"), calls=(command,)).kind, "kill-call")
+        in_process = Call(True, T0 + 50, False, None, 42)
+        self.assertEqual(move(effect("started"), calls=(in_process,)).kind, "observe")
+        self.assertEqual(quiet_since(Facts(KEY, effect("started"), (in_process,))), T0 + 50)
+
+    def test_an_ended_call_dates_the_settle_time(self) -> None:
+        ended = Call(False, T0 + 200, True, T0 + 90, 42)
+        caps = Caps(settle=5)
+        early = Seen("absent", {"looked": 1}, T0 + 91)
+        self.assertEqual(move(effect("started"), calls=(ended,), caps=caps, seen=early, now=T0 + 92), Move("wait", until=T0 + 95))
+        self.assertEqual(move(effect("started"), calls=(ended,), caps=caps, seen=early, now=T0 + 95).kind, "observe")
+        late = Seen("absent", {"looked": 2}, T0 + 96)
+        self.assertEqual(move(effect("started"), calls=(ended,), caps=caps, seen=late, now=T0 + 96).kind, "absent")
+
+    def test_a_started_effect_the_registry_never_saw_is_assumed_to_call_until_its_deadline(self) -> None:
+        caps = Caps(timeout=30)
+        seen = Seen("absent", {}, T0 + 10)
+        self.assertEqual(move(effect("started", at=T0), caps=caps, seen=seen, now=T0 + 10), Move("wait", until=T0 + 30))
+        seen = Seen("absent", {}, T0 + 31)
+        self.assertEqual(move(effect("started", at=T0), caps=caps, seen=seen, now=T0 + 31).kind, "absent")
+
+
+class ReconcileTest(unittest.TestCase):
+    def test_an_unresolved_effect_is_observed_first(self) -> None:
+        for state in ("started", "acknowledged", "uncertain"):
+            with self.subTest(state=state):
+                self.assertEqual(move(effect(state, receipt={"t": 1} if state == "acknowledged" else None)).kind, "observe")
+
+    def test_present_is_verified_counted_as_reconciled_unless_this_pass_called(self) -> None:
+        seen = Seen("present", {"ticket": 7}, T0 + 100)
+        self.assertEqual(move(effect("started"), seen=seen), Move("verify", evidence={"ticket": 7}, reconciled=True))
+        answer = Answer("receipt", receipt={"ticket": 7}, ended_at=T0 + 99)
+        got = move(effect("acknowledged", receipt={"ticket": 7}), seen=seen, answer=answer)
+        self.assertEqual((got.kind, got.reconciled), ("verify", False))
+
+    def test_absent_without_a_receipt_allows_another_attempt(self) -> None:
+        seen = Seen("absent", {"looked": 1}, T0 + 100)
+        self.assertEqual(move(effect("uncertain"), seen=seen), Move("absent", evidence={"looked": 1}, reconciled=True))
+
+    def test_a_receipt_is_proof_an_absence_is_a_contradiction_never_a_retry(self) -> None:
+        seen = Seen("absent", {"looked": 1}, T0 + 100)
+        got = move(effect("acknowledged", receipt={"ticket": 7}), seen=seen)
+        self.assertEqual(got.kind, "uncertain")
+        self.assertIsInstance(got.error, NeedsReconciliation)
+        self.assertIn('{"ticket": 7}', got.reason)
+        self.assertIn('"looked": 1', got.reason)
+        again = move(effect("uncertain", receipt={"ticket": 7}), seen=seen)
+        self.assertEqual((again.kind, type(again.error)), ("stop", NeedsReconciliation))
+        for state in ("absent", "started"):  # whatever the effect has moved to since
+            with self.subTest(state=state):
+                got = move(effect(state, receipt={"ticket": 7}), seen=None if state == "absent" else seen)
+                self.assertNotEqual(got.kind, "invoke")
+                self.assertIn(got.kind, ("stop", "uncertain"))
+
+    def test_an_inconclusive_lookup_stops_unless_the_target_deduplicates(self) -> None:
+        seen = Seen("unknown", {"reason": "exit 3"}, T0 + 100)
+        self.assertEqual(move(effect("started"), seen=seen).kind, "uncertain")
+        stop = move(effect("uncertain"), seen=seen)
+        self.assertEqual((stop.kind, type(stop.error)), ("stop", NeedsReconciliation))
+        self.assertEqual(move(effect("uncertain"), seen=seen, caps=Caps(deduplicates=True)), Move("invoke", resend=True))
+        expired = Caps(deduplicates=True, retention=10)
+        self.assertEqual(move(effect("uncertain"), seen=seen, caps=expired).kind, "stop", "past its retention a resend could duplicate")
+        self.assertEqual(move(effect("uncertain", receipt={"t": 1}), seen=seen, caps=Caps(deduplicates=True)).kind, "stop")
+
+    def test_reconciling_only_never_invokes(self) -> None:
+        caps = Caps(invoke=False)
+        self.assertEqual(move(None, caps=caps).kind, "settled")
+        self.assertEqual(move(effect("absent"), caps=caps).kind, "settled")
+        self.assertEqual(move(effect("uncertain"), caps=Caps(invoke=False, deduplicates=True), seen=Seen("unknown", {}, T0 + 100)).kind, "stop")
+
+
+class AnswerTest(unittest.TestCase):
+    def started(self, answer: Answer) -> Move:
+        return move(effect("started"), answer=answer)
+
+    def test_each_answer_of_a_call_is_recorded_as_what_it_means(self) -> None:
+        self.assertEqual(self.started(Answer("receipt", receipt={"t": 1})), Move("ack", receipt={"t": 1}))
+        unknown = self.started(Answer("unknown", "timed out after 5s"))
+        self.assertEqual((unknown.kind, unknown.error), ("uncertain", None))
+        self.assertIn("timed out", unknown.reason)
+        rejected = self.started(Answer("rejected", "409 conflict"))
+        self.assertEqual((rejected.kind, type(rejected.error)), ("fail", Failed))
+        stale = self.started(Answer("stale-epoch", "412"))
+        self.assertEqual((stale.kind, type(stale.error)), ("uncertain", Fenced))
+
+    def test_not_now_is_deferred_after_the_delay_the_target_named(self) -> None:
+        got = self.started(Answer("not-applied", "429", retry_after=7.5))
+        self.assertEqual((got.kind, got.until), ("defer", T0 + 100 + 7.5))
+        self.assertIsNone(self.started(Answer("not-applied", "503")).until, "no delay named: the contract's backoff")
+
+    def test_an_answer_is_weighed_only_while_the_effect_is_started(self) -> None:
+        answer = Answer("receipt", receipt={"t": 1}, ended_at=T0 + 99)
+        self.assertEqual(move(effect("acknowledged", receipt={"t": 1}), answer=answer).kind, "observe")
+
+
+class NextAttemptTest(unittest.TestCase):
+    def test_a_new_or_absent_effect_is_invoked_after_its_backoff(self) -> None:
+        self.assertEqual(move(None), Move("invoke"))
+        waiting = effect("absent", next_attempt_at=format_time(T0 + 150))
+        self.assertEqual(move(waiting, now=T0 + 100), Move("wait", until=T0 + 150))
+        self.assertEqual(move(waiting, now=T0 + 150), Move("invoke"))
+
+
+if __name__ == "__main__":
+    unittest.main()
