@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from . import __version__
 from .contract import check_contract, load_contract
 from .approvals import approval_view, payload_source
+from .commands import INVOKE_EXITS, OBSERVE_EXITS, PLACEHOLDERS
 from .effects import EFFECT_STATES
 from .envelope import MAX_DOCUMENT_BYTES, MAX_DURATION_SECONDS, loads_strict, read_document, validate_id
 from .errors import EXIT_TABLE as EXIT_ROWS
@@ -35,6 +36,15 @@ __all__ = ["main", "build_parser"]
 
 #: The ``--help`` epilog, generated from :data:`runner.errors.EXIT_TABLE`.
 EXIT_TABLE = "exit codes: " + ", ".join(f"{row.code} {row.reason}" for row in EXIT_ROWS)
+
+#: What ``effect run`` takes and what its commands' exit codes mean (:mod:`runner.commands`).
+EFFECT_RUN_HELP = "\n".join(
+    ["effect run KEY [--payload FILE]   the contract's effects.invoke and effects.observe commands",
+     "effect run KEY --payload FILE -- INVOKE [ARGS...] --observe -- OBSERVE [ARGS...]   commands given inline",
+     "  (placeholders in the arguments: " + " ".join("{" + name + "}" for name in PLACEHOLDERS) + ")",
+     "", "invoke command exits:"]
+    + [f"  {code:>5}  {meaning}" for code, meaning in INVOKE_EXITS]
+    + ["observe command exits:"] + [f"  {code:>5}  {meaning}" for code, meaning in OBSERVE_EXITS])
 
 
 class _Parser(argparse.ArgumentParser):
@@ -64,8 +74,9 @@ def build_parser(extensions: Sequence[Callable[[Callable[..., argparse.ArgumentP
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
     verbs.required = True
 
-    def verb(name: str, help_text: str, handler: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
-        sub = verbs.add_parser(name, help=help_text, description=help_text, epilog=EXIT_TABLE)
+    def verb(name: str, help_text: str, handler: Callable[[argparse.Namespace], int], epilog: str = "") -> argparse.ArgumentParser:
+        sub = verbs.add_parser(name, help=help_text, description=help_text, epilog=(epilog + "\n\n" if epilog else "") + EXIT_TABLE,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
         _common(sub, top=False)
         sub.set_defaults(verb_handler=handler)  # not "handler": a verb's own option may be named so ('work --handler')
         return sub
@@ -89,7 +100,7 @@ def build_parser(extensions: Sequence[Callable[[Callable[..., argparse.ArgumentP
     sub.add_argument("--by", metavar="WHO", help="break: the supervisor that saw the holder's process end")
     sub.add_argument("--reason", metavar="TEXT", help="break: the evidence that it ended")
 
-    sub = verb("effect", "record an external effect's lifecycle in the ledger", cmd_effect)
+    sub = verb("effect", "record an external effect's lifecycle in the ledger", cmd_effect, EFFECT_RUN_HELP)
     sub.add_argument("action", choices=("begin", "ack", "verify", "absent", "uncertain", "run", "skip", "show", "list"))
     sub.add_argument("key", nargs="?", metavar="KEY")
     sub.add_argument("--payload", metavar="FILE", help="begin/run: the payload as a JSON file, or - for stdin (run: default, a batch item's template)")

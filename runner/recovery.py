@@ -34,7 +34,7 @@ from .approvals import newest_requests, request_order
 from .lifecycle import UNRESOLVED
 from .target import Adapter
 from .envelope import content_digest, format_time, parse_time
-from .errors import EXIT_CODES, LimitExhausted, RunnerError
+from .errors import EXIT_CODES, LimitExhausted, NeedsReconciliation, RunnerError
 from .lease import lease_view
 from .retry import check_limits
 from .steps import plan_steps
@@ -221,7 +221,9 @@ def recover(run: Any, owner: str, ttl: float, adapters: Optional[Dict[str, Adapt
 
     Takes the lease (or returns ``already-running``), reconciles every
     unresolved effect through an adapter where one is given (``adapter_for(key,
-    effect)`` and ``payloads(key)`` supply it and the original payload),
+    effect)`` and ``payloads(key)`` supply it and the original payload) with
+    :meth:`runner.executor.Executor.reconcile`, which waits for a call of the
+    key still in flight and never calls the target to make the effect;
     observes jobs, decides, and commits the decision as ``next_action``.
     """
     from .errors import AlreadyRunning
@@ -231,6 +233,7 @@ def recover(run: Any, owner: str, ttl: float, adapters: Optional[Dict[str, Adapt
     except AlreadyRunning as exc:
         return _stop("already-running", exc.message, {"observations": [{"source": "lease", "what": exc.message, "digest": None}], "inferences": [], "unknowns": []})
     reconciled: List[str] = []
+    executor = None
     for key, effect in sorted(run.state["effects"].items()):
         if effect.get("state") not in UNRESOLVED:
             continue
@@ -238,17 +241,14 @@ def recover(run: Any, owner: str, ttl: float, adapters: Optional[Dict[str, Adapt
         payload = payloads(key) if payloads else None
         if adapter is None or payload is None:
             continue
-        seen = adapter.observe(key, payload)
-        if seen.status == "present":
-            run.effect_verify(key, seen.evidence, reconciled=True)
-            reconciled.append(f"{key}: present")
-        elif seen.status == "absent" and effect["state"] != "acknowledged":
-            run.effect_absent(key, seen.evidence, reconciled=True)
-            reconciled.append(f"{key}: absent")
-        elif seen.status == "absent":
-            run.effect_uncertain(key, f"acknowledged but observation says absent: {seen.evidence}")
-        elif effect["state"] != "uncertain":
-            run.effect_uncertain(key, f"recovery could not observe it: {seen.evidence}")
+        from .executor import Executor
+
+        executor = executor or Executor(run)
+        try:
+            record = executor.reconcile(key, payload, adapter)
+        except NeedsReconciliation:
+            continue  # recorded as uncertain; decide() names it
+        reconciled.append(f"{key}: {record.get('state')}")
     observed = refresh_jobs(run)
     decision = decide(run.state, run.clock(), run.owner, run.epoch, observed)
     if reconciled:

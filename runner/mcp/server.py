@@ -15,7 +15,9 @@ Invariants the session keeps:
   arguments are refused before the library is called, so nothing changes.
 * The server writes only as ``--owner`` at the epoch it took with ``recover``
   (or was given with ``--epoch``), renews that lease while calls arrive, and
-  on a clean end releases only a lease it took itself.
+  on a clean end releases only a lease it took itself. A ``--read-only``
+  server ignores any owner and epoch (given or from the environment) and
+  never writes a byte of the run.
 * A run found damaged stays reported as ``state-unrecoverable``, with the
   quarantine folder, for every later call; it is never replaced.
 """
@@ -88,6 +90,8 @@ class Session:
             raise InvalidInput("mcp: --read-only and --allow-control exclude each other")
         if not read_only and not owner:
             raise InvalidInput("mcp needs --owner ID (the worker this server writes as), or --read-only")
+        if read_only:
+            owner, epoch = None, None  # a read-only server holds no lease, whatever it was given: it never writes
         parse_store_url(store_url)
         self.store_url, self.task, self.owner, self.epoch, self.ttl = store_url, task, owner, epoch, ttl
         self.read_only, self.allow_control = read_only, allow_control

@@ -85,6 +85,7 @@ def campaign_contract(task: str) -> Dict[str, Any]:
         ],
         "effects": {"key_pattern": "[a-z0-9:.-]+"},
         "limits": {"max_effect_attempts": 50, "max_step_attempts": 10000},
+        "retry": {"base_seconds": 0.01, "cap_seconds": 0.1},
         "jobs": {"rerun_vanished": True},
         "lease": {"ttl_seconds": TTL},
     }

@@ -70,6 +70,7 @@ def demo_contract(documents: int) -> Dict[str, Any]:
         ],
         "effects": {"key_pattern": "doc-[0-9]{5}:ticket", "adapter": "ticket service with Idempotency-Key", "verification": "lookup by key"},
         "limits": {"max_effect_attempts": 6, "max_step_attempts": 1000},
+        "retry": {"base_seconds": 0.01, "cap_seconds": 0.1},
         "lease": {"ttl_seconds": TTL},
     }
 

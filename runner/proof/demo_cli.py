@@ -47,6 +47,7 @@ def demo_contract(commands: Dict[str, List[str]]) -> Dict[str, Any]:
         "steps": [{"id": "ingest", "items": {"glob": "docs/*.txt"}, "key": "{stem}:ticket", "payload": {"command": commands["payload"]}, "next": "done"}],
         "effects": {"key_pattern": "doc-[0-9]{5}:ticket", "invoke": commands["invoke"], "observe": commands["observe"], "timeout_seconds": 30},
         "limits": {"max_effect_attempts": 6},
+        "retry": {"base_seconds": 0.01, "cap_seconds": 0.1},
         "lease": {"ttl_seconds": 60},
     }
 

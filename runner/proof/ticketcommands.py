@@ -18,8 +18,9 @@ the programs the proofs use against :mod:`runner.proof.ticketservice`:
 :func:`write_commands` writes them into a folder and returns the argument
 lists with the runner's placeholders. Exit codes follow
 :class:`runner.commands.CommandAdapter`: invoke 0 with the receipt, 2
-refused for good (409), else unknown; observe 0 present, 1 never seen, else
-unknown.
+refused for good (409), 9 a stale epoch (412), 75 nothing created (a refused
+connection, 429, 503), else unknown (a timeout or a reset after sending, any
+other answer); observe 0 present, 1 never seen, else unknown.
 """
 
 import os
@@ -61,11 +62,14 @@ def main(mode, *args):
                 sys.stdout.write(raw.decode("utf-8"))
                 return 0
             sys.stderr.write("answer %d: %s\n" % (status, raw[:200]))
-            return 2 if status == 409 else 75
+            return {409: 2, 412: 9, 429: 75, 503: 75}.get(status, 3)
         status, raw = send(urllib.request.Request(url + "/tickets/by-key/" + urllib.parse.quote(key, safe="")))
+    except ConnectionRefusedError as exc:
+        sys.stderr.write("refused before sending: %s\n" % exc)
+        return 75 if mode == "invoke" else 3
     except OSError as exc:
         sys.stderr.write("no answer: %s\n" % exc)
-        return 75
+        return 3
     found = json.loads(raw.decode("utf-8") or "{}")
     if status == 200 and found.get("payload_digest") == digest(payload):
         print(json.dumps({"ticket": found.get("ticket"), "payload_digest": found.get("payload_digest")}, sort_keys=True))
@@ -87,11 +91,17 @@ trap 'rm -f "$out" "$body"' EXIT
 { printf '{"payload":'; cat "$3"; printf '}'; } > "$body" || exit 75
 code=$(curl -sS --noproxy '*' --max-time 10 -o "$out" -w '%{http_code}' -X POST \
   -H 'Content-Type: application/json' -H "Idempotency-Key: $2" -H "X-Fencing-Epoch: $4" -H "X-Run-Id: $5" \
-  --data-binary @"$body" "$1/tickets") || exit 75
+  --data-binary @"$body" "$1/tickets")
+sent=$?
+# curl 7: the connection was refused, nothing was sent; any other failure may have sent it.
+[ "$sent" -eq 7 ] && exit 75
+[ "$sent" -eq 0 ] || exit 3
 case "$code" in
   200|201) cat "$out"; exit 0 ;;
   409) cat "$out" >&2; exit 2 ;;
-  *) echo "answer $code" >&2; exit 75 ;;
+  412) cat "$out" >&2; exit 9 ;;
+  429|503) echo "answer $code" >&2; exit 75 ;;
+  *) echo "answer $code" >&2; exit 3 ;;
 esac
 '''
 
