@@ -238,7 +238,7 @@ class NoFalseAlarm(WitnessCase):
         self.assert_loads(path, built, built.latest, "no head.json at all")
 
     def head_at(self, built: _util.BuiltRun, rev: int) -> bytes:
-        return file_store._encode_head(built.states[rev])
+        return file_store.encode_head(built.states[rev])
 
 
 class WhatTheWitnessCannotSee(WitnessCase):
@@ -261,7 +261,7 @@ class WhatTheWitnessCannotSee(WitnessCase):
             RunStore.open(path, durability="process")
 
     def head_of(self, built: _util.BuiltRun, rev: int) -> bytes:
-        return file_store._encode_head(built.states[rev])
+        return file_store.encode_head(built.states[rev])
 
 
 class IdentityVersion(WitnessCase):
