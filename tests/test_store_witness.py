@@ -136,8 +136,8 @@ class LostRecordsAreDamage(WitnessCase):
         self.assert_quarantined(self.copy_with(built, "no-journal-no-head", journal__jsonl=None, head__json=None), "journal and head deleted")
 
     def test_the_command_line_stops_and_refuses_another_payload(self) -> None:
-        # Issue 13 item 3, 01: after the loss, 'effect begin' with another
-        # payload under a key already begun must not be accepted.
+        # After the loss, 'effect begin' with another payload under a key
+        # already begun must not be accepted.
         contract = _util.write_contract(os.path.join(self.tmp, "contract.md"))
         run = os.path.join(self.tmp, "cli-run")
         payload1, payload2 = os.path.join(self.tmp, "p1.json"), os.path.join(self.tmp, "p2.json")
