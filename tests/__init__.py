@@ -8,8 +8,8 @@ what a test checks:
 * Many tests start Python child processes (workers to kill, the ticket
   service, CLI calls). So that each compiles the runner once rather than on
   every start, this process and its children share one bytecode folder in
-  the temp folder, removed when the suite ends: nothing is written beside the
-  sources.
+  the temp folder, removed when the suite ends: beside the sources, nothing
+  is written but the bytecode of this file, which Python writes before it runs.
 * Most tests wait on processes and fsync, not on the processor. When the
   whole package is run on a machine with two or more cores, two processes
   (this one and a forked child) take the modules from one queue, each the
