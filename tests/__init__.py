@@ -138,6 +138,33 @@ class ModuleQueue:
         os.close(self.read_fd)
 
 
+class _Pulled(unittest.TestSuite):
+    """The modules this process takes from the queue, as they are taken, run as one suite.
+
+    One suite, so that each class and module is set up and torn down once:
+    running each module as a suite of its own on one result would tear the
+    last class of a module down again when the next module starts.
+    """
+
+    _cleanup = False  # its tests are not held in ``_tests``
+
+    def __init__(self, modules: Sequence[Tuple[str, unittest.TestSuite]], queue: ModuleQueue) -> None:
+        super().__init__()
+        self.modules, self.queue = modules, queue
+        self.taken: List[str] = []
+
+    def __iter__(self) -> Iterator[unittest.TestSuite]:
+        for index in self.queue:
+            name, suite = self.modules[index]
+            self.taken.append(name)
+            yield suite
+
+    def countTestCases(self) -> int:
+        """The tests of the modules taken so far (counting must not take from the queue)."""
+        names = set(self.taken)
+        return sum(suite.countTestCases() for name, suite in self.modules if name in names)
+
+
 class _SplitSuite(unittest.TestSuite):
     """Runs ``modules`` in two processes, each pulling the next from a shared :class:`ModuleQueue`; reports both here."""
 
@@ -146,12 +173,9 @@ class _SplitSuite(unittest.TestSuite):
         self.modules = list(modules)
 
     def _work(self, queue: ModuleQueue, result: Any) -> Tuple[List[str], float]:
-        began, names = time.monotonic(), []
-        for index in queue:
-            name, suite = self.modules[index]
-            names.append(name)
-            suite.run(result)
-        return names, time.monotonic() - began
+        began, pulled = time.monotonic(), _Pulled(self.modules, queue)
+        pulled.run(result)
+        return pulled.taken, time.monotonic() - began
 
     def run(self, result: Any, debug: bool = False) -> Any:
         queue = ModuleQueue(len(self.modules))

@@ -15,7 +15,7 @@ import unittest
 from typing import Callable, Dict, List, Optional
 from unittest import mock
 
-from tests import ModuleQueue, _real, module_names
+from tests import ModuleQueue, _real, _SplitSuite, module_names
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -181,6 +181,39 @@ class ModuleQueueTest(unittest.TestCase):
         self.assertEqual(sorted(here + there), list(range(count)))
         self.assertEqual(here, sorted(here))
         self.assertEqual(there, sorted(there))
+
+    def test_each_class_is_set_up_and_torn_down_once_in_a_process_that_takes_several_modules(self) -> None:
+        calls: List[str] = []
+
+        def module(name: str) -> unittest.TestSuite:
+            class Case(unittest.TestCase):
+                @classmethod
+                def setUpClass(cls) -> None:
+                    calls.append(f"set up {name}")
+
+                @classmethod
+                def tearDownClass(cls) -> None:
+                    calls.append(f"tear down {name}")
+
+                def test_one(self) -> None:
+                    calls.append(f"test {name}")
+
+                def test_two(self) -> None:
+                    calls.append(f"test {name}")
+            Case.__qualname__ = Case.__name__ = f"Case_{name}"
+            return unittest.defaultTestLoader.loadTestsFromTestCase(Case)
+
+        modules = [(name, module(name)) for name in ("a", "b", "c")]
+        queue = ModuleQueue(len(modules))
+        result = unittest.TestResult()  # a fresh result, as in the forked child: the run is the top level
+        taken, _ = _SplitSuite(modules)._work(queue, result)
+        queue.close()
+        self.assertEqual((result.testsRun, result.errors, result.failures), (6, [], []))
+        self.assertEqual(taken, ["a", "b", "c"])
+        expected: List[str] = []
+        for name in ("a", "b", "c"):
+            expected += [f"set up {name}", f"test {name}", f"test {name}", f"tear down {name}"]
+        self.assertEqual(calls, expected)
 
     def test_every_test_file_is_queued_the_largest_first(self) -> None:
         names = module_names(HERE)
