@@ -7,9 +7,9 @@ what a test checks:
 
 * Many tests start Python child processes (workers to kill, the ticket
   service, CLI calls). So that each compiles the runner once rather than on
-  every start, this process and its children share one bytecode folder in
-  the temp folder, removed when the suite ends: beside the sources, nothing
-  is written but the bytecode of this file, which Python writes before it runs.
+  every start, even where the environment forbids writing bytecode beside
+  the sources, children share one bytecode folder in the temp folder, removed
+  when the suite ends.
 * Most tests wait on processes and fsync, not on the processor. When the
   whole package is run on a machine with two or more cores, two processes
   (this one and a forked child) take the modules from one queue, each the
@@ -41,7 +41,6 @@ if not os.environ.get("RUNNER_TESTS_PYCACHE"):
     os.environ["RUNNER_TESTS_PYCACHE"] = _cache
     os.environ["PYTHONPYCACHEPREFIX"] = _cache
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    sys.pycache_prefix = _cache
 
 #: One queue entry: a module's index, as a fixed-size record so that a read takes exactly one.
 _ENTRY = struct.Struct("!I")
