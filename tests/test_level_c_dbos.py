@@ -15,9 +15,10 @@ store and the ticket service's ledger in one temporary folder:
    ``DBOS.retrieve_workflow(...).get_result()``: still one ticket, the
    effect verified by observation, no second ``invoke``.
 
-The children run in a throwaway venv that holds DBOS (``tests/_venv.py``), so
-this process needs none; like the other engine tests, the class runs when
-``RUNNER_TEST_ENGINES=1`` (CI sets it).
+The children run in a venv that holds DBOS, in the real tests' cache
+(``tests/_venv.py``), so this process needs none; like the other engine
+tests, the class runs when ``RUNNER_REAL_TESTS=all`` asks for it
+(``tests/_real.py``).
 """
 
 import json
@@ -31,13 +32,16 @@ import tempfile
 import unittest
 from typing import Any, Dict, List
 
+if __name__ == "__main__":  # a child in the DBOS venv, where this folder is the first on sys.path
+    import _real
+else:
+    from tests import _real
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(HERE)
 REFERENCE = os.path.join(REPO_ROOT, "references", "level-c.md")
 HEADING = "## Worked example: the effect ledger inside a DBOS workflow step"
 EXAMPLE_MODULE = "level_c_dbos_example"
-ENGINES = os.environ.get("RUNNER_TEST_ENGINES") == "1"
-SKIP_REASON = "the engine tests take a few minutes against real servers: set RUNNER_TEST_ENGINES=1 (CI does)"
 
 TASK_ID = "dbos-example"
 CONTRACT: Dict[str, Any] = {
@@ -136,7 +140,7 @@ def child_main(role: str, args: Dict[str, Any]) -> None:
 
 # -- the parent side ------------------------------------------------------------------------------
 
-@unittest.skipUnless(ENGINES, SKIP_REASON)
+@_real.needs("DBOS (the worked example of references/level-c.md)", engines=True)
 class DBOSWorkedExampleTest(unittest.TestCase):
     """The reference's DBOS example: a step killed after the target committed is recovered without a second ticket."""
 

@@ -18,7 +18,7 @@ import time
 import unittest
 from typing import Any, Dict, List, Optional
 
-from tests import _util
+from tests import _real, _util
 
 from runner.contract import load_contract
 from runner.errors import InvalidInput
@@ -515,9 +515,9 @@ def _python_for_client() -> Optional[str]:
 
 
 def official_client() -> str:
-    """The python of a virtual environment with the ``mcp`` package, made once and cached; skips when it cannot be had.
+    """The python of a virtual environment with the ``mcp`` package, made once and cached (:func:`_real.missing` when it cannot be had).
 
-    The cache (``$RUNNER_TEST_CACHE``, else ``~/.cache/runner-tests``) is keyed by
+    The cache (:func:`_real.cache_root`) is keyed by
     the environment's Python version, so every Python that runs the suite shares
     it; a lock keeps two suites from building it at once.
     """
@@ -526,14 +526,13 @@ def official_client() -> str:
 
     base = _python_for_client()
     if base is None:
-        raise unittest.SkipTest("no Python 3.10 or newer to run the official mcp client")
+        _real.missing("no Python 3.10 or newer to run the official mcp client")
     version = (
         subprocess.run([base, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], stdout=subprocess.PIPE, check=True)
         .stdout.decode()
         .strip()
     )
-    cache = os.environ.get("RUNNER_TEST_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "runner-tests")
-    os.makedirs(cache, exist_ok=True)
+    cache = _real.cache_root()
     venv = os.path.join(cache, f"mcp-venv-py{version}")
     python = os.path.join(venv, "bin", "python")
     marker = os.path.join(venv, "installed")
@@ -548,16 +547,17 @@ def official_client() -> str:
                 done = subprocess.run(step, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=900)
             except (OSError, subprocess.SubprocessError) as exc:
                 shutil.rmtree(venv, ignore_errors=True)
-                raise unittest.SkipTest(f"the mcp package cannot be installed: {exc}") from None
+                _real.missing(f"the mcp package cannot be installed: {exc}")
             if done.returncode != 0:
                 lines = [line for line in done.stdout.decode("utf-8", "replace").splitlines() if line.strip() and not line.startswith("WARNING")]
                 shutil.rmtree(venv, ignore_errors=True)
-                raise unittest.SkipTest(f"the mcp package cannot be installed: {lines[-1] if lines else 'exit ' + str(done.returncode)}")
+                _real.missing(f"the mcp package cannot be installed: {lines[-1] if lines else 'exit ' + str(done.returncode)}")
         with open(marker, "w") as handle:
             handle.write("mcp\n")
     return python
 
 
+@_real.needs("the official MCP Python SDK")
 class McpOfficialClientTest(unittest.TestCase):
     """The official MCP Python SDK drives a whole run through our server over stdio, including a SIGKILL mid-effect."""
 

@@ -3,10 +3,10 @@
 By hand: one line and one trace per run, hex ids of the right length, every
 parent present, the same run giving the same file, crashes, refusals and
 denials as ERROR status, content (receipts, evidence, reasons) only with
-``--with-content``. Officially: ``opentelemetry-proto`` (installed by this
-test into a throwaway virtual environment in the temp folder's cache, shared
-by every Python that runs the suite; skipped with the reason when it cannot
-be installed) parses each line into an ``ExportTraceServiceRequest``.
+``--with-content``. Officially, in the real suite only (``tests/_real.py``):
+``opentelemetry-proto``, installed by this test into a virtual environment in
+the real tests' cache shared by every Python that runs the suite, parses each
+line into an ``ExportTraceServiceRequest``.
 """
 
 import fcntl
@@ -14,11 +14,11 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import unittest
 import venv
 from typing import Any, Dict, List, Optional, Tuple
 
+from tests import _real
 from tests._timeline_runs import UNCERTAIN_KEY, crashed_run, small_run
 from tests._util import REPO_ROOT, run_cli, scratch_dir
 
@@ -58,16 +58,11 @@ print(json.dumps({"spans": spans, "orphans": orphans, "bad_ids": bad_ids, "trace
 """
 
 
-def _cache_dir() -> str:
-    return os.path.join(tempfile.gettempdir(), "runner-test-cache")
-
-
 def proto_python() -> Tuple[Optional[str], str]:
     """``(python, "")`` of a virtual environment holding opentelemetry-proto, or ``(None, why not)``."""
-    root = os.path.join(_cache_dir(), "opentelemetry-proto-venv")
+    root = os.path.join(_real.cache_root(), "opentelemetry-proto-venv")
     python = os.path.join(root, "bin", "python")
-    os.makedirs(_cache_dir(), exist_ok=True)
-    with open(os.path.join(_cache_dir(), "opentelemetry-proto.lock"), "w") as lock:
+    with open(os.path.join(_real.cache_root(), "opentelemetry-proto.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one installer at a time; the others then find it ready
         if os.path.exists(os.path.join(root, "ready")):
             return python, ""
@@ -195,10 +190,11 @@ class OtlpTrace(unittest.TestCase):
         self.assertEqual(result.code, 2, result.err)
         self.assertFalse(os.path.exists(os.path.join(self.scratch.name, "t.jsonl")))
 
+    @_real.needs("OpenTelemetry's opentelemetry-proto package")
     def test_official_protobuf_parses_every_line(self) -> None:
         python, why = proto_python()
         if python is None:
-            self.skipTest(f"opentelemetry-proto is not available: {why}")
+            _real.missing(f"opentelemetry-proto is not available: {why}")
         totals = {"spans": 0, "orphans": 0}
         for key, path in sorted(self.files.items()):
             proc = subprocess.run([python, "-c", _PARSE, path], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)

@@ -4,7 +4,8 @@
 class below supplies one store (``file:`` a temporary folder per run,
 ``sqlite:`` a temporary database file, ``postgresql://`` the server named by
 ``RUNNER_TEST_POSTGRES_URL``) and the same methods run against it. Every test
-uses fresh task ids, so the PostgreSQL class can share one database.
+uses fresh task ids, so the PostgreSQL class can share one database; it is
+a real-system test (``tests/_real.py``), run when ``RUNNER_REAL_TESTS`` asks.
 
 Claims that need other processes start real ones: this file is also the
 worker program (``python test_store_conformance.py count|serve URL TASK
@@ -26,8 +27,9 @@ import uuid
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 try:
-    from . import _util
+    from . import _real, _util
 except ImportError:
+    import _real
     import _util
 
 from runner.envelope import canonical_json, sha256_hex
@@ -725,10 +727,7 @@ class SQLiteStoreConformance(StoreConformance, unittest.TestCase):
             db.close()
 
 
-_POSTGRES_SKIP = _util.postgres_unavailable() if __name__ != "__main__" else "worker process"
-
-
-@unittest.skipUnless(_POSTGRES_SKIP is None, _POSTGRES_SKIP or "")
+@_real.needs("PostgreSQL", why_not=_util.postgres_unavailable)
 class PostgresStoreConformance(StoreConformance, unittest.TestCase):
     """The PostgreSQL store (``postgresql://``, many runs in one database) keeps every claim of :class:`StoreConformance`."""
 

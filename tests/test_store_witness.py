@@ -136,8 +136,8 @@ class LostRecordsAreDamage(WitnessCase):
         self.assert_quarantined(self.copy_with(built, "no-journal-no-head", journal__jsonl=None, head__json=None), "journal and head deleted")
 
     def test_the_command_line_stops_and_refuses_another_payload(self) -> None:
-        # Issue 13 item 3, 01: after the loss, 'effect begin' with another
-        # payload under a key already begun must not be accepted.
+        # After the loss, 'effect begin' with another payload under a key
+        # already begun must not be accepted.
         contract = _util.write_contract(os.path.join(self.tmp, "contract.md"))
         run = os.path.join(self.tmp, "cli-run")
         payload1, payload2 = os.path.join(self.tmp, "p1.json"), os.path.join(self.tmp, "p2.json")
@@ -238,7 +238,7 @@ class NoFalseAlarm(WitnessCase):
         self.assert_loads(path, built, built.latest, "no head.json at all")
 
     def head_at(self, built: _util.BuiltRun, rev: int) -> bytes:
-        return file_store._encode_head(built.states[rev])
+        return file_store.encode_head(built.states[rev])
 
 
 class WhatTheWitnessCannotSee(WitnessCase):
@@ -261,7 +261,7 @@ class WhatTheWitnessCannotSee(WitnessCase):
             RunStore.open(path, durability="process")
 
     def head_of(self, built: _util.BuiltRun, rev: int) -> bytes:
-        return file_store._encode_head(built.states[rev])
+        return file_store.encode_head(built.states[rev])
 
 
 class IdentityVersion(WitnessCase):

@@ -22,6 +22,7 @@ import sys
 import unittest
 from typing import Any, Dict, List, Optional, Tuple
 
+from tests import _real
 from tests._browser import blankness, find_chromium, load_pages
 from tests._timeline_runs import SMALL_KEYS, UNCERTAIN_KEY, crashed_run, small_contract, small_run
 from tests._util import CLOCK_START, REPO_ROOT, one_json, run_cli, scratch_dir
@@ -312,7 +313,7 @@ class TimelineOfProofs(unittest.TestCase):
 CHROMIUM = find_chromium()
 
 
-@unittest.skipUnless(CHROMIUM, "headless Chromium is not installed (the Debian package chromium; CI installs it with .ci/chromium.sh)")
+@_real.needs("headless Chromium", why_not=lambda: None if CHROMIUM else "not installed (the Debian package chromium; .ci/chromium.sh installs it)")
 class TimelineInBrowser(unittest.TestCase):
     def test_chromium_renders_the_page_without_errors(self) -> None:
         assert CHROMIUM is not None

@@ -16,7 +16,8 @@ was doing, and once refused, tries one more store write and one more ticket
 call with its old epoch. Every one of those late writes must be refused, by
 the store (``Fenced``) and by the service (412, stale epoch); the run must
 end complete with one ticket for its key, and the journal must show the
-takeover and no record written at the old epoch after it.
+takeover and no record written at the old epoch after it. A real-system
+test (``tests/_real.py``): it runs when ``RUNNER_REAL_TESTS`` asks for it.
 """
 
 import json
@@ -35,8 +36,9 @@ from runner.proof.ticketservice import TicketServiceProcess
 from runner.stores import create_store, open_store
 
 try:
-    from . import _util, zombie_worker
+    from . import _real, _util, zombie_worker
 except ImportError:
+    import _real
     import _util
     import zombie_worker
 
@@ -56,8 +58,6 @@ def _postgres_unavailable() -> Optional[str]:
     return _util.postgres_unavailable()
 
 
-_POSTGRES_SKIP = _postgres_unavailable()
-
 
 def _process_state(pid: int) -> Optional[str]:
     """The kernel's one-letter state of ``pid`` (``T``: stopped), or None when it is gone."""
@@ -68,7 +68,7 @@ def _process_state(pid: int) -> Optional[str]:
         return None
 
 
-@unittest.skipUnless(_POSTGRES_SKIP is None, _POSTGRES_SKIP or "")
+@_real.needs("PostgreSQL", why_not=_postgres_unavailable)
 class ZombieWorkerTest(unittest.TestCase):
     def setUp(self) -> None:
         tmp = _util.scratch_dir("runner-zombie-")
@@ -100,7 +100,7 @@ class ZombieWorkerTest(unittest.TestCase):
             with psycopg.connect(base, autocommit=True) as db:
                 db.execute(f'CREATE DATABASE "{name}"')
         except psycopg.Error as exc:
-            self.skipTest(f"the PostgreSQL user of {POSTGRES_ENV} cannot create a database for the pools: {' '.join(str(exc).split())[:200]}")
+            _real.missing(f"the PostgreSQL user of {POSTGRES_ENV} cannot create a database for the pools: {' '.join(str(exc).split())[:200]}")
 
         def drop() -> None:
             with psycopg.connect(base, autocommit=True) as db:

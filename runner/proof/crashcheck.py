@@ -89,7 +89,7 @@ from ..envelope import canonical_json
 from ..errors import InvalidInput, RunnerError, StateUnrecoverable
 from ..fs import FileSystem
 from ..stores.codec import decode_identity, decode_record
-from ..stores.file import HEAD, RunStore, _decode_head, _encode_head, scan
+from ..stores.file import HEAD, RunStore, decode_head, encode_head, scan
 from ..windows import NO_HOOKS, Hooks
 from .faults import Chain
 
@@ -807,7 +807,7 @@ class _HeadBeforeAppend(Hooks):
         identity = decode_identity(self.disk.read(posixpath.join(folder, "run.json")))
         digest, body = decode_record(facts["data"].rstrip(b"\n"))
         ahead = {"task_id": identity["task_id"], "created_at": identity["created_at"], "revision": body["rev"], "head": digest}
-        self.disk.overwrite(posixpath.join(folder, HEAD), _encode_head(ahead))
+        self.disk.overwrite(posixpath.join(folder, HEAD), encode_head(ahead))
 
 
 class _Variant(NamedTuple):
@@ -942,7 +942,7 @@ def _head_status(tree: Tree, revision: int) -> str:
     if data is None:
         return "missing"
     try:
-        head_rev, _ = _decode_head(data, decode_identity(tree[_RUN + "/run.json"] or b""))
+        head_rev, _ = decode_head(data, decode_identity(tree[_RUN + "/run.json"] or b""))
     except (KeyError, ValueError, InvalidInput):
         return "invalid"
     return "current" if head_rev == revision else "behind" if head_rev < revision else "ahead"

@@ -15,6 +15,17 @@ from ..errors import InvalidInput
 __all__ = ["parse_store_url", "open_store", "create_store", "run_url", "list_runs"]
 
 
+def _db_class(kind: str) -> Any:
+    """The backend class of ``sqlite`` or ``postgresql``, its module imported only when asked for."""
+    if kind == "sqlite":
+        from .sqlite import SQLiteStore
+
+        return SQLiteStore
+    from .postgres import PostgresStore
+
+    return PostgresStore
+
+
 def parse_store_url(url: str) -> Tuple[str, str]:
     """``(kind, location)`` of ``file:DIR``, ``sqlite:PATH`` or ``postgresql://...``."""
     if url.startswith("file:"):
@@ -38,9 +49,7 @@ def open_store(url: str, task_id: Optional[str] = None, **options: Any) -> Any:
         return store
     if not task_id:
         raise InvalidInput(f"a {kind} store holds many runs: name one with --task ID")
-    from .sql import db_class
-
-    return db_class(kind).open(url, task_id, **options)
+    return _db_class(kind).open(url, task_id, **options)
 
 
 def create_store(url: str, task_id: str, plan: Dict[str, Any], **options: Any) -> Any:
@@ -49,9 +58,7 @@ def create_store(url: str, task_id: str, plan: Dict[str, Any], **options: Any) -
     kind, location = parse_store_url(url)
     if kind == "file":
         return RunStore.create(location, task_id, plan, **options)
-    from .sql import db_class
-
-    return db_class(kind).create(url, task_id, plan, **options)
+    return _db_class(kind).create(url, task_id, plan, **options)
 
 
 def run_url(url: str, task_id: str) -> str:
@@ -67,6 +74,4 @@ def list_runs(url: str) -> List[str]:
         if not os.path.isdir(location):
             return []
         return sorted(name for name in os.listdir(location) if os.path.isfile(os.path.join(location, name, "run.json")))
-    from .sql import list_db_runs
-
-    return list_db_runs(kind, url)
+    return _db_class(kind).task_ids(url)

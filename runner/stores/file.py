@@ -97,7 +97,7 @@ from .base import CommitThenRaise, Finding, Store
 from .codec import Ops, decode_identity, decode_record, finish_transition, genesis, new_identity, prepare_transition, replay
 from ..windows import NO_HOOKS, Hooks
 
-__all__ = ["RunStore", "Scan", "Finding", "scan", "check", "CommitThenRaise", "DURABILITY_MODES", "STATE_FILES", "HEAD"]
+__all__ = ["RunStore", "Scan", "Finding", "scan", "check", "CommitThenRaise", "DURABILITY_MODES", "STATE_FILES", "HEAD", "encode_head", "decode_head"]
 
 IDENTITY = "run.json"
 SNAPSHOT = "snapshot.json"
@@ -188,7 +188,7 @@ def _seal_key(task_id: str, created_at: str) -> bytes:
     return task_id.encode() + b"\n" + created_at.encode() + b"\n"
 
 
-def _encode_head(state: Dict[str, Any], key: Optional[bytes] = None) -> bytes:
+def encode_head(state: Dict[str, Any], key: Optional[bytes] = None) -> bytes:
     """``head.json`` naming ``state``'s revision and hash, sealed for its run, exactly :data:`HEAD_SIZE` bytes.
 
     ``key`` is :func:`_seal_key` of the run, when the caller has it at hand.
@@ -198,7 +198,7 @@ def _encode_head(state: Dict[str, Any], key: Optional[bytes] = None) -> bytes:
     return (b'{%s,"seal":"%s"}' % (body, seal.encode())).ljust(HEAD_SIZE - 1) + b"\n"
 
 
-def _decode_head(data: bytes, identity: Dict[str, Any]) -> Tuple[int, str]:
+def decode_head(data: bytes, identity: Dict[str, Any]) -> Tuple[int, str]:
     """``(revision, hash)`` a head names. Raises ``ValueError`` if it is torn, damaged or sealed for another run."""
     match = _HEAD_RECORD.fullmatch(data)
     if match is None or len(data) != HEAD_SIZE:
@@ -364,7 +364,7 @@ def _scan(path: str, fs: FileSystem, thorough: bool, whole_prev: bool) -> Scan:
         findings.append(Finding("repairable", "head-missing", f"{HEAD} is missing, so no witness says how far the run got"))
     else:
         try:
-            head = _decode_head(fs.read(join(HEAD)), identity)
+            head = decode_head(fs.read(join(HEAD)), identity)
         except (OSError, ValueError) as exc:
             findings.append(Finding("repairable", "head-invalid", f"{HEAD} is ignored: {exc}"))
 
@@ -646,7 +646,7 @@ class RunStore(Store):
             store._write_replace(SNAPSHOT, snapshot)
             fs.create_exclusive(store._p(JOURNAL))
             store.hooks.reached("store:after-journal-create", path=store._p(JOURNAL))
-            fs.create_exclusive(store._p(HEAD), _encode_head(state))
+            fs.create_exclusive(store._p(HEAD), encode_head(state))
             store._fsync(HEAD)  # its blocks exist from now on, so later overwrites need no new space
             store._fsync_dir()
             store.hooks.reached("store:after-journal-create-fsync", path=store._p(JOURNAL))
@@ -831,7 +831,7 @@ class RunStore(Store):
         state = self.state
         if self._seal is None:
             self._seal = _seal_key(state["task_id"], state["created_at"])
-        data = _encode_head(state, self._seal)
+        data = encode_head(state, self._seal)
         try:
             self.fs.overwrite(self._p(HEAD), data)
         except FileNotFoundError:
@@ -864,10 +864,10 @@ class RunStore(Store):
             # other writers' descriptors for it stay good.
             head = self._p(HEAD)
             if self.fs.exists(head):
-                self.fs.write_file(head, _encode_head(self.state))
+                self.fs.write_file(head, encode_head(self.state))
                 self._fsync(HEAD)
             else:
-                self.fs.create_exclusive(head, _encode_head(self.state))
+                self.fs.create_exclusive(head, encode_head(self.state))
                 self._fsync(HEAD)
                 self._fsync_dir()
         if damaged or "rebuilt" in codes or "snapshot-missing" in codes:

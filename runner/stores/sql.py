@@ -35,7 +35,7 @@ from ..windows import NO_HOOKS, Hooks
 from .base import Finding, Store
 from .codec import Ops, decode_identity, decode_record, finish_transition, genesis, new_identity, prepare_transition, replay
 
-__all__ = ["SQLStore", "SCHEMA", "db_class", "list_db_runs"]
+__all__ = ["SQLStore", "SCHEMA"]
 
 
 SCHEMA = (
@@ -526,19 +526,3 @@ class SQLStore(Store):
 
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:300] or type(exc).__name__
-
-
-def db_class(kind: str) -> type:
-    """The backend class of ``sqlite`` or ``postgresql``, imported only when asked for."""
-    if kind == "sqlite":
-        from .sqlite import SQLiteStore
-
-        return SQLiteStore
-    from .postgres import PostgresStore
-
-    return PostgresStore
-
-
-def list_db_runs(kind: str, url: str) -> List[str]:
-    """Task ids of the runs a database store holds (none when the database does not exist yet)."""
-    return db_class(kind).task_ids(url)

@@ -1,8 +1,12 @@
-"""Defects of the file store found by trying to break it, each held by a test (issue 13 item 3: 02, 04, 14, 16, 19).
+"""The file store under interference from outside it: its files removed, replaced or linked, a full or read-only disk, racing processes.
 
-Concurrency claims use several real processes; a full disk is a real tmpfs
-where the test may mount one, and a file system that runs out of space on
-cue everywhere.
+A lock file "cleaned" while writers run, a disk that fills mid-write, doctor
+during constant compaction, a repeated journal line, a file in the way of
+the quarantine, racing inits, a read-only file system, a backup from another
+run and a symbolically linked folder: each leaves the run either correct or
+refused with one line and its exit code, never half-written. Concurrency
+claims use several real processes; a full disk is a real tmpfs where the test
+may mount one, and a file system that runs out of space on cue everywhere.
 """
 
 import contextlib
@@ -103,7 +107,7 @@ class Case(unittest.TestCase):
 
 
 class LockSurvivesRemovingAFile(Case):
-    """Issue 13, 02: someone "cleaning a stale lock" while writers run cannot let two of them in at once."""
+    """Someone "cleaning a stale lock" while writers run cannot let two of them in at once."""
 
     def test_a_second_writer_waits_for_the_holder_whatever_is_removed(self) -> None:
         run = self.fresh_run("held").path
@@ -177,7 +181,7 @@ class NoSpaceLeft(OsFileSystem):
 
 
 class FullDisk(Case):
-    """Issue 13, 04: a transition either commits and reports success, or commits nothing."""
+    """A transition either commits and reports success, or commits nothing."""
 
     def test_a_compaction_that_finds_no_space_does_not_fail_the_committed_transition(self) -> None:
         run = self.fresh_run("full", 3).path
@@ -258,7 +262,7 @@ class FullDisk(Case):
 
 
 class DoctorReadsUnderTheLock(Case):
-    """Issue 13, 14: doctor on a healthy run that a writer compacts all the time is always healthy, never a traceback."""
+    """Doctor on a healthy run that a writer compacts all the time is always healthy, never a traceback."""
 
     def test_doctor_while_a_writer_compacts(self) -> None:
         run = self.fresh_run("busy", 2).path
@@ -284,7 +288,7 @@ class DoctorReadsUnderTheLock(Case):
 
 
 class PreviousJournalRepeatedLine(Case):
-    """Issue 13, 16: a repeated last line in journal.prev.jsonl gets one verdict: repairable, and --repair repairs it."""
+    """A repeated last line in journal.prev.jsonl gets one verdict: repairable, and --repair repairs it."""
 
     def test_one_verdict_and_a_repair(self) -> None:
         built = self.fresh_run("dup", 8, compact_after=(2, 6))
@@ -316,7 +320,7 @@ class PreviousJournalRepeatedLine(Case):
 
 
 class QuarantineInTheWay(Case):
-    """Issue 13, 19: a file or a symbolic link named quarantine neither blocks the quarantine nor carries state out of the run."""
+    """A file or a symbolic link named quarantine neither blocks the quarantine nor carries state out of the run."""
 
     def damaged(self, name: str) -> str:
         built = self.fresh_run(name, 3)
@@ -352,7 +356,7 @@ class QuarantineInTheWay(Case):
 
 
 class ConcurrentInit(Case):
-    """Issue 13, 19: of inits racing into one new folder, one starts the run and the others are refused (exit 2), never an I/O error."""
+    """Of inits racing into one new folder, one starts the run and the others are refused (exit 2), never an I/O error."""
 
     INIT = "import sys\nfrom runner.cli import main\nsys.stdin.readline()\nsys.exit(main(sys.argv[1:]))\n"
 
@@ -447,7 +451,7 @@ class InitRace(Case):
 
 
 class ReadOnlyFileSystem(Case):
-    """Issue 13, 19: a run on a read-only file system can be read (status, doctor); a write fails with one line, exit 1."""
+    """A run on a read-only file system can be read (status, doctor); a write fails with one line, exit 1."""
 
     def test_reads_work_read_only(self) -> None:
         mount = self.path("ro")
@@ -475,7 +479,7 @@ class ReadOnlyFileSystem(Case):
 
 
 class ForeignBackup(Case):
-    """Issue 13, 19: doctor flags a backup.json copied from another run with the same task id, and --repair sets it aside."""
+    """Doctor flags a backup.json copied from another run with the same task id, and --repair sets it aside."""
 
     def test_same_task_id_other_run(self) -> None:
         mine = self.fresh_run("mine", 6, compact_after=(2, 4))
@@ -503,7 +507,7 @@ class ForeignBackup(Case):
 
 
 class SymlinkedRunFolder(Case):
-    """Issue 13, 19: every verb refuses a run folder that is a symbolic link, as init does, and changes nothing behind it."""
+    """Every verb refuses a run folder that is a symbolic link, as init does, and changes nothing behind it."""
 
     def test_verbs_refuse_it(self) -> None:
         built = self.fresh_run("real", 3)
@@ -549,7 +553,7 @@ class AppendDescriptorCache(Case):
 
 
 class InitThroughTheSeam(Case):
-    """Issue 12, 4: init decides its refusal once, under the lock, and narrows the folder through the file-system seam."""
+    """Init decides its refusal once, under the lock, and narrows the folder through the file-system seam."""
 
     def test_every_look_at_the_folder_is_under_the_lock(self) -> None:
         for existing in (False, True):
