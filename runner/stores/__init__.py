@@ -43,15 +43,15 @@ def open_store(url: str, task_id: Optional[str] = None, **options: Any) -> Any:
     return db_class(kind).open(url, task_id, **options)
 
 
-def create_store(url: str, task_id: str, plan: Dict[str, Any], **options: Any) -> Any:
+def create_store(url: str, task_id: str, plan: Dict[str, Any], workspace_base: Optional[str] = None, **options: Any) -> Any:
     from .file import RunStore
 
     kind, location = parse_store_url(url)
     if kind == "file":
-        return RunStore.create(location, task_id, plan, **options)
+        return RunStore.create(location, task_id, plan, workspace_base, **options)
     from .sql import db_class
 
-    return db_class(kind).create(url, task_id, plan, **options)
+    return db_class(kind).create(url, task_id, plan, workspace_base, **options)
 
 
 def run_url(url: str, task_id: str) -> str:
