@@ -1,22 +1,54 @@
 """Batch steps: a step over a list of items, one effect per item, the list frozen at start.
 
 A contract step may declare ``items``: an inline list, ``{"glob": PATTERN}``
-relative to the contract's ``workspace`` (default ``.``), or ``{"file":
-PATH}`` holding one item per line; and ``key``, the effect key template of
-one item, built from ``{item}``, ``{stem}`` (the item's file name without its
-extension) and ``{index}`` (its place in the list, ``{index:05d}`` padded),
-and nothing random. ``payload`` says what each item's effect sends:
-``{"template": {...}}`` (strings may hold ``{item}``, ``{stem}``, ``{index}``,
-``{key}``, ``{first_line}`` and ``{sha256}`` of the item's file) or
-``{"command": [ARGV]}`` whose stdout is the payload as a JSON object.
+relative to the contract's ``workspace``, or ``{"file": PATH}`` holding one
+item per line; and ``key``, the effect key template of one item, built from
+``{item}``, ``{stem}`` (the item's file name without its extension),
+``{slug}`` (the stem in a key-safe form, see :func:`slug`) and ``{index}``
+(its place in the list, ``{index:05d}`` padded), and nothing random.
+``payload`` says what each item's effect sends: ``{"template": {...}}``, whose
+strings may hold ``{item}``, ``{stem}``, ``{slug}``, ``{index}``, ``{key}``,
+``{first_line}`` and ``{sha256}`` of the item's file, and the document
+placeholders ``{text}`` (the file's text), ``{heading}`` (its first non-blank
+line without its leading ``#`` marks and surrounding space) and ``{body}`` (the text
+after that line, trimmed); or ``{"command": [ARGV]}`` whose stdout is the
+payload as a JSON object (its arguments may hold the key placeholders,
+``{key}``, ``{workspace}`` and ``{run_id}``).
+
+The document placeholders read at most :data:`MAX_TEXT_BYTES` of the file and
+need UTF-8 (a leading byte order mark is dropped): a larger file, or one that
+is not UTF-8, is refused with :class:`~runner.errors.InvalidInput` naming the
+item, never cut short or sent with replacement characters. ``{first_line}``
+keeps its older rule (the first line of any file, undecodable bytes replaced).
+
+The workspace is the contract's ``workspace`` (default ``.``); a relative one
+resolves against the folder of the contract file given to ``init``, which the
+run records as ``workspace_base`` (a run started before that was recorded
+resolves it against the current folder, as it always did).
 
 Invariants kept here:
 
+* Every item stays inside the workspace after links are followed. An
+  absolute item, a ``..`` component or a NUL is refused at ``contract check``
+  (inline lists, the item file's path, the glob pattern); at ``step start``
+  every item of every source is resolved to its real path and refused if it
+  leads outside; and an item's file is resolved again when it is read for a
+  payload, so a link changed after the freeze cannot make a file outside the
+  workspace reach a target.
+* A glob never follows a directory symbolic link and visits at most
+  :data:`MAX_LISTED_ENTRIES` directory entries and returns at most
+  :data:`MAX_ITEMS` items; past either bound the listing is refused with one
+  line. Otherwise it keeps :func:`glob.glob`'s rules: ``*``, ``?`` and
+  ``[...]`` within one name, ``**`` as a whole component for any depth, names
+  starting with ``.`` matched only by a pattern component that starts with
+  ``.``, files only (a link to a file counts), sorted relative paths.
 * ``step start`` freezes the item list into the run with its digest and the
   absolute workspace root; every later decision uses the frozen list. A
-  later change in what the source lists is reported (:func:`items_changed`)
-  and never used; a migration to another plan refreezes at the next start.
-* Two items never share a key: a list that would is refused at start.
+  later change in what the source lists is reported (:func:`items_changed`,
+  through the same bounded listing) and never used; a migration to another
+  plan refreezes at the next start.
+* Two items never share a key: a list that would (two slugs alike included)
+  is refused at start.
 * A batch step is done only when every item's effect is verified or skipped
   with a recorded reason (:func:`check_complete`).
 
@@ -24,10 +56,12 @@ Per-item lookups (key to index) are cached by the frozen digest, so the
 loop over 20,000 items does not rebuild them for each item.
 """
 
-import glob
+import fnmatch
 import hashlib
 import os
 import re
+import stat
+import unicodedata
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .commands import PLACEHOLDERS, expand, placeholders_in, run_command
@@ -43,13 +77,21 @@ __all__ = [
     "is_batch",
     "observes_itself",
     "workspace_root",
+    "run_workspace",
+    "item_problem",
+    "resolve_inside",
+    "check_inside",
+    "glob_files",
     "list_items",
     "freeze",
     "freeze_ops",
     "keys_of",
     "owner_of",
+    "slug",
     "item_values",
     "item_payload",
+    "document_values",
+    "begin_payload",
     "progress",
     "next_item",
     "next_action",
@@ -59,10 +101,21 @@ __all__ = [
     "check_complete",
 ]
 
-KEY_PLACEHOLDERS = ("item", "stem", "index")
-PAYLOAD_PLACEHOLDERS = ("item", "stem", "index", "key", "first_line", "sha256")
+KEY_PLACEHOLDERS = ("item", "stem", "slug", "index")
+#: Placeholders filled from the item's file when a payload template names them.
+FILE_PLACEHOLDERS = ("first_line", "sha256", "text", "heading", "body")
+DOCUMENT_PLACEHOLDERS = ("text", "heading", "body")
+PAYLOAD_PLACEHOLDERS = KEY_PLACEHOLDERS + ("key",) + FILE_PLACEHOLDERS
+PAYLOAD_COMMAND_PLACEHOLDERS = KEY_PLACEHOLDERS + ("key", "workspace", "run_id")
 CHECK_PLACEHOLDERS = ("workspace", "run_id")
+#: The most items a step's source may list.
 MAX_ITEMS = 100000
+#: The most directory entries one glob listing may visit (a bound on its time, whatever the tree holds).
+MAX_LISTED_ENTRIES = 1000000
+#: The most bytes of an item's file that ``{text}``, ``{heading}`` and ``{body}`` read.
+MAX_TEXT_BYTES = 64 * 1024
+#: The longest ``{slug}``, so that a key built from it stays within the id limit.
+MAX_SLUG_CHARS = 100
 
 Ops = List[List[Any]]
 
@@ -79,7 +132,23 @@ def _argv_problem(argv: Any, what: str, allowed: Sequence[str]) -> Optional[str]
 
 
 def _relative(path: Any) -> bool:
-    return isinstance(path, str) and bool(path) and not os.path.isabs(path) and ".." not in path.replace("\\", "/").split("/")
+    return isinstance(path, str) and bool(path) and item_problem(path) is None
+
+
+def item_problem(item: str) -> Optional[str]:
+    """Why ``item`` cannot name a path inside the workspace whatever the file system holds, or None.
+
+    An absolute path, a ``..`` component (``/`` or ``\\`` separated) or a NUL
+    character is refused; everything else is checked against the file
+    system by :func:`resolve_inside`.
+    """
+    if "\0" in item:
+        return "holds a NUL character"
+    if os.path.isabs(item) or item.startswith(("/", "\\")):
+        return "is an absolute path"
+    if ".." in item.replace("\\", "/").split("/"):
+        return "holds a '..' component"
+    return None
 
 
 def step_problems(step: Dict[str, Any]) -> List[str]:
@@ -92,6 +161,12 @@ def step_problems(step: Dict[str, Any]) -> List[str]:
                 out.append("items must be a non-empty list of non-empty strings, {\"glob\": PATTERN} or {\"file\": PATH}")
             elif len(set(items)) != len(items):
                 out.append("items repeat an item")
+            else:
+                for index, item in enumerate(items):
+                    problem = item_problem(item)
+                    if problem:
+                        out.append(f"item {index} {item[:80]!r} {problem}; items are paths inside the workspace")
+                        break
         elif isinstance(items, dict):
             if len(items) != 1 or next(iter(items)) not in ("glob", "file") or not _relative(next(iter(items.values()))):
                 out.append("items must be {\"glob\": PATTERN} or {\"file\": PATH}, relative to the workspace and without '..'")
@@ -104,9 +179,9 @@ def step_problems(step: Dict[str, Any]) -> List[str]:
             names = placeholders_in(key)
             bad = [n for n in names if n not in KEY_PLACEHOLDERS]
             if bad:
-                out.append(f"key: unknown placeholder {{{bad[0]}}} (allowed: {{item}}, {{stem}}, {{index}}; nothing random)")
+                out.append(f"key: unknown placeholder {{{bad[0]}}} (allowed: {{item}}, {{stem}}, {{slug}}, {{index}}; nothing random)")
             elif not names:
-                out.append("key must hold {item}, {stem} or {index}, or every item would share one key")
+                out.append("key must hold {item}, {stem}, {slug} or {index}, or every item would share one key")
     elif "key" in step or "payload" in step:
         out.append("\"key\" and \"payload\" belong to a step with \"items\"")
     payload = step.get("payload")
@@ -121,7 +196,7 @@ def step_problems(step: Dict[str, Any]) -> List[str]:
                 if bad:
                     out.append(f"payload template: unknown placeholder {{{bad[0]}}} (allowed: {', '.join('{' + n + '}' for n in PAYLOAD_PLACEHOLDERS)})")
         else:
-            problem = _argv_problem(payload["command"], "payload command", PAYLOAD_PLACEHOLDERS + ("workspace", "run_id"))
+            problem = _argv_problem(payload["command"], "payload command", PAYLOAD_COMMAND_PLACEHOLDERS)
             if problem:
                 out.append(problem)
     checks = step.get("checks")
@@ -181,32 +256,204 @@ def observes_itself(spec: Dict[str, Any]) -> bool:
     return (is_batch(spec) or bool(spec.get("checks")) or bool(spec.get("artifacts"))) and not spec.get("evidence") and not spec.get("approval")
 
 
-def workspace_root(plan: Dict[str, Any], cwd: Optional[str] = None) -> str:
-    """The absolute workspace: the contract's ``workspace`` against ``cwd`` (default: the current folder)."""
-    return os.path.abspath(os.path.join(cwd or os.getcwd(), plan.get("workspace", ".")))
+def workspace_root(plan: Dict[str, Any], cwd: Optional[str] = None, base: Optional[str] = None) -> str:
+    """The absolute workspace: the contract's ``workspace`` against ``base``, else ``cwd`` (default: the current folder)."""
+    return os.path.abspath(os.path.join(base or cwd or os.getcwd(), plan.get("workspace", ".")))
+
+
+def run_workspace(state: Dict[str, Any], cwd: Optional[str] = None) -> str:
+    """The run's absolute workspace: its plan's ``workspace`` against the contract's folder recorded at ``init``.
+
+    A run started before that folder was recorded (no ``workspace_base``)
+    resolves a relative workspace against ``cwd`` (default: the current folder).
+    """
+    return workspace_root(state["plan"], cwd, state.get("workspace_base"))
+
+
+def _inside(root_real: str, real: str) -> bool:
+    return real == root_real or real.startswith(root_real.rstrip(os.sep) + os.sep)
+
+
+def resolve_inside(root: str, item: str, what: Optional[str] = None) -> str:
+    """The real path of ``item`` under the workspace ``root``, every link followed; it must stay inside.
+
+    :raises InvalidInput: the item is absolute, holds ``..`` or a NUL, or
+        leads outside the workspace through a symbolic link.
+    """
+    what = what or f"item {item[:80]!r}"
+    problem = item_problem(item)
+    if problem:
+        raise InvalidInput(f"{what} {problem}; items are paths inside the workspace {root}")
+    root_real = os.path.realpath(root)
+    real = os.path.realpath(os.path.join(root_real, item))
+    if not _inside(root_real, real):
+        raise InvalidInput(f"{what} leads outside the workspace {root} (to {real[:200]}) through a symbolic link; "
+                           "items must stay inside it after links are followed")
+    return real
+
+
+def _open_regular(real: str, what: str) -> int:
+    """A read-only descriptor of the regular file at ``real`` (no link at its last component, never a FIFO's wait)."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(real, flags)
+    except OSError as exc:
+        raise InvalidInput(f"{what}: cannot read {real}: {exc.strerror or exc}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InvalidInput(f"{what}: {real} is not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def glob_files(root: str, pattern: str, max_entries: Optional[int] = None, max_items: Optional[int] = None) -> List[str]:
+    """The files under ``root`` that ``pattern`` matches, as sorted relative paths; no directory link is followed.
+
+    The rules are :func:`glob.glob`'s with ``recursive=True`` (see the module
+    docstring), except that a symbolic link to a directory is never entered,
+    so a link to ``.`` or ``..`` cannot make the listing endless.
+
+    :raises InvalidInput: the listing would visit more than ``max_entries``
+        directory entries (default :data:`MAX_LISTED_ENTRIES`) or return more
+        than ``max_items`` files (default :data:`MAX_ITEMS`).
+    """
+    max_entries = MAX_LISTED_ENTRIES if max_entries is None else max_entries
+    max_items = MAX_ITEMS if max_items is None else max_items
+    if pattern.endswith(("/", os.sep)):
+        return []  # a pattern for folders only lists no file
+    parts: List[str] = []
+    for part in pattern.replace(os.sep, "/").split("/"):
+        if part in ("", ".") or (part == "**" and parts and parts[-1] == "**"):
+            continue
+        parts.append(part)
+    if not parts:
+        return []
+    fold = os.path.normcase if os.path.normcase("A") != "A" else None
+    matchers = [None if p == "**" or not any(c in p for c in "*?[") else re.compile(fnmatch.translate(os.path.normcase(p))).match for p in parts]
+    found: set = set()
+    visited = 0
+    seen: set = set()
+    stack: List[Tuple[str, int]] = [("", 0)]
+
+    def too_many() -> InvalidInput:
+        return InvalidInput(f"the glob {pattern!r} visits more than {max_entries:,} entries under {root}; narrow the pattern or list the items in a file")
+
+    def add(rel: str) -> None:
+        found.add(rel)
+        if len(found) > max_items:
+            raise InvalidInput(f"the glob {pattern!r} lists more than {max_items:,} items under {root}; the limit is {max_items:,}")
+
+    while stack:
+        rel, index = stack.pop()
+        if (rel, index) in seen:
+            continue
+        seen.add((rel, index))
+        part, last = parts[index], index == len(parts) - 1
+        here = os.path.join(root, rel) if rel else root
+        prefix = rel + os.sep if rel else ""
+        if matchers[index] is None and part != "**":
+            visited += 1
+            if visited > max_entries:
+                raise too_many()
+            path = os.path.join(here, part)
+            try:
+                mode = os.lstat(path).st_mode
+            except (OSError, ValueError):
+                continue
+            if last:
+                if stat.S_ISREG(mode) or (stat.S_ISLNK(mode) and os.path.isfile(path)):
+                    add(prefix + part)
+            elif stat.S_ISDIR(mode):
+                stack.append((prefix + part, index + 1))
+            continue
+        if part == "**" and not last:
+            stack.append((rel, index + 1))  # '**' matches no folder at all, too
+        match, hidden_ok, recurse = matchers[index], part.startswith("."), part == "**"
+        try:
+            with os.scandir(here) as entries:
+                for entry in entries:
+                    visited += 1
+                    if visited > max_entries:
+                        raise too_many()
+                    name = entry.name
+                    # As glob.glob: a wildcard does not match a name starting with '.' unless the pattern component does.
+                    if (name[0] == "." and not hidden_ok) or (match is not None and not match(fold(name) if fold else name)):
+                        continue
+                    if entry.is_dir(follow_symlinks=False):
+                        if recurse:
+                            stack.append((prefix + name, index))
+                        elif not last:
+                            stack.append((prefix + name, index + 1))
+                    elif last and entry.is_file():
+                        add(prefix + name)
+        except OSError:
+            continue  # an unreadable folder lists nothing, as with glob.glob
+    return sorted(found)
+
+
+def _read_bounded(real: str, what: str, limit: int) -> bytes:
+    fd = _open_regular(real, what)
+    with os.fdopen(fd, "rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise InvalidInput(f"{what}: {real} is larger than {limit:,} bytes")
+    return data
 
 
 def list_items(spec: Dict[str, Any], root: str) -> Tuple[List[str], Dict[str, Any]]:
-    """The items the step's source lists now, in a stable order, and the source."""
+    """The items the step's source lists now, in a stable order, and the source.
+
+    A glob is listed by :func:`glob_files` (bounded, no directory link
+    followed); an item file must itself resolve inside the workspace. The
+    items are not checked here: :func:`freeze` resolves each one.
+
+    :raises InvalidInput: the source cannot be listed within its bounds.
+    """
     items = spec["items"]
     if isinstance(items, list):
         return list(items), {"inline": len(items)}
     if "glob" in items:
         pattern = items["glob"]
-        found = glob.glob(os.path.join(glob.escape(root), pattern), recursive=True)
-        listed = sorted(os.path.relpath(p, root) for p in found if os.path.isfile(p))
-        return listed, {"glob": pattern}
-    path = os.path.join(root, items["file"])
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(64 * 1024 * 1024)
-    except OSError as exc:
-        raise InvalidInput(f"cannot read the item file {path}: {exc.strerror or exc}") from None
+        return glob_files(root, pattern), {"glob": pattern}
+    what = f"the item file {items['file'][:200]!r}"
+    data = _read_bounded(resolve_inside(root, items["file"], what), what, 64 * 1024 * 1024)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
-        raise InvalidInput(f"the item file {path} is not UTF-8") from None
-    return [line.rstrip("\r") for line in text.split("\n") if line.rstrip("\r")], {"file": items["file"]}
+        raise InvalidInput(f"{what} is not UTF-8") from None
+    listed = [line.rstrip("\r") for line in text.split("\n") if line.rstrip("\r")]
+    if len(listed) > MAX_ITEMS:
+        raise InvalidInput(f"{what} lists {len(listed):,} items; the limit is {MAX_ITEMS:,}")
+    return listed, {"file": items["file"]}
+
+
+def check_inside(root: str, items: Sequence[str], what: str) -> None:
+    """Refuse unless every item resolves inside the workspace ``root`` with every link followed.
+
+    The same test as :func:`resolve_inside`, with each item's folder resolved
+    once, so a list of 100,000 items costs about one ``lstat`` per item.
+
+    :raises InvalidInput: naming the first item that is absolute, holds ``..``
+        or a NUL, or leads outside.
+    """
+    root_real = os.path.realpath(root)
+    folders: Dict[str, str] = {}
+    for index, item in enumerate(items):
+        problem = item_problem(item)
+        if problem:
+            raise InvalidInput(f"item {index} {item[:80]!r} of {what} {problem}; items are paths inside the workspace {root}")
+        head, name = os.path.split(item)
+        folder = folders.get(head)
+        if folder is None:
+            folder = folders[head] = os.path.realpath(os.path.join(root_real, head))
+        real = folder if name in ("", ".") else os.path.join(folder, name)
+        if real != folder and os.path.islink(real):
+            real = os.path.realpath(real)
+        if not _inside(root_real, real):
+            raise InvalidInput(f"item {index} {item[:80]!r} of {what} leads outside the workspace {root} (to {real[:200]}) "
+                               "through a symbolic link; items must stay inside it after links are followed")
 
 
 def freeze(state: Dict[str, Any], step: str, cwd: Optional[str] = None) -> Optional[Dict[str, Any]]:
@@ -221,8 +468,8 @@ def freeze(state: Dict[str, Any], step: str, cwd: Optional[str] = None) -> Optio
     record = state["steps"].get(step) or {}
     old = record.get("batch")
     if old and old.get("plan_digest") == state["plan_digest"]:
-        return {"workspace": record.get("workspace") or workspace_root(state["plan"], cwd)}
-    root = workspace_root(state["plan"], cwd)
+        return {"workspace": record.get("workspace") or run_workspace(state, cwd)}
+    root = run_workspace(state, cwd)
     frozen: Dict[str, Any] = {"workspace": root}
     if is_batch(spec):
         items, source = list_items(spec, root)
@@ -230,6 +477,12 @@ def freeze(state: Dict[str, Any], step: str, cwd: Optional[str] = None) -> Optio
             raise InvalidInput(f"step {step!r} lists no items ({source}) under {root}")
         if len(items) > MAX_ITEMS:
             raise InvalidInput(f"step {step!r} lists {len(items)} items; the limit is {MAX_ITEMS}")
+        check_inside(root, items, f"step {step!r}")
+        if "slug" in placeholders_in(spec["key"]):
+            for index, item in enumerate(items):
+                if not slug(item):
+                    raise InvalidInput(f"item {index} {item[:60]!r} of step {step!r} has no letter or digit to make {{slug}} of; "
+                                       "put {index} in the key as well")
         keys = _keys(spec["key"], items)
         seen: Dict[str, int] = {}
         pattern = state["plan"].get("effects", {}).get("key_pattern")
@@ -277,8 +530,23 @@ def _stem(item: str) -> str:
     return stem or base
 
 
+def slug(item: str) -> str:
+    """A key-safe form of the item's stem: lower case ASCII letters and digits, each run of anything else one ``-``.
+
+    Accents are dropped (``Café`` gives ``cafe``), no ``-`` leads or ends, and
+    at most :data:`MAX_SLUG_CHARS` characters are kept, so a non-empty slug
+    always passes :func:`runner.envelope.validate_id`. It is empty when the
+    stem has no letter or digit that folds to ASCII; ``step start`` refuses
+    a key built from such a slug. Two stems may give one slug (``a b`` and
+    ``a-b``); the start refuses their equal keys.
+    """
+    folded = "".join(c for c in unicodedata.normalize("NFKD", _stem(item)) if not unicodedata.combining(c)).casefold()
+    return re.sub(r"[^a-z0-9]+", "-", folded).strip("-")[:MAX_SLUG_CHARS].rstrip("-")
+
+
 def item_values(item: str, index: int) -> Dict[str, Any]:
-    return {"item": item, "stem": _stem(item), "index": index}
+    """The key placeholders of one item: ``item``, ``stem``, ``slug`` and ``index``."""
+    return {"item": item, "stem": _stem(item), "slug": slug(item), "index": index}
 
 
 def _keys(template: str, items: Sequence[str]) -> List[str]:
@@ -326,20 +594,68 @@ def item_payload(state: Dict[str, Any], step: str, index: int) -> Dict[str, Any]
         return payload
     template = how["template"]
     wanted = {n for s in _strings(template) for n in placeholders_in(s)}
-    if wanted & {"first_line", "sha256"}:
-        path = os.path.join(root, item)
-        digest = hashlib.sha256()
-        try:
-            with open(path, "rb") as handle:
-                head = handle.read(1 << 20)
-                digest.update(head)
-                for block in iter(lambda: handle.read(1 << 20), b""):
-                    digest.update(block)
-        except OSError as exc:
-            raise InvalidInput(f"item {item[:80]!r} of step {step!r}: cannot read {path}: {exc.strerror or exc}") from None
-        values["first_line"] = head.split(b"\n", 1)[0][:MAX_DOCUMENT_BYTES // 4].decode("utf-8", "replace").rstrip("\r")
-        values["sha256"] = digest.hexdigest()
+    if wanted & set(FILE_PLACEHOLDERS):
+        values.update(_file_values(root, item, f"item {item[:80]!r} of step {step!r}", wanted))
     return _fill(template, values)
+
+
+def _file_values(root: str, item: str, what: str, wanted: Any) -> Dict[str, str]:
+    """The file placeholders ``wanted`` of one item, read from its file after checking where it leads now."""
+    real = resolve_inside(root, item, what)
+    out: Dict[str, str] = {}
+    with os.fdopen(_open_regular(real, what), "rb") as handle:
+        head = handle.read(1 << 20)
+        if "sha256" in wanted:
+            digest = hashlib.sha256(head)
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+            out["sha256"] = digest.hexdigest()
+    out["first_line"] = head.split(b"\n", 1)[0][:MAX_DOCUMENT_BYTES // 4].decode("utf-8", "replace").rstrip("\r")
+    if wanted & set(DOCUMENT_PLACEHOLDERS):
+        out.update(document_values(head, what))
+    return out
+
+
+def document_values(data: bytes, what: str = "the item's file") -> Dict[str, str]:
+    """``text``, ``heading`` and ``body`` of a document's bytes (see the module docstring).
+
+    :raises InvalidInput: ``data`` is longer than :data:`MAX_TEXT_BYTES` or is not UTF-8.
+    """
+    if len(data) > MAX_TEXT_BYTES:
+        raise InvalidInput(f"{what}: the file is larger than {MAX_TEXT_BYTES:,} bytes, the most {{text}}, {{heading}} and {{body}} read; "
+                           "skip the item ('effect skip KEY --reason TEXT') or send {item} for the target to read")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"{what}: the file is not UTF-8 (byte {exc.start}); {{text}}, {{heading}} and {{body}} need UTF-8 text") from None
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    lines = text.split("\n")
+    first = next((n for n, line in enumerate(lines) if line.strip()), len(lines))
+    heading = lines[first].strip().lstrip("#").strip() if first < len(lines) else ""
+    return {"text": text, "heading": heading, "body": "\n".join(lines[first + 1:]).strip()}
+
+
+def begin_payload(state: Dict[str, Any], key: str, given: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """The payload ``effect begin KEY`` records: for an item of a started batch step, the one its template makes.
+
+    :param given: the payload passed (``--payload``), or None.
+    :raises InvalidInput: no payload is given for a key that is not such an
+        item, or the one given differs from the item's (both digests named).
+    """
+    found = owner_of(state, key)
+    if found is None:
+        if given is None:
+            raise InvalidInput(f"--payload FILE is required (a JSON file, or - for stdin): {key!r} is not the key of an item of a started batch step")
+        return given
+    step, index = found
+    expected = item_payload(state, step, index)
+    if given is not None:
+        want, got = content_digest(expected), content_digest(given)
+        if want != got:
+            raise InvalidInput(f"{key!r} is item {index} of step {step!r}, whose template makes the payload {want}; the payload given is {got}. "
+                               "Leave out --payload to send the template's", key=key, expected=want, given=got)
+    return expected
 
 
 def _fill(value: Any, values: Dict[str, Any]) -> Any:
@@ -400,7 +716,7 @@ def next_action(state: Dict[str, Any], step: str) -> Optional[Dict[str, Any]]:
     key = keys[index]
     current = (state["effects"].get(key) or {}).get("state")
     commands = "invoke" in state["plan"].get("effects", {})
-    how = f"'effect run {key}'" if commands else f"'effect begin {key} --payload FILE', the call, 'effect ack', 'effect verify'"
+    how = f"'effect run {key}'" if commands else f"'effect begin {key}' (the payload from the step's template), the call, 'effect ack', 'effect verify'"
     action = {"kind": "effect", "step": step, "item": batch["items"][index], "key": key, "index": index, "remaining": info.get("remaining"),
               "total": batch["count"], "why": f"perform item {index} of {step}: {how}"}
     if current is not None:

@@ -28,7 +28,7 @@ from .recovery import decide, decision_exit_code, recover, stop_for_error
 from .views import brief, events_after, report, status_view
 from .run import Run
 from .steps import require_plan
-from .batch import observes_itself
+from .batch import begin_payload, observes_itself, run_workspace
 from .stores import create_store, open_store, parse_store_url
 from .stores.file import RunStore, check
 
@@ -103,7 +103,7 @@ def build_parser(extensions: Sequence[Callable[[Callable[..., argparse.ArgumentP
     sub = verb("effect", "record an external effect's lifecycle in the ledger", cmd_effect, EFFECT_RUN_HELP)
     sub.add_argument("action", choices=("begin", "ack", "verify", "absent", "uncertain", "run", "skip", "show", "list"))
     sub.add_argument("key", nargs="?", metavar="KEY")
-    sub.add_argument("--payload", metavar="FILE", help="begin/run: the payload as a JSON file, or - for stdin (run: default, a batch item's template)")
+    sub.add_argument("--payload", metavar="FILE", help="begin/run: the payload as a JSON file, or - for stdin (default: a batch item's template)")
     sub.add_argument("--step", metavar="STEP", help="begin: the step the effect belongs to (default: the current step)")
     sub.add_argument("--receipt", metavar="JSON", help="ack: the target's receipt (inline JSON, @FILE or -)")
     sub.add_argument("--evidence", metavar="JSON", help="verify/absent: what the observation found (inline JSON, @FILE or -)")
@@ -306,14 +306,17 @@ def _open(args: argparse.Namespace) -> Any:
 # -- verbs -------------------------------------------------------------------
 
 def cmd_init(args: argparse.Namespace) -> int:
+    """Start a run; a relative ``workspace`` resolves against the contract file's folder, which the run keeps."""
     plan = load_contract(args.contract)
     url = _store_url(args)
     if _task(args) not in (None, plan["task_id"]):
         raise InvalidInput(f"--task {_task(args)} differs from the contract's task_id {plan['task_id']}")
-    store = create_store(url, plan["task_id"], plan)
+    store = create_store(url, plan["task_id"], plan, workspace_base=os.path.dirname(os.path.abspath(args.contract)))
     summary = status_view(store.state)
+    workspace = run_workspace(store.state)
     where = getattr(store, "url", store.path)
-    _emit(args, {"ok": True, "path": store.path, "store": url, **summary}, f"started run {summary['task_id']} in {where}\nplan {summary['plan_digest']}")
+    _emit(args, {"ok": True, "path": store.path, "store": url, **summary, "workspace": workspace},
+          f"started run {summary['task_id']} in {where}\nplan {summary['plan_digest']}\nworkspace {workspace}")
     return 0
 
 
@@ -479,7 +482,13 @@ def cmd_effect(args: argparse.Namespace) -> int:
             raise InvalidInput(f"no effect {key!r} in the ledger")
         return _effect_out(args, key, effect)
     if args.action == "begin":
-        return _effect_out(args, key, run.effect_begin(key, _payload_arg(args.payload), step=args.step))
+        # A batch item's payload is the one its step's template makes; another one is refused with both digests.
+        # It is printed, since the caller sends exactly it to the target.
+        payload = begin_payload(run.state, key, _payload_arg(args.payload) if args.payload else None)
+        effect = run.effect_begin(key, payload, step=args.step)
+        _emit(args, {"ok": True, "key": key, **effect, "payload": payload},
+              f"{key}: {effect['state']} (attempts {effect['attempts']})\npayload {json.dumps(payload, sort_keys=True, ensure_ascii=False)}")
+        return 0
     if args.action == "run":
         from .drive import perform_effect
 

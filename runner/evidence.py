@@ -55,7 +55,7 @@ def observe_step(state: Dict[str, Any], step: str, clock: Any = time.time) -> Op
     if record.get("state") != "running":
         return None  # done_ops refuses this with its own message
     _batch.check_complete(state, step)
-    root = record.get("workspace") or _batch.workspace_root(state["plan"])
+    root = record.get("workspace") or _batch.run_workspace(state)
     timeout = float(spec.get("timeout_seconds", CHECK_TIMEOUT))
     observed: Dict[str, Any] = {"source": "runner", "workspace": root}
     checks: Dict[str, Any] = {}

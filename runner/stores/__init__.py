@@ -52,13 +52,13 @@ def open_store(url: str, task_id: Optional[str] = None, **options: Any) -> Any:
     return _db_class(kind).open(url, task_id, **options)
 
 
-def create_store(url: str, task_id: str, plan: Dict[str, Any], **options: Any) -> Any:
+def create_store(url: str, task_id: str, plan: Dict[str, Any], workspace_base: Optional[str] = None, **options: Any) -> Any:
     from .file import RunStore
 
     kind, location = parse_store_url(url)
     if kind == "file":
-        return RunStore.create(location, task_id, plan, **options)
-    return _db_class(kind).create(url, task_id, plan, **options)
+        return RunStore.create(location, task_id, plan, workspace_base, **options)
+    return _db_class(kind).create(url, task_id, plan, workspace_base, **options)
 
 
 def run_url(url: str, task_id: str) -> str:

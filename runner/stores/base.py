@@ -60,8 +60,12 @@ class Store(abc.ABC):
     # -- what a backend supplies ------------------------------------------------------
     @classmethod
     @abc.abstractmethod
-    def create(cls, location: str, task_id: str, plan: Dict[str, Any], **options: Any) -> "Store":
-        """Start a new run; refuse (changing nothing) if one is there."""
+    def create(cls, location: str, task_id: str, plan: Dict[str, Any], workspace_base: Optional[str] = None, **options: Any) -> "Store":
+        """Start a new run; refuse (changing nothing) if one is there.
+
+        ``workspace_base``: the absolute folder a relative ``workspace`` resolves
+        against, kept in the run's identity (see :func:`runner.stores.codec.new_identity`).
+        """
 
     @abc.abstractmethod
     def _in_transaction(self, work: Callable[[], Any]) -> Any:

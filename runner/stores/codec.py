@@ -1,6 +1,7 @@
 """The record codec every store shares: the run's identity, journal records, replay, transitions.
 
-A run is its identity record (task id, plan, creation time: written once)
+A run is its identity record (task id, plan, creation time and, when
+``init`` knew it, the folder its workspace resolves against: written once)
 plus a hash chain of journal records, each ``{"h": sha256(body), "r": body}``
 with ``body = {"at", "epoch", "ops", "prev", "rev"}`` in canonical JSON.
 Revision 0 is derived from the identity alone (:func:`genesis`), and every
@@ -11,8 +12,9 @@ record means the same thing wherever it is kept.
 """
 
 import json
+import os
 import re
-from typing import Any, Dict, List, NamedTuple, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..envelope import (
     SCHEMA_VERSION,
@@ -53,9 +55,14 @@ _RECORD_KEYS = {"at", "epoch", "ops", "prev", "rev"}
 
 # -- identity -----------------------------------------------------------------------
 
-def new_identity(task_id: str, plan: Dict[str, Any], created_at: str) -> Tuple[Dict[str, Any], bytes]:
-    """The identity record of a new run and its bytes (canonical JSON and a newline)."""
-    identity = {
+def new_identity(task_id: str, plan: Dict[str, Any], created_at: str, workspace_base: Optional[str] = None) -> Tuple[Dict[str, Any], bytes]:
+    """The identity record of a new run and its bytes (canonical JSON and a newline).
+
+    :param workspace_base: the absolute folder a relative ``workspace`` of the
+        plan resolves against (the contract file's folder); kept outside the
+        plan, so the plan digest stays that of the contract as written.
+    """
+    identity: Dict[str, Any] = {
         "created_at": created_at,
         "format": IDENTITY_FORMAT,
         "plan": plan,
@@ -63,6 +70,10 @@ def new_identity(task_id: str, plan: Dict[str, Any], created_at: str) -> Tuple[D
         "schema_version": SCHEMA_VERSION,
         "task_id": validate_id(task_id, "task id"),
     }
+    if workspace_base is not None:
+        if not isinstance(workspace_base, str) or not os.path.isabs(workspace_base):
+            raise InvalidInput(f"the workspace base must be an absolute folder, not {workspace_base!r}")
+        identity["workspace_base"] = workspace_base
     return identity, canonical_json(identity) + b"\n"
 
 
@@ -78,12 +89,18 @@ def decode_identity(data: bytes) -> Dict[str, Any]:
         raise ValueError("identity file lacks its plan or creation time")
     if identity.get("plan_digest") != content_digest(identity["plan"]):
         raise ValueError("identity plan_digest does not match its plan")
+    base = identity.get("workspace_base", "/")
+    if not isinstance(base, str) or not os.path.isabs(base):
+        raise ValueError("identity workspace_base is not an absolute folder")
     return identity
 
 
 def genesis(identity: Dict[str, Any], head: str) -> Dict[str, Any]:
     """Revision 0 of a run: its envelope as the identity alone defines it; ``head`` is the identity's digest."""
-    return new_envelope(identity["task_id"], identity["plan"], head, identity["created_at"])
+    state = new_envelope(identity["task_id"], identity["plan"], head, identity["created_at"])
+    if "workspace_base" in identity:
+        state["workspace_base"] = identity["workspace_base"]
+    return state
 
 
 # -- journal records ------------------------------------------------------------------

@@ -600,7 +600,7 @@ class RunStore(Store):
 
     # -- creation -------------------------------------------------------------
     @classmethod
-    def create(cls, path: str, task_id: str, plan: Dict[str, Any], **options: Any) -> "RunStore":
+    def create(cls, path: str, task_id: str, plan: Dict[str, Any], workspace_base: Optional[str] = None, **options: Any) -> "RunStore":
         """Start a new run in ``path``; refuse if the folder holds any run state.
 
         The refusal is decided once, under the folder's lock, before anything
@@ -636,7 +636,7 @@ class RunStore(Store):
                 raise InvalidInput(f"refusing to start a new run in {store.path}: {detail}", path=store.path)
             fs.make_private(store.path)  # an existing empty folder is narrowed too
             now = store.now()
-            identity, identity_bytes = new_identity(task_id, plan, now)
+            identity, identity_bytes = new_identity(task_id, plan, now, workspace_base)
             state = genesis(identity, sha256_hex(identity_bytes))
             snapshot = _encode_snapshot(state)
             # Unfinished-init leftovers are overwritten, never appended to.

@@ -267,12 +267,12 @@ class SQLStore(Store):
 
     # -- public surface ---------------------------------------------------------------------
     @classmethod
-    def create(cls, url: str, task_id: str, plan: Dict[str, Any], **options: Any) -> "SQLStore":
+    def create(cls, url: str, task_id: str, plan: Dict[str, Any], workspace_base: Optional[str] = None, **options: Any) -> "SQLStore":
         """Start a new run; refuse if the database already holds one with this task id."""
         if not isinstance(plan, dict):
             raise InvalidInput("the plan must be a JSON object")
         store = cls(url, task_id, creating=True, **options)
-        identity, identity_bytes = new_identity(task_id, plan, store.now())
+        identity, identity_bytes = new_identity(task_id, plan, store.now(), workspace_base)
         identity_text = identity_bytes.decode("utf-8")
         state = genesis(identity, sha256_hex(identity_bytes))
         envelope, _ = _split(state)
