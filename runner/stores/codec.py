@@ -1,17 +1,27 @@
 """The record codec every store shares: the run's identity, journal records, replay, transitions.
 
-A run is its identity record (task id, plan, creation time: written once)
-plus a hash chain of journal records, each ``{"h": sha256(body), "r": body}``
+A run is its identity record (task id, plan, creation time, and who made
+it: written once) plus a hash chain of journal records, each ``{"h": sha256(body), "r": body}``
 with ``body = {"at", "epoch", "ops", "prev", "rev"}`` in canonical JSON.
 Revision 0 is derived from the identity alone (:func:`genesis`), and every
 later revision is the previous one with one record's operations applied
 (:func:`replay`). The file store writes these bytes to ``run.json`` and
 ``journal.jsonl``; the database stores write the same text into rows, so a
 record means the same thing wherever it is kept.
+
+Who made a run (``made_by``: the host name and the user id of the process
+that ran ``init``) is part of the identity, so it is covered by the digest
+every later record chains from. Revision 0 carries it as
+``observations.made_by``, where a reader of the state finds it. Runs made
+before the field existed have neither and load as before; a reader decides
+what an unrecorded maker means (the harness hooks treat it as someone
+else's).
 """
 
 import json
+import os
 import re
+import socket
 from typing import Any, Dict, List, NamedTuple, Sequence, Tuple
 
 from ..envelope import (
@@ -34,6 +44,7 @@ __all__ = [
     "IDENTITY_FORMAT",
     "Ops",
     "Prepared",
+    "local_maker",
     "new_identity",
     "decode_identity",
     "genesis",
@@ -53,11 +64,18 @@ _RECORD_KEYS = {"at", "epoch", "ops", "prev", "rev"}
 
 # -- identity -----------------------------------------------------------------------
 
+def local_maker() -> Dict[str, Any]:
+    """Who makes a run from this process: the host's name and the process's user id (None where there is none)."""
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    return {"host": socket.gethostname(), "uid": uid}
+
+
 def new_identity(task_id: str, plan: Dict[str, Any], created_at: str) -> Tuple[Dict[str, Any], bytes]:
-    """The identity record of a new run and its bytes (canonical JSON and a newline)."""
+    """The identity record of a new run and its bytes (canonical JSON and a newline), naming this process as its maker."""
     identity = {
         "created_at": created_at,
         "format": IDENTITY_FORMAT,
+        "made_by": local_maker(),
         "plan": plan,
         "plan_digest": content_digest(plan),
         "schema_version": SCHEMA_VERSION,
@@ -83,7 +101,10 @@ def decode_identity(data: bytes) -> Dict[str, Any]:
 
 def genesis(identity: Dict[str, Any], head: str) -> Dict[str, Any]:
     """Revision 0 of a run: its envelope as the identity alone defines it; ``head`` is the identity's digest."""
-    return new_envelope(identity["task_id"], identity["plan"], head, identity["created_at"])
+    state = new_envelope(identity["task_id"], identity["plan"], head, identity["created_at"])
+    if isinstance(identity.get("made_by"), dict):
+        state["observations"]["made_by"] = dict(identity["made_by"])
+    return state
 
 
 # -- journal records ------------------------------------------------------------------
