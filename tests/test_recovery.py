@@ -865,7 +865,7 @@ class Minute37Test(RecoveryCase):
         for seen in (peek, first):
             decision = seen["decision"]
             self.assertEqual((seen["code"], decision["decision"], decision["reason"]), (8, "stop", "needs-reconciliation"))
-            self.assertTrue(any("job tests vanished" in u for u in decision["unknowns"]), decision["unknowns"])
+            self.assertTrue(any("job `tests` vanished" in u for u in decision["unknowns"]), decision["unknowns"])
         done = successor.expect("DONE")
         self.assertEqual(successor.wait(), 0)
         epoch = str(done["epoch"])
@@ -1120,13 +1120,12 @@ class BriefTest(RecoveryCase):
         self.assertEqual(default["chars"], len(text))
         first = sorted(self.UNRESOLVED)[0]
         self.assertIn("Next action:", text)
-        self.assertIn('"kind": "reconcile"', text)
-        self.assertIn(f'"key": "{first}"', text)
+        self.assertIn(f"Next action: reconcile `{first}`", text)
         for key, state in sorted(self.UNRESOLVED.items())[:5]:
-            self.assertIn(f"UNRESOLVED {key}: {state}", text)
+            self.assertIn(f"UNRESOLVED `{key}`: {state}", text)
         self.assertIn("… and 2 more unresolved", text)
         self.assertIn("4 acknowledged, 3 started, 9993 verified", text)
-        self.assertIn("- edits: running", text)
+        self.assertIn("- `edits`: running", text)
         self.assertLessEqual(len(custom["brief"]), 900)
         self.assertIn("Next action:", custom["brief"])
         self.assertIn(first, custom["brief"])
