@@ -28,7 +28,7 @@ under the same id runs ``recover`` under the same owner and so continues
 under its own lease at a new epoch instead of waiting for itself.
 
 The adoption rule: a run is this user's when its identity says it was made
-on this host by this user id (``observations.made_by``, written at ``init``),
+on this host by this user id (``made_by`` in ``run.json``, written at ``init``),
 or when a ``recover`` on this host by this user id has adopted it (the
 host and uid in its ``observations.authorization`` record, a journal
 transition like any other). Any other run, including one that records no
@@ -58,18 +58,18 @@ import time
 from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from .envelope import canonical_json, format_time
-from .errors import RunnerError
+from .errors import InvalidInput, RunnerError
 from .fs import OsFileSystem, replace_durably
 from .jobs import observe_job
 from .lease import lease_view
 from .quoting import MESSAGE, NOTICE_SHORT, PATH, fit, moment, name, number, quote, word
 from .recovery import decide
 from .run import Run
-from .stores.codec import local_maker
-from .stores.file import scan
+from .stores.codec import decode_identity, local_maker
+from .stores.file import IDENTITY, scan
 from .views import action_text, brief
 
-__all__ = ["main", "handle", "owner_for", "locate_run", "adoption", "HOOK_FILE", "MAX_PUSHES_WITHOUT_PROGRESS", "TIME_BUDGET_SECONDS", "EVENTS", "HARNESSES"]
+__all__ = ["main", "handle", "owner_for", "locate_run", "made_by", "adoption", "HOOK_FILE", "MAX_PUSHES_WITHOUT_PROGRESS", "TIME_BUDGET_SECONDS", "EVENTS", "HARNESSES"]
 
 HOOK_FILE = "hooks.json"
 HOOK_FORMAT = "runner-hooks/1"
@@ -151,16 +151,25 @@ def _runner_command(path: str) -> str:
     return f"python3 {shlex.quote(runner) if _plain(runner) else 'RUNNER'} --dir {where}"
 
 
-def adoption(state: Dict[str, Any], me: Dict[str, Any]) -> Tuple[str, str]:
-    """``(verdict, description)``: whether the run is the user's ``me`` (:func:`runner.stores.codec.local_maker`).
+def made_by(path: str) -> Any:
+    """The maker ``run.json`` in the run folder ``path`` records, or None (an older run, or a file that cannot be read)."""
+    try:
+        with open(os.path.join(path, IDENTITY), "rb") as handle:
+            return decode_identity(handle.read()).get("made_by")
+    except (OSError, ValueError, InvalidInput):
+        return None
 
-    ``made`` when it was made on this host by this user id; ``adopted`` when a
-    ``recover`` on this host by this user id has run on it; ``foreign`` when
-    someone else made it; ``unrecorded`` when it names no maker and was not
-    adopted. Only ``made`` and ``adopted`` runs are this user's.
+
+def adoption(made: Any, state: Dict[str, Any], me: Dict[str, Any]) -> Tuple[str, str]:
+    """``(verdict, description)``: whether the run made by ``made`` (:func:`made_by`) in ``state`` is the user's ``me``.
+
+    ``me`` is :func:`runner.stores.codec.local_maker`. ``made`` when it was
+    made on this host by this user id; ``adopted`` when a ``recover`` on this
+    host by this user id has run on it; ``foreign`` when someone else made
+    it; ``unrecorded`` when it names no maker and was not adopted. Only
+    ``made`` and ``adopted`` runs are this user's.
     """
     observations = state.get("observations") or {}
-    made = observations.get("made_by")
     if isinstance(made, dict) and made.get("host") == me.get("host") and made.get("uid") == me.get("uid"):
         return "made", "made by this user on this machine"
     for record in (observations.get("authorization") or {}).values():
@@ -213,7 +222,7 @@ class _View:
         self.verdict, self.provenance = "", ""
         if self.state is None:
             return
-        self.verdict, self.provenance = adoption(self.state, local_maker())
+        self.verdict, self.provenance = adoption(made_by(path), self.state, local_maker())
         self.lease = lease_view(self.state, now)
         holder = self.lease.get("owner") if self.lease.get("live") else None
         unsettled = ("submitting", "running", "cancel-requested", "vanished")

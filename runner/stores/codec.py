@@ -11,11 +11,11 @@ record means the same thing wherever it is kept.
 
 Who made a run (``made_by``: the host name and the user id of the process
 that ran ``init``) is part of the identity, so it is covered by the digest
-every later record chains from. Revision 0 carries it as
-``observations.made_by``, where a reader of the state finds it. Runs made
-before the field existed have neither and load as before; a reader decides
-what an unrecorded maker means (the harness hooks treat it as someone
-else's).
+every later record chains from. It stays out of the envelope, whose size
+(and so when compaction runs) must not depend on a host's name; a reader
+takes it from the identity (the harness hooks read ``run.json``). Runs made
+before the field existed lack it and load as before; a reader decides what
+an unrecorded maker means (the hooks treat it as someone else's).
 """
 
 import json
@@ -101,10 +101,7 @@ def decode_identity(data: bytes) -> Dict[str, Any]:
 
 def genesis(identity: Dict[str, Any], head: str) -> Dict[str, Any]:
     """Revision 0 of a run: its envelope as the identity alone defines it; ``head`` is the identity's digest."""
-    state = new_envelope(identity["task_id"], identity["plan"], head, identity["created_at"])
-    if isinstance(identity.get("made_by"), dict):
-        state["observations"]["made_by"] = dict(identity["made_by"])
-    return state
+    return new_envelope(identity["task_id"], identity["plan"], head, identity["created_at"])
 
 
 # -- journal records ------------------------------------------------------------------
