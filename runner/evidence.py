@@ -22,6 +22,7 @@ from . import batch as _batch
 from .commands import expand, run_command
 from .envelope import format_time
 from .errors import InvalidInput
+from . import quoting
 
 #: Seconds a check may run unless its step says otherwise (``timeout_seconds``): long enough for a test suite.
 CHECK_TIMEOUT = 600.0
@@ -115,9 +116,9 @@ def evidence_observations(state: Dict[str, Any]) -> List[Dict[str, Any]]:
             parts = [f"{len(seen.get('checks', {}))} check(s) exited 0"] if seen.get("checks") else []
             parts += [f"{len(seen['artifacts'])} artifact(s) hashed"] if seen.get("artifacts") else []
             items = seen.get("items")
-            parts += [f"{items['verified']} of {items['total']} items verified, {items['skipped']} skipped"] if items else []
-            out.append({"source": f"step {spec['id']}: observed by the runner", "what": "; ".join(parts), "digest": content_digest(seen)})
+            parts += [f"{quoting.number(items.get('verified'))} of {quoting.number(items.get('total'))} items verified, {quoting.number(items.get('skipped'))} skipped"] if items else []
+            out.append({"source": f"step {quoting.name(spec['id'])}: observed by the runner", "what": "; ".join(parts), "digest": content_digest(seen)})
         if record.get("evidence"):
-            out.append({"source": f"step {spec['id']}: claimed by the agent", "what": "recorded as given, not checked by the runner",
+            out.append({"source": f"step {quoting.name(spec['id'])}: claimed by the agent", "what": "recorded as given, not checked by the runner",
                         "digest": content_digest(record["evidence"]), "claimed": record["evidence"]})
     return out

@@ -22,9 +22,16 @@ state, the time and what was observed of the world:
 
 The decision separates ``observations`` (what was read, with its source and
 digest), ``inferences`` (what follows from them) and ``unknowns`` (what no
-observation settled). :func:`recover` takes the lease, reconciles through
-adapters where given, refreshes jobs, decides, and persists the chosen
-action as the run's ``next_action`` before returning it.
+observation settled). Those strings, ``detail`` and an action's ``why`` are
+prose for a model: every value in them that the runner did not write (ids,
+reasons, notes, times read from the run) goes through :mod:`runner.quoting`,
+and every command in them is built from structured fields, in backticks.
+
+:func:`recover` takes the lease, reconciles through adapters where given,
+refreshes jobs, decides, and persists the chosen action as the run's
+``next_action`` before returning it. Its record of the refreshed authority
+names the host and user id it ran as: a ``recover`` on this machine by this
+user is what adopts a run that someone else made (see :mod:`runner.hooks`).
 """
 
 from typing import Any, Callable, Dict, List, Optional
@@ -36,8 +43,10 @@ from .target import Adapter
 from .envelope import content_digest, format_time, parse_time
 from .errors import EXIT_CODES, LimitExhausted, NeedsReconciliation, RunnerError
 from .lease import lease_view
+from .quoting import ITEMS, MESSAGE, PERSON, RECORD, WORKER_OR_TARGET, digest, joined, moment, name, number, quote, word
 from .retry import check_limits
 from .steps import plan_steps
+from .stores.codec import local_maker
 from . import batch as _batch
 from .evidence import evidence_observations
 
@@ -58,28 +67,69 @@ def _act(action: Dict[str, Any], evidence: Dict[str, List[Any]]) -> Dict[str, An
 
 def stop_for_error(error: RunnerError) -> Dict[str, Any]:
     """The decision for a failure that happened before a state could be read (e.g. damage)."""
-    return _stop(error.reason, error.message, {"observations": [], "inferences": [], "unknowns": [error.message]})
+    said = quote(error.message, MESSAGE, 600)
+    return _stop(error.reason, said, {"observations": [], "inferences": [], "unknowns": [said]})
+
+
+def _cmd(value: Any, placeholder: str) -> str:
+    """An id as it goes into a command the runner names, or ``placeholder`` when it lacks the id form."""
+    shown = name(value)
+    return shown[1:-1] if shown.startswith("`") else placeholder
+
+
+def _holder(view: Dict[str, Any]) -> str:
+    return name(view["owner"]) if view.get("owner") is not None else "nobody"
+
+
+def _item_context(state: Dict[str, Any], key: str) -> Dict[str, Any]:
+    """The batch item an effect belongs to, with the ``why`` of settling it written here, from its fields."""
+    context = _batch.item_context(state, key)
+    if "why" in context:
+        context["why"] = (f"`effect run {_cmd(key, 'KEY')}` (or `drive`) observes the target first and records what it sees; "
+                          "it calls the target again only after an observed absence")
+    return context
+
+
+def _batch_why(state: Dict[str, Any], action: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """A batch step's action with its ``why`` written from the action's fields: item names and reasons quoted."""
+    if action is None:
+        return None
+    step = action.get("step")
+    if action.get("kind") == "finish-step":
+        why = f"every item of step {name(step)} is verified or skipped: `step done {_cmd(step, 'STEP')}` (the runner observes the evidence)"
+    else:
+        key = _cmd(action.get("key"), "KEY")
+        item = f"item {number(action.get('index'))} of step {name(step)} ({quote(action.get('item'), ITEMS, 120)})"
+        if action.get("state") == "failed":
+            reason = (state["effects"].get(action.get("key")) or {}).get("reason")
+            why = f"{item} failed for good ({quote(reason, WORKER_OR_TARGET)}): decide whether to `effect skip {key} --reason TEXT`"
+        elif "invoke" in state["plan"].get("effects", {}):
+            why = f"perform {item}: `effect run {key}`"
+        else:
+            why = f"perform {item}: `effect begin {key} --payload FILE`, the call, `effect ack`, `effect verify`"
+    return dict(action, why=why)
 
 
 def decide(state: Dict[str, Any], now: float, owner: Optional[str] = None, epoch: Optional[int] = None, job_observations: Optional[Dict[str, Dict[str, Any]]] = None) -> Dict[str, Any]:
     """The one next action (or stop) the durable facts allow. Pure: reads, never writes."""
     ev: Dict[str, List[Any]] = {"observations": [], "inferences": [], "unknowns": []}
     obs, inf, unk = ev["observations"], ev["inferences"], ev["unknowns"]
-    obs.append({"source": "state", "what": f"revision {state['revision']}, status {state['status']}", "digest": state["head"], "at": state["updated_at"]})
-    obs.append({"source": "plan", "what": f"plan of task {state['task_id']}", "digest": state["plan_digest"]})
+    obs.append({"source": "state", "what": f"revision {number(state['revision'])}, status {word(state['status'])}", "digest": state["head"], "at": state["updated_at"]})
+    obs.append({"source": "plan", "what": f"plan of task {name(state['task_id'])}", "digest": state["plan_digest"]})
     obs.extend(evidence_observations(state))
 
     view = lease_view(state, now)
-    obs.append({"source": "lease", "what": f"held by {view['owner'] or 'nobody'} at epoch {view['epoch']}, {'live' if view['live'] else 'not live'}", "digest": content_digest(state["lease"])})
+    obs.append({"source": "lease", "what": f"held by {_holder(view)} at epoch {number(view['epoch'])}, {'live' if view['live'] else 'not live'}", "digest": content_digest(state["lease"])})
     # A finished run is finished for whoever asks: no lease is needed to learn it.
     if state["status"] in ("complete", "cancelled"):
         return _stop(state["status"], "every step is done and every effect verified" if state["status"] == "complete" else "the run was cancelled", ev)
 
     # 1. ownership
     if view["live"] and view["owner"] != owner:
-        return _stop("already-running", f"{view['owner']} holds the lease until {view['expires_at']}", ev)
+        return _stop("already-running", f"{_holder(view)} holds the lease until {moment(view['expires_at'])}", ev)
     if owner is not None and (view["owner"] != owner or view["epoch"] != epoch or not view["live"]):
-        return _stop("fenced", f"{owner} at epoch {epoch} does not hold the live lease (epoch {view['epoch']}, {view['owner'] or 'nobody'})", ev)
+        return _stop("fenced", f"{name(owner)} at epoch {number(epoch) if epoch is not None else 'none'} does not hold the live lease "
+                               f"(epoch {number(view['epoch'])}, {_holder(view)})", ev)
 
     # 3. effects in flight
     unresolved = sorted((k, e) for k, e in state["effects"].items() if e.get("state") in UNRESOLVED)
@@ -87,25 +137,28 @@ def decide(state: Dict[str, Any], now: float, owner: Optional[str] = None, epoch
         obs.append({"source": "effects", "what": f"{len(unresolved)} unresolved effect(s)", "digest": content_digest({k: e["state"] for k, e in unresolved})})
         uncertain = [(k, e) for k, e in unresolved if e["state"] == "uncertain"]
         for key, effect in uncertain[:10]:
-            unk.append(f"effect {key} ({effect['payload_digest']}): outcome unknown since {effect['updated_at']}: {effect.get('reason')}")
+            unk.append(f"effect {name(key)} ({digest(effect.get('payload_digest'))}): outcome unknown since {moment(effect.get('updated_at'))}: "
+                       f"{quote(effect.get('reason'), WORKER_OR_TARGET)}")
         if uncertain:
             key, effect = uncertain[0]
             return _stop(
                 "needs-reconciliation",
-                f"observe the target for effect {key} (payload {effect['payload_digest']}); then run 'effect verify {key} --evidence JSON' "
-                f"if it is there, or 'effect absent {key} --evidence JSON' if it is not",
+                f"observe the target for effect {name(key)} (payload {digest(effect.get('payload_digest'))}); then run "
+                f"`effect verify {_cmd(key, 'KEY')} --evidence JSON` if it is there, or `effect absent {_cmd(key, 'KEY')} --evidence JSON` if it is not",
                 ev,
                 check={"key": key, "payload_digest": effect["payload_digest"], "step": effect.get("step"), "attempts": effect["attempts"],
-                       **_batch.item_context(state, key)},
+                       **_item_context(state, key)},
             )
         for key, effect in unresolved[:10]:
             if effect["state"] != "uncertain":
-                unk.append(f"effect {key} ({effect['payload_digest']}) is {effect['state']}: whether the target holds it is not known until it is observed")
+                unk.append(f"effect {name(key)} ({digest(effect.get('payload_digest'))}) is {word(effect['state'])}: "
+                           "whether the target holds it is not known until it is observed")
         key, effect = unresolved[0]
-        inf.append(f"effect {key} was {effect['state']} when its writer stopped: it may or may not have reached the target")
-        return _act({"kind": "reconcile", "key": key, "state": effect["state"], "payload_digest": effect["payload_digest"], "receipt": effect.get("receipt"),
-                     "why": f"observe the target for {key} before anything else; record what you see with 'effect verify' or 'effect absent'",
-                     **_batch.item_context(state, key)}, ev)
+        inf.append(f"effect {name(key)} was {word(effect['state'])} when its writer stopped: it may or may not have reached the target")
+        action = {"kind": "reconcile", "key": key, "state": effect["state"], "payload_digest": effect["payload_digest"], "receipt": effect.get("receipt"),
+                  "why": f"observe the target for effect {name(key)} before anything else; record what you see with `effect verify` or `effect absent`",
+                  **_item_context(state, key)}
+        return _act(action, ev)
 
     # 4. jobs
     for key, job in sorted(state["jobs"].items()):
@@ -113,27 +166,28 @@ def decide(state: Dict[str, Any], now: float, owner: Optional[str] = None, epoch
             continue
         seen = (job_observations or {}).get(key)
         if seen is None:
-            unk.append(f"job {key} ({job['state']}) was not observed")
-            return _act({"kind": "check-job", "key": key, "why": f"observe job {key} ('job status {key}') before deciding"}, ev)
-        obs.append({"source": f"job {key}", "what": seen["status"], "digest": seen.get("log_sha256") or content_digest(seen)})
+            unk.append(f"job {name(key)} ({word(job['state'])}) was not observed")
+            return _act({"kind": "check-job", "key": key, "why": f"observe job {name(key)} (`job status {_cmd(key, 'KEY')}`) before deciding"}, ev)
+        obs.append({"source": f"job {name(key)}", "what": word(seen["status"]), "digest": seen.get("log_sha256") or content_digest(seen)})
         if seen["status"] == "running":
-            inf.append(f"job {key} is still running (pid {seen.get('pid')}, start time matches): re-attach and wait")
+            inf.append(f"job {name(key)} is still running (pid {number(seen.get('pid'))}, start time matches): re-attach and wait")
             return _act({"kind": "wait-job", "key": key, "pid": seen.get("pid"), "why": "the job is still running; wait for it, then read its result"}, ev)
         if seen["status"] == "finished":
-            inf.append(f"job {key} finished with exit code {seen['exit_code']}: read its result, do not rerun it")
-            return _act({"kind": "read-job", "key": key, "exit_code": seen["exit_code"], "why": "record the finished job's result ('job status', 'job result')"}, ev)
+            inf.append(f"job {name(key)} finished with exit code {number(seen['exit_code'])}: read its result, do not rerun it")
+            return _act({"kind": "read-job", "key": key, "exit_code": seen["exit_code"], "why": "record the finished job's result (`job status`, `job result`)"}, ev)
         if job["state"] == "cancel-requested":
-            return _act({"kind": "check-job", "key": key, "why": "the cancelled job is gone: record that it stopped ('job status')"}, ev)
+            return _act({"kind": "check-job", "key": key, "why": "the cancelled job is gone: record that it stopped (`job status`)"}, ev)
         if state["plan"].get("jobs", {}).get("rerun_vanished", False) and not state["observations"].get("cancellation"):
-            inf.append(f"job {key} vanished without an exit code; the contract allows a rerun from shard {job.get('cursor', 0)}")
-            return _act({"kind": "rerun-job", "key": key, "cursor": job.get("cursor", 0), "command": job["command"], "why": "rerun the vanished job ('job submit' with the same key and command)"}, ev)
-        unk.append(f"job {key} vanished without an exit code")
-        return _stop("needs-reconciliation", f"job {key} vanished and the contract does not allow a rerun: check what it left behind", ev)
+            inf.append(f"job {name(key)} vanished without an exit code; the contract allows a rerun from shard {number(job.get('cursor', 0))}")
+            return _act({"kind": "rerun-job", "key": key, "cursor": job.get("cursor", 0), "command": job["command"], "why": "rerun the vanished job (`job submit` with the same key and command)"}, ev)
+        unk.append(f"job {name(key)} vanished without an exit code")
+        return _stop("needs-reconciliation", f"job {name(key)} vanished and the contract does not allow a rerun: check what it left behind", ev)
 
     # 5. authority
     cancellation = state["observations"].get("cancellation")
     if cancellation or state["status"] == "cancelled":
-        what = f"by {cancellation['by']} at {cancellation['at']}: {cancellation['reason']}" if cancellation else "status cancelled"
+        what = (f"by {name(cancellation.get('by'))} at {moment(cancellation.get('at'))}: {quote(cancellation.get('reason'), PERSON)}"
+                if isinstance(cancellation, dict) else "status cancelled")
         obs.append({"source": "cancellation", "what": what, "digest": content_digest(cancellation)})
         return _stop("cancelled", "the run was cancelled; no new step or effect may begin", ev)
     if state["status"] == "complete":
@@ -143,26 +197,29 @@ def decide(state: Dict[str, Any], now: float, owner: Optional[str] = None, epoch
                      key=request_order)
     if pending:
         req = approvals[pending[0]]
-        obs.append({"source": f"approval {pending[0]}", "what": f"pending for {req['action']} in step {req['step']}", "digest": req["payload_digest"]})
-        return _stop("awaiting-approval", f"request {pending[0]} ({req['action']}) awaits a person: 'approval grant {pending[0]} --by NAME'", ev, request_id=pending[0])
+        obs.append({"source": f"approval {name(pending[0])}", "what": f"pending for {name(req['action'])} in step {name(req['step'])}", "digest": req["payload_digest"]})
+        return _stop("awaiting-approval", f"request {name(pending[0])} ({name(req['action'])}) awaits a person: `approval grant {_cmd(pending[0], 'REQUEST_ID')} --by NAME`",
+                     ev, request_id=pending[0])
     for rid in sorted(newest_requests(state).values(), key=request_order):
         req = approvals[rid]
         if req["state"] == "denied":
             step_state = (state["steps"].get(req["step"]) or {}).get("state")
             if step_state != "done":
-                inf.append(f"request {rid} for {req['action']} was denied by {req['by']}")
-                return _stop("awaiting-approval", f"{req['action']} was denied by {req['by']}; a new request, a plan change or a cancellation is needed", ev, request_id=rid)
+                inf.append(f"request {name(rid)} for {name(req['action'])} was denied by {name(req['by'])}")
+                return _stop("awaiting-approval", f"{name(req['action'])} was denied by {name(req['by'])}; a new request, a plan change or a cancellation is needed",
+                             ev, request_id=rid)
 
     # 6. limits
     if state["status"] == "blocked":
         stop = state.get("next_action") or {}
+        recorded = f"; recorded: {quote(stop['detail'], RECORD, 160)}" if stop.get("detail") else ""
         if stop.get("reason") == "failed":
-            return _stop("failed", stop.get("detail", "a step failed for good"), ev, step=stop.get("step"))
-        return _stop("limit-exhausted", stop.get("detail", "a limit was exhausted"), ev, limit=stop.get("limit"))
+            return _stop("failed", f"step {name(stop.get('step'))} failed for good{recorded}", ev, step=stop.get("step"))
+        return _stop("limit-exhausted", f"limit {name(stop.get('limit'))} is spent{recorded}", ev, limit=stop.get("limit"))
     try:
         check_limits(state, now)
     except LimitExhausted as exc:
-        return _stop("limit-exhausted", exc.message, ev, limit=exc.context.get("limit"))
+        return _stop("limit-exhausted", f"limit {name(exc.context.get('limit'))} is spent: {quote(exc.message, MESSAGE, 300)}", ev, limit=exc.context.get("limit"))
 
     # 7. the plan
     by_id = {s["id"]: s for s in plan_steps(state)}
@@ -173,30 +230,36 @@ def decide(state: Dict[str, Any], now: float, owner: Optional[str] = None, epoch
         # Started under the present lease: the holder is still at work on it.
         # Started before it: its worker stopped, and nothing it claimed is assumed.
         same_holder = bool(state["lease"].get("acquired_at")) and record.get("started_at", "") >= state["lease"]["acquired_at"]
+        step_arg = _cmd(current, "STEP")
         action = {"kind": "finish-step" if same_holder else "resume-step", "step": current, "artifact": spec.get("artifact"), "check": spec.get("check"), "evidence": spec.get("evidence", []),
-                  "why": f"{'produce and check' if same_holder else 'check'} the artifact of {current}; then 'step done {current} --evidence JSON' "
-                         f"with {', '.join(spec.get('evidence', [])) or 'the evidence'}, or 'step fail {current} --class ... --error ...'"}
+                  "why": f"{'produce and check' if same_holder else 'check'} the artifact of step {name(current)}; then `step done {step_arg} --evidence JSON` "
+                         f"with {joined(spec.get('evidence', []), RECORD, 'the evidence')}, or `step fail {step_arg} --class ... --error ...`"}
         if spec.get("approval"):
             verified = [k for k, e in state["effects"].items() if e.get("step") == current and e.get("state") == "verified"]
             granted = [rid for rid in sorted(newest_requests(state).values(), key=request_order)
                        if approvals[rid]["step"] == current and approvals[rid]["state"] == "granted" and parse_time(approvals[rid]["expires_at"]) > now]
             if not verified and granted:
                 req = approvals[granted[-1]]
-                obs.append({"source": f"approval {granted[-1]}", "what": f"granted by {req['by']} for {req['action']} in step {current}", "digest": req["payload_digest"]})
+                obs.append({"source": f"approval {name(granted[-1])}", "what": f"granted by {name(req['by'])} for {name(req['action'])} in step {name(current)}",
+                            "digest": req["payload_digest"]})
                 action["grant"] = {"request_id": granted[-1], "action": req["action"], "payload_digest": req["payload_digest"], "payload_file": req.get("payload_file")}
-                action["approval"] = (f"request {granted[-1]} grants {req['action']} for payload {req['payload_digest']}: 'effect begin {req['action'][len('effect:'):]} "
-                                      "--payload FILE' with exactly that payload, the call, 'effect ack', 'effect verify'")
+                granted_key = req["action"][len("effect:"):] if str(req["action"]).startswith("effect:") else None
+                action["approval"] = (f"request {name(granted[-1])} grants {name(req['action'])} for payload {digest(req['payload_digest'])}: "
+                                      f"`effect begin {_cmd(granted_key, 'KEY')} --payload FILE` with exactly that payload, the call, `effect ack`, `effect verify`")
             elif not verified:
-                action["approval"] = (f"this step's effect needs a grant bound to its exact payload: 'approval request {current} --action effect:KEY --payload FILE --ttl SECONDS', "
-                                      "a person's 'approval grant', then 'effect begin KEY --payload FILE', the call, 'effect ack', 'effect verify'")
+                action["approval"] = (f"this step's effect needs a grant bound to its exact payload: `approval request {step_arg} --action effect:KEY --payload FILE --ttl SECONDS`, "
+                                      "a person's `approval grant`, then `effect begin KEY --payload FILE`, the call, `effect ack`, `effect verify`")
         if not same_holder:
-            inf.append(f"step {current} was running when its worker stopped; its artifact must be checked, not assumed")
+            inf.append(f"step {name(current)} was running when its worker stopped; its artifact must be checked, not assumed")
         if record.get("batch"):
             changed = _batch.items_changed(state, current)
             if changed:
+                # The listing's own words may name files of the project: they are quoted.
+                what = changed["what"] if "added" in changed else quote(changed["what"], ITEMS, 300)
+                changed = dict(changed, source=f"items of step {name(current)}", what=what)
                 obs.append(changed)
-                unk.append(f"step {current}: {changed['what']}")
-            action = _batch.next_action(state, current) or action
+                unk.append(f"step {name(current)}: {what}")
+            action = _batch_why(state, _batch.next_action(state, current)) or action
         return _act(action, ev)
     for spec in plan_steps(state):
         record = state["steps"].get(spec["id"]) or {}
@@ -204,10 +267,10 @@ def decide(state: Dict[str, Any], now: float, owner: Optional[str] = None, epoch
             continue
         when = record.get("next_attempt_at")
         if when and parse_time(when) > now:
-            inf.append(f"step {spec['id']} failed transiently; its persisted backoff ends at {when}")
+            inf.append(f"step {name(spec['id'])} failed transiently; its persisted backoff ends at {moment(when)}")
             return _act({"kind": "wait", "until": when, "then": {"kind": "start-step", "step": spec["id"]}, "why": "wait out the backoff, then start the step again"}, ev)
         action = {"kind": "start-step", "step": spec["id"], "artifact": spec.get("artifact"), "check": spec.get("check"), "evidence": spec.get("evidence", []),
-                  "why": f"start {spec['id']} ('step start {spec['id']}')"}
+                  "why": f"start step {name(spec['id'])} (`step start {_cmd(spec['id'], 'STEP')}`)"}
         if spec.get("approval"):
             action["approval"] = "effects of this step need a grant bound to their exact payload"
         return _act(action, ev)
@@ -231,7 +294,9 @@ def recover(run: Any, owner: str, ttl: float, adapters: Optional[Dict[str, Adapt
     try:
         run.acquire(owner, ttl)
     except AlreadyRunning as exc:
-        return _stop("already-running", exc.message, {"observations": [{"source": "lease", "what": exc.message, "digest": None}], "inferences": [], "unknowns": []})
+        view = lease_view(run.state, run.clock())
+        said = f"{_holder(view)} holds the lease until {moment(view['expires_at'])}" if view["live"] else quote(exc.message, MESSAGE, 300)
+        return _stop("already-running", said, {"observations": [{"source": "lease", "what": said, "digest": None}], "inferences": [], "unknowns": []})
     reconciled: List[str] = []
     executor = None
     for key, effect in sorted(run.state["effects"].items()):
@@ -248,12 +313,13 @@ def recover(run: Any, owner: str, ttl: float, adapters: Optional[Dict[str, Adapt
             record = executor.reconcile(key, payload, adapter)
         except NeedsReconciliation:
             continue  # recorded as uncertain; decide() names it
-        reconciled.append(f"{key}: {record.get('state')}")
+        reconciled.append(f"{name(key)}: {record.get('state')}")
     observed = refresh_jobs(run)
     decision = decide(run.state, run.clock(), run.owner, run.epoch, observed)
     if reconciled:
         decision["observations"].append({"source": "adapters", "what": "; ".join(reconciled[:20]), "digest": None})
-    run._mutate(lambda s, now: _intent_ops(s, decision, now))
+    maker = local_maker()
+    run._mutate(lambda s, now: _intent_ops(s, decision, now, maker))
     return decision
 
 
@@ -267,8 +333,8 @@ def refresh_jobs(run: Any) -> Dict[str, Dict[str, Any]]:
     return seen
 
 
-def _intent_ops(state: Dict[str, Any], decision: Dict[str, Any], now: float) -> List[List[Any]]:
-    """Persist the chosen action (or stop) before anything runs, and the authority that was refreshed."""
+def _intent_ops(state: Dict[str, Any], decision: Dict[str, Any], now: float, maker: Optional[Dict[str, Any]] = None) -> List[List[Any]]:
+    """Persist the chosen action (or stop) before anything runs, and the authority that was refreshed, with who refreshed it."""
     intent = decision["action"] if decision["decision"] == "act" else {"kind": "stop", "reason": decision["reason"], "detail": decision["detail"]}
     if state["status"] == "blocked":
         intent = state["next_action"]
@@ -283,5 +349,6 @@ def _intent_ops(state: Dict[str, Any], decision: Dict[str, Any], now: float) -> 
         "cancelled": bool(state["observations"].get("cancellation")),
         "decision": decision["decision"],
         "reason": decision["reason"],
+        **({"host": maker.get("host"), "uid": maker.get("uid")} if maker else {}),
     }])
     return ops

@@ -3,7 +3,9 @@
 * :func:`brief` is bounded Markdown (2,000 characters unless told otherwise)
   built from durable facts only: goal, verified steps with their evidence,
   artifacts and hashes, jobs, unresolved effects, failures, and the next
-  action. It is what a harness injects when a new session starts.
+  action. It is what a harness injects when a new session starts, so every
+  text in it that the runner did not write is a labelled quotation
+  (:mod:`runner.quoting`).
 * :func:`events` returns journal records after a sequence number (the
   revision), so an observer that disconnects resumes where it left off. An
   observer only reads: its disconnecting never affects the run.
@@ -15,11 +17,12 @@ from typing import Any, Dict, List, Optional
 
 from .lifecycle import UNRESOLVED
 from .envelope import parse_time
+from .quoting import APPROVAL, CONTRACT, EVIDENCE, ITEMS, NOTICE, PERSON, RECORD, TARGET, WORKER, WORKER_OR_TARGET, fit, moment, name, number, quote, word
 from .steps import plan_steps
 from .batch import progress as batch_progress
 from .evidence import evidence_view
 
-__all__ = ["brief", "report", "events_after", "status_view"]
+__all__ = ["brief", "action_text", "report", "events_after", "status_view"]
 
 
 def _fit(sections: List[List[str]], order: List[int], limit: int) -> str:
@@ -49,67 +52,110 @@ def _fit(sections: List[List[str]], order: List[int], limit: int) -> str:
     return text[:limit]
 
 
-def _short(value: Any, width: int = 80) -> str:
-    text = value if isinstance(value, str) else __import__("json").dumps(value, sort_keys=True)
-    return text if len(text) <= width else text[: width - 1] + "…"
+def _action_target(action: Dict[str, Any]) -> str:
+    """The effect key, job key or step an action is about (the kind says which)."""
+    target = action.get("key") if action.get("key") is not None else action.get("step")
+    return "" if target is None else " " + name(target)
+
+
+def action_text(action: Dict[str, Any], decided: bool = True) -> str:
+    """One action as prose: its kind and target from its fields, quoted item and artifact, and its ``why``.
+
+    :param decided: the action comes from :func:`runner.recovery.decide` just now, whose ``why`` and
+        ``approval`` are the runner's prose; an action read from the run's files (a stored
+        ``next_action``) has them quoted instead.
+    """
+    if not isinstance(action, dict):
+        return quote(action, RECORD, 200)
+    text = word(action.get("kind")) + _action_target(action)
+    if action.get("kind") == "wait" and action.get("until"):
+        text += f" until {moment(action['until'])}"
+    if action.get("item") is not None:
+        text += f" (item {quote(action['item'], ITEMS, 120)})"
+    if action.get("artifact"):
+        text += f" (artifact {quote(action['artifact'], CONTRACT, 120)})"
+    why = action.get("why")
+    if why:
+        text += ": " + (why if decided else quote(why, RECORD, 300))
+    if action.get("approval"):
+        text += "; " + (action["approval"] if decided else quote(action["approval"], RECORD, 300))
+    return text
 
 
 def brief(state: Dict[str, Any], decision: Optional[Dict[str, Any]] = None, limit: int = 2000) -> str:
-    """Markdown context for a model that has never seen this run, from durable facts only."""
+    """Markdown context for a model that has never seen this run, from durable facts only.
+
+    The runner writes every word of it but the quotations: every value it did
+    not write (the goal, ids, reasons, receipts, notes) is shown through
+    :mod:`runner.quoting`, after a line that says what quotations are. The
+    next action and the stop are built from ``decision``'s fields and its
+    prose (``detail``, ``why``), which :func:`runner.recovery.decide` writes
+    the same way.
+    """
     plan = state["plan"]
     head = [
-        f"# Run {state['task_id']} (revision {state['revision']}, {state['status']})",
-        f"Goal: {_short(plan.get('goal', ''), 300)}",
+        f"# Run {name(state['task_id'])} (revision {number(state['revision'])}, {word(state['status'])})",
+        NOTICE,
+        f"Goal: {quote(plan.get('goal', ''), CONTRACT, 240)}",
     ]
     if decision is not None:
         if decision["decision"] == "act":
-            head.append(f"Next action: {_short(decision['action'], 400)}")
+            head.append(f"Next action: {fit(action_text(decision['action']), 700)}")
         else:
-            head.append(f"Stopped: {decision['reason']}: {_short(decision['detail'], 300)}")
+            head.append(f"Stopped: {word(decision['reason'])}: {fit(decision['detail'], 500)}")
     elif state.get("next_action"):
-        head.append(f"Next action: {_short(state['next_action'], 400)}")
+        head.append(f"Next action (as recorded): {fit(action_text(state['next_action'], decided=False), 700)}")
     head.append("Facts below come from the run's durable state; a claim not listed here is not established.")
     steps = ["", "## Steps"]
     for spec in plan_steps(state):
         record = state["steps"].get(spec["id"]) or {}
         status = record.get("state", "pending")
-        line = f"- {spec['id']}: {status}"
+        line = f"- {name(spec['id'], CONTRACT)}: {word(status)}"
         items = batch_progress(state, spec["id"])
         if items:
-            line += f"; items {items['verified']} verified + {items['skipped']} skipped of {items['total']}"
+            line += f"; items {number(items['verified'])} verified + {number(items['skipped'])} skipped of {number(items['total'])}"
         if status == "done" and record.get("observed"):
             seen = record["observed"]
-            line += f"; observed by the runner: {_short({k: seen[k] for k in ('checks', 'artifacts', 'items') if k in seen}, 120)}"
+            line += f"; observed by the runner: {quote({k: seen[k] for k in ('checks', 'artifacts', 'items') if k in seen}, EVIDENCE, 80)}"
         if status == "done" and record.get("evidence"):
-            line += f"; claimed (not checked): {_short(record.get('evidence'), 120)}"
+            line += f"; claimed (not checked): {quote(record.get('evidence'), WORKER, 60)}"
         elif record.get("error"):
-            line += f"; last error ({record.get('class')}): {_short(record['error'], 120)}"
+            line += f"; last error ({word(record.get('class'))}): {quote(record['error'], WORKER_OR_TARGET, 80)}"
         if record.get("attempts", 0) > 1:
-            line += f"; attempts {record['attempts']}"
+            line += f"; attempts {number(record['attempts'])}"
         steps.append(line)
     effects = state["effects"]
     counts: Dict[str, int] = {}
     for effect in effects.values():
         counts[effect["state"]] = counts.get(effect["state"], 0) + 1
-    eff = ["", "## Effects", "- " + (", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none")]
+    eff = ["", "## Effects", "- " + (", ".join(f"{n} {word(k)}" for k, n in sorted(counts.items())) or "none")]
     unresolved = sorted((k, e) for k, e in effects.items() if e["state"] in UNRESOLVED)
     for key, effect in unresolved[:5]:
-        detail = effect.get("reason") or effect.get("receipt")
-        eff.append(f"- UNRESOLVED {key}: {effect['state']}" + (f" ({_short(detail, 80)})" if detail else ""))
+        line = f"- UNRESOLVED {name(key)}: {word(effect['state'])}"
+        if effect.get("reason"):
+            line += f" ({quote(effect['reason'], WORKER_OR_TARGET, 120)})"
+        elif effect.get("receipt"):
+            line += f" (receipt {quote(effect['receipt'], TARGET, 60)})"
+        eff.append(line)
     if len(unresolved) > 5:
         eff.append(f"- … and {len(unresolved) - 5} more unresolved")
-    jobs = [f"- {k}: {j['state']}" + (f", exit {j['exit_code']}" if j.get("exit_code") is not None else "") + f", cursor {j.get('cursor', 0)}" for k, j in sorted(state["jobs"].items())]
+    jobs = [f"- {name(k)}: {word(j['state'])}" + (f", exit {number(j['exit_code'])}" if j.get("exit_code") is not None else "")
+            + f", cursor {number(j.get('cursor', 0))}" for k, j in sorted(state["jobs"].items())]
     job_part = ["", "## Jobs"] + (jobs[:5] or ["- none"])
     control = ["", "## Control"]
     cancellation = state["observations"].get("cancellation")
-    control.append(f"- cancellation: {'by ' + cancellation['by'] + ': ' + _short(cancellation['reason'], 120) if cancellation else 'none'}")
+    if isinstance(cancellation, dict):
+        control.append(f"- cancellation: by {name(cancellation.get('by'))}: {quote(cancellation.get('reason'), PERSON, 120)}")
+    else:
+        control.append("- cancellation: none")
     approvals = state["observations"]["approvals"]
     for label in ("pending", "granted", "used", "denied"):
-        ids = [f"{rid} ({a['action']})" for rid, a in sorted(approvals.items()) if a["state"] == label]
+        ids = [f"{name(rid)} ({name(a['action'], APPROVAL)})" for rid, a in sorted(approvals.items()) if a["state"] == label]
         if ids or label == "pending":
             control.append(f"- approvals {label}: {', '.join(ids[:3]) or 'none'}")
     lease = state["lease"]
-    control.append(f"- lease: {lease.get('owner') or 'nobody'} at epoch {lease.get('epoch')} until {lease.get('expires_at') or '-'}")
+    holder = name(lease.get("owner")) if lease.get("owner") is not None else "nobody"
+    control.append(f"- lease: {holder} at epoch {number(lease.get('epoch'))} until {moment(lease.get('expires_at'))}")
     # Shown in this order; kept, when space runs out, in order of importance:
     # the goal and next action, then unresolved effects, steps, control, jobs.
     return _fit([head, steps, eff, job_part, control], [0, 2, 1, 4, 3], limit)

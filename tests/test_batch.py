@@ -66,7 +66,7 @@ class BatchTest(unittest.TestCase):
         run_state = status(self.root)
         epoch = str(run_state["lease"]["epoch"])
         decision = json.loads(local(self.root, "next", "--json", "--owner", "agent", "--epoch", epoch).out)
-        changed = [o for o in decision["observations"] if o["source"].startswith("items of step file-tickets")]
+        changed = [o for o in decision["observations"] if o["source"].startswith("items of step `file-tickets`")]
         self.assertEqual(len(changed), 1, decision["observations"])
         self.assertEqual((changed[0]["added"], changed[0]["removed"]), (1, 1))
         self.assertTrue(any("migrate" in u for u in decision["unknowns"]), decision["unknowns"])
@@ -198,8 +198,8 @@ class ObservedEvidenceTest(unittest.TestCase):
         self.assertIn("observed by the runner", brief)
         decision = json.loads(local(self.root, "next", "--json").out)
         sources = [o["source"] for o in decision["observations"]]
-        self.assertIn("step claim: claimed by the agent", sources)
-        self.assertIn("step write: observed by the runner", sources)
+        self.assertIn("step `claim`: claimed by the agent", sources)
+        self.assertIn("step `write`: observed by the runner", sources)
         report = json.loads(local(self.root, "report", "--json").out)
         self.assertEqual((report["steps_evidence_observed"], report["steps_evidence_claimed"]), (1, 1))
 

@@ -200,14 +200,14 @@ class HookStateMatrixTests(unittest.TestCase):
                         self.assertIn("damaged", context)
                         self.assertIn("doctor", context)
                         continue
-                    self.assertIn(f"owner id: {owner(harness)}", context)
+                    self.assertIn(f"owner id: `{owner(harness)}`", context)
                     self.assertIn("SKILL.md", context)
-                    expected = {"fresh": "Next action: {\"artifact\": \"drafts/post.md\"", "acting": "\"kind\": \"finish-step\"",
+                    expected = {"fresh": "Next action: start-step `draft`", "acting": "Next action: finish-step `draft`",
                                 "approval": "Stopped: awaiting-approval", "cancelled": "Stopped: cancelled", "complete": "Stopped: complete",
                                 "fenced": "Stopped: already-running"}[state]
                     self.assertIn(expected, context)
                     if state == "acting":
-                        self.assertIn(f"you ({owner(harness)}) hold the lease at epoch 1", context)
+                        self.assertIn(f"you (`{owner(harness)}`) hold the lease at epoch 1", context)
 
     def test_stop_in_every_state(self) -> None:
         legal = {"approval": "awaiting-approval", "cancelled": "cancelled", "complete": "complete", "fenced": "fenced",
@@ -230,10 +230,10 @@ class HookStateMatrixTests(unittest.TestCase):
                         self.assertEqual(answer["decision"], "block")
                         self.assertEqual(len(answer["reason"].splitlines()), 1)
                         if state == "fresh":
-                            self.assertIn("next action start-step draft", answer["reason"])
+                            self.assertIn("next action start-step `draft`", answer["reason"])
                             self.assertIn(f"recover --owner {owner(harness)} --json", answer["reason"])
                         else:
-                            self.assertIn("next action finish-step draft", answer["reason"])
+                            self.assertIn("next action finish-step `draft`", answer["reason"])
                             self.assertNotIn("Take the lease first", answer["reason"])
 
     def test_session_end_releases_only_this_sessions_lease(self) -> None:
@@ -319,7 +319,7 @@ class StopBoundTests(unittest.TestCase):
         run.step_done("draft", {"file_sha256": "a" * 64})
         answer = call("Stop", "codex", project, clock, stop_hook_active=True)[1]
         self.assertEqual(answer["decision"], "block")
-        self.assertIn("start-step review", answer["reason"])
+        self.assertIn("start-step `review`", answer["reason"])
 
     def test_an_unwritable_count_lets_an_already_pushed_stop_through(self) -> None:
         clock = Clock()
@@ -356,7 +356,7 @@ class StopReasonTests(unittest.TestCase):
         before = run_files(project)
         answer = call("Stop", "codex", project, clock)[1]
         self.assertEqual(answer["decision"], "block")
-        self.assertIn("next action reconcile draft:file: observe the target for effect draft:file", answer["reason"])
+        self.assertIn("next action reconcile `draft:file`: observe the target for effect `draft:file`", answer["reason"])
         self.assertEqual(run_files(project), before)
 
 
@@ -372,7 +372,7 @@ class SessionOwnerTests(unittest.TestCase):
         project = make_project(self.tmp, "acting", "claude", clock)
         path = os.path.join(project, ".run")
         context = call("SessionStart", "claude", project, clock, source="resume")[1]["hookSpecificOutput"]["additionalContext"]
-        self.assertIn(f"you ({owner('claude')}) hold the lease at epoch 1", context)
+        self.assertIn(f"you (`{owner('claude')}`) hold the lease at epoch 1", context)
         again = Run.open(path, clock=clock)
         self.assertEqual(again.acquire(owner("claude"), 600)["epoch"], 2)  # no wait for itself
         with self.assertRaises(AlreadyRunning):

@@ -24,7 +24,7 @@ from runner.contract import load_contract
 from runner.errors import InvalidInput
 from runner.mcp import jsonrpc
 from runner.mcp.server import Session
-from runner.mcp.tools import TOOLS, _mismatch, tool_listing
+from runner.mcp.tools import TOOLS, _mismatch, text_form, tool_listing
 from runner.run import Run
 from runner.stores.file import RunStore
 
@@ -289,7 +289,8 @@ class McpToolsTest(unittest.TestCase):
     def tool(self, session: Session, name: str, arguments: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
         reply = session.handle(jsonrpc.classify(call(1, name, arguments)))
         result = reply["result"]  # type: ignore[index]
-        self.assertEqual(json.loads(result["content"][0]["text"]), result["structuredContent"])
+        # The text block is the quoted text form of the structured content, not its JSON (see runner.mcp.tools.text_form).
+        self.assertEqual(result["content"][0]["text"], text_form(name, result["structuredContent"]))
         out = result["structuredContent"]
         self.assertEqual(result["isError"], not out["ok"])
         self.check_output(name, out)
@@ -439,9 +440,11 @@ class McpToolsTest(unittest.TestCase):
         listed = session.handle(jsonrpc.classify(request(1, "resources/list")))["result"]["resources"]  # type: ignore[index]
         self.assertEqual([r["uri"] for r in listed], ["runner://brief", "runner://status"])
         status = session.handle(jsonrpc.classify(request(2, "resources/read", {"uri": "runner://status"})))["result"]["contents"][0]  # type: ignore[index]
-        self.assertEqual(json.loads(status["text"])["task_id"], "weekly-post-2026-48")
+        self.assertEqual(status["mimeType"], "text/markdown")
+        self.assertTrue(status["text"].startswith("# Status of run `weekly-post-2026-48`"), status["text"])
+        self.assertIn("- status: active", status["text"])
         brief = session.handle(jsonrpc.classify(request(3, "resources/read", {"uri": "runner://brief"})))["result"]["contents"][0]  # type: ignore[index]
-        self.assertTrue(brief["text"].startswith("# Run weekly-post-2026-48"))
+        self.assertTrue(brief["text"].startswith("# Run `weekly-post-2026-48`"))
 
     def test_damaged_run_is_state_unrecoverable_with_the_quarantine(self) -> None:
         worker = Run.open(self.path, clock=self.clock)

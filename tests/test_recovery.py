@@ -210,7 +210,7 @@ class Minute37Test(RecoveryCase):
         for seen in (peek, first):
             decision = seen["decision"]
             self.assertEqual((seen["code"], decision["decision"], decision["reason"]), (8, "stop", "needs-reconciliation"))
-            self.assertTrue(any("job tests vanished" in u for u in decision["unknowns"]), decision["unknowns"])
+            self.assertTrue(any("job `tests` vanished" in u for u in decision["unknowns"]), decision["unknowns"])
         done = successor.expect("DONE")
         self.assertEqual(successor.wait(), 0)
         epoch = str(done["epoch"])

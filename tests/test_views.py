@@ -108,13 +108,12 @@ class BriefTest(RecoveryCase):
         self.assertEqual(default["chars"], len(text))
         first = sorted(self.UNRESOLVED)[0]
         self.assertIn("Next action:", text)
-        self.assertIn('"kind": "reconcile"', text)
-        self.assertIn(f'"key": "{first}"', text)
+        self.assertIn(f"Next action: reconcile `{first}`", text)
         for key, state in sorted(self.UNRESOLVED.items())[:5]:
-            self.assertIn(f"UNRESOLVED {key}: {state}", text)
+            self.assertIn(f"UNRESOLVED `{key}`: {state}", text)
         self.assertIn("… and 2 more unresolved", text)
         self.assertIn("4 acknowledged, 3 started, 9993 verified", text)
-        self.assertIn("- edits: running", text)
+        self.assertIn("- `edits`: running", text)
         self.assertLessEqual(len(custom["brief"]), 900)
         self.assertIn("Next action:", custom["brief"])
         self.assertIn(first, custom["brief"])

@@ -20,18 +20,31 @@ Every structured result has ``ok``, ``reason`` and ``exit_code``: the reason
 names and codes of :data:`runner.errors.EXIT_CODES`, as the command line
 reports them (``reason`` is null on success; for ``recover`` and ``next`` it is
 the decision's stop reason). A refusal is a tool error carrying that reason.
+
+The structured result is exact, for a harness. :func:`text_form` is what a
+model that reads only text gets instead of its JSON: the same fields as an
+outline, with every value the runner did not write (ids, reasons, receipts,
+notes, error messages) quoted by :mod:`runner.quoting`. Only the prose a
+decision was built with (``detail``, an action's ``why`` and ``approval``,
+the observations, inferences and unknowns of ``recover`` and ``next``) and
+the brief are shown as they are: :func:`runner.recovery.decide` and
+:func:`runner.views.brief` write them with the same quoting.
 """
 
+import json
+import re
 from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 from ..approvals import approval_view
 from ..errors import EXIT_CODES, InvalidInput
 from ..jobs import observe_job
 from ..lease import MAX_TTL_SECONDS, lease_view
+from .. import quoting
+from ..quoting import APPROVAL, CONTRACT, EVIDENCE, ITEMS, MESSAGE, NOTICE, PATH, RECORD, TARGET, WORKER, WORKER_OR_TARGET, WORDS
 from ..recovery import decide, decision_exit_code, recover
 from ..views import brief, events_after, status_view
 
-__all__ = ["Tool", "TOOLS", "REASONS", "check_arguments", "tool_listing", "summary"]
+__all__ = ["Tool", "TOOLS", "REASONS", "check_arguments", "tool_listing", "summary", "text_form", "outline"]
 
 #: Every reason a result may carry: the command line's, and ``error`` for a failure it cannot classify.
 REASONS = sorted(EXIT_CODES) + ["error"]
@@ -317,6 +330,112 @@ def _cancel(session: Any, args: Dict[str, Any]) -> Dict[str, Any]:
 def _lease_break(session: Any, args: Dict[str, Any]) -> Dict[str, Any]:
     run = session.open_run()
     return {"lease": run.break_lease(args["by"], args["reason"]), "view": lease_view(run.state, run.clock())}
+
+
+# -- the text a model reads ------------------------------------------------------------
+
+#: Where a field's free text comes from, by the field's name.
+_SOURCES = {
+    "receipt": TARGET, "evidence": EVIDENCE, "claimed": WORKER, "reason": WORKER_OR_TARGET, "error": WORKER_OR_TARGET,
+    "goal": CONTRACT, "action": APPROVAL, "payload_head": APPROVAL, "payload": APPROVAL, "payload_file": PATH,
+    "message": MESSAGE, "what": RECORD, "detail": RECORD, "why": RECORD,
+}
+#: Fields whose value is a document someone else wrote: shown as one quotation, however it is nested.
+_DOCUMENTS = ("receipt", "evidence", "claimed", "payload", "observed", "result")
+#: Fields holding a word of the runner's vocabulary.
+_WORD_FIELDS = ("state", "status", "kind", "decision", "class", "reason")
+#: A field name the runner writes: shown plain. Any other key (an id, or a key someone else chose) is shown by quoting.name().
+_FIELD = re.compile(r"[a-z][a-z0-9_]{0,39}\Z")
+#: Fields that map ids (steps, effect keys, request ids, ...) to records: their keys are always shown by quoting.name().
+_MAPS = ("steps", "effects", "jobs", "approvals", "items", "authorization", "cost", "budgets", "counters", "checks", "artifacts")
+#: The text form's bound; the structured content always has everything.
+TEXT_CHARS = 20_000
+
+
+def _scalar(key: str, value: Any, source: Optional[str] = None) -> str:
+    if value is None or isinstance(value, (bool, int, float)):
+        return json.dumps(value)
+    if key in _WORD_FIELDS and isinstance(value, str) and value in WORDS:
+        return value
+    if isinstance(value, str) and source is None and key not in _SOURCES:
+        return quoting.name(value, RECORD)
+    return quoting.quote(value, source or _SOURCES.get(key, RECORD), 300)
+
+
+def outline(value: Any, lines: List[str], indent: str = "", key: str = "", rules: Optional[Dict[str, Any]] = None) -> None:
+    """Append ``value`` (an object or a list) to ``lines`` as a Markdown outline: fields by name, recorded text quoted.
+
+    Field names the runner writes are shown plain; keys of an id map
+    (:data:`_MAPS`) and any unusual key by :func:`runner.quoting.name`. A
+    document someone else wrote (a receipt, evidence) is one quotation.
+
+    :param rules: per field name (``"*"`` for a list's items and an id map's values): ``True`` for prose the runner
+        wrote with quoting, shown as is; a source label to quote the value with; or the rules of a nested object.
+    """
+    rules = rules or {}
+    items = sorted(value.items(), key=lambda kv: str(kv[0])) if isinstance(value, dict) else list(enumerate(value))
+    for k, v in items:
+        if isinstance(value, dict):
+            plain = bool(isinstance(k, str) and _FIELD.match(k)) and key not in _MAPS
+            label = f"- {k if plain else quoting.name(k, RECORD)}: "
+            field, rule = (k, rules.get(k)) if plain else ("", rules.get("*"))
+        else:
+            label, field, rule = "- ", key, rules.get("*")
+        if rule is True and isinstance(v, str):
+            lines.append(indent + label + v)
+        elif isinstance(rule, str):
+            simple = v is None or isinstance(v, (bool, int, float)) or v in ([], {})
+            lines.append(indent + label + (json.dumps(v) if simple else quoting.quote(v, rule, 300)))
+        elif isinstance(v, (dict, list)) and v and field not in _DOCUMENTS and len(indent) < 16:
+            lines.append(indent + label.rstrip())
+            outline(v, lines, indent + "  ", field, rule if isinstance(rule, dict) else None)
+        elif isinstance(v, (dict, list)):
+            lines.append(indent + label + (json.dumps(v) if not v else quoting.quote(v, _SOURCES.get(field, RECORD), 300)))
+        else:
+            lines.append(indent + label + _scalar(field, v))
+
+
+#: The prose of a decision (``recover``, ``next``) that the runner writes quoted.
+_DECISION_PROSE: Dict[str, Any] = {
+    "detail": True,
+    "action": {"why": True, "approval": True, "artifact": CONTRACT, "check": CONTRACT, "evidence": CONTRACT, "item": ITEMS, "command": CONTRACT},
+    "check": {"why": True},
+    "inferences": {"*": True},
+    "unknowns": {"*": True},
+    "observations": {"*": {"source": True, "what": True}},
+}
+
+
+def text_form(tool: str, structured: Dict[str, Any]) -> str:
+    """The tool result as a model reads it: a header, the notice, and the fields, recorded text quoted (at most :data:`TEXT_CHARS`)."""
+    if structured.get("ok"):
+        head = f"Result of {quoting.name(tool)}: ok" + (f", {structured['reason']}" if structured.get("reason") in WORDS else "")
+    else:
+        head = f"Result of {quoting.name(tool)}: refused, {_scalar('reason', structured.get('reason'))} (exit {_scalar('exit_code', structured.get('exit_code'))})"
+    lines = [head, "(The exact result is the structured content; below, the same fields.)", NOTICE]
+    rest = dict(structured)
+    if tool == "brief" and isinstance(rest.get("brief"), str):
+        lines = [head, "", rest.pop("brief"), ""]  # the brief carries the notice itself
+    outline(rest, lines, rules=_DECISION_PROSE if tool in ("recover", "next") else None)
+    return _bounded(lines)
+
+
+def _bounded(lines: List[str]) -> str:
+    kept, used = [], 0
+    for line in lines:
+        if used + len(line) + 1 > TEXT_CHARS - 80:
+            kept.append("… (cut to fit; the structured content has the whole result)")
+            break
+        kept.append(line)
+        used += len(line) + 1
+    return "\n".join(kept)
+
+
+def status_text(state: Dict[str, Any]) -> str:
+    """The ``runner://status`` resource: the status view as an outline, recorded text quoted."""
+    lines = [f"# Status of run {quoting.name(state['task_id'])}", "(The exact JSON is the structured result of the `status` tool.)", NOTICE, ""]
+    outline(status_view(state), lines)
+    return _bounded(lines)
 
 
 # -- the table ------------------------------------------------------------------------

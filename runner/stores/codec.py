@@ -1,19 +1,28 @@
 """The record codec every store shares: the run's identity, journal records, replay, transitions.
 
-A run is its identity record (task id, plan, creation time and, when
-``init`` knew it, the folder its workspace resolves against: written once)
-plus a hash chain of journal records, each ``{"h": sha256(body), "r": body}``
+A run is its identity record (task id, plan, creation time, who made it
+and, when ``init`` knew it, the folder its workspace resolves against:
+written once) plus a hash chain of journal records, each ``{"h": sha256(body), "r": body}``
 with ``body = {"at", "epoch", "ops", "prev", "rev"}`` in canonical JSON.
 Revision 0 is derived from the identity alone (:func:`genesis`), and every
 later revision is the previous one with one record's operations applied
 (:func:`replay`). The file store writes these bytes to ``run.json`` and
 ``journal.jsonl``; the database stores write the same text into rows, so a
 record means the same thing wherever it is kept.
+
+Who made a run (``made_by``: the host name and the user id of the process
+that ran ``init``) is part of the identity, so it is covered by the digest
+every later record chains from. It stays out of the envelope, whose size
+(and so when compaction runs) must not depend on a host's name; a reader
+takes it from the identity (the harness hooks read ``run.json``). Runs made
+before the field existed lack it and load as before; a reader decides what
+an unrecorded maker means (the hooks treat it as someone else's).
 """
 
 import json
 import os
 import re
+import socket
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..envelope import (
@@ -36,6 +45,7 @@ __all__ = [
     "IDENTITY_FORMAT",
     "Ops",
     "Prepared",
+    "local_maker",
     "new_identity",
     "decode_identity",
     "genesis",
@@ -55,8 +65,14 @@ _RECORD_KEYS = {"at", "epoch", "ops", "prev", "rev"}
 
 # -- identity -----------------------------------------------------------------------
 
+def local_maker() -> Dict[str, Any]:
+    """Who makes a run from this process: the host's name and the process's user id (None where there is none)."""
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    return {"host": socket.gethostname(), "uid": uid}
+
+
 def new_identity(task_id: str, plan: Dict[str, Any], created_at: str, workspace_base: Optional[str] = None) -> Tuple[Dict[str, Any], bytes]:
-    """The identity record of a new run and its bytes (canonical JSON and a newline).
+    """The identity record of a new run and its bytes (canonical JSON and a newline), naming this process as its maker.
 
     :param workspace_base: the absolute folder a relative ``workspace`` of the
         plan resolves against (the contract file's folder); kept outside the
@@ -65,6 +81,7 @@ def new_identity(task_id: str, plan: Dict[str, Any], created_at: str, workspace_
     identity: Dict[str, Any] = {
         "created_at": created_at,
         "format": IDENTITY_FORMAT,
+        "made_by": local_maker(),
         "plan": plan,
         "plan_digest": content_digest(plan),
         "schema_version": SCHEMA_VERSION,
