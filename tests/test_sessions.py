@@ -209,10 +209,9 @@ class Cli:
     def command(self, prompt: str, model: ScriptedModel, session: Optional[str], resume: bool) -> List[str]:
         raise NotImplementedError
 
-    def start(self, project: str, model: ScriptedModel, prompt: str, session: Optional[str] = None, resume: bool = False,
-              extra_env: Optional[Dict[str, str]] = None) -> "Started":
+    def start(self, project: str, model: ScriptedModel, prompt: str, session: Optional[str] = None, resume: bool = False) -> "Started":
         """Start a session; its stdout and stderr go to files, so a long session never blocks on a full pipe."""
-        env = dict(self.env(project, model), **(extra_env or {}))
+        env = self.env(project, model)
         self.sessions += 1
         base = os.path.join(os.path.dirname(self.home), f"{self.name}-session-{self.sessions}")
         with open(base + ".out", "wb") as out, open(base + ".err", "wb") as err:
@@ -221,8 +220,8 @@ class Cli:
         return Started(proc, base, time.monotonic())
 
     def run(self, project: str, model: ScriptedModel, prompt: str, session: Optional[str] = None, resume: bool = False,
-            extra_env: Optional[Dict[str, str]] = None, timeout: float = 180) -> SessionRun:
-        started = self.start(project, model, prompt, session, resume, extra_env)
+            timeout: float = 180) -> SessionRun:
+        started = self.start(project, model, prompt, session, resume)
         try:
             started.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -252,10 +251,6 @@ class Cli:
     def runner(self, *args: str) -> str:
         """A shell command running the plugin's runner (by path, with no --dir: it finds the project's run)."""
         return " ".join(["python3", _quote(os.path.join(self.root, "runner")), *map(_quote, args)])
-
-    def ended_by_hook(self, result: SessionRun) -> List[str]:
-        """The ``systemMessage`` lines the Stop hook answered with, as far as the CLI reports them."""
-        return [line for line in json.dumps(result.events).split("\\n") if "stops here" in line]
 
 
 class ClaudeCli(Cli):
@@ -291,9 +286,6 @@ class ClaudeCli(Cli):
     def plugin_tools(self, exchange: Exchange) -> List[str]:
         prefix = f"mcp__plugin_{NAME}_{NAME}__"
         return [n for n in exchange.tool_names() if n.startswith(prefix)]
-
-    def hook_outputs(self, result: SessionRun, event: str) -> List[str]:
-        return [str(e.get("output", "")) for e in result.events if e.get("subtype") == "hook_response" and e.get("hook_event") == event]
 
 
 class CodexCli(Cli):
@@ -336,9 +328,6 @@ class CodexCli(Cli):
     def plugin_tools(self, exchange: Exchange) -> List[str]:
         prefix = "mcp__" + re.sub(r"[^A-Za-z0-9]", "_", NAME) + "."
         return [n for n in exchange.tool_names() if n.startswith(prefix)]
-
-    def hook_outputs(self, result: SessionRun, event: str) -> List[str]:
-        return [json.dumps(e) for e in result.events if "hook" in json.dumps(e).lower() and event.lower() in json.dumps(e).lower()]
 
 
 def _json_lines(text: str) -> List[Dict[str, Any]]:
@@ -413,10 +402,6 @@ def cli_here(project: str, *args: str) -> _util.Result:
 def status_of(project: str) -> Dict[str, Any]:
     return json.loads(cli_here(project, "status", "--json").out)
 
-
-def journal_records(project: str) -> List[Dict[str, Any]]:
-    with open(os.path.join(project, ".run", "journal.jsonl"), encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
 
 
 #: The loopback target of the resumed batch: the ticket service without deduplication, called by
@@ -687,7 +672,7 @@ class _WholeSessions:
             result = cli.run(project, model, "Work on the run in this project.", session=_new_session(cli))
         tc.assertEqual(result.code, 0, result.stderr[-2000:])
         tc.assertEqual(len(model.exchanges), 1, [e.stop_feedback() for e in model.exchanges])
-        tc.assertIn("awaiting-approval", json.dumps(result.events) + "\n".join(model.exchanges[0].context_texts()))
+        tc.assertIn("awaiting-approval", "\n".join(model.exchanges[0].context_texts()), "the brief says why the run stops")
         tc.assertEqual(_util.read_state_files(run), before, "nothing durable happened")
         self.facts["approval_stop"] = str(len(model.exchanges))
 
@@ -791,7 +776,9 @@ class _WholeSessions:
             tc.assertEqual(second.errors, [])
             ex = second.exchanges
             tc.assertTrue(brief_in(ex[0], "session-batch", cli.owner(ex[0])), "\n".join(ex[0].context_texts())[-3000:])
-            tc.assertIsNotNone(ex[1].stop_feedback())
+            tc.assertIsNotNone(ex[1].stop_feedback(), "the Stop hook pushed the model to go on")
+            tc.assertEqual(len(ex), 3, "after drive, the stop at completion goes through")
+            tc.assertIn("complete", ex[2].tool_results()[0])
             tc.assertEqual(status_of(project)["status"], "complete")
             counts = {f"doc-{n:05d}:ticket": len(service.tickets_for_marker(f"doc-{n:05d}:ticket")) for n in range(BATCH_ITEMS)}
             duplicates = service.stats()["duplicates"]
