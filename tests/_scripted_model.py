@@ -29,7 +29,7 @@ import threading
 import uuid
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-__all__ = ["ToolCall", "Turn", "Exchange", "MessagesModel", "ResponsesModel", "replies"]
+__all__ = ["ToolCall", "Turn", "Exchange", "ScriptedModel", "MessagesModel", "ResponsesModel"]
 
 
 class ToolCall(NamedTuple):
@@ -152,16 +152,6 @@ def _message_texts(content: Any) -> List[str]:
 Script = Callable[[Exchange], Turn]
 
 
-def replies(*turns: Turn, then: Turn = Turn(text="Done.")) -> Script:
-    """A script that answers with ``turns`` in order, then with ``then`` for every further request."""
-    queue = list(turns)
-
-    def script(exchange: Exchange) -> Turn:
-        return queue.pop(0) if queue else then
-
-    return script
-
-
 class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
     model: "ScriptedModel"
@@ -209,7 +199,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 
 class ScriptedModel:
-    """A model server on 127.0.0.1 at a free port; ``with`` starts and stops it.
+    """A model server on 127.0.0.1; ``with`` starts it at a free port and stops it.
 
     :param script: called with each model request's :class:`Exchange`, one at a
         time, in the order the requests arrive; returns the turn to answer.
@@ -225,13 +215,14 @@ class ScriptedModel:
         self.exchanges: List[Exchange] = []
         self.others: List[Tuple[str, str]] = []
         self.errors: List[str] = []
+        self.port = 0
         self._lock = threading.Lock()
+
+    def __enter__(self) -> "ScriptedModel":
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.model = self
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, name=f"scripted-{self.protocol}", daemon=True)
-
-    def __enter__(self) -> "ScriptedModel":
         self._thread.start()
         return self
 

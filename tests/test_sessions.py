@@ -52,13 +52,10 @@ REAL = os.environ.get("RUNNER_REAL_TESTS") == "1"
 NAME = "long-running-agent-sessions"
 PLUGIN = f"{NAME}@{NAME}"
 
-#: What each harness does with a hook's declared ``timeout`` (seconds), event by event: the most it
-#: lets a hook run. Claude Code waits for SessionEnd hooks at most 60 s (and at least 1.5 s) and
-#: lets the other events run their declared timeout; Codex cuts SessionEnd down to 3 s.
-HARNESS_LIMITS = {
-    "claude": {"SessionStart": 600.0, "Stop": 600.0, "SessionEnd": 60.0, "PreCompact": 600.0},
-    "codex": {"SessionStart": 600.0, "Stop": 600.0, "SessionEnd": 3.0, "PreCompact": 600.0},
-}
+#: The most each harness lets a hook run, where that is less than the hook declares: Claude Code
+#: waits for SessionEnd hooks at most 60 s; Codex stops a SessionEnd hook after 3 s. Both run the
+#: other events for their declared timeout.
+HARNESS_LIMITS = {"claude": {"SessionEnd": 60.0}, "codex": {"SessionEnd": 3.0}}
 MANIFESTS = {"claude": os.path.join(REPO_ROOT, "hooks", "claude-code.json"), "codex": os.path.join(REPO_ROOT, "hooks", "codex.json")}
 #: What a hook needs beyond its own budget: Python's start, importing the runner, reading its input.
 START_MARGIN_SECONDS = 0.75
@@ -80,7 +77,7 @@ def timeout_problems(manifests: Dict[str, str]) -> List[str]:
         for event, groups in wired.items():
             for hook in (h for g in groups for h in g["hooks"]):
                 declared = float(hook["timeout"])
-                limit = HARNESS_LIMITS[harness][event]
+                limit = HARNESS_LIMITS[harness].get(event, float("inf"))
                 budget = runner_hooks.time_budget(harness, event)
                 if declared > limit:
                     problems.append(f"{harness} {event}: declares {declared:g} s, the harness allows {limit:g} s")
@@ -94,7 +91,6 @@ class HookTimeoutTests(unittest.TestCase):
 
     def test_the_manifests_fit_each_harness(self) -> None:
         self.assertEqual(timeout_problems(MANIFESTS), [])
-        self.assertEqual(runner_hooks.time_budget("codex", "SessionEnd") + START_MARGIN_SECONDS <= HARNESS_LIMITS["codex"]["SessionEnd"], True)
 
     def test_the_check_finds_a_timeout_the_harness_cuts_and_a_budget_that_does_not_fit(self) -> None:
         tmp = tempfile.mkdtemp(prefix="runner-hook-timeouts-")
@@ -190,7 +186,7 @@ class Cli:
 
     # -- the process -----------------------------------------------------------------------
     def env(self, project: str, model: Optional[ScriptedModel] = None) -> Dict[str, str]:
-        env = {"HOME": self.home, "PATH": os.pathsep.join([self.shims, self.bin, "/usr/local/bin", "/usr/bin", "/bin"]),
+        env = {"HOME": self.home, "PATH": os.pathsep.join([self.shims, self.bin, os.environ.get("PATH", "/usr/bin:/bin")]),
                "LANG": "C.UTF-8", "NO_COLOR": "1", "PWD": project, "TMPDIR": os.environ.get("TMPDIR", "/tmp"),
                "PYTHONPYCACHEPREFIX": _util._bytecode_cache()}
         return env
@@ -610,6 +606,7 @@ class _WholeSessions:
             result = cli.run(project, model, "Work on the run in this project.", session=_new_session(cli))
         tc.assertEqual(result.code, 0, result.stderr[-2000:])
         tc.assertEqual(model.errors, [])
+        tc.assertEqual(model.others, [], "every request the CLI made was a model request")
         ex = model.exchanges
         owner = owners[0]
         tc.assertEqual(set(owners), {owner}, "one session, one owner id")
@@ -671,6 +668,7 @@ class _WholeSessions:
         with model:
             result = cli.run(project, model, "Work on the run in this project.", session=_new_session(cli))
         tc.assertEqual(result.code, 0, result.stderr[-2000:])
+        tc.assertEqual(model.errors, [])
         tc.assertEqual(len(model.exchanges), 1, [e.stop_feedback() for e in model.exchanges])
         tc.assertIn("awaiting-approval", "\n".join(model.exchanges[0].context_texts()), "the brief says why the run stops")
         tc.assertEqual(_util.read_state_files(run), before, "nothing durable happened")
@@ -754,6 +752,7 @@ class _WholeSessions:
                 finally:
                     killed = kill_tree(started.proc.pid) if started.proc.poll() is None else []
                     started.proc.wait()
+            tc.assertEqual(first.errors, [])
             tc.assertIn(f"committed {HOLD_KEY}", held)
             tc.assertEqual(started.proc.returncode, -signal.SIGKILL)
             tc.assertTrue(killed, "the runner ran under the CLI")
