@@ -20,7 +20,7 @@ import unittest
 from typing import Any, Dict, List, Optional
 
 from tests._batch import batch_contract, make_documents, recorder_commands
-from tests._util import REPO_ROOT, TEMPLATE, child_env, write_contract
+from tests._util import REPO_ROOT, TEMPLATE, child_env, in_process_cli, write_contract
 
 from runner.mcp.tools import TOOLS
 
@@ -34,7 +34,7 @@ def runner(*args: str, cwd: str, env: Optional[Dict[str, str]] = None, program: 
     for name in ("RUNNER_STORE", "RUNNER_TASK", "RUNNER_OWNER", "RUNNER_EPOCH", "CLAUDE_PROJECT_DIR", "CLAUDE_CODE_SESSION_ID"):
         full.pop(name, None)
     full.update(env or {})
-    return subprocess.run([sys.executable, program, *args], cwd=cwd, env=full, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-S", program, *args], cwd=cwd, env=full, capture_output=True, text=True, timeout=120)
 
 
 class McpPipe:
@@ -80,11 +80,10 @@ class DiscoveryCase(unittest.TestCase):
         self.addCleanup(shutil.rmtree, self.tmp, True)
         self.project = os.path.join(self.tmp, "project")
         os.makedirs(os.path.join(self.project, "src", "deep"))
-        contract = os.path.join(self.project, "contract.md")
-        shutil.copyfile(TEMPLATE, contract)
-        init = runner("init", "--contract", "contract.md", cwd=self.project)
-        self.assertEqual(init.returncode, 0, init.stderr)
+        self.contract = os.path.join(self.project, "contract.md")
+        shutil.copyfile(TEMPLATE, self.contract)
         self.run_dir = os.path.join(self.project, ".run")
+        self.assertEqual(in_process_cli(["--dir", self.run_dir, "init", "--contract", self.contract]).code, 0)
 
     def server(self, cwd: str, *args: str, env: Optional[Dict[str, str]] = None) -> McpPipe:
         full = child_env(pythonpath=False)
@@ -96,10 +95,9 @@ class DiscoveryCase(unittest.TestCase):
 
 class VerbDiscoveryTest(DiscoveryCase):
     def test_init_without_a_location_starts_the_run_in_the_current_folder(self) -> None:
-        self.assertTrue(os.path.isfile(os.path.join(self.run_dir, "run.json")))
         # Below a project that has a run, init starts a new one here, as 'git init' does.
         nested = os.path.join(self.project, "src")
-        init = runner("init", "--contract", os.path.join(self.project, "contract.md"), cwd=nested)
+        init = runner("init", "--contract", self.contract, cwd=nested)
         self.assertEqual(init.returncode, 0, init.stderr)
         self.assertTrue(os.path.isfile(os.path.join(nested, ".run", "run.json")))
         self.assertIn(os.path.join(nested, ".run"), init.stdout)
@@ -119,7 +117,7 @@ class VerbDiscoveryTest(DiscoveryCase):
     def test_dir_and_runner_dir_come_before_the_search(self) -> None:
         other = os.path.join(self.tmp, "other")
         os.mkdir(other)
-        self.assertEqual(runner("init", "--contract", os.path.join(self.project, "contract.md"), cwd=other).returncode, 0)
+        self.assertEqual(in_process_cli(["--dir", os.path.join(other, ".run"), "init", "--contract", self.contract]).code, 0)
         for extra, env in ((["--dir", os.path.join(other, ".run")], None), ([], {"RUNNER_DIR": os.path.join(other, ".run")})):
             status = runner(*extra, "status", "--json", cwd=self.project, env=env)
             self.assertEqual(status.returncode, 0, status.stderr)
@@ -179,7 +177,7 @@ class McpDiscoveryTest(DiscoveryCase):
         self.assertTrue(before["isError"])
         self.assertEqual(before["structuredContent"]["reason"], "invalid-input")
         self.assertIn(f"no run in {os.path.join(fresh, '.run')}", before["structuredContent"]["message"])
-        self.assertEqual(runner("init", "--contract", os.path.join(self.project, "contract.md"), cwd=fresh).returncode, 0)
+        self.assertEqual(runner("init", "--contract", self.contract, cwd=fresh).returncode, 0)
         after = server.tool("next")
         self.assertFalse(after["isError"], after)
         self.assertIn("once 'init' starts a run there", server.close())
