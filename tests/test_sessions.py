@@ -32,6 +32,8 @@ declared hook timeouts against each harness's limits) always runs.
 import json
 import os
 import re
+import select
+import shlex
 import shutil
 import signal
 import subprocess
@@ -246,7 +248,7 @@ class Cli:
 
     def runner(self, *args: str) -> str:
         """A shell command running the plugin's runner (by path, with no --dir: it finds the project's run)."""
-        return " ".join(["python3", _quote(os.path.join(self.root, "runner")), *map(_quote, args)])
+        return " ".join(["python3", shlex.quote(os.path.join(self.root, "runner")), *map(shlex.quote, args)])
 
 
 class ClaudeCli(Cli):
@@ -345,12 +347,6 @@ def _version(text: str) -> str:
     return match.group(0)
 
 
-def _quote(text: str) -> str:
-    import shlex
-
-    return shlex.quote(text)
-
-
 def json_in(text: str) -> Dict[str, Any]:
     """The first JSON object printed on a line of a tool's output."""
     for line in text.splitlines():
@@ -397,7 +393,6 @@ def cli_here(project: str, *args: str) -> _util.Result:
 
 def status_of(project: str) -> Dict[str, Any]:
     return json.loads(cli_here(project, "status", "--json").out)
-
 
 
 #: The loopback target of the resumed batch: the ticket service without deduplication, called by
@@ -520,8 +515,6 @@ def wait_line(fifo: str, proc: "subprocess.Popen[bytes]", timeout: float) -> str
 
 
 def select_readable(fd: int, timeout: float) -> bool:
-    import select
-
     return bool(select.select([fd], [], [], timeout)[0])
 
 
