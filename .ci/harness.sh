@@ -12,8 +12,16 @@
 #
 #   harness-check: claude=V codex=V skills=N hooks=E,... validate=ok
 #
-# and exports RUNNER_TEST_HARNESS_CLIENTS=DIR, so the test suite (run once per
-# Python) reuses the install instead of repeating it. When the packages cannot
+# then runs whole sessions of both CLIs against scripted models once
+# (RUNNER_REAL_TESTS=1 python -m unittest tests.test_sessions), which print
+#
+#   session-check: client=claude-V brief=yes pushes=3 ... resumed_dup=0 ...
+#
+# one line per CLI, and exports RUNNER_TEST_HARNESS_CLIENTS=DIR, so the test
+# suite (run once per Python) reuses the install instead of repeating it. The
+# sessions run once, with the newest Python: what they check is the CLIs and
+# the plugin's wiring, while the hooks' code is checked under every Python by
+# tests.test_hooks. When the packages cannot
 # be had it prints one line saying so and why, exports
 # RUNNER_TEST_HARNESS_SKIP with the reason (the real-client test then fails
 # with it), and returns 0; a failed check stops CI (the line says what failed).
@@ -75,6 +83,11 @@ _runner_hx_source() {
   fi
   export RUNNER_TEST_HARNESS_CLIENTS=$dir
   "$python" tools/harness_check.py --clients "$dir" || _RUNNER_HX_FAILED=1
+  local start
+  start=$(date +%s)
+  echo "== whole sessions of the real clients against scripted models (tests.test_sessions)"
+  RUNNER_REAL_TESTS=1 PYTHONDONTWRITEBYTECODE=1 _runner_limit 900 "$python" -m unittest tests.test_sessions || _RUNNER_HX_FAILED=1
+  echo "== whole sessions: $(( $(date +%s) - start ))s"
   return 0
 }
 

@@ -59,7 +59,7 @@ def _common(parser: argparse.ArgumentParser, top: bool) -> None:
     # On sub-parsers the defaults are suppressed so a value given before the
     # verb is not overwritten by the sub-parser's default.
     default: Any = None if top else argparse.SUPPRESS
-    parser.add_argument("--dir", default=default, help="the run's folder (default: $RUNNER_DIR)")
+    parser.add_argument("--dir", default=default, help="the run's folder (default: $RUNNER_DIR, else the nearest .run/ in this folder or above)")
     parser.add_argument("--store", default=default, metavar="URL",
                         help="file:DIR, sqlite:PATH or postgresql://... (default: $RUNNER_STORE; --dir DIR is file:DIR)")
     parser.add_argument("--task", default=default, metavar="ID", help="the run's task id in a database store (default: $RUNNER_TASK)")
@@ -274,14 +274,84 @@ def _warn(message: str) -> None:
     sys.stderr.write("runner: " + message.replace("\r", "\\r").replace("\n", "\\n") + "\n")
 
 
+#: The run folder a project keeps, found from the current folder as git finds ``.git``.
+RUN_FOLDER = ".run"
+#: The folder that holds this ``runner/`` package: the skill's (or the installed plugin's) root.
+_PROGRAM_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def search_folders(env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None) -> List[str]:
+    """The folders the nearest run is looked for from, in order.
+
+    The current folder first. A process started in this runner's own root by
+    a harness that did not say where the project is (Codex starts a plugin's
+    MCP server in the plugin's folder) looks from ``$PWD`` instead, the folder
+    its launcher was started in. ``$CLAUDE_PROJECT_DIR``, which Claude Code sets
+    for its hooks, tools and MCP servers, comes last.
+    """
+    env = dict(os.environ) if env is None else env
+    here = os.path.abspath(cwd or os.getcwd())
+    shell = env.get("PWD") or ""
+    if shell and os.path.isabs(shell) and os.path.isdir(shell) and _same_folder(here, _PROGRAM_ROOT):
+        here = os.path.normpath(shell)
+    folders = [here]
+    project = env.get("CLAUDE_PROJECT_DIR") or ""
+    if project and os.path.isabs(project) and os.path.normpath(project) not in folders:
+        folders.append(os.path.normpath(project))
+    return folders
+
+
+def _same_folder(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def nearest_run(folder: str) -> Optional[str]:
+    """The nearest ``.run`` in ``folder`` or one of its parents, or None.
+
+    The nearest entry of that name is the answer whatever it is: a symbolic
+    link or a plain file is returned, for the store to refuse with its own
+    error, rather than passed over for a run further up.
+    """
+    folder = os.path.abspath(folder)
+    while True:
+        candidate = os.path.join(folder, RUN_FOLDER)
+        if os.path.lexists(candidate):
+            return candidate
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            return None
+        folder = parent
+
+
 def _store_url(args: argparse.Namespace) -> str:
-    """The run's store: ``--store``, else ``--dir`` (a file store), else the environment."""
+    """The run's store: ``--store``, else ``--dir`` (a file store), else the environment, else the nearest ``.run/``.
+
+    A run found by search is named on stderr once (the verb's stdout, with
+    ``--json`` one JSON object, is untouched) and kept in ``args.dir`` so that
+    every later look-up of the same command sees the same folder. ``mcp``
+    with no run to find serves the folder ``init`` would create, so that the
+    server starts and each tool answers "no run" until there is one.
+    """
     url = getattr(args, "store", None) or (f"file:{args.dir}" if args.dir else None) or os.environ.get("RUNNER_STORE")
     if not url and os.environ.get("RUNNER_DIR"):
         url = "file:" + os.environ["RUNNER_DIR"]
-    if not url:
-        raise InvalidInput("no run: pass --dir DIR (or --store URL --task ID), or set RUNNER_DIR")
-    return url
+    if url:
+        return url
+    folders = search_folders()
+    found = next((run for run in map(nearest_run, folders) if run is not None), None)
+    if found is not None:
+        _warn(f"using the run in {found}")
+    elif getattr(args, "verb", None) == "mcp":
+        found = os.path.join(folders[0], RUN_FOLDER)
+        _warn(f"no {RUN_FOLDER}/ in {' or '.join(folders)} or above; serving {found} once 'init' starts a run there")
+    else:
+        raise InvalidInput(f"no run: no {RUN_FOLDER}/ in {' or '.join(folders)} or above; pass --dir DIR (or --store URL --task ID), "
+                           "or set RUNNER_DIR")
+    args.dir = found
+    return "file:" + found
 
 
 def _task(args: argparse.Namespace) -> Optional[str]:
@@ -308,6 +378,8 @@ def _open(args: argparse.Namespace) -> Any:
 def cmd_init(args: argparse.Namespace) -> int:
     """Start a run; a relative ``workspace`` resolves against the contract file's folder, which the run keeps."""
     plan = load_contract(args.contract)
+    if not (getattr(args, "store", None) or args.dir or os.environ.get("RUNNER_STORE") or os.environ.get("RUNNER_DIR")):
+        args.dir = os.path.abspath(RUN_FOLDER)  # a new run belongs to the folder it is started in, as 'git init' does
     url = _store_url(args)
     if _task(args) not in (None, plan["task_id"]):
         raise InvalidInput(f"--task {_task(args)} differs from the contract's task_id {plan['task_id']}")

@@ -14,7 +14,7 @@ The invariants every hook keeps:
   durable transition a hook makes is SessionEnd releasing the lease held by
   this session's own owner id.
 * **Fails open.** Any error of the hook's own, including running past
-  :data:`TIME_BUDGET_SECONDS`, ends it with exit 0 and no output on stdout
+  its :func:`time_budget`, ends it with exit 0 and no output on stdout
   (one line on stderr), so a broken hook never blocks or wedges a session.
 * **Bounded output.** The injected context is the bounded ``brief`` plus a
   few short lines; every reason is one line of at most :data:`MAX_LINE` characters.
@@ -69,7 +69,8 @@ from .stores.codec import decode_identity, local_maker
 from .stores.file import IDENTITY, scan
 from .views import action_text, brief
 
-__all__ = ["main", "handle", "owner_for", "locate_run", "made_by", "adoption", "HOOK_FILE", "MAX_PUSHES_WITHOUT_PROGRESS", "TIME_BUDGET_SECONDS", "EVENTS", "HARNESSES"]
+__all__ = ["main", "handle", "owner_for", "locate_run", "made_by", "adoption", "time_budget", "HOOK_FILE", "MAX_PUSHES_WITHOUT_PROGRESS",
+           "TIME_BUDGET_SECONDS", "CLAMPED_BUDGET_SECONDS", "EVENTS", "HARNESSES"]
 
 HOOK_FILE = "hooks.json"
 HOOK_FORMAT = "runner-hooks/1"
@@ -78,8 +79,12 @@ HARNESSES = ("claude", "codex")
 #: Consecutive pushes at one revision before the Stop hook lets the agent stop.
 #: Below Claude Code's own cap on consecutive Stop-hook blocks.
 MAX_PUSHES_WITHOUT_PROGRESS = 3
-#: A hook still running after this long gives up and fails open.
+#: A hook still running after this long gives up and fails open. Below the 10 s timeout every
+#: hook declares in ``hooks/*.json``, with room for Python to start.
 TIME_BUDGET_SECONDS = 5.0
+#: Shorter budgets where a harness allows a hook less than that: Codex stops a SessionEnd hook after
+#: 3 s whatever it declares (its manifest declares 3), so the release must be done in 2.
+CLAMPED_BUDGET_SECONDS = {("codex", "SessionEnd"): 2.0}
 MAX_LINE = 400
 BRIEF_CHARS = 2000
 
@@ -397,8 +402,9 @@ def handle(event: str, harness: str, payload: Mapping[str, Any], env: Mapping[st
     return None, ""
 
 
-def _on_alarm(signum: int, frame: Any) -> None:
-    raise _OutOfTime(f"gave up after {TIME_BUDGET_SECONDS} s")
+def time_budget(harness: str, event: str) -> float:
+    """The seconds one hook of ``harness`` at ``event`` may run before it gives up."""
+    return min(TIME_BUDGET_SECONDS, CLAMPED_BUDGET_SECONDS.get((harness, event), TIME_BUDGET_SECONDS))
 
 
 def main(event: str, argv: List[str], stdin: Optional[IO[str]] = None, stdout: Optional[IO[str]] = None, stderr: Optional[IO[str]] = None,
@@ -410,10 +416,15 @@ def main(event: str, argv: List[str], stdin: Optional[IO[str]] = None, stdout: O
     # The timer needs SIGALRM, which only the main thread can handle.
     timed = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
     previous = None
+    budget = time_budget(harness, event)
+
+    def out_of_time(signum: int, frame: Any) -> None:
+        raise _OutOfTime(f"gave up after {budget} s")
+
     try:
         if timed:
-            previous = signal.signal(signal.SIGALRM, _on_alarm)
-            signal.setitimer(signal.ITIMER_REAL, TIME_BUDGET_SECONDS)
+            previous = signal.signal(signal.SIGALRM, out_of_time)
+            signal.setitimer(signal.ITIMER_REAL, budget)
         payload = json.loads(stdin.read(1 << 20) or "{}")
         if not isinstance(payload, dict):
             raise ValueError("the hook input is not a JSON object")

@@ -9,13 +9,17 @@ throwaway ``HOME`` the check runs
 
 * ``claude plugin validate --strict`` on the marketplace and the plugin,
   ``claude plugin marketplace add CHECKOUT``, ``claude plugin install
-  long-running-agent-sessions@long-running-agent-sessions`` and ``claude plugin
-  details``, which must list the skill, the four hooks and the MCP server;
+  long-running-agent-sessions@long-running-agent-sessions``, ``claude plugin
+  details``, which must list the skill, the four hooks and the MCP server, and
+  ``claude mcp list`` in a project without a run, which must show that server
+  connected;
 * ``codex plugin marketplace add CHECKOUT``, ``codex plugin add ...`` and
   ``codex plugin list --json``, which must show the plugin installed and
   enabled, with ``SKILL.md``, the Codex hooks file and every hook script it
-  names in the installed plugin root, and ``codex debug prompt-input``, whose
-  list of a session's skills must hold the plugin's skill;
+  names in the installed plugin root, ``codex mcp list --json``, which must
+  show the plugin's MCP server running the installed runner, and ``codex
+  debug prompt-input``, whose list of a session's skills must hold the
+  plugin's skill;
 * ``agentskills validate`` on the skill folder (under its own name, as the
   specification requires);
 
@@ -103,6 +107,13 @@ def check_claude(clients: Clients, checkout: str, transcript: Optional[List[str]
         raise CheckFailed(f"claude plugin details lists hooks {events}, not {list(HOOK_EVENTS)}")
     if not servers or NAME not in servers.group(2):
         raise CheckFailed(f"claude plugin details lists no MCP server {NAME}: {details!r}")
+    # Claude Code starts the plugin's MCP server to report its health: it must start in a project that has no run yet.
+    project = os.path.join(clients.home, "mcp-project")
+    os.makedirs(project, exist_ok=True)
+    health = clients.run([claude, "mcp", "list"], cwd=project)
+    _show(transcript, [claude, "mcp", "list"], health)
+    if not re.search(rf"^plugin:{re.escape(NAME)}:{re.escape(NAME)}: .*Connected", health, re.M):
+        raise CheckFailed(f"claude mcp list does not show the plugin's MCP server connected: {health.strip()!r}")
     return {"version": version, "skills": int(skills.group(1)), "hooks": events}
 
 
@@ -134,6 +145,7 @@ def check_codex(clients: Clients, checkout: str, transcript: Optional[List[str]]
                 raise CheckFailed(f"the installed plugin root lacks the hook script {script}")
     if not os.path.isfile(os.path.join(installed, "SKILL.md")):
         raise CheckFailed(f"the installed plugin root {installed} has no SKILL.md")
+    _check_codex_mcp(clients, codex, installed, transcript)
     # The skills a Codex session would see, rendered without a model or an account.
     prompt = clients.run([codex, "debug", "prompt-input", "hello"])
     listed_at = os.path.normpath(os.path.join(manifest.get("skills", "./skills/"), NAME, "SKILL.md"))  # Codex's default folder
@@ -143,6 +155,26 @@ def check_codex(clients: Clients, checkout: str, transcript: Optional[List[str]]
     if copied != 1:
         raise CheckFailed(f"a copy in .agents/skills/ shows Codex the skill {copied} times, not once")
     return {"version": version, "root": installed, "hooks": sorted(wired)}
+
+
+def _check_codex_mcp(clients: Clients, codex: str, installed: str, transcript: Optional[List[str]]) -> None:
+    """``codex mcp list --json`` shows the plugin's server enabled, running the installed runner from the plugin's folder.
+
+    Codex expands no ``${CLAUDE_PLUGIN_ROOT}`` in a server's arguments; it
+    resolves a relative ``cwd`` against the installed plugin root.
+    """
+    servers = json.loads(clients.run([codex, "mcp", "list", "--json"]))
+    entry = [s for s in servers if s.get("name") == NAME]
+    _show(transcript, [codex, "mcp", "list", "--json"], json.dumps(entry, indent=1, sort_keys=True))
+    if not entry or not entry[0].get("enabled"):
+        raise CheckFailed(f"codex mcp list does not show the MCP server {NAME} enabled: {servers!r}")
+    transport = entry[0].get("transport") or {}
+    args = transport.get("args") or []
+    cwd = os.path.normpath(transport.get("cwd") or "")
+    if transport.get("command") != "python3" or not args or cwd != os.path.normpath(installed):
+        raise CheckFailed(f"the Codex MCP server does not run python3 in the installed plugin root {installed}: {transport!r}")
+    if not os.path.isfile(os.path.join(cwd, args[0], "__main__.py")):
+        raise CheckFailed(f"the Codex MCP server's program {args[0]!r} is not a runner folder in {cwd}")
 
 
 def _copied_skill_entries(clients: Clients, codex: str, checkout: str) -> int:

@@ -35,6 +35,7 @@ from typing import Any, BinaryIO, Callable, Dict, Optional
 
 from .. import __version__
 from ..errors import Fenced, InvalidInput, RunnerError, StateUnrecoverable
+from ..hooks import owner_for
 from ..run import Run
 from ..stores import open_store, parse_store_url
 from . import jsonrpc
@@ -42,6 +43,9 @@ from .jsonrpc import PROTOCOL_VERSION, ProtocolError
 from .tools import TOOLS, Tool, check_arguments, status_text, text_form, tool_listing
 
 __all__ = ["Session", "serve"]
+
+#: The variable Claude Code sets, in every MCP server it starts, to the session's id.
+SESSION_ID_ENV = "CLAUDE_CODE_SESSION_ID"
 
 INSTRUCTIONS = (
     "Tools of a durable, fenced agent run. Call recover first (it takes the lease for this server's owner), then do what its action says; "
@@ -352,6 +356,14 @@ def serve(
     inp: Optional[BinaryIO] = None,
     out: Optional[BinaryIO] = None,
 ) -> int:
-    """``python3 -m runner mcp``: serve the run on stdin/stdout until the client closes stdin."""
+    """``python3 -m runner mcp``: serve the run on stdin/stdout until the client closes stdin.
+
+    With no ``--owner``, a server that Claude Code started writes as the
+    session's own owner id (``claude-SESSION_ID``, the one the plugin's hooks
+    use), so a lease it takes is the session's: the Stop hook counts it as
+    this session's and SessionEnd releases it.
+    """
+    if not owner and not read_only:
+        owner = owner_for("claude", os.environ.get(SESSION_ID_ENV))
     session = Session(store_url, task, owner, epoch, ttl, read_only, allow_control)
     return session.serve(inp or sys.stdin.buffer, out or sys.stdout.buffer)
