@@ -220,7 +220,7 @@ def step_problems(step: Dict[str, Any]) -> List[str]:
 
 
 def effects_problems(effects: Dict[str, Any]) -> List[str]:
-    """Problems with the effects section's ``invoke``, ``observe`` and ``timeout_seconds``."""
+    """Problems with the effects section's ``invoke``, ``observe``, ``timeout_seconds``, ``settle_seconds`` and bounds."""
     out: List[str] = []
     for name in ("invoke", "observe"):
         if name in effects:
@@ -232,6 +232,13 @@ def effects_problems(effects: Dict[str, Any]) -> List[str]:
     timeout = effects.get("timeout_seconds")
     if "timeout_seconds" in effects and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400):
         out.append("effects: timeout_seconds must be a positive number of seconds (at most a day)")
+    settle = effects.get("settle_seconds")
+    if "settle_seconds" in effects and (isinstance(settle, bool) or not isinstance(settle, (int, float)) or not 0 <= settle <= 86400):
+        out.append("effects: settle_seconds must be a number of seconds from 0 to a day (how long the target may not yet show a call)")
+    for name in ("max_attempts", "max_rate_limited"):
+        value = effects.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value < (1 if name == "max_attempts" else 0):
+            out.append(f"effects: {name} must be {'at least 1' if name == 'max_attempts' else 'zero or more'}")
     return out
 
 

@@ -148,7 +148,7 @@ def build_parser(extensions: Sequence[Callable[[Callable[..., argparse.ArgumentP
     sub = verb("drive", "take the lease and perform every action the runner can establish alone, until a stop or a judgement", cmd_drive)
     _writer(sub)
     sub.add_argument("--ttl", type=_seconds, default=None, help="lease time to live (default: the contract's)")
-    sub.add_argument("--max-actions", type=_positive, default=None, metavar="N", help="return (exit 0) after N actions")
+    sub.add_argument("--max-actions", type=positive, default=None, metavar="N", help="return (exit 0) after N actions")
     sub.add_argument("--until-stop", action="store_true", help="also wait out persisted backoffs instead of returning at them")
 
     sub = verb("recover", "take the lease, reconcile, refresh authority and jobs, decide, and persist the intent", cmd_recover)
@@ -157,17 +157,17 @@ def build_parser(extensions: Sequence[Callable[[Callable[..., argparse.ArgumentP
     sub.add_argument("--contract", metavar="FILE", help="refuse (exit 2) if this contract's plan differs from the run's")
 
     sub = verb("brief", "a bounded Markdown summary of durable facts, for a fresh model context", cmd_brief)
-    sub.add_argument("--max-chars", type=_positive, default=2000)
+    sub.add_argument("--max-chars", type=positive, default=2000)
 
     sub = verb("events", "transitions after sequence number N (resume an observer where it left off)", cmd_events)
     sub.add_argument("--after", type=int, default=0, metavar="N")
     sub.add_argument("--follow", action="store_true", help="keep printing new events until the run stops")
     sub.add_argument("--timeout", type=_seconds, default=None, help="with --follow: stop after this many seconds")
-    sub.add_argument("--otlp", metavar="FILE", type=_output_file, default=None, help="write the run as an OpenTelemetry trace (OTLP JSON lines)")
+    sub.add_argument("--otlp", metavar="FILE", type=output_file, default=None, help="write the run as an OpenTelemetry trace (OTLP JSON lines)")
     sub.add_argument("--with-content", action="store_true", help="with --otlp: include receipts, evidence and reasons")
 
     sub = verb("report", "recovery metrics of the whole run, across all workers and attempts", cmd_report)
-    sub.add_argument("--html", metavar="FILE", type=_output_file, default=None, help="also write the run's timeline page (one HTML file)")
+    sub.add_argument("--html", metavar="FILE", type=output_file, default=None, help="also write the run's timeline page (one HTML file)")
 
     sub = verb("job", "re-attachable long jobs: submit KEY -- COMMAND [ARGS...], status, result, cancel, shard", cmd_job)
     sub.add_argument("action", choices=("submit", "status", "result", "cancel", "shard"))
@@ -176,7 +176,7 @@ def build_parser(extensions: Sequence[Callable[[Callable[..., argparse.ArgumentP
     _writer(sub)
 
     sub = verb("work", "a pool of N workers that claim the store's runs with leases and drive them with a handler", cmd_work)
-    sub.add_argument("--workers", type=_positive, default=2, metavar="N")
+    sub.add_argument("--workers", type=positive, default=2, metavar="N")
     sub.add_argument("--handler", dest="handler_spec", required=True, metavar="MODULE:FUNCTION",
                      help="called as f(store, owner, ttl, context) for each claimed run")
     sub.add_argument("--context", default="{}", metavar="JSON", help="passed to the handler (and to the hooks factory)")
@@ -193,16 +193,6 @@ def build_parser(extensions: Sequence[Callable[[Callable[..., argparse.ArgumentP
     for extend in extensions:
         extend(verb)
     return parser
-
-
-def _rate(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 <= value <= 0.5:
-        raise argparse.ArgumentTypeError("the crash rate is a chance per document between 0 and 0.5")
-    return value
 
 
 def _writer(sub: argparse.ArgumentParser) -> None:
@@ -242,7 +232,7 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _output_file(text: str) -> str:
+def output_file(text: str) -> str:
     """An output file whose folder exists (checked before any work is done)."""
     folder = os.path.dirname(os.path.abspath(text))
     if not text or os.path.isdir(text) or not os.path.isdir(folder):
@@ -250,7 +240,7 @@ def _output_file(text: str) -> str:
     return text
 
 
-def _positive(text: str) -> int:
+def positive(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -262,14 +252,14 @@ def _positive(text: str) -> int:
 
 # -- output -----------------------------------------------------------------
 
-def _emit(args: argparse.Namespace, obj: Dict[str, Any], text: Optional[str] = None) -> None:
+def emit(args: argparse.Namespace, obj: Dict[str, Any], text: Optional[str] = None) -> None:
     if args.json:
         sys.stdout.write(json.dumps(obj, sort_keys=True, ensure_ascii=False) + "\n")
     elif text is not None:
         sys.stdout.write(text.rstrip("\n") + "\n")
 
 
-def _warn(message: str) -> None:
+def warn(message: str) -> None:
     # One line, always: a newline inside a path or a message is shown escaped.
     sys.stderr.write("runner: " + message.replace("\r", "\\r").replace("\n", "\\n") + "\n")
 
@@ -343,10 +333,10 @@ def _store_url(args: argparse.Namespace) -> str:
     folders = search_folders()
     found = next((run for run in map(nearest_run, folders) if run is not None), None)
     if found is not None:
-        _warn(f"using the run in {found}")
+        warn(f"using the run in {found}")
     elif getattr(args, "verb", None) == "mcp":
         found = os.path.join(folders[0], RUN_FOLDER)
-        _warn(f"no {RUN_FOLDER}/ in {' or '.join(folders)} or above; serving {found} once 'init' starts a run there")
+        warn(f"no {RUN_FOLDER}/ in {' or '.join(folders)} or above; serving {found} once 'init' starts a run there")
     else:
         raise InvalidInput(f"no run: no {RUN_FOLDER}/ in {' or '.join(folders)} or above; pass --dir DIR (or --store URL --task ID), "
                            "or set RUNNER_DIR")
@@ -369,7 +359,7 @@ def _open(args: argparse.Namespace) -> Any:
     store = open_store(_store_url(args), _task(args))
     for finding in store.findings:
         if finding.level != "note":
-            _warn(f"{finding.code}: {finding.message} (repaired on the next write, or by 'doctor --repair')")
+            warn(f"{finding.code}: {finding.message} (repaired on the next write, or by 'doctor --repair')")
     return store
 
 
@@ -387,7 +377,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     summary = status_view(store.state)
     workspace = run_workspace(store.state)
     where = getattr(store, "url", store.path)
-    _emit(args, {"ok": True, "path": store.path, "store": url, **summary, "workspace": workspace},
+    emit(args, {"ok": True, "path": store.path, "store": url, **summary, "workspace": workspace},
           f"started run {summary['task_id']} in {where}\nplan {summary['plan_digest']}\nworkspace {workspace}")
     return 0
 
@@ -408,7 +398,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         f"lease     {summary['lease']['owner'] or '-'} (epoch {summary['lease']['epoch']}, expires {summary['lease']['expires_at'] or '-'})",
         f"intent    {json.dumps(summary['next_action']) if summary['next_action'] else '-'}  (as last persisted; 'next' decides afresh)",
     ]
-    _emit(args, {"ok": True, "path": store.path, **summary, "findings": [f._asdict() for f in store.findings]}, "\n".join(lines))
+    emit(args, {"ok": True, "path": store.path, **summary, "findings": [f._asdict() for f in store.findings]}, "\n".join(lines))
     return 0
 
 
@@ -421,7 +411,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         healthy = not findings or bool(repaired)
         text = [f"{f['level']:10} {f['code']}: {f['message']}" for f in findings] + [f"repaired   {r['code']}: {r['message']}" for r in repaired]
         text.append(f"{'healthy' if healthy else 'loadable'}: revision {store.revision}" + ("" if healthy else "; run 'doctor --repair' for lossless repairs"))
-        _emit(args, {"ok": True, "healthy": healthy, "revision": store.revision, "findings": findings, "repaired": repaired}, "\n".join(text))
+        emit(args, {"ok": True, "healthy": healthy, "revision": store.revision, "findings": findings, "repaired": repaired}, "\n".join(text))
         return 0
     path = _run_dir(args)
     found = check(path)  # under the run's lock: a writer compacting meanwhile cannot make it look damaged
@@ -447,25 +437,25 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     text += [f"repaired   {r['code']}: {r['message']}" for r in repaired]
     if found.state is None:
         detail = "; ".join(f.message for f in found.findings if f.level == "damage")
-        _emit(args, {**result, "error": "state-unrecoverable", "exit_code": 7}, "\n".join(text))
-        _warn(f"state-unrecoverable: {detail}")
+        emit(args, {**result, "error": "state-unrecoverable", "exit_code": 7}, "\n".join(text))
+        warn(f"state-unrecoverable: {detail}")
         return StateUnrecoverable.exit_code
     text.append(f"{'healthy' if healthy else 'loadable'}: revision {result['revision']} from {found.base}" + ("" if healthy else "; run 'doctor --repair' for lossless repairs"))
-    _emit(args, result, "\n".join(text))
+    emit(args, result, "\n".join(text))
     return 0
 
 
 def cmd_contract(args: argparse.Namespace) -> int:
     block, problems = check_contract(args.file)
     if problems:
-        _emit(args, {"ok": False, "error": "invalid-input", "exit_code": InvalidInput.exit_code, "message": problems[0], "file": args.file, "errors": problems})
+        emit(args, {"ok": False, "error": "invalid-input", "exit_code": InvalidInput.exit_code, "message": problems[0], "file": args.file, "errors": problems})
         for problem in problems:
             sys.stderr.write(problem + "\n")
         return InvalidInput.exit_code
     from .envelope import content_digest
 
     assert block is not None
-    _emit(args, {"ok": True, "file": args.file, "task_id": block["task_id"], "plan_digest": content_digest(block), "steps": [s["id"] for s in block["steps"]]},
+    emit(args, {"ok": True, "file": args.file, "task_id": block["task_id"], "plan_digest": content_digest(block), "steps": [s["id"] for s in block["steps"]]},
           f"{args.file}: ok (task {block['task_id']}, {len(block['steps'])} steps, plan {content_digest(block)})")
     return 0
 
@@ -506,7 +496,7 @@ def _worker(args: argparse.Namespace) -> Run:
 
 
 def _effect_out(args: argparse.Namespace, key: str, effect: Dict[str, Any]) -> int:
-    _emit(args, {"ok": True, "key": key, **effect}, f"{key}: {effect['state']} (attempts {effect['attempts']})")
+    emit(args, {"ok": True, "key": key, **effect}, f"{key}: {effect['state']} (attempts {effect['attempts']})")
     return 0
 
 
@@ -514,13 +504,13 @@ def cmd_lease(args: argparse.Namespace) -> int:
     run = _worker(args)
     if args.action == "show":
         view = lease_view(run.state, run.clock())
-        _emit(args, {"ok": True, **view}, f"{view['owner'] or 'nobody'} (epoch {view['epoch']}, expires {view['expires_at'] or '-'}, {'live' if view['live'] else 'not live'})")
+        emit(args, {"ok": True, **view}, f"{view['owner'] or 'nobody'} (epoch {view['epoch']}, expires {view['expires_at'] or '-'}, {'live' if view['live'] else 'not live'})")
         return 0
     if args.action == "break":
         if not args.by or not args.reason:
             raise InvalidInput("lease break needs --by WHO and --reason TEXT (the evidence that the holder ended)")
         view = run.break_lease(args.by, args.reason)
-        _emit(args, {"ok": True, **view}, f"lease of {view['owner'] or 'nobody'} (epoch {view['epoch']}) now expires {view['expires_at'] or '-'}")
+        emit(args, {"ok": True, **view}, f"lease of {view['owner'] or 'nobody'} (epoch {view['epoch']}) now expires {view['expires_at'] or '-'}")
         return 0
     if not args.owner:
         raise InvalidInput(f"lease {args.action} needs --owner ID")
@@ -531,7 +521,7 @@ def cmd_lease(args: argparse.Namespace) -> int:
     else:
         run.release()
         view = dict(run.state["lease"])
-    _emit(args, {"ok": True, **view}, f"{args.action}: {view['owner'] or 'nobody'} at epoch {view['epoch']}, expires {view['expires_at'] or '-'}")
+    emit(args, {"ok": True, **view}, f"{args.action}: {view['owner'] or 'nobody'} at epoch {view['epoch']}, expires {view['expires_at'] or '-'}")
     return 0
 
 
@@ -543,7 +533,7 @@ def cmd_effect(args: argparse.Namespace) -> int:
     run = _worker(args)
     if args.action == "list":
         items = {k: e for k, e in sorted(run.state["effects"].items()) if args.state in (None, e.get("state"))}
-        _emit(args, {"ok": True, "count": len(items), "effects": items}, "\n".join(f"{k}  {e['state']}  attempts {e['attempts']}" for k, e in items.items()) or "no effects")
+        emit(args, {"ok": True, "count": len(items), "effects": items}, "\n".join(f"{k}  {e['state']}  attempts {e['attempts']}" for k, e in items.items()) or "no effects")
         return 0
     if not args.key:
         raise InvalidInput(f"effect {args.action} needs a KEY")
@@ -558,7 +548,7 @@ def cmd_effect(args: argparse.Namespace) -> int:
         # It is printed, since the caller sends exactly it to the target.
         payload = begin_payload(run.state, key, _payload_arg(args.payload) if args.payload else None)
         effect = run.effect_begin(key, payload, step=args.step)
-        _emit(args, {"ok": True, "key": key, **effect, "payload": payload},
+        emit(args, {"ok": True, "key": key, **effect, "payload": payload},
               f"{key}: {effect['state']} (attempts {effect['attempts']})\npayload {json.dumps(payload, sort_keys=True, ensure_ascii=False)}")
         return 0
     if args.action == "run":
@@ -570,7 +560,7 @@ def cmd_effect(args: argparse.Namespace) -> int:
         if not args.reason:
             raise InvalidInput("effect skip needs --reason TEXT")
         skipped = run.effect_skip(key, args.reason)
-        _emit(args, {"ok": True, **skipped}, f"{key}: skipped in step {skipped['step']}: {skipped['reason']}")
+        emit(args, {"ok": True, **skipped}, f"{key}: skipped in step {skipped['step']}: {skipped['reason']}")
         return 0
     if args.action == "ack":
         return _effect_out(args, key, run.effect_ack(key, _json_arg(args.receipt, "--receipt")))
@@ -608,7 +598,7 @@ def cmd_drive(args: argparse.Namespace) -> int:
     result["drive"] = dict(tally, handed_over=result.pop("handed_over"))
     result["lease"] = dict(run.state["lease"])
     if result["decision"] == "stop" and result["reason"] not in ("complete",) and not args.json:
-        _warn(f"{result['reason']}: {result['detail']}")
+        warn(f"{result['reason']}: {result['detail']}")
     _print_decision(args, result)
     return code
 
@@ -626,7 +616,7 @@ def cmd_step(args: argparse.Namespace) -> int:
             raise InvalidInput("step fail needs --class transient|permanent and --error TEXT")
         record = run.step_fail(step, args.error_class, args.error)
     state = run.state
-    _emit(args, {"ok": True, "step": step, **record, "status": state["status"], "next_action": state["next_action"]},
+    emit(args, {"ok": True, "step": step, **record, "status": state["status"], "next_action": state["next_action"]},
           f"{step}: {record['state']} (attempt {record['attempts']}); run {state['status']}; next {json.dumps(state['next_action'])}")
     return 0
 
@@ -634,7 +624,7 @@ def cmd_step(args: argparse.Namespace) -> int:
 def cmd_cancel(args: argparse.Namespace) -> int:
     run = Run(_open(args))
     state = run.cancel(args.by, args.reason)
-    _emit(args, {"ok": True, "status": state["status"], "cancellation": state["observations"]["cancellation"], "next_action": state["next_action"]},
+    emit(args, {"ok": True, "status": state["status"], "cancellation": state["observations"]["cancellation"], "next_action": state["next_action"]},
           f"cancellation recorded; run {state['status']}" + ("" if state["status"] == "cancelled" else "; in-flight effects are reconciled first"))
     return 0
 
@@ -643,7 +633,7 @@ def cmd_approval(args: argparse.Namespace) -> int:
     run = _worker(args)
     if args.action == "list":
         items = approval_view(run.state, run.clock())
-        _emit(args, {"ok": True, "approvals": items}, "\n".join(_approval_line(a) for a in items) or "no approval requests")
+        emit(args, {"ok": True, "approvals": items}, "\n".join(_approval_line(a) for a in items) or "no approval requests")
         return 0
     if not args.target:
         raise InvalidInput(f"approval {args.action} needs {'a STEP' if args.action == 'request' else 'a REQUEST_ID'}")
@@ -656,12 +646,12 @@ def cmd_approval(args: argparse.Namespace) -> int:
         source = payload_source(None if args.payload == "-" else os.path.abspath(args.payload), text.encode("utf-8", "replace"))
         rid = run.approval_request(args.target, args.requested_action, _json_object(text, "payload"), args.ttl, source)
         req = run.state["observations"]["approvals"][rid]
-        _emit(args, {"ok": True, "request_id": rid, **req}, f"{rid}: {req['state']}; ask a person to run: approval grant {rid} --by NAME")
+        emit(args, {"ok": True, "request_id": rid, **req}, f"{rid}: {req['state']}; ask a person to run: approval grant {rid} --by NAME")
         return 0
     if not args.by:
         raise InvalidInput(f"approval {args.action} needs --by WHO")
     answer = run.approval_grant(args.target, args.by) if args.action == "grant" else run.approval_deny(args.target, args.by)
-    _emit(args, {"ok": True, "request_id": args.target, **answer}, f"{args.target}: {answer['state']} by {answer['by']}")
+    emit(args, {"ok": True, "request_id": args.target, **answer}, f"{args.target}: {answer['state']} by {answer['by']}")
     return 0
 
 
@@ -683,14 +673,14 @@ def cmd_cost(args: argparse.Namespace) -> int:
     if not cost:
         raise InvalidInput("cost needs at least one --add NAME=AMOUNT")
     totals = _worker(args).add_cost(cost)
-    _emit(args, {"ok": True, "cost": totals}, "run cost: " + ", ".join(f"{k} {v:g}" for k, v in sorted(totals.items())))
+    emit(args, {"ok": True, "cost": totals}, "run cost: " + ", ".join(f"{k} {v:g}" for k, v in sorted(totals.items())))
     return 0
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     run = _worker(args)
     state = run.migrate(read_document(args.contract, "contract"), args.reason)
-    _emit(args, {"ok": True, "plan_digest": state["plan_digest"], "revision": state["revision"]}, f"plan is now {state['plan_digest']}")
+    emit(args, {"ok": True, "plan_digest": state["plan_digest"], "revision": state["revision"]}, f"plan is now {state['plan_digest']}")
     return 0
 
 
@@ -708,7 +698,7 @@ def _print_decision(args: argparse.Namespace, decision: Dict[str, Any]) -> int:
         for label in ("observations", "inferences", "unknowns"):
             for item in decision[label]:
                 text += f"\n  {label[:-1]}: {item if isinstance(item, str) else json.dumps(item, sort_keys=True)}"
-    _emit(args, decision, text)
+    emit(args, decision, text)
     return decision_exit_code(decision)
 
 
@@ -716,7 +706,7 @@ def cmd_next(args: argparse.Namespace) -> int:
     try:
         run = Run(_open(args), args.owner, args.epoch)
     except StateUnrecoverable as exc:
-        _warn(f"{exc.reason}: {exc.message}")
+        warn(f"{exc.reason}: {exc.message}")
         return _print_decision(args, stop_for_error(exc))
     _contract_check(args, run)
     return _print_decision(args, decide(run.state, run.clock(), args.owner, args.epoch, _observe_jobs(run)))
@@ -727,7 +717,7 @@ def _observe_jobs(run: Run) -> Dict[str, Dict[str, Any]]:
     observed = {key: observe_job(run.store.path, job) for key, job in run.state["jobs"].items() if job["state"] in UNSETTLED}
     for key, seen in sorted(observed.items()):
         if seen.get("damage"):
-            _warn(f"job {key}: {seen['damage']} (not believed)")
+            warn(f"job {key}: {seen['damage']} (not believed)")
     return observed
 
 
@@ -737,7 +727,7 @@ def cmd_recover(args: argparse.Namespace) -> int:
     try:
         run = Run(_open(args))
     except StateUnrecoverable as exc:
-        _warn(f"{exc.reason}: {exc.message}")
+        warn(f"{exc.reason}: {exc.message}")
         return _print_decision(args, stop_for_error(exc))
     _contract_check(args, run)
     _observe_jobs(run)  # only to report job files that will not be believed; recover observes and commits itself
@@ -750,7 +740,7 @@ def cmd_brief(args: argparse.Namespace) -> int:
     run = Run(_open(args))
     decision = decide(run.state, run.clock(), run.state["lease"]["owner"], run.state["lease"]["epoch"], _observe_jobs(run))
     text = brief(run.state, decision, args.max_chars)
-    _emit(args, {"ok": True, "brief": text, "chars": len(text)}, text)
+    emit(args, {"ok": True, "brief": text, "chars": len(text)}, text)
     return 0
 
 
@@ -763,7 +753,7 @@ def cmd_events(args: argparse.Namespace) -> int:
         from .otlp import write
 
         spans = write(args.otlp, [load(store)], args.with_content)
-        _emit(args, {"ok": True, "otlp": args.otlp, "spans": spans}, f"wrote {spans} spans to {args.otlp}")
+        emit(args, {"ok": True, "otlp": args.otlp, "spans": spans}, f"wrote {spans} spans to {args.otlp}")
         return 0
     if args.with_content:
         raise InvalidInput("events: --with-content goes with --otlp FILE")
@@ -772,7 +762,7 @@ def cmd_events(args: argparse.Namespace) -> int:
     while True:
         batch = events_after(store, after)
         if args.json and not args.follow:
-            _emit(args, {"ok": True, **batch})
+            emit(args, {"ok": True, **batch})
             return 0
         if batch["truncated"]:
             sys.stdout.write(json.dumps({"gap": True, "after": after, "oldest": batch["oldest"], "hint": "events before 'oldest' were compacted; re-read 'status'"}) + "\n")
@@ -794,7 +784,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         from .timeline import write
 
         result["html_bytes"] = write(args.html, [load(store)])
-    _emit(args, {"ok": True, **result}, "\n".join(f"{k:22} {v}" for k, v in result.items()))
+    emit(args, {"ok": True, **result}, "\n".join(f"{k:22} {v}" for k, v in result.items()))
     return 0
 
 
@@ -803,7 +793,7 @@ def cmd_job(args: argparse.Namespace) -> int:
     key = args.key
     if args.action == "submit":
         job = run.job_submit(key, args.command)
-        _emit(args, {"ok": True, "key": key, **job}, f"job {key}: {job['state']} (pid {job['pid']}, attempt {job['attempt']})")
+        emit(args, {"ok": True, "key": key, **job}, f"job {key}: {job['state']} (pid {job['pid']}, attempt {job['attempt']})")
         return 0
     if args.action == "shard":
         if args.done is None:
@@ -814,14 +804,14 @@ def cmd_job(args: argparse.Namespace) -> int:
     job = run.job_observe(key)
     seen = job.pop("observed")
     if seen.get("damage"):
-        _warn(f"job {key}: {seen['damage']} (not believed)")
+        warn(f"job {key}: {seen['damage']} (not believed)")
     out = {"ok": True, "key": key, **job, "observed": seen["status"], **({"damage": seen["damage"]} if seen.get("damage") else {})}
     if args.action == "result":
         if job["state"] not in ("finished", "stopped"):
             raise InvalidInput(f"job {key!r} is {job['state']}; it has no result yet")
         out.update(read_result(run.store.path, job))
     text = f"job {key}: {job['state']}" + (f", exit {job['exit_code']}" if job.get("exit_code") is not None else "")
-    _emit(args, out, text + (f"\n{out['log_tail']}" if "log_tail" in out else ""))
+    emit(args, out, text + (f"\n{out['log_tail']}" if "log_tail" in out else ""))
     return 0
 
 
@@ -834,7 +824,7 @@ def cmd_work(args: argparse.Namespace) -> int:
         load_handler(args.hooks, "hooks factory")
     context = _json_arg(args.context, "--context")
     tally = run_pool(url, args.workers, args.handler_spec, context=context, ttl=args.ttl, hooks=args.hooks)
-    _emit(args, {"ok": not tally["errors"], **tally}, "\n".join(f"{k:14} {v}" for k, v in tally.items()))
+    emit(args, {"ok": not tally["errors"], **tally}, "\n".join(f"{k:14} {v}" for k, v in tally.items()))
     return 0 if not tally["errors"] else 1
 
 
@@ -870,14 +860,14 @@ def main(argv: Optional[Sequence[str]] = None, extensions: Sequence[Callable[[Ca
     except RunnerError as exc:
         if wants_json:
             sys.stdout.write(json.dumps(exc.to_json(), sort_keys=True, ensure_ascii=False) + "\n")
-        _warn(f"{exc.reason}: {exc.message}")
+        warn(f"{exc.reason}: {exc.message}")
         return exc.exit_code
     except OSError as exc:
         where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
         if wants_json:
             sys.stdout.write(json.dumps({"error": "io-error", "exit_code": 1, "message": f"{exc.strerror or exc}{where}"}) + "\n")
-        _warn(f"i/o error: {exc.strerror or exc}{where}")
+        warn(f"i/o error: {exc.strerror or exc}{where}")
         return 1
     except KeyboardInterrupt:
-        _warn("interrupted")
+        warn("interrupted")
         return 130

@@ -53,7 +53,7 @@ __all__ = [
 ]
 
 #: Every name a command argument may hold in braces.
-PLACEHOLDERS = ("key", "payload_file", "epoch", "run_id", "item", "stem", "index", "workspace")
+PLACEHOLDERS = ("key", "payload_file", "epoch", "run_id", "item", "stem", "slug", "index", "workspace")
 
 #: Seconds a command may take unless the contract says otherwise.
 DEFAULT_TIMEOUT = 60.0

@@ -48,7 +48,7 @@ REQUIRED = ("contract", "task_id", "goal", "steps")
 STEP_KEYS = {"id": str, "artifact": str, "check": str, "next": str, "approval": bool, "evidence": list,
              "items": object, "key": str, "payload": dict, "checks": dict, "artifacts": list, "timeout_seconds": object}
 EFFECT_KEYS = {"key_pattern": str, "approval": list, "adapter": str, "verification": str, "max_attempts": int, "several_approvals": bool,
-               "invoke": list, "observe": list, "timeout_seconds": object}
+               "invoke": list, "observe": list, "timeout_seconds": object, "settle_seconds": object, "max_rate_limited": int}
 LIMIT_KEYS = ("max_step_attempts", "max_effect_attempts", "max_elapsed_seconds", "max_cost", "max_steps", "no_progress_seconds")
 RETRY_KEYS = ("base_seconds", "cap_seconds", "deadline_seconds")
 LEASE_KEYS = ("ttl_seconds",)

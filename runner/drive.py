@@ -45,7 +45,7 @@ def adapter_for(state: Dict[str, Any], key: str, invoke: Optional[Sequence[str]]
         raise InvalidInput("effect run needs an invoke and an observe command: the contract's effects.invoke and effects.observe, "
                            "or '-- COMMAND ... --observe -- COMMAND ...'")
     values: Dict[str, Any] = {"run_id": state["task_id"]}
-    root = _batch.workspace_root(state["plan"])
+    root = _batch.run_workspace(state)
     found = _batch.owner_of(state, key)
     if found is not None:
         step, index = found
@@ -62,15 +62,13 @@ def perform_effect(run: Any, key: str, payload: Optional[Dict[str, Any]] = None,
     """Take ``key`` to verified with commands; a batch item's payload comes from its step's template.
 
     :raises NeedsReconciliation: the outcome cannot be established by observing.
-    :raises InvalidInput: no payload, no commands, or another payload under the key.
+    :raises InvalidInput: no payload, no commands, another payload under the key, or (for a
+        batch item) another payload than its template makes.
     """
     state = run.state
     found = _batch.owner_of(state, key)
     step = found[0] if found else None
-    if payload is None:
-        if found is None:
-            raise InvalidInput(f"effect run {key}: pass --payload FILE (the key is not an item of a started batch step)")
-        payload = _batch.item_payload(state, found[0], found[1])
+    payload = _batch.begin_payload(state, key, payload)
     adapter = adapter_for(state, key, invoke, observe, runner)
     return dict(Executor(run, world=ThreadWorld(sleep)).perform(key, payload, adapter, step))
 

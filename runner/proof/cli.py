@@ -12,59 +12,69 @@ import os
 import sys
 from typing import Any, Callable
 
-from ..cli import _emit, _output_file, _positive, _rate, _warn
+from ..cli import emit, output_file, positive, warn
 from ..errors import InvalidInput, ProofFailed
 
 __all__ = ["add_proof_verbs"]
 
 
+def _rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value <= 0.5:
+        raise argparse.ArgumentTypeError("the crash rate is a chance per document between 0 and 0.5")
+    return value
+
+
 def add_proof_verbs(verb: Callable[..., Any]) -> None:
     """Register the proof verbs with ``verb(name, help, handler)``."""
     sub = verb("bench", "measure transition cost against a raw fsync'd append", cmd_bench)
-    sub.add_argument("--transitions", type=_positive, default=2000)
+    sub.add_argument("--transitions", type=positive, default=2000)
     sub.add_argument("--scratch", metavar="DIR", default=None, help="folder on the disk to measure (default: the temp folder)")
     sub.add_argument("--stores", action="store_true", help="also compare the file, SQLite (and PostgreSQL, with --postgres URL) stores")
     sub.add_argument("--postgres", metavar="URL", default=None, help="a PostgreSQL database to include in --stores")
     sub.add_argument("--mcp", action="store_true", help="also time one transition through the library, the MCP server and the command line")
     sub.add_argument("--drive", action="store_true", help="instead: drive's items per second on a batch of 1,000 and of 20,000 items")
-    sub.add_argument("--drive-sizes", type=_positive, nargs=2, default=(1000, 20000), metavar=("SMALL", "LARGE"), help="--drive: the two batch sizes")
+    sub.add_argument("--drive-sizes", type=positive, nargs=2, default=(1000, 20000), metavar=("SMALL", "LARGE"), help="--drive: the two batch sizes")
     sub.add_argument("--drive-durability", choices=("process", "sync"), default="process", help="--drive: fsync each transition (sync) or not")
 
     sub = verb("crashcheck", "explore every crash state a power loss can leave in the store", cmd_crashcheck)
-    sub.add_argument("--transitions", type=_positive, default=200)
+    sub.add_argument("--transitions", type=positive, default=200)
     sub.add_argument("--seed", type=int, default=1)
-    sub.add_argument("--max-states", type=_positive, default=64, help="states per crash point before sampling")
+    sub.add_argument("--max-states", type=positive, default=64, help="states per crash point before sampling")
 
     sub = verb("conformance", "check an effect adapter against the runner's contract", cmd_conformance)
     sub.add_argument("--adapter", required=True, action="append", metavar="MODULE:FACTORY", help="a factory returning an adapter or (adapter, controls); repeatable")
 
     sub = verb("campaign", "SIGKILL forked workers at every named commit window, resume each in another process, audit", cmd_campaign)
-    sub.add_argument("--kills", type=_positive, default=200)
-    sub.add_argument("--damage", type=_positive, default=None, metavar="N",
+    sub.add_argument("--kills", type=positive, default=200)
+    sub.add_argument("--damage", type=positive, default=None, metavar="N",
                      help="instead: damage N copies of real run folders at random and load each in a fresh process")
     sub.add_argument("--seed", type=int, default=1)
     sub.add_argument("--no-progress", action="store_true")
-    sub.add_argument("--html", metavar="FILE", type=_output_file, default=None, help="write the timeline page of the runs to FILE")
+    sub.add_argument("--html", metavar="FILE", type=output_file, default=None, help="write the timeline page of the runs to FILE")
 
     sub = verb("demo", "the 2,000-document recovery demo: workers killed and resumed, effects audited", cmd_demo)
-    sub.add_argument("--documents", type=_positive, default=2000)
+    sub.add_argument("--documents", type=positive, default=2000)
     sub.add_argument("--seed", type=int, default=1)
     sub.add_argument("--crash-rate", type=_rate, default=0.01, help="chance per document that its worker is killed (default 0.01)")
-    sub.add_argument("--cancel-at", type=_positive, default=None, metavar="N", help="cancel the run after N documents")
+    sub.add_argument("--cancel-at", type=positive, default=None, metavar="N", help="cancel the run after N documents")
     sub.add_argument("--scenario", choices=("documents", "draft"), default="documents", help="draft: the plan, write_draft, finish experiment")
-    sub.add_argument("--workers", type=_positive, default=None, metavar="N", help="split the documents into runs of 100 and let N workers claim them")
+    sub.add_argument("--workers", type=positive, default=None, metavar="N", help="split the documents into runs of 100 and let N workers claim them")
     sub.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     sub.add_argument("--via-cli", action="store_true", help="a batch contract and 'drive' processes only: no Python drives the job")
     sub.add_argument("--client", choices=("curl", "python"), default=None,
                      help="--via-cli: the commands that call the service (default: curl if present)")
-    sub.add_argument("--html", metavar="FILE", type=_output_file, default=None, help="write the timeline page of the run(s) to FILE")
+    sub.add_argument("--html", metavar="FILE", type=output_file, default=None, help="write the timeline page of the run(s) to FILE")
 
 
 def _verdict(passed: bool, what: str) -> int:
     """0, or ProofFailed's exit code with one line on stderr (the report is already printed)."""
     if passed:
         return 0
-    _warn(f"{ProofFailed.reason}: {what}")
+    warn(f"{ProofFailed.reason}: {what}")
     return ProofFailed.exit_code
 
 
@@ -74,7 +84,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
         small, large = args.drive_sizes
         result = run_drive_bench(large=large, small=small, scratch=args.scratch, durability=args.drive_durability)
-        _emit(args, result, "\n".join(f"{key:24} {value}" for key, value in result.items()))
+        emit(args, result, "\n".join(f"{key:24} {value}" for key, value in result.items()))
         return 0
     from .bench import run_bench
 
@@ -101,7 +111,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     lines += [f"store {row['store']:10} " + ", ".join(f"{k} {v}" for k, v in row.items() if k != "store") for row in result.get("stores", [])]
     lines += [f"mcp {key:24} {value}" for key, value in result.get("mcp", {}).items()]
     lines += [f"target {name:21} <= {t['target']}: {'met' if t['met'] else 'NOT met'}" for name, t in result["targets"].items()]
-    _emit(args, result, "\n".join(lines))
+    emit(args, result, "\n".join(lines))
     return 0
 
 
@@ -111,7 +121,7 @@ def cmd_crashcheck(args: argparse.Namespace) -> int:
     report = explore(transitions=args.transitions, seed=args.seed, max_states_per_point=args.max_states)
     lines = [f"{key:18} {value}" for key, value in report.items() if key != "examples"]
     lines += [f"violation: {example}" for example in report.get("examples", [])]
-    _emit(args, report, "\n".join(lines))
+    emit(args, report, "\n".join(lines))
     return _verdict(report["violations"] == 0, f"the crash-state explorer found {report['violations']} violation(s)")
 
 
@@ -123,7 +133,7 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     factories = [(spec, load_factory(spec)) for spec in args.adapter]
     reports = [run_conformance(factory, spec) for spec, factory in factories]
     passed = all(r["passed"] for r in reports)
-    _emit(args, {"ok": passed, "passed": passed, "reports": reports}, "\n\n".join(format_report(r) for r in reports))
+    emit(args, {"ok": passed, "passed": passed, "reports": reports}, "\n\n".join(format_report(r) for r in reports))
     return _verdict(passed, "the adapter failed the conformance checks")
 
 
@@ -137,7 +147,7 @@ def cmd_campaign(args: argparse.Namespace) -> int:
     lines += [f"  {window:36} {count}" for window, count in result["kills_by_window"].items()]
     lines += [f"error: {e}" for e in result["errors"][:20]]
     lines.append("RESULT: " + ("ok" if result["ok"] else "FAILED"))
-    _emit(args, result, "\n".join(lines))
+    emit(args, result, "\n".join(lines))
     return _verdict(result["ok"], "the campaign found a violation")
 
 
@@ -149,7 +159,7 @@ def cmd_damage_campaign(args: argparse.Namespace) -> int:
     lines += [f"  {damage:36} " + ", ".join(f"{k} {v}" for k, v in sorted(row.items())) for damage, row in result["by_damage"].items()]
     lines += [f"failure: {example}" for example in result["examples"]]
     lines.append("RESULT: " + ("ok" if result["ok"] else "FAILED"))
-    _emit(args, result, "\n".join(lines))
+    emit(args, result, "\n".join(lines))
     return _verdict(result["ok"], "the damage campaign found a load that did not hold")
 
 
@@ -160,11 +170,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
         from .demo_cli import format_cli_table, run_demo_cli
 
         result = run_demo_cli(args.documents, args.seed, args.crash_rate, None if args.no_progress or args.json else sys.stderr, args.client)
-        _emit(args, result, format_cli_table(result))
+        emit(args, result, format_cli_table(result))
         return _verdict(result["ok"], "the CLI-only demo's audit found a violation")
     if args.scenario == "draft":
         result = run_draft_scenario(sys.stderr if args.json else sys.stdout)
-        _emit(args, result, f"plan executed {result['plan_executions']} time(s); tickets held {result['tickets']}; "
+        emit(args, result, f"plan executed {result['plan_executions']} time(s); tickets held {result['tickets']}; "
                             f"same receipt reused: {result['same_receipt']}; status {result['status']}")
         return _verdict(result["ok"], "the draft scenario did not hold")
     if args.cancel_at is not None and args.cancel_at >= args.documents:
@@ -172,5 +182,5 @@ def cmd_demo(args: argparse.Namespace) -> int:
     store = getattr(args, "store", None) if args.workers else None
     result = run_demo(args.documents, args.seed, args.crash_rate, args.cancel_at, None if args.no_progress else sys.stderr, workers=args.workers, store=store,
                       html=args.html)
-    _emit(args, result, format_table(result) + (f"\ntimeline page: {args.html} ({result['html_bytes']} bytes)" if args.html else ""))
+    emit(args, result, format_table(result) + (f"\ntimeline page: {args.html} ({result['html_bytes']} bytes)" if args.html else ""))
     return _verdict(result["ok"], "the demo's audit found a violation")
