@@ -186,23 +186,33 @@ def _collect(proc: "subprocess.Popen[bytes]", deadline: float, limit: int) -> Tu
     """Read both pipes until the command exits (or ``deadline``), keeping ``limit`` bytes of each."""
     kept = [bytearray(), bytearray()]
     streams = {proc.stdout: 0, proc.stderr: 1}
-    with selectors.DefaultSelector() as selector:
-        for stream in streams:
-            selector.register(stream, selectors.EVENT_READ)  # type: ignore[arg-type]
-        while selector.get_map():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return kept, True
-            for handle, _ in selector.select(min(left, 0.5)):
-                data = os.read(handle.fd, 65536)
-                if not data:
-                    selector.unregister(handle.fileobj)
-                    continue
-                into = kept[streams[handle.fileobj]]  # type: ignore[index]
-                if len(into) < limit:
-                    into += data[: limit - len(into)]
-            if proc.poll() is not None and not any(k for k, _ in selector.select(0)):
-                break  # the command exited and nothing is waiting to be read: a straggler may hold a pipe open
+    # Where the system can (Linux), the command's exit wakes the loop itself; elsewhere it is polled.
+    exited = os.pidfd_open(proc.pid) if hasattr(os, "pidfd_open") else None
+    try:
+        with selectors.DefaultSelector() as selector:
+            for stream in streams:
+                selector.register(stream, selectors.EVENT_READ)  # type: ignore[arg-type]
+            if exited is not None:
+                selector.register(exited, selectors.EVENT_READ)
+            while len(selector.get_map()) > (exited is not None):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return kept, True
+                for handle, _ in selector.select(min(left, 0.5 if exited is not None else 0.02)):
+                    if handle.fileobj is exited:
+                        continue
+                    data = os.read(handle.fd, 65536)
+                    if not data:
+                        selector.unregister(handle.fileobj)
+                        continue
+                    into = kept[streams[handle.fileobj]]  # type: ignore[index]
+                    if len(into) < limit:
+                        into += data[: limit - len(into)]
+                if proc.poll() is not None and not any(key.fileobj is not exited for key, _ in selector.select(0)):
+                    break  # the command exited and nothing is left to read: a straggler may hold a pipe open
+    finally:
+        if exited is not None:
+            os.close(exited)
     try:
         proc.wait(timeout=max(0.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:

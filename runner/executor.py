@@ -216,7 +216,8 @@ class Executor:
                 if not active:
                     break
                 self._advance(active, stopping=stop is not None)
-                for task in [t for t in active if t.finished]:
+                finished = [t for t in active if t.finished]
+                for task in finished:
                     active.remove(task)
                     if task.error is not None:
                         stop = stop or task.error
@@ -225,7 +226,8 @@ class Executor:
                 if stop is not None and not any(t.pending for t in active):
                     break  # nothing in flight: what waits (a backoff, an earlier call) is left for the next run
                 self.keep_lease()
-                self._wait(active)
+                if not finished:  # a finished job made room: admit the next before waiting
+                    self._wait(active)
         except Fenced:
             # Nothing more is written. Calls in flight are left to whoever holds the lease now: their
             # records stay, and one whose answer is in hand is marked ended.

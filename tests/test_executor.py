@@ -1,0 +1,286 @@
+"""The executor against a target that does not deduplicate, with real processes killed, stopped and raced.
+
+The target is a small program: ``invoke`` may wait before it "sends" (a
+client that authenticates first), appends one line per effect to a ledger,
+and may answer late; ``observe`` finds a key only once its line is older than
+the lookup's lag. It never deduplicates: every second line for a key is a
+duplicate. Each test runs ``drive`` (or ``effect run``) in child processes
+and counts the ledger's lines.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import unittest
+from typing import Any, Dict, List, Optional
+
+from runner.commands import OUTPUT_LIMIT, run_command
+from tests._batch import batch_contract, cli, init_run
+from tests._util import child_env, in_parallel, python, scratch_dir
+
+TARGET = r'''
+import fcntl, json, os, sys, time
+# target.py invoke|observe LEDGER KEY [OPTION VALUE]...: a target that never deduplicates.
+mode, ledger, key = sys.argv[1:4]
+opts = dict(zip(sys.argv[4::2], sys.argv[5::2]))
+if mode == "invoke":
+    with open(ledger + ".calls", "a") as log:
+        log.write(key + "\n")
+    time.sleep(float(opts.get("send-after", 0)))     # authenticating: nothing sent yet
+    script = opts.get("exits", "")                    # e.g. "75,75" : the first answers, then success
+    calls = open(ledger + ".calls").read().split().count(key)
+    codes = [int(c) for c in script.split(",") if c]
+    if calls <= len(codes) and codes[calls - 1] != 0:
+        if codes[calls - 1] == 75:
+            print(json.dumps({"retry_after": float(opts.get("retry-after", 0.05))}))
+        sys.exit(codes[calls - 1])
+    with open(ledger, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.write("%s %f\n" % (key, time.time()))
+    time.sleep(float(opts.get("answer-after", 0)))
+    if opts.get("answer") == "none":
+        print("warning: slow")
+        sys.exit(0)
+    print(json.dumps({"ticket": key}))
+    sys.exit(0)
+lag = float(opts.get("lag", 0))
+try:
+    rows = [line.split() for line in open(ledger) if line.strip()]
+except FileNotFoundError:
+    rows = []
+if any(r[0] == key and time.time() - float(r[1]) >= lag for r in rows):
+    print(json.dumps({"found": key}))
+    sys.exit(0)
+sys.exit(1)
+'''
+
+
+class TargetCase(unittest.TestCase):
+    """A workspace with the target program and a batch contract over it."""
+
+    def setUp(self) -> None:
+        self.tmp = scratch_dir("runner-executor-")
+        self.addCleanup(self.tmp.cleanup)
+        self.root = self.tmp.name
+        with open(os.path.join(self.root, "target.py"), "w", encoding="utf-8") as handle:
+            handle.write(TARGET)
+        self.ledger = os.path.join(self.root, "ledger")
+        self.children: List["subprocess.Popen[bytes]"] = []
+        self.addCleanup(self._reap)
+
+    def _reap(self) -> None:
+        for child in self.children:
+            if child.poll() is None:
+                try:
+                    os.kill(child.pid, signal.SIGCONT)
+                    child.kill()
+                except OSError:
+                    pass
+            child.wait()
+            for stream in (child.stdout, child.stderr):
+                if stream:
+                    stream.close()
+
+    def start(self, items: List[str], invoke: Optional[Dict[str, Any]] = None, observe: Optional[Dict[str, Any]] = None,
+              timeout: float = 20, **extra: Any) -> None:
+        def command(mode: str, options: Optional[Dict[str, Any]]) -> List[str]:
+            flat = [str(x) for pair in (options or {}).items() for x in pair]
+            return [sys.executable, "-S", os.path.join(self.root, "target.py"), mode, self.ledger, "{key}"] + flat
+
+        block = batch_contract({"invoke": command("invoke", invoke), "observe": command("observe", observe)}, items=items,
+                               payload={"template": {"item": "{item}"}}, timeout=timeout)
+        block["steps"][0]["key"] = "{item}:ticket"
+        block["effects"]["key_pattern"] = "[a-z0-9]+:ticket"
+        for section, values in extra.items():
+            if values is None:
+                block.pop(section, None)
+            else:
+                block.setdefault(section, {}).update(values)
+        init_run(self.root, block)
+
+    def spawn(self, *args: str) -> "subprocess.Popen[bytes]":
+        argv = python("-m", "runner", "--dir", os.path.join(self.root, ".run"), *args)
+        child = subprocess.Popen(argv, cwd=self.root, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.children.append(child)
+        return child
+
+    def finish(self, child: "subprocess.Popen[bytes]", timeout: float = 60) -> Dict[str, Any]:
+        out, err = child.communicate(timeout=timeout)
+        result = {"code": child.returncode, "err": err.decode("utf-8", "replace")}
+        if out.strip():
+            result.update(json.loads(out.decode().splitlines()[-1]))
+        return result
+
+    def lines(self, key: Optional[str] = None) -> int:
+        try:
+            with open(self.ledger, encoding="utf-8") as handle:
+                rows = [line.split()[0] for line in handle if line.strip()]
+        except FileNotFoundError:
+            return 0
+        return len(rows) if key is None else rows.count(key)
+
+    def calls(self) -> int:
+        try:
+            with open(self.ledger + ".calls", encoding="utf-8") as handle:
+                return len(handle.read().split())
+        except FileNotFoundError:
+            return 0
+
+    def wait_for_call_in_flight(self, seconds: float = 20) -> Dict[str, Any]:
+        """The registry's record of an invoke whose own process has started (the runner is then inside the call)."""
+        folder = os.path.join(self.root, ".run", "calls")
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+                if name.endswith(".json"):
+                    try:
+                        with open(os.path.join(folder, name), encoding="utf-8") as handle:
+                            record = json.load(handle)
+                    except (OSError, ValueError):
+                        continue
+                    if record.get("kind") == "invoke" and record.get("child"):
+                        return record
+            time.sleep(0.02)
+        raise AssertionError("no invoke came in flight")
+
+    def effect(self, key: str) -> Dict[str, Any]:
+        result = cli(self.root, "effect", "show", key, "--json")
+        self.assertEqual(result.code, 0, result.err)
+        return json.loads(result.out)
+
+
+class ReceiptTest(TargetCase):
+    def test_an_acknowledged_effect_whose_lookup_lags_is_never_called_again(self) -> None:
+        """The documented 'run drive again' after exit 8 must not call the target a second time."""
+        self.start(["a"], observe={"lag": 30})
+        first = self.finish(self.spawn("drive", "--owner", "w", "--json"))
+        self.assertEqual(first["code"], 8, first["err"])
+        self.assertIn("receipt", first["detail"])
+        record = self.effect("a:ticket")
+        self.assertEqual((record["state"], record["receipt"]), ("uncertain", {"ticket": "a:ticket"}))
+        again = self.finish(self.spawn("drive", "--owner", "w", "--json"))
+        self.assertEqual(again["code"], 8, again["err"])
+        refused = cli(self.root, "effect", "absent", "a:ticket", "--evidence", '{"looked": true}', "--owner", "w",
+                      "--epoch", str(again["lease"]["epoch"]))
+        self.assertEqual(refused.code, 8, "an absence is never recorded over a receipt")
+        self.assertEqual((self.lines("a:ticket"), self.calls()), (1, 1))
+
+    def test_a_settle_time_waits_out_the_lag_and_verifies(self) -> None:
+        self.start(["a"], observe={"lag": 1.0}, effects={"settle_seconds": 1.5})
+        done = self.finish(self.spawn("drive", "--owner", "w", "--json"))
+        self.assertEqual(done["code"], 10, done["err"])
+        self.assertEqual(self.effect("a:ticket")["state"], "verified")
+        self.assertEqual(self.lines("a:ticket"), 1)
+
+
+class CallsInFlightTest(TargetCase):
+    def test_the_lease_lives_through_a_call_longer_than_its_ttl(self) -> None:
+        self.start(["a"], invoke={"send-after": 2.5}, lease={"ttl_seconds": 1.5})
+        first = self.spawn("drive", "--owner", "worker-a", "--json")
+        self.wait_for_call_in_flight()
+        time.sleep(1.8)  # past the lease's ttl: only renewals during the call keep it
+        second = self.finish(self.spawn("drive", "--owner", "worker-b", "--json"))
+        self.assertEqual(second["code"], 3, second["err"])
+        self.assertEqual(self.finish(first)["code"], 10)
+        self.assertEqual(self.lines("a:ticket"), 1)
+
+    def test_a_second_drive_of_the_same_owner_waits_for_the_call_in_flight(self) -> None:
+        self.start(["a", "b"], invoke={"send-after": 1.0})
+        first = self.spawn("drive", "--owner", "agent-1", "--json")
+        self.wait_for_call_in_flight()
+        second = self.finish(self.spawn("drive", "--owner", "agent-1", "--json"))
+        self.assertEqual(second["code"], 10, second["err"])
+        self.assertEqual(self.finish(first)["code"], 9, "the first is fenced by the second's epoch")
+        self.assertEqual((self.lines("a:ticket"), self.lines("b:ticket")), (1, 1))
+
+    def test_a_killed_drive_whose_call_is_still_on_its_way_then_a_broken_lease_and_a_drive_at_once(self) -> None:
+        self.start(["a", "b"], invoke={"send-after": 1.5})
+        first = self.spawn("drive", "--owner", "worker-1", "--json")
+        call = self.wait_for_call_in_flight()
+        first.kill()
+        first.wait()
+        broken = cli(self.root, "lease", "break", "--by", "supervisor", "--reason", "worker-1 was killed")
+        self.assertEqual(broken.code, 0, broken.err)
+        os.kill(call["child"][0], 0)  # the orphaned call is still on its way
+        self.assertEqual(self.lines(), 0)
+        second = self.finish(self.spawn("drive", "--owner", "worker-2", "--json"))
+        self.assertEqual(second["code"], 10, second["err"])
+        self.assertEqual((self.lines("a:ticket"), self.lines("b:ticket")), (1, 1))
+        self.assertEqual(os.listdir(os.path.join(self.root, ".run", "calls")), [], "no record or payload of a call is left behind")
+
+    def test_a_stopped_drive_whose_lease_lapsed_is_fenced_and_its_call_waited_for(self) -> None:
+        self.start(["a", "b"], invoke={"send-after": 2.5}, lease={"ttl_seconds": 1})
+        first = self.spawn("drive", "--owner", "worker-1", "--json")
+        self.wait_for_call_in_flight()
+        os.kill(first.pid, signal.SIGSTOP)
+        time.sleep(1.2)  # the stopped holder's lease lapses; its call's own process runs on
+        second = self.finish(self.spawn("drive", "--owner", "worker-2", "--json"))
+        self.assertEqual(second["code"], 10, second["err"])
+        os.kill(first.pid, signal.SIGCONT)
+        self.assertEqual(self.finish(first)["code"], 9)
+        self.assertEqual((self.lines("a:ticket"), self.lines("b:ticket")), (1, 1))
+
+    def test_two_drives_of_one_owner_started_together(self) -> None:
+        self.start(["a", "b", "c", "d"], invoke={"send-after": 0.3})
+        drives = [self.spawn("drive", "--owner", "agent-1", "--json") for _ in range(2)]
+        results = in_parallel([lambda d=d: self.finish(d) for d in drives])  # type: ignore[misc]
+        self.assertIn(10, [r["code"] for r in results])
+        self.assertTrue(all(r["code"] in (9, 10) for r in results), results)
+        self.assertEqual([self.lines(k + ":ticket") for k in "abcd"], [1, 1, 1, 1])
+
+
+class CommandProtocolTest(TargetCase):
+    def test_not_now_is_retried_after_the_delay_and_bounded_by_its_own_count(self) -> None:
+        self.start(["a"], invoke={"exits": "75,75", "retry-after": 0.2}, effects={"max_rate_limited": 3})
+        done = self.finish(self.spawn("drive", "--owner", "w", "--json"))
+        self.assertEqual(done["code"], 10, done["err"])
+        record = self.effect("a:ticket")
+        self.assertEqual((record["attempts"], record["deferred"], self.calls(), self.lines()), (3, 2, 3, 1))
+
+    def test_not_now_past_its_bound_is_a_spent_limit(self) -> None:
+        self.start(["a"], invoke={"exits": "75,75,75,75", "retry-after": 0}, effects={"max_rate_limited": 2})
+        done = self.finish(self.spawn("drive", "--owner", "w", "--json"))
+        self.assertEqual((done["code"], done["context"]["limit"]), (6, "max_rate_limited"), done)
+        self.assertEqual((self.calls(), self.lines()), (2, 0))
+
+    def test_exit_9_stops_fenced_and_calls_nothing_more(self) -> None:
+        self.start(["a", "b"], invoke={"exits": "9"})
+        done = self.finish(self.spawn("drive", "--owner", "w", "--json"))
+        self.assertEqual(done["code"], 9, done["err"])
+        self.assertEqual((self.calls(), self.lines()), (1, 0))
+
+    def test_attempts_are_bounded_by_default_and_spaced_by_the_backoff(self) -> None:
+        self.start(["a"], invoke={"answer": "none"}, observe={"lag": 3600}, limits=None, retry={"base_seconds": 0.2, "cap_seconds": 0.2})
+        began = time.monotonic()
+        done = self.finish(self.spawn("drive", "--owner", "w", "--json"), timeout=30)
+        self.assertEqual((done["code"], done["context"]["limit"]), (6, "max_effect_attempts"), done)
+        self.assertEqual(self.calls(), 3)
+        self.assertGreater(time.monotonic() - began, 0.2, "the retries waited their backoff")
+
+
+class OutputTest(unittest.TestCase):
+    def test_output_past_the_kept_limit_is_never_written_to_a_file(self) -> None:
+        """With RLIMIT_FSIZE at 1 MB, a command whose output went to a file would be killed by SIGXFSZ."""
+        code = ("import resource, json, sys\n"
+                "resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))\n"
+                "from runner.commands import run_command\n"
+                "o = run_command([sys.executable, '-S', '-c', 'import sys\\nfor _ in range(64): sys.stdout.write(\"x\" * (1 << 20))\\nsys.exit(3)'])\n"
+                "print(json.dumps({'exit': o.exit_code, 'kept': len(o.stdout)}))\n")
+        done = subprocess.run(python("-c", code), env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+        self.assertEqual(done.returncode, 0, done.stderr.decode())
+        self.assertEqual(json.loads(done.stdout), {"exit": 3, "kept": OUTPUT_LIMIT})
+
+    def test_what_a_command_leaves_running_in_its_group_ends_with_it(self) -> None:
+        with scratch_dir() as root:
+            marker = os.path.join(root, "late")
+            outcome = run_command(["sh", "-c", f"(sleep 0.3; touch {marker}) & echo started"], timeout=10)
+            self.assertEqual((outcome.exit_code, outcome.stdout.strip()), (0, b"started"))
+            time.sleep(0.6)
+            self.assertFalse(os.path.exists(marker), "a call that returned has nothing of it still on its way")
+
+
+if __name__ == "__main__":
+    unittest.main()
