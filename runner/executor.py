@@ -407,9 +407,14 @@ class Executor:
 
         def work() -> Any:
             with inflight.calling(registry, call):  # type: ignore[arg-type]
-                if kind == "observe":
-                    return _observe(job.adapter, job.key, task.payload)
-                return _invoke(job.adapter, job.key, task.payload, epoch)
+                try:
+                    if kind == "observe":
+                        return _observe(job.adapter, job.key, task.payload)
+                    return _invoke(job.adapter, job.key, task.payload, epoch)
+                finally:
+                    # The call's end, as the call sees it: whoever looks next need not wait for this
+                    # process (which may live on after its loop gave up) until the deadline.
+                    registry.ended(call)  # type: ignore[arg-type]
 
         self.world.start(task, work)
 

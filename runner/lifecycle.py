@@ -202,12 +202,14 @@ def next_move(facts: Facts) -> Move:
         # An in-process call past its deadline: its process is no longer calling (quiet_since counts it ended).
 
     seen = facts.seen
+    # Settled by observing an outcome this pass did not learn from the target's own answer.
+    reconciled = answer is None or answer.kind != "receipt"
     if state in UNRESOLVED:
         effect = effect or {}
         if seen is None:
             return Move("observe")
         if seen.status == "present":
-            return Move("verify", evidence=seen.evidence, reconciled=answer is None)
+            return Move("verify", evidence=seen.evidence, reconciled=reconciled)
         if seen.status == "absent":
             settled = quiet_since(facts) + caps.settle
             if seen.at < settled:
@@ -216,7 +218,7 @@ def next_move(facts: Facts) -> Move:
                 reason = _contradiction(key, effect, seen)
                 error = NeedsReconciliation(f"effect {key!r} was {reason}", key=key, receipt=effect.get("receipt"), observed=seen.evidence)
                 return Move("uncertain", reason=reason, error=error) if state != "uncertain" else Move("stop", error=error)
-            return Move("absent", evidence=seen.evidence, reconciled=answer is None)
+            return Move("absent", evidence=seen.evidence, reconciled=reconciled)
         # The lookup could not tell.
         if state != "uncertain":
             return Move("uncertain", reason=f"observation was inconclusive: {describe(seen.evidence)}")

@@ -106,7 +106,7 @@ def _batch_why(state: Dict[str, Any], action: Optional[Dict[str, Any]]) -> Optio
         elif "invoke" in state["plan"].get("effects", {}):
             why = f"perform {item}: `effect run {key}`"
         else:
-            why = f"perform {item}: `effect begin {key} --payload FILE`, the call, `effect ack`, `effect verify`"
+            why = f"perform {item}: `effect begin {key}` (its payload comes from the step's template; it prints it), the call, `effect ack`, `effect verify`"
     return dict(action, why=why)
 
 

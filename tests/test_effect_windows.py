@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 import uuid
@@ -55,18 +56,27 @@ def plan(task_id: str) -> Dict[str, Any]:
 
 
 class StallingAdapter:
-    """Runs ``before_invoke`` (another worker's takeover) between the ``started`` commit and the request."""
+    """Runs ``before_invoke`` (another worker's takeover) between the ``started`` commit and the request.
+
+    The executor keeps renewing the lease while a call runs, so the stalled
+    owner learns it was fenced while its call is still on its way; ``sent``
+    is set once the request has gone out and its answer came back.
+    """
 
     def __init__(self, inner: Any, before_invoke: Any) -> None:
         self.inner = inner
         self.before_invoke = before_invoke
+        self.sent = threading.Event()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
     def invoke(self, key: str, payload: Dict[str, Any], epoch: int) -> Dict[str, Any]:
-        self.before_invoke()
-        return self.inner.invoke(key, payload, epoch)
+        try:
+            self.before_invoke()
+            return self.inner.invoke(key, payload, epoch)
+        finally:
+            self.sent.set()
 
     def observe(self, key: str, payload: Dict[str, Any]) -> Any:
         return self.inner.observe(key, payload)
@@ -282,8 +292,10 @@ class EffectWindowTests(unittest.TestCase):
             box["new"] = new
 
         refused_before = self.requests()["refused_stale"]
+        stalling = StallingAdapter(self.service.adapter(run_id=self.scope), takeover)
         with self.assertRaises(Fenced):
-            old.drive_effect(stalled, payload_for(stalled), StallingAdapter(self.service.adapter(run_id=self.scope), takeover))
+            old.drive_effect(stalled, payload_for(stalled), stalling)
+        self.assertTrue(stalling.sent.wait(30), "the stalled request went out")
         self.assertEqual(self.requests()["refused_stale"], refused_before + 1, "the stalled request must reach the service and be refused (412)")
         self.assertEqual(self.tickets(stalled), 0)
         # The store refuses the old owner's next write, and the service its next request.
@@ -294,7 +306,7 @@ class EffectWindowTests(unittest.TestCase):
         self.assertEqual(self.tickets(late), 0)
         # The new owner settles the stalled effect: observed absent, then one attempt at its own epoch.
         new = box["new"]
-        effect = new.drive_effect(stalled, payload_for(stalled), new_adapter)
+        effect = new.drive_effect(stalled, payload_for(stalled), new_adapter, sleep=lambda seconds: now.__setitem__(0, now[0] + seconds))
         self.assertEqual((effect["state"], effect["attempts"]), ("verified", 2))
         self.assertEqual(new.state["lease"]["epoch"], 2)
         self.assertEqual(new.state["counters"]["recoveries"], 1)

@@ -146,7 +146,7 @@ class OldImportPathsTest(unittest.TestCase):
         for name in ("Run", "submit_job"):
             self.assertTrue(callable(getattr(runner.run, name)))
         self.assertTrue(callable(runner.recovery.recover))
-        self.assertTrue(callable(runner.effects.drive_effect))
+        self.assertTrue(callable(runner.effects.begin_ops))
 
 
 class EngineModulesTest(unittest.TestCase):

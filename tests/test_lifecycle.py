@@ -73,12 +73,14 @@ class ReconcileTest(unittest.TestCase):
             with self.subTest(state=state):
                 self.assertEqual(move(effect(state, receipt={"t": 1} if state == "acknowledged" else None)).kind, "observe")
 
-    def test_present_is_verified_counted_as_reconciled_unless_this_pass_called(self) -> None:
+    def test_present_is_verified_counted_as_reconciled_unless_the_target_answered_this_pass(self) -> None:
         seen = Seen("present", {"ticket": 7}, T0 + 100)
         self.assertEqual(move(effect("started"), seen=seen), Move("verify", evidence={"ticket": 7}, reconciled=True))
         answer = Answer("receipt", receipt={"ticket": 7}, ended_at=T0 + 99)
         got = move(effect("acknowledged", receipt={"ticket": 7}), seen=seen, answer=answer)
         self.assertEqual((got.kind, got.reconciled), ("verify", False))
+        lost = Answer("unknown", "the connection dropped", ended_at=T0 + 99)
+        self.assertTrue(move(effect("uncertain"), seen=seen, answer=lost).reconciled, "the call's answer was lost: settled by observing")
 
     def test_absent_without_a_receipt_allows_another_attempt(self) -> None:
         seen = Seen("absent", {"looked": 1}, T0 + 100)

@@ -209,8 +209,10 @@ class ResolveTest(unittest.TestCase):
 
     def test_absent_uncertain_and_failed_are_allowed_only_from_their_states(self) -> None:
         acked = then(self.state, effects.ack_ops, "doc-1", {"t": 1})
-        with self.assertRaises(InvalidInput):
+        with self.assertRaises(NeedsReconciliation):
             effects.absent_ops(acked, "doc-1", {}, T0)  # acknowledged and absent contradict: reconcile, never retry
+        with self.assertRaises(NeedsReconciliation):  # a receipt stays proof whatever state the effect moved to
+            effects.absent_ops(then(acked, effects.uncertain_ops, "doc-1", "lookup lags"), "doc-1", {}, T0)
         with self.assertRaises(InvalidInput):
             effects.failed_ops(acked, "doc-1", "refused", T0)
         self.assertEqual(effects.uncertain_ops(acked, "doc-1", "no answer", T0)[0], ["set", ["effects", "doc-1", "state"], "uncertain"])

@@ -45,7 +45,8 @@ class AcquireOps(unittest.TestCase):
     def test_a_free_lease_is_taken_at_the_next_epoch(self) -> None:
         state = state_with(epoch=4)
         new = after(state, lease.acquire_ops(state, "w1", 60, NOW))
-        self.assertEqual(new["lease"], {"owner": "w1", "epoch": 5, "expires_at": format_time(NOW + 60), "acquired_at": format_time(NOW)})
+        self.assertEqual(new["lease"], {"owner": "w1", "epoch": 5, "expires_at": format_time(NOW + 60), "acquired_at": format_time(NOW),
+                                        "ttl_seconds": 60})
         self.assertEqual(new["counters"]["recoveries"], 0)
 
     def test_a_live_holder_refuses_another_owner(self) -> None:
@@ -95,9 +96,12 @@ class FenceAndRenew(unittest.TestCase):
             with self.subTest(owner=owner, epoch=epoch, lease=state["lease"]), self.assertRaises(Fenced):
                 lease.check_fence(state, owner, epoch, NOW)
 
-    def test_renew_moves_only_the_expiry(self) -> None:
+    def test_renew_moves_only_the_expiry_and_records_a_new_ttl(self) -> None:
         state = state_with("w1", 3, expires_in=10)
+        state["lease"]["ttl_seconds"] = 90
         self.assertEqual(lease.renew_ops(state, "w1", 3, 90, NOW), [["set", ["lease", "expires_at"], format_time(NOW + 90)]])
+        self.assertEqual(lease.renew_ops(state, "w1", 3, 30, NOW), [["set", ["lease", "expires_at"], format_time(NOW + 30)],
+                                                                    ["set", ["lease", "ttl_seconds"], 30]])
 
     def test_an_expired_lease_cannot_be_renewed_even_if_nobody_took_it(self) -> None:
         with self.assertRaises(Fenced):

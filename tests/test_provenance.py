@@ -384,7 +384,7 @@ class QuotingTest(ContainmentCheck):
             self.assertEqual(cut.count("<quote"), cut.count("</quote>"), cut)
 
 
-def _older_identity(task_id: str, plan: Dict[str, Any], created_at: str) -> Tuple[Dict[str, Any], bytes]:
+def _older_identity(task_id: str, plan: Dict[str, Any], created_at: str, workspace_base: Any = None) -> Tuple[Dict[str, Any], bytes]:
     """The identity record as runners wrote it before they recorded a maker."""
     identity = {"created_at": created_at, "format": IDENTITY_FORMAT, "plan": plan, "plan_digest": content_digest(plan),
                 "schema_version": SCHEMA_VERSION, "task_id": task_id}
