@@ -644,7 +644,8 @@ def document_values(data: bytes, what: str = "the item's file") -> Dict[str, str
 
 
 def begin_payload(state: Dict[str, Any], key: str, given: Optional[Dict[str, Any]]) -> Dict[str, Any]:
-    """The payload ``effect begin KEY`` records: for an item of a started batch step, the one its template makes.
+    """The payload ``effect begin KEY`` records: for an item of a started batch step, the one its template makes;
+    for another key, the one given, else the one the run kept when the effect was first begun.
 
     :param given: the payload passed (``--payload``), or None.
     :raises InvalidInput: no payload is given for a key that is not such an
@@ -652,8 +653,12 @@ def begin_payload(state: Dict[str, Any], key: str, given: Optional[Dict[str, Any
     """
     found = owner_of(state, key)
     if found is None:
+        kept = (state["effects"].get(key) or {}).get("payload")
+        if given is None and kept is not None:
+            return kept  # begun before, by this session or another: the run kept what it sent
         if given is None:
-            raise InvalidInput(f"--payload FILE is required (a JSON file, or - for stdin): {key!r} is not the key of an item of a started batch step")
+            raise InvalidInput(f"--payload FILE is required (a JSON file, or - for stdin): {key!r} is not the key of an item of a started batch step"
+                               " and the run keeps no payload for it")
         return given
     step, index = found
     expected = item_payload(state, step, index)

@@ -547,7 +547,8 @@ def cmd_effect(args: argparse.Namespace) -> int:
         # A batch item's payload is the one its step's template makes; another one is refused with both digests.
         # It is printed, since the caller sends exactly it to the target.
         payload = begin_payload(run.state, key, _payload_arg(args.payload) if args.payload else None)
-        effect = run.effect_begin(key, payload, step=args.step)
+        source = os.path.abspath(args.payload) if args.payload and args.payload != "-" else None
+        effect = run.effect_begin(key, payload, step=args.step, source=source)
         emit(args, {"ok": True, "key": key, **effect, "payload": payload},
               f"{key}: {effect['state']} (attempts {effect['attempts']})\npayload {json.dumps(payload, sort_keys=True, ensure_ascii=False)}")
         return 0

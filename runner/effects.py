@@ -58,6 +58,8 @@ __all__ = [
     "failed_ops",
     "check_document",
     "effect_caps",
+    "kept_payload",
+    "KEPT_PAYLOAD_BYTES",
 ]
 
 EFFECT_STATES = ("planned", "started", "acknowledged", "verified", "uncertain", "absent", "failed")
@@ -66,6 +68,8 @@ EFFECT_STATES = ("planned", "started", "acknowledged", "verified", "uncertain", 
 DEFAULT_MAX_ATTEMPTS = 3
 #: "Not now" answers (429, 503, exit 75) per effect, when the contract names no limit.
 DEFAULT_MAX_RATE_LIMITED = 10
+#: The largest payload an effect's record keeps whole (canonical JSON); a larger one is kept as its file's path.
+KEPT_PAYLOAD_BYTES = 64 * 1024
 
 
 
@@ -170,12 +174,23 @@ def effect_caps(state: Dict[str, Any]) -> Dict[str, float]:
             "max_rate_limited": float(effects.get("max_rate_limited", DEFAULT_MAX_RATE_LIMITED))}
 
 
-def begin_ops(state: Dict[str, Any], key: str, payload_digest: str, now: float, step: Optional[str] = None, resend: bool = False) -> Ops:
+def kept_payload(payload: Optional[Dict[str, Any]], source: Optional[str] = None) -> Dict[str, Any]:
+    """What an effect's record keeps of its payload: the payload itself up to :data:`KEPT_PAYLOAD_BYTES`,
+    else the file it came from (when known), so another session can run or reconcile the effect."""
+    if payload is not None and len(canonical_json(payload)) <= KEPT_PAYLOAD_BYTES:
+        return {"payload": payload}
+    return {"payload_file": source} if source else {}
+
+
+def begin_ops(state: Dict[str, Any], key: str, payload_digest: str, now: float, step: Optional[str] = None, resend: bool = False,
+              kept: Optional[Dict[str, Any]] = None) -> Ops:
     """Commit ``started`` for ``key`` (before the target is called), or raise.
 
     The effect belongs to the running step (see :func:`_owning_step`); a gated
     one consumes a grant. ``resend`` lets an adapter that deduplicates be
-    invoked again for an effect whose outcome is unknown. ``attempts`` counts
+    invoked again for an effect whose outcome is unknown. ``kept`` (from
+    :func:`kept_payload`) is stored with the record the first time, so the
+    payload can be sent again or reconciled from the run alone. ``attempts`` counts
     every begin; ``deferred`` those the target answered "not now", which do
     not count against ``max_attempts``.
 
@@ -238,6 +253,11 @@ def begin_ops(state: Dict[str, Any], key: str, payload_digest: str, now: float, 
     }
     if deferred:
         record["deferred"] = deferred
+    for field in ("payload", "payload_file"):
+        if effect is not None and field in effect:
+            record[field] = effect[field]
+    if effect is None or not ({"payload", "payload_file"} & set(effect)):
+        record.update(kept or {})
     ops.append(["set", ["effects", key], record])
     ops.append(["set", ["counters", "effect_attempts"], int(state["counters"].get("effect_attempts", 0)) + 1])
     return ops

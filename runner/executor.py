@@ -335,7 +335,8 @@ class Executor:
         """The ledger change that records ``move`` for ``task``, as a function of the state at commit time."""
         key, kind = task.job.key, move.kind
         if kind == "invoke":
-            return lambda s, now: _effects.begin_ops(s, key, task.digest, now, task.job.step, move.resend)
+            kept = _effects.kept_payload(task.payload)
+            return lambda s, now: _effects.begin_ops(s, key, task.digest, now, task.job.step, move.resend, kept)
         if kind == "ack":
             return lambda s, now: _effects.ack_ops(s, key, move.receipt, now)  # type: ignore[arg-type]
         if kind == "verify":

@@ -124,9 +124,15 @@ class Run:
         return self._mutate(lambda s, now: steps.fail_ops(s, step, error_class, error, now, self.rand))["steps"][step]
 
     # -- effects -------------------------------------------------------------------------
-    def effect_begin(self, key: str, payload: Dict[str, Any], step: Optional[str] = None, resend: bool = False) -> Dict[str, Any]:
+    def effect_begin(self, key: str, payload: Dict[str, Any], step: Optional[str] = None, resend: bool = False,
+                     source: Optional[str] = None) -> Dict[str, Any]:
+        """Record ``started`` for ``key`` before the target is called (see :func:`runner.effects.begin_ops`).
+
+        The record keeps the payload (up to 64 KiB; above, ``source``, the file it came from).
+        """
         digest = content_digest(effects.check_document(payload, "payload"))
-        return self._mutate(lambda s, now: effects.begin_ops(s, key, digest, now, step, resend))["effects"][key]
+        kept = effects.kept_payload(payload, source)
+        return self._mutate(lambda s, now: effects.begin_ops(s, key, digest, now, step, resend, kept))["effects"][key]
 
     def effect_ack(self, key: str, receipt: Dict[str, Any]) -> Dict[str, Any]:
         return self._mutate(lambda s, now: effects.ack_ops(s, key, receipt, now))["effects"][key]

@@ -2,7 +2,6 @@
 
 import json
 import os
-import time
 import unittest
 
 from runner.proof.demo_cli import run_demo_cli
@@ -97,27 +96,6 @@ class DriveTest(unittest.TestCase):
         state = status(self.root)
         self.assertEqual((state["status"], state["effects"]), ("cancelled", {"verified": 2}), "the effect in flight was still settled")
         self.assertEqual(sorted(os.listdir(self.out)), ["a:ticket.json", "b:ticket.json"])
-
-    def test_drive_renews_the_lease_as_it_goes(self) -> None:
-        from runner.drive import drive
-        from runner.run import Run
-        from runner.stores.file import RunStore
-
-        init_run(self.root, self._block())
-        now = [time.time()]
-
-        def clock() -> float:  # every reading of the run's clock is a second later
-            now[0] += 1.0
-            return now[0]
-
-        run = Run(RunStore.open(os.path.join(self.root, ".run"), clock=clock))
-        renewed = []
-        original = run.renew
-        run.renew = lambda ttl: renewed.append(ttl) or original(ttl)  # type: ignore[assignment]
-        result = drive(run, "agent", ttl=12)
-        self.assertEqual(result["exit_code"], 10, result)
-        self.assertGreaterEqual(len(renewed), 3, "renewed whenever a third of the ttl has passed")
-        self.assertTrue(all(ttl == 12 for ttl in renewed))
 
     def test_until_stop_waits_out_a_persisted_backoff(self) -> None:
         block = self._block(retry={"base_seconds": 0.2, "cap_seconds": 0.2})

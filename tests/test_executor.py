@@ -261,6 +261,27 @@ class CommandProtocolTest(TargetCase):
         self.assertGreater(time.monotonic() - began, 0.2, "the retries waited their backoff")
 
 
+class KeptPayloadTest(TargetCase):
+    def test_an_effect_begun_by_one_session_is_run_by_another_from_the_payload_the_run_kept(self) -> None:
+        # A begin the registry never saw may have its own call in flight: it is waited for until its timeout.
+        self.start(["a"], timeout=1)
+        payload = os.path.join(self.root, "p.json")
+        with open(payload, "w", encoding="utf-8") as handle:
+            json.dump({"note": "sent by the first session"}, handle)
+        taken = json.loads(cli(self.root, "lease", "acquire", "--owner", "s1", "--json").out)
+        self.assertEqual(cli(self.root, "effect", "begin", "adhoc:ticket", "--payload", payload, "--owner", "s1", "--epoch", str(taken["epoch"])).code, 0)
+        self.assertEqual(cli(self.root, "lease", "release", "--owner", "s1", "--epoch", str(taken["epoch"])).code, 0)
+        os.unlink(payload)  # the second session has nothing but the run
+        kept = self.effect("adhoc:ticket")
+        self.assertEqual(kept["payload"], {"note": "sent by the first session"})
+        taken = json.loads(cli(self.root, "lease", "acquire", "--owner", "s2", "--json").out)
+        target = [sys.executable, "-S", os.path.join(self.root, "target.py")]
+        ran = cli(self.root, "effect", "run", "adhoc:ticket", "--owner", "s2", "--epoch", str(taken["epoch"]), "--json",
+                  "--", *target, "invoke", self.ledger, "{key}", "--observe", "--", *target, "observe", self.ledger, "{key}")
+        self.assertEqual(ran.code, 0, ran.err)
+        self.assertEqual((json.loads(ran.out)["state"], self.lines("adhoc:ticket")), ("verified", 1))
+
+
 class OutputTest(unittest.TestCase):
     def test_output_past_the_kept_limit_is_never_written_to_a_file(self) -> None:
         """With RLIMIT_FSIZE at 1 MB, a command whose output went to a file would be killed by SIGXFSZ."""
