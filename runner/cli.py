@@ -10,6 +10,7 @@ traceback. Exit codes are those of :mod:`runner.errors`.
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -150,6 +151,8 @@ def build_parser(extensions: Sequence[Callable[[Callable[..., argparse.ArgumentP
     sub.add_argument("--ttl", type=_seconds, default=None, help="lease time to live (default: the contract's)")
     sub.add_argument("--max-actions", type=positive, default=None, metavar="N", help="return (exit 0) after N actions")
     sub.add_argument("--until-stop", action="store_true", help="also wait out persisted backoffs instead of returning at them")
+    sub.add_argument("--parallel", type=_concurrency, default=None, metavar="N",
+                     help="effects in flight at once (default: the contract's effects.concurrency, else 1)")
 
     sub = verb("recover", "take the lease, reconcile, refresh authority and jobs, decide, and persist the intent", cmd_recover)
     _writer(sub)
@@ -238,6 +241,15 @@ def output_file(text: str) -> str:
     if not text or os.path.isdir(text) or not os.path.isdir(folder):
         raise argparse.ArgumentTypeError(f"{text!r} is not a file in an existing folder")
     return text
+
+
+def _concurrency(text: str) -> int:
+    from .flow import MAX_CONCURRENCY
+
+    value = positive(text)
+    if value > MAX_CONCURRENCY:
+        raise argparse.ArgumentTypeError(f"{text!r} is above {MAX_CONCURRENCY}, the most effects one drive keeps in flight")
+    return value
 
 
 def positive(text: str) -> int:
@@ -588,15 +600,34 @@ def _effect_commands(tail: List[str]) -> Tuple[Optional[List[str]], Optional[Lis
 
 def cmd_drive(args: argparse.Namespace) -> int:
     from .drive import drive
+    from .executor import Executor, ThreadWorld
+    from .flow import flow_for
 
     if not args.owner:
         raise InvalidInput("drive needs --owner ID (the worker taking the lease)")
     run = Run(_open(args))
-    result = drive(run, args.owner, ttl=args.ttl or _default_ttl(run), max_actions=args.max_actions, until_stop=args.until_stop,
-                   progress=None if args.json else sys.stderr)
+    ttl = args.ttl or _default_ttl(run)
+    world = ThreadWorld()
+    executor = Executor(run, world=world, ttl=ttl, flow=flow_for(run.state["plan"], args.parallel, run.clock()))
+
+    def stop(signum: int, _frame: Any) -> None:
+        # The first SIGTERM or SIGINT: begin no new call, let the calls in flight settle and be recorded,
+        # release the lease, exit 15. A second one: stop at once (what is in flight is reconciled later).
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        executor.stop_requested = True
+        world.interrupt()
+
+    previous = [signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)]
+    try:
+        result = drive(run, args.owner, ttl=ttl, max_actions=args.max_actions, until_stop=args.until_stop,
+                       progress=None if args.json else sys.stderr, executor=executor)
+    finally:
+        for sig, handler in zip((signal.SIGTERM, signal.SIGINT), previous):
+            signal.signal(sig, handler)
     tally = result.pop("tally")
     code = result["exit_code"]
-    result["drive"] = dict(tally, handed_over=result.pop("handed_over"))
+    result["drive"] = dict(tally, handed_over=result.pop("handed_over"), **executor.figures)
     result["lease"] = dict(run.state["lease"])
     if result["decision"] == "stop" and result["reason"] not in ("complete",) and not args.json:
         warn(f"{result['reason']}: {result['detail']}")

@@ -17,6 +17,7 @@ from .envelope import MAX_DURATION_SECONDS, MAX_ID_LENGTH, check_duration, loads
 from .batch import effects_problems as batch_effects_problems
 from .batch import step_problems as batch_step_problems
 from .errors import InvalidInput
+from .flow import flow_problems
 from .keypattern import compile_pattern
 from .lease import MAX_TTL_SECONDS
 
@@ -48,7 +49,8 @@ REQUIRED = ("contract", "task_id", "goal", "steps")
 STEP_KEYS = {"id": str, "artifact": str, "check": str, "next": str, "approval": bool, "evidence": list,
              "items": object, "key": str, "payload": dict, "checks": dict, "artifacts": list, "timeout_seconds": object}
 EFFECT_KEYS = {"key_pattern": str, "approval": list, "adapter": str, "verification": str, "max_attempts": int, "several_approvals": bool,
-               "invoke": list, "observe": list, "timeout_seconds": object, "settle_seconds": object, "max_rate_limited": int}
+               "invoke": list, "observe": list, "timeout_seconds": object, "settle_seconds": object, "max_rate_limited": int,
+               "concurrency": int, "rate": dict, "concurrency_key": dict}
 LIMIT_KEYS = ("max_step_attempts", "max_effect_attempts", "max_elapsed_seconds", "max_cost", "max_steps", "no_progress_seconds")
 RETRY_KEYS = ("base_seconds", "cap_seconds", "deadline_seconds")
 LEASE_KEYS = ("ttl_seconds",)
@@ -190,6 +192,7 @@ def parse_contract_text(text: str) -> Tuple[Optional[Dict[str, Any]], List[Contr
         if isinstance(effects.get("approval"), list) and not all(isinstance(p, str) and p for p in effects["approval"]):
             problems.append(ContractProblem(at("approval"), "effects: approval must list key patterns (globs)"))
         problems.extend(ContractProblem(at("effects"), message) for message in batch_effects_problems(effects))
+        problems.extend(ContractProblem(at("effects"), message) for message in flow_problems(effects))
 
     for section, keys in (("limits", LIMIT_KEYS), ("retry", RETRY_KEYS), ("lease", LEASE_KEYS)):
         value = block.get(section)

@@ -28,8 +28,10 @@ from typing import IO, Any, Callable, Dict, Iterator, Optional, Sequence
 from . import batch as _batch
 from .commands import DEFAULT_TIMEOUT, CommandAdapter
 from .envelope import parse_time
-from .errors import EXIT_CODES, InvalidInput, RunnerError
+from .errors import EXIT_CODES, InvalidInput, RunnerError, Stopped
 from .executor import Executor, Job, ThreadWorld
+from .flow import flow_for
+from .lifecycle import UNRESOLVED
 from .recovery import decide, decision_exit_code, recover, refresh_jobs
 
 __all__ = ["perform_effect", "adapter_for", "drive"]
@@ -74,14 +76,14 @@ def perform_effect(run: Any, key: str, payload: Optional[Dict[str, Any]] = None,
 
 
 class _Progress:
-    """One line on stderr now and then: items done of total, rate, effects reconciled."""
+    """One line on stderr now and then: items done of total, in flight, rate, waits for the target, time left."""
 
     def __init__(self, stream: Optional[IO[str]], clock: Callable[[], float], every: float = 2.0) -> None:
         self.stream, self.clock, self.every = stream, clock, every
         self.began = clock()
         self.last = self.began
 
-    def show(self, step: str, done: int, total: int, performed: int, reconciled: int, final: bool = False) -> None:
+    def show(self, step: str, done: int, total: int, performed: int, reconciled: int, figures: Dict[str, int], final: bool = False) -> None:
         if self.stream is None:
             return
         now = self.clock()
@@ -89,33 +91,43 @@ class _Progress:
             return
         self.last = now
         rate = performed / max(now - self.began, 1e-9)
-        self.stream.write(f"drive: {step} {done}/{total} items | {rate:.1f} items/s | {reconciled} reconciled\n")
+        left = f" | {(total - done) / rate:.0f} s left" if rate > 0 and done < total and not final else ""
+        waits = f" | {figures['not_now']} 'not now'" if figures.get("not_now") else ""
+        self.stream.write(f"drive: {step} {done}/{total} items | {figures.get('in_flight', 0)} in flight | {rate:.1f} items/s"
+                          f" | {reconciled} reconciled{waits}{left}\n")
         self.stream.flush()
 
 
 def drive(run: Any, owner: str, *, ttl: float, max_actions: Optional[int] = None, until_stop: bool = False,
           progress: Optional[IO[str]] = None, clock: Callable[[], float] = time.monotonic,
-          sleep: Callable[[float], None] = time.sleep, runner: Optional[Callable[..., Any]] = None) -> Dict[str, Any]:
+          sleep: Callable[[float], None] = time.sleep, runner: Optional[Callable[..., Any]] = None,
+          parallel: Optional[int] = None, executor: Optional[Executor] = None) -> Dict[str, Any]:
     """Perform actions until a stop, an action that needs judgement, or ``max_actions``.
 
     Takes the lease as ``owner`` (the recovery procedure), then loops; one
-    :class:`runner.executor.Executor` performs every effect and keeps the
-    lease alive while calls run. With ``until_stop`` it also waits out
-    persisted backoffs. When the run ends (complete or cancelled) the lease
-    is released. Returns the last decision with ``exit_code`` (that of the
-    stop, 0 for a handed-over or unfinished action) and the tally.
+    :class:`runner.executor.Executor` performs every effect, up to
+    ``parallel`` (else the contract's ``effects.concurrency``) at once, and
+    keeps the lease alive while calls run. After a crash, the items that
+    were in flight are reconciled together, within the same bounds. With
+    ``until_stop`` it also waits out persisted backoffs. When the run ends
+    (complete or cancelled), and when ``executor.stop_requested`` ends it
+    (exit 15), the lease is released. Returns the last decision with
+    ``exit_code`` (that of the stop, 0 for a handed-over or unfinished
+    action) and the tally.
 
     :param clock: monotonic seconds, for the progress line.
     :param runner: runs one command (default :func:`runner.commands.run_command`).
+    :param executor: the executor to use (the command line passes one it can ask to stop).
     """
     tally: Dict[str, Any] = {"actions": 0, "effects": 0, "reconciled": 0, "steps_started": 0, "steps_done": 0}
     shown = _Progress(progress, clock)
     decision = recover(run, owner, ttl)
-    executor = Executor(run, world=ThreadWorld(sleep), ttl=ttl)
+    if executor is None:
+        executor = Executor(run, world=ThreadWorld(sleep), ttl=ttl, flow=flow_for(run.state["plan"], parallel, run.clock()))
 
     def out(decision: Dict[str, Any], code: Optional[int] = None, handed_over: bool = False) -> Dict[str, Any]:
         code = decision_exit_code(decision) if code is None else code
-        _release_if_ended(run)
+        _release_if_ended(run, stopped=code == Stopped.exit_code)
         return dict(decision, exit_code=code, handed_over=handed_over, tally=tally)
 
     def budget_left() -> bool:
@@ -142,8 +154,10 @@ def drive(run: Any, owner: str, *, ttl: float, max_actions: Optional[int] = None
                     return out(decision, 0)
                 action = decision["action"]
                 kind = action["kind"]
-                if kind == "reconcile" and _batch.owner_of(run.state, action["key"]) and "invoke" in run.state["plan"].get("effects", {}):
-                    reconcile(action["key"])
+                found = _batch.owner_of(run.state, action["key"]) if kind == "reconcile" else None
+                if found and "invoke" in run.state["plan"].get("effects", {}):
+                    # What was in flight when the last holder stopped: reconciled together, from the first of it on.
+                    _walk_items(run, executor, found[0], _first_unresolved(run.state, found[0]), tally, budget_left, shown, runner)
                 elif kind == "effect" and "invoke" in run.state["plan"].get("effects", {}):
                     _walk_items(run, executor, action["step"], action["index"], tally, budget_left, shown, runner)
                 elif kind == "start-step" and _observes_itself(run.state, action["step"]):
@@ -179,17 +193,25 @@ def drive(run: Any, owner: str, *, ttl: float, max_actions: Optional[int] = None
         except RunnerError:  # the store lost its state (an I/O error): the error itself is what matters
             info = None
         if info:
-            shown.show(step, info["verified"] + info["skipped"], info["total"], tally["effects"], tally["reconciled"], final=True)
+            shown.show(step, info["verified"] + info["skipped"], info["total"], tally["effects"], tally["reconciled"], executor.figures, final=True)
 
 
-def _release_if_ended(run: Any) -> None:
-    """Give the lease back once the run is complete or cancelled: nothing is left for its holder to do."""
+def _release_if_ended(run: Any, stopped: bool = False) -> None:
+    """Give the lease back once the run is complete or cancelled, or this process was asked to stop."""
     try:
         lease = run.state["lease"]
-        if run.state["status"] in ("complete", "cancelled") and lease.get("owner") == run.owner and lease.get("epoch") == run.epoch:
+        ended = run.state["status"] in ("complete", "cancelled") or stopped
+        if ended and lease.get("owner") == run.owner and lease.get("epoch") == run.epoch:
             run.release()
     except RunnerError:
         pass  # fenced or unreadable: the lease is not ours to give back
+
+
+def _first_unresolved(state: Dict[str, Any], step: str) -> int:
+    """The index of the first item of ``step`` whose effect is unresolved (0 if none is)."""
+    keys = _batch.keys_of(state["steps"][step]["batch"])[0]
+    effects = state["effects"]
+    return next((i for i, key in enumerate(keys) if (effects.get(key) or {}).get("state") in UNRESOLVED), 0)
 
 
 def _observes_itself(state: Dict[str, Any], step: str) -> bool:
@@ -218,7 +240,9 @@ def _walk_items(run: Any, executor: Executor, step: str, start: int, tally: Dict
                 return
             tally["actions"] += 1
             before[key] = effect.get("state")
-            yield Job(key, lambda index=index: _batch.item_payload(run.state, step, index), adapter_for(run.state, key, runner=runner), step)
+            adapter = adapter_for(run.state, key, runner=runner)
+            yield Job(key, lambda index=index: _batch.item_payload(run.state, step, index), adapter, step,
+                      _batch.item_values(batch["items"][index], index))
 
     def settled(job: Job, record: Dict[str, Any]) -> None:
         tally["effects"] += 1
@@ -226,6 +250,6 @@ def _walk_items(run: Any, executor: Executor, step: str, start: int, tally: Dict
         if was is not None and was != "absent":
             tally["reconciled"] += 1
         done[0] += 1
-        shown.show(step, done[0], total, tally["effects"], tally["reconciled"])
+        shown.show(step, done[0], total, tally["effects"], tally["reconciled"], executor.figures)
 
     executor.perform_all(jobs(), settled)

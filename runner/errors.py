@@ -24,6 +24,7 @@ __all__ = [
     "Failed",
     "ProofFailed",
     "AlreadyVerified",
+    "Stopped",
     "ExitCode",
     "EXIT_OK",
     "EXIT_TABLE",
@@ -163,6 +164,14 @@ class AlreadyVerified(RunnerError):
     meaning = "the effect is already verified: it is done; do not call the target again"
 
 
+class Stopped(RunnerError):
+    """The runner was asked to stop (SIGTERM, SIGINT): no new call began, the calls in flight were recorded."""
+
+    exit_code = 15
+    reason = "stopped"
+    meaning = "the runner was asked to stop: calls in flight were recorded and the lease released; run it again to go on"
+
+
 class ExitCode(NamedTuple):
     """One row of the exit table."""
 
@@ -189,6 +198,7 @@ EXIT_TABLE: Tuple[ExitCode, ...] = (ExitCode(EXIT_OK, "ok", "the verb did what i
         Failed,
         ProofFailed,
         AlreadyVerified,
+        Stopped,
     )
 )
 

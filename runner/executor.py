@@ -44,7 +44,8 @@ from . import effects as _effects
 from . import inflight
 from . import retry
 from .envelope import content_digest, format_time, parse_time
-from .errors import Fenced, RunnerError
+from .errors import Fenced, RunnerError, Stopped
+from .flow import Flow
 from .lifecycle import Answer, Call, Caps, Facts, Move, Seen, next_move
 from .target import Adapter, NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 from .windows import NO_HOOKS, Hooks
@@ -55,17 +56,23 @@ __all__ = ["Executor", "Job", "World", "ThreadWorld", "caps_for", "DEFAULT_TIMEO
 DEFAULT_TIMEOUT = 60.0
 #: Seconds between two looks at an earlier call that is still in flight.
 POLL_SECONDS = 0.1
+#: Jobs held back, at most, while their group is full (the rest of the list waits its turn).
+MAX_HELD = 1000
 
 _RECORDS = ("ack", "verify", "absent", "defer", "uncertain", "fail", "invoke")
 
 
 class Job(NamedTuple):
-    """One effect to take to verified: its key, payload (or a function that makes it), adapter and step."""
+    """One effect to take to verified: its key, payload (or a function that makes it), adapter and step.
+
+    ``values``: the item's placeholders (``item``, ``stem``, ``slug``, ``index``), for the flow's groups.
+    """
 
     key: str
     payload: Union[Dict[str, Any], Callable[[], Dict[str, Any]]]
     adapter: Adapter
     step: Optional[str] = None
+    values: Optional[Dict[str, Any]] = None
 
 
 class World:
@@ -78,6 +85,9 @@ class World:
     def wait(self, timeout: float) -> Optional[Tuple[Any, Any]]:
         """The next finished call as ``(tag, result)``, or None once ``timeout`` seconds passed without one."""
         raise NotImplementedError
+
+    def interrupt(self) -> None:
+        """Wake a :meth:`wait` now (from a signal handler): it returns None."""
 
 
 class ThreadWorld(World):
@@ -104,7 +114,7 @@ class ThreadWorld(World):
         threading.Thread(target=body, name="runner-call", daemon=True).start()
 
     def wait(self, timeout: float) -> Optional[Tuple[Any, Any]]:
-        if self._running == 0:
+        if self._running == 0 and self._done.empty():
             if timeout > 0:
                 self.sleep(timeout)
             return None
@@ -112,8 +122,16 @@ class ThreadWorld(World):
             got = self._done.get(timeout=max(0.0, timeout))
         except queue.Empty:
             return None
+        if got[0] is _INTERRUPT:
+            return None
         self._running -= 1
         return got
+
+    def interrupt(self) -> None:
+        self._done.put((_INTERRUPT, None))
+
+
+_INTERRUPT = object()
 
 
 def caps_for(state: Dict[str, Any], adapter: Adapter, invoke: bool = True) -> Caps:
@@ -122,14 +140,14 @@ def caps_for(state: Dict[str, Any], adapter: Adapter, invoke: bool = True) -> Ca
     timeout = getattr(adapter, "timeout", None) or effects.get("timeout_seconds") or DEFAULT_TIMEOUT
     return Caps(timeout=float(timeout), settle=float(effects.get("settle_seconds", 0) or 0),
                 deduplicates=bool(getattr(adapter, "deduplicates", False)), retention=getattr(adapter, "retention_seconds", None),
-                invoke=invoke)
+                invoke=invoke, max_later=int(effects.get("max_rate_limited", _effects.DEFAULT_MAX_RATE_LIMITED)))
 
 
 class _Task:
     """One job in the loop: what this pass learned of it, and what it waits for."""
 
     __slots__ = ("job", "payload", "digest", "caps", "seen", "answer", "calls", "pending", "wake_at", "own", "error", "record", "finished",
-                 "watch")
+                 "watch", "group", "later")
 
     def __init__(self, job: Job, payload: Dict[str, Any], caps: Caps) -> None:
         self.job, self.payload, self.caps = job, payload, caps
@@ -144,6 +162,8 @@ class _Task:
         self.record: Optional[Dict[str, Any]] = None
         self.finished = False
         self.watch: Optional[inflight.Registered] = None  # an earlier call being waited for or killed
+        self.group: Optional[str] = None  # the flow's group of this effect
+        self.later = 0  # lookups the target answered "not now" in a row
 
 
 class Executor:
@@ -153,23 +173,29 @@ class Executor:
     :param world: where calls run (default: threads).
     :param decide: the lifecycle (default :func:`runner.lifecycle.next_move`).
     :param ttl: the lease's time to live for renewals (default: the contract's, else 300 s).
-    :param parallel: how many effects may have calls in flight at once.
+    :param flow: how many effects are in flight, how fast calls start (default: one at a time).
     :param hooks: the commit windows' hooks (default: the run's).
     :param rand: the random source of backoffs (default: the run's).
+
+    ``stop_requested`` (set by a signal handler, then :meth:`World.interrupt`)
+    ends the loop as a stop does: no new call begins, calls in flight settle,
+    then :class:`~runner.errors.Stopped` is raised.
     """
 
     def __init__(self, run: Any, *, registry: Optional[inflight.Registry] = None, world: Optional[World] = None,
-                 decide: Callable[[Facts], Move] = next_move, ttl: Optional[float] = None, parallel: int = 1,
+                 decide: Callable[[Facts], Move] = next_move, ttl: Optional[float] = None, flow: Optional[Flow] = None,
                  hooks: Optional[Hooks] = None, rand: Optional[Callable[[], float]] = None) -> None:
         self.run = run
         self.registry = registry if registry is not None else inflight.registry_for(run.store)
         self.world = world or ThreadWorld()
         self.decide = decide
         self._ttl = ttl
-        self.parallel = max(1, int(parallel))
+        self.flow = flow or Flow()
         self.hooks = hooks if hooks is not None else getattr(run, "hooks", NO_HOOKS)
         self.rand = rand or getattr(run, "rand", _random.random)
-        self.calls_made = 0
+        self.stop_requested = False
+        #: Figures of this executor's work: calls started, transitions committed, effects in flight now.
+        self.figures: Dict[str, int] = {"calls": 0, "commits": 0, "records": 0, "in_flight": 0, "not_now": 0}
 
     # -- the public verbs ---------------------------------------------------------------------------
     def perform(self, key: str, payload: Dict[str, Any], adapter: Adapter, step: Optional[str] = None) -> Dict[str, Any]:
@@ -187,7 +213,7 @@ class Executor:
         return self._one(Job(key, payload, adapter, None), invoke=False)
 
     def perform_all(self, jobs: Iterable[Job], on_settled: Optional[Callable[[Job, Dict[str, Any]], None]] = None) -> None:
-        """Perform ``jobs`` in order, up to ``parallel`` with calls in flight; ``on_settled(job, record)`` after each.
+        """Perform ``jobs`` in order, as many at once as the flow allows; ``on_settled(job, record)`` after each.
 
         At the first stop no new job starts; those in flight settle; then the stop is raised.
         """
@@ -201,28 +227,26 @@ class Executor:
     # -- the loop ----------------------------------------------------------------------------------
     def _loop(self, jobs: Iterator[Job], invoke: bool, on_settled: Optional[Callable[[Job, Dict[str, Any]], None]]) -> None:
         active: List[_Task] = []
+        held: List[Tuple[Job, Dict[str, Any], Optional[str]]] = []  # jobs whose group is full, in order
         stop: Optional[BaseException] = None
         try:
             while True:
-                while stop is None and len(active) < self.parallel:
-                    job = next(jobs, None)
-                    if job is None:
-                        break
-                    try:
-                        payload = job.payload() if callable(job.payload) else job.payload
-                        active.append(_Task(job, payload, caps_for(self.run.state, job.adapter, invoke)))
-                    except RunnerError as exc:
-                        stop = exc
+                if stop is None and self.stop_requested:
+                    stop = Stopped("asked to stop: no new call begins; the calls in flight were recorded")
+                if stop is None:
+                    stop = self._admit(active, held, jobs, invoke)
                 if not active:
                     break
                 self._advance(active, stopping=stop is not None)
                 finished = [t for t in active if t.finished]
                 for task in finished:
                     active.remove(task)
+                    self.flow.take_group(task.group, -1)
                     if task.error is not None:
                         stop = stop or task.error
                     elif on_settled is not None and task.record is not None:
                         on_settled(task.job, task.record)
+                self.figures["in_flight"] = len(active)
                 if stop is not None and not any(t.pending for t in active):
                     break  # nothing in flight: what waits (a backoff, an earlier call) is left for the next run
                 self.keep_lease()
@@ -237,6 +261,38 @@ class Executor:
             raise
         if stop is not None:
             raise stop
+
+    def _admit(self, active: List[_Task], held: List[Tuple[Job, Dict[str, Any], Optional[str]]], jobs: Iterator[Job],
+               invoke: bool) -> Optional[RunnerError]:
+        """Take on jobs while the flow has room: first those held for their group, then new ones in order."""
+        while self.flow.room(len(active)):
+            ready = next((h for h in held if self.flow.group_room(h[2])), None)
+            if ready is not None:
+                held.remove(ready)
+                job, payload, group = ready
+            else:
+                if len(held) >= MAX_HELD:
+                    return None
+                job_or_none = next(jobs, None)
+                if job_or_none is None:
+                    return None
+                job = job_or_none
+                try:
+                    payload = job.payload() if callable(job.payload) else job.payload
+                except RunnerError as exc:
+                    return exc
+                group = self.flow.group_of(dict(job.values or {}, key=job.key, payload=payload))
+                if not self.flow.group_room(group):
+                    held.append((job, payload, group))
+                    continue
+            try:
+                task = _Task(job, payload, caps_for(self.run.state, job.adapter, invoke))
+            except RunnerError as exc:
+                return exc
+            task.group = group
+            self.flow.take_group(group, +1)
+            active.append(task)
+        return None
 
     @property
     def ttl(self) -> float:
@@ -297,7 +353,13 @@ class Executor:
                 move = self.decide(self._facts(task, now))
                 if stopping and move.kind in ("invoke", "wait", "wait-call", "kill-call"):
                     task.finished = True  # no new call once stopping; what waits is left for the next run
-                elif move.kind in _RECORDS:
+                    continue
+                if move.kind in ("invoke", "observe"):
+                    later = self.flow.ready(now)
+                    if later is not None:  # the rate, or a pause a "not now" answer asked for
+                        task.wake_at = later
+                        continue
+                if move.kind in _RECORDS:
                     batch.append((task, move))
                 else:
                     self._act(task, move, now)
@@ -368,6 +430,8 @@ class Executor:
             elif move.kind == "verify":
                 self.hooks.reached("effect:before-verify", key=task.job.key)
         errors = self.run.transact_many([self._change(task, move) for task, move in batch])
+        self.figures["commits"] += 1
+        self.figures["records"] += len(batch)
         now = self.run.clock()
         for (task, move), error in zip(batch, errors):
             key = task.job.key
@@ -402,7 +466,7 @@ class Executor:
         if call is None:
             call = self.registry.register(job.key, kind, self._attempt(task), task.caps.timeout, self.run.owner, self.run.epoch)
         task.pending = (call, kind, now)
-        self.calls_made += 1
+        self.figures["calls"] += 1
         epoch = self.run.epoch
         registry = self.registry
 
@@ -428,12 +492,22 @@ class Executor:
             raise result
         if kind == "observe":
             self.registry.finish(call)
-            task.seen = result if isinstance(result, Seen) else Seen("unknown", {"error": f"{type(result).__name__}: {result}"}, began)
-            task.seen = task.seen._replace(at=began)
+            seen = result if isinstance(result, Seen) else Seen("unknown", {"error": f"{type(result).__name__}: {result}"}, began)
+            if seen.status == "later":
+                self.flow.answered("not-applied", now, seen.evidence.get("retry_after"))
+                task.later += 1
+                if task.later > task.caps.max_later:  # a lookup refused again and again says nothing
+                    seen = Seen("unknown", dict(seen.evidence, reason=f"the lookup was answered 'not now' {task.later} times"), began)
+            else:
+                task.later = 0
+            task.seen = seen._replace(at=began)
             return
         self.hooks.reached("effect:after-call", key=task.job.key)
         answer = result if isinstance(result, Answer) else Answer("unknown", f"{type(result).__name__}: {result}")
         task.answer = answer._replace(ended_at=now)
+        self.flow.answered(answer.kind, now, answer.retry_after)
+        if answer.kind == "not-applied":
+            self.figures["not_now"] += 1
 
 
 def _observe(adapter: Adapter, key: str, payload: Dict[str, Any]) -> Seen:
@@ -443,6 +517,8 @@ def _observe(adapter: Adapter, key: str, payload: Dict[str, Any]) -> Seen:
         if not isinstance(seen, Observation) or seen.status not in ("present", "absent", "unknown"):
             raise TypeError(f"observe returned {seen!r:.100}, not an Observation")
         _effects.check_document(seen.evidence, "evidence")
+    except NotApplied as exc:  # the lookup itself was refused for now (429, 503): look again later
+        return Seen("later", {"not_now": str(exc)[:500], "retry_after": exc.retry_after}, 0.0)
     except Exception as exc:
         return Seen("unknown", {"error": f"{type(exc).__name__}: {exc}"[:500]}, 0.0)
     return Seen(seen.status, seen.evidence, 0.0)

@@ -25,6 +25,7 @@ import contextlib
 import errno
 import os
 import sys
+import threading
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from .windows import NO_HOOKS, Hooks
@@ -36,6 +37,9 @@ DIR_MODE = 0o700
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+_THREAD_LOCKS_GUARD = threading.Lock()
 
 
 class SymlinkRefused(OSError):
@@ -180,11 +184,17 @@ class OsFileSystem(FileSystem):
     name the same file until this object renames, removes or creates it: the
     files a lock guards change only in the hands of its holder. So an append
     and its fsync right after a look-up do not look the name up again.
+
+    Threads: one instance may be used from several threads. :meth:`lock`
+    makes the threads of this process take turns before ``flock`` (which
+    would admit a second thread of the same open file), so everything done
+    under the lock, a store's whole transaction, is one thread's at a time.
     """
 
     def __init__(self) -> None:
         self._lock_fds: Dict[str, int] = {}
         self._lock_depth: Dict[str, int] = {}
+        self._thread_locks: Dict[str, "threading.RLock"] = {}
         self._append: Optional[Tuple[str, int, int]] = None  # (path, fd, inode)
         self._overwrite: Optional[Tuple[str, int, int]] = None  # (path, fd, inode)
         self._holding = 0  # locks held by this object
@@ -362,27 +372,37 @@ class OsFileSystem(FileSystem):
             import fcntl
         except ImportError:  # pragma: no cover - not POSIX
             raise OSError(errno.ENOSYS, "the run store needs fcntl.flock (POSIX); this platform has none") from None
-        fd = self._lock_fds.get(path)
-        if fd is None:
+        # Threads of this process take turns first (flock would let a second thread of the same open
+        # file in), so the depth below counts one thread's nested holds, never two threads' holds.
+        with self._thread_lock(path):
+            fd = self._lock_fds.get(path)
+            if fd is None:
+                try:
+                    fd = self._open(path, os.O_RDONLY)  # a folder, or a file that exists: read access is enough
+                except FileNotFoundError:
+                    fd = self._open(path, os.O_RDWR | os.O_CREAT)
+                self._lock_fds[path] = fd
+            depth = self._lock_depth.get(path, 0)
+            if depth == 0:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                self._holding += 1
+                self._seen.clear()  # what was looked up before belongs to no hold of this lock
+            self._lock_depth[path] = depth + 1
             try:
-                fd = self._open(path, os.O_RDONLY)  # a folder, or a file that exists: read access is enough
-            except FileNotFoundError:
-                fd = self._open(path, os.O_RDWR | os.O_CREAT)
-            self._lock_fds[path] = fd
-        depth = self._lock_depth.get(path, 0)
-        if depth == 0:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            self._holding += 1
-            self._seen.clear()  # what was looked up before belongs to no hold of this lock
-        self._lock_depth[path] = depth + 1
-        try:
-            yield
-        finally:
-            self._lock_depth[path] -= 1
-            if self._lock_depth[path] == 0:
-                self._holding -= 1
-                self._seen.clear()  # names looked up under the lock may change once it is released
-                fcntl.flock(fd, fcntl.LOCK_UN)
+                yield
+            finally:
+                self._lock_depth[path] -= 1
+                if self._lock_depth[path] == 0:
+                    self._holding -= 1
+                    self._seen.clear()  # names looked up under the lock may change once it is released
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _thread_lock(self, path: str) -> "threading.RLock":
+        with _THREAD_LOCKS_GUARD:
+            found = self._thread_locks.get(path)
+            if found is None:
+                found = self._thread_locks[path] = threading.RLock()
+            return found
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -43,6 +43,9 @@ __all__ = ["Caps", "Call", "Seen", "Answer", "Facts", "Move", "next_move", "quie
 #: Ledger states of an effect whose outcome at the target is not known.
 UNRESOLVED = ("started", "acknowledged", "uncertain")
 
+#: Seconds before looking again when a lookup was refused for now and named no delay.
+LOOKUP_RETRY_SECONDS = 1.0
+
 
 class Caps(NamedTuple):
     """What bounds one effect's calls.
@@ -52,6 +55,7 @@ class Caps(NamedTuple):
     :param deduplicates: the target returns the original for the same key and payload.
     :param retention: seconds the target remembers a key (None: forever).
     :param invoke: False to reconcile only: observe and record, never call the target.
+    :param max_later: lookups answered "not now" in a row before the lookup counts as inconclusive.
     """
 
     timeout: float = 60.0
@@ -59,6 +63,7 @@ class Caps(NamedTuple):
     deduplicates: bool = False
     retention: Optional[float] = None
     invoke: bool = True
+    max_later: int = 10
 
 
 class Call(NamedTuple):
@@ -78,7 +83,8 @@ class Call(NamedTuple):
 
 
 class Seen(NamedTuple):
-    """An observation this pass made: ``present``, ``absent`` or ``unknown``, and when it began."""
+    """An observation this pass made, and when it began: ``present``, ``absent``, ``unknown``, or
+    ``later`` (the lookup itself was refused for now; ``evidence["retry_after"]`` may say how long)."""
 
     status: str
     evidence: Dict[str, Any]
@@ -208,6 +214,9 @@ def next_move(facts: Facts) -> Move:
         effect = effect or {}
         if seen is None:
             return Move("observe")
+        if seen.status == "later":
+            until = seen.at + float(seen.evidence.get("retry_after") or LOOKUP_RETRY_SECONDS)
+            return Move("wait", until=until) if now < until else Move("observe")
         if seen.status == "present":
             return Move("verify", evidence=seen.evidence, reconciled=reconciled)
         if seen.status == "absent":

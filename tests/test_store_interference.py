@@ -15,7 +15,7 @@ import os
 import stat
 import subprocess
 import unittest
-from typing import Any, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 try:
     from . import _util
@@ -23,7 +23,7 @@ except ImportError:
     import _util
 
 from runner.fs import FileSystem, OsFileSystem
-from runner.stores.file import RunStore, scan
+from runner.stores.file import RunStore, check, scan
 
 #: A writer that enters a transaction, says so, and waits for a line on stdin before it commits.
 HOLDER = (
@@ -155,6 +155,35 @@ class LockSurvivesRemovingAFile(Case):
         self.assertEqual(store.revision, 60)
         self.assertEqual(store.state["effects"]["counter"]["n"], 60, "an increment was lost: two writers ran at once")
         self.assertEqual(_util.quarantine_folders(run), [])
+
+
+class ThreadsShareOneStore(Case):
+    """One store object used from several threads: each transaction is one thread's, none is lost."""
+
+    def test_four_threads_on_one_store_lose_no_increment(self) -> None:
+        import threading
+
+        store = self.open(self.fresh_run("threads", 0).path)
+        start = threading.Barrier(4)
+
+        def increment(state: Dict[str, Any]) -> List[Any]:
+            n = (state["effects"].get("counter") or {}).get("n", 0)
+            return [["set", ["effects", "counter"], {"n": n + 1}]]
+
+        def worker() -> None:
+            start.wait()
+            for _ in range(25):
+                store.transact(increment)
+
+        threads = [threading.Thread(target=worker) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        self.assertEqual((store.revision, store.state["effects"]["counter"]["n"]), (100, 100))
+        again = self.open(store.path)
+        self.assertEqual((again.revision, again.state["effects"]["counter"]["n"]), (100, 100), "the journal holds every record, in order")
+        self.assertEqual([f.level for f in check(store.path).findings if f.level != "note"], [])
 
 
 class NoSpaceLeft(OsFileSystem):

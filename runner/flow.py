@@ -1,0 +1,141 @@
+"""Flow control: how many effects the executor keeps in flight, how fast calls start, and how it yields to "not now".
+
+The executor (:mod:`runner.executor`) asks a :class:`Flow` three things:
+
+* :meth:`Flow.room`: may one more effect be taken on? At most ``limit``
+  effects are in flight, and fewer while the target pushes back: every
+  "not now" answer (429, 503, exit 75) halves the number in use, and every
+  call that succeeds adds back a fraction, so it climbs back one step per
+  round of successful calls (additive increase, multiplicative decrease).
+* :meth:`Flow.ready`: may a call start now? Calls are spaced by a token
+  bucket (``rate``: ``per_second`` tokens, at most ``burst`` saved up), and
+  none starts before the latest time a "not now" answer named: such an
+  answer pauses every call to the target, not only its own effect's.
+* :meth:`Flow.group_room`: with ``concurrency_key``, at most
+  ``limit`` effects of one group (a host, a payload field) are in flight.
+
+All of it is a function of the times passed in (the run's clock), so a
+simulation drives it with simulated time.
+"""
+
+import re
+from typing import Any, Dict, List, Mapping, Optional
+
+__all__ = ["Flow", "TokenBucket", "flow_for", "flow_problems", "GROUP_PLACEHOLDERS", "MAX_CONCURRENCY"]
+
+#: The most effects one executor keeps in flight.
+MAX_CONCURRENCY = 256
+
+#: What a ``concurrency_key`` may name: the item's placeholders, the key, and ``payload.FIELD``.
+GROUP_PLACEHOLDERS = ("item", "stem", "slug", "index", "key")
+_FIELD = re.compile(r"\{(payload\.[A-Za-z0-9_]+|[a-z_][a-z0-9_]*)\}")
+
+
+class TokenBucket:
+    """``per_second`` tokens a second, at most ``burst`` saved; each call takes one."""
+
+    def __init__(self, per_second: float, burst: float, now: float) -> None:
+        self.per_second, self.burst = float(per_second), max(1.0, float(burst))
+        self.tokens, self.at = self.burst, now
+
+    def take(self, now: float) -> Optional[float]:
+        """Take a token and return None, or return the time one will be there (taking nothing)."""
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.per_second)
+        self.at = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return None
+        return now + (1.0 - self.tokens) / self.per_second
+
+
+class Flow:
+    """The executor's flow control (see the module docstring).
+
+    :param limit: effects in flight at most (``effects.concurrency``, ``drive --parallel``).
+    :param rate: ``{"per_second": R, "burst": B}`` (``effects.rate``), or None.
+    :param group: ``{"key": TEMPLATE, "limit": N}`` (``effects.concurrency_key``), or None.
+    """
+
+    def __init__(self, limit: int = 1, rate: Optional[Mapping[str, Any]] = None, group: Optional[Mapping[str, Any]] = None,
+                 now: float = 0.0) -> None:
+        self.limit = max(1, int(limit))
+        self.in_use = float(self.limit)
+        self.bucket = TokenBucket(rate["per_second"], rate.get("burst", 1), now) if rate else None
+        self.group = dict(group) if group else None
+        self.paused_until = 0.0
+        self.counts: Dict[str, int] = {}
+        self.not_now = 0
+
+    def room(self, in_flight: int) -> bool:
+        """Whether one more effect may be taken on, with ``in_flight`` already."""
+        return in_flight < max(1, int(self.in_use))
+
+    def ready(self, now: float) -> Optional[float]:
+        """None when a call may start now (a token is taken), else the earliest time one may."""
+        if now < self.paused_until:
+            return self.paused_until
+        return self.bucket.take(now) if self.bucket is not None else None
+
+    def answered(self, kind: str, now: float, retry_after: Optional[float] = None) -> None:
+        """What a call of the target answered: ``not-applied`` pushes back, anything else lets the limit climb."""
+        if kind == "not-applied":
+            self.not_now += 1
+            self.in_use = max(1.0, self.in_use / 2)
+            if retry_after is not None:
+                self.paused_until = max(self.paused_until, now + retry_after)
+        else:
+            self.in_use = min(float(self.limit), self.in_use + 1.0 / max(1.0, self.in_use))
+
+    def group_of(self, values: Mapping[str, Any]) -> Optional[str]:
+        """The group of an effect: the ``key`` template filled from its placeholders and payload fields
+        (``{slug}``, ``{payload.customer}``), or None without a ``concurrency_key``."""
+        if self.group is None:
+            return None
+        payload = values.get("payload") or {}
+
+        def one(match: "re.Match[str]") -> str:
+            name = match.group(1)
+            value = payload.get(name[len("payload."):]) if name.startswith("payload.") else values.get(name)
+            return "" if value is None else str(value)
+
+        return _FIELD.sub(one, str(self.group["key"]))
+
+    def group_room(self, group: Optional[str]) -> bool:
+        return group is None or self.counts.get(group, 0) < int(self.group["limit"])  # type: ignore[index]
+
+    def take_group(self, group: Optional[str], delta: int) -> None:
+        if group is not None:
+            self.counts[group] = self.counts.get(group, 0) + delta
+
+
+def flow_problems(effects: Mapping[str, Any]) -> List[str]:
+    """Problems with the effects section's ``concurrency``, ``rate`` and ``concurrency_key`` (empty when fine)."""
+    out: List[str] = []
+    limit = effects.get("concurrency")
+    if "concurrency" in effects and (isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_CONCURRENCY):
+        out.append(f"effects: concurrency must be a whole number from 1 to {MAX_CONCURRENCY} (effects in flight at once)")
+    rate = effects.get("rate")
+    if "rate" in effects:
+        numbers = isinstance(rate, dict) and all(isinstance(rate.get(k, 1), (int, float)) and not isinstance(rate.get(k, 1), bool)
+                                                 for k in ("per_second", "burst"))
+        if not numbers or set(rate) - {"per_second", "burst"} or not 0 < rate.get("per_second", 0) <= 100000 or not 1 <= rate.get("burst", 1) <= 100000:
+            out.append('effects: rate must be {"per_second": R, "burst": B}: R above 0 calls a second, B at least 1 (calls saved up)')
+    group = effects.get("concurrency_key")
+    if "concurrency_key" in effects:
+        if not isinstance(group, dict) or set(group) != {"key", "limit"} or not isinstance(group.get("key"), str) \
+                or isinstance(group.get("limit"), bool) or not isinstance(group.get("limit"), int) or group["limit"] < 1:
+            out.append('effects: concurrency_key must be {"key": TEMPLATE, "limit": N}, e.g. {"key": "{payload.customer}", "limit": 1}')
+        else:
+            unknown = sorted({m.group(1) for m in _FIELD.finditer(group["key"])
+                              if not m.group(1).startswith("payload.") and m.group(1) not in GROUP_PLACEHOLDERS})
+            if unknown or not _FIELD.search(group["key"]):
+                out.append("effects: concurrency_key's key must name {item}, {stem}, {slug}, {index}, {key} or {payload.FIELD}"
+                           + (f", not {{{unknown[0]}}}" if unknown else ""))
+    return out
+
+
+def flow_for(plan: Mapping[str, Any], parallel: Optional[int], now: float) -> Flow:
+    """The flow of a run's contract: ``effects.concurrency`` (or ``parallel``), ``effects.rate``, ``effects.concurrency_key``."""
+    effects = plan.get("effects", {})
+    limit = parallel if parallel is not None else int(effects.get("concurrency", 1))
+    return Flow(limit, effects.get("rate"), effects.get("concurrency_key"), now)
