@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 import unittest
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from runner.commands import OUTPUT_LIMIT, run_command
 from tests._batch import batch_contract, cli, init_run
@@ -85,10 +85,12 @@ class TargetCase(unittest.TestCase):
                     stream.close()
 
     def start(self, items: List[str], invoke: Optional[Dict[str, Any]] = None, observe: Optional[Dict[str, Any]] = None,
-              timeout: float = 20, **extra: Any) -> None:
+              timeout: float = 20, wrapper: Optional[Callable[[str], List[str]]] = None, **extra: Any) -> None:
+        """Start the run over ``items``; ``wrapper(role)`` is put in front of the invoke and observe commands."""
         def command(mode: str, options: Optional[Dict[str, Any]]) -> List[str]:
             flat = [str(x) for pair in (options or {}).items() for x in pair]
-            return [sys.executable, "-S", os.path.join(self.root, "target.py"), mode, self.ledger, "{key}"] + flat
+            front = wrapper(mode) if wrapper else []
+            return front + [sys.executable, "-S", os.path.join(self.root, "target.py"), mode, self.ledger, "{key}"] + flat
 
         block = batch_contract({"invoke": command("invoke", invoke), "observe": command("observe", observe)}, items=items,
                                payload={"template": {"item": "{item}"}}, timeout=timeout)

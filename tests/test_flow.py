@@ -1,0 +1,74 @@
+"""Flow control as a function of time: the token bucket, yielding to "not now", groups, and the contract's fields."""
+
+import unittest
+
+from runner.contract import parse_contract_text
+from runner.flow import Flow, TokenBucket, flow_problems
+
+from tests._util import contract_block, contract_markdown
+
+import json
+
+
+class TokenBucketTest(unittest.TestCase):
+    def test_a_burst_then_one_token_per_interval(self) -> None:
+        bucket = TokenBucket(per_second=10, burst=3, now=0.0)
+        self.assertEqual([bucket.take(0.0) for _ in range(3)], [None, None, None])
+        self.assertAlmostEqual(bucket.take(0.0), 0.1)
+        self.assertIsNone(bucket.take(0.1))
+        self.assertAlmostEqual(bucket.take(0.1), 0.2)
+        self.assertIsNone(bucket.take(10.0))  # saved up again, at most the burst
+        self.assertEqual(sum(bucket.take(10.0) is None for _ in range(5)), 2)
+
+
+class FlowTest(unittest.TestCase):
+    def test_not_now_pauses_every_call_and_halves_the_effects_in_flight(self) -> None:
+        flow = Flow(limit=32, now=0.0)
+        self.assertTrue(flow.room(31))
+        self.assertFalse(flow.room(32))
+        flow.answered("not-applied", now=5.0, retry_after=2.0)
+        self.assertEqual((flow.in_use, flow.ready(5.5), flow.ready(7.0)), (16.0, 7.0, None))
+        self.assertFalse(flow.room(16))
+        flow.answered("not-applied", now=5.1, retry_after=0.5)
+        self.assertEqual((flow.paused_until, flow.in_use), (7.0, 8.0), "the later of the times given; halved again")
+        for _ in range(8):
+            flow.answered("receipt", now=8.0)
+        self.assertAlmostEqual(flow.in_use, 9.0, delta=0.1)  # one more per round of successful calls
+        for _ in range(1000):
+            flow.answered("receipt", now=8.0)
+        self.assertEqual(flow.in_use, 32.0, "climbs back while calls succeed, up to the limit")
+        for _ in range(10):
+            flow.answered("not-applied", now=9.0)
+        self.assertTrue(flow.room(0) and not flow.room(1), "never below one")
+
+    def test_groups_bound_effects_in_flight_per_key(self) -> None:
+        flow = Flow(limit=8, group={"key": "{payload.customer}", "limit": 2})
+        acme = flow.group_of({"key": "k1", "slug": "a", "payload": {"customer": "acme"}})
+        self.assertEqual(acme, "acme")
+        flow.take_group(acme, +1)
+        flow.take_group(acme, +1)
+        self.assertFalse(flow.group_room(acme))
+        self.assertTrue(flow.group_room(flow.group_of({"payload": {"customer": "globex"}})))
+        flow.take_group(acme, -1)
+        self.assertTrue(flow.group_room(acme))
+        self.assertIsNone(Flow(limit=2).group_of({"payload": {}}))
+
+    def test_the_contract_fields_are_checked(self) -> None:
+        good = {"concurrency": 16, "rate": {"per_second": 50, "burst": 10}, "concurrency_key": {"key": "{payload.host}-{slug}", "limit": 2}}
+        self.assertEqual(flow_problems(good), [])
+        bad = {
+            "concurrency": 0,
+            "rate": {"per_second": -1},
+            "concurrency_key": {"key": "{nope}", "limit": 1},
+        }
+        problems = flow_problems(bad)
+        self.assertEqual(len(problems), 3, problems)
+        self.assertIn("{nope}", problems[2])
+        block = contract_block()
+        block["effects"] = dict(block.get("effects", {}), concurrency=1000)
+        _, found = parse_contract_text(contract_markdown(json.dumps(block, indent=2)))
+        self.assertTrue(any("concurrency" in p.message for p in found), found)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,215 @@
+"""``drive --parallel``: many effects in flight against a target that does not deduplicate, with real processes.
+
+Every claim of one effect per item is checked on the target's own ledger
+(tests/test_executor.py's target program), after ``drive`` was SIGKILLed at
+each effect window with several calls in flight, cancelled with 32 in
+flight, asked to stop by a signal, or pushed back by a rate limit.
+"""
+
+import json
+import os
+import signal
+import sys
+import time
+import unittest
+from typing import Any, Callable, Dict, List
+
+from tests._batch import cli
+from tests._util import in_parallel
+from tests.test_executor import TargetCase
+
+#: Put in front of a contract command: at its window, SIGKILL the runner that started it (its parent), at the Nth passage.
+KILLER = r'''
+import os, signal, subprocess, sys
+# killer.py ROLE COUNTER WINDOW NTH -- COMMAND...: run COMMAND; at WINDOW's NTH passage, SIGKILL the parent (the runner).
+role, counter, window, nth = sys.argv[1:5]
+command = sys.argv[6:]
+
+def due(at):
+    if at != window:
+        return False
+    with open(counter, "a+") as handle:
+        import fcntl
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.seek(0)
+        seen = len(handle.read().split()) + 1
+        handle.write("x\n")
+    return seen == int(nth)
+
+def die():
+    os.kill(os.getppid(), signal.SIGKILL)
+    sys.exit(75)
+
+if role == "invoke" and due("after-started"):
+    die()
+if role == "observe" and due("after-ack"):
+    die()
+done = subprocess.run(command, stdout=subprocess.PIPE)
+if role == "invoke" and done.returncode == 0 and due("after-target-commit"):
+    die()
+sys.stdout.buffer.write(done.stdout)
+sys.stdout.flush()
+if role == "invoke" and done.returncode == 0 and due("after-response"):
+    die()
+sys.exit(done.returncode)
+'''
+
+WINDOWS = ("after-started", "after-target-commit", "after-response", "after-ack")
+
+
+class ParallelCase(TargetCase):
+    def killer(self, window: str, nth: int) -> Callable[[str], List[str]]:
+        """The wrapper that SIGKILLs the runner at ``window``'s ``nth`` passage (see KILLER)."""
+        path = os.path.join(self.root, "killer.py")
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(KILLER)
+        counter = os.path.join(self.root, "kill-count")
+        return lambda role: [sys.executable, "-S", path, role, counter, window, str(nth), "--"]
+
+    def in_flight(self) -> int:
+        folder = os.path.join(self.root, ".run", "calls")
+        count = 0
+        for name in os.listdir(folder) if os.path.isdir(folder) else []:
+            if name.endswith(".json"):
+                try:
+                    with open(os.path.join(folder, name), encoding="utf-8") as handle:
+                        record = json.load(handle)
+                except (OSError, ValueError):
+                    continue
+                count += record.get("kind") == "invoke" and bool(record.get("child")) and record.get("ended_at") is None
+        return count
+
+    def wait_in_flight(self, at_least: int, seconds: float = 30) -> None:
+        deadline = time.monotonic() + seconds
+        while self.in_flight() < at_least:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"fewer than {at_least} calls came in flight")
+            time.sleep(0.02)
+
+    def items(self, count: int) -> List[str]:
+        return [f"i{n:03d}" for n in range(count)]
+
+    def assert_one_each(self, items: List[str]) -> None:
+        self.assertEqual({key: self.lines(key + ":ticket") for key in items}, {key: 1 for key in items})
+
+
+class KilledWithCallsInFlightTest(unittest.TestCase):
+    """``drive --parallel 8`` SIGKILLed at each effect window, resumed by another process: one effect per item."""
+
+    def test_each_window(self) -> None:
+        def one(window: str) -> Dict[str, Any]:
+            case = ParallelCase()
+            case.setUp()
+            try:
+                items = case.items(24)
+                case.start(items, invoke={"send-after": 0.15}, timeout=10, wrapper=case.killer(window, nth=10))
+                first = case.finish(case.spawn("drive", "--owner", "w1", "--parallel", "8", "--json"))
+                in_flight_at_kill = len([n for n in os.listdir(os.path.join(case.root, ".run", "calls")) if n.endswith(".json")])
+                broken = cli(case.root, "lease", "break", "--by", "supervisor", "--reason", "w1 was killed")
+                second = case.finish(case.spawn("drive", "--owner", "w2", "--parallel", "8", "--json"))
+                counts = {key: case.lines(key + ":ticket") for key in items}
+                return {"window": window, "first": first["code"], "broken": broken.code, "second": second["code"], "err": second["err"],
+                        "counts": counts, "at_kill": in_flight_at_kill, "left": os.listdir(os.path.join(case.root, ".run", "calls"))}
+            finally:
+                case.doCleanups()
+
+        for result in in_parallel([lambda w=w: one(w) for w in WINDOWS], workers=2):  # type: ignore[misc]
+            with self.subTest(window=result["window"]):
+                self.assertEqual(result["first"], -signal.SIGKILL, result)
+                self.assertGreater(result["at_kill"], 1, "several calls were in flight when the runner died")
+                self.assertEqual((result["broken"], result["second"]), (0, 10), result["err"])
+                self.assertEqual(set(result["counts"].values()), {1}, result["counts"])
+                self.assertEqual(result["left"], [], "no record or payload of a call is left behind")
+
+
+class StopsWithCallsInFlightTest(ParallelCase):
+    def test_a_cancel_with_32_in_flight_stops_new_calls_at_once_and_ends_reconciled(self) -> None:
+        items = self.items(96)
+        self.start(items, invoke={"send-after": 0.5}, timeout=10)
+        drive = self.spawn("drive", "--owner", "w", "--parallel", "32", "--json")
+        self.wait_in_flight(32)
+        cancelled = cli(self.root, "cancel", "--by", "operator", "--reason", "no longer needed", "--json")
+        self.assertEqual(cancelled.code, 0, cancelled.err)
+        begun = sum(json.loads(cli(self.root, "status", "--json").out)["effects"].values())
+        began = time.monotonic()
+        result = self.finish(drive)
+        self.assertEqual(result["code"], 5, result["err"])
+        self.assertLess(time.monotonic() - began, 10, "within one call's timeout")
+        status = json.loads(cli(self.root, "status", "--json").out)
+        self.assertLessEqual(sum(status["effects"].values()), begun, "no effect began after the cancel was recorded")
+        self.assertEqual(self.calls(), self.lines(), "every call that went out is on the target once")
+        self.assertEqual(status["status"], "cancelled")
+        self.assertEqual(set(status["effects"]), {"verified"}, "every call in flight was reconciled")
+        self.assertEqual(status["effects"]["verified"], self.lines())
+
+    def test_sigterm_settles_the_calls_in_flight_releases_the_lease_and_exits_15(self) -> None:
+        items = self.items(40)
+        self.start(items, invoke={"send-after": 0.4}, timeout=10)
+        drive = self.spawn("drive", "--owner", "w", "--parallel", "8", "--json")
+        self.wait_in_flight(8)
+        drive.send_signal(signal.SIGTERM)
+        result = self.finish(drive)
+        self.assertEqual((result["code"], result["reason"]), (15, "stopped"), result["err"])
+        status = json.loads(cli(self.root, "status", "--json").out)
+        self.assertIsNone(status["lease"]["owner"], "the lease was released")
+        self.assertEqual(set(status["effects"]), {"verified"}, "the calls in flight were recorded and observed")
+        self.assertEqual(os.listdir(os.path.join(self.root, ".run", "calls")), [])
+        again = self.finish(self.spawn("drive", "--owner", "w2", "--parallel", "8", "--json"))
+        self.assertEqual(again["code"], 10, again["err"])
+        self.assert_one_each(items)
+
+    def test_a_second_signal_stops_at_once_and_the_next_drive_settles_what_was_in_flight(self) -> None:
+        items = self.items(24)
+        self.start(items, invoke={"send-after": 1.0}, timeout=10)
+        drive = self.spawn("drive", "--owner", "w", "--parallel", "8", "--json")
+        self.wait_in_flight(8)
+        drive.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+        drive.send_signal(signal.SIGINT)
+        began = time.monotonic()
+        drive.wait(10)
+        self.assertLess(time.monotonic() - began, 0.9, "it did not wait for the calls in flight")
+        self.assertEqual(drive.returncode, -signal.SIGINT)
+        again = self.finish(self.spawn("drive", "--owner", "w", "--parallel", "8", "--json"))
+        self.assertEqual(again["code"], 10, again["err"])
+        self.assert_one_each(items)
+
+
+class RateLimitTest(ParallelCase):
+    def test_a_target_that_answers_429_above_its_rate_gets_every_item_once(self) -> None:
+        limited = os.path.join(self.root, "limited.py")
+        with open(limited, "w", encoding="utf-8") as handle:
+            handle.write(RATE_LIMITED)
+        items = self.items(60)
+
+        def wrapper(role: str) -> List[str]:
+            return [sys.executable, "-S", limited, self.root, "--"] if role == "invoke" else []
+
+        self.start(items, timeout=10, wrapper=wrapper, effects={"max_rate_limited": 50})
+        result = self.finish(self.spawn("drive", "--owner", "w", "--parallel", "16", "--json"), timeout=120)
+        self.assertEqual(result["code"], 10, result["err"])
+        self.assertGreater(result["drive"]["not_now"], 0, "the target pushed back")
+        self.assert_one_each(items)
+
+
+#: An invoke in front of the target: above 20 calls a second (over all processes) it answers 429 with a retry_after.
+RATE_LIMITED = r'''
+import fcntl, json, os, subprocess, sys, time
+root = sys.argv[1]
+with open(os.path.join(root, "rate"), "a+") as handle:
+    fcntl.flock(handle, fcntl.LOCK_EX)
+    handle.seek(0)
+    now = time.time()
+    recent = [float(t) for t in handle.read().split() if now - float(t) < 1.0]
+    if len(recent) >= 20:
+        print(json.dumps({"retry_after": round(1.0 - (now - min(recent)), 3)}))
+        sys.exit(75)
+    handle.seek(0)
+    handle.truncate()
+    handle.write("".join("%f\n" % t for t in recent + [now]))
+sys.exit(subprocess.run(sys.argv[3:]).returncode)
+'''
+
+
+if __name__ == "__main__":
+    unittest.main()
