@@ -180,10 +180,10 @@ class RateLimitTest(ParallelCase):
         limited = os.path.join(self.root, "limited.py")
         with open(limited, "w", encoding="utf-8") as handle:
             handle.write(RATE_LIMITED)
-        items = self.items(60)
+        items = self.items(30)
 
         def wrapper(role: str) -> List[str]:
-            return [sys.executable, "-S", limited, self.root, "--"] if role == "invoke" else []
+            return [sys.executable, "-S", limited, self.root, "8", "--"] if role == "invoke" else []
 
         self.start(items, timeout=10, wrapper=wrapper, effects={"max_rate_limited": 50})
         result = self.finish(self.spawn("drive", "--owner", "w", "--parallel", "16", "--json"), timeout=120)
@@ -192,22 +192,22 @@ class RateLimitTest(ParallelCase):
         self.assert_one_each(items)
 
 
-#: An invoke in front of the target: above 20 calls a second (over all processes) it answers 429 with a retry_after.
+#: An invoke in front of the target: above LIMIT calls a second (over all processes) it answers 429 with a retry_after.
 RATE_LIMITED = r'''
 import fcntl, json, os, subprocess, sys, time
-root = sys.argv[1]
+root, limit = sys.argv[1], int(sys.argv[2])
 with open(os.path.join(root, "rate"), "a+") as handle:
     fcntl.flock(handle, fcntl.LOCK_EX)
     handle.seek(0)
     now = time.time()
     recent = [float(t) for t in handle.read().split() if now - float(t) < 1.0]
-    if len(recent) >= 20:
+    if len(recent) >= limit:
         print(json.dumps({"retry_after": round(1.0 - (now - min(recent)), 3)}))
         sys.exit(75)
     handle.seek(0)
     handle.truncate()
     handle.write("".join("%f\n" % t for t in recent + [now]))
-sys.exit(subprocess.run(sys.argv[3:]).returncode)
+sys.exit(subprocess.run(sys.argv[4:]).returncode)
 '''
 
 

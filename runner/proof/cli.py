@@ -67,6 +67,7 @@ def add_proof_verbs(verb: Callable[..., Any]) -> None:
     sub.add_argument("--via-cli", action="store_true", help="a batch contract and 'drive' processes only: no Python drives the job")
     sub.add_argument("--client", choices=("curl", "python"), default=None,
                      help="--via-cli: the commands that call the service (default: curl if present)")
+    sub.add_argument("--parallel", type=positive, default=1, metavar="N", help="--via-cli: each drive keeps N effects in flight")
     sub.add_argument("--html", metavar="FILE", type=output_file, default=None, help="write the timeline page of the run(s) to FILE")
 
 
@@ -169,7 +170,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.via_cli:
         from .demo_cli import format_cli_table, run_demo_cli
 
-        result = run_demo_cli(args.documents, args.seed, args.crash_rate, None if args.no_progress or args.json else sys.stderr, args.client)
+        result = run_demo_cli(args.documents, args.seed, args.crash_rate, None if args.no_progress or args.json else sys.stderr, args.client,
+                              args.parallel)
         emit(args, result, format_cli_table(result))
         return _verdict(result["ok"], "the CLI-only demo's audit found a violation")
     if args.scenario == "draft":

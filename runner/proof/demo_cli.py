@@ -87,7 +87,8 @@ def _job(root: str, name: str, service: TicketServiceProcess, documents: int, cl
     return workspace
 
 
-def _drivers(workspace: str, documents: int, seed: int, crash_rate: float, progress: Optional[IO[str]], max_drivers: int = 100000) -> Dict[str, Any]:
+def _drivers(workspace: str, documents: int, seed: int, crash_rate: float, progress: Optional[IO[str]], max_drivers: int = 100000,
+             parallel: int = 1) -> Dict[str, Any]:
     """Start ``drive`` processes one after another until one reports complete; kill them as chosen."""
     rng = random.Random(seed)
     tally: Dict[str, Any] = {"crashes": 0, "window_kills": 0, "timer_kills": 0, "drivers": 0, "lost_commits": 0, "errors": [],
@@ -109,7 +110,7 @@ def _drivers(workspace: str, documents: int, seed: int, crash_rate: float, progr
             else:
                 timer = rng.uniform(0.3, 0.3 + life * 0.02)
         began = time.monotonic()
-        proc = _cli(workspace, "drive", "--owner", f"driver-{generation}", "--json", env=_env(**extra))
+        proc = _cli(workspace, "drive", "--owner", f"driver-{generation}", "--parallel", str(parallel), "--json", env=_env(**extra))
         tally["drivers"] += 1
         try:
             out, err = proc.communicate(timeout=timer)
@@ -159,7 +160,7 @@ def _audit(workspace: str, service: TicketServiceProcess, documents: int) -> Dic
 
 
 def run_demo_cli(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01, progress: Optional[IO[str]] = None,
-                 client: Optional[str] = None) -> Dict[str, Any]:
+                 client: Optional[str] = None, parallel: int = 1) -> Dict[str, Any]:
     """Run the CLI-only demo; its figures, with ``ok`` only for 0 duplicates, 0 lost commits and a matching output."""
     client = client or ("curl" if have_curl() else "python")
     root = tempfile.mkdtemp(prefix="runner-demo-cli-")
@@ -175,7 +176,7 @@ def run_demo_cli(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01,
         began = time.monotonic()
         with TicketServiceProcess(os.path.join(root, "tickets.db")) as service:
             workspace = _job(root, "job", service, documents, client)
-            tally = _drivers(workspace, documents, seed, crash_rate, progress)
+            tally = _drivers(workspace, documents, seed, crash_rate, progress, parallel=parallel)
             audit = _audit(workspace, service, documents)
         wall = time.monotonic() - began
         state, stats = audit["state"], audit["stats"]
@@ -187,6 +188,7 @@ def run_demo_cli(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01,
             "seed": seed,
             "crash_rate": crash_rate,
             "client": client,
+            "parallel": parallel,
             "drivers": tally["drivers"],
             "crashes": tally["crashes"],
             "crashes_at_windows": tally["window_kills"],
@@ -223,7 +225,7 @@ def _terminate(signum: int, frame: Any) -> None:
 def format_cli_table(result: Dict[str, Any]) -> str:
     rows = [
         ("documents", result["documents"]),
-        ("driven by", f"'drive' processes over a batch contract; commands via {result['client']}"),
+        ("driven by", f"'drive --parallel {result.get('parallel', 1)}' processes over a batch contract; commands via {result['client']}"),
         ("crashes (SIGKILL)", f"{result['crashes']} ({result['crashes_at_windows']} at effect windows, "
                               f"{result['crashes_at_random_moments']} at random moments)"),
         ("  by window", ", ".join(f"{w} {n}" for w, n in result["kills_by_window"].items())),
