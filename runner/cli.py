@@ -26,7 +26,7 @@ from .errors import InvalidInput, RunnerError, StateUnrecoverable
 from .jobs import UNSETTLED, observe_job, read_result
 from .lease import lease_view
 from .recovery import decide, decision_exit_code, recover, stop_for_error
-from .views import brief, events_after, report, status_view
+from .views import brief, decision_view, events_after, report, status_view
 from .run import Run
 from .steps import require_plan
 from .batch import begin_payload, observes_itself, run_workspace
@@ -394,9 +394,16 @@ def cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
+def _holder_decision(run: Run) -> Dict[str, Any]:
+    """What ``next`` decides now from the lease holder's side: the one decision status, brief and step show."""
+    lease = run.state["lease"]
+    return decide(run.state, run.clock(), lease.get("owner"), lease.get("epoch"), _observe_jobs(run))
+
+
 def cmd_status(args: argparse.Namespace) -> int:
-    store = _open(args)
-    summary = status_view(store.state)
+    run = Run(_open(args))
+    store = run.store
+    summary = status_view(store.state, _holder_decision(run))
     lines = [
         f"task      {summary['task_id']}  ({summary['status']}, revision {summary['revision']})",
         f"plan      {summary['plan_digest']}",
@@ -408,7 +415,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         lines.append(f"evidence  {step}: " + ", ".join(f"{source} {json.dumps(value, sort_keys=True)[:100]}" for source, value in ev.items()))
     lines += [
         f"lease     {summary['lease']['owner'] or '-'} (epoch {summary['lease']['epoch']}, expires {summary['lease']['expires_at'] or '-'})",
-        f"intent    {json.dumps(summary['next_action']) if summary['next_action'] else '-'}  (as last persisted; 'next' decides afresh)",
+        f"next      {summary['next']['text']}",
     ]
     emit(args, {"ok": True, "path": store.path, **summary, "findings": [f._asdict() for f in store.findings]}, "\n".join(lines))
     return 0
@@ -648,8 +655,9 @@ def cmd_step(args: argparse.Namespace) -> int:
             raise InvalidInput("step fail needs --class transient|permanent and --error TEXT")
         record = run.step_fail(step, args.error_class, args.error)
     state = run.state
-    emit(args, {"ok": True, "step": step, **record, "status": state["status"], "next_action": state["next_action"]},
-          f"{step}: {record['state']} (attempt {record['attempts']}); run {state['status']}; next {json.dumps(state['next_action'])}")
+    decided = decision_view(decide(state, run.clock(), run.owner, run.epoch, _observe_jobs(run)))
+    emit(args, {"ok": True, "step": step, **record, "status": state["status"], "next_action": state["next_action"], "next": decided},
+          f"{step}: {record['state']} (attempt {record['attempts']}); run {state['status']}; next {decided['text']}")
     return 0
 
 
@@ -770,7 +778,7 @@ def cmd_recover(args: argparse.Namespace) -> int:
 
 def cmd_brief(args: argparse.Namespace) -> int:
     run = Run(_open(args))
-    decision = decide(run.state, run.clock(), run.state["lease"]["owner"], run.state["lease"]["epoch"], _observe_jobs(run))
+    decision = _holder_decision(run)
     text = brief(run.state, decision, args.max_chars)
     emit(args, {"ok": True, "brief": text, "chars": len(text)}, text)
     return 0

@@ -60,6 +60,7 @@ __all__ = [
     "effect_caps",
     "kept_payload",
     "KEPT_PAYLOAD_BYTES",
+    "FLAGS",
 ]
 
 EFFECT_STATES = ("planned", "started", "acknowledged", "verified", "uncertain", "absent", "failed")
@@ -68,6 +69,12 @@ EFFECT_STATES = ("planned", "started", "acknowledged", "verified", "uncertain", 
 DEFAULT_MAX_ATTEMPTS = 3
 #: "Not now" answers (429, 503, exit 75) per effect, when the contract names no limit.
 DEFAULT_MAX_RATE_LIMITED = 10
+#: Why an effect is marked for a person to check (its record's ``flags``): it may have a duplicate at the target.
+FLAGS = {
+    "absent-soon-after-takeover": "observed absent soon after a takeover, then invoked again: a call of the earlier holder could have landed late",
+    "several-matches": "invoked more than once, and the target shows more than one match",
+}
+
 #: The largest payload an effect's record keeps whole (canonical JSON); a larger one is kept as its file's path.
 KEPT_PAYLOAD_BYTES = 64 * 1024
 
@@ -253,7 +260,7 @@ def begin_ops(state: Dict[str, Any], key: str, payload_digest: str, now: float, 
     }
     if deferred:
         record["deferred"] = deferred
-    for field in ("payload", "payload_file"):
+    for field in ("payload", "payload_file", "flags"):
         if effect is not None and field in effect:
             record[field] = effect[field]
     if effect is None or not ({"payload", "payload_file"} & set(effect)):
@@ -296,14 +303,26 @@ def _resolve(state: Dict[str, Any], key: str, to: str, field: str, value: Any, a
 
 
 def verify_ops(state: Dict[str, Any], key: str, evidence: Dict[str, Any], now: float, reconciled: bool = False) -> Ops:
-    """The effect was observed at the target: it is done."""
+    """The effect was observed at the target: it is done.
+
+    An effect invoked more than once whose evidence shows more than one match (``matches`` above 1)
+    is flagged ``several-matches`` for a person to check.
+    """
     check_document(evidence, "evidence")
-    return _resolve(state, key, "verified", "evidence", evidence, ("started", "acknowledged", "uncertain"), now, reconciled)
+    ops = _resolve(state, key, "verified", "evidence", evidence, ("started", "acknowledged", "uncertain"), now, reconciled)
+    effect = state["effects"][key]
+    matches = evidence.get("matches")
+    calls = int(effect.get("attempts", 0)) - int(effect.get("deferred", 0))
+    if ops and isinstance(matches, int) and not isinstance(matches, bool) and matches > 1 and calls > 1:
+        ops += _flag_ops(effect, key, "several-matches")
+    return ops
 
 
 def absent_ops(state: Dict[str, Any], key: str, evidence: Dict[str, Any], now: float, reconciled: bool = False,
-               not_before: Optional[str] = None) -> Ops:
+               not_before: Optional[str] = None, flag: Optional[str] = None) -> Ops:
     """The target was observed not to hold the effect: one more bounded attempt is allowed, not before ``not_before``.
+
+    ``flag`` marks the effect for a person to check (see :data:`FLAGS`), kept across its later attempts.
 
     :raises NeedsReconciliation: the effect holds a receipt: the target acknowledged it, so an
         absence is a contradiction to settle by observing again or by a person, never a reason to call again.
@@ -318,7 +337,14 @@ def absent_ops(state: Dict[str, Any], key: str, evidence: Dict[str, Any], now: f
     ops = _resolve(state, key, "absent", "evidence", evidence, ("started", "uncertain"), now, reconciled)
     if ops and not_before is not None:
         ops += schedule_ops(state, key, not_before)
+    if ops and flag is not None:
+        ops += _flag_ops(effect, key, flag)
     return ops
+
+
+def _flag_ops(effect: Dict[str, Any], key: str, flag: str) -> Ops:
+    flags = list(effect.get("flags") or [])
+    return [] if flag in flags else [_set(key, "flags", flags + [flag])]
 
 
 def deferred_ops(state: Dict[str, Any], key: str, evidence: Dict[str, Any], now: float, not_before: str) -> Ops:

@@ -147,7 +147,7 @@ class _Task:
     """One job in the loop: what this pass learned of it, and what it waits for."""
 
     __slots__ = ("job", "payload", "digest", "caps", "seen", "answer", "calls", "pending", "wake_at", "own", "error", "record", "finished",
-                 "watch", "group", "later")
+                 "watch", "group", "later", "seen_calls")
 
     def __init__(self, job: Job, payload: Dict[str, Any], caps: Caps) -> None:
         self.job, self.payload, self.caps = job, payload, caps
@@ -164,6 +164,7 @@ class _Task:
         self.watch: Optional[inflight.Registered] = None  # an earlier call being waited for or killed
         self.group: Optional[str] = None  # the flow's group of this effect
         self.later = 0  # lookups the target answered "not now" in a row
+        self.seen_calls = False  # the registry knew of an earlier call of this key when this pass began
 
 
 class Executor:
@@ -338,6 +339,7 @@ class Executor:
         key = task.job.key
         if task.calls is None or task.watch is not None:
             task.calls = self.registry.calls(key)
+            task.seen_calls = task.seen_calls or bool(task.calls)
             task.watch = None
         return Facts(key, self.run.state["effects"].get(key), tuple(view for _, view in task.calls), task.seen, task.answer, task.caps, now)
 
@@ -409,7 +411,8 @@ class Executor:
             return lambda s, now: _effects.verify_ops(s, key, evidence, now, move.reconciled)
         if kind == "absent":
             return lambda s, now: _effects.absent_ops(s, key, move.evidence or {}, now, move.reconciled,
-                                                       not_before=retry.next_attempt_at(s, s["effects"][key]["attempts"], now, self.rand))
+                                                       not_before=retry.next_attempt_at(s, s["effects"][key]["attempts"], now, self.rand),
+                                                       flag=None if task.seen_calls else _soon_after_takeover(s, key, task.caps, now))
 
         if kind == "defer":
             def defer(s: Dict[str, Any], now: float) -> List[Any]:
@@ -508,6 +511,17 @@ class Executor:
         self.flow.answered(answer.kind, now, answer.retry_after)
         if answer.kind == "not-applied":
             self.figures["not_now"] += 1
+
+
+def _soon_after_takeover(state: Dict[str, Any], key: str, caps: Caps, now: float) -> Optional[str]:
+    """``absent-soon-after-takeover`` when the attempt just seen absent was begun by an earlier holder of which the
+    registry knew no call (another machine, a lost ``calls/``, an agent's own call), and this holder took the lease
+    less than a call's time and the settle time ago: worth a person's look, if it is called again."""
+    effect, lease = state["effects"][key], state["lease"]
+    acquired = lease.get("acquired_at")
+    if not acquired or effect["updated_at"] >= acquired:
+        return None
+    return "absent-soon-after-takeover" if now - parse_time(acquired) < caps.timeout + caps.settle else None
 
 
 def _observe(adapter: Adapter, key: str, payload: Dict[str, Any]) -> Seen:

@@ -11,8 +11,9 @@ Semantics:
   lease expired, or the caller is the holder; it always takes
   ``epoch + 1``. Re-acquiring under the same owner id therefore fences any
   older process that used that id. A live holder other than the caller gets
-  :class:`~runner.errors.AlreadyRunning`. Taking over an expired lease counts
-  as a recovery.
+  :class:`~runner.errors.AlreadyRunning`. Taking the lease from a holder
+  that did not release it counts as a recovery, whether the holder's lease
+  expired, was broken, or the same owner id takes it again (a restart).
 * ``renew`` extends the expiry only while owner and epoch match and the lease
   has not expired; an expired lease is lost even if nobody took it.
 * ``release`` clears the holder and keeps the epoch, which only ever grows.
@@ -69,9 +70,10 @@ def acquire_ops(state: Dict[str, Any], owner: str, ttl: float, now: float) -> Op
     taken = {"owner": owner, "epoch": int(lease["epoch"]) + 1, "expires_at": format_time(now + ttl), "acquired_at": format_time(now),
              "ttl_seconds": ttl}
     ops: Ops = [["set", ["lease"], taken]]
-    if holder is not None and holder != owner:
-        # The previous owner never released: a takeover after a crash or a
-        # stall. The wait is measured from the run's last durable write.
+    if holder is not None:
+        # The previous holder never released: a takeover after a crash or a stall, or a
+        # restart under the same owner id (which fences the earlier process). The wait
+        # is measured from the run's last durable write.
         counters = state["counters"]
         waited = max(0.0, now - parse_time(state["updated_at"]))
         ops.append(["set", ["counters", "recoveries"], int(counters.get("recoveries", 0)) + 1])

@@ -31,6 +31,7 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .history import EXCEPTIONAL, History
+from .views import possible_duplicates
 
 __all__ = ["render", "write", "INDIVIDUAL_LIMIT", "BUCKETS", "MAX_SECTIONS"]
 
@@ -400,6 +401,12 @@ def _tables(history: History) -> str:
         out.append(f"<h3>Crashes: holders that stopped without releasing ({len(history.crashes)})</h3><table><tr><th>holder</th><th>epoch</th>"
                    f"<th>last durable write</th><th>lease moved on</th><th>at</th><th>step running</th><th>effects in flight</th></tr>{rows}</table>"
                    '<p class="note">A worker that died before its first durable write left nothing in the journal, and is not drawn.</p>')
+    flagged = possible_duplicates(history.state)
+    if flagged:
+        rows = "".join(f"<tr><td>{_t(key)}</td><td>{_t('; '.join(reasons))}</td></tr>" for key, reasons in flagged[:300])
+        out.append(f'<h3 class="check">To check: effects that may have a duplicate at the target ({len(flagged)})</h3>'
+                   f"<table><tr><th>key</th><th>why</th></tr>{rows}</table>"
+                   '<p class="note">The runner did not call these twice blindly; the ledger shows a pattern a person should check at the target.</p>')
     special = [p for p in history.effects.values() if p.exceptional]
     if special:
         shown = special[:300]

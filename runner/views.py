@@ -13,8 +13,9 @@
   worker and attempt.
 """
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
+from .effects import FLAGS
 from .lifecycle import UNRESOLVED
 from .envelope import parse_time
 from .quoting import APPROVAL, CONTRACT, EVIDENCE, ITEMS, NOTICE, PERSON, RECORD, TARGET, WORKER, WORKER_OR_TARGET, fit, moment, name, number, quote, word
@@ -22,7 +23,7 @@ from .steps import plan_steps
 from .batch import progress as batch_progress
 from .evidence import evidence_view
 
-__all__ = ["brief", "action_text", "report", "events_after", "status_view"]
+__all__ = ["brief", "action_text", "report", "events_after", "status_view", "decision_view", "possible_duplicates"]
 
 
 def _fit(sections: List[List[str]], order: List[int], limit: int) -> str:
@@ -139,6 +140,11 @@ def brief(state: Dict[str, Any], decision: Optional[Dict[str, Any]] = None, limi
         eff.append(line)
     if len(unresolved) > 5:
         eff.append(f"- … and {len(unresolved) - 5} more unresolved")
+    flagged = possible_duplicates(state)
+    for key, reasons in flagged[:5]:
+        eff.append(f"- CHECK {name(key)}: it may have a duplicate at the target; a person should look ({'; '.join(reasons)})")
+    if len(flagged) > 5:
+        eff.append(f"- … and {len(flagged) - 5} more to check")
     jobs = [f"- {name(k)}: {word(j['state'])}" + (f", exit {number(j['exit_code'])}" if j.get("exit_code") is not None else "")
             + f", cursor {number(j.get('cursor', 0))}" for k, j in sorted(state["jobs"].items())]
     job_part = ["", "## Jobs"] + (jobs[:5] or ["- none"])
@@ -198,6 +204,7 @@ def report(state: Dict[str, Any]) -> Dict[str, Any]:
         "step_attempts": int(counters.get("step_attempts", 0)),
         "effect_attempts": int(counters.get("effect_attempts", 0)),
         "orphaned_jobs": int(counters.get("jobs_orphaned", 0)),
+        "possible_duplicates": sum(1 for e in effects if e.get("flags")),
         "cost": dict(counters.get("cost", {})),
         **_item_counts(state),
     }
@@ -218,8 +225,30 @@ def _item_counts(state: Dict[str, Any]) -> Dict[str, Any]:
     return totals
 
 
-def status_view(state: Dict[str, Any]) -> Dict[str, Any]:
-    """The run at a glance, as ``status --json`` and the MCP ``status`` tool report it."""
+def possible_duplicates(state: Dict[str, Any]) -> List[Tuple[str, List[str]]]:
+    """Effects marked for a person to check (their ``flags``, :data:`runner.effects.FLAGS`), with why, by key."""
+    out = []
+    for key, effect in sorted(state["effects"].items()):
+        flags = effect.get("flags") if isinstance(effect, dict) else None
+        if flags:
+            out.append((key, [FLAGS.get(f, quote(f, RECORD, 60)) if isinstance(f, str) else quote(f, RECORD, 60) for f in flags]))
+    return out
+
+
+def decision_view(decision: Dict[str, Any]) -> Dict[str, Any]:
+    """A decision of :func:`runner.recovery.decide` as the views show it: act with its action, or stop with its reason."""
+    if decision["decision"] == "act":
+        return {"decision": "act", "action": decision["action"], "text": action_text(decision["action"])}
+    return {"decision": "stop", "reason": decision["reason"], "detail": decision["detail"], "text": f"stop: {decision['reason']}: {decision['detail']}"}
+
+
+def status_view(state: Dict[str, Any], decision: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """The run at a glance, as ``status --json`` and the MCP ``status`` tool report it.
+
+    ``next`` is ``decision`` (what ``next`` decides now, from the lease holder's side), the same
+    one ``brief`` shows; ``next_action`` is the intent ``recover`` last persisted, which may
+    no longer hold and is never shown as the next action.
+    """
     counts: Dict[str, int] = {}
     for effect in state["effects"].values():
         kind = effect.get("state", "unknown") if isinstance(effect, dict) else "unknown"
@@ -239,6 +268,7 @@ def status_view(state: Dict[str, Any]) -> Dict[str, Any]:
         "effects": counts,
         "lease": state["lease"],
         "cancellation": state["observations"].get("cancellation"),
+        "next": decision_view(decision) if decision is not None else None,
         "items": {s["id"]: progress for s in state["plan"].get("steps", []) for progress in [batch_progress(state, s["id"])] if progress},
         "evidence": {k: evidence_view(r) for k, r in state["steps"].items() if isinstance(r, dict) and evidence_view(r)},
     }

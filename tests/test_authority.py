@@ -299,7 +299,6 @@ class LeaseRaceTest(unittest.TestCase):
             self.addCleanup(server.close)
         rng = random.Random(48)
         previous_epoch = 0
-        previous_holder: Optional[str] = None
         ended_by_expiry = False
         expected_recoveries = 0
         winners: List[str] = []
@@ -329,10 +328,10 @@ class LeaseRaceTest(unittest.TestCase):
                     self.assertEqual((lost["context"]["owner"], lost["context"]["epoch"]), (won["owner"], won["epoch"]))
             lease = read_state(path)["lease"]
             self.assertEqual({k: lease[k] for k in ("owner", "epoch", "expires_at")}, {k: won[k] for k in ("owner", "epoch", "expires_at")})
-            if ended_by_expiry and won["owner"] != previous_holder:
+            if ended_by_expiry:  # taken over without a release, whoever won (a restart under the same owner too)
                 expected_recoveries += 1
             winners.append(won["owner"])
-            previous_epoch, previous_holder = won["epoch"], won["owner"]
+            previous_epoch = won["epoch"]
             ended_by_expiry = round_no % 2 == 1
             if ended_by_expiry:
                 # The holder's lease lapses: a renewal whose clock reads a minute earlier
@@ -382,7 +381,7 @@ class LeaseSemanticsTest(RunTestCase):
         again = self.assertExit(self.cli(path, "lease", "acquire", "--owner", "w", "--ttl", "60"), 0)
         self.assertEqual(again["epoch"], 3)
         self.assertExit(self.cli(path, "step", "fail", "draft", "--class", "transient", "--error", "x", *creds(second)), 9, "fenced")
-        self.assertEqual(read_state(path)["counters"].get("recoveries", 0), 0)
+        self.assertEqual(read_state(path)["counters"].get("recoveries", 0), 2, "each re-acquire took over a lease nobody released")
 
     def test_renew_after_expiry_is_refused(self) -> None:
         """Renew after expiry is refused: once expires_at has passed, the holder's renewal is fenced

@@ -85,8 +85,10 @@ class TargetCase(unittest.TestCase):
                     stream.close()
 
     def start(self, items: List[str], invoke: Optional[Dict[str, Any]] = None, observe: Optional[Dict[str, Any]] = None,
-              timeout: float = 20, wrapper: Optional[Callable[[str], List[str]]] = None, **extra: Any) -> None:
-        """Start the run over ``items``; ``wrapper(role)`` is put in front of the invoke and observe commands."""
+              timeout: float = 20, wrapper: Optional[Callable[[str], List[str]]] = None, before: Optional[List[Dict[str, Any]]] = None,
+              **extra: Any) -> None:
+        """Start the run over ``items``; ``wrapper(role)`` is put in front of the invoke and observe commands;
+        ``before`` are steps that come before the batch step."""
         def command(mode: str, options: Optional[Dict[str, Any]]) -> List[str]:
             flat = [str(x) for pair in (options or {}).items() for x in pair]
             front = wrapper(mode) if wrapper else []
@@ -95,6 +97,7 @@ class TargetCase(unittest.TestCase):
         block = batch_contract({"invoke": command("invoke", invoke), "observe": command("observe", observe)}, items=items,
                                payload={"template": {"item": "{item}"}}, timeout=timeout)
         block["steps"][0]["key"] = "{item}:ticket"
+        block["steps"][:0] = before or []
         block["effects"]["key_pattern"] = "[a-z0-9]+:ticket"
         for section, values in extra.items():
             if values is None:
@@ -282,6 +285,42 @@ class KeptPayloadTest(TargetCase):
                   "--", *target, "invoke", self.ledger, "{key}", "--observe", "--", *target, "observe", self.ledger, "{key}")
         self.assertEqual(ran.code, 0, ran.err)
         self.assertEqual((json.loads(ran.out)["state"], self.lines("adhoc:ticket")), ("verified", 1))
+
+
+class FlagTest(TargetCase):
+    def test_an_absence_soon_after_a_takeover_of_a_call_the_registry_never_saw_is_flagged_for_a_person(self) -> None:
+        self.start(["a"], timeout=1)
+        payload = os.path.join(self.root, "p.json")
+        with open(payload, "w", encoding="utf-8") as handle:
+            json.dump({"note": "an agent's own call"}, handle)
+        taken = json.loads(cli(self.root, "lease", "acquire", "--owner", "agent", "--json").out)
+        creds = ["--owner", "agent", "--epoch", str(taken["epoch"])]
+        self.assertEqual(cli(self.root, "effect", "begin", "manual:ticket", "--payload", payload, *creds).code, 0)
+        # The agent called the target itself (nothing the registry saw), then its session ended without a release.
+        ran = cli(self.root, "lease", "break", "--by", "supervisor", "--reason", "the agent's session ended")
+        self.assertEqual(ran.code, 0, ran.err)
+        taken = json.loads(cli(self.root, "lease", "acquire", "--owner", "next", "--json").out)
+        target = [sys.executable, "-S", os.path.join(self.root, "target.py")]
+        ran = cli(self.root, "effect", "run", "manual:ticket", "--owner", "next", "--epoch", str(taken["epoch"]), "--json",
+                  "--", *target, "invoke", self.ledger, "{key}", "--observe", "--", *target, "observe", self.ledger, "{key}")
+        self.assertEqual(ran.code, 0, ran.err)
+        record = json.loads(ran.out)
+        self.assertEqual((record["state"], record["flags"]), ("verified", ["absent-soon-after-takeover"]))
+        report = json.loads(cli(self.root, "report", "--json").out)
+        self.assertEqual(report["possible_duplicates"], 1)
+        brief = json.loads(cli(self.root, "brief", "--json").out)["brief"]
+        self.assertIn("CHECK `manual:ticket`", brief)
+
+    def test_an_orphan_the_registry_saw_end_is_not_flagged(self) -> None:
+        self.start(["a"], invoke={"send-after": 0.5})
+        first = self.spawn("drive", "--owner", "w1", "--json")
+        self.wait_for_call_in_flight()
+        first.kill()
+        first.wait()
+        self.assertEqual(cli(self.root, "lease", "break", "--by", "supervisor", "--reason", "killed").code, 0)
+        done = self.finish(self.spawn("drive", "--owner", "w2", "--json"))
+        self.assertEqual(done["code"], 10, done["err"])
+        self.assertNotIn("flags", self.effect("a:ticket"))
 
 
 class OutputTest(unittest.TestCase):

@@ -181,6 +181,16 @@ class ResolveTest(unittest.TestCase):
         with self.assertRaises(InvalidInput):
             effects.ack_ops(self.state, "doc-9", {}, T0)
 
+    def test_several_matches_after_several_calls_are_flagged_and_the_flag_is_kept(self) -> None:
+        once = then(self.state, effects.ack_ops, "doc-1", {"t": 1})
+        self.assertNotIn("flags", str(effects.verify_ops(once, "doc-1", {"matches": 2}, T0)), "one call: two matches are the target's own")
+        again = then(then(self.state, effects.absent_ops, "doc-1", {"seen": 0}), effects.begin_ops, "doc-1", DIGEST, now=T0 + 3600)
+        self.assertIn(["set", ["effects", "doc-1", "flags"], ["several-matches"]], effects.verify_ops(again, "doc-1", {"matches": 2}, T0 + 3600))
+        flagged = then(self.state, effects.absent_ops, "doc-1", {"seen": 0}, flag="absent-soon-after-takeover")
+        self.assertEqual(flagged["effects"]["doc-1"]["flags"], ["absent-soon-after-takeover"])
+        begun_again = then(flagged, effects.begin_ops, "doc-1", DIGEST, now=T0 + 3600)
+        self.assertEqual(begun_again["effects"]["doc-1"]["flags"], ["absent-soon-after-takeover"], "kept across attempts")
+
     def test_verify_counts_progress_and_reconciliations(self) -> None:
         self.assertEqual(effects.verify_ops(self.state, "doc-1", {"seen": 1}, T0 + 2, reconciled=True), [
             ["set", ["effects", "doc-1", "state"], "verified"],

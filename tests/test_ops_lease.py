@@ -55,10 +55,14 @@ class AcquireOps(unittest.TestCase):
             lease.acquire_ops(state, "w2", 60, NOW)
         self.assertEqual((caught.exception.context["owner"], caught.exception.context["epoch"]), ("w1", 2))
 
-    def test_the_holder_itself_reacquires_at_a_higher_epoch_without_a_recovery(self) -> None:
+    def test_the_holder_itself_reacquiring_is_a_recovery_too(self) -> None:
+        """A restart under the same owner id takes a higher epoch over a lease nobody released: the earlier process is fenced."""
         state = state_with("w1", 2, expires_in=30)
         new = after(state, lease.acquire_ops(state, "w1", 60, NOW))
-        self.assertEqual((new["lease"]["owner"], new["lease"]["epoch"], new["counters"]["recoveries"]), ("w1", 3, 0))
+        self.assertEqual((new["lease"]["owner"], new["lease"]["epoch"], new["counters"]["recoveries"]), ("w1", 3, 1))
+        released = after(new, lease.release_ops(new, "w1", 3, NOW))
+        again = after(released, lease.acquire_ops(released, "w1", 60, NOW))
+        self.assertEqual((again["lease"]["epoch"], again["counters"]["recoveries"]), (4, 1), "after a release, no recovery")
 
     def test_taking_over_an_expired_lease_counts_a_recovery_and_its_wait(self) -> None:
         state = state_with("w1", 2, expires_in=-1)

@@ -104,7 +104,9 @@ class NextDrivenRunTest(RecoveryCase):
         else:
             self.assertEqual(steps_named, [("resume-step", "edits"), ("start-step", "tests"), ("start-step", "deliver")])
         state = self.assert_completed_once(world)
-        self.assertEqual(state["counters"]["recoveries"], 1)
+        # Nobody released: every epoch after the first took over (worker-2's, and worker-1's own re-takes if its lease lapsed).
+        self.assertEqual(state["counters"]["recoveries"], state["lease"]["epoch"] - 1)
+        self.assertGreaterEqual(state["counters"]["recoveries"], 1)
         self.assertEqual(state["lease"]["owner"], "worker-2")
         return state
 

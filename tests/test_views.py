@@ -5,7 +5,9 @@
 * ``events`` numbers every transition: an observer resumes after its last one,
   missing and repeating nothing, its death changes nothing in the run, and a
   gap left by compaction is reported;
-* ``report`` counts a whole run across workers, crashes and attempts.
+* ``report`` counts a whole run across workers, crashes and attempts;
+* ``step start``, ``status``, ``next`` and ``brief`` show one decision, the same at the same
+  revision, over a batch killed and resumed, and ``report`` counts the recoveries the timeline shows.
 """
 
 import copy
@@ -263,7 +265,7 @@ class ReportTest(RecoveryCase):
         code, report = self.cli(world, "report")
         self.assertEqual(code, 0, report)
         self.assertEqual(report["status"], "complete")
-        self.assertEqual(report["recoveries"], 1)
+        self.assertEqual(report["recoveries"], 2, "worker-a's lease taken over, then worker-b's first holding by its second recover")
         self.assertEqual(report["recovery_wait_seconds"], round(takeover_at - last_write, 3))
         self.assertGreater(report["recovery_wait_seconds"], 0)
         self.assertEqual(report["repeated_steps"], 1)
@@ -275,6 +277,76 @@ class ReportTest(RecoveryCase):
         state = world.state()
         self.assertEqual(state["steps"]["analysis"]["attempts"], 2)
         self.assertEqual(state["jobs"]["tests"]["attempt"], 2)
+
+
+class ViewsAgreeTest(unittest.TestCase):
+    """One truth in every view: the decision at a revision, whoever prints it."""
+
+    def test_status_next_brief_and_step_start_agree_over_a_killed_and_resumed_batch(self) -> None:
+        from runner.history import load
+        from runner.views import action_text
+        from tests.test_executor import TargetCase
+
+        case = TargetCase()
+        case.setUp()
+        self.addCleanup(case.doCleanups)
+        case.start(["a", "b", "c", "d", "e", "f"], invoke={"send-after": 0.2},
+                   before=[{"id": "notes", "checks": {"ok": ["true"]}, "next": "file-tickets"}])
+        from tests._batch import cli
+
+        def views(owner: str, epoch: int) -> Dict[str, Any]:
+            status = json.loads(cli(case.root, "status", "--json").out)
+            nxt = json.loads(cli(case.root, "next", "--owner", owner, "--epoch", str(epoch), "--json").out)
+            brief = json.loads(cli(case.root, "brief", "--json").out)["brief"]
+            return {"status": status, "next": nxt, "brief": brief}
+
+        first = case.spawn("drive", "--owner", "w1", "--json")
+        deadline = time.monotonic() + 30
+        while case.lines() < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        first.kill()
+        first.wait()
+        self.assertEqual(cli(case.root, "lease", "break", "--by", "supervisor", "--reason", "w1 was killed").code, 0)
+        taken = json.loads(cli(case.root, "recover", "--owner", "w2", "--json").out)
+        epoch = taken["lease"]["epoch"]
+        seen = views("w2", epoch)
+        decided = seen["next"]
+        self.assertEqual(decided["decision"], "act")
+        self.assertEqual(seen["status"]["next"]["action"], decided["action"], "status shows the decision next makes")
+        self.assertIn(action_text(decided["action"]).split(":")[0], seen["brief"])
+        self.assertEqual(taken["action"], decided["action"], "recover persisted the same decision")
+        self.assertEqual(seen["status"]["revision"], json.loads(cli(case.root, "status", "--json").out)["revision"])
+
+        done = case.finish(case.spawn("drive", "--owner", "w2", "--json"))
+        self.assertEqual(done["code"], 10, done["err"])
+        state = json.loads(cli(case.root, "status", "--json").out)
+        self.assertEqual(state["next"]["decision"], "stop")
+        self.assertEqual(state["next"]["reason"], "complete")
+        report = json.loads(cli(case.root, "report", "--json").out)
+        history = load(RunStore.open(os.path.join(case.root, ".run")))
+        self.assertEqual(report["recoveries"], sum(1 for h in history.holdings if h.takeover), "report and the timeline agree")
+        self.assertEqual(report["recoveries"], len(history.crashes))
+        for key in "abcdef":
+            self.assertEqual(case.lines(key + ":ticket"), 1)
+
+    def test_step_start_prints_the_next_action_next_names(self) -> None:
+        from tests.test_executor import TargetCase
+        from tests._batch import cli
+
+        case = TargetCase()
+        case.setUp()
+        self.addCleanup(case.doCleanups)
+        case.start(["a", "b"])
+        taken = json.loads(cli(case.root, "lease", "acquire", "--owner", "w", "--json").out)
+        creds = ["--owner", "w", "--epoch", str(taken["epoch"])]
+        started = json.loads(cli(case.root, "step", "start", "file-tickets", *creds, "--json").out)
+        nxt = json.loads(cli(case.root, "next", *creds, "--json").out)
+        self.assertEqual(started["next"]["action"], nxt["action"])
+        self.assertEqual((nxt["action"]["kind"], nxt["action"]["index"]), ("effect", 0))
+        status = json.loads(cli(case.root, "status", "--json").out)
+        self.assertEqual(status["next"]["action"], nxt["action"])
+        printed = cli(case.root, "step", "start", "file-tickets", *creds)
+        self.assertIn("next effect", printed.out.replace("`", ""))
 
 
 if __name__ == "__main__":

@@ -194,9 +194,10 @@ def tool_listing(tool: Tool) -> Dict[str, Any]:
 # -- handlers: each gets the session (see runner.mcp.server.Session) and checked arguments ----------
 
 
-def summary(state: Dict[str, Any]) -> Dict[str, Any]:
-    """The run at a glance, as ``status --json`` reports it."""
-    return status_view(state)
+def summary(run: Any) -> Dict[str, Any]:
+    """The run at a glance, as ``status --json`` reports it, with what ``next`` decides now from the holder's side."""
+    lease = run.state["lease"]
+    return status_view(run.state, decide(run.state, run.clock(), lease.get("owner"), lease.get("epoch"), _observed_jobs(run)))
 
 
 def _observed_jobs(run: Any) -> Dict[str, Dict[str, Any]]:
@@ -235,7 +236,7 @@ def _brief(session: Any, args: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def _status(session: Any, args: Dict[str, Any]) -> Dict[str, Any]:
-    return summary(session.open_run().state)
+    return summary(session.open_run())
 
 
 def _step(name: str) -> Callable[[Any, Dict[str, Any]], Dict[str, Any]]:
@@ -522,6 +523,7 @@ TOOLS: List[Tool] = [
             "effects": _OBJ,
             "lease": _OBJ,
             "next_action": _NULLABLE_OBJ,
+            "next": _NULLABLE_OBJ,
         },
         _status,
     ),
