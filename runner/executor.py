@@ -46,7 +46,7 @@ from . import retry
 from .envelope import content_digest, format_time, parse_time
 from .errors import Fenced, RunnerError, Stopped
 from .flow import Flow
-from .lifecycle import Answer, Call, Caps, Facts, Move, Seen, next_move
+from .lifecycle import UNRESOLVED, Answer, Call, Caps, Facts, Move, Seen, next_move
 from .target import Adapter, NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 from .windows import NO_HOOKS, Hooks
 
@@ -195,6 +195,7 @@ class Executor:
         self.hooks = hooks if hooks is not None else getattr(run, "hooks", NO_HOOKS)
         self.rand = rand or getattr(run, "rand", _random.random)
         self.stop_requested = False
+        self._swept = False
         #: Figures of this executor's work: calls started, transitions committed, effects in flight now.
         self.figures: Dict[str, int] = {"calls": 0, "commits": 0, "records": 0, "in_flight": 0, "not_now": 0}
 
@@ -227,6 +228,11 @@ class Executor:
 
     # -- the loop ----------------------------------------------------------------------------------
     def _loop(self, jobs: Iterator[Job], invoke: bool, on_settled: Optional[Callable[[Job, Dict[str, Any]], None]]) -> None:
+        if not self._swept:
+            # What killed runners left (records of ended calls, their payload files) for effects that are settled now.
+            effects = self.run.state["effects"]
+            self.registry.sweep(lambda key: (effects.get(key) or {}).get("state") in UNRESOLVED)
+            self._swept = True
         active: List[_Task] = []
         held: List[Tuple[Job, Dict[str, Any], Optional[str]]] = []  # jobs whose group is full, in order
         stop: Optional[BaseException] = None

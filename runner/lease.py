@@ -44,9 +44,15 @@ def _ttl(ttl: float) -> float:
     return check_duration(ttl, "ttl", MAX_TTL_SECONDS)
 
 
-def _carries_lease(owner: Optional[str], epoch: Optional[int]) -> None:
+def _carries_lease(owner: Optional[str], epoch: Optional[int], lease: Optional[Dict[str, Any]] = None) -> None:
+    """Refuse a write that names no owner or no epoch, saying which lease is live and how to take it."""
     if owner is None or epoch is None:
-        raise Fenced("this write must carry the lease: pass --owner ID --epoch N from 'lease acquire'")
+        live = lease or {}
+        held = (f"; the lease is held by {live.get('owner')} at epoch {live.get('epoch')} until {live.get('expires_at')}"
+                if live.get("owner") else "; nobody holds the lease")
+        raise Fenced(f"this write must carry the lease: pass --owner ID --epoch N (or $RUNNER_OWNER and $RUNNER_EPOCH){held}; "
+                     "'recover --owner ID' or 'lease acquire --owner ID' takes it and prints the epoch",
+                     owner=live.get("owner"), epoch=live.get("epoch"))
 
 
 def _expired(lease: Dict[str, Any], now: float) -> bool:
@@ -85,7 +91,7 @@ def acquire_ops(state: Dict[str, Any], owner: str, ttl: float, now: float) -> Op
 def check_fence(state: Dict[str, Any], owner: Optional[str], epoch: Optional[int], now: float) -> None:
     """Raise :class:`Fenced` unless ``owner`` holds the run's current, unexpired lease at ``epoch``."""
     lease = state["lease"]
-    _carries_lease(owner, epoch)
+    _carries_lease(owner, epoch, lease)
     if lease.get("owner") != owner or int(lease.get("epoch", 0)) != int(epoch):  # type: ignore[arg-type]
         raise Fenced(
             f"stale writer: {owner} at epoch {epoch}, but the run is at epoch {lease.get('epoch')}"
@@ -114,7 +120,7 @@ def release_ops(state: Dict[str, Any], owner: Optional[str], epoch: Optional[int
     :raises Fenced: ``owner`` and ``epoch`` are missing, or are not the holder's.
     """
     lease = state["lease"]
-    _carries_lease(owner, epoch)
+    _carries_lease(owner, epoch, lease)
     if lease.get("owner") != owner or int(lease.get("epoch", 0)) != int(epoch):  # type: ignore[arg-type]
         raise Fenced(f"{owner} at epoch {epoch} does not hold the lease"
                      f" (held by {lease.get('owner') or 'nobody'} at epoch {lease.get('epoch')})")

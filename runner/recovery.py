@@ -127,9 +127,13 @@ def decide(state: Dict[str, Any], now: float, owner: Optional[str] = None, epoch
     # 1. ownership
     if view["live"] and view["owner"] != owner:
         return _stop("already-running", f"{_holder(view)} holds the lease until {moment(view['expires_at'])}", ev)
+    if owner is not None and epoch is None:
+        held = (f"{name(owner)} holds the live lease at epoch {number(view['epoch'])}: pass `--epoch {number(view['epoch'])}`"
+                if view["live"] and view["owner"] == owner else "no live lease: `recover --owner OWNER` takes it")
+        return _stop("fenced", f"{name(owner)} gave no epoch; {held} (or set RUNNER_EPOCH)", ev)
     if owner is not None and (view["owner"] != owner or view["epoch"] != epoch or not view["live"]):
-        return _stop("fenced", f"{name(owner)} at epoch {number(epoch) if epoch is not None else 'none'} does not hold the live lease "
-                               f"(epoch {number(view['epoch'])}, {_holder(view)})", ev)
+        return _stop("fenced", f"{name(owner)} at epoch {number(epoch)} does not hold the live lease "
+                               f"(epoch {number(view['epoch'])}, {_holder(view)}); `recover --owner OWNER` takes it at a new epoch", ev)
 
     # 3. effects in flight
     unresolved = sorted((k, e) for k, e in state["effects"].items() if e.get("state") in UNRESOLVED)
