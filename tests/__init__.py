@@ -11,11 +11,12 @@ what a test checks:
   the sources, children share one bytecode folder in the temp folder, removed
   when the suite ends.
 * Most tests wait on processes and fsync, not on the processor. When the
-  whole package is run on a machine with two or more cores, two processes
-  (this one and a forked child) take the modules from one queue, each the
-  next module when it finishes one, the largest files first, so the halves
+  whole package is run on a machine with two or more cores, several
+  processes (this one and forked children: twice the cores, at most four, or
+  ``RUNNER_TESTS_PROCESSES``) take the modules from one queue, each the next
+  module when it finishes one, the largest files first, so the shares
   balance themselves whatever each module takes on this machine and a new
-  module needs no list. The child's results (each test's outcome and
+  module needs no list. The children's results (each test's outcome and
   traceback) are reported here as if run here, so the summary counts every
   test and a failure anywhere fails the run; a child that dies without
   reporting is itself an error. A line on stderr gives each process's share.
@@ -165,7 +166,7 @@ class _Pulled(unittest.TestSuite):
 
 
 class _SplitSuite(unittest.TestSuite):
-    """Runs ``modules`` in two processes, each pulling the next from a shared :class:`ModuleQueue`; reports both here."""
+    """Runs ``modules`` in several processes, each pulling the next from a shared :class:`ModuleQueue`; reports all here."""
 
     def __init__(self, modules: Sequence[Tuple[str, unittest.TestSuite]]) -> None:
         super().__init__([suite for _, suite in modules])  # iteration and counting see every test
@@ -178,61 +179,83 @@ class _SplitSuite(unittest.TestSuite):
 
     def run(self, result: Any, debug: bool = False) -> Any:
         queue = ModuleQueue(len(self.modules))
-        read_fd, write_fd = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            os.close(read_fd)
-            recorder = _Recorder()
-            code, share = 0, {"modules": [], "seconds": 0.0}
-            try:
-                names, seconds = self._work(queue, recorder)
-                share = {"modules": names, "seconds": seconds}
-            except BaseException:
-                code = 1
-            with os.fdopen(write_fd, "w") as out:
-                json.dump({"records": recorder.records, "share": share}, out)
-            os._exit(code)
-        os.close(write_fd)
+        children: List[Tuple[int, int]] = []  # (pid, read end of its report pipe)
+        for _ in range(_processes() - 1):
+            read_fd, write_fd = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                os.close(read_fd)
+                for _, other in children:
+                    os.close(other)
+                recorder = _Recorder()
+                code, share = 0, {"modules": [], "seconds": 0.0}
+                try:
+                    names, seconds = self._work(queue, recorder)
+                    share = {"modules": names, "seconds": seconds}
+                except BaseException:
+                    code = 1
+                with os.fdopen(write_fd, "w") as out:
+                    json.dump({"records": recorder.records, "share": share}, out)
+                os._exit(code)
+            os.close(write_fd)
+            children.append((pid, read_fd))
         names, seconds = self._work(queue, result)
         queue.close()
-        with os.fdopen(read_fd) as handle:
-            text = handle.read()
-        _, status = os.waitpid(pid, 0)
-        try:
-            report = json.loads(text)
-            records, share = report["records"], report["share"]
-        except (ValueError, KeyError, TypeError):
-            records, share = None, None
-        if records is None or status != 0:
-            test = _Remote("tests.forked_half", "the forked half of the suite")
-            result.startTest(test)
-            result.addError(test, _error(f"the forked half of the suite ended with status {status} and {'no' if records is None else 'a partial'} report"))
-            result.stopTest(test)
-            records = records or []
-        for record in records:
-            test = _Remote(record["id"], record["str"])
-            result.startTest(test)
-            outcome = record["outcome"]
-            if outcome == "success":
-                result.addSuccess(test)
-            elif outcome == "failure":
-                result.addFailure(test, _error(record["detail"]))
-            elif outcome == "error":
-                result.addError(test, _error(record["detail"]))
-            elif outcome == "skip":
-                result.addSkip(test, record["detail"])
-            elif outcome == "expected-failure":
-                result.addExpectedFailure(test, _error("expected failure"))
-            else:
-                result.addUnexpectedSuccess(test)
-            result.stopTest(test)
-        if share:
-            sys.stderr.write(f"\nsuite-split: {len(names)} modules in {seconds:.1f} s here, "
-                             f"{len(share['modules'])} in {share['seconds']:.1f} s in the forked child\n")
-            sys.stderr.flush()
+        shares = [f"{len(names)} modules in {seconds:.1f} s here"]
+        for number, (pid, read_fd) in enumerate(children, 1):
+            with os.fdopen(read_fd) as handle:
+                text = handle.read()
+            _, status = os.waitpid(pid, 0)
+            try:
+                report = json.loads(text)
+                records, share = report["records"], report["share"]
+            except (ValueError, KeyError, TypeError):
+                records, share = None, None
+            if records is None or status != 0:
+                test = _Remote(f"tests.forked_part_{number}", f"forked part {number} of the suite")
+                result.startTest(test)
+                result.addError(test, _error(f"forked part {number} of the suite ended with status {status} and "
+                                             f"{'no' if records is None else 'a partial'} report"))
+                result.stopTest(test)
+                records = records or []
+            for record in records:
+                _replay(result, record)
+            if share:
+                shares.append(f"{len(share['modules'])} in {share['seconds']:.1f} s in forked part {number}")
+        sys.stderr.write("\nsuite-split: " + ", ".join(shares) + "\n")
+        sys.stderr.flush()
         return result
+
+
+def _replay(result: Any, record: Dict[str, str]) -> None:
+    """Report one test of a forked part here, as if it had run here."""
+    test = _Remote(record["id"], record["str"])
+    result.startTest(test)
+    outcome = record["outcome"]
+    if outcome == "success":
+        result.addSuccess(test)
+    elif outcome == "failure":
+        result.addFailure(test, _error(record["detail"]))
+    elif outcome == "error":
+        result.addError(test, _error(record["detail"]))
+    elif outcome == "skip":
+        result.addSkip(test, record["detail"])
+    elif outcome == "expected-failure":
+        result.addExpectedFailure(test, _error("expected failure"))
+    else:
+        result.addUnexpectedSuccess(test)
+    result.stopTest(test)
+
+
+def _processes() -> int:
+    """How many processes take modules from the queue: ``RUNNER_TESTS_PROCESSES``, else twice the cores, at most four
+    (the tests mostly wait on child processes and fsync, so more processes than cores keep the cores busy)."""
+    wanted = os.environ.get("RUNNER_TESTS_PROCESSES")
+    if wanted and wanted.isdigit() and int(wanted) >= 1:
+        return int(wanted)
+    return max(2, min(4, 2 * (os.cpu_count() or 1)))
 
 
 def module_names(here: str, pattern: Optional[str] = None) -> List[str]:
