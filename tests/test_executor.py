@@ -22,14 +22,14 @@ from tests._batch import batch_contract, cli, init_run
 from tests._util import child_env, in_parallel, python, scratch_dir
 
 TARGET = r'''
-import fcntl, json, os, sys, time
+import fcntl, json, os, random, sys, time
 # target.py invoke|observe LEDGER KEY [OPTION VALUE]...: a target that never deduplicates.
 mode, ledger, key = sys.argv[1:4]
 opts = dict(zip(sys.argv[4::2], sys.argv[5::2]))
 if mode == "invoke":
     with open(ledger + ".calls", "a") as log:
         log.write(key + "\n")
-    time.sleep(float(opts.get("send-after", 0)))     # authenticating: nothing sent yet
+    time.sleep(float(opts.get("send-after", 0)) + random.random() * float(opts.get("jitter", 0)))  # authenticating: nothing sent yet
     script = opts.get("exits", "")                    # e.g. "75,75" : the first answers, then success
     calls = open(ledger + ".calls").read().split().count(key)
     codes = [int(c) for c in script.split(",") if c]
@@ -94,8 +94,11 @@ class TargetCase(unittest.TestCase):
             front = wrapper(mode) if wrapper else []
             return front + [sys.executable, "-S", os.path.join(self.root, "target.py"), mode, self.ledger, "{key}"] + flat
 
+        payload = {"template": {"item": "{item}"}}
+        if wrapper is not None and wrapper("payload"):
+            payload = {"command": wrapper("payload") + [sys.executable, "-S", "-c", "import json, sys; print(json.dumps({'item': sys.argv[1]}))", "{item}"]}
         block = batch_contract({"invoke": command("invoke", invoke), "observe": command("observe", observe)}, items=items,
-                               payload={"template": {"item": "{item}"}}, timeout=timeout)
+                               payload=payload, timeout=timeout)
         block["steps"][0]["key"] = "{item}:ticket"
         block["steps"][:0] = before or []
         block["effects"]["key_pattern"] = "[a-z0-9]+:ticket"

@@ -40,6 +40,8 @@ def die():
     os.kill(os.getppid(), signal.SIGKILL)
     sys.exit(75)
 
+if role == "payload" and due("before-started"):
+    die()
 if role == "invoke" and due("after-started"):
     die()
 if role == "observe" and due("after-ack"):
@@ -54,7 +56,7 @@ if role == "invoke" and done.returncode == 0 and due("after-response"):
 sys.exit(done.returncode)
 '''
 
-WINDOWS = ("after-started", "after-target-commit", "after-response", "after-ack")
+WINDOWS = ("before-started", "after-started", "after-target-commit", "after-response", "after-ack")
 
 
 class ParallelCase(TargetCase):
@@ -102,7 +104,7 @@ class KilledWithCallsInFlightTest(unittest.TestCase):
             case.setUp()
             try:
                 items = case.items(24)
-                case.start(items, invoke={"send-after": 0.15}, timeout=10, wrapper=case.killer(window, nth=10))
+                case.start(items, invoke={"send-after": 0.05, "jitter": 0.3}, timeout=10, wrapper=case.killer(window, nth=12))
                 first = case.finish(case.spawn("drive", "--owner", "w1", "--parallel", "8", "--json"))
                 in_flight_at_kill = len([n for n in os.listdir(os.path.join(case.root, ".run", "calls")) if n.endswith(".json")])
                 broken = cli(case.root, "lease", "break", "--by", "supervisor", "--reason", "w1 was killed")
@@ -113,7 +115,7 @@ class KilledWithCallsInFlightTest(unittest.TestCase):
             finally:
                 case.doCleanups()
 
-        for result in in_parallel([lambda w=w: one(w) for w in WINDOWS], workers=2):  # type: ignore[misc]
+        for result in in_parallel([lambda w=w: one(w) for w in WINDOWS], workers=3):  # type: ignore[misc]
             with self.subTest(window=result["window"]):
                 self.assertEqual(result["first"], -signal.SIGKILL, result)
                 self.assertGreater(result["at_kill"], 1, "several calls were in flight when the runner died")
