@@ -21,7 +21,7 @@ from runner.adapters.http import (BODY_LIMIT, ConnectionPool, HttpAdapter, http_
                                   retry_after_seconds)
 from runner.contract import check_contract
 from runner.errors import InvalidInput
-from runner.proof.helpdesk import Faults, Helpdesk, HelpdeskServer
+from runner.proof.helpdesk import Helpdesk, HelpdeskServer
 from runner.target import NotApplied, Rejected, StaleEpoch, UnknownOutcome
 from tests._http import ConnectProxy, Reply, ScriptedServer, free_port, have_openssl, make_certificates
 from tests._util import REPO_ROOT

@@ -219,7 +219,7 @@ def _split_url(url: str) -> Tuple[str, str, int, str]:
     if not parts.hostname:
         raise ValueError("names no host")
     if not rest.startswith("/"):
-        rest = "/" + rest if not rest.startswith("?") else "/" + rest
+        rest = "/" + rest  # "http://host" and "http://host?q=1" ask for the root
     return scheme, parts.hostname, port or (443 if scheme == "https" else 80), rest
 
 
@@ -669,7 +669,8 @@ class _Watchdog:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._loop, name="runner-http-watchdog", daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            if self._heap[0][1] == handle:
+                self._cond.notify()  # a new earliest deadline; otherwise the thread wakes at the earlier one anyway
             return handle
 
     def disarm(self, handle: int) -> None:
@@ -760,11 +761,15 @@ class HttpAdapter:
         pointer = spec["observe"].get("pointer")
         self.verification = f"{observe.method} {observe.url}" + (f" holding a value at {pointer}" if pointer is not None else "")
         self._origins = {kind: self._origin(request) for kind, request in (("invoke", self.spec.invoke), ("observe", observe))}
+        checked = set()
         for request in (self.spec.invoke, observe):
-            try:
-                self._headers(request, "", None, [])
-            except ValueError as exc:
-                raise InvalidInput(f"effects.http.{request.kind}: {exc}") from None
+            for kind, name in {m for _, template in request.headers for m in _SECRET.findall(template)} - checked:
+                checked.add((kind, name))
+                try:
+                    _read_secret(kind, name, self.workspace, self.environ)
+                except ValueError as exc:
+                    header = next(h for h, t in request.headers if f"{{{kind}:{name}}}" in t)
+                    raise InvalidInput(f"effects.http.{request.kind}: the value of header {header} cannot be made: {exc}") from None
 
     # -- the two calls -----------------------------------------------------------------------------
     def invoke(self, key: str, payload: Dict[str, Any], epoch: int) -> Dict[str, Any]:
@@ -900,9 +905,8 @@ class HttpAdapter:
     def _origin(self, request: _Request) -> _Origin:
         """Where connections for ``request`` go: straight to the host, or through the environment's proxy for its scheme."""
         ca_file = os.path.join(self.workspace, self.spec.ca_file) if self.spec.ca_file else None
-        proxies = urllib.request.getproxies()
-        proxy = proxies.get(request.scheme)
-        if not proxy or _bypassed(request.host, request.port):
+        proxy = _proxy_for(request.scheme, request.host, request.port)
+        if not proxy:
             return _Origin(request.scheme, request.host, request.port, None, None, ca_file)
         parts = urllib.parse.urlsplit(proxy if "://" in proxy else "http://" + proxy)
         if parts.scheme != "http" or not parts.hostname:
@@ -1036,11 +1040,34 @@ def _authority(request: _Request) -> str:
     return host if request.port == default else f"{host}:{request.port}"
 
 
-def _bypassed(host: str, port: int) -> bool:
-    try:
-        return bool(urllib.request.proxy_bypass(f"{host}:{port}")) or bool(urllib.request.proxy_bypass(host))
-    except OSError:
-        return False
+#: The environment variables urllib's proxy settings depend on (each also in upper case).
+_PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "no_proxy", "request_method")
+_PROXIES: Dict[Tuple[Any, ...], Optional[str]] = {}
+_PROXIES_LOCK = threading.Lock()
+
+
+def _proxy_for(scheme: str, host: str, port: int) -> Optional[str]:
+    """The proxy URL for ``scheme://host:port`` as urllib decides it (``getproxies``, ``proxy_bypass``), or None.
+
+    Remembered per value of the variables it depends on: reading the whole
+    environment for every item would cost more than the call.
+    """
+    key = (tuple(os.environ.get(v) for name in _PROXY_VARIABLES for v in (name, name.upper())), scheme, host, port)
+    with _PROXIES_LOCK:
+        if key in _PROXIES:
+            return _PROXIES[key]
+    proxy = urllib.request.getproxies().get(scheme)
+    if proxy:
+        try:
+            if urllib.request.proxy_bypass(f"{host}:{port}") or urllib.request.proxy_bypass(host):
+                proxy = None
+        except OSError:
+            pass
+    with _PROXIES_LOCK:
+        if len(_PROXIES) > 64:
+            _PROXIES.clear()
+        _PROXIES[key] = proxy or None
+    return proxy or None
 
 
 def _json(body: bytes) -> Any:

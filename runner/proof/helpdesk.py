@@ -93,6 +93,7 @@ class Helpdesk:
         self.issues: List[Dict[str, Any]] = []
         self.log: List[Tuple[str, str]] = []
         self.posts = 0
+        self.schedule: Dict[int, str] = dict(faults.schedule)
         self._rand = random.Random(faults.seed)
         self._recent: Deque[float] = collections.deque()
         self._cond = threading.Condition()
@@ -119,6 +120,16 @@ class Helpdesk:
         """Block until the log holds ``count`` entries of ``kind``; False if ``timeout`` passed first."""
         with self._cond:
             return self._cond.wait_for(lambda: sum(1 for k, _ in self.log if k == kind) >= count, timeout)
+
+    def schedule_next(self, fault: str) -> None:
+        """Make the next POST without a fault of its own meet ``fault`` (``rate-limited``, ``dropped`` or ``held``)."""
+        if fault not in POST_FAULTS:
+            raise ValueError(f"unknown fault {fault!r}")
+        with self._cond:
+            number = self.posts + 1
+            while number in self.schedule:
+                number += 1
+            self.schedule[number] = fault
 
     def release(self) -> None:
         """Let every held answer go (and every later one: holding ends)."""
@@ -192,7 +203,7 @@ class Helpdesk:
                 or not fields["external_ref"]:
             return Answer(422, {"error": "external_ref, title and body are required strings"})
         self.posts += 1
-        fault = self.faults.schedule.get(self.posts)
+        fault = self.schedule.get(self.posts)
         if fault is None and self._rand.random() < self.faults.p_rate_limited:
             fault = "rate-limited"
         if fault == "rate-limited":
@@ -233,6 +244,7 @@ class _Server(http.server.ThreadingHTTPServer):
 class _Handler(http.server.BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"  # keep-alive, as a real API
+    disable_nagle_algorithm = True  # the head and the body are two writes: without this, each answer waits for a delayed ACK
     timeout = 5.0  # an idle connection is closed after this (the client must notice)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
