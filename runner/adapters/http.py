@@ -61,26 +61,28 @@ Invariants kept here:
 
 import base64
 import heapq
-import http.client
 import json
 import os
 import re
 import select
-import socket
-import ssl
 import stat
 import threading
 import time
 import urllib.parse
-import urllib.request
-from email.utils import parsedate_to_datetime
-from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from .. import inflight
 from ..commands import MAX_RETRY_AFTER, expand, placeholders_in
 from ..envelope import MAX_DOCUMENT_BYTES, canonical_json, check_nesting, loads_strict, sha256_hex
 from ..errors import InvalidInput
 from ..target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
+
+# http.client, ssl, socket, urllib.request and email.utils are imported where a call needs them: every verb and
+# hook imports this module (the contract check does), and those modules would add tens of milliseconds to each start.
+if TYPE_CHECKING:
+    import http.client
+    import socket
+    import ssl
 
 __all__ = [
     "HttpAdapter",
@@ -476,6 +478,8 @@ def retry_after_seconds(value: Optional[str], now: Optional[float] = None) -> Op
     if value.isdigit():
         seconds = float(int(value))
     else:
+        from email.utils import parsedate_to_datetime
+
         try:
             when = parsedate_to_datetime(value)
         except (TypeError, ValueError, IndexError):
@@ -557,12 +561,14 @@ class _Origin(NamedTuple):
     ca_file: Optional[str]
 
 
-_CONTEXTS: Dict[Optional[str], ssl.SSLContext] = {}
+_CONTEXTS: Dict[Optional[str], "ssl.SSLContext"] = {}
 _CONTEXTS_LOCK = threading.Lock()
 
 
-def _tls_context(ca_file: Optional[str]) -> ssl.SSLContext:
+def _tls_context(ca_file: Optional[str]) -> "ssl.SSLContext":
     """The TLS context for ``ca_file`` (None: the system's CAs), made once per process: loading CAs is slow."""
+    import ssl
+
     with _CONTEXTS_LOCK:
         context = _CONTEXTS.get(ca_file)
         if context is None:
@@ -570,7 +576,7 @@ def _tls_context(ca_file: Optional[str]) -> ssl.SSLContext:
         return context
 
 
-def _dropped(conn: http.client.HTTPConnection) -> bool:
+def _dropped(conn: "http.client.HTTPConnection") -> bool:
     """True when an idle connection cannot carry a request: no socket, or the peer closed it or sent bytes unasked.
 
     An idle HTTP/1.1 connection has nothing to read; a readable socket means
@@ -581,7 +587,8 @@ def _dropped(conn: http.client.HTTPConnection) -> bool:
     if sock is None:
         return True
     try:
-        if isinstance(sock, ssl.SSLSocket) and sock.pending():
+        pending = getattr(sock, "pending", None)  # a TLS socket: bytes already decrypted are unasked bytes too
+        if pending is not None and pending():
             return True
         if hasattr(select, "poll"):
             poller = select.poll()
@@ -601,13 +608,13 @@ class ConnectionPool:
 
     def __init__(self, per_origin: int = IDLE_PER_ORIGIN) -> None:
         self.per_origin = per_origin
-        self._idle: Dict[_Origin, List[http.client.HTTPConnection]] = {}
+        self._idle: Dict[_Origin, List["http.client.HTTPConnection"]] = {}
         self._lock = threading.Lock()
         self.made = 0
         self.reused = 0
         self.discarded = 0
 
-    def take(self, origin: _Origin) -> Optional[http.client.HTTPConnection]:
+    def take(self, origin: _Origin) -> Optional["http.client.HTTPConnection"]:
         """An idle connection to ``origin`` that is still open, or None."""
         while True:
             with self._lock:
@@ -624,7 +631,7 @@ class ConnectionPool:
                 self.reused += 1
             return conn
 
-    def give(self, origin: _Origin, conn: http.client.HTTPConnection) -> None:
+    def give(self, origin: _Origin, conn: "http.client.HTTPConnection") -> None:
         with self._lock:
             idle = self._idle.setdefault(origin, [])
             if len(idle) < self.per_origin:
@@ -655,11 +662,11 @@ class _Watchdog:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._heap: List[Tuple[float, int]] = []
-        self._armed: Dict[int, socket.socket] = {}
+        self._armed: Dict[int, "socket.socket"] = {}
         self._count = 0
         self._thread: Optional[threading.Thread] = None
 
-    def arm(self, sock: socket.socket, deadline: float) -> int:
+    def arm(self, sock: "socket.socket", deadline: float) -> int:
         """Shut ``sock`` down at ``deadline`` (monotonic seconds) unless disarmed first; return the handle."""
         with self._cond:
             self._count += 1
@@ -678,6 +685,8 @@ class _Watchdog:
             self._armed.pop(handle, None)
 
     def _loop(self) -> None:
+        import socket
+
         with self._cond:
             while True:
                 while self._heap and self._heap[0][1] not in self._armed:
@@ -720,7 +729,7 @@ class _Lost(Exception):
 class _Reply(NamedTuple):
     status: int
     reason: str
-    headers: http.client.HTTPMessage
+    headers: Any  # http.client.HTTPMessage
     body: bytes
     whole: bool
 
@@ -917,8 +926,10 @@ class HttpAdapter:
             auth = "Basic " + base64.b64encode(pair.encode("utf-8")).decode("ascii")
         return _Origin(request.scheme, request.host, request.port, (parts.hostname, parts.port or 80), auth, ca_file)
 
-    def _connect(self, origin: _Origin, timeout: float) -> http.client.HTTPConnection:
+    def _connect(self, origin: _Origin, timeout: float) -> "http.client.HTTPConnection":
         """A new connection to ``origin`` (through its proxy's tunnel for https); raises _NotSent: nothing was sent."""
+        import http.client
+
         conn: http.client.HTTPConnection
         host, port = origin.proxy if origin.proxy else (origin.host, origin.port)
         if origin.scheme == "https":
@@ -980,9 +991,11 @@ class HttpAdapter:
                 continue  # a reused connection the server closed as the request went out, for a lookup: once more, on a new one
         raise _Lost("the target closed a new connection before answering")
 
-    def _send(self, conn: http.client.HTTPConnection, origin: _Origin, request: _Request, target: str, headers: Dict[str, str],
+    def _send(self, conn: "http.client.HTTPConnection", origin: _Origin, request: _Request, target: str, headers: Dict[str, str],
               body: Optional[bytes], end: float, reused: bool) -> _Reply:
         """Write the request on ``conn`` and read the answer; a connection read to its end goes back to the pool."""
+        import http.client
+
         # The last look before anything is written: a process stopped and continued late sends nothing.
         making = inflight.current()
         if making is not None and making[0].clock() >= float(making[1].record["deadline"]):
@@ -1025,6 +1038,8 @@ class HttpAdapter:
         return _Reply(response.status, response.reason, response.headers, bytes(data[:BODY_LIMIT]), whole)
 
     def _lost(self, exc: BaseException, end: float) -> str:
+        import socket
+
         if time.monotonic() >= end - 0.001 or isinstance(exc, socket.timeout):
             return f"no whole answer within the call's {self.timeout:g}s; the request may have been acted on"
         return f"the connection failed after the request was sent, perhaps in part ({type(exc).__name__}: {exc}); it may have been acted on"
@@ -1056,6 +1071,8 @@ def _proxy_for(scheme: str, host: str, port: int) -> Optional[str]:
     with _PROXIES_LOCK:
         if key in _PROXIES:
             return _PROXIES[key]
+    import urllib.request
+
     proxy = urllib.request.getproxies().get(scheme)
     if proxy:
         try:
