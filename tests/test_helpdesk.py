@@ -11,7 +11,8 @@ import unittest
 from typing import Any, Dict, List, Optional, Tuple
 
 from runner.adapters.http import retry_after_seconds
-from runner.proof.helpdesk import Faults, Helpdesk, HelpdeskServer
+from runner.proof import conformance
+from runner.proof.helpdesk import Faults, Helpdesk, HelpdeskServer, conformance_factory
 from tests._util import child_env, python
 
 TOKEN = "desk-token-5e0c41"
@@ -184,6 +185,15 @@ class HelpdeskTest(_Desk):
                 proc.terminate()
                 proc.wait(10)
                 proc.stdout.close()  # type: ignore[union-attr]
+
+
+class ConformanceTest(unittest.TestCase):
+    def test_the_http_adapter_keeps_the_adapter_promises_on_the_helpdesk(self) -> None:
+        report = conformance.run_conformance(conformance_factory, "runner.proof.helpdesk:conformance_factory")
+        self.assertTrue(report["passed"], conformance.format_report(report))
+        passed = {c["check"] for c in report["checks"] if c["status"] == "pass"}
+        self.assertEqual(passed, {"declared_facts", "never_invoked_is_absent", "invoke_is_observed", "lost_response_is_observed"},
+                         conformance.format_report(report))
 
 
 if __name__ == "__main__":

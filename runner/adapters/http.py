@@ -749,7 +749,7 @@ class HttpAdapter:
     """
 
     name = "http"
-    conflicting_payload = "refused by the runner before the call (the ledger binds a key to one payload)"
+    conflicting_payload = "not the target's to decide: the ledger binds a key to one payload, and the runner refuses another before any call"
 
     def __init__(self, spec: Dict[str, Any], *, values: Optional[Mapping[str, Any]] = None, workspace: str = ".",
                  timeout: float = 60.0, pool: ConnectionPool = POOL, environ: Optional[Mapping[str, str]] = None,

@@ -34,17 +34,20 @@ import contextlib
 import hmac
 import http.server
 import json
+import os
 import random
+import shutil
 import socket
 import ssl
 import sys
+import tempfile
 import threading
 import time
 import urllib.parse
 from email.utils import formatdate
 from typing import Any, Callable, Deque, Dict, List, Mapping, NamedTuple, Optional, Set, Tuple
 
-__all__ = ["Faults", "Helpdesk", "HelpdeskServer", "main"]
+__all__ = ["Faults", "Helpdesk", "HelpdeskServer", "conformance_factory", "main"]
 
 #: The largest request body read.
 MAX_BODY = 1024 * 1024
@@ -334,6 +337,45 @@ class HelpdeskServer:
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
         self._thread.join(5)
+
+
+class _Controls:
+    """What the conformance kit may ask of the helpdesk behind an adapter (see :mod:`runner.proof.conformance`)."""
+
+    def __init__(self, desk: Helpdesk, served: HelpdeskServer, folder: str, pool: Any) -> None:
+        self.desk, self.served, self.folder, self.pool = desk, served, folder, pool
+
+    def lose_next_response(self) -> None:
+        self.desk.schedule_next("dropped")
+
+    def effect_count(self, key: str, payload: Dict[str, Any]) -> int:
+        return self.desk.by_ref().get(key, 0)
+
+    @staticmethod
+    def make_payload(key: str, variant: int) -> Dict[str, Any]:
+        return {"external_ref": key, "title": f"variant {variant}", "body": f"the body of variant {variant}"}
+
+    def close(self) -> None:
+        self.pool.clear()
+        self.served.stop()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def conformance_factory() -> Tuple[Any, _Controls]:
+    """A fresh helpdesk (no faults of its own) and the HTTP adapter of a contract for it, looking issues up by key."""
+    from ..adapters.http import ConnectionPool, HttpAdapter
+
+    folder = tempfile.mkdtemp(prefix="helpdesk-")
+    token = "conformance-" + os.urandom(8).hex()
+    with open(os.path.join(folder, "token"), "w") as handle:
+        handle.write(token + "\n")
+    desk = Helpdesk(token)
+    served = HelpdeskServer(desk)
+    headers = {"Authorization": "Bearer {file:token}"}
+    spec = {"invoke": {"url": served.url + "/api/issues", "headers": headers},
+            "observe": {"url": served.url + "/api/issues?external_ref={key}", "headers": headers, "pointer": "/0/id"}}
+    pool = ConnectionPool()
+    return HttpAdapter(spec, workspace=folder, timeout=10, pool=pool), _Controls(desk, served, folder, pool)
 
 
 def _schedule(text: str) -> Dict[int, str]:
