@@ -272,6 +272,9 @@ class InvokeAnswersTest(_Base):
         with self.assertRaises(Rejected) as caught:
             self.invoke(Reply(400, f"bad token {SECRET}".encode()))
         self.assertNotIn(SECRET, str(caught.exception))
+        server = self.scripted(Reply(200, json.dumps([{"id": {"token": SECRET}}]).encode()))
+        seen = self.adapter(section(server.url)).observe(KEY, {})
+        self.assertEqual((seen.status, seen.evidence["at_pointer"]), ("present", {"token": "[secret]"}))
 
     def test_the_secret_file_is_read_at_each_call(self) -> None:
         server = self.scripted(Reply(201, b'{"id": 1}'), Reply(201, b'{"id": 2}'))

@@ -20,7 +20,7 @@ a map from a status, ``"409"``, or a class, ``"5xx"``, to an outcome word):
   and 503, nothing created, called again after ``Retry-After`` (seconds or an
   HTTP date); 401, 403 and 407, nothing created (credentials), called again
   after the backoff; 412, a stale fencing epoch; any other 4xx, refused for
-  good; anything else (1xx, 3xx, 5xx), unknown. A connection that could not
+  good; anything else (1xx, 3xx, any other 5xx), unknown. A connection that could not
   be made (refused, no route, a failed TLS handshake or proxy tunnel) sent
   nothing: nothing created. A timeout or a reset once the request was being
   sent is unknown.
@@ -820,7 +820,8 @@ class HttpAdapter:
                 return Observation("unknown", _scrub(dict(evidence, reason=str(exc)[:500]), secrets))
             else:
                 if reply.status not in _LOOK_AGAIN or outcome_of(request.statuses, reply.status) != "unknown":
-                    return _scrub(self._seen(request, reply, evidence), secrets)
+                    seen = self._seen(request, reply, evidence)
+                    return Observation(seen.status, _scrub(seen.evidence, secrets))
                 reason = self._answered(request, reply, key, None)
                 asked = retry_after_seconds(reply.headers.get("Retry-After"))
                 wait = 0.5 if asked is None else asked
