@@ -64,6 +64,7 @@ import stat
 import unicodedata
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from .adapters.http import http_problems
 from .commands import PLACEHOLDERS, expand, placeholders_in, run_command
 from .lifecycle import UNRESOLVED
 from .envelope import MAX_DOCUMENT_BYTES, content_digest, format_time, validate_id
@@ -74,6 +75,7 @@ __all__ = [
     "PAYLOAD_PLACEHOLDERS",
     "step_problems",
     "effects_problems",
+    "performs_effects",
     "is_batch",
     "observes_itself",
     "workspace_root",
@@ -229,6 +231,7 @@ def effects_problems(effects: Dict[str, Any]) -> List[str]:
                 out.append(problem)
     if ("invoke" in effects) != ("observe" in effects):
         out.append("effects: invoke and observe come together: an effect the runner performs must be one it can observe")
+    out.extend(http_problems(effects))
     timeout = effects.get("timeout_seconds")
     if "timeout_seconds" in effects and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400):
         out.append("effects: timeout_seconds must be a positive number of seconds (at most a day)")
@@ -240,6 +243,12 @@ def effects_problems(effects: Dict[str, Any]) -> List[str]:
         if isinstance(value, int) and not isinstance(value, bool) and value < (1 if name == "max_attempts" else 0):
             out.append(f"effects: {name} must be {'at least 1' if name == 'max_attempts' else 'zero or more'}")
     return out
+
+
+def performs_effects(plan: Dict[str, Any]) -> bool:
+    """True when the contract says how the runner calls and observes the target itself: commands or ``effects.http``."""
+    effects = plan.get("effects", {})
+    return "invoke" in effects or "http" in effects
 
 
 def _strings(value: Any) -> List[str]:
@@ -727,7 +736,7 @@ def next_action(state: Dict[str, Any], step: str) -> Optional[Dict[str, Any]]:
     info = progress(state, step) or {}
     key = keys[index]
     current = (state["effects"].get(key) or {}).get("state")
-    commands = "invoke" in state["plan"].get("effects", {})
+    commands = performs_effects(state["plan"])
     how = f"'effect run {key}'" if commands else f"'effect begin {key}' (the payload from the step's template), the call, 'effect ack', 'effect verify'"
     action = {"kind": "effect", "step": step, "item": batch["items"][index], "key": key, "index": index, "remaining": info.get("remaining"),
               "total": batch["count"], "why": f"perform item {index} of {step}: {how}"}
@@ -746,7 +755,7 @@ def item_context(state: Dict[str, Any], key: str) -> Dict[str, Any]:
         return {}
     step, index = found
     out: Dict[str, Any] = {"step": step, "item": state["steps"][step]["batch"]["items"][index], "index": index}
-    if "observe" in state["plan"].get("effects", {}):
+    if performs_effects(state["plan"]):
         out["why"] = (f"'effect run {key}' (or 'drive') observes the target first and records what it sees; "
                       "it calls the target again only after an observed absence")
     return out

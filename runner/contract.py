@@ -49,7 +49,7 @@ REQUIRED = ("contract", "task_id", "goal", "steps")
 STEP_KEYS = {"id": str, "artifact": str, "check": str, "next": str, "approval": bool, "evidence": list,
              "items": object, "key": str, "payload": dict, "checks": dict, "artifacts": list, "timeout_seconds": object}
 EFFECT_KEYS = {"key_pattern": str, "approval": list, "adapter": str, "verification": str, "max_attempts": int, "several_approvals": bool,
-               "invoke": list, "observe": list, "timeout_seconds": object, "settle_seconds": object, "max_rate_limited": int,
+               "invoke": list, "observe": list, "http": dict, "timeout_seconds": object, "settle_seconds": object, "max_rate_limited": int,
                "concurrency": int, "rate": dict, "concurrency_key": dict}
 LIMIT_KEYS = ("max_step_attempts", "max_effect_attempts", "max_elapsed_seconds", "max_cost", "max_steps", "no_progress_seconds")
 RETRY_KEYS = ("base_seconds", "cap_seconds", "deadline_seconds")
@@ -191,7 +191,12 @@ def parse_contract_text(text: str) -> Tuple[Optional[Dict[str, Any]], List[Contr
                 problems.append(ContractProblem(at("key_pattern"), f"effects: {exc.message}"))
         if isinstance(effects.get("approval"), list) and not all(isinstance(p, str) and p for p in effects["approval"]):
             problems.append(ContractProblem(at("approval"), "effects: approval must list key patterns (globs)"))
-        problems.extend(ContractProblem(at("effects"), message) for message in batch_effects_problems(effects))
+        for message in batch_effects_problems(effects):
+            line = at("effects")
+            for field in getattr(message, "path", ()):  # a problem of effects.http names the fields that lead to it
+                found = _locate(lines, first, f'"{field}"', line)
+                line = found if found >= line and f'"{field}"' in lines[found - first] else line
+            problems.append(ContractProblem(line, message))
         problems.extend(ContractProblem(at("effects"), message) for message in flow_problems(effects))
 
     for section, keys in (("limits", LIMIT_KEYS), ("retry", RETRY_KEYS), ("lease", LEASE_KEYS)):

@@ -26,6 +26,7 @@ import time
 from typing import IO, Any, Callable, Dict, Iterator, Optional, Sequence
 
 from . import batch as _batch
+from .adapters.http import HttpAdapter
 from .commands import DEFAULT_TIMEOUT, CommandAdapter
 from .envelope import parse_time
 from .errors import EXIT_CODES, InvalidInput, RunnerError, Stopped
@@ -33,19 +34,18 @@ from .executor import Executor, Job, ThreadWorld
 from .flow import flow_for
 from .lifecycle import UNRESOLVED
 from .recovery import decide, decision_exit_code, recover, refresh_jobs
+from .target import Adapter
 
 __all__ = ["perform_effect", "adapter_for", "drive"]
 
 
 def adapter_for(state: Dict[str, Any], key: str, invoke: Optional[Sequence[str]] = None,
-                observe: Optional[Sequence[str]] = None, runner: Optional[Callable[..., Any]] = None) -> CommandAdapter:
-    """The command adapter for ``key``: inline commands, else the contract's; item placeholders filled."""
+                observe: Optional[Sequence[str]] = None, runner: Optional[Callable[..., Any]] = None) -> Adapter:
+    """The adapter for ``key``: inline commands, else the contract's ``effects.http``, else its commands; item placeholders filled.
+
+    :raises InvalidInput: nothing says how to call the target, or a header's secret cannot be read now.
+    """
     effects = state["plan"].get("effects", {})
-    invoke = list(invoke) if invoke else effects.get("invoke")
-    observe = list(observe) if observe else effects.get("observe")
-    if not invoke or not observe:
-        raise InvalidInput("effect run needs an invoke and an observe command: the contract's effects.invoke and effects.observe, "
-                           "or '-- COMMAND ... --observe -- COMMAND ...'")
     values: Dict[str, Any] = {"run_id": state["task_id"]}
     root = _batch.run_workspace(state)
     found = _batch.owner_of(state, key)
@@ -54,8 +54,16 @@ def adapter_for(state: Dict[str, Any], key: str, invoke: Optional[Sequence[str]]
         record = state["steps"][step]
         root = record.get("workspace") or root
         values.update(_batch.item_values(record["batch"]["items"][index], index))
+    timeout = float(effects.get("timeout_seconds", DEFAULT_TIMEOUT))
+    if not invoke and not observe and "http" in effects:
+        return HttpAdapter(effects["http"], values=values, workspace=root, timeout=timeout)
+    invoke = list(invoke) if invoke else effects.get("invoke")
+    observe = list(observe) if observe else effects.get("observe")
+    if not invoke or not observe:
+        raise InvalidInput("effect run needs an invoke and an observe command: the contract's effects.invoke and effects.observe, "
+                           "or '-- COMMAND ... --observe -- COMMAND ...'")
     values["workspace"] = root
-    return CommandAdapter(invoke, observe, values=values, cwd=root, timeout=float(effects.get("timeout_seconds", DEFAULT_TIMEOUT)), runner=runner)
+    return CommandAdapter(invoke, observe, values=values, cwd=root, timeout=timeout, runner=runner)
 
 
 def perform_effect(run: Any, key: str, payload: Optional[Dict[str, Any]] = None, invoke: Optional[Sequence[str]] = None,
@@ -144,7 +152,7 @@ def drive(run: Any, owner: str, *, ttl: float, max_actions: Optional[int] = None
         while True:
             if decision["decision"] == "stop":
                 check = decision.get("check") or {}
-                ours = "invoke" in run.state["plan"].get("effects", {}) and bool(check.get("key")) and _batch.owner_of(run.state, check["key"])
+                ours = _batch.performs_effects(run.state["plan"]) and bool(check.get("key")) and _batch.owner_of(run.state, check["key"])
                 if decision["reason"] == "needs-reconciliation" and ours and budget_left():
                     reconcile(check["key"])  # observes first; raises if still unknown
                 else:
@@ -155,10 +163,10 @@ def drive(run: Any, owner: str, *, ttl: float, max_actions: Optional[int] = None
                 action = decision["action"]
                 kind = action["kind"]
                 found = _batch.owner_of(run.state, action["key"]) if kind == "reconcile" else None
-                if found and "invoke" in run.state["plan"].get("effects", {}):
+                if found and _batch.performs_effects(run.state["plan"]):
                     # What was in flight when the last holder stopped: reconciled together, from the first of it on.
                     _walk_items(run, executor, found[0], _first_unresolved(run.state, found[0]), tally, budget_left, shown, runner)
-                elif kind == "effect" and "invoke" in run.state["plan"].get("effects", {}):
+                elif kind == "effect" and _batch.performs_effects(run.state["plan"]):
                     _walk_items(run, executor, action["step"], action["index"], tally, budget_left, shown, runner)
                 elif kind == "start-step" and _observes_itself(run.state, action["step"]):
                     run.step_start(action["step"])

@@ -103,7 +103,7 @@ def _batch_why(state: Dict[str, Any], action: Optional[Dict[str, Any]]) -> Optio
         if action.get("state") == "failed":
             reason = (state["effects"].get(action.get("key")) or {}).get("reason")
             why = f"{item} failed for good ({quote(reason, WORKER_OR_TARGET)}): decide whether to `effect skip {key} --reason TEXT`"
-        elif "invoke" in state["plan"].get("effects", {}):
+        elif _batch.performs_effects(state["plan"]):
             why = f"perform {item}: `effect run {key}`"
         else:
             why = f"perform {item}: `effect begin {key}` (its payload comes from the step's template; it prints it), the call, `effect ack`, `effect verify`"

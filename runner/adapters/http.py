@@ -1,0 +1,1099 @@
+"""An HTTP target declared in the contract (``effects.http``), called in this process with the standard library.
+
+The contract names two requests instead of two commands::
+
+    "http": {
+      "invoke":  {"method": "POST", "url": "https://desk.example/api/issues",
+                  "headers": {"Authorization": "Bearer {file:.secrets/desk-token}"}},
+      "observe": {"url": "https://desk.example/api/issues?external_ref={slug}",
+                  "headers": {"Authorization": "Bearer {file:.secrets/desk-token}"}, "pointer": "/0/id"},
+      "idempotency_header": "Idempotency-Key", "epoch_header": "X-Fencing-Epoch"
+    }
+
+:func:`http_problems` checks that section for ``contract check``;
+:class:`HttpAdapter` is the :class:`runner.target.Adapter` that makes the
+calls. What the answers mean (each overridable per request by ``statuses``,
+a map from a status, ``"409"``, or a class, ``"5xx"``, to an outcome word):
+
+* invoke: 2xx, the receipt (the JSON object the target answered, else its
+  status and the ``receipt_headers``, ``Location`` by default); 408, 429
+  and 503, nothing created, called again after ``Retry-After`` (seconds or an
+  HTTP date); 401, 403 and 407, nothing created (credentials), called again
+  after the backoff; 412, a stale fencing epoch; any other 4xx, refused for
+  good; anything else (1xx, 3xx, any other 5xx), unknown. A connection that could not
+  be made (refused, no route, a failed TLS handshake or proxy tunnel) sent
+  nothing: nothing created. A timeout or a reset once the request was being
+  sent is unknown.
+* observe: 200, present (with a ``pointer``, present only when the RFC 6901
+  JSON pointer leads to a value that is not null, ``""``, ``[]`` or ``{}``,
+  else absent); 404, absent; anything else, unknown. A lookup answered 408,
+  429 or 503, or that could not connect, is asked again within the call's
+  time (a lookup changes nothing), after the ``Retry-After`` it named.
+
+Invariants kept here:
+
+* **Secrets never reach the run.** A header value may hold ``{env:NAME}`` or
+  ``{file:PATH}`` (PATH relative to the workspace, one trailing newline
+  dropped), read at each call. Receipts, evidence and reasons name the headers
+  sent, never their values, and any text of the target's answer that holds a
+  secret value has it replaced by ``[secret]`` before it is returned.
+* **Nothing is sent past the call's deadline.** Right before the request is
+  written, the registered call's deadline (:mod:`runner.inflight`) and the
+  call's own time are checked; past either, nothing is sent and the call
+  raises :class:`~runner.target.NotApplied`. So a process stopped and
+  continued late never sends what another worker has since decided about.
+* **One time limit per call.** ``timeout_seconds`` bounds connecting, sending
+  and receiving together: each phase gets what is left, and a watchdog thread
+  shuts the socket down at the deadline, so a target that answers one byte at
+  a time cannot stretch it. Answers are read up to :data:`BODY_LIMIT` bytes.
+* **Connections are reused only when they are seen open.** Idle connections
+  are kept per origin (scheme, host, port, proxy, CA file) in a thread-safe
+  pool; before one is reused, its socket is polled: one the server closed (or
+  that holds unexpected bytes) is thrown away and a new one made, so a closed
+  keep-alive connection never turns a POST into an unknown outcome. No process
+  is started for a call.
+* Proxies come from the environment as :func:`urllib.request.getproxies` and
+  :func:`urllib.request.proxy_bypass` read it (``https_proxy``, ``http_proxy``,
+  ``no_proxy``); https goes through a CONNECT tunnel. TLS is
+  :func:`ssl.create_default_context`, with the contract's ``ca_file`` (relative
+  to the workspace) for a private CA.
+"""
+
+import base64
+import heapq
+import json
+import os
+import re
+import select
+import stat
+import threading
+import time
+import urllib.parse
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+
+from .. import inflight
+from ..commands import MAX_RETRY_AFTER, expand, placeholders_in
+from ..envelope import MAX_DOCUMENT_BYTES, canonical_json, check_nesting, loads_strict, sha256_hex
+from ..errors import InvalidInput
+from ..target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
+
+# http.client, ssl, socket, urllib.request and email.utils are imported where a call needs them: every verb and
+# hook imports this module (the contract check does), and those modules would add tens of milliseconds to each start.
+if TYPE_CHECKING:
+    import http.client
+    import socket
+    import ssl
+
+__all__ = [
+    "HttpAdapter",
+    "http_problems",
+    "FieldProblem",
+    "ConnectionPool",
+    "POOL",
+    "INVOKE_DEFAULTS",
+    "OBSERVE_DEFAULTS",
+    "BODY_LIMIT",
+    "resolve_pointer",
+    "retry_after_seconds",
+]
+
+#: Bytes of an answer read at most; a longer answer is cut there and its connection closed.
+BODY_LIMIT = 1024 * 1024
+#: The largest JSON object answer kept whole as a receipt; a larger one is kept as its digest.
+RECEIPT_BODY_LIMIT = 64 * 1024
+#: The largest value kept from where an observe pointer leads (canonical JSON); a larger one is kept as its digest.
+POINTER_VALUE_LIMIT = 1024
+#: The largest file a ``{file:PATH}`` header value reads.
+SECRET_FILE_LIMIT = 16 * 1024
+#: Idle connections kept per origin.
+IDLE_PER_ORIGIN = 16
+
+INVOKE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
+OBSERVE_METHODS = ("GET", "HEAD")
+INVOKE_WORDS = ("receipt", "rejected", "not-applied", "stale-epoch", "unknown")
+OBSERVE_WORDS = ("present", "absent", "unknown")
+
+#: What an invoke answer means unless the contract says otherwise: exact statuses first, then classes.
+INVOKE_DEFAULTS: Dict[str, str] = {
+    "2xx": "receipt",
+    "408": "not-applied", "429": "not-applied", "503": "not-applied",
+    "401": "not-applied", "403": "not-applied", "407": "not-applied",
+    "412": "stale-epoch",
+    "4xx": "rejected",
+}
+#: What an observe answer means unless the contract says otherwise; any status not listed is unknown.
+OBSERVE_DEFAULTS: Dict[str, str] = {"200": "present", "404": "absent"}
+#: Answers of a lookup that said "not now": asked again within the call's time.
+_LOOK_AGAIN = (408, 429, 503)
+
+_URL_PLACEHOLDERS = {"invoke": ("key", "item", "stem", "slug", "index", "run_id", "epoch"),
+                     "observe": ("key", "item", "stem", "slug", "index", "run_id")}
+_HEADER_PLACEHOLDERS = {"invoke": ("key", "slug", "index", "run_id", "epoch"), "observe": ("key", "slug", "index", "run_id")}
+_REQUEST_KEYS = {"invoke": ("method", "url", "headers", "statuses", "receipt_headers"),
+                 "observe": ("method", "url", "headers", "statuses", "pointer")}
+_HTTP_KEYS = ("invoke", "observe", "idempotency_header", "epoch_header", "deduplicates", "retention_seconds", "ca_file")
+#: Headers whose value is a credential: a literal value is refused.
+_SENSITIVE = ("authorization", "proxy-authorization", "cookie")
+_SENSITIVE_SUFFIXES = ("-api-key", "-token")
+#: Headers the adapter itself writes.
+_MANAGED = ("host", "content-length", "transfer-encoding", "connection", "te", "upgrade", "trailer", "keep-alive")
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_SECRET = re.compile(r"\{(env|file):([^{}]*)\}")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_STATUS_KEY = re.compile(r"^(?:[1-5][0-9][0-9]|[1-5]xx)$")
+_REDACTED = "[secret]"
+
+
+# -- the contract's section ------------------------------------------------------------------
+
+class FieldProblem(str):
+    """A problem of the ``effects.http`` section; ``path`` names the JSON fields that lead to it, for its line."""
+
+    path: Tuple[str, ...] = ()
+
+    def __new__(cls, path: Sequence[str], message: str) -> "FieldProblem":
+        made = super().__new__(cls, message)
+        made.path = tuple(path)
+        return made
+
+
+def sensitive(name: str) -> bool:
+    """True for a header whose value is a credential (``Authorization``, ``Cookie``, ``*-Api-Key``, ``*-Token``...)."""
+    lowered = name.lower()
+    return lowered in _SENSITIVE or lowered.endswith(_SENSITIVE_SUFFIXES)
+
+
+def _relative_path(path: str) -> bool:
+    parts = path.replace("\\", "/").split("/")
+    return bool(path) and not path.startswith("/") and "\0" not in path and ".." not in parts
+
+
+def _secret_problem(value: str) -> Optional[str]:
+    for kind, name in _SECRET.findall(value):
+        if kind == "env" and not _ENV_NAME.match(name):
+            return f"{{env:{name}}} must name an environment variable (letters, digits, _)"
+        if kind == "file" and not _relative_path(name):
+            return f"{{file:{name}}} must be a path relative to the workspace, without '..'"
+    return None
+
+
+def _url_problems(kind: str, url: Any) -> List[FieldProblem]:
+    at = ("http", kind, "url")
+    if not isinstance(url, str) or not url:
+        return [FieldProblem(at, f"effects.http.{kind}.url must be a string: http:// or https://, a host, and a path")]
+    if _SECRET.search(url):
+        return [FieldProblem(at, f"effects.http.{kind}.url: {{env:...}} and {{file:...}} go in header values only; "
+                                 "a URL is recorded with the run")]
+    allowed = _URL_PLACEHOLDERS[kind]
+    unknown = sorted({n for n in placeholders_in(url) if n not in allowed})
+    if unknown:
+        return [FieldProblem(at, f"effects.http.{kind}.url: unknown placeholder {{{unknown[0]}}} "
+                                 f"(allowed: {', '.join('{' + n + '}' for n in allowed)})")]
+    try:
+        _split_url(url)
+    except ValueError as exc:
+        return [FieldProblem(at, f"effects.http.{kind}.url: {exc}")]
+    return []
+
+
+def _split_url(url: str) -> Tuple[str, str, int, str]:
+    """``(scheme, host, port, rest)`` of a URL template whose origin is literal; ``rest`` starts with ``/``.
+
+    :raises ValueError: not http(s), a placeholder or credentials in the origin, a fragment, a bad port.
+    """
+    match = re.match(r"^(https?)://([^/?#]*)(.*)$", url, re.IGNORECASE)
+    if not match:
+        raise ValueError("must start with http:// or https://")
+    scheme, authority, rest = match.group(1).lower(), match.group(2), match.group(3)
+    if "{" in authority or "}" in authority:
+        raise ValueError("the scheme, host and port must be written out: placeholders go in the path and the query")
+    if "@" in authority:
+        raise ValueError("credentials in the URL are refused: put them in a header, from {env:NAME} or {file:PATH}")
+    if "#" in rest:
+        raise ValueError("a fragment is never sent; leave it out")
+    if any(c.isspace() for c in url):
+        raise ValueError("white space must be percent-encoded")
+    parts = urllib.parse.urlsplit(f"{scheme}://{authority}")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError("the port must be a number from 1 to 65535") from None
+    if not parts.hostname:
+        raise ValueError("names no host")
+    if not rest.startswith("/"):
+        rest = "/" + rest  # "http://host" and "http://host?q=1" ask for the root
+    return scheme, parts.hostname, port or (443 if scheme == "https" else 80), rest
+
+
+def _header_problems(kind: str, headers: Any) -> List[FieldProblem]:
+    at = ("http", kind, "headers")
+    if not isinstance(headers, dict):
+        return [FieldProblem(at, f"effects.http.{kind}.headers must be an object of header names and string values")]
+    out: List[FieldProblem] = []
+    allowed = _HEADER_PLACEHOLDERS[kind]
+    for name, value in headers.items():
+        here = at + (name,)
+        if not _TOKEN.match(name):
+            out.append(FieldProblem(here, f"effects.http.{kind}.headers: {name!r} is not a header name"))
+            continue
+        if name.lower() in _MANAGED:
+            out.append(FieldProblem(here, f"effects.http.{kind}.headers: {name} is written by the runner, not the contract"))
+            continue
+        if not isinstance(value, str) or any(c in value for c in "\r\n\0"):
+            out.append(FieldProblem(here, f"effects.http.{kind}.headers: {name} must be a string on one line"))
+            continue
+        problem = _secret_problem(value)
+        if problem:
+            out.append(FieldProblem(here, f"effects.http.{kind}.headers: {name}: {problem}"))
+            continue
+        unknown = sorted({n for n in placeholders_in(value) if n not in allowed})
+        if unknown:
+            out.append(FieldProblem(here, f"effects.http.{kind}.headers: {name}: unknown placeholder {{{unknown[0]}}} "
+                                          f"(allowed: {', '.join('{' + n + '}' for n in allowed)}, {{env:NAME}}, {{file:PATH}})"))
+            continue
+        if sensitive(name) and not _SECRET.search(value):
+            out.append(FieldProblem(here, f"effects.http.{kind}.headers: {name} holds a credential, and a literal one would be "
+                                          "recorded with the run: write {env:NAME} or {file:PATH} for the secret part"))
+    return out
+
+
+def _status_problems(kind: str, statuses: Any) -> List[FieldProblem]:
+    at = ("http", kind, "statuses")
+    words = INVOKE_WORDS if kind == "invoke" else OBSERVE_WORDS
+    if not isinstance(statuses, dict):
+        return [FieldProblem(at, f"effects.http.{kind}.statuses must be an object: a status or class (\"409\", \"5xx\") to one of "
+                                 f"{', '.join(words)}")]
+    out = []
+    for code, word in statuses.items():
+        if not _STATUS_KEY.match(code):
+            out.append(FieldProblem(at + (code,), f"effects.http.{kind}.statuses: {code!r} is neither a status (100-599) nor a class (\"4xx\")"))
+        elif word not in words:
+            out.append(FieldProblem(at + (code,), f"effects.http.{kind}.statuses: {code} maps to {word!r}; an {kind} answer is one of "
+                                                  f"{', '.join(words)}"))
+    return out
+
+
+def _pointer_problem(pointer: Any) -> Optional[str]:
+    if not isinstance(pointer, str) or (pointer and not pointer.startswith("/")):
+        return "effects.http.observe.pointer must be a JSON pointer (RFC 6901): \"\" or a path such as \"/0/id\""
+    if re.search(r"~(?![01])", pointer):
+        return "effects.http.observe.pointer: '~' is written ~0 and '/' inside a name ~1 (RFC 6901)"
+    return None
+
+
+def _request_problems(kind: str, spec: Any) -> List[FieldProblem]:
+    at = ("http", kind)
+    if not isinstance(spec, dict):
+        return [FieldProblem(at, f"effects.http.{kind} must be an object with at least a url")]
+    out: List[FieldProblem] = []
+    for name in spec:
+        if name not in _REQUEST_KEYS[kind]:
+            out.append(FieldProblem(at + (name,), f"effects.http.{kind}: unknown field {name!r} (allowed: {', '.join(_REQUEST_KEYS[kind])})"))
+    methods = INVOKE_METHODS if kind == "invoke" else OBSERVE_METHODS
+    method = spec.get("method", methods[0])
+    if method not in methods:
+        out.append(FieldProblem(at + ("method",), f"effects.http.{kind}.method must be one of {', '.join(methods)}"))
+    out.extend(_url_problems(kind, spec.get("url")))
+    if "headers" in spec:
+        out.extend(_header_problems(kind, spec["headers"]))
+    if "statuses" in spec:
+        out.extend(_status_problems(kind, spec["statuses"]))
+    if "pointer" in spec:
+        problem = _pointer_problem(spec["pointer"])
+        if problem:
+            out.append(FieldProblem(at + ("pointer",), problem))
+        elif method == "HEAD":
+            out.append(FieldProblem(at + ("pointer",), "effects.http.observe.pointer needs an answer body; a HEAD request has none"))
+    if "receipt_headers" in spec:
+        names = spec["receipt_headers"]
+        if not isinstance(names, list) or not all(isinstance(n, str) and _TOKEN.match(n) for n in names):
+            out.append(FieldProblem(at + ("receipt_headers",), "effects.http.invoke.receipt_headers must list header names"))
+        elif any(n.lower() in ("set-cookie", "authorization") or sensitive(n) for n in names):
+            out.append(FieldProblem(at + ("receipt_headers",), "effects.http.invoke.receipt_headers: a credential header is never kept in a receipt"))
+    return out
+
+
+def http_problems(effects: Dict[str, Any]) -> List[FieldProblem]:
+    """Every problem of the contract's ``effects.http`` (none when it has no such section).
+
+    Each problem is a :class:`FieldProblem`: its text, and the fields leading
+    to it so that ``contract check`` can name its line.
+    """
+    spec = effects.get("http")
+    if spec is None or not isinstance(spec, dict):
+        return []
+    out: List[FieldProblem] = []
+    if "invoke" in effects or "observe" in effects:
+        out.append(FieldProblem(("http",), "effects: http and the invoke/observe commands exclude each other; keep one of them"))
+    for name in spec:
+        if name not in _HTTP_KEYS:
+            out.append(FieldProblem(("http", name), f"effects.http: unknown field {name!r} (allowed: {', '.join(_HTTP_KEYS)})"))
+    for kind in ("invoke", "observe"):
+        if kind not in spec:
+            out.append(FieldProblem(("http",), f"effects.http needs {kind!r}: an effect the runner performs must be one it can observe"))
+        else:
+            out.extend(_request_problems(kind, spec[kind]))
+    names = {}
+    for field in ("idempotency_header", "epoch_header"):
+        if field in spec:
+            name = spec[field]
+            if not isinstance(name, str) or not _TOKEN.match(name) or name.lower() in _MANAGED or sensitive(name):
+                out.append(FieldProblem(("http", field), f"effects.http.{field} must be a header name (not a credential's, not one the runner writes)"))
+            else:
+                names[field] = name.lower()
+    if len(set(names.values())) < len(names):
+        out.append(FieldProblem(("http", "epoch_header"), "effects.http: idempotency_header and epoch_header must differ"))
+    for field, lowered in names.items():
+        for kind in ("invoke", "observe"):
+            request = spec.get(kind)
+            headers = request.get("headers") if isinstance(request, dict) else None
+            if isinstance(headers, dict) and any(h.lower() == lowered for h in headers):
+                out.append(FieldProblem(("http", field), f"effects.http.{field} {spec[field]} is also in {kind}.headers; the runner writes it"))
+    dedup = spec.get("deduplicates")
+    if "deduplicates" in spec and not isinstance(dedup, bool):
+        out.append(FieldProblem(("http", "deduplicates"), "effects.http.deduplicates must be true or false"))
+    elif dedup and "idempotency_header" not in names:
+        out.append(FieldProblem(("http", "deduplicates"), "effects.http.deduplicates needs an idempotency_header: the target can only "
+                                                          "deduplicate on a key it is sent"))
+    retention = spec.get("retention_seconds")
+    if "retention_seconds" in spec and retention is not None and (
+            isinstance(retention, bool) or not isinstance(retention, (int, float)) or not 0 < retention <= 10 ** 10):
+        out.append(FieldProblem(("http", "retention_seconds"), "effects.http.retention_seconds must be a positive number of seconds, or null (forever)"))
+    ca_file = spec.get("ca_file")
+    if "ca_file" in spec and (not isinstance(ca_file, str) or not _relative_path(ca_file)):
+        out.append(FieldProblem(("http", "ca_file"), "effects.http.ca_file must be a path relative to the workspace, without '..'"))
+    return out
+
+
+# -- the compiled section ----------------------------------------------------------------------
+
+class _Request(NamedTuple):
+    kind: str
+    method: str
+    scheme: str
+    host: str
+    port: int
+    rest: str
+    url: str
+    headers: Tuple[Tuple[str, str], ...]
+    statuses: Dict[str, str]
+    pointer: Optional[Tuple[str, ...]]
+    receipt_headers: Tuple[str, ...]
+
+
+class _Spec(NamedTuple):
+    invoke: _Request
+    observe: _Request
+    idempotency_header: Optional[str]
+    epoch_header: Optional[str]
+    deduplicates: bool
+    retention: Optional[float]
+    ca_file: Optional[str]
+
+
+def _compile_request(kind: str, spec: Dict[str, Any]) -> _Request:
+    scheme, host, port, rest = _split_url(spec["url"])
+    method = spec.get("method", INVOKE_METHODS[0] if kind == "invoke" else OBSERVE_METHODS[0])
+    statuses = dict(INVOKE_DEFAULTS if kind == "invoke" else OBSERVE_DEFAULTS)
+    pointer = spec.get("pointer")
+    return _Request(kind, method, scheme, host, port, rest, spec["url"], tuple((spec.get("headers") or {}).items()),
+                    {**statuses, **(spec.get("statuses") or {})}, parse_pointer(pointer) if pointer is not None else None,
+                    tuple(spec.get("receipt_headers", ["Location"])))
+
+
+_COMPILED: Dict[str, _Spec] = {}
+_COMPILED_LOCK = threading.Lock()
+
+
+def _compile(spec: Dict[str, Any]) -> _Spec:
+    """The section made ready for calls, cached by its text (``drive`` makes one adapter per item)."""
+    text = json.dumps(spec, sort_keys=True)
+    with _COMPILED_LOCK:
+        found = _COMPILED.get(text)
+    if found is not None:
+        return found
+    problems = http_problems({"http": spec})
+    if problems:
+        raise InvalidInput(f"{problems[0]} (run 'contract check')")
+    made = _Spec(_compile_request("invoke", spec["invoke"]), _compile_request("observe", spec["observe"]),
+                 spec.get("idempotency_header"), spec.get("epoch_header"), bool(spec.get("deduplicates", False)),
+                 spec.get("retention_seconds"), spec.get("ca_file"))
+    with _COMPILED_LOCK:
+        if len(_COMPILED) > 16:
+            _COMPILED.clear()
+        _COMPILED[text] = made
+    return made
+
+
+def outcome_of(statuses: Mapping[str, str], status: int, default: str = "unknown") -> str:
+    """The word ``statuses`` gives ``status``: its exact entry, else its class's (``"4xx"``), else ``default``."""
+    return statuses.get(str(status)) or statuses.get(f"{status // 100}xx") or default
+
+
+# -- JSON pointers and Retry-After ------------------------------------------------------------
+
+def parse_pointer(pointer: str) -> Tuple[str, ...]:
+    """The reference tokens of an RFC 6901 pointer (``"/0/id"`` gives ``("0", "id")``; ``""`` the whole document)."""
+    if pointer == "":
+        return ()
+    return tuple(token.replace("~1", "/").replace("~0", "~") for token in pointer[1:].split("/"))
+
+
+_MISSING = object()
+
+
+def resolve_pointer(document: Any, tokens: Sequence[str]) -> Any:
+    """What ``tokens`` lead to in ``document``, or a private marker when nothing is there.
+
+    An array index is a decimal number without leading zeros; ``-`` (the
+    element past the end) leads nowhere.
+    """
+    here = document
+    for token in tokens:
+        if isinstance(here, dict):
+            if token not in here:
+                return _MISSING
+            here = here[token]
+        elif isinstance(here, list):
+            if not re.match(r"^(0|[1-9][0-9]*)$", token) or int(token) >= len(here):
+                return _MISSING
+            here = here[int(token)]
+        else:
+            return _MISSING
+    return here
+
+
+def _empty(value: Any) -> bool:
+    return value is _MISSING or value is None or value in ("", [], {})
+
+
+def retry_after_seconds(value: Optional[str], now: Optional[float] = None) -> Optional[float]:
+    """Seconds a ``Retry-After`` header asks to wait: a number of seconds, or an HTTP date (RFC 9110).
+
+    None when it is missing, malformed or longer than a day (the contract's backoff applies then).
+    """
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        seconds = float(int(value))
+    else:
+        from email.utils import parsedate_to_datetime
+
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when is None or when.tzinfo is None:
+            return None
+        seconds = max(0.0, when.timestamp() - (time.time() if now is None else now))
+    return seconds if seconds <= MAX_RETRY_AFTER else None
+
+
+# -- secrets -------------------------------------------------------------------------------------
+
+def _read_secret(kind: str, name: str, workspace: str, environ: Mapping[str, str]) -> str:
+    """The value of ``{env:NAME}`` or ``{file:PATH}``; raises ValueError with a message that holds no value."""
+    if kind == "env":
+        value = environ.get(name)
+        if value is None:
+            raise ValueError(f"the environment variable {name} is not set")
+    else:
+        path = os.path.join(workspace, name)
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        except OSError as exc:
+            raise ValueError(f"cannot open {name}: {exc.strerror}") from None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ValueError(f"{name} is not a regular file")
+            data = os.read(fd, SECRET_FILE_LIMIT + 1)
+        finally:
+            os.close(fd)
+        if len(data) > SECRET_FILE_LIMIT:
+            raise ValueError(f"{name} is larger than {SECRET_FILE_LIMIT} bytes")
+        try:
+            value = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(f"{name} is not UTF-8 text") from None
+        value = value[:-2] if value.endswith("\r\n") else value[:-1] if value.endswith("\n") else value
+    if not value:
+        raise ValueError(f"{'$' + name if kind == 'env' else name} is empty")
+    if any(c in value for c in "\r\n\0"):
+        raise ValueError(f"{'$' + name if kind == 'env' else name} holds a line break or a NUL")
+    return value
+
+
+#: Secret values shorter than this are not searched for in answers (replacing them would garble receipts).
+_SCRUB_MIN = 6
+
+
+def _scrub_text(text: str, secrets: Sequence[str]) -> str:
+    for secret in secrets:
+        if len(secret) >= _SCRUB_MIN and secret in text:
+            text = text.replace(secret, _REDACTED)
+    return text
+
+
+def _scrub(value: Any, secrets: Sequence[str]) -> Any:
+    """``value`` with every secret value in its strings (keys included) replaced by ``[secret]``."""
+    if not secrets:
+        return value
+    if isinstance(value, str):
+        return _scrub_text(value, secrets)
+    if isinstance(value, dict):
+        return {_scrub_text(k, secrets): _scrub(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrub(v, secrets) for v in value]
+    return value
+
+
+# -- connections -----------------------------------------------------------------------------------
+
+class _Origin(NamedTuple):
+    """Where a connection leads: a pooled connection is only reused for the same origin."""
+
+    scheme: str
+    host: str
+    port: int
+    proxy: Optional[Tuple[str, int]]
+    proxy_auth: Optional[str]
+    ca_file: Optional[str]
+
+
+_CONTEXTS: Dict[Optional[str], "ssl.SSLContext"] = {}
+_CONTEXTS_LOCK = threading.Lock()
+
+
+def _tls_context(ca_file: Optional[str]) -> "ssl.SSLContext":
+    """The TLS context for ``ca_file`` (None: the system's CAs), made once per process: loading CAs is slow."""
+    import ssl
+
+    with _CONTEXTS_LOCK:
+        context = _CONTEXTS.get(ca_file)
+        if context is None:
+            context = _CONTEXTS[ca_file] = ssl.create_default_context(cafile=ca_file)
+        return context
+
+
+def _dropped(conn: "http.client.HTTPConnection") -> bool:
+    """True when an idle connection cannot carry a request: no socket, or the peer closed it or sent bytes unasked.
+
+    An idle HTTP/1.1 connection has nothing to read; a readable socket means
+    the server's FIN (or stray bytes) arrived, so reusing it would send a
+    request the server will never read.
+    """
+    sock = conn.sock
+    if sock is None:
+        return True
+    try:
+        pending = getattr(sock, "pending", None)  # a TLS socket: bytes already decrypted are unasked bytes too
+        if pending is not None and pending():
+            return True
+        if hasattr(select, "poll"):
+            poller = select.poll()
+            poller.register(sock, select.POLLIN | select.POLLPRI)
+            return bool(poller.poll(0))
+        return bool(select.select([sock], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True
+
+
+class ConnectionPool:
+    """Idle keep-alive connections per origin, handed out one caller at a time (thread-safe).
+
+    :meth:`take` never returns a connection seen closed; a caller gives a
+    connection back (:meth:`give`) only after reading its answer whole.
+    """
+
+    def __init__(self, per_origin: int = IDLE_PER_ORIGIN) -> None:
+        self.per_origin = per_origin
+        self._idle: Dict[_Origin, List["http.client.HTTPConnection"]] = {}
+        self._lock = threading.Lock()
+        self.made = 0
+        self.reused = 0
+        self.discarded = 0
+
+    def take(self, origin: _Origin) -> Optional["http.client.HTTPConnection"]:
+        """An idle connection to ``origin`` that is still open, or None."""
+        while True:
+            with self._lock:
+                idle = self._idle.get(origin)
+                conn = idle.pop() if idle else None
+            if conn is None:
+                return None
+            if _dropped(conn):
+                conn.close()
+                with self._lock:
+                    self.discarded += 1
+                continue
+            with self._lock:
+                self.reused += 1
+            return conn
+
+    def give(self, origin: _Origin, conn: "http.client.HTTPConnection") -> None:
+        with self._lock:
+            idle = self._idle.setdefault(origin, [])
+            if len(idle) < self.per_origin:
+                idle.append(conn)
+                return
+        conn.close()
+
+    def counted_new(self) -> None:
+        with self._lock:
+            self.made += 1
+
+    def clear(self) -> None:
+        """Close every idle connection."""
+        with self._lock:
+            idle, self._idle = self._idle, {}
+        for conns in idle.values():
+            for conn in conns:
+                conn.close()
+
+
+#: The connections of this process, shared by every adapter (``drive`` makes one per item).
+POOL = ConnectionPool()
+
+
+class _Watchdog:
+    """One daemon thread that shuts sockets down at their deadlines: a call's time bounds its reads, however slow."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: List[Tuple[float, int]] = []
+        self._armed: Dict[int, "socket.socket"] = {}
+        self._count = 0
+        self._thread: Optional[threading.Thread] = None
+
+    def arm(self, sock: "socket.socket", deadline: float) -> int:
+        """Shut ``sock`` down at ``deadline`` (monotonic seconds) unless disarmed first; return the handle."""
+        with self._cond:
+            self._count += 1
+            handle = self._count
+            self._armed[handle] = sock
+            heapq.heappush(self._heap, (deadline, handle))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._loop, name="runner-http-watchdog", daemon=True)
+                self._thread.start()
+            if self._heap[0][1] == handle:
+                self._cond.notify()  # a new earliest deadline; otherwise the thread wakes at the earlier one anyway
+            return handle
+
+    def disarm(self, handle: int) -> None:
+        with self._cond:
+            self._armed.pop(handle, None)
+
+    def _loop(self) -> None:
+        import socket
+
+        with self._cond:
+            while True:
+                while self._heap and self._heap[0][1] not in self._armed:
+                    heapq.heappop(self._heap)
+                if not self._heap:
+                    self._cond.wait(30.0)
+                    continue
+                deadline, handle = self._heap[0]
+                left = deadline - time.monotonic()
+                if left > 0:
+                    self._cond.wait(left)
+                    continue
+                heapq.heappop(self._heap)
+                sock = self._armed.pop(handle, None)
+                if sock is not None:
+                    try:
+                        socket.socket.shutdown(sock, socket.SHUT_RDWR)  # the plain socket's, also under TLS
+                    except OSError:
+                        pass
+
+
+_WATCHDOG = _Watchdog()
+
+
+class _NotSent(Exception):
+    """Nothing of the request left this process: no connection, a secret that cannot be read, a deadline passed.
+
+    ``final``: asking again within this call cannot help (a secret, the deadline).
+    """
+
+    def __init__(self, message: str, final: bool = False) -> None:
+        super().__init__(message)
+        self.final = final
+
+
+class _Lost(Exception):
+    """The request was (perhaps partly) sent and no whole answer came back."""
+
+
+class _Reply(NamedTuple):
+    status: int
+    reason: str
+    headers: Any  # http.client.HTTPMessage
+    body: bytes
+    whole: bool
+
+
+# -- the adapter -----------------------------------------------------------------------------------
+
+class HttpAdapter:
+    """The contract's ``effects.http`` as a :class:`runner.target.Adapter` (see the module docstring).
+
+    :param spec: the ``effects.http`` section (checked by :func:`http_problems`).
+    :param values: the item's placeholders (``item``, ``stem``, ``slug``, ``index``) and ``run_id``.
+    :param workspace: the folder ``{file:PATH}`` and ``ca_file`` are relative to.
+    :param timeout: seconds one call may take, connecting, sending and receiving together.
+    :param environ: where ``{env:NAME}`` is read (default ``os.environ``; proxies are the process's, as urllib reads them).
+    :param sleep: how a lookup waits before asking again (injectable).
+    :raises InvalidInput: the section is invalid, or a header's secret cannot be read now.
+    """
+
+    name = "http"
+    conflicting_payload = "not the target's to decide: the ledger binds a key to one payload, and the runner refuses another before any call"
+
+    def __init__(self, spec: Dict[str, Any], *, values: Optional[Mapping[str, Any]] = None, workspace: str = ".",
+                 timeout: float = 60.0, pool: ConnectionPool = POOL, environ: Optional[Mapping[str, str]] = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.spec = _compile(spec)
+        self.values = dict(values or {})
+        self.workspace = os.path.abspath(workspace)
+        self.timeout = float(timeout)
+        self.pool = pool
+        self.environ = os.environ if environ is None else environ
+        self.sleep = sleep
+        self.deduplicates = self.spec.deduplicates
+        self.retention_seconds: Optional[float] = self.spec.retention if self.deduplicates else None
+        header = self.spec.idempotency_header
+        self.key_scope = (f"the target's, on the {header} header" if header else
+                          "none: the key is not sent to the target (it is found by the observe request)")
+        observe = self.spec.observe
+        pointer = spec["observe"].get("pointer")
+        self.verification = f"{observe.method} {observe.url}" + (f" holding a value at {pointer}" if pointer is not None else "")
+        self._origins = {kind: self._origin(request) for kind, request in (("invoke", self.spec.invoke), ("observe", observe))}
+        checked = set()
+        for request in (self.spec.invoke, observe):
+            for kind, name in {m for _, template in request.headers for m in _SECRET.findall(template)} - checked:
+                checked.add((kind, name))
+                try:
+                    _read_secret(kind, name, self.workspace, self.environ)
+                except ValueError as exc:
+                    header = next(h for h, t in request.headers if f"{{{kind}:{name}}}" in t)
+                    raise InvalidInput(f"effects.http.{request.kind}: the value of header {header} cannot be made: {exc}") from None
+
+    # -- the two calls -----------------------------------------------------------------------------
+    def invoke(self, key: str, payload: Dict[str, Any], epoch: int) -> Dict[str, Any]:
+        """Send the payload as JSON; the answer's status says what happened (see the module docstring)."""
+        request = self.spec.invoke
+        secrets: List[str] = []
+        try:
+            reply = self._exchange(request, key, epoch, canonical_json(payload), secrets, self._end())
+        except _NotSent as exc:
+            raise NotApplied(_scrub_text(f"{request.method} {self._shown_url(request, key, epoch)}: {exc}", secrets)) from None
+        except _Lost as exc:
+            raise UnknownOutcome(_scrub_text(f"{request.method} {self._shown_url(request, key, epoch)}: {exc}", secrets)) from None
+        word = outcome_of(request.statuses, reply.status)
+        if word == "receipt":
+            return _scrub(self._receipt(request, reply, key, epoch), secrets)
+        detail = _scrub_text(self._answered(request, reply, key, epoch), secrets)
+        if word == "not-applied":
+            raise NotApplied(detail, retry_after_seconds(reply.headers.get("Retry-After")))
+        if word == "rejected":
+            raise Rejected(detail)
+        if word == "stale-epoch":
+            raise StaleEpoch(detail)
+        raise UnknownOutcome(detail)
+
+    def observe(self, key: str, payload: Dict[str, Any]) -> Observation:
+        """Look the effect up; never changes anything at the target. Asks again after "not now" within the call's time."""
+        request = self.spec.observe
+        secrets: List[str] = []
+        end = self._end()
+        evidence: Dict[str, Any] = {"source": "http", "request": self._shown(request, key, None)}
+        while True:
+            try:
+                reply = self._exchange(request, key, None, None, secrets, end)
+            except _NotSent as exc:
+                if exc.final:
+                    return Observation("unknown", _scrub(dict(evidence, reason=str(exc)[:500]), secrets))
+                reason, wait = str(exc), 0.5
+            except _Lost as exc:
+                return Observation("unknown", _scrub(dict(evidence, reason=str(exc)[:500]), secrets))
+            else:
+                if reply.status not in _LOOK_AGAIN or outcome_of(request.statuses, reply.status) != "unknown":
+                    seen = self._seen(request, reply, evidence)
+                    return Observation(seen.status, _scrub(seen.evidence, secrets))
+                reason = self._answered(request, reply, key, None)
+                asked = retry_after_seconds(reply.headers.get("Retry-After"))
+                wait = 0.5 if asked is None else asked
+            if time.monotonic() + wait >= end:
+                return Observation("unknown", _scrub(dict(evidence, reason=reason[:500]), secrets))
+            self.sleep(wait)
+
+    # -- answers ---------------------------------------------------------------------------------------
+    def _receipt(self, request: _Request, reply: _Reply, key: str, epoch: Optional[int]) -> Dict[str, Any]:
+        """The JSON object answered, when there is one of a sane size; else the status, chosen headers and the body's digest."""
+        if reply.whole and len(reply.body) <= RECEIPT_BODY_LIMIT:
+            found = _json(reply.body)
+            if isinstance(found, dict):
+                return found
+        kept = {name: reply.headers.get(name) for name in request.receipt_headers if reply.headers.get(name) is not None}
+        return {"status": reply.status, "headers": kept, "body_sha256": sha256_hex(reply.body), "body_bytes": len(reply.body),
+                "request": self._shown(request, key, epoch)}
+
+    def _seen(self, request: _Request, reply: _Reply, evidence: Dict[str, Any]) -> Observation:
+        word = outcome_of(request.statuses, reply.status)
+        evidence = dict(evidence, status=reply.status, body_sha256=sha256_hex(reply.body), body_bytes=len(reply.body))
+        if word != "present" or request.pointer is None:
+            return Observation(word, evidence)
+        document = _json(reply.body) if reply.whole else _MISSING
+        if document is _MISSING:
+            return Observation("unknown", dict(evidence, reason="the answer is not JSON (or longer than 1 MiB): the pointer cannot be read"))
+        value = resolve_pointer(document, request.pointer)
+        if _empty(value):
+            return Observation("absent", dict(evidence, at_pointer=None))
+        kept = canonical_json(value)
+        evidence["at_pointer"] = value if len(kept) <= POINTER_VALUE_LIMIT else {"sha256": sha256_hex(kept), "bytes": len(kept)}
+        return Observation("present", evidence)
+
+    def _answered(self, request: _Request, reply: _Reply, key: str, epoch: Optional[int]) -> str:
+        text = " ".join(reply.body[:300].decode("utf-8", "replace").split())[:200]
+        return f"{request.method} {self._shown_url(request, key, epoch)} answered {reply.status} {reply.reason}" + (f": {text}" if text else "")
+
+    def _shown(self, request: _Request, key: str, epoch: Optional[int]) -> Dict[str, Any]:
+        """The request as it may be recorded: method, URL and the names (never the values) of the headers sent."""
+        names = [name for name, _ in request.headers]
+        names += [h for h in (self.spec.idempotency_header, self.spec.epoch_header if request.kind == "invoke" else None) if h]
+        return {"method": request.method, "url": self._shown_url(request, key, epoch), "headers": sorted(names, key=str.lower)}
+
+    def _shown_url(self, request: _Request, key: str, epoch: Optional[int]) -> str:
+        return f"{request.scheme}://{_authority(request)}{self._target(request, key, epoch)}"
+
+    # -- requests -------------------------------------------------------------------------------------
+    def _target(self, request: _Request, key: str, epoch: Optional[int]) -> str:
+        """The path and query, each placeholder percent-encoded where it lands (a value is always one segment)."""
+        values = dict(self.values, key=key, epoch="" if epoch is None else int(epoch))
+        encoded = {name: value if isinstance(value, int) and not isinstance(value, bool) else urllib.parse.quote(str(value), safe="")
+                   for name, value in values.items()}
+        return expand([request.rest], encoded)[0]
+
+    def _headers(self, request: _Request, key: str, epoch: Optional[int], secrets: List[str]) -> Dict[str, str]:
+        """The headers to send: placeholders filled, then ``{env:...}`` and ``{file:...}`` read now (``secrets`` gets each value).
+
+        :raises ValueError: a secret cannot be read (the message names the header, never a value).
+        """
+        values = dict(self.values, key=key, epoch="" if epoch is None else int(epoch))
+        out: Dict[str, str] = {}
+        for name, template in request.headers:
+            value = expand([template], values)[0]
+
+            def secret(match: "re.Match[str]", name: str = name) -> str:
+                try:
+                    found = _read_secret(match.group(1), match.group(2), self.workspace, self.environ)
+                except ValueError as exc:
+                    raise ValueError(f"the value of header {name} cannot be made: {exc}") from None
+                secrets.append(found)
+                return found
+
+            out[name] = _SECRET.sub(secret, value)
+            if sensitive(name):
+                secrets.append(out[name])
+        lowered = {n.lower() for n in out}
+        if request.kind == "invoke":
+            if self.spec.idempotency_header:
+                out[self.spec.idempotency_header] = key
+            if self.spec.epoch_header and epoch is not None:
+                out[self.spec.epoch_header] = str(int(epoch))
+            if "content-type" not in lowered:
+                out["Content-Type"] = "application/json"
+        if "accept" not in lowered:
+            out["Accept"] = "application/json"
+        if "user-agent" not in lowered:
+            out["User-Agent"] = "long-running-agent-sessions-runner"
+        secrets.sort(key=len, reverse=True)  # a longer value first, so a secret inside another is replaced whole
+        return out
+
+    def _origin(self, request: _Request) -> _Origin:
+        """Where connections for ``request`` go: straight to the host, or through the environment's proxy for its scheme."""
+        ca_file = os.path.join(self.workspace, self.spec.ca_file) if self.spec.ca_file else None
+        proxy = _proxy_for(request.scheme, request.host, request.port)
+        if not proxy:
+            return _Origin(request.scheme, request.host, request.port, None, None, ca_file)
+        parts = urllib.parse.urlsplit(proxy if "://" in proxy else "http://" + proxy)
+        if parts.scheme != "http" or not parts.hostname:
+            raise InvalidInput(f"the {request.scheme} proxy of the environment must be an http:// URL with a host")
+        auth = None
+        if parts.username is not None:
+            pair = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+            auth = "Basic " + base64.b64encode(pair.encode("utf-8")).decode("ascii")
+        return _Origin(request.scheme, request.host, request.port, (parts.hostname, parts.port or 80), auth, ca_file)
+
+    def _connect(self, origin: _Origin, timeout: float) -> "http.client.HTTPConnection":
+        """A new connection to ``origin`` (through its proxy's tunnel for https); raises _NotSent: nothing was sent."""
+        import http.client
+
+        conn: http.client.HTTPConnection
+        host, port = origin.proxy if origin.proxy else (origin.host, origin.port)
+        if origin.scheme == "https":
+            try:
+                context = _tls_context(origin.ca_file)
+            except (OSError, ValueError) as exc:
+                raise _NotSent(f"cannot load the TLS certificates of ca_file: {exc}") from None
+            conn = http.client.HTTPSConnection(host, port, timeout=timeout, context=context)
+            if origin.proxy:
+                conn.set_tunnel(origin.host, origin.port, headers={"Proxy-Authorization": origin.proxy_auth} if origin.proxy_auth else None)
+        else:
+            conn = http.client.HTTPConnection(host, port, timeout=timeout)
+        try:
+            conn.connect()
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            conn.close()
+            raise _NotSent(f"no connection to {host}:{port}{' (proxy)' if origin.proxy else ''}, nothing was sent: "
+                           f"{type(exc).__name__}: {exc}") from None
+        self.pool.counted_new()
+        return conn
+
+    def _end(self) -> float:
+        """The monotonic moment this call must be over: its own time, or the registered call's deadline if sooner."""
+        end = time.monotonic() + self.timeout
+        making = inflight.current()
+        if making is not None:
+            registry, call = making
+            end = min(end, time.monotonic() + float(call.record["deadline"]) - registry.clock())
+        return end
+
+    def _exchange(self, request: _Request, key: str, epoch: Optional[int], body: Optional[bytes], secrets: List[str],
+                  end: float) -> _Reply:
+        """One request and its answer, before ``end`` (monotonic seconds).
+
+        :raises _NotSent: nothing of the request left this process.
+        :raises _Lost: the request was sent, perhaps in part, and no whole answer came back.
+        """
+        try:
+            headers = self._headers(request, key, epoch, secrets)
+        except ValueError as exc:
+            raise _NotSent(str(exc), final=True) from None
+        origin = self._origins[request.kind]
+        target = self._target(request, key, epoch)
+        if origin.proxy and origin.scheme == "http":
+            target = f"http://{_authority(request)}{target}"  # a proxy is sent the whole URL
+            if origin.proxy_auth:
+                headers["Proxy-Authorization"] = origin.proxy_auth
+        for fresh in (False, True):
+            conn = None if fresh else self.pool.take(origin)
+            reused = conn is not None
+            if conn is None:
+                left = end - time.monotonic()
+                if left <= 0:
+                    raise _NotSent(f"the call's {self.timeout:g}s were spent before a connection was made; nothing was sent", final=True)
+                conn = self._connect(origin, left)
+            try:
+                return self._send(conn, origin, request, target, headers, body, end, reused)
+            except _Retry:
+                continue  # a reused connection the server closed as the request went out, for a lookup: once more, on a new one
+        raise _Lost("the target closed a new connection before answering")
+
+    def _send(self, conn: "http.client.HTTPConnection", origin: _Origin, request: _Request, target: str, headers: Dict[str, str],
+              body: Optional[bytes], end: float, reused: bool) -> _Reply:
+        """Write the request on ``conn`` and read the answer; a connection read to its end goes back to the pool."""
+        import http.client
+
+        # The last look before anything is written: a process stopped and continued late sends nothing.
+        making = inflight.current()
+        if making is not None and making[0].clock() >= float(making[1].record["deadline"]):
+            self.pool.give(origin, conn)
+            raise _NotSent("the call's deadline passed before the request was sent (the process was held up); nothing was sent", final=True)
+        now = time.monotonic()
+        if now >= end:
+            self.pool.give(origin, conn)
+            raise _NotSent(f"the call's {self.timeout:g}s were spent before the request was sent; nothing was sent", final=True)
+        sock = conn.sock
+        sock.settimeout(max(0.001, end - now))
+        guard = _WATCHDOG.arm(sock, end)
+        try:
+            try:
+                conn.request(request.method, target, body=body, headers=headers)
+                response = conn.getresponse()
+            except (OSError, http.client.HTTPException) as exc:
+                conn.close()
+                if reused and request.kind == "observe" and isinstance(exc, (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)):
+                    raise _Retry() from None
+                raise _Lost(self._lost(exc, end)) from None
+            data = bytearray()
+            try:
+                while len(data) <= BODY_LIMIT:
+                    sock.settimeout(max(0.001, end - time.monotonic()))
+                    chunk = response.read(min(65536, BODY_LIMIT + 1 - len(data)))
+                    if not chunk:
+                        break
+                    data += chunk
+            except (OSError, http.client.HTTPException) as exc:
+                conn.close()
+                raise _Lost(f"answered {response.status}, then the answer broke off: {self._lost(exc, end)}") from None
+        finally:
+            _WATCHDOG.disarm(guard)
+        whole = len(data) <= BODY_LIMIT
+        if whole and response.isclosed() and not response.will_close and conn.sock is not None:
+            self.pool.give(origin, conn)
+        else:
+            conn.close()
+        return _Reply(response.status, response.reason, response.headers, bytes(data[:BODY_LIMIT]), whole)
+
+    def _lost(self, exc: BaseException, end: float) -> str:
+        import socket
+
+        if time.monotonic() >= end - 0.001 or isinstance(exc, socket.timeout):
+            return f"no whole answer within the call's {self.timeout:g}s; the request may have been acted on"
+        return f"the connection failed after the request was sent, perhaps in part ({type(exc).__name__}: {exc}); it may have been acted on"
+
+
+class _Retry(Exception):
+    pass
+
+
+def _authority(request: _Request) -> str:
+    default = 443 if request.scheme == "https" else 80
+    host = f"[{request.host}]" if ":" in request.host else request.host
+    return host if request.port == default else f"{host}:{request.port}"
+
+
+#: The environment variables urllib's proxy settings depend on (each also in upper case).
+_PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "no_proxy", "request_method")
+_PROXIES: Dict[Tuple[Any, ...], Optional[str]] = {}
+_PROXIES_LOCK = threading.Lock()
+
+
+def _proxy_for(scheme: str, host: str, port: int) -> Optional[str]:
+    """The proxy URL for ``scheme://host:port`` as urllib decides it (``getproxies``, ``proxy_bypass``), or None.
+
+    Remembered per value of the variables it depends on: reading the whole
+    environment for every item would cost more than the call.
+    """
+    key = (tuple(os.environ.get(v) for name in _PROXY_VARIABLES for v in (name, name.upper())), scheme, host, port)
+    with _PROXIES_LOCK:
+        if key in _PROXIES:
+            return _PROXIES[key]
+    import urllib.request
+
+    proxy = urllib.request.getproxies().get(scheme)
+    if proxy:
+        try:
+            if urllib.request.proxy_bypass(f"{host}:{port}") or urllib.request.proxy_bypass(host):
+                proxy = None
+        except OSError:
+            pass
+    with _PROXIES_LOCK:
+        if len(_PROXIES) > 64:
+            _PROXIES.clear()
+        _PROXIES[key] = proxy or None
+    return proxy or None
+
+
+def _json(body: bytes) -> Any:
+    try:
+        found = loads_strict(body)
+        check_nesting(found)
+    except (ValueError, UnicodeDecodeError):
+        return _MISSING
+    if len(canonical_json(found)) > MAX_DOCUMENT_BYTES:
+        return _MISSING
+    return found

@@ -1,0 +1,536 @@
+"""The HTTP adapter (``effects.http``): the contract's section, what each answer means, and the connections.
+
+Every call goes to a real server on loopback: a scripted one (``tests/_http.py``)
+where a test needs an exact answer, a closed port for a target that is down, a
+server speaking TLS with a certificate made by ``openssl``, and a CONNECT proxy.
+"""
+
+import email.utils
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+import unittest
+from typing import Any, Dict, List
+from unittest import mock
+
+from runner import inflight
+from runner.adapters.http import (BODY_LIMIT, ConnectionPool, HttpAdapter, http_problems, parse_pointer, resolve_pointer,
+                                  retry_after_seconds)
+from runner.contract import check_contract
+from runner.errors import InvalidInput
+from runner.proof.helpdesk import Helpdesk, HelpdeskServer
+from runner.target import NotApplied, Rejected, StaleEpoch, UnknownOutcome
+from tests._http import ConnectProxy, Reply, ScriptedServer, free_port, have_openssl, make_certificates
+from tests._util import REPO_ROOT
+
+SECRET = "tok-4f1c9a7e2b6d8035"
+TEMPLATE = os.path.join(REPO_ROOT, "templates", "run-contract.http.example.md")
+VALUES = {"item": "inbox/report 013 (customer's copy).md", "stem": "report 013 (customer's copy)", "slug": "report-013-customer-s-copy",
+          "index": 7, "run_id": "helpdesk-issues"}
+KEY = "report-013-customer-s-copy:issue"
+
+
+def section(url: str, **extra: Any) -> Dict[str, Any]:
+    spec: Dict[str, Any] = {
+        "invoke": {"method": "POST", "url": url + "/api/issues", "headers": {"Authorization": "Bearer {env:DESK_TOKEN}"}},
+        "observe": {"url": url + "/api/issues?external_ref={slug}", "headers": {"Authorization": "Bearer {env:DESK_TOKEN}"},
+                    "pointer": "/0/id"},
+    }
+    for name, value in extra.items():
+        if name in ("invoke", "observe"):
+            spec[name] = dict(spec[name], **value)
+        else:
+            spec[name] = value
+    return spec
+
+
+class _Base(unittest.TestCase):
+    def setUp(self) -> None:
+        self.tmp = tempfile.mkdtemp(prefix="runner-http-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        self.pool = ConnectionPool()
+        self.addCleanup(self.pool.clear)
+        self.slept: List[float] = []
+
+    def adapter(self, spec: Dict[str, Any], timeout: float = 5.0, **options: Any) -> HttpAdapter:
+        options.setdefault("environ", {"DESK_TOKEN": SECRET})
+        return HttpAdapter(spec, values=VALUES, workspace=self.tmp, timeout=timeout, pool=self.pool, sleep=self.slept.append, **options)
+
+    def scripted(self, *replies: Reply, default: Reply = Reply()) -> ScriptedServer:
+        server = ScriptedServer(replies, default)
+        self.addCleanup(server.stop)
+        return server
+
+
+class ContractSectionTest(unittest.TestCase):
+    """``contract check`` on ``effects.http``: every problem on its own line; credentials never literal."""
+
+    def check(self, block_text: str) -> List[str]:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "contract.md")
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write("# contract\n\n```json run-contract\n" + block_text + "\n```\n")
+            _, problems = check_contract(path)
+        return problems
+
+    def test_the_template_passes_contract_check(self) -> None:
+        block, problems = check_contract(TEMPLATE)
+        self.assertEqual(problems, [])
+        self.assertIn("http", block["effects"])
+        self.assertNotIn("invoke", block["effects"])
+
+    def test_every_problem_is_named_with_its_line(self) -> None:
+        lines = [
+            '{"contract": 1, "task_id": "t", "goal": "g", "steps": [{"id": "s"}],',
+            ' "effects": {',
+            '  "invoke": ["sh", "x"], "observe": ["sh", "y"],',
+            '  "http": {',
+            '   "invoke": {',
+            '    "method": "GET",',
+            '    "url": "https://{slug}.example/api",',
+            '    "headers": {',
+            '     "Authorization": "Bearer abc123",',
+            '     "X-Desk-Token": "{env:1BAD}",',
+            '     "Content-Length": "12"',
+            '    },',
+            '    "statuses": {"409": "present", "6xx": "receipt"}',
+            '   },',
+            '   "observe": {',
+            '    "url": "http://desk.example/api?ref={payload_file}",',
+            '    "pointer": "0/id",',
+            '    "headers": {"Cookie": "session=42"}',
+            '   },',
+            '   "deduplicates": true,',
+            '   "ca_file": "../ca.pem",',
+            '   "extra": 1',
+            '  }',
+            ' }',
+            '}',
+        ]
+        problems = self.check("\n".join(lines))
+        first = 4  # the file line of the block's first line
+
+        def line_of(needle: str) -> int:
+            return first + next(i for i, text in enumerate(lines) if needle in text)
+
+        expected = {
+            "http and the invoke/observe commands exclude each other": line_of('"http"'),
+            "effects.http.invoke.method must be one of": line_of('"method": "GET"'),
+            "the scheme, host and port must be written out": line_of("{slug}.example"),
+            "Authorization holds a credential": line_of("Bearer abc123"),
+            "{env:1BAD} must name an environment variable": line_of("1BAD"),
+            "Content-Length is written by the runner": line_of('"Content-Length"'),
+            "409 maps to 'present'": line_of('"409"'),
+            "'6xx' is neither a status": line_of('"409"'),
+            "unknown placeholder {payload_file}": line_of("payload_file"),
+            "observe.pointer must be a JSON pointer": line_of('"pointer"'),
+            "Cookie holds a credential": line_of('"Cookie"'),
+            "deduplicates needs an idempotency_header": line_of('"deduplicates"'),
+            "ca_file must be a path relative to the workspace": line_of('"ca_file"'),
+            "unknown field 'extra'": line_of('"extra"'),
+        }
+        for text, line in expected.items():
+            found = [p for p in problems if text in p]
+            self.assertEqual(len(found), 1, f"{text!r} in {problems}")
+            self.assertTrue(found[0].split(":")[1] == str(line), f"{text!r} expected on line {line}: {found[0]}")
+        self.assertEqual(len(problems), len(expected), problems)
+
+    def test_a_literal_credential_is_refused_whatever_its_case(self) -> None:
+        for name in ("Authorization", "proxy-authorization", "COOKIE", "X-Api-Key", "X-Helpdesk-API-KEY", "X-Auth-Token", "x-token"):
+            literal = section("http://127.0.0.1:1", invoke={"headers": {name: "abc123"}})
+            problems = http_problems({"http": literal})
+            self.assertEqual(len(problems), 1, (name, problems))
+            self.assertIn("holds a credential", problems[0])
+            self.assertEqual(problems[0].path, ("http", "invoke", "headers", name))
+            secret = section("http://127.0.0.1:1", invoke={"headers": {name: "Basic {file:.secrets/desk}"}})
+            self.assertEqual(http_problems({"http": secret}), [], name)
+        self.assertEqual(http_problems({"http": section("http://127.0.0.1:1", invoke={"headers": {"X-Request-Kind": "batch"}})}), [])
+
+    def test_secrets_and_credentials_stay_out_of_urls_and_receipts(self) -> None:
+        cases = {
+            "go in header values only": section("http://127.0.0.1:1", observe={"url": "http://127.0.0.1:1/a?k={env:DESK_TOKEN}"}),
+            "credentials in the URL are refused": section("http://user:pw@127.0.0.1:1"),
+            "never kept in a receipt": section("http://127.0.0.1:1", invoke={"receipt_headers": ["Location", "Set-Cookie"]}),
+            "must start with http:// or https://": section("ftp://127.0.0.1:1"),
+            "needs an answer body": section("http://127.0.0.1:1", observe={"method": "HEAD"}),
+            "unknown placeholder {epoch}": section("http://127.0.0.1:1", observe={"url": "http://127.0.0.1:1/a?e={epoch}"}),
+            "exclude each other": None,
+        }
+        for text, spec in cases.items():
+            effects = {"http": spec} if spec is not None else {"http": section("http://127.0.0.1:1"), "invoke": ["x"], "observe": ["y"]}
+            problems = http_problems(effects)
+            self.assertTrue(any(text in p for p in problems), (text, problems))
+
+    def test_an_adapter_is_refused_when_a_header_secret_cannot_be_read(self) -> None:
+        spec = section("http://127.0.0.1:1", invoke={"headers": {"Authorization": "Bearer {file:.desk-token}"}})
+        with tempfile.TemporaryDirectory() as tmp:
+            with self.assertRaises(InvalidInput) as caught:
+                HttpAdapter(spec, workspace=tmp, environ={"DESK_TOKEN": SECRET})
+            self.assertIn(".desk-token", caught.exception.message)
+            with open(os.path.join(tmp, ".desk-token"), "w") as handle:
+                handle.write(SECRET + "\n")
+            HttpAdapter(spec, workspace=tmp, environ={"DESK_TOKEN": SECRET})
+            with self.assertRaises(InvalidInput) as caught:
+                HttpAdapter(spec, workspace=tmp, environ={})
+            self.assertIn("DESK_TOKEN is not set", caught.exception.message)
+            self.assertNotIn(SECRET, caught.exception.message)
+
+
+class PointerAndRetryAfterTest(unittest.TestCase):
+    def test_json_pointers_follow_rfc_6901(self) -> None:
+        doc = {"a/b": {"m~n": [10, {"id": 0}]}, "": "root-empty", "list": [], "x": None}
+        self.assertEqual(resolve_pointer(doc, parse_pointer("/a~1b/m~0n/0")), 10)
+        self.assertEqual(resolve_pointer(doc, parse_pointer("/a~1b/m~0n/1/id")), 0)
+        self.assertEqual(resolve_pointer(doc, parse_pointer("/")), "root-empty")
+        self.assertIs(resolve_pointer(doc, parse_pointer("")), doc)
+        for missing in ("/a~1b/m~0n/2", "/a~1b/m~0n/01", "/a~1b/m~0n/-", "/list/0", "/nothing", "/x/y"):
+            self.assertIs(resolve_pointer(doc, parse_pointer(missing)), resolve_pointer({}, ("z",)), missing)
+
+    def test_retry_after_in_seconds_and_as_an_http_date(self) -> None:
+        now = 1_790_000_000.0
+        self.assertEqual(retry_after_seconds("7", now), 7.0)
+        self.assertEqual(retry_after_seconds(email.utils.formatdate(now + 42, usegmt=True), now), 42.0)
+        self.assertEqual(retry_after_seconds(email.utils.formatdate(now - 42, usegmt=True), now), 0.0)
+        for bad in (None, "", "soon", "-3", "1.5", str(2 * 86400), "Mon, 99 Foo 2026 25:00:00 GMT"):
+            self.assertIsNone(retry_after_seconds(bad, now), bad)
+
+
+class InvokeAnswersTest(_Base):
+    """Each status of an invoke, and each way a call can fail, meets its outcome."""
+
+    def invoke(self, reply: Reply, **extra: Any) -> Any:
+        server = self.scripted(reply)
+        try:
+            return self.adapter(section(server.url, **extra)).invoke(KEY, {"external_ref": "r", "title": "t", "body": "b"}, 4)
+        finally:
+            self.assertEqual(len(server.seen), 1)
+
+    def test_a_2xx_json_object_is_the_receipt(self) -> None:
+        for status in (200, 201, 202):
+            receipt = self.invoke(Reply(status, b'{"id": 31, "url": "/api/issues/31"}'))
+            self.assertEqual(receipt, {"id": 31, "url": "/api/issues/31"})
+
+    def test_a_2xx_without_a_json_object_keeps_status_and_chosen_headers(self) -> None:
+        receipt = self.invoke(Reply(201, b"", (("Location", "/api/issues/9"), ("Set-Cookie", "s=1"))))
+        self.assertEqual((receipt["status"], receipt["headers"]), (201, {"Location": "/api/issues/9"}))
+        self.assertEqual(receipt["request"]["headers"], ["Authorization"])
+        receipt = self.invoke(Reply(200, b"[1, 2]", (("X-Issue", "9"),)), invoke={"receipt_headers": ["X-Issue"]})
+        self.assertEqual(receipt["headers"], {"X-Issue": "9"})
+
+    def test_refusals_for_good(self) -> None:
+        for status in (400, 404, 409, 410, 422, 405):
+            with self.assertRaises(Rejected, msg=status) as caught:
+                self.invoke(Reply(status, b'{"error": "no"}'))
+            self.assertIn(f"answered {status}", str(caught.exception))
+
+    def test_not_now_with_retry_after_in_both_forms(self) -> None:
+        for status in (429, 503):
+            with self.assertRaises(NotApplied) as caught:
+                self.invoke(Reply(status, b"", (("Retry-After", "3"),)))
+            self.assertEqual(caught.exception.retry_after, 3.0)
+        with self.assertRaises(NotApplied) as caught:
+            self.invoke(Reply(429, b"", (("Retry-After", email.utils.formatdate(time.time() + 30, usegmt=True)),)))
+        self.assertTrue(28 <= caught.exception.retry_after <= 30.5, caught.exception.retry_after)
+        with self.assertRaises(NotApplied) as caught:
+            self.invoke(Reply(401, b""))
+        self.assertIsNone(caught.exception.retry_after)
+
+    def test_a_stale_epoch_and_the_unknowns(self) -> None:
+        with self.assertRaises(StaleEpoch):
+            self.invoke(Reply(412, b'{"error": "stale epoch"}'))
+        for status in (500, 502, 504, 302):
+            with self.assertRaises(UnknownOutcome, msg=status):
+                self.invoke(Reply(status, b""))
+
+    def test_the_contract_overrides_exact_statuses_and_classes(self) -> None:
+        statuses = {"statuses": {"409": "receipt", "5xx": "not-applied", "503": "unknown"}}
+        self.assertEqual(self.invoke(Reply(409, b'{"id": 3}'), invoke=statuses), {"id": 3})
+        with self.assertRaises(NotApplied):
+            self.invoke(Reply(500, b""), invoke=statuses)
+        with self.assertRaises(UnknownOutcome):
+            self.invoke(Reply(503, b""), invoke=statuses)
+
+    def test_the_request_carries_the_payload_key_epoch_and_secret(self) -> None:
+        server = self.scripted(Reply(201, b'{"id": 1}'))
+        spec = section(server.url, idempotency_header="Idempotency-Key", epoch_header="X-Fencing-Epoch",
+                       invoke={"url": server.url + "/api/{slug}/issues?item={item}&n={index:03d}"})
+        self.adapter(spec).invoke(KEY, {"title": "é \"q\""}, 12)
+        seen = server.seen[0]
+        self.assertEqual(seen.method, "POST")
+        self.assertEqual(seen.target, "/api/report-013-customer-s-copy/issues?item=inbox%2Freport%20013%20%28customer%27s%20copy%29.md&n=007")
+        self.assertEqual(json.loads(seen.body), {"title": "é \"q\""})
+        self.assertEqual((seen.headers["authorization"], seen.headers["idempotency-key"], seen.headers["x-fencing-epoch"]),
+                         (f"Bearer {SECRET}", KEY, "12"))
+        self.assertEqual(seen.headers["content-type"], "application/json")
+
+    def test_a_secret_echoed_by_the_target_never_reaches_what_is_returned(self) -> None:
+        echo = json.dumps({"id": 1, "you_sent": f"Bearer {SECRET}"}).encode()
+        self.assertEqual(self.invoke(Reply(201, echo)), {"id": 1, "you_sent": "[secret]"})
+        with self.assertRaises(Rejected) as caught:
+            self.invoke(Reply(400, f"bad token {SECRET}".encode()))
+        self.assertNotIn(SECRET, str(caught.exception))
+        server = self.scripted(Reply(200, json.dumps([{"id": {"token": SECRET}}]).encode()))
+        seen = self.adapter(section(server.url)).observe(KEY, {})
+        self.assertEqual((seen.status, seen.evidence["at_pointer"]), ("present", {"token": "[secret]"}))
+
+    def test_the_secret_file_is_read_at_each_call(self) -> None:
+        server = self.scripted(Reply(201, b'{"id": 1}'), Reply(201, b'{"id": 2}'))
+        spec = section(server.url, invoke={"headers": {"X-Desk-Token": "{file:.token}"}})
+        path = os.path.join(self.tmp, ".token")
+        with open(path, "w") as handle:
+            handle.write("first-secret-value\n")
+        adapter = self.adapter(spec)
+        adapter.invoke(KEY, {}, 1)
+        with open(path, "w") as handle:
+            handle.write("second-secret-value\r\n")
+        adapter.invoke(KEY, {}, 1)
+        self.assertEqual([s.headers["x-desk-token"] for s in server.seen], ["first-secret-value", "second-secret-value"])
+        os.unlink(path)
+        with self.assertRaises(NotApplied) as caught:
+            adapter.invoke(KEY, {}, 1)
+        self.assertIn("header X-Desk-Token cannot be made", str(caught.exception))
+        self.assertEqual(len(server.seen), 2, "nothing is sent without the secret")
+
+
+class ObserveAnswersTest(_Base):
+    def observe(self, *replies: Reply, **extra: Any) -> Any:
+        server = self.scripted(*replies)
+        return self.adapter(section(server.url, **extra)).observe(KEY, {}), server
+
+    def test_present_absent_and_unknown(self) -> None:
+        seen, _ = self.observe(Reply(200, b'[{"id": 31, "external_ref": "r"}]'))
+        self.assertEqual((seen.status, seen.evidence["at_pointer"], seen.evidence["status"]), ("present", 31, 200))
+        self.assertEqual(seen.evidence["request"], {"method": "GET", "url": seen.evidence["request"]["url"], "headers": ["Authorization"]})
+        for body in (b"[]", b'[{"id": null}]', b'[{"id": ""}]', b'[{"other": 1}]'):
+            self.assertEqual(self.observe(Reply(200, body))[0].status, "absent", body)
+        self.assertEqual(self.observe(Reply(404, b""))[0].status, "absent")
+        for reply in (Reply(200, b"<html>"), Reply(500, b""), Reply(401, b""), Reply(302, b"")):
+            self.assertEqual(self.observe(reply)[0].status, "unknown", reply)
+        self.assertEqual(self.observe(Reply(200, b"[]"), observe={"pointer": ""})[0].status, "absent")
+
+    def test_without_a_pointer_the_status_decides(self) -> None:
+        spec_observe = {"url": "", "headers": {"Authorization": "Bearer {env:DESK_TOKEN}"}}
+        server = self.scripted(Reply(200, b"not json"), Reply(410, b""))
+        spec = section(server.url)
+        spec["observe"] = dict(spec_observe, url=server.url + "/api/issues/{slug}", statuses={"410": "absent"})
+        adapter = self.adapter(spec)
+        self.assertEqual(adapter.observe(KEY, {}).status, "present")
+        self.assertEqual(adapter.observe(KEY, {}).status, "absent")
+        self.assertEqual(server.seen[0].target, "/api/issues/report-013-customer-s-copy")
+
+    def test_a_lookup_told_not_now_asks_again_after_retry_after(self) -> None:
+        date = email.utils.formatdate(time.time() + 2, usegmt=True)
+        seen, server = self.observe(Reply(429, b"", (("Retry-After", "1"),)), Reply(503, b"", (("Retry-After", date),)),
+                                    Reply(200, b'[{"id": 5}]'))
+        self.assertEqual((seen.status, len(server.seen)), ("present", 3))
+        self.assertEqual(self.slept[0], 1.0)
+        self.assertTrue(0 <= self.slept[1] <= 2.0, self.slept)
+
+    def test_a_lookup_that_stays_told_not_now_is_unknown_within_its_time(self) -> None:
+        server = self.scripted(default=Reply(429, b"", (("Retry-After", "60"),)))
+        seen = self.adapter(section(server.url), timeout=5).observe(KEY, {})
+        self.assertEqual((seen.status, len(server.seen), self.slept), ("unknown", 1, []))
+        self.assertIn("answered 429", seen.evidence["reason"])
+
+
+class ConnectionTest(_Base):
+    """Connections: refused, timed out, kept alive and reused only when seen open, bounded answers, the deadline."""
+
+    def test_a_target_that_is_down_created_nothing(self) -> None:
+        url = f"http://127.0.0.1:{free_port()}"
+        with self.assertRaises(NotApplied) as caught:
+            self.adapter(section(url)).invoke(KEY, {}, 1)
+        self.assertIn("nothing was sent", str(caught.exception))
+        self.assertIsNone(caught.exception.retry_after)
+        seen = self.adapter(section(url), timeout=1.2).observe(KEY, {})
+        self.assertEqual(seen.status, "unknown")
+        self.assertGreaterEqual(len(self.slept), 1, "a lookup that could not connect is tried again within its time")
+
+    def test_a_silent_target_is_an_unknown_outcome_within_the_timeout(self) -> None:
+        server = self.scripted(Reply(silent=True))
+        began = time.monotonic()
+        with self.assertRaises(UnknownOutcome) as caught:
+            self.adapter(section(server.url), timeout=0.5).invoke(KEY, {}, 1)
+        self.assertLess(time.monotonic() - began, 3)
+        self.assertIn("may have been acted on", str(caught.exception))
+
+    def test_a_trickling_answer_is_cut_at_the_calls_time(self) -> None:
+        server = self.scripted(Reply(201, b'{"id": 1}', trickle=0.2))
+        began = time.monotonic()
+        with self.assertRaises(UnknownOutcome):
+            self.adapter(section(server.url), timeout=1.0).invoke(KEY, {}, 1)
+        took = time.monotonic() - began
+        self.assertLess(took, 2.5, "the timeout bounds the whole answer, not each read")
+
+    def test_connections_are_kept_alive_and_reused(self) -> None:
+        server = self.scripted(default=Reply(201, b'{"id": 1}'))
+        adapter = self.adapter(section(server.url))
+        with mock.patch("subprocess.Popen", side_effect=AssertionError("a call started a process")):
+            for _ in range(5):
+                adapter.invoke(KEY, {}, 1)
+        self.assertEqual((server.connections, len(server.seen), self.pool.made, self.pool.reused), (1, 5, 1, 4))
+
+    def test_a_kept_connection_the_server_closed_never_makes_a_post_unknown(self) -> None:
+        server = self.scripted(default=Reply(201, b'{"id": 1}', close=True))
+        adapter = self.adapter(section(server.url))
+        for n in range(3):
+            self.assertEqual(adapter.invoke(KEY, {}, 1), {"id": 1})
+            # The server's close has reached this side before the next call looks at the connection.
+            self.assertTrue(_wait(lambda: _readable(self.pool)), n)
+        self.assertEqual((server.connections, len(server.seen)), (3, 3))
+        self.assertEqual(self.pool.discarded, 2)
+
+    def test_a_long_answer_is_read_up_to_the_limit_and_its_connection_closed(self) -> None:
+        server = self.scripted(Reply(200, b"x" * (BODY_LIMIT + 5000)), default=Reply(201, b'{"id": 2}'))
+        adapter = self.adapter(section(server.url))
+        receipt = adapter.invoke(KEY, {}, 1)
+        self.assertEqual((receipt["status"], receipt["body_bytes"]), (200, BODY_LIMIT))
+        adapter.invoke(KEY, {}, 1)
+        self.assertEqual(server.connections, 2)
+
+    def test_nothing_is_sent_past_the_registered_calls_deadline(self) -> None:
+        server = self.scripted(default=Reply(201, b'{"id": 1}'))
+        now = [1_790_000_000.0]
+        registry = inflight.Registry(os.path.join(self.tmp, "calls"), clock=lambda: now[0])
+        call = registry.register(KEY, "invoke", 1, timeout=5)
+        adapter = self.adapter(section(server.url))
+        adapter.invoke("warm-up:issue", {}, 1)  # a kept connection, ready to send on at once
+        now[0] = call.record["deadline"] + 0.001  # the process was stopped, and continued after its deadline
+        with inflight.calling(registry, call):
+            with self.assertRaises(NotApplied) as caught:
+                adapter.invoke(KEY, {}, 1)
+            self.assertIn("deadline passed", str(caught.exception))
+            self.assertEqual(adapter.observe(KEY, {}).status, "unknown")
+        self.assertEqual(len(server.seen), 1, "only the warm-up reached the target")
+        now[0] = call.record["deadline"] - 10
+        with inflight.calling(registry, call):
+            adapter.invoke(KEY, {}, 1)
+        self.assertEqual(len(server.seen), 2)
+
+    def test_calls_from_many_threads_share_the_pool_safely(self) -> None:
+        token = os.path.join(self.tmp, "token")
+        with open(token, "w") as handle:
+            handle.write(SECRET + "\n")
+        desk = Helpdesk.from_token_file(token)
+        with HelpdeskServer(desk) as served:
+            adapter = self.adapter(section(served.url))
+            errors: List[BaseException] = []
+
+            def worker(n: int) -> None:
+                try:
+                    for i in range(15):
+                        adapter.invoke(f"k{n}-{i}:issue", {"external_ref": f"r{n}-{i}", "title": "t", "body": "b"}, 1)
+                except BaseException as exc:  # reported below
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=worker, args=(n,)) for n in range(6)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(60)
+            self.assertEqual(errors, [])
+            self.assertEqual(sum(desk.by_ref().values()), 90)
+            self.assertLessEqual(self.pool.made, 6, "at most one connection per thread at a time")
+            self.assertEqual(self.pool.made + self.pool.reused, 90)
+
+
+def _readable(pool: ConnectionPool) -> bool:
+    from runner.adapters import http as module
+
+    idle = [c for conns in pool._idle.values() for c in conns]
+    return bool(idle) and all(module._dropped(c) for c in idle)
+
+
+def _wait(condition: Any, timeout: float = 5.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if condition():
+            return True
+        time.sleep(0.005)
+    return False
+
+
+@unittest.skipUnless(have_openssl(), "openssl is not installed: no test certificate can be made")
+class TlsTest(_Base):
+    """https to a local server whose certificate a test CA made with openssl signed."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        ca, cert, key = make_certificates(self.tmp)
+        shutil.copy(ca, os.path.join(self.tmp, "private-ca.pem"))
+        token = os.path.join(self.tmp, "token")
+        with open(token, "w") as handle:
+            handle.write(SECRET)
+        self.desk = Helpdesk.from_token_file(token)
+        self.served = HelpdeskServer(self.desk, tls=(cert, key))
+        self.addCleanup(self.served.stop)
+
+    def test_https_with_the_contracts_ca_file(self) -> None:
+        adapter = self.adapter(section(self.served.url, ca_file="private-ca.pem"))
+        receipt = adapter.invoke(KEY, {"external_ref": VALUES["slug"], "title": "t", "body": "b"}, 1)
+        self.assertEqual(receipt["external_ref"], VALUES["slug"])
+        self.assertEqual(adapter.observe(KEY, {}).status, "present")
+        self.assertEqual(self.desk.by_ref(), {VALUES["slug"]: 1})
+        self.assertEqual(self.pool.made, 1, "the lookup went over the same TLS connection")
+
+    def test_an_unknown_certificate_fails_before_anything_is_sent(self) -> None:
+        with self.assertRaises(NotApplied) as caught:
+            self.adapter(section(self.served.url)).invoke(KEY, {"external_ref": "tls", "title": "t", "body": "b"}, 1)
+        self.assertIn("nothing was sent", str(caught.exception))
+        self.assertIn("CERTIFICATE_VERIFY_FAILED", str(caught.exception))
+        self.assertEqual(self.desk.by_ref(), {})
+
+
+class ProxyTest(_Base):
+    """Proxies from the environment, as urllib reads them: absolute-form for http, a CONNECT tunnel for https; no_proxy."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.proxy = ConnectProxy()
+        self.addCleanup(self.proxy.stop)
+
+    def environment(self, **values: str) -> Any:
+        cleared = {k: "" for k in os.environ if k.lower() in ("http_proxy", "https_proxy", "no_proxy", "all_proxy")}
+        patch = mock.patch.dict(os.environ, dict(cleared, **values))
+        return patch
+
+    def test_http_through_the_proxy_and_past_it_for_no_proxy(self) -> None:
+        server = self.scripted(default=Reply(201, b'{"id": 1}'))
+        with self.environment(http_proxy=f"http://desk:pa%3Ass@127.0.0.1:{self.proxy.port}"):
+            self.assertEqual(self.adapter(section(server.url)).invoke(KEY, {}, 1), {"id": 1})
+        self.assertEqual(self.proxy.asked, [f"POST {server.url}/api/issues HTTP/1.1"])
+        self.assertEqual(self.proxy.authorizations, ["Basic ZGVzazpwYTpzcw=="])  # desk:pa:ss
+        with self.environment(http_proxy=self.proxy.url, no_proxy="localhost,127.0.0.1"):
+            self.adapter(section(server.url)).invoke(KEY, {}, 1)
+        self.assertEqual(len(self.proxy.asked), 1, "no_proxy bypasses the proxy")
+        self.assertEqual(len(server.seen), 2)
+
+    @unittest.skipUnless(have_openssl(), "openssl is not installed: no test certificate can be made")
+    def test_https_through_a_connect_tunnel(self) -> None:
+        ca, cert, key = make_certificates(self.tmp)
+        token = os.path.join(self.tmp, "token")
+        with open(token, "w") as handle:
+            handle.write(SECRET)
+        desk = Helpdesk.from_token_file(token)
+        with HelpdeskServer(desk, tls=(cert, key)) as served:
+            with self.environment(https_proxy=self.proxy.url):
+                adapter = self.adapter(section(served.url, ca_file="ca.pem"))
+                adapter.invoke(KEY, {"external_ref": VALUES["slug"], "title": "t", "body": "b"}, 1)
+                self.assertEqual(adapter.observe(KEY, {}).status, "present")
+        self.assertEqual([line.rsplit(" ", 1)[0] for line in self.proxy.asked], [f"CONNECT 127.0.0.1:{served.port}"],
+                         "one tunnel, kept alive for both calls")
+        self.assertEqual(desk.by_ref(), {VALUES["slug"]: 1})
+
+    def test_a_proxy_that_refuses_the_connection_sent_nothing(self) -> None:
+        server = self.scripted(default=Reply(201, b'{"id": 1}'))
+        with self.environment(http_proxy=f"http://127.0.0.1:{free_port()}"):
+            with self.assertRaises(NotApplied):
+                self.adapter(section(server.url)).invoke(KEY, {}, 1)
+        self.assertEqual(server.seen, [])
+
+
+if __name__ == "__main__":
+    unittest.main()
