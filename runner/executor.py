@@ -147,7 +147,7 @@ class _Task:
     """One job in the loop: what this pass learned of it, and what it waits for."""
 
     __slots__ = ("job", "payload", "digest", "caps", "seen", "answer", "calls", "pending", "wake_at", "own", "error", "record", "finished",
-                 "watch", "group", "later", "seen_calls")
+                 "watch", "group", "later", "seen_calls", "blocked")
 
     def __init__(self, job: Job, payload: Dict[str, Any], caps: Caps) -> None:
         self.job, self.payload, self.caps = job, payload, caps
@@ -165,6 +165,7 @@ class _Task:
         self.group: Optional[str] = None  # the flow's group of this effect
         self.later = 0  # lookups the target answered "not now" in a row
         self.seen_calls = False  # the registry knew of an earlier call of this key when this pass began
+        self.blocked = False  # waits for a call slot: any call's end frees it
 
 
 class Executor:
@@ -196,6 +197,8 @@ class Executor:
         self.rand = rand or getattr(run, "rand", _random.random)
         self.stop_requested = False
         self._swept = False
+        self.calls_in_flight = 0  # calls started and not yet ended (a lookup of many keys is one)
+        self._reserved = 0  # slots taken for invokes whose started is being committed
         #: Figures of this executor's work: calls started, transitions committed, effects in flight now.
         self.figures: Dict[str, int] = {"calls": 0, "commits": 0, "records": 0, "in_flight": 0, "not_now": 0}
 
@@ -328,7 +331,7 @@ class Executor:
     def _wait(self, active: List[_Task]) -> None:
         """Block until a call ends, a wait is over, or the lease is due; then take in every call that ended."""
         now = self.run.clock()
-        if any(not t.finished and t.pending is None and (t.wake_at is None or t.wake_at <= now) for t in active):
+        if any(not t.finished and t.pending is None and not t.blocked and (t.wake_at is None or t.wake_at <= now) for t in active):
             return
         until = [t.wake_at for t in active if t.wake_at is not None and t.pending is None]
         due = self._renew_due()
@@ -339,6 +342,8 @@ class Executor:
         while got is not None:
             self._finished(*got)
             got = self.world.wait(0.0)
+        for task in active:
+            task.blocked = False  # a slot may be free now: decide again
 
     # -- deciding and acting --------------------------------------------------------------------------
     def _facts(self, task: _Task, now: float) -> Facts:
@@ -350,30 +355,68 @@ class Executor:
         return Facts(key, self.run.state["effects"].get(key), tuple(view for _, view in task.calls), task.seen, task.answer, task.caps, now)
 
     def _advance(self, active: List[_Task], stopping: bool) -> None:
-        """Decide and act for every task that is not waiting, until each waits, has a call in flight, or is finished."""
+        """Decide and act for every task that is not waiting, until each waits, has a call in flight, or is finished.
+
+        Calls go out while the flow has call slots: lookups first (they finish effects), those of one
+        adapter that can look many keys up at once (``observe_many``) together as one call; then
+        invokes, each after its ``started`` is durable. A task that finds no slot waits for a call to end.
+        """
         while True:
             now = self.run.clock()
             batch: List[Tuple[_Task, Move]] = []
+            lookups: List[_Task] = []
             for task in active:
-                if task.finished or task.pending is not None or (task.wake_at is not None and now < task.wake_at):
+                if task.finished or task.pending is not None or task.blocked or (task.wake_at is not None and now < task.wake_at):
                     continue
                 task.wake_at = None
                 move = self.decide(self._facts(task, now))
                 if stopping and move.kind in ("invoke", "wait", "wait-call", "kill-call"):
                     task.finished = True  # no new call once stopping; what waits is left for the next run
                     continue
-                if move.kind in ("invoke", "observe"):
-                    later = self.flow.ready(now)
-                    if later is not None:  # the rate, or a pause a "not now" answer asked for
-                        task.wake_at = later
-                        continue
-                if move.kind in _RECORDS:
+                if move.kind == "observe":
+                    lookups.append(task)
+                elif move.kind in _RECORDS:
                     batch.append((task, move))
                 else:
                     self._act(task, move, now)
+            self._look(lookups, now)
+            batch = [(task, move) for task, move in batch if move.kind != "invoke" or self._take_slot(task, now)]
             if not batch:
                 return
             self._commit(batch)
+
+    def _take_slot(self, task: _Task, now: float) -> bool:
+        """A call slot for ``task``'s next call, or False (it waits: for a call to end, or for the rate)."""
+        if not self.flow.call_room(self.calls_in_flight + self._reserved):
+            task.blocked = True
+            return False
+        later = self.flow.ready(now)
+        if later is not None:  # the rate, or a pause a "not now" answer asked for
+            task.wake_at = later
+            return False
+        self._reserved += 1
+        return True
+
+    def _look(self, tasks: List[_Task], now: float) -> None:
+        """Start the lookups ``tasks`` want: together where their adapter can, one call each otherwise, while slots last."""
+        groups: Dict[Any, List[_Task]] = {}
+        for task in tasks:
+            adapter = task.job.adapter
+            many = getattr(adapter, "observe_many", None) and getattr(adapter, "batch_key", None)
+            groups.setdefault(("many", many) if many else ("one", id(task)), []).append(task)
+        for (kind, _), members in groups.items():
+            size = max(1, int(getattr(members[0].job.adapter, "observe_batch", 1))) if kind == "many" else 1
+            for start in range(0, len(members), size):
+                chunk = members[start:start + size]
+                if not self._take_slot(chunk[0], now):
+                    for task in chunk[1:]:
+                        task.blocked, task.wake_at = chunk[0].blocked, chunk[0].wake_at
+                    continue
+                self._reserved -= 1
+                if len(chunk) == 1:
+                    self._start(chunk[0], "observe", now)
+                else:
+                    self._start_many(chunk, now)
 
     def _act(self, task: _Task, move: Move, now: float) -> None:
         kind = move.kind
@@ -446,11 +489,13 @@ class Executor:
             key = task.job.key
             if error is not None:
                 if move.kind == "invoke" and task.own is not None:
+                    self._reserved -= 1
                     self.registry.finish(task.own)  # nothing was begun: the call never started
                     task.own = None
                 task.error, task.finished = error, True
                 continue
             if move.kind == "invoke":
+                self._reserved -= 1
                 self.hooks.reached("effect:after-started", key=key)
                 task.seen, task.answer = None, None
                 self._start(task, "invoke", now, task.own)
@@ -476,6 +521,7 @@ class Executor:
             call = self.registry.register(job.key, kind, self._attempt(task), task.caps.timeout, self.run.owner, self.run.epoch)
         task.pending = (call, kind, now)
         self.figures["calls"] += 1
+        self.calls_in_flight += 1
         epoch = self.run.epoch
         registry = self.registry
 
@@ -492,8 +538,12 @@ class Executor:
 
         self.world.start(task, work)
 
-    def _finished(self, task: _Task, result: Any) -> None:
+    def _finished(self, task: Any, result: Any) -> None:
         """A call of ``task`` ended: keep what it found or answered for the next decision."""
+        self.calls_in_flight -= 1
+        if isinstance(task, _Many):
+            self._finished_many(task, result)
+            return
         call, kind, began = task.pending  # type: ignore[misc]
         task.pending = None
         now = self.run.clock()
@@ -501,15 +551,8 @@ class Executor:
             raise result
         if kind == "observe":
             self.registry.finish(call)
-            seen = result if isinstance(result, Seen) else Seen("unknown", {"error": f"{type(result).__name__}: {result}"}, began)
-            if seen.status == "later":
-                self.flow.answered("not-applied", now, seen.evidence.get("retry_after"))
-                task.later += 1
-                if task.later > task.caps.max_later:  # a lookup refused again and again says nothing
-                    seen = Seen("unknown", dict(seen.evidence, reason=f"the lookup was answered 'not now' {task.later} times"), began)
-            else:
-                task.later = 0
-            task.seen = seen._replace(at=began)
+            self._saw(task, result if isinstance(result, Seen) else Seen("unknown", {"error": f"{type(result).__name__}: {result}"}, began),
+                      began, now)
             return
         self.hooks.reached("effect:after-call", key=task.job.key)
         answer = result if isinstance(result, Answer) else Answer("unknown", f"{type(result).__name__}: {result}")
@@ -517,6 +560,78 @@ class Executor:
         self.flow.answered(answer.kind, now, answer.retry_after)
         if answer.kind == "not-applied":
             self.figures["not_now"] += 1
+
+
+    def _saw(self, task: _Task, seen: Seen, began: float, now: float) -> None:
+        """Keep a lookup's result for ``task``'s next decision; a lookup refused for now too often says nothing."""
+        if seen.status == "later":
+            self.flow.answered("not-applied", now, seen.evidence.get("retry_after"))
+            task.later += 1
+            if task.later > task.caps.max_later:
+                seen = Seen("unknown", dict(seen.evidence, reason=f"the lookup was answered 'not now' {task.later} times"), began)
+        else:
+            task.later = 0
+        task.seen = seen._replace(at=began)
+
+    def _start_many(self, tasks: List[_Task], now: float) -> None:
+        """One lookup of several keys through the first task's adapter (``observe_many``), each key registered as in flight."""
+        calls = [self.registry.register(t.job.key, "observe", self._attempt(t), t.caps.timeout, self.run.owner, self.run.epoch)
+                 for t in tasks]
+        for task, call in zip(tasks, calls):
+            task.pending = (call, "observe", now)
+        self.figures["calls"] += 1
+        self.calls_in_flight += 1
+        registry, adapter = self.registry, tasks[0].job.adapter
+        items = [(t.job.key, t.payload, t.job.adapter) for t in tasks]
+
+        def work() -> Any:
+            with inflight.calling(registry, calls[0]):
+                try:
+                    return _observe_many(adapter, items)
+                finally:
+                    for call in calls:
+                        registry.ended(call)
+
+        self.world.start(_Many(tasks), work)
+
+    def _finished_many(self, many: "_Many", result: Any) -> None:
+        if isinstance(result, BaseException) and not isinstance(result, Exception):
+            raise result
+        now = self.run.clock()
+        for index, task in enumerate(many.tasks):
+            call, _, began = task.pending  # type: ignore[misc]
+            task.pending = None
+            self.registry.finish(call)
+            seen = result[index] if isinstance(result, list) else Seen("unknown", {"error": f"{type(result).__name__}: {result}"}, began)
+            self._saw(task, seen, began, now)
+
+
+class _Many:
+    """The tag of one lookup of several keys: its tasks, in the order of its answer."""
+
+    __slots__ = ("tasks",)
+
+    def __init__(self, tasks: List[_Task]) -> None:
+        self.tasks = tasks
+
+
+def _observe_many(adapter: Any, items: List[Tuple[str, Dict[str, Any], Adapter]]) -> List[Seen]:
+    """One lookup of several keys; an answer that fails or does not fit says nothing of any of them."""
+    try:
+        found = adapter.observe_many(items)
+        if not isinstance(found, list) or len(found) != len(items):
+            raise TypeError(f"observe_many returned {len(found) if isinstance(found, list) else type(found).__name__} answers for {len(items)} keys")
+        out = []
+        for seen in found:
+            if not isinstance(seen, Observation) or seen.status not in ("present", "absent", "unknown"):
+                raise TypeError(f"observe_many returned {seen!r:.100}, not an Observation")
+            _effects.check_document(seen.evidence, "evidence")
+            out.append(Seen(seen.status, seen.evidence, 0.0))
+        return out
+    except NotApplied as exc:
+        return [Seen("later", {"not_now": str(exc)[:500], "retry_after": exc.retry_after}, 0.0) for _ in items]
+    except Exception as exc:
+        return [Seen("unknown", {"error": f"{type(exc).__name__}: {exc}"[:500]}, 0.0) for _ in items]
 
 
 def _soon_after_takeover(state: Dict[str, Any], key: str, caps: Caps, now: float) -> Optional[str]:

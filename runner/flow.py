@@ -2,11 +2,15 @@
 
 The executor (:mod:`runner.executor`) asks a :class:`Flow` three things:
 
-* :meth:`Flow.room`: may one more effect be taken on? At most ``limit``
-  effects are in flight, and fewer while the target pushes back: every
-  "not now" answer (429, 503, exit 75) halves the number in use, and every
-  call that succeeds adds back a fraction, so it climbs back one step per
-  round of successful calls (additive increase, multiplicative decrease).
+* :meth:`Flow.call_room`: may one more call start? At most ``limit`` calls
+  are in flight at the target (a lookup of many keys at once is one call),
+  and fewer while the target pushes back: every "not now" answer (429, 503,
+  exit 75) halves the number in use, and every call that succeeds adds back
+  a fraction, so it climbs back one step per round of successful calls
+  (additive increase, multiplicative decrease).
+* :meth:`Flow.room`: may one more effect be taken on? Twice as many effects
+  as calls are in flight, so that while some wait for their invoke others
+  are looked up; with one call at a time, one effect at a time.
 * :meth:`Flow.ready`: may a call start now? Calls are spaced by a token
   bucket (``rate``: ``per_second`` tokens, at most ``burst`` saved up), and
   none starts before the latest time a "not now" answer named: such an
@@ -51,7 +55,7 @@ class TokenBucket:
 class Flow:
     """The executor's flow control (see the module docstring).
 
-    :param limit: effects in flight at most (``effects.concurrency``, ``drive --parallel``).
+    :param limit: calls in flight at most (``effects.concurrency``, ``drive --parallel``).
     :param rate: ``{"per_second": R, "burst": B}`` (``effects.rate``), or None.
     :param group: ``{"key": TEMPLATE, "limit": N}`` (``effects.concurrency_key``), or None.
     """
@@ -67,8 +71,13 @@ class Flow:
         self.not_now = 0
 
     def room(self, in_flight: int) -> bool:
-        """Whether one more effect may be taken on, with ``in_flight`` already."""
-        return in_flight < max(1, int(self.in_use))
+        """Whether one more effect may be taken on, with ``in_flight`` effects already."""
+        calls = max(1, int(self.in_use))
+        return in_flight < (1 if self.limit == 1 else 2 * calls)
+
+    def call_room(self, calls: int) -> bool:
+        """Whether one more call may start, with ``calls`` in flight already."""
+        return calls < max(1, int(self.in_use))
 
     def ready(self, now: float) -> Optional[float]:
         """None when a call may start now (a token is taken), else the earliest time one may."""

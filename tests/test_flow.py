@@ -22,13 +22,16 @@ class TokenBucketTest(unittest.TestCase):
 
 
 class FlowTest(unittest.TestCase):
-    def test_not_now_pauses_every_call_and_halves_the_effects_in_flight(self) -> None:
+    def test_not_now_pauses_every_call_and_halves_the_calls_in_flight(self) -> None:
         flow = Flow(limit=32, now=0.0)
-        self.assertTrue(flow.room(31))
-        self.assertFalse(flow.room(32))
+        self.assertTrue(flow.call_room(31))
+        self.assertFalse(flow.call_room(32))
+        self.assertTrue(flow.room(63), "twice as many effects as calls: some are looked up while others are invoked")
+        self.assertFalse(flow.room(64))
+        self.assertFalse(Flow(limit=1).room(1), "one call at a time: one effect at a time")
         flow.answered("not-applied", now=5.0, retry_after=2.0)
         self.assertEqual((flow.in_use, flow.ready(5.5), flow.ready(7.0)), (16.0, 7.0, None))
-        self.assertFalse(flow.room(16))
+        self.assertFalse(flow.call_room(16))
         flow.answered("not-applied", now=5.1, retry_after=0.5)
         self.assertEqual((flow.paused_until, flow.in_use), (7.0, 8.0), "the later of the times given; halved again")
         for _ in range(8):
@@ -39,7 +42,7 @@ class FlowTest(unittest.TestCase):
         self.assertEqual(flow.in_use, 32.0, "climbs back while calls succeed, up to the limit")
         for _ in range(10):
             flow.answered("not-applied", now=9.0)
-        self.assertTrue(flow.room(0) and not flow.room(1), "never below one")
+        self.assertTrue(flow.call_room(0) and not flow.call_room(1), "never below one")
 
     def test_groups_bound_effects_in_flight_per_key(self) -> None:
         flow = Flow(limit=8, group={"key": "{payload.customer}", "limit": 2})

@@ -437,6 +437,52 @@ class ConnectionTest(_Base):
             self.assertEqual(self.pool.made + self.pool.reused, 90)
 
 
+class ManyTest(_Base):
+    """``observe.many``: one GET looks several keys up; its list is matched back to each key."""
+
+    def many(self, url: str, **extra: Any) -> Dict[str, Any]:
+        return section(url, observe={"many": dict({"url": url + "/api/issues?{each:external_ref={slug}}", "match": "/external_ref",
+                                                   "value": "{slug}", "max": 20}, **extra)})
+
+    def test_present_absent_and_how_many_match_in_one_request(self) -> None:
+        token = os.path.join(self.tmp, "token")
+        with open(token, "w") as handle:
+            handle.write(SECRET + "\n")
+        desk = Helpdesk.from_token_file(token)
+        with HelpdeskServer(desk) as served:
+            spec = self.many(served.url)
+            adapters = {slug: HttpAdapter(spec, values=dict(VALUES, slug=slug), workspace=self.tmp, pool=self.pool,
+                                          environ={"DESK_TOKEN": SECRET}) for slug in ("a b", "c", "gone")}
+            for slug in ("a b", "c", "c"):
+                adapters[slug].invoke(f"{slug}:issue", {"external_ref": slug, "title": "t", "body": "b"}, 1)
+            before = desk.count("listed")
+            found = adapters["a b"].observe_many([(f"{slug}:issue", {}, adapters[slug]) for slug in ("a b", "c", "gone")])
+            self.assertEqual([o.status for o in found], ["present", "present", "absent"])
+            self.assertEqual([o.evidence["matches"] for o in found], [1, 2, 0])
+            self.assertEqual(found[0].evidence["found"]["external_ref"], "a b")
+            self.assertEqual(desk.count("listed") - before, 1, "one request for three keys")
+            self.assertNotIn(SECRET, json.dumps([o.evidence for o in found]))
+            self.assertEqual(adapters["c"].batch_key, adapters["gone"].batch_key, "one contract's adapters go together")
+            self.assertEqual(adapters["c"].observe_batch, 20)
+
+    def test_an_answer_that_is_not_a_list_says_nothing_and_a_429_is_not_now(self) -> None:
+        server = self.scripted(Reply(200, b'{"not": "a list"}'), Reply(429, b"{}", (("Retry-After", "3"),)))
+        adapter = self.adapter(self.many(server.url))
+        items = [(KEY, {}, adapter), ("other:issue", {}, adapter)]
+        self.assertEqual([o.status for o in adapter.observe_many(items)], ["unknown", "unknown"])
+        with self.assertRaises(NotApplied) as caught:
+            adapter.observe_many(items)
+        self.assertEqual(caught.exception.retry_after, 3)
+
+    def test_the_section_is_checked(self) -> None:
+        self.assertEqual(http_problems({"http": self.many("http://127.0.0.1:9")}), [])
+        bad = http_problems({"http": section("http://127.0.0.1:9", observe={"many": {"url": "http://127.0.0.1:9/x?ref={slug}",
+                                                                                      "match": "id", "value": "", "max": 1}})})
+        text = " ".join(bad)
+        for expected in ("{each:", "JSON pointer", "template of the key", "from 2 to"):
+            self.assertIn(expected, text)
+
+
 def _readable(pool: ConnectionPool) -> bool:
     from runner.adapters import http as module
 

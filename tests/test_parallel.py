@@ -104,7 +104,7 @@ class KilledWithCallsInFlightTest(unittest.TestCase):
             case.setUp()
             try:
                 items = case.items(24)
-                case.start(items, invoke={"send-after": 0.05, "jitter": 0.3}, timeout=10, wrapper=case.killer(window, nth=12))
+                case.start(items, invoke={"send-after": 0.05, "jitter": 0.3}, timeout=10, wrapper=case.killer(window, nth=20))
                 first = case.finish(case.spawn("drive", "--owner", "w1", "--parallel", "8", "--json"))
                 in_flight_at_kill = len([n for n in os.listdir(os.path.join(case.root, ".run", "calls")) if n.endswith(".json")])
                 broken = cli(case.root, "lease", "break", "--by", "supervisor", "--reason", "w1 was killed")

@@ -130,7 +130,12 @@ _URL_PLACEHOLDERS = {"invoke": ("key", "item", "stem", "slug", "index", "run_id"
                      "observe": ("key", "item", "stem", "slug", "index", "run_id")}
 _HEADER_PLACEHOLDERS = {"invoke": ("key", "slug", "index", "run_id", "epoch"), "observe": ("key", "slug", "index", "run_id")}
 _REQUEST_KEYS = {"invoke": ("method", "url", "headers", "statuses", "receipt_headers"),
-                 "observe": ("method", "url", "headers", "statuses", "pointer")}
+                 "observe": ("method", "url", "headers", "statuses", "pointer", "many")}
+_MANY_KEYS = ("url", "list", "match", "value", "max")
+#: ``{each:TEMPLATE}`` in a lookup of many keys: TEMPLATE filled for each key, the parts joined with ``&``.
+_EACH = re.compile(r"\{each:([^{}]*(?:\{[a-z_]+\}[^{}]*)*)\}")
+#: Keys one lookup of many asks for at most.
+MANY_MAX = 200
 _HTTP_KEYS = ("invoke", "observe", "idempotency_header", "epoch_header", "deduplicates", "retention_seconds", "ca_file")
 #: Headers whose value is a credential: a literal value is refused.
 _SENSITIVE = ("authorization", "proxy-authorization", "cookie")
@@ -304,12 +309,45 @@ def _request_problems(kind: str, spec: Any) -> List[FieldProblem]:
             out.append(FieldProblem(at + ("pointer",), problem))
         elif method == "HEAD":
             out.append(FieldProblem(at + ("pointer",), "effects.http.observe.pointer needs an answer body; a HEAD request has none"))
+    if "many" in spec:
+        out.extend(_many_problems(spec["many"]))
     if "receipt_headers" in spec:
         names = spec["receipt_headers"]
         if not isinstance(names, list) or not all(isinstance(n, str) and _TOKEN.match(n) for n in names):
             out.append(FieldProblem(at + ("receipt_headers",), "effects.http.invoke.receipt_headers must list header names"))
         elif any(n.lower() in ("set-cookie", "authorization") or sensitive(n) for n in names):
             out.append(FieldProblem(at + ("receipt_headers",), "effects.http.invoke.receipt_headers: a credential header is never kept in a receipt"))
+    return out
+
+
+def _many_problems(many: Any) -> List[FieldProblem]:
+    """Problems of ``observe.many``: one GET that looks up several keys, answered by a list matched back to each key."""
+    at = ("http", "observe", "many")
+    if not isinstance(many, dict) or not {"url", "match", "value"} <= set(many):
+        return [FieldProblem(at, 'effects.http.observe.many must be {"url": ".../issues?{each:external_ref={slug}}", '
+                                 '"match": "/external_ref", "value": "{slug}"} (and "list", "max" if needed)')]
+    out = [FieldProblem(at + (name,), f"effects.http.observe.many: unknown field {name!r} (allowed: {', '.join(_MANY_KEYS)})")
+           for name in many if name not in _MANY_KEYS]
+    url = many["url"]
+    if not isinstance(url, str) or len(_EACH.findall(url)) != 1 or "?" not in url or url.index("?") > url.index("{each:"):
+        out.append(FieldProblem(at + ("url",), "effects.http.observe.many.url must hold {each:NAME=TEMPLATE} once, in its query"))
+    else:
+        out.extend(FieldProblem(at + ("url",), p) for p in _url_problems("observe", _EACH.sub("x", url)))
+        inner = _EACH.search(url).group(1)  # type: ignore[union-attr]
+        bad = [n for n in placeholders_in(inner) if n not in _URL_PLACEHOLDERS["observe"]]
+        if bad:
+            out.append(FieldProblem(at + ("url",), f"effects.http.observe.many.url: unknown placeholder {{{bad[0]}}}"))
+    for name in ("match", "list"):
+        if name in many:
+            problem = _pointer_problem(many[name])
+            if problem:
+                out.append(FieldProblem(at + (name,), problem.replace("observe.pointer", f"observe.many.{name}")))
+    value = many["value"]
+    if not isinstance(value, str) or any(n not in _URL_PLACEHOLDERS["observe"] for n in placeholders_in(value)) or not placeholders_in(value):
+        out.append(FieldProblem(at + ("value",), "effects.http.observe.many.value must be a template of the key, such as \"{slug}\""))
+    limit = many.get("max", 50)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 2 <= limit <= MANY_MAX:
+        out.append(FieldProblem(at + ("max",), f"effects.http.observe.many.max must be a whole number from 2 to {MANY_MAX}"))
     return out
 
 
@@ -381,6 +419,17 @@ class _Request(NamedTuple):
     receipt_headers: Tuple[str, ...]
 
 
+class _Many(NamedTuple):
+    """A lookup of many keys: the request (its URL's ``{each:...}`` left in), how its list is matched back to keys."""
+
+    request: _Request
+    each: str
+    list: Tuple[str, ...]
+    match: Tuple[str, ...]
+    value: str
+    most: int
+
+
 class _Spec(NamedTuple):
     invoke: _Request
     observe: _Request
@@ -389,6 +438,7 @@ class _Spec(NamedTuple):
     deduplicates: bool
     retention: Optional[float]
     ca_file: Optional[str]
+    many: Optional[_Many]
 
 
 def _compile_request(kind: str, spec: Dict[str, Any]) -> _Request:
@@ -415,9 +465,15 @@ def _compile(spec: Dict[str, Any]) -> _Spec:
     problems = http_problems({"http": spec})
     if problems:
         raise InvalidInput(f"{problems[0]} (run 'contract check')")
+    many = None
+    if "many" in spec["observe"]:
+        found = spec["observe"]["many"]
+        each = _EACH.search(found["url"]).group(1)  # type: ignore[union-attr]
+        request = _compile_request("observe", {"url": _EACH.sub("{each}", found["url"]), "headers": spec["observe"].get("headers") or {}})
+        many = _Many(request, each, parse_pointer(found.get("list", "")), parse_pointer(found["match"]), found["value"], int(found.get("max", 50)))
     made = _Spec(_compile_request("invoke", spec["invoke"]), _compile_request("observe", spec["observe"]),
                  spec.get("idempotency_header"), spec.get("epoch_header"), bool(spec.get("deduplicates", False)),
-                 spec.get("retention_seconds"), spec.get("ca_file"))
+                 spec.get("retention_seconds"), spec.get("ca_file"), many)
     with _COMPILED_LOCK:
         if len(_COMPILED) > 16:
             _COMPILED.clear()
@@ -829,6 +885,75 @@ class HttpAdapter:
                 return Observation("unknown", _scrub(dict(evidence, reason=reason[:500]), secrets))
             self.sleep(wait)
 
+    @property
+    def batch_key(self) -> Optional[Tuple[Any, ...]]:
+        """Adapters with one ``batch_key`` may be looked up together by :meth:`observe_many` (None: no ``observe.many``)."""
+        return None if self.spec.many is None else ("http", id(self.spec), self.workspace)
+
+    @property
+    def observe_batch(self) -> int:
+        """The most keys one :meth:`observe_many` asks for."""
+        return self.spec.many.most if self.spec.many is not None else 1
+
+    def observe_many(self, items: Sequence[Tuple[str, Dict[str, Any], Any]]) -> List[Observation]:
+        """Look several keys up with one request (``observe.many``), in the order given.
+
+        Each item is ``(key, payload, adapter)``: its adapter holds the key's
+        placeholders. The URL's ``{each:...}`` is filled for every key and the
+        parts joined with ``&``; the answer's list (at ``list``) is matched back
+        to each key by the value at ``match`` equal to the key's ``value``. A
+        key with a match is present (``matches`` says how many), one with none
+        absent; an answer that is not a list, or any status but 200, says
+        nothing of any of them.
+
+        :raises NotApplied: the lookup was refused for now (408, 429, 503, or no connection).
+        """
+        many = self.spec.many
+        if many is None:
+            raise InvalidInput("this contract's observe request names no 'many': keys are looked up one by one")
+        parts, wanted = [], []
+        for key, _payload, adapter in items:
+            values = dict(getattr(adapter, "values", self.values), key=key)
+            encoded = {n: v if isinstance(v, int) and not isinstance(v, bool) else urllib.parse.quote(str(v), safe="") for n, v in values.items()}
+            parts.append(expand([many.each], encoded)[0])
+            wanted.append(expand([many.value], values)[0])
+        request = many.request._replace(rest=many.request.rest.replace("{each}", "&".join(parts)))
+        first = items[0][0]
+        secrets: List[str] = []
+        evidence: Dict[str, Any] = {"source": "http", "request": self._shown(request, first, None), "keys": len(items)}
+
+        def unknown(reason: str) -> List[Observation]:
+            return [Observation("unknown", _scrub(dict(evidence, reason=reason[:500]), secrets)) for _ in items]
+
+        try:
+            reply = self._exchange(request, first, None, None, secrets, self._end())
+        except _NotSent as exc:
+            if exc.final:
+                return unknown(str(exc))
+            raise NotApplied(str(exc)) from None
+        except _Lost as exc:
+            return unknown(str(exc))
+        if reply.status in _LOOK_AGAIN:
+            raise NotApplied(self._answered(request, reply, first, None), retry_after_seconds(reply.headers.get("Retry-After")))
+        document = _json(reply.body) if reply.whole and reply.status == 200 else _MISSING
+        listed = resolve_pointer(document, many.list) if document is not _MISSING else _MISSING
+        if not isinstance(listed, list):
+            return unknown(self._answered(request, reply, first, None) + " (not a list to match the keys against)")
+        found: Dict[str, List[Any]] = {}
+        for element in listed:
+            value = resolve_pointer(element, many.match)
+            if isinstance(value, (str, int)) and not isinstance(value, bool):
+                found.setdefault(str(value), []).append(element)
+        out = []
+        for want in wanted:
+            matches = found.get(want, [])
+            seen = dict(evidence, status=reply.status, matches=len(matches))
+            if matches:
+                kept = canonical_json(matches[0])
+                seen["found"] = matches[0] if len(kept) <= POINTER_VALUE_LIMIT else {"sha256": sha256_hex(kept), "bytes": len(kept)}
+            out.append(Observation("present" if matches else "absent", _scrub(seen, secrets)))
+        return out
+
     # -- answers ---------------------------------------------------------------------------------------
     def _receipt(self, request: _Request, reply: _Reply, key: str, epoch: Optional[int]) -> Dict[str, Any]:
         """The JSON object answered, when there is one of a sane size; else the status, chosen headers and the body's digest."""
@@ -848,6 +973,8 @@ class HttpAdapter:
         document = _json(reply.body) if reply.whole else _MISSING
         if document is _MISSING:
             return Observation("unknown", dict(evidence, reason="the answer is not JSON (or longer than 1 MiB): the pointer cannot be read"))
+        if isinstance(document, list):
+            evidence["matches"] = len(document)  # a list of several: worth a person's look if the effect was called more than once
         value = resolve_pointer(document, request.pointer)
         if _empty(value):
             return Observation("absent", dict(evidence, at_pointer=None))

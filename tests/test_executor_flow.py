@@ -1,0 +1,127 @@
+"""The executor's flow in one process: calls in flight bounded, lookups of many keys made together, records grouped.
+
+An in-process target (a Python adapter) counts the calls it has in flight at
+once and records every key it created; the run is a real file store. These
+tests hold the executor to its bounds and measure nothing by time.
+"""
+
+import os
+import threading
+import time
+import unittest
+from typing import Any, Dict, List, Sequence, Tuple
+
+from runner.executor import Executor, Job
+from runner.flow import Flow
+from runner.run import Run
+from runner.stores.file import RunStore
+from runner.target import Observation
+from tests._util import scratch_dir
+
+
+class CountingTarget:
+    """Creates on every invoke (no deduplication); counts the calls it holds at once; can look many keys up in one call."""
+
+    name, key_scope, retention_seconds, conflicting_payload, verification, deduplicates = "counting", "test", None, "-", "lookup", False
+    timeout = 10.0
+
+    def __init__(self, latency: float = 0.02, many: bool = False) -> None:
+        self.latency, self.many = latency, many
+        self.lock = threading.Lock()
+        self.created: List[str] = []
+        self.now = self.most = self.calls = self.lookups = 0
+        self.batch_key = ("counting", id(self)) if many else None
+        self.observe_batch = 8
+
+    def _call(self) -> None:
+        with self.lock:
+            self.now += 1
+            self.calls += 1
+            self.most = max(self.most, self.now)
+        time.sleep(self.latency)
+        with self.lock:
+            self.now -= 1
+
+    def invoke(self, key: str, payload: Dict[str, Any], epoch: int) -> Dict[str, Any]:
+        self._call()
+        with self.lock:
+            self.created.append(key)
+        return {"id": key}
+
+    def observe(self, key: str, payload: Dict[str, Any]) -> Observation:
+        self._call()
+        with self.lock:
+            self.lookups += 1
+            return Observation("present" if key in self.created else "absent", {"key": key})
+
+    def observe_many(self, items: Sequence[Tuple[str, Dict[str, Any], Any]]) -> List[Observation]:
+        self._call()
+        with self.lock:
+            self.lookups += 1
+            return [Observation("present" if key in self.created else "absent", {"key": key, "matches": self.created.count(key)})
+                    for key, _, _ in items]
+
+
+def without_many(target: CountingTarget) -> None:
+    """A target that cannot look many keys up: the executor must not ask it to."""
+    target.batch_key = None
+
+
+class FlowInTheExecutorTest(unittest.TestCase):
+    def setUp(self) -> None:
+        tmp = scratch_dir("runner-executor-flow-")
+        self.addCleanup(tmp.cleanup)
+        plan = {"contract": 1, "task_id": "flow", "goal": "g", "steps": [{"id": "s", "next": "done"}], "limits": {"max_effect_attempts": 3}}
+        RunStore.create(os.path.join(tmp.name, "run"), "flow", plan)
+        self.run_ = Run(RunStore.open(os.path.join(tmp.name, "run"), durability="process"))
+        self.addCleanup(self.run_.store.fs.close)  # type: ignore[attr-defined]
+        self.run_.acquire("w", 600)
+        self.run_.step_start("s")
+
+    def perform(self, target: CountingTarget, items: int, parallel: int) -> Executor:
+        executor = Executor(self.run_, flow=Flow(parallel))
+        executor.perform_all(Job(f"k{n:03d}", {"n": n}, target, "s") for n in range(items))
+        return executor
+
+    def test_calls_in_flight_never_pass_the_bound_and_each_item_is_made_once(self) -> None:
+        target = CountingTarget()
+        executor = self.perform(target, 60, parallel=8)
+        self.assertLessEqual(target.most, 8)
+        self.assertGreaterEqual(target.most, 4, "the bound is used")
+        self.assertEqual(sorted(target.created), [f"k{n:03d}" for n in range(60)])
+        self.assertEqual({e["state"] for e in self.run_.state["effects"].values()}, {"verified"})
+        self.assertGreater(executor.figures["records"] / executor.figures["commits"], 1.0, "records of items ready together share a commit")
+
+    def test_lookups_of_many_keys_go_together_and_count_as_one_call(self) -> None:
+        target = CountingTarget(many=True)
+        executor = self.perform(target, 64, parallel=4)
+        self.assertLessEqual(target.most, 4)
+        self.assertLess(target.lookups, 64, "lookups were made several keys at a time")
+        self.assertEqual(executor.figures["calls"], 64 + target.lookups)
+        self.assertEqual(len(set(target.created)), 64)
+        self.assertEqual({e["state"] for e in self.run_.state["effects"].values()}, {"verified"})
+
+    def test_an_adapter_without_many_is_looked_up_one_key_at_a_time(self) -> None:
+        target = CountingTarget(many=True)
+        without_many(target)
+        self.perform(target, 16, parallel=4)
+        self.assertEqual(target.lookups, 16)
+
+    def test_one_call_at_a_time_is_one_effect_at_a_time(self) -> None:
+        order: List[str] = []
+
+        class Ordered(CountingTarget):
+            def invoke(self, key: str, payload: Dict[str, Any], epoch: int) -> Dict[str, Any]:
+                order.append(f"invoke {key}")
+                return super().invoke(key, payload, epoch)
+
+            def observe(self, key: str, payload: Dict[str, Any]) -> Observation:
+                order.append(f"observe {key}")
+                return super().observe(key, payload)
+
+        self.perform(Ordered(latency=0.0), 3, parallel=1)
+        self.assertEqual(order, ["invoke k000", "observe k000", "invoke k001", "observe k001", "invoke k002", "observe k002"])
+
+
+if __name__ == "__main__":
+    unittest.main()
