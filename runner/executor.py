@@ -264,9 +264,11 @@ class Executor:
                     self._wait(active)
         except Fenced:
             # Nothing more is written. Calls in flight are left to whoever holds the lease now: their
-            # records stay, and one whose answer is in hand is marked ended.
+            # records stay, each marked ended when it returns (or now, if it has).
             for task in active:
-                if task.own is not None and task.pending is None:
+                if task.pending is not None:
+                    self.registry.abandon(task.pending[0])
+                elif task.own is not None:
                     self.registry.ended(task.own)
             raise
         if stop is not None:
@@ -532,9 +534,9 @@ class Executor:
                         return _observe(job.adapter, job.key, task.payload)
                     return _invoke(job.adapter, job.key, task.payload, epoch)
                 finally:
-                    # The call's end, as the call sees it: whoever looks next need not wait for this
-                    # process (which may live on after its loop gave up) until the deadline.
-                    registry.ended(call)  # type: ignore[arg-type]
+                    # If the loop gave up on this call (fenced), its end is written for whoever looks next, so
+                    # they need not wait for this process (which may live on) until the deadline.
+                    registry.returned(call)  # type: ignore[arg-type]
 
         self.world.start(task, work)
 
@@ -590,7 +592,7 @@ class Executor:
                     return _observe_many(adapter, items)
                 finally:
                     for call in calls:
-                        registry.ended(call)
+                        registry.returned(call)
 
         self.world.start(_Many(tasks), work)
 

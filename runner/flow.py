@@ -27,8 +27,10 @@ from typing import Any, Dict, List, Mapping, Optional
 
 __all__ = ["Flow", "TokenBucket", "flow_for", "flow_problems", "GROUP_PLACEHOLDERS", "MAX_CONCURRENCY"]
 
-#: The most effects one executor keeps in flight.
+#: The most calls one executor keeps in flight.
 MAX_CONCURRENCY = 256
+#: The pause after a "not now" that named no delay: long enough that the answers of calls already out arrive in it.
+MIN_PAUSE_SECONDS = 0.1
 
 #: What a ``concurrency_key`` may name: the item's placeholders, the key, and ``payload.FIELD``.
 GROUP_PLACEHOLDERS = ("item", "stem", "slug", "index", "key")
@@ -86,12 +88,16 @@ class Flow:
         return self.bucket.take(now) if self.bucket is not None else None
 
     def answered(self, kind: str, now: float, retry_after: Optional[float] = None) -> None:
-        """What a call of the target answered: ``not-applied`` pushes back, anything else lets the limit climb."""
+        """What a call of the target answered: ``not-applied`` pushes back, anything else lets the limit climb.
+
+        One push back halves the calls in flight once: the other "not now" answers of that moment
+        (calls that were already out when it came) do not halve it again until the pause is over.
+        """
         if kind == "not-applied":
             self.not_now += 1
-            self.in_use = max(1.0, self.in_use / 2)
-            if retry_after is not None:
-                self.paused_until = max(self.paused_until, now + retry_after)
+            if now >= self.paused_until:
+                self.in_use = max(1.0, self.in_use / 2)
+            self.paused_until = max(self.paused_until, now + (retry_after if retry_after is not None else MIN_PAUSE_SECONDS))
         else:
             self.in_use = min(float(self.limit), self.in_use + 1.0 / max(1.0, self.in_use))
 

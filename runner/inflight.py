@@ -35,6 +35,7 @@ import hashlib
 import json
 import os
 import secrets
+import threading
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
@@ -54,12 +55,20 @@ _PAYLOAD = ".payload"
 
 
 class Registered:
-    """One registered call: its record as stored, and its file's name."""
+    """One registered call: its record as stored, and its file's name.
 
-    __slots__ = ("name", "record")
+    ``payload``: a payload file was written beside the record. ``returned`` and
+    ``abandoned`` meet under a lock: whichever of "the call returned" and "its
+    loop gave up on it" comes second writes the call's end (see :meth:`Registry.returned`).
+    """
+
+    __slots__ = ("name", "record", "payload", "returned", "abandoned", "lock")
 
     def __init__(self, name: str, record: Dict[str, Any]) -> None:
         self.name, self.record = name, record
+        self.payload = False
+        self.returned = self.abandoned = False
+        self.lock = threading.Lock()
 
     @property
     def key(self) -> str:
@@ -125,8 +134,8 @@ class Registry:
             return []
         return sorted(n for n in names if n.startswith(prefix) and n.endswith(_SUFFIX))
 
-    def _remove(self, call: Registered) -> None:
-        for path in (self._path(call.name), self.payload_path(call)):
+    def _remove(self, call: Registered, payload: bool = True) -> None:
+        for path in (self._path(call.name), self.payload_path(call)) if payload else (self._path(call.name),):
             try:
                 os.unlink(path)
             except FileNotFoundError:
@@ -159,11 +168,12 @@ class Registry:
 
     def payload_path(self, call: Registered) -> str:
         """Where the call's payload file goes: beside its record, removed with it."""
+        call.payload = True
         return self._path(call.name[: -len(_SUFFIX)] + _PAYLOAD)
 
     def finish(self, call: Registered) -> None:
         """The call's outcome is recorded in the ledger: forget it."""
-        self._remove(call)
+        self._remove(call, payload=call.payload)
 
     def ended(self, call: Registered) -> None:
         """The call ended but its outcome could not be recorded: keep it, with its end, for whoever comes next."""
@@ -172,6 +182,22 @@ class Registry:
             self._write(call)
         except OSError:
             pass
+
+    def returned(self, call: Registered) -> None:
+        """The call's own thread: it returned. If its loop gave up on it meanwhile, write its end for whoever comes next."""
+        with call.lock:
+            call.returned = True
+            write = call.abandoned
+        if write:
+            self.ended(call)
+
+    def abandon(self, call: Registered) -> None:
+        """The loop gives up on a call (it was fenced): its end is written when it returns, or now if it has."""
+        with call.lock:
+            call.abandoned = True
+            write = call.returned
+        if write:
+            self.ended(call)
 
     # -- the calls of every process ----------------------------------------------------------------
     def calls(self, key: str) -> List[Tuple[Registered, Call]]:

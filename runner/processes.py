@@ -38,10 +38,14 @@ def start_time(pid: int) -> Optional[str]:
 class Processes:
     """The operating system's processes, as the in-flight registry needs them."""
 
+    _me: Optional[Identity] = None
+
     def me(self) -> Identity:
-        """This process: its pid and start time."""
+        """This process: its pid and start time (read once per process; a forked child reads its own)."""
         pid = os.getpid()
-        return pid, start_time(pid)
+        if self._me is None or self._me[0] != pid:
+            self._me = (pid, start_time(pid))
+        return self._me
 
     def identity(self, pid: int) -> Identity:
         """``pid`` and its start time, read now (while it is known to run)."""

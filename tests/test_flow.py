@@ -33,15 +33,17 @@ class FlowTest(unittest.TestCase):
         self.assertEqual((flow.in_use, flow.ready(5.5), flow.ready(7.0)), (16.0, 7.0, None))
         self.assertFalse(flow.call_room(16))
         flow.answered("not-applied", now=5.1, retry_after=0.5)
-        self.assertEqual((flow.paused_until, flow.in_use), (7.0, 8.0), "the later of the times given; halved again")
+        self.assertEqual((flow.paused_until, flow.in_use), (7.0, 16.0), "the later of the times given; not halved again within the pause")
+        flow.answered("not-applied", now=7.5, retry_after=0.5)
+        self.assertEqual((flow.paused_until, flow.in_use), (8.0, 8.0), "a push back after the pause halves again")
         for _ in range(8):
             flow.answered("receipt", now=8.0)
         self.assertAlmostEqual(flow.in_use, 9.0, delta=0.1)  # one more per round of successful calls
         for _ in range(1000):
             flow.answered("receipt", now=8.0)
         self.assertEqual(flow.in_use, 32.0, "climbs back while calls succeed, up to the limit")
-        for _ in range(10):
-            flow.answered("not-applied", now=9.0)
+        for n in range(10):
+            flow.answered("not-applied", now=9.0 + n)
         self.assertTrue(flow.call_room(0) and not flow.call_room(1), "never below one")
 
     def test_groups_bound_effects_in_flight_per_key(self) -> None:

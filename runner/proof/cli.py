@@ -38,6 +38,11 @@ def add_proof_verbs(verb: Callable[..., Any]) -> None:
     sub.add_argument("--mcp", action="store_true", help="also time one transition through the library, the MCP server and the command line")
     sub.add_argument("--drive", action="store_true", help="instead: drive's items per second on a batch of 1,000 and of 20,000 items")
     sub.add_argument("--drive-sizes", type=positive, nargs=2, default=(1000, 20000), metavar=("SMALL", "LARGE"), help="--drive: the two batch sizes")
+    sub.add_argument("--parallel", action="store_true",
+                     help="instead: drive with many calls in flight against a loopback target, through the HTTP adapter and curl commands")
+    sub.add_argument("--items", type=positive, default=2000, help="--parallel: items per form")
+    sub.add_argument("--in-flight", type=positive, default=32, help="--parallel: calls in flight (drive --parallel N)")
+    sub.add_argument("--latency", type=float, default=0.1, help="--parallel: seconds the target takes to answer each request")
     sub.add_argument("--drive-durability", choices=("process", "sync"), default="process", help="--drive: fsync each transition (sync) or not")
 
     sub = verb("crashcheck", "explore every crash state a power loss can leave in the store", cmd_crashcheck)
@@ -80,6 +85,21 @@ def _verdict(passed: bool, what: str) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.parallel:
+        from .parallelbench import run_parallel_bench
+
+        result = run_parallel_bench(items=args.items, in_flight=args.in_flight, latency=args.latency)
+        lines = [f"ideal {result['ideal_seconds']} s ({result['items']} items x {result['latency_seconds']} s / {result['in_flight']} in flight)"]
+        for form in ("http", "commands", "rate_limited"):
+            if form in result:
+                lines.append(f"{form:13} " + ", ".join(f"{k} {v}" for k, v in result[form].items() if k != "form"))
+        if "cpu_commands_over_http" in result:
+            lines.append(f"CPU per item, commands over http: {result['cpu_commands_over_http']}")
+        lines += [f"target {name:26} {t['target']}: {'met' if t['met'] else 'NOT met'}" for name, t in result["targets"].items()]
+        emit(args, result, "\n".join(lines))
+        if not result["ok"]:
+            raise ProofFailed("a target holds other than one issue per item")
+        return 0
     if args.drive:
         from .drivebench import run_drive_bench
 
