@@ -8,7 +8,6 @@ is the conformance suite's (``test_store_conformance.py``).
 import json
 import os
 import subprocess
-import sys
 import unittest
 
 try:
@@ -49,9 +48,10 @@ class BackendTableTest(unittest.TestCase):
         for url in ("runs.db", "mysql://db", "File:runs", ""):
             with self.subTest(url=url):
                 self.assertIsNone(backend_of(url))
-                for call in (lambda: open_store(url, "t"), lambda: create_store(url, "t", {}), lambda: list_runs(url), lambda: run_url(url, "t")):
+                calls = (lambda u: open_store(u, "t"), lambda u: create_store(u, "t", {}), list_runs, lambda u: run_url(u, "t"))
+                for call in calls:
                     with self.assertRaises(InvalidInput) as caught:
-                        call()
+                        call(url)
                     self.assertEqual(caught.exception.message, f"unknown store {url!r}: use file:DIR, sqlite:PATH or postgresql://...")
 
     def test_the_location_a_class_gets_is_the_rest_of_the_url_except_for_postgresql(self) -> None:
