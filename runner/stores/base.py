@@ -75,7 +75,7 @@ class Store(abc.ABC):
         Of two concurrent creates of one run, exactly one succeeds.
 
         :param location: where the run is kept (see the class docs).
-        :param task_id: the run's id (letters, digits, ``.``, ``_``, ``-``).
+        :param task_id: the run's id (see :func:`runner.envelope.validate_id`).
         :param plan: the run's plan, a JSON object, kept in its identity.
         :param workspace_base: the absolute folder a relative ``workspace`` resolves
             against, kept in the run's identity (see :func:`runner.stores.codec.new_identity`).
@@ -186,11 +186,17 @@ class Store(abc.ABC):
 
     @property
     def revision(self) -> int:
-        """The revision of :attr:`state`: the number of transitions committed since ``create``."""
+        """The revision of :attr:`state`: the number of transitions committed since ``create``.
+
+        :raises StateUnrecoverable: no state is loaded (see :attr:`state`).
+        """
         return int(self.state["revision"])
 
     def now(self) -> str:
-        """The store's clock as the envelope writes times (UTC, ISO 8601)."""
+        """The time of the store's clock.
+
+        :returns: the time as the envelope writes times (UTC, ISO 8601).
+        """
         return format_time(self.clock())
 
     def transact(self, decide: Callable[[Dict[str, Any]], Ops], *, epoch: int = 0) -> Dict[str, Any]:
