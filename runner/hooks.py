@@ -66,7 +66,8 @@ from .quoting import MESSAGE, NOTICE_SHORT, PATH, fit, moment, name, number, quo
 from .recovery import decide
 from .run import Run
 from .stores.codec import decode_identity, local_maker
-from .stores.file import IDENTITY, scan
+from .stores.file_layout import IDENTITY
+from .stores.file_scan import scan
 from .views import action_text, brief
 
 __all__ = ["main", "handle", "owner_for", "locate_run", "made_by", "adoption", "time_budget", "HOOK_FILE", "MAX_PUSHES_WITHOUT_PROGRESS",

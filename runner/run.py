@@ -21,8 +21,8 @@ from .envelope import MAX_DURATION_SECONDS, Ops, apply_ops, check_duration, cont
 from .evidence import observe_step, observed_ops
 from .errors import InvalidInput, LimitExhausted, RunnerError
 from .target import Adapter
+from .stores import backend_of, open_store
 from .stores.base import CommitThenRaise, Store
-from .stores.file import RunStore
 from .windows import NO_HOOKS, Hooks
 
 __all__ = ["Run", "submit_job"]
@@ -45,9 +45,25 @@ class Run:
         self.hooks = hooks if hooks is not None else getattr(store, "hooks", NO_HOOKS)
 
     @classmethod
-    def open(cls, path: str, owner: Optional[str] = None, epoch: Optional[int] = None, *, clock: Optional[Callable[[], float]] = None,
-             rand: Callable[[], float] = _random.random, **store_options: Any) -> "Run":
-        return cls(RunStore.open(path, clock=clock or time.time, **store_options), owner, epoch, rand)
+    def open(cls, path: str, owner: Optional[str] = None, epoch: Optional[int] = None, *, task_id: Optional[str] = None,
+             clock: Optional[Callable[[], float]] = None, rand: Callable[[], float] = _random.random, **store_options: Any) -> "Run":
+        """Open the run kept at ``path``: a store URL, or a plain path meaning a file store's run folder.
+
+        :param path: ``file:DIR``, ``sqlite:PATH``, ``postgresql://...`` (see
+            :mod:`runner.stores`) or the folder of a file store's run.
+        :param owner: the lease holder this object writes as (None: an observer).
+        :param epoch: the fencing epoch of ``owner``'s lease.
+        :param task_id: which run of a database (required there); for a folder,
+            the run it must hold when given.
+        :param clock: wall clock (seconds since the epoch) of the store and the run.
+        :param rand: draws the jitter of retry delays.
+        :param store_options: the backend's own keywords (see its class).
+        :returns: the run, its store loaded.
+        :raises InvalidInput: no such run, or a database URL without ``task_id``.
+        :raises StateUnrecoverable: the run's state is damaged beyond an exact rebuild.
+        """
+        url = path if backend_of(path) is not None else "file:" + path
+        return cls(open_store(url, task_id, clock=clock or time.time, **store_options), owner, epoch, rand)
 
     @property
     def state(self) -> Dict[str, Any]:

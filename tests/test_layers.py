@@ -84,15 +84,15 @@ class LayerCheckTest(unittest.TestCase):
     def test_the_check_fails_on_a_planted_private_import(self) -> None:
         copy = _copy_of_runner(self)
         # Taken by name, and read as an attribute of an imported module: both are another package's private names.
-        _append(os.path.join(copy, "adapters", "artifact.py"), "\nfrom ..stores.file import _witness  # noqa\n")
-        _append(os.path.join(copy, "steps.py"), "\n\ndef _seal():\n    from .stores import file as store_file\n\n    return store_file._seal_key\n")
+        _append(os.path.join(copy, "adapters", "artifact.py"), "\nfrom ..stores.file_scan import _chain_from  # noqa\n")
+        _append(os.path.join(copy, "steps.py"), "\n\ndef _seal():\n    from .stores import file_witness\n\n    return file_witness._head_seal\n")
         # Modules of one package may share their private names: not reported.
-        _append(os.path.join(copy, "stores", "sql.py"), "\nfrom .file import _witness as _shared  # noqa\n")
+        _append(os.path.join(copy, "stores", "sql.py"), "\nfrom .file_scan import _chain_from as _shared  # noqa\n")
         added = _added(self, copy)
         self.assertEqual(len(added), 2, added)
-        self.assertRegex(added[0], r"^runner/adapters/artifact\.py:\d+: runner\.adapters\.artifact imports the private name _witness "
-                                   r"of runner\.stores\.file \(another package\)$")
-        self.assertRegex(added[1], r"^runner/steps\.py:\d+: runner\.steps imports the private name _seal_key of runner\.stores\.file ")
+        self.assertRegex(added[0], r"^runner/adapters/artifact\.py:\d+: runner\.adapters\.artifact imports the private name _chain_from "
+                                   r"of runner\.stores\.file_scan \(another package\)$")
+        self.assertRegex(added[1], r"^runner/steps\.py:\d+: runner\.steps imports the private name _head_seal of runner\.stores\.file_witness ")
 
 
 class CycleFindingTest(unittest.TestCase):
@@ -125,28 +125,6 @@ class CycleFindingTest(unittest.TestCase):
         found = check_layers.violations(root)
         self.assertEqual(found, ["pkg/a.py:2: import cycle pkg.a -> pkg.sub.d -> pkg.a (pkg/a.py:2, pkg/sub/d.py:1); "
                                  "all of pkg.a, pkg.b, pkg.c, pkg.sub.d depend on each other"])
-
-
-class OldImportPathsTest(unittest.TestCase):
-    """Harness code written against the flat layout still imports what it used."""
-
-    def test_the_old_module_paths_still_name_the_same_objects(self) -> None:
-        import runner.effects
-        import runner.recovery
-        import runner.run
-        import runner.sqlstore
-        import runner.store
-        from runner.stores import create_store, open_store
-        from runner.stores.file import RunStore, scan
-
-        self.assertIs(runner.store.RunStore, RunStore)
-        self.assertIs(runner.store.scan, scan)
-        self.assertIs(runner.sqlstore.open_store, open_store)
-        self.assertIs(runner.sqlstore.create_store, create_store)
-        for name in ("Run", "submit_job"):
-            self.assertTrue(callable(getattr(runner.run, name)))
-        self.assertTrue(callable(runner.recovery.recover))
-        self.assertTrue(callable(runner.effects.begin_ops))
 
 
 class EngineModulesTest(unittest.TestCase):

@@ -424,7 +424,7 @@ class RunMakerTest(unittest.TestCase):
 
     def test_file_and_sqlite_runs_without_a_maker_load_work_and_check_clean(self) -> None:
         path = os.path.join(self.tmp, "old")
-        with mock.patch("runner.stores.file.new_identity", _older_identity):
+        with mock.patch("runner.stores.file_writer.new_identity", _older_identity):
             RunStore.create(path, self.plan["task_id"], self.plan)
         with open(os.path.join(path, "run.json"), "rb") as handle:
             self.assertNotIn(b"made_by", handle.read())
@@ -467,7 +467,7 @@ class AdoptionTest(ContainmentCheck):
         plan = load_contract(_util.TEMPLATE)
         path = os.path.join(project, ".run")
         if older:
-            with mock.patch("runner.stores.file.new_identity", _older_identity):
+            with mock.patch("runner.stores.file_writer.new_identity", _older_identity):
                 RunStore.create(path, plan["task_id"], plan)
         elif maker is not None:
             with mock.patch("runner.stores.codec.local_maker", return_value=maker):

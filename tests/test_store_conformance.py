@@ -349,6 +349,17 @@ class StoreConformance(_Mixin):
             self.assertUnchanged(task, before, raw)
         self.assertIn(task, list_runs(self.list_url()))
 
+    def test_run_open_finds_the_store_by_its_url(self) -> None:
+        task = self.new_task()
+        created = self.create(task)
+        created.commit(_util.transition_ops(1))
+        run = Run.open(self.url_for(task), task_id=task)
+        self.stores.append(run.store)
+        self.assertEqual(run.state, created.state)
+        lease = run.acquire("conformance-worker", 60)
+        self.assertEqual(self.fresh(task)[0]["lease"], run.state["lease"])
+        self.assertEqual((lease["owner"], run.store.revision), ("conformance-worker", 2))
+
     # -- transitions ---------------------------------------------------------------------
     def test_revisions_increase_by_one_along_a_hash_chain(self) -> None:
         task = self.new_task()

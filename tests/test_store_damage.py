@@ -22,7 +22,8 @@ except ImportError:
     import _util
 
 from runner.errors import StateUnrecoverable
-from runner.stores.file import STATE_FILES, RunStore, _decode_snapshot, _encode_snapshot
+from runner.stores.file import STATE_FILES, RunStore
+from runner.stores.file_layout import decode_snapshot, encode_snapshot
 
 LATEST, PREVIOUS, QUARANTINED = "latest", "previous", "quarantined"
 THIS_FILE = os.path.abspath(__file__)
@@ -520,9 +521,9 @@ class SchemaVersion(DamageCase):
         for built in (self.fresh, self.small):
             with self.subTest(run=os.path.basename(built.path)):
                 bench = self.bench(built)
-                state = _decode_snapshot(built.files["snapshot.json"])
+                state = decode_snapshot(built.files["snapshot.json"])
                 state["schema_version"] = 2
-                bench.put("snapshot.json", _encode_snapshot(state))
+                bench.put("snapshot.json", encode_snapshot(state))
                 before = _util.contents(bench.path)
                 status = _util.run_cli("--dir", bench.path, "status")
                 doctor = _util.in_process_cli(["--dir", bench.path, "--json", "doctor"])

@@ -47,6 +47,7 @@ _GONE = ("25P03", "57P01", "57P02", "57P03", "08000", "08003", "08006")
 class PostgresStore(SQLStore):
     """Runs in PostgreSQL, shared by workers on several hosts. See the module docs for the lock bounds."""
 
+    kind = "postgresql"
     mark = "%s"
 
     def __init__(self, url: str, task_id: str, *, lock_hold: float = 5.0, **options: Any) -> None:

@@ -86,12 +86,13 @@ def _touched(ops: Sequence[List[Any]]) -> Tuple[bool, Optional[set]]:
 class SQLStore(Store):
     """The database store's template: subclasses supply the connection and the locking statement.
 
-    Same public surface as :class:`runner.stores.file.RunStore`: ``create``,
-    ``open``, ``state``, ``revision``, ``transact``, ``commit``,
-    ``refresh``, ``records_after``, ``clock``, ``path`` (a local folder for
-    job files), ``findings``, and ``compact``/``repair`` (nothing to do).
+    The public surface is :class:`runner.stores.base.Store`'s; ``compact``
+    has nothing to do, ``path`` is a local folder for job files, and the
+    ``location`` of the class methods is the database's URL.
     """
 
+    #: The backend's name in messages (the ``kind`` of :func:`runner.stores.parse_store_url`).
+    kind = ""
     #: SQL placeholder of the driver.
     mark = "?"
 
@@ -109,13 +110,18 @@ class SQLStore(Store):
         creating: bool = False,
         hooks: Optional[Hooks] = None,
     ) -> None:
-        """
+        """The options of :meth:`open` and :meth:`create`.
+
+        :param url: the database's URL.
+        :param task_id: the run's id.
         :param clock: wall clock for record times and leases.
         :param sleep: how the store waits between tries while the database is busy.
         :param rand: draws the jitter of those waits (in [0, 1)).
         :param monotonic: measures ``lock_wait``.
         :param lock_wait: seconds a transaction keeps trying while the run's lock (or the
             database's) is held by someone else; then :class:`RetryLater` says so.
+        :param jobs_root: the local folder under which the run's job files are kept
+            (by default beside a SQLite file, else ``.runner-jobs`` in the working folder).
         :param creating: the database may be created (``init``); every other use needs it to exist.
         :param hooks: receives the store's commit windows (see :mod:`runner.windows`).
         """
@@ -268,7 +274,18 @@ class SQLStore(Store):
     # -- public surface ---------------------------------------------------------------------
     @classmethod
     def create(cls, url: str, task_id: str, plan: Dict[str, Any], workspace_base: Optional[str] = None, **options: Any) -> "SQLStore":
-        """Start a new run; refuse if the database already holds one with this task id."""
+        """Start a new run; refuse if the database already holds one with this task id.
+
+        :param url: the database's URL. Only ``create`` makes a database that does not exist yet.
+        :param task_id: the run's id. :param plan: its plan, a JSON object.
+        :param workspace_base: the folder a relative ``workspace`` resolves against.
+        :param options: the constructor's keywords.
+        :returns: the store at revision 0.
+        :raises InvalidInput: the task id or plan is malformed, the database cannot
+            be opened, or it already holds run ``task_id``.
+        :raises StateUnrecoverable: the database is damaged or not a database.
+        :raises RetryLater: the database stayed locked for ``lock_wait`` seconds.
+        """
         if not isinstance(plan, dict):
             raise InvalidInput("the plan must be a JSON object")
         store = cls(url, task_id, creating=True, **options)
@@ -292,7 +309,20 @@ class SQLStore(Store):
         return store
 
     @classmethod
-    def open(cls, url: str, task_id: str, **options: Any) -> "SQLStore":
+    def open(cls, url: str, task_id: Optional[str] = None, **options: Any) -> "SQLStore":
+        """Load run ``task_id`` from its rows, checked against its journal (see :meth:`_load`).
+
+        :param url: the database's URL; the database must exist.
+        :param task_id: which run (a database holds many): required.
+        :param options: the constructor's keywords.
+        :returns: the store; ``findings`` names rows rebuilt from the journal, which the next write rewrites.
+        :raises InvalidInput: no task id, no such database or no such run in it.
+        :raises StateUnrecoverable: the database is damaged, or the run's journal
+            cannot prove the revision its rows claim.
+        :raises RetryLater: the database stayed locked for ``lock_wait`` seconds.
+        """
+        if not task_id:
+            raise InvalidInput(f"a {cls.kind} store holds many runs: name one with --task ID")
         store = cls(url, task_id, **options)
         try:
             store._retrying(store._load, write=False)
@@ -425,7 +455,13 @@ class SQLStore(Store):
         self._load()
 
     def refresh(self) -> Dict[str, Any]:
-        """Catch up with what other processes committed, without taking the run's write lock."""
+        """Catch up with what other processes committed, without taking the run's write lock.
+
+        :returns: the latest committed state.
+        :raises InvalidInput: the run's row is gone.
+        :raises StateUnrecoverable: the rows and the journal disagree beyond a rebuild.
+        :raises RetryLater: the database stayed locked for ``lock_wait`` seconds.
+        """
         def read() -> None:
             row = self._one("SELECT revision, head FROM runner_runs WHERE task_id = {m}", (self.task_id,))
             self._catch_up_to((int(row[0]), str(row[1])) if row else None)
@@ -483,7 +519,13 @@ class SQLStore(Store):
         return [["set", ["observations", "store", f"r{self.state['revision'] + 1}"], event]]
 
     def repair(self, *, epoch: int = 0) -> List[Finding]:
-        """Rewrite rows the last load rebuilt from the journal; return what was done."""
+        """Rewrite rows the last load rebuilt from the journal, as one transition.
+
+        :param epoch: the fencing epoch written on the record of the repair.
+        :returns: the findings repaired (empty when there was nothing to do).
+        :raises StateUnrecoverable: the run is damaged beyond a rebuild.
+        :raises RetryLater: the database stayed locked for ``lock_wait`` seconds.
+        """
         done: List[Finding] = []
 
         def work() -> None:
@@ -496,17 +538,29 @@ class SQLStore(Store):
         return done
 
     def records_after(self, after: int) -> Tuple[List[Dict[str, Any]], int]:
+        """Every journal record after ``after`` up to the current revision; the database keeps them all.
+
+        :returns: ``(records, 1)``: see :meth:`runner.stores.base.Store.records_after`.
+        :raises RetryLater: the database stayed locked for ``lock_wait`` seconds.
+        """
         rows = self._retrying(lambda: self._all("SELECT line FROM runner_journal WHERE task_id = {m} AND rev > {m} ORDER BY rev", (self.task_id, after)), write=False)
         records = [dict(body, hash=digest) for digest, body in (decode_record(str(r[0]).encode("utf-8")) for r in rows)]
         self.refresh()
         return [r for r in records if r["rev"] <= self.revision], 1
 
     def close(self) -> None:
+        """Close the database connection."""
         self.db.close()
 
     @classmethod
-    def task_ids(cls, url: str, **options: Any) -> List[str]:
-        """Task ids of the runs in the database at ``url``."""
+    def list_runs(cls, url: str, **options: Any) -> List[str]:
+        """The task ids of the runs in the database at ``url``, sorted.
+
+        :returns: the task ids; empty when the database does not exist.
+        :raises InvalidInput: the database cannot be opened.
+        :raises StateUnrecoverable: the database is damaged or not a database.
+        :raises RetryLater: the database stayed locked for ``lock_wait`` seconds.
+        """
         try:
             store = cls(url, "listing", **options)
         except InvalidInput:

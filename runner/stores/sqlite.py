@@ -27,6 +27,7 @@ class SQLiteStore(SQLStore):
     and writers waiting on it give up after ``lock_wait`` seconds.
     """
 
+    kind = "sqlite"
     mark = "?"
 
     def _connect(self) -> Any:

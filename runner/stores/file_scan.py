@@ -1,0 +1,390 @@
+"""Reading a file store's run folder: what it holds, what can be rebuilt from it, and what is damage.
+
+Nothing here writes, and :func:`scan` takes no lock: the harness hooks read a
+run with it and nothing else, and the writer (:mod:`runner.stores.file_writer`)
+loads through it under the run's lock. :func:`check` is the thorough look that
+``doctor`` reports, under the same lock.
+
+Loading never guesses. A torn final journal line (an append that was never
+acknowledged) is dropped and the drop is recorded. Any other damage is
+rebuilt exactly from another base (the snapshot, the backup, or ``run.json``,
+each continued by the journal) or reported as damage, on which the writer
+stops the run with :class:`~runner.errors.StateUnrecoverable` after moving its
+files into ``quarantine/``. A journal that ends before the revision the head
+witness names (:mod:`runner.stores.file_witness`) is damage too.
+"""
+
+import os
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from ..envelope import SchemaMismatch, sha256_hex
+from ..errors import InvalidInput
+from ..fs import FileSystem, OsFileSystem
+from .base import Finding
+from .codec import decode_identity, decode_record, genesis, replay
+from .file_layout import BACKUP, HEAD, IDENTITY, JOURNAL, PREV_JOURNAL, QUARANTINE, SNAPSHOT, STATE_FILES, TMP_SUFFIX, decode_snapshot
+from .file_witness import decode_head, head_problem
+
+__all__ = ["Scan", "JournalFile", "scan", "check", "parse_journal"]
+
+
+class JournalFile(NamedTuple):
+    """What one journal file held when it was read."""
+
+    records: List[Tuple[str, Dict[str, Any]]]  # (hash, body) in file order
+    good_end: int  # byte offset after the last complete, valid line
+    size: int  # bytes in the file
+    torn: bool  # trailing bytes after good_end form a torn (unacknowledged) line
+    error: Optional[str]  # damage inside the file, if any
+    identity: Optional[Tuple[int, int]]  # (inode, size) when read
+
+
+class Scan(NamedTuple):
+    """What a read-only look at a run folder found. ``state`` is None unless loadable."""
+
+    path: str
+    exists: bool  # a run (or the remains of one) is here
+    state: Optional[Dict[str, Any]]
+    base: Optional[str]  # the file the state was rebuilt from
+    findings: List[Finding]
+    journal: Optional[JournalFile]
+    snapshot_size: int
+    journal_bytes_since_snapshot: int
+
+    @property
+    def damaged(self) -> bool:
+        return any(f.level == "damage" for f in self.findings)
+
+    @property
+    def repairable(self) -> List[Finding]:
+        return [f for f in self.findings if f.level == "repairable"]
+
+
+
+def parse_journal(data: bytes, identity: Optional[Tuple[int, int]], allow_torn: bool) -> JournalFile:
+    """The records of a journal file's bytes, up to the first damage; a torn final line only where ``allow_torn``."""
+    records: List[Tuple[str, Dict[str, Any]]] = []
+    pos = 0
+    while True:
+        nl = data.find(b"\n", pos)
+        if nl < 0:
+            break
+        try:
+            records.append(decode_record(data[pos:nl]))
+        except ValueError as exc:
+            return JournalFile(records, pos, len(data), False, f"line {len(records) + 1} (byte {pos}): {exc}", identity)
+        pos = nl + 1
+    tail = data[pos:]
+    if not tail:
+        return JournalFile(records, pos, len(data), False, None, identity)
+    # A tail without a newline is an append that never completed, unless it is
+    # a whole record followed by one wrong byte where the newline should be.
+    try:
+        decode_record(tail[:-1])
+        complete_but_damaged = True
+    except ValueError:
+        complete_but_damaged = False
+    if complete_but_damaged or not allow_torn:
+        return JournalFile(records, pos, len(data), False, f"damaged final line (byte {pos})", identity)
+    return JournalFile(records, pos, len(data), True, None, identity)
+
+
+def _chain_from(
+    base: Dict[str, Any], records: Sequence[Tuple[str, Dict[str, Any]]], prev_lost: bool
+) -> Tuple[Optional[int], Optional[str]]:
+    """Index of the first record after ``base``, or an error if the journal does not continue it.
+
+    A base ahead of the journal is an error: the journal always holds the
+    record at the snapshot's revision, so such a base means records are gone.
+    The one exception is a damaged previous journal, which held exactly those.
+    """
+    rev, head = base["revision"], base["head"]
+    for index, (digest, body) in enumerate(records):
+        if body["rev"] == rev:
+            if digest != head:
+                return None, f"journal record {rev} disagrees with the base's head"
+            return index + 1, None
+        if body["rev"] == rev + 1:
+            if body["prev"] != head:
+                return None, f"journal record {rev + 1} does not continue revision {rev}"
+            return index, None
+    if not records:
+        if rev == 0 or prev_lost:
+            return 0, None
+        return None, f"base is at revision {rev} but the journal holds no records"
+    if records[-1][1]["rev"] < rev:
+        return None, f"base is at revision {rev}, ahead of the journal (last record {records[-1][1]['rev']})"
+    return None, f"the journal starts at revision {records[0][1]['rev']}, after the base's revision {rev}"
+
+
+def _read_identity(fs: FileSystem, path: str) -> Tuple[Dict[str, Any], str]:
+    data = fs.read(path)
+    return decode_identity(data), sha256_hex(data)
+
+
+def scan(path: str, fs: Optional[FileSystem] = None, thorough: bool = False) -> Scan:
+    """Read a run folder without changing anything and say what can be loaded.
+
+    The state returned, when there is one, is the latest revision the files
+    prove: rebuilt from the first valid base (snapshot, then backup, then the
+    identity) that the journal continues to its last complete record.
+    ``thorough`` also validates what the load did not need: the backup and
+    every line of the previous journal.
+
+    A load from a valid snapshot needs only the last line of the previous
+    journal (the record at the snapshot's revision), so that is all it reads
+    there; any other base needs the whole previous journal, and gets it.
+
+    It takes no lock: a writer compacting meanwhile can make a healthy run
+    look damaged. :func:`check` and :meth:`~runner.stores.file_writer.RunStore.open` scan under the lock.
+    """
+    fs = fs or OsFileSystem()
+    if not thorough:
+        quick = _scan(path, fs, thorough=False, whole_prev=False)
+        if quick.base == SNAPSHOT or not quick.exists:
+            return quick
+    return _scan(path, fs, thorough=thorough, whole_prev=True)
+
+
+def _last_line(data: bytes) -> bytes:
+    """The final complete line of ``data`` (with its newline), or all of it when there is no such line."""
+    end = data.rfind(b"\n", 0, len(data) - 1) if data.endswith(b"\n") else -1
+    return data[end + 1 :] if data.endswith(b"\n") else data
+
+
+def _scan(path: str, fs: FileSystem, thorough: bool, whole_prev: bool) -> Scan:
+    findings: List[Finding] = []
+
+    def join(name: str) -> str:
+        return os.path.join(path, name)
+
+    if not fs.exists(path):
+        return Scan(path, False, None, None, [Finding("note", "absent", f"no run folder at {path}")], None, 0, 0)
+    names = set(fs.listdir(path))
+    present = [n for n in STATE_FILES if n in names]
+    for name in present + [n for n in (HEAD,) if n in names]:
+        if fs.is_symlink(join(name)):
+            findings.append(Finding("damage", "symlink", f"{name} is a symbolic link; refusing to follow it"))
+    for name in sorted(names):
+        if name.endswith(TMP_SUFFIX):
+            findings.append(Finding("repairable", "stray-temp", f"leftover temporary file {name}"))
+    if any(f.code == "symlink" for f in findings):
+        return Scan(path, True, None, None, findings, None, 0, 0)
+
+    if IDENTITY not in names:
+        if not present:
+            if QUARANTINE in names:
+                findings.append(Finding("damage", "quarantined", f"the run's state was quarantined in {join(QUARANTINE)}"))
+                return Scan(path, True, None, None, findings, None, 0, 0)
+            findings.append(Finding("note", "empty", f"no run in {path}"))
+            return Scan(path, False, None, None, findings, None, 0, 0)
+        if _is_unfinished_init(fs, path, names):
+            findings.append(Finding("note", "unfinished-init", "an init that never completed left files; a new init may replace them"))
+            return Scan(path, False, None, None, findings, None, 0, 0)
+        findings.append(Finding("damage", "identity-missing", "run.json is missing but run state is present"))
+        return Scan(path, True, None, None, findings, None, 0, 0)
+
+    try:
+        identity, genesis_head = _read_identity(fs, join(IDENTITY))
+    except (OSError, ValueError, InvalidInput) as exc:
+        findings.append(Finding("damage", "identity", f"run.json is unreadable: {exc}"))
+        return Scan(path, True, None, None, findings, None, 0, 0)
+
+    # The head is read before the journal: a writer updates it only after
+    # the journal, so a reader without the lock still never sees it ahead.
+    head: Optional[Tuple[int, str]] = None
+    if HEAD not in names:
+        findings.append(Finding("repairable", "head-missing", f"{HEAD} is missing, so no witness says how far the run got"))
+    else:
+        try:
+            head = decode_head(fs.read(join(HEAD)), identity)
+        except (OSError, ValueError) as exc:
+            findings.append(Finding("repairable", "head-invalid", f"{HEAD} is ignored: {exc}"))
+
+    journals: Dict[str, JournalFile] = {}
+    for name in (PREV_JOURNAL, JOURNAL):
+        if name in names:
+            ident = fs.stat(join(name))
+            data = fs.read(join(name))
+            if name == PREV_JOURNAL and not whole_prev:
+                data = _last_line(data)
+            journals[name] = parse_journal(data, ident, allow_torn=(name == JOURNAL))
+    current = journals.get(JOURNAL)
+    prev = journals.get(PREV_JOURNAL)
+    if current is not None and current.torn:
+        findings.append(
+            Finding(
+                "repairable",
+                "torn-record",
+                f"dropped a torn final journal record: {current.size - current.good_end} bytes at offset {current.good_end}",
+            )
+        )
+    if prev is not None and prev.error is None:
+        # The previous journal is a copy of what the snapshot holds: a gap or
+        # a repeated line inside it makes it unusable, not the run.
+        for (digest_a, a), (_, b) in zip(prev.records, prev.records[1:]):
+            if b["rev"] != a["rev"] + 1 or b["prev"] != digest_a:
+                prev = prev._replace(error=f"revision {b['rev']} does not continue revision {a['rev']}")
+                break
+
+    # The records a base may be continued by: prev then current, if they link.
+    records: List[Tuple[str, Dict[str, Any]]] = []
+    chain_error: Optional[str] = None
+    prev_usable = prev is not None and prev.error is None
+    if prev is not None and prev.error:
+        findings.append(Finding("repairable", "prev-journal", f"{PREV_JOURNAL} is damaged at {prev.error}"))
+    if current is not None and current.error:
+        chain_error = f"{JOURNAL} is damaged at {current.error}"
+    else:
+        cur_records = current.records if current else []
+        if prev_usable and prev.records:  # type: ignore[union-attr]
+            if cur_records and cur_records[0][1]["prev"] != prev.records[-1][0]:  # type: ignore[union-attr]
+                findings.append(Finding("repairable", "prev-journal", f"{PREV_JOURNAL} does not link to {JOURNAL}"))
+                prev_usable = False
+                records = list(cur_records)
+            else:
+                records = prev.records + list(cur_records)  # type: ignore[union-attr]
+        else:
+            records = list(cur_records)
+        for (_, a), (_, b) in zip(records, records[1:]):
+            if b["rev"] != a["rev"] + 1:
+                chain_error = f"journal revisions jump from {a['rev']} to {b['rev']}"
+                break
+    if chain_error:
+        findings.append(Finding("damage", "journal", chain_error))
+        return Scan(path, True, None, None, findings, current, 0, 0)
+
+    last_rev = records[-1][1]["rev"] if records else 0
+    candidates: List[Tuple[str, Callable[[], Dict[str, Any]]]] = []
+    snapshot_size = 0
+    for name in (SNAPSHOT, BACKUP):
+        if name in names:
+            def load(name: str = name) -> Dict[str, Any]:
+                return decode_snapshot(fs.read(join(name)))
+            candidates.append((name, load))
+        elif name == SNAPSHOT:
+            findings.append(Finding("repairable", "snapshot-missing", "snapshot.json is missing"))
+    candidates.append((IDENTITY, lambda: genesis(identity, genesis_head)))
+
+    highest_valid = -1  # a rebuild must never land below a valid base
+    for name, load in candidates:
+        try:
+            base = load()
+        except SchemaMismatch as exc:
+            findings.append(Finding("damage", "schema", f"{name}: {exc}"))
+            return Scan(path, True, None, None, findings, current, 0, 0)
+        except (OSError, ValueError, InvalidInput) as exc:
+            findings.append(Finding("repairable", f"{name}-invalid", f"{name} is invalid: {exc}"))
+            continue
+        if base["task_id"] != identity["task_id"] or base["created_at"] != identity["created_at"]:
+            findings.append(Finding("repairable", f"{name}-foreign", f"{name} belongs to another run (task {base['task_id']!r})"))
+            continue
+        highest_valid = max(highest_valid, base["revision"])
+        base_point = (base["revision"], base["head"])
+        # Only the snapshot may stand without the record at its revision, and
+        # only when the previous journal that held it is the damaged file.
+        start, error = _chain_from(base, records, name == SNAPSHOT and prev is not None and not prev_usable)
+        if error is not None:
+            findings.append(Finding("repairable", f"{name}-inconsistent", f"{name}: {error}"))
+            continue
+        try:
+            state = replay(base, records[start:])  # type: ignore[index]
+        except ValueError as exc:
+            findings.append(Finding("damage", "replay", f"replaying the journal from {name} failed: {exc}"))
+            return Scan(path, True, None, None, findings, current, 0, 0)
+        if state["revision"] != max(last_rev, base["revision"]) or state["revision"] < highest_valid:
+            findings.append(Finding("repairable", f"{name}-behind", f"{name} rebuilds revision {state['revision']}, behind a valid base at {highest_valid}"))
+            continue
+        if identity.get("schema_version") != state["schema_version"]:
+            # A state of another version was refused above, so this is run.json damaged.
+            findings = [Finding("damage", f.code, f.message) if f.level == "repairable" else f for f in findings]
+            said = f"{IDENTITY} says schema version {identity.get('schema_version')!r}, the run's state is version {state['schema_version']}"
+            findings.append(Finding("damage", "identity", said))
+            return Scan(path, True, None, None, findings, current, 0, 0)
+        lost = head_problem(head, state, base_point, records)
+        ends_at_snapshot = prev_usable and prev.records and state["revision"] == prev.records[-1][1]["rev"]  # type: ignore[union-attr]
+        if lost is None and current is None and not ends_at_snapshot:
+            # Compaction leaves no journal only between rotating it and
+            # creating the next, when the previous journal ends at the snapshot.
+            lost = f"{JOURNAL} is missing, and only a compaction that ended with {PREV_JOURNAL} at the snapshot may leave it so"
+        if lost is not None:
+            findings = [Finding("damage", f.code, f.message) if f.level == "repairable" else f for f in findings]
+            findings.append(Finding("damage", "journal-lost", lost))
+            return Scan(path, True, None, None, findings, current, 0, 0)
+        if name == SNAPSHOT:
+            snapshot_size = fs.stat(join(SNAPSHOT))[1]  # type: ignore[index]
+            if thorough and BACKUP in names:
+                problem = _backup_problem(fs, join(BACKUP), identity, state, prev.records if prev_usable else [])  # type: ignore[union-attr]
+                if problem:
+                    findings.append(Finding("repairable", f"{BACKUP}-invalid", f"{BACKUP} is invalid: {problem}"))
+        else:
+            findings.append(Finding("repairable", "rebuilt", f"rebuilt revision {state['revision']} from {name} and the journal"))
+        since = current.good_end if current is not None else 0
+        return Scan(path, True, state, name, findings, current, snapshot_size, since)
+
+    # No base reaches the end of the journal: every problem found is damage now.
+    findings = [Finding("damage", f.code, f.message) if f.level == "repairable" else f for f in findings]
+    findings.append(Finding("damage", "no-base", f"no valid base rebuilds revision {last_rev}"))
+    return Scan(path, True, None, None, findings, current, 0, 0)
+
+
+def _backup_problem(
+    fs: FileSystem, path: str, identity: Dict[str, Any], state: Dict[str, Any], prev_records: Sequence[Tuple[str, Dict[str, Any]]]
+) -> Optional[str]:
+    """Why ``backup.json`` is not the snapshot before the current one of this run's history; None when it is.
+
+    It must be of this run (task id and creation time), no newer than the
+    state, and, where the previous journal holds the record after it, be the
+    revision that record continues.
+    """
+    try:
+        backup = decode_snapshot(fs.read(path))
+    except (OSError, ValueError, InvalidInput) as exc:
+        return str(exc)
+    if backup["task_id"] != identity["task_id"] or backup["created_at"] != identity["created_at"]:
+        return "it belongs to another run"
+    if backup["revision"] > state["revision"]:
+        return f"it is at revision {backup['revision']}, ahead of the run"
+    for digest, body in prev_records:
+        if body["rev"] == backup["revision"] + 1 and body["prev"] != backup["head"]:
+            return f"the previous journal's revision {body['rev']} does not continue it"
+        if body["rev"] == backup["revision"] and digest != backup["head"]:
+            return f"its revision {body['rev']} differs from the previous journal's"
+    return None
+
+
+def _is_unfinished_init(fs: FileSystem, path: str, names: set) -> bool:
+    """True when the only state is what an interrupted ``init`` writes before run.json."""
+    if BACKUP in names or PREV_JOURNAL in names:
+        return False
+    if JOURNAL in names and fs.stat(os.path.join(path, JOURNAL))[1] != 0:  # type: ignore[index]
+        return False
+    if SNAPSHOT in names:
+        try:
+            return decode_snapshot(fs.read(os.path.join(path, SNAPSHOT)))["revision"] == 0
+        except (OSError, ValueError):
+            return False
+    return True
+
+
+
+
+def check(path: str, fs: Optional[FileSystem] = None) -> Scan:
+    """A thorough, read-only look at a run folder (what ``doctor`` reports), under the run's lock.
+
+    The lock keeps a writer from compacting mid-look, so a healthy run never
+    looks damaged for having been read between two renames. Nothing is
+    written: the lock is the folder itself.
+    """
+    own = fs is None
+    fs = fs or OsFileSystem()
+    try:
+        if fs.is_symlink(path):
+            raise InvalidInput(f"{path} is a symbolic link; refusing to use it as a run folder", path=path)
+        if not fs.exists(path):
+            return scan(path, fs, thorough=True)
+        with fs.lock(path):
+            return scan(path, fs, thorough=True)
+    finally:
+        if own:
+            fs.close()  # type: ignore[attr-defined]
