@@ -182,9 +182,9 @@ def build_parser(extensions: Sequence[Callable[[Callable[..., argparse.ArgumentP
     sub.add_argument("--workers", type=positive, default=2, metavar="N")
     sub.add_argument("--handler", dest="handler_spec", required=True, metavar="MODULE:FUNCTION",
                      help="called as f(store, owner, ttl, context) for each claimed run")
-    sub.add_argument("--context", default="{}", metavar="JSON", help="passed to the handler (and to the hooks factory)")
-    sub.add_argument("--hooks", metavar="MODULE:FUNCTION",
-                     help="called as f(context, seed) once in each worker; returns the hooks of its commit windows")
+    sub.add_argument("--context", default="{}", metavar="JSON", help="passed to the handler (and to the observer factory)")
+    sub.add_argument("--observer", metavar="MODULE:FUNCTION",
+                     help="called as f(context, seed) once in each worker; returns the observer of its commit windows")
     sub.add_argument("--ttl", type=_seconds, default=60.0)
 
     sub = verb("mcp", "serve the run to an MCP client over stdio; --allow-control is dangerous (see README)", cmd_mcp)
@@ -860,10 +860,10 @@ def cmd_work(args: argparse.Namespace) -> int:
 
     url = _store_url(args)
     load_handler(args.handler_spec)  # fail here, once, rather than in every worker
-    if args.hooks:
-        load_handler(args.hooks, "hooks factory")
+    if args.observer:
+        load_handler(args.observer, "observer factory")
     context = _json_arg(args.context, "--context")
-    tally = run_pool(url, args.workers, args.handler_spec, context=context, ttl=args.ttl, hooks=args.hooks)
+    tally = run_pool(url, args.workers, args.handler_spec, context=context, ttl=args.ttl, observer=args.observer)
     emit(args, {"ok": not tally["errors"], **tally}, "\n".join(f"{k:14} {v}" for k, v in tally.items()))
     return 0 if not tally["errors"] else 1
 

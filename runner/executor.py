@@ -30,7 +30,7 @@ Invariants it keeps:
   reconciled (observed, never called again); then the stop is raised.
 
 The world (threads and their completions), the decision function, the
-registry and the commit windows' hooks are passed in, so a simulation can
+registry and the commit windows' observer are passed in, so a simulation can
 run this same code in a seeded world (``runner/proof/simulation.py``).
 """
 
@@ -48,7 +48,7 @@ from .errors import Fenced, RunnerError, Stopped
 from .flow import Flow
 from .lifecycle import UNRESOLVED, Answer, Call, Caps, Facts, Move, Seen, next_move
 from .target import Adapter, NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
-from .windows import NO_HOOKS, Hooks
+from .windows import NO_OBSERVER, Observer
 
 __all__ = ["Executor", "Job", "World", "ThreadWorld", "caps_for", "DEFAULT_TIMEOUT"]
 
@@ -176,7 +176,7 @@ class Executor:
     :param decide: the lifecycle (default :func:`runner.lifecycle.next_move`).
     :param ttl: the lease's time to live for renewals (default: the contract's, else 300 s).
     :param flow: how many effects are in flight, how fast calls start (default: one at a time).
-    :param hooks: the commit windows' hooks (default: the run's).
+    :param observer: the commit windows' observer (default: the run's).
     :param rand: the random source of backoffs (default: the run's).
 
     ``stop_requested`` (set by a signal handler, then :meth:`World.interrupt`)
@@ -186,14 +186,14 @@ class Executor:
 
     def __init__(self, run: Any, *, registry: Optional[inflight.Registry] = None, world: Optional[World] = None,
                  decide: Callable[[Facts], Move] = next_move, ttl: Optional[float] = None, flow: Optional[Flow] = None,
-                 hooks: Optional[Hooks] = None, rand: Optional[Callable[[], float]] = None) -> None:
+                 observer: Optional[Observer] = None, rand: Optional[Callable[[], float]] = None) -> None:
         self.run = run
         self.registry = registry if registry is not None else inflight.registry_for(run.store)
         self.world = world or ThreadWorld()
         self.decide = decide
         self._ttl = ttl
         self.flow = flow or Flow()
-        self.hooks = hooks if hooks is not None else getattr(run, "hooks", NO_HOOKS)
+        self.observer = observer if observer is not None else getattr(run, "observer", NO_OBSERVER)
         self.rand = rand or getattr(run, "rand", _random.random)
         self.stop_requested = False
         self._swept = False
@@ -480,9 +480,9 @@ class Executor:
             if move.kind == "invoke":
                 task.own = self.registry.register(task.job.key, "invoke", self._attempt(task) + 1, task.caps.timeout,
                                                   self.run.owner, self.run.epoch)
-                self.hooks.reached("effect:before-started", key=task.job.key)
+                self.observer.reached("effect:before-started", key=task.job.key)
             elif move.kind == "verify":
-                self.hooks.reached("effect:before-verify", key=task.job.key)
+                self.observer.reached("effect:before-verify", key=task.job.key)
         errors = self.run.transact_many([self._change(task, move) for task, move in batch])
         self.figures["commits"] += 1
         self.figures["records"] += len(batch)
@@ -498,7 +498,7 @@ class Executor:
                 continue
             if move.kind == "invoke":
                 self._reserved -= 1
-                self.hooks.reached("effect:after-started", key=key)
+                self.observer.reached("effect:after-started", key=key)
                 task.seen, task.answer = None, None
                 self._start(task, "invoke", now, task.own)
                 continue
@@ -509,7 +509,7 @@ class Executor:
                 self.registry.forget_ended(key)  # earlier calls that ended are superseded by this record
                 task.calls = [(r, v) for r, v in task.calls if v.alive]
             if move.kind == "ack":
-                self.hooks.reached("effect:after-ack", key=key)
+                self.observer.reached("effect:after-ack", key=key)
             if move.error is not None:
                 task.error, task.finished = move.error, True
 
@@ -556,7 +556,7 @@ class Executor:
             self._saw(task, result if isinstance(result, Seen) else Seen("unknown", {"error": f"{type(result).__name__}: {result}"}, began),
                       began, now)
             return
-        self.hooks.reached("effect:after-call", key=task.job.key)
+        self.observer.reached("effect:after-call", key=task.job.key)
         answer = result if isinstance(result, Answer) else Answer("unknown", f"{type(result).__name__}: {result}")
         task.answer = answer._replace(ended_at=now)
         self.flow.answered(answer.kind, now, answer.retry_after)

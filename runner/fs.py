@@ -28,7 +28,7 @@ import sys
 import threading
 from typing import Dict, Iterator, List, Optional, Tuple
 
-from .windows import NO_HOOKS, Hooks
+from .windows import NO_OBSERVER, Observer
 
 __all__ = ["FileSystem", "OsFileSystem", "SymlinkRefused", "replace_durably", "FILE_MODE", "DIR_MODE"]
 
@@ -136,24 +136,24 @@ class FileSystem:
         raise NotImplementedError
 
 
-def replace_durably(fs: FileSystem, path: str, data: bytes, sync: bool = True, hooks: Hooks = NO_HOOKS) -> None:
+def replace_durably(fs: FileSystem, path: str, data: bytes, sync: bool = True, observer: Observer = NO_OBSERVER) -> None:
     """Replace ``path`` with ``data`` atomically, in the order the module docstring shows.
 
     With ``sync`` false the fsyncs are skipped: the replace is still atomic
     for other processes, but survives only the death of a process.
-    ``hooks`` is told the store windows between the steps (:mod:`runner.windows`).
+    ``observer`` is told the store windows between the steps (:mod:`runner.windows`).
     """
     tmp = path + ".tmp"
     fs.write_file(tmp, data)
-    hooks.reached("store:after-temp-write", path=path)
+    observer.reached("store:after-temp-write", path=path)
     if sync:
         fs.fsync(tmp)
-    hooks.reached("store:after-temp-fsync", path=path)
+    observer.reached("store:after-temp-fsync", path=path)
     fs.replace(tmp, path)
-    hooks.reached("store:after-rename", path=path)
+    observer.reached("store:after-rename", path=path)
     if sync:
         fs.fsync_dir(os.path.dirname(path) or ".")
-    hooks.reached("store:after-rename-fsync", path=path)
+    observer.reached("store:after-rename-fsync", path=path)
 
 
 def _fullfsync(fd: int) -> None:

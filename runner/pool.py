@@ -10,9 +10,9 @@ The supervisor starts the workers, watches them, and when one dies breaks
 the leases it held (it saw the process end) and starts a fresh worker with a
 new owner id in its place, until every run is finished or no worker can make
 progress. A handler is ``module:function`` called as ``handler(store, owner,
-ttl, context)`` for each claimed run and returning an outcome word. A hooks
+ttl, context)`` for each claimed run and returning an outcome word. A observer
 factory (``module:function``, called as ``factory(context, seed)`` once in
-each worker) gives the hooks every store the worker opens is handed, so it
+each worker) gives the observer every store the worker opens is handed, so it
 sees each commit window (:mod:`runner.windows`); ``on_line`` sees every line
 a worker prints and ``on_exit`` every worker that ended. The pool itself
 neither injects faults nor judges the results: that is its caller's business.
@@ -33,7 +33,7 @@ from typing import Any, Callable, Dict, List, Optional
 from .errors import InvalidInput, RunnerError
 from .run import Run
 from .stores import list_runs, open_store, run_url
-from .windows import NO_HOOKS, Hooks
+from .windows import NO_OBSERVER, Observer
 
 __all__ = ["run_pool", "load_handler", "worker_main"]
 
@@ -57,7 +57,7 @@ def worker_main(argv: List[str]) -> int:
     opts = json.loads(argv[0])
     handler = load_handler(opts["handler"])
     context = opts.get("context", {})
-    hooks: Hooks = load_handler(opts["hooks"], "hooks factory")(context, opts["seed"]) if opts.get("hooks") else NO_HOOKS
+    observer: Observer = load_handler(opts["observer"], "observer factory")(context, opts["seed"]) if opts.get("observer") else NO_OBSERVER
     rng = random.Random(opts.get("seed"))
     while True:
         progressed = False
@@ -65,7 +65,7 @@ def worker_main(argv: List[str]) -> int:
         rng.shuffle(tasks)
         for task in tasks:
             try:
-                store = open_store(run_url(opts["store"], task), task, hooks=hooks)
+                store = open_store(run_url(opts["store"], task), task, observer=observer)
             except RunnerError as exc:
                 print(f"error {task} {exc.reason}", flush=True)
                 continue
@@ -88,12 +88,12 @@ def _spawn(opts: Dict[str, Any]) -> "subprocess.Popen[str]":
 
 
 def run_pool(store_url: str, workers: int, handler: str, *, context: Optional[Dict[str, Any]] = None, ttl: float = 60.0, seed: int = 1,
-             hooks: Optional[str] = None, on_line: Optional[Callable[[str], None]] = None,
+             observer: Optional[str] = None, on_line: Optional[Callable[[str], None]] = None,
              on_exit: Optional[Callable[[str, int], None]] = None, max_generations: int = 10000,
              tally: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """Run ``workers`` processes over the store's runs, replacing any that are killed; return the tally.
 
-    ``hooks``: a ``module:function`` hooks factory for each worker (see the
+    ``observer``: a ``module:function`` observer factory for each worker (see the
     module docs). ``on_exit(owner, exit code)`` is called after each worker
     ended, once the leases of a killed one are broken. The tally counts
     ``workers`` started, ``crashes`` (workers ended by SIGKILL, each
@@ -112,7 +112,7 @@ def run_pool(store_url: str, workers: int, handler: str, *, context: Optional[Di
     def start() -> None:
         nonlocal generation
         generation += 1
-        opts: Dict[str, Any] = {"store": store_url, "handler": handler, "hooks": hooks, "owner": f"{supervisor}-w{generation}", "ttl": ttl,
+        opts: Dict[str, Any] = {"store": store_url, "handler": handler, "observer": observer, "owner": f"{supervisor}-w{generation}", "ttl": ttl,
                                 "context": context or {}, "seed": rng.randrange(1 << 30)}
         proc = _spawn(opts)
         tally["workers"] += 1

@@ -23,7 +23,7 @@ from .errors import InvalidInput, LimitExhausted, RunnerError
 from .target import Adapter
 from .stores import backend_of, open_store
 from .stores.base import CommitThenRaise, Store
-from .windows import NO_HOOKS, Hooks
+from .windows import NO_OBSERVER, Observer
 
 __all__ = ["Run", "submit_job"]
 
@@ -32,17 +32,17 @@ __all__ = ["Run", "submit_job"]
 class Run:
     """A run opened by a worker (``owner``/``epoch`` set) or an observer (both None).
 
-    ``hooks`` receives the step, lease, effect and job windows
-    (:mod:`runner.windows`); by default the store's own hooks.
+    ``observer`` receives the step, lease, effect and job windows
+    (:mod:`runner.windows`); by default the store's own observer.
     """
 
     def __init__(self, store: Store, owner: Optional[str] = None, epoch: Optional[int] = None, rand: Callable[[], float] = _random.random,
-                 hooks: Optional[Hooks] = None) -> None:
+                 observer: Optional[Observer] = None) -> None:
         self.store = store
         self.owner = owner
         self.epoch = epoch
         self.rand = rand
-        self.hooks = hooks if hooks is not None else getattr(store, "hooks", NO_HOOKS)
+        self.observer = observer if observer is not None else getattr(store, "observer", NO_OBSERVER)
 
     @classmethod
     def open(cls, path: str, owner: Optional[str] = None, epoch: Optional[int] = None, *, task_id: Optional[str] = None,
@@ -96,7 +96,7 @@ class Run:
         """Take the lease (higher epoch) or raise AlreadyRunning; this object then writes as its holder."""
         state = self.store.transact(lambda s: lease.acquire_ops(s, owner, ttl, self.clock()))
         self.owner, self.epoch = owner, int(state["lease"]["epoch"])
-        self.hooks.reached("lease:after-acquire", owner=owner, epoch=self.epoch)
+        self.observer.reached("lease:after-acquire", owner=owner, epoch=self.epoch)
         return dict(state["lease"])
 
     def renew(self, ttl: float) -> Dict[str, Any]:
@@ -115,7 +115,7 @@ class Run:
         """Start ``step``; a batch step's items are frozen with it (see :mod:`runner.batch`)."""
         frozen = batch.freeze(self.refresh(), step)
         out = self._mutate(lambda s, now: steps.start_ops(s, step, now) + batch.freeze_ops(s, step, frozen, now))["steps"][step]
-        self.hooks.reached("step:after-start", step=step)
+        self.observer.reached("step:after-start", step=step)
         return out
 
     def step_done(self, step: str, evidence: Dict[str, Any]) -> Dict[str, Any]:
@@ -127,7 +127,7 @@ class Run:
             return ops + observed_ops(s, step, observed, ops)
 
         out = self._mutate(decide)["steps"][step]
-        self.hooks.reached("step:after-done", step=step)
+        self.observer.reached("step:after-done", step=step)
         return out
 
     def effect_skip(self, key: str, reason: str) -> Dict[str, Any]:
@@ -326,8 +326,8 @@ def submit_job(run: Run, key: str, command: List[str]) -> Dict[str, Any]:
     state = run._mutate(intent)
     job = state["jobs"][key]
     if box["what"] == "start":
-        run.hooks.reached("job:after-intent", key=key)
+        run.observer.reached("job:after-intent", key=key)
         pid, start = jobs.spawn(run.store.path, key, job)
-        run.hooks.reached("job:after-spawn", key=key, pid=pid)
+        run.observer.reached("job:after-spawn", key=key, pid=pid)
         job = run._mutate(lambda s, now: jobs.started_ops(key, pid, start))["jobs"][key]
     return dict(job)

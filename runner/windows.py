@@ -1,26 +1,26 @@
-"""The named commit windows: the points where the core may lose its process, and the hooks that see them.
+"""The named commit windows: the points where the core may lose its process, and the observers that see them.
 
 A *window* is a moment between two durable steps of the core: a crash there
 leaves exactly the durable state the window's description names. The core
-calls ``hooks.reached(window, **facts)`` at each one, through a hooks object
-handed to it (``RunStore(..., hooks=)``, the SQL stores, ``Run``,
-``drive_effect``); the default, :data:`NO_HOOKS`, does nothing. The core never
-acts on what a hooks object does: recording, pausing or killing the process
+calls ``observer.reached(window, **facts)`` at each one, through an observer
+handed to it (``RunStore(..., observer=)``, the SQL stores, ``Run``,
+``drive_effect``); the default, :data:`NO_OBSERVER`, does nothing. The core never
+acts on what an observer does: recording, pausing or killing the process
 there is the business of whoever passed it in (``runner/proof/faults.py``
-holds the fault injection; a supervisor may use the same hooks to observe).
+holds the fault injection; a supervisor may use the same observer to observe).
 
 :data:`WINDOWS` is the one table of window names, in the order one pass
 reaches them: a transition's append, then the compaction it may trigger, the
 repair of a torn record, ``init``; one effect's lifecycle; steps, the lease,
 jobs. Each entry is ``(name, facts, what is durable when it is reached)``.
 ``tests/test_windows.py`` drives one transition and one effect and checks
-that hooks receive these windows, in this order, so the table cannot drift
+that observer receive these windows, in this order, so the table cannot drift
 from the code.
 """
 
 from typing import Any, Tuple
 
-__all__ = ["WINDOWS", "WINDOW_NAMES", "Hooks", "NO_HOOKS", "check_window"]
+__all__ = ["WINDOWS", "WINDOW_NAMES", "Observer", "NO_OBSERVER", "check_window"]
 
 #: ``(name, facts passed, the durable state at that moment)``, in the order a pass reaches them.
 WINDOWS: Tuple[Tuple[str, str, str], ...] = (
@@ -72,12 +72,12 @@ def check_window(name: str) -> str:
     return name
 
 
-class Hooks:
+class Observer:
     """What the core tells about its windows. The base does nothing; override :meth:`reached`.
 
     The model is an overridable named method (like python-atomicwrites'
     ``AtomicWriter``) called at fixed points (like tenacity's before/after
-    hooks). The core calls :meth:`reached` synchronously, in the thread
+    observer). The core calls :meth:`reached` synchronously, in the thread
     doing the work, holding whatever lock that work holds; an exception
     raised there propagates as a failure of the operation at that point.
     """
@@ -86,6 +86,6 @@ class Hooks:
         """Called at ``window`` (a name of :data:`WINDOWS`) with the facts the table lists."""
 
 
-#: The hooks of code that was given none: a shared object that does nothing.
-NO_HOOKS = Hooks()
+#: The observer of code that was given none: a shared object that does nothing.
+NO_OBSERVER = Observer()
 

@@ -21,13 +21,13 @@ import _util
 from runner.contract import load_contract
 from runner.proof.faults import KillAt, die
 from runner.stores.file import RunStore, scan
-from runner.windows import Hooks
+from runner.windows import Observer
 
 #: Transitions a child commits at most; every kill point is reached well before.
 MAX_TRANSITIONS = 30
 
 
-class PhaseHooks(Hooks):
+class PhaseHooks(Observer):
     """Passes the store's windows of the target phase (``init``, ``open``, ``commit``) to a kill, and counts compactions."""
 
     def __init__(self, target_phase: str, kill: Optional[KillAt], index: Optional[int]) -> None:
@@ -91,22 +91,22 @@ def child_main(argv: List[str]) -> int:
     """Init (or open) a run and commit transitions until a window kills this process."""
     args = _parse(argv)
     kill = KillAt(args.window, args.occurrence, tear=args.tear) if args.window else None
-    hooks = PhaseHooks(args.phase, kill, args.index)
-    options: Dict[str, Any] = {"hooks": hooks, "compact_min_bytes": args.compact_min_bytes}
+    observer = PhaseHooks(args.phase, kill, args.index)
+    options: Dict[str, Any] = {"observer": observer, "compact_min_bytes": args.compact_min_bytes}
     if args.open:
-        hooks.phase = "open"
+        observer.phase = "open"
         store = RunStore.open(args.dir, **options)
     else:
         plan = load_contract(args.contract)
-        hooks.phase = "init"
+        observer.phase = "init"
         store = RunStore.create(args.dir, plan["task_id"], plan, **options)
         _say("ack", 0, _util.effects_digest(store.state["effects"]), store.state["head"])
-    hooks.phase = "commit"
+    observer.phase = "commit"
     for rev in range(store.revision + 1, store.revision + 1 + MAX_TRANSITIONS):
         _say("attempt", rev, _util.effects_digest(_util.next_effects(store.state["effects"], rev)))
-        before = hooks.compactions
+        before = observer.compactions
         store.commit(_util.transition_ops(rev))
-        _say("ack", rev, _util.effects_digest(store.state["effects"]), store.state["head"], "compacted" if hooks.compactions > before else "kept")
+        _say("ack", rev, _util.effects_digest(store.state["effects"]), store.state["head"], "compacted" if observer.compactions > before else "kept")
     _say("finished")
     return 0
 

@@ -1,7 +1,7 @@
 """The child of ``tests/test_http_drive.py``: ``drive`` a run until one named effect window kills this process.
 
 ``python -m tests._http_drive_child RUN_DIR OWNER WINDOW`` opens the run with
-:class:`runner.proof.faults.KillAt` on WINDOW (its first pass) as the hooks
+:class:`runner.proof.faults.KillAt` on WINDOW (its first pass) as the observer
 of the store, so ``drive`` (the library function the ``drive`` verb is a thin
 layer over) dies by SIGKILL there. It prints drive's result if it ever
 returns (the test then fails: the window was never reached).
@@ -18,7 +18,7 @@ from runner.stores.file import RunStore
 
 def main(argv: list) -> int:
     folder, owner, window = argv
-    run = Run(RunStore.open(folder, hooks=KillAt(window)))
+    run = Run(RunStore.open(folder, observer=KillAt(window)))
     result = drive(run, owner, ttl=60)
     print(json.dumps({k: result.get(k) for k in ("decision", "reason", "exit_code", "detail")}))
     return int(result["exit_code"])

@@ -7,7 +7,7 @@ under the same owner always takes a higher epoch, which fences any earlier
 process that used it), then drives each key to ``verified`` through
 ``Run.drive_effect`` and a :class:`~runner.proof.ticketservice.TicketAdapter`.
 With ``--kill-window`` it SIGKILLs itself at that window of ``--kill-key``,
-through hooks from :mod:`runner.proof.faults` (:data:`KILLS`):
+through observer from :mod:`runner.proof.faults` (:data:`KILLS`):
 
 1. while the journal append that commits ``started`` is half written
 2. after ``started`` is committed, before the request is sent
@@ -29,7 +29,7 @@ from runner.errors import RunnerError
 from runner.proof.faults import KillAt, LoseAnswerThenKill, lose_next_answer
 from runner.proof.ticketservice import TicketAdapter
 from runner.run import Run
-from runner.windows import Hooks
+from runner.windows import Observer
 
 
 def payload_for(key: str) -> Dict[str, Any]:
@@ -42,8 +42,8 @@ def emit(obj: Dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-#: Window number -> the hooks that kill the worker there, given the key and the service's URL.
-KILLS: Dict[int, Callable[[str, str], Hooks]] = {
+#: Window number -> the observer that kill the worker there, given the key and the service's URL.
+KILLS: Dict[int, Callable[[str, str], Observer]] = {
     1: lambda key, url: KillAt("store:before-append", after=("effect:before-started", 1, {"key": key}), tear=True),
     2: lambda key, url: KillAt("effect:after-started", where={"key": key}),
     3: lambda key, url: LoseAnswerThenKill(KillAt("effect:after-call", where={"key": key}), lambda: lose_next_answer(url)),
@@ -67,7 +67,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     options: Dict[str, Any] = {}
     if args.kill_window is not None:
-        options["hooks"] = KILLS[args.kill_window](args.kill_key, args.url)
+        options["observer"] = KILLS[args.kill_window](args.kill_key, args.url)
     run = Run.open(os.path.abspath(args.run), **options)
     try:
         lease = run.acquire(args.owner, args.ttl)

@@ -1,4 +1,4 @@
-"""A handler and a hooks factory for ``tests/test_pool.py``, loaded by the pool's worker processes.
+"""A handler and a observer factory for ``tests/test_pool.py``, loaded by the pool's worker processes.
 
 ``handle`` takes a claimed run through the recovery procedure and then every
 step of its plan. ``kill_once`` kills the first worker that reaches
@@ -12,7 +12,7 @@ from typing import Any, Dict
 from runner.proof.faults import KillAt
 from runner.recovery import recover
 from runner.run import Run
-from runner.windows import NO_HOOKS, Hooks
+from runner.windows import NO_OBSERVER, Observer
 
 
 def handle(store: Any, owner: str, ttl: float, context: Dict[str, Any]) -> str:
@@ -31,7 +31,7 @@ def handle(store: Any, owner: str, ttl: float, context: Dict[str, Any]) -> str:
     return "finished" if run.state["status"] == "complete" else str(run.state["status"])
 
 
-class _KillOnce(Hooks):
+class _KillOnce(Observer):
     def __init__(self, window: str, marker: str) -> None:
         self.marker = marker
         self.kill = KillAt(window, on_kill=lambda w: print(f"fault {w}", flush=True))
@@ -45,5 +45,5 @@ class _KillOnce(Hooks):
         self.kill.reached(window, **facts)
 
 
-def kill_once(context: Dict[str, Any], seed: int) -> Hooks:
-    return _KillOnce(context["window"], context["marker"]) if context.get("window") else NO_HOOKS
+def kill_once(context: Dict[str, Any], seed: int) -> Observer:
+    return _KillOnce(context["window"], context["marker"]) if context.get("window") else NO_OBSERVER

@@ -1,6 +1,6 @@
 """The worker pool (``runner.pool``, the ``work`` verb) with real worker processes.
 
-The handler is called as ``handler(store, owner, ttl, context)``; a hooks
+The handler is called as ``handler(store, owner, ttl, context)``; a observer
 factory named by ``module:function`` is loaded in each worker and sees the
 commit windows of every store it opens, which is how a worker is killed
 here (``tests/pool_worker.py``); the supervisor breaks a dead worker's
@@ -22,7 +22,7 @@ except ImportError:
     import _util
 
 HANDLER = "tests.pool_worker:handle"
-HOOKS = "tests.pool_worker:kill_once"
+OBSERVER = "tests.pool_worker:kill_once"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -71,7 +71,7 @@ class PoolTest(unittest.TestCase):
     def check_killed_and_replaced(self, url: str, window: str) -> None:
         self.make_runs(url, 3)
         context = {"window": window, "marker": os.path.join(self.root, "killed")}
-        tally, exits, lines = self.pool(url, hooks=HOOKS, context=context)
+        tally, exits, lines = self.pool(url, observer=OBSERVER, context=context)
         self.assertEqual(tally["errors"], [])
         self.assertEqual((tally["workers"], tally["crashes"]), (3, 1))
         self.assertIn(f"fault {window}\n", lines)
@@ -106,10 +106,10 @@ class PoolTest(unittest.TestCase):
         url = "file:" + os.path.join(self.root, "runs")
         self.make_runs(url, 1)
         before = self.states(url)
-        argv = _util.python("-m", "runner", "--store", url, "work", "--handler", HANDLER, "--hooks", "tests.pool_worker:no_such")
+        argv = _util.python("-m", "runner", "--store", url, "work", "--handler", HANDLER, "--observer", "tests.pool_worker:no_such")
         result = _util.run(argv, cwd=REPO)
         self.assertEqual(result.code, 2, result.err)
-        self.assertIn("cannot load hooks factory", result.err)
+        self.assertIn("cannot load observer factory", result.err)
         self.assertEqual(len(result.err.strip().splitlines()), 1, result.err)
         self.assertEqual(self.states(url), before, "nothing was claimed or written")
 

@@ -1,4 +1,4 @@
-"""The window table of ``runner.windows`` against the code: what a hooks object receives, in order.
+"""The window table of ``runner.windows`` against the code: what an observer receives, in order.
 
 A :class:`runner.proof.faults.Recorder` is handed to the store (and through
 it to ``Run`` and ``drive_effect``); one transition that compacts, one
@@ -20,7 +20,7 @@ from runner.proof.faults import KillAt, Recorder, kill_point
 from runner.run import Run, submit_job
 from runner.stores.file import RunStore
 from runner.stores.sqlite import SQLiteStore
-from runner.windows import NO_HOOKS, WINDOW_NAMES, WINDOWS, Hooks
+from runner.windows import NO_OBSERVER, WINDOW_NAMES, WINDOWS, Observer
 
 try:
     from . import _util
@@ -82,7 +82,7 @@ class WindowOrderTest(unittest.TestCase):
 
     def test_one_transition_that_compacts(self) -> None:
         rec = SeenRecorder()
-        store = self.store(hooks=rec, compact_min_bytes=1)
+        store = self.store(observer=rec, compact_min_bytes=1)
         store.commit([["set", ["effects", "a"], {"n": 1}]])
         self.assertEqual(rec.windows, table("store:before-append", "store:after-journal-create-fsync"))
         journal = os.path.join(self.path, "journal.jsonl")
@@ -90,12 +90,12 @@ class WindowOrderTest(unittest.TestCase):
 
     def test_one_transition_that_does_not_compact(self) -> None:
         rec = SeenRecorder()
-        self.store(hooks=rec).commit([["set", ["effects", "a"], {"n": 1}]])
+        self.store(observer=rec).commit([["set", ["effects", "a"], {"n": 1}]])
         self.assertEqual(rec.windows, table("store:before-append", "store:after-append-fsync"))
 
     def test_one_effect(self) -> None:
         rec = SeenRecorder()
-        run = Run(self.store(hooks=rec))
+        run = Run(self.store(observer=rec))
         run.acquire("worker", 60)
         self.assertEqual(rec.windows, table("store:before-append", "store:after-append-fsync") + ["lease:after-acquire"])
         self.assertEqual(rec.passes[-1][1], {"owner": "worker", "epoch": 1})
@@ -110,7 +110,7 @@ class WindowOrderTest(unittest.TestCase):
 
     def test_init(self) -> None:
         rec = SeenRecorder()
-        RunStore.create(self.path, "windows", PLAN, hooks=rec)
+        RunStore.create(self.path, "windows", PLAN, observer=rec)
         replace = table("store:after-temp-write", "store:after-temp-fsync") + ["store:after-rename", "store:after-rename-fsync"]
         self.assertEqual(rec.windows, table("store:after-mkdir", "store:after-mkdir-fsync") + replace
                          + ["store:after-journal-create", "store:after-journal-create-fsync"] + replace)
@@ -121,12 +121,12 @@ class WindowOrderTest(unittest.TestCase):
         with open(os.path.join(self.path, "journal.jsonl"), "ab") as journal:
             journal.write(b'{"h":"00')
         rec = SeenRecorder()
-        self.store(hooks=rec).commit([["set", ["effects", "b"], {"n": 2}]])
+        self.store(observer=rec).commit([["set", ["effects", "b"], {"n": 2}]])
         self.assertEqual(rec.windows, ["store:after-truncate"] + table("store:before-append", "store:after-append-fsync"))
 
     def test_steps_and_a_job(self) -> None:
         rec = SeenRecorder()
-        run = Run(self.store(), hooks=rec)  # hooks of the run alone: no store windows
+        run = Run(self.store(), observer=rec)  # observer of the run alone: no store windows
         run.acquire("worker", 60)
         run.step_start("one")
         run.step_done("one", {})
@@ -140,7 +140,7 @@ class WindowOrderTest(unittest.TestCase):
         url = "sqlite:" + os.path.join(self.root, "runs.db")
         store = SQLiteStore.create(url, "windows", PLAN, jobs_root=self.root)
         store.close()
-        store = SQLiteStore.open(url, "windows", jobs_root=self.root, hooks=rec)
+        store = SQLiteStore.open(url, "windows", jobs_root=self.root, observer=rec)
         self.addCleanup(store.close)
         store.commit([["set", ["effects", "a"], {"n": 1}]])
         store.commit([])  # nothing to commit: no window
@@ -175,8 +175,8 @@ class TableTest(unittest.TestCase):
             self.assertTrue(durable)
 
     def test_the_default_hooks_do_nothing(self) -> None:
-        self.assertIsInstance(NO_HOOKS, Hooks)
-        self.assertIsNone(NO_HOOKS.reached("store:before-append", path="x"))
+        self.assertIsInstance(NO_OBSERVER, Observer)
+        self.assertIsNone(NO_OBSERVER.reached("store:before-append", path="x"))
 
     def test_a_misspelt_window_or_fault_is_refused(self) -> None:
         with self.assertRaises(ValueError):

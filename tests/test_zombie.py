@@ -45,7 +45,7 @@ except ImportError:
 POSTGRES_ENV = _util.POSTGRES_ENV
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HANDLER = "tests.zombie_worker:handle"
-HOOKS = "tests.zombie_worker:hooks"
+OBSERVER = "tests.zombie_worker:observer"
 STEP = "file-ticket"
 #: Seconds any one condition may take before the test fails (the whole test takes a few seconds).
 PATIENCE = 30.0
@@ -127,7 +127,7 @@ class ZombieWorkerTest(unittest.TestCase):
     def start_pool(self, ttl: float) -> "subprocess.Popen[str]":
         """A ``work`` pool of one worker, started from the command line: its own supervisor and worker processes."""
         argv = [sys.executable, "-m", "runner", "--store", self.url, "--json", "work", "--workers", "1", "--handler", HANDLER,
-                "--hooks", HOOKS, "--context", json.dumps(self.context), "--ttl", str(ttl)]
+                "--observer", OBSERVER, "--context", json.dumps(self.context), "--ttl", str(ttl)]
         env = dict(os.environ, PYTHONPATH=REPO + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""))
         proc = subprocess.Popen(argv, cwd=self.root, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.pools.append(proc)

@@ -1,11 +1,11 @@
-"""The handler and hooks factory of ``tests/test_zombie.py``, loaded by the ``work`` pools' worker processes.
+"""The handler and observer factory of ``tests/test_zombie.py``, loaded by the ``work`` pools' worker processes.
 
 ``handle`` takes a claimed run through the recovery procedure and each step
 of its plan, the step's one effect being a ticket filed through the ticket
 service (:class:`runner.proof.ticketservice.TicketAdapter`, which sends the
 lease's epoch and the run id, so the service fences stale epochs).
 
-``hooks`` gives each worker a :class:`PauseOnce`: the first worker (of any
+``observer`` gives each worker a :class:`PauseOnce`: the first worker (of any
 pool) that reaches ``context["pause"]`` announces it in the events file and
 waits there until the test creates ``context["go"]``; the test stops it with
 SIGSTOP meanwhile and continues it with SIGCONT once the run was taken over.
@@ -30,12 +30,12 @@ from runner.errors import Fenced
 from runner.proof.ticketservice import TicketAdapter
 from runner.recovery import recover
 from runner.run import Run
-from runner.windows import Hooks, check_window
+from runner.windows import Observer, check_window
 
 #: Seconds a paused worker waits for the go file before it gives up (the test failed meanwhile).
 PAUSE_LIMIT = 120.0
 
-_PAUSED: List["PauseOnce"] = []  # the hooks of this worker process, when they paused it
+_PAUSED: List["PauseOnce"] = []  # the observer of this worker process, when they paused it
 
 
 def record(context: Dict[str, Any], event: str, **facts: Any) -> None:
@@ -134,7 +134,7 @@ def _late_writes(run: Run, adapter: TicketAdapter, step: str) -> None:
         pass  # refused and recorded by the adapter
 
 
-class PauseOnce(Hooks):
+class PauseOnce(Observer):
     """Pauses the first worker that reaches ``pause["window"]`` (once ``pause["after"]`` was passed, if given).
 
     :param context: ``pause`` = ``{"window": W, "after": [W0, {facts}] or None}``,
@@ -177,5 +177,5 @@ class PauseOnce(Hooks):
         record(self.context, "resumed", window=window_name, **self.lease)
 
 
-def hooks(context: Dict[str, Any], seed: int) -> Hooks:
+def observer(context: Dict[str, Any], seed: int) -> Observer:
     return PauseOnce(context)

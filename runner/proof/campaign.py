@@ -32,7 +32,7 @@ from ..recovery import recover
 from ..run import Run, submit_job
 from ..stores.file import RunStore
 from ..timeline import write as write_timeline
-from ..windows import NO_HOOKS, Hooks
+from ..windows import NO_OBSERVER, Observer
 from .faults import kill_point, lose_next_answer
 from .ticketservice import TicketAdapter, TicketServiceProcess
 
@@ -135,8 +135,8 @@ def _child(run_path: str, task: str, url: str, window: Optional[str], nth: int, 
     """The body of a forked worker. Never returns: exits or is killed."""
     code = 0
     try:
-        hooks: Hooks = kill_point(window, nth, lose_answer=lambda: lose_next_answer(url)) if window else NO_HOOKS
-        store = RunStore.open(run_path, compact_min_bytes=4096, hooks=hooks)
+        observer: Observer = kill_point(window, nth, lose_answer=lambda: lose_next_answer(url)) if window else NO_OBSERVER
+        store = RunStore.open(run_path, compact_min_bytes=4096, observer=observer)
         run = Run(store, rand=random.Random(seed).random)
         adapter = TicketAdapter(url, retention_seconds=None, timeout=5.0, run_id=task)
 

@@ -1,6 +1,6 @@
 """Deliberately broken write paths, by name, to show that the explorer catches each mistake they model.
 
-A variant is a disk model (one that may drop syncs), hooks at the store's
+A variant is a disk model (one that may drop syncs), observer at the store's
 commit windows (which may reorder or forge writes) and a durability mode.
 """
 
@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple, Type
 from ..stores.codec import decode_identity, decode_record
 from ..stores.file_layout import HEAD
 from ..stores.file_witness import encode_head
-from ..windows import NO_HOOKS, Hooks
+from ..windows import NO_OBSERVER, Observer
 from .recording_fs import RecordingFileSystem
 
 __all__ = ["VARIANTS"]
@@ -26,7 +26,7 @@ class _LyingDisk(RecordingFileSystem):
     """The recording disk acknowledging some syncs without doing them: the model of a write path that leaves them out.
 
     Every folder sync is dropped when ``drops_dir_fsyncs``; the next file sync
-    after :meth:`drop_next_fsync` (called by hooks at a window) is dropped too.
+    after :meth:`drop_next_fsync` (called by observer at a window) is dropped too.
     A dropped sync is not an operation: nothing is logged, the disk is unchanged.
     """
 
@@ -54,8 +54,8 @@ class _DirSyncDroppingDisk(_LyingDisk):
     drops_dir_fsyncs = True
 
 
-class _DropTempFsyncs(Hooks):
-    """Hooks that make the disk skip the sync of every new file written beside its target (the window just before it)."""
+class _DropTempFsyncs(Observer):
+    """Observer that make the disk skip the sync of every new file written beside its target (the window just before it)."""
 
     def __init__(self, disk: RecordingFileSystem) -> None:
         self.disk = disk
@@ -66,11 +66,11 @@ class _DropTempFsyncs(Hooks):
 
 
 
-class _SnapshotBeforeRecord(Hooks):
+class _SnapshotBeforeRecord(Observer):
     """A deliberately wrong write order: a compaction's snapshot is made durable before the record that triggered it.
 
     That breaks "the journal files always hold the record at the snapshot's
-    revision". Hooks cannot reorder the store's calls, so when a compaction
+    revision". Observer cannot reorder the store's calls, so when a compaction
     starts right after a record was appended, these take the record back
     off the journal (a ``damage`` of the model, behind the store's back) and
     append and sync it again once the new snapshot's rename is durable. Only
@@ -97,7 +97,7 @@ class _SnapshotBeforeRecord(Hooks):
         self.previous = window
 
 
-class _HeadBeforeAppend(Hooks):
+class _HeadBeforeAppend(Observer):
     """A deliberately wrong witness: ``head.json`` names the new revision before its record is appended.
 
     A power loss can then keep the head and lose the record, and the loader,
@@ -121,20 +121,20 @@ class _HeadBeforeAppend(Hooks):
 
 class _Variant(NamedTuple):
     disk: Type[RecordingFileSystem]
-    hooks: Callable[[RecordingFileSystem], Hooks]
+    observer: Callable[[RecordingFileSystem], Observer]
     durability: str
 
     def options(self, disk: RecordingFileSystem, clock: Callable[[], float]) -> Dict[str, Any]:
         """The store options of this write path over ``disk``."""
-        return dict(fs=disk, hooks=self.hooks(disk), clock=clock, durability=self.durability, compact_min_bytes=_COMPACT_MIN_BYTES)
+        return dict(fs=disk, observer=self.observer(disk), clock=clock, durability=self.durability, compact_min_bytes=_COMPACT_MIN_BYTES)
 
 
-def _no_hooks(disk: RecordingFileSystem) -> Hooks:
-    return NO_HOOKS
+def _no_hooks(disk: RecordingFileSystem) -> Observer:
+    return NO_OBSERVER
 
 
 def _variant(name: Optional[str]) -> _Variant:
-    """The store class, disk model, hooks and durability of a write path, by variant name."""
+    """The store class, disk model, observer and durability of a write path, by variant name."""
     if name is None:
         return _Variant(RecordingFileSystem, _no_hooks, "sync")
     if name == "no-file-fsync":

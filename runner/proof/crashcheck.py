@@ -54,7 +54,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from ..errors import InvalidInput, StateUnrecoverable
 from ..stores.file import RunStore
-from ..windows import Hooks
+from ..windows import Observer
 from .crash_load import _RUN, _digest, _load, _Outcome, _tick_clock, _tree_key
 from .crash_model import DIR_COMBO_LIMIT, CrashSpace, Tree
 from .crash_variants import VARIANTS, _Variant, _variant
@@ -74,7 +74,7 @@ _CLOCK_START = 1_767_225_600.0  # a fixed instant, so every run of a seed is ide
 _TORN_TAIL = b'{"h":"' + b"5" * 40  # an append cut short before its newline
 
 
-class _MarkWindows(Hooks):
+class _MarkWindows(Observer):
     """Writes each window the store passes into the disk's log, so a crash point can be named by its window."""
 
     def __init__(self, disk: RecordingFileSystem) -> None:
@@ -187,7 +187,7 @@ def _workload(
     """
     clock = _tick_clock(_CLOCK_START)
     options = variant.options(rec, clock)
-    options["hooks"] = Chain(_MarkWindows(rec), options["hooks"])
+    options["observer"] = Chain(_MarkWindows(rec), options["observer"])
     refs: Dict[int, str] = {}
     rec.mark("attempt", 0)
     store = RunStore.create(_RUN, task_id, plan, **options)

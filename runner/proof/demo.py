@@ -43,7 +43,7 @@ from ..history import load as load_history
 from ..timeline import write as write_timeline
 from ..stores import create_store, list_runs, open_store, parse_store_url, run_url
 from ..stores.file import RunStore
-from ..windows import NO_HOOKS, Hooks
+from ..windows import NO_OBSERVER, Observer
 from . import PACKAGE_PARENT
 from .campaign import KILL_POINTS
 from .faults import KillAfterSeconds, die, kill_point, lose_next_answer
@@ -132,8 +132,8 @@ def worker_main(argv: List[str]) -> int:
     """One worker of the single-run demo: recover, drive every document, finish; report on stdout."""
     opts = json.loads(argv[0])
     nth, point = opts["die_at"] if opts.get("die_at") else (0, None)
-    hooks = kill_point(point, nth, lose_answer=lambda: lose_next_answer(opts["url"])) if point else NO_HOOKS
-    run = Run(RunStore.open(opts["run"], durability=opts.get("durability", "sync"), hooks=hooks), rand=random.Random(opts["seed"]).random)
+    observer = kill_point(point, nth, lose_answer=lambda: lose_next_answer(opts["url"])) if point else NO_OBSERVER
+    run = Run(RunStore.open(opts["run"], durability=opts.get("durability", "sync"), observer=observer), rand=random.Random(opts["seed"]).random)
     adapter = TicketAdapter(opts["url"], retention_seconds=None, timeout=5.0, run_id=TASK)
     _say("loaded", run.state["revision"])
     decision = recover(run, opts["owner"], TTL, adapter_for=lambda key, effect: adapter, payloads=_payload_of)
@@ -182,8 +182,8 @@ def shard_handler(store: Any, owner: str, ttl: float, context: Dict[str, Any]) -
     return str(run.state["status"])
 
 
-def worker_faults(context: Dict[str, Any], seed: int) -> Hooks:
-    """The pool's hooks factory (``hooks="runner.proof.demo:worker_faults"``): how this worker will die.
+def worker_faults(context: Dict[str, Any], seed: int) -> Observer:
+    """The pool's observer factory (``observer="runner.proof.demo:worker_faults"``): how this worker will die.
 
     With ``context["crash_rate"]`` > 0 the worker's life is geometric in
     effects; four times in five it then dies at one of :data:`WINDOWS`,
@@ -192,7 +192,7 @@ def worker_faults(context: Dict[str, Any], seed: int) -> Hooks:
     """
     rate = float(context.get("crash_rate") or 0.0)
     if rate <= 0:
-        return NO_HOOKS
+        return NO_OBSERVER
     rng = random.Random(seed)
     life = int(math.log(1.0 - rng.random()) / math.log(1.0 - rate)) + 1
     if rng.random() < 0.8:
@@ -381,7 +381,7 @@ def _run_sharded(store_url: str, service_url: str, documents: int, seed: int, cr
 
     context = {"url": service_url, "shard_size": shard_size, "documents": documents, "crash_rate": crash_rate}
     tally = run_pool(store_url, workers, "runner.proof.demo:shard_handler", context=context, ttl=TTL, seed=seed,
-                     hooks="runner.proof.demo:worker_faults", on_line=on_line, on_exit=on_exit, tally=tally)
+                     observer="runner.proof.demo:worker_faults", on_line=on_line, on_exit=on_exit, tally=tally)
     if progress:
         progress.show(len(done), tally["crashes"], tally["crashes"], final=True)
     tally.update(audit)

@@ -1,8 +1,8 @@
-"""Fault injection through the core's hooks: die at a named commit window, or record the windows passed.
+"""Fault injection through the core's observers: die at a named commit window, or record the windows passed.
 
 Every crash proof of the project (the campaign, the demo and its worker
 pool, the crash children of the test suite) kills its process through the
-objects here, handed to the core as ``hooks=`` (see :mod:`runner.windows`).
+objects here, handed to the core as ``observer=`` (see :mod:`runner.windows`).
 Nothing here knows a file name or a private method: a window is chosen by
 name, a pass by its number and, when needed, by the facts the core reports
 with it (``key`` of an effect, for instance).
@@ -16,7 +16,7 @@ import threading
 import urllib.request
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ..windows import Hooks, check_window
+from ..windows import Observer, check_window
 
 __all__ = ["die", "KillAt", "KillAfterSeconds", "LoseAnswerThenKill", "Recorder", "Chain", "kill_point", "lose_next_answer"]
 
@@ -43,7 +43,7 @@ class _Passes:
         return window == self.window and all(facts.get(name) == value for name, value in self.where.items())
 
 
-class KillAt(Hooks):
+class KillAt(Observer):
     """SIGKILL this process at the ``nth`` pass through ``window``.
 
     :param where: count only passes whose facts hold these values (``{"key": K}``).
@@ -96,7 +96,7 @@ class KillAt(Hooks):
         die()
 
 
-class KillAfterSeconds(Hooks):
+class KillAfterSeconds(Observer):
     """SIGKILL this process ``seconds`` after it was created, wherever it is then: a kill at a random moment.
 
     A daemon timer thread sends the signal, so the moment is unrelated to
@@ -115,7 +115,7 @@ class KillAfterSeconds(Hooks):
         die()
 
 
-class LoseAnswerThenKill(Hooks):
+class LoseAnswerThenKill(Observer):
     """At the fatal pass of ``kill`` (an ``effect:after-call`` kill), the target commits and its answer is lost.
 
     Just before that call is made (``effect:after-started`` of the same
@@ -137,7 +137,7 @@ class LoseAnswerThenKill(Hooks):
         self.kill.reached(window, **facts)
 
 
-class Recorder(Hooks):
+class Recorder(Observer):
     """Keeps ``(window, facts)`` of every pass, in order, without the objects a fact may carry (``fs``, ``data``)."""
 
     def __init__(self) -> None:
@@ -151,20 +151,20 @@ class Recorder(Hooks):
         return [window for window, _ in self.passes]
 
 
-class Chain(Hooks):
-    """Passes every window to each of ``hooks`` in turn (a recorder, then a kill)."""
+class Chain(Observer):
+    """Passes every window to each of ``observer`` in turn (a recorder, then a kill)."""
 
-    def __init__(self, *hooks: Hooks) -> None:
-        self.hooks = hooks
+    def __init__(self, *observer: Observer) -> None:
+        self.observer = observer
 
     def reached(self, window: str, **facts: Any) -> None:
-        for hooks in self.hooks:
-            hooks.reached(window, **facts)
+        for observer in self.observer:
+            observer.reached(window, **facts)
 
 
 def kill_point(point: str, nth: int, *, lose_answer: Optional[Callable[[], None]] = None,
-               on_kill: Optional[Callable[[str], None]] = None) -> Hooks:
-    """The hooks that die at the ``nth`` pass of ``point``: a window name, or ``WINDOW/torn`` or ``WINDOW/answer-lost``.
+               on_kill: Optional[Callable[[str], None]] = None) -> Observer:
+    """The observer that die at the ``nth`` pass of ``point``: a window name, or ``WINDOW/torn`` or ``WINDOW/answer-lost``.
 
     ``/torn`` tears the append (``store:before-append/torn``); ``/answer-lost``
     (``effect:after-call/answer-lost``) calls ``lose_answer`` first, so the

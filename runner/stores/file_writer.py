@@ -33,7 +33,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from ..envelope import sha256_hex, undo_ops, validate_id
 from ..errors import InvalidInput, StateUnrecoverable
 from ..fs import FileSystem, OsFileSystem, replace_durably
-from ..windows import NO_HOOKS, Hooks
+from ..windows import NO_OBSERVER, Observer
 from .base import Finding, Store
 from .codec import Ops, finish_transition, genesis, new_identity, prepare_transition, replay
 from .file_layout import (BACKUP, DISPLACED, HEAD, HOOKS, IDENTITY, JOURNAL, LOCK, PREV_JOURNAL, QUARANTINE, RUN_FILES, SNAPSHOT, TMP_SUFFIX,
@@ -66,7 +66,7 @@ class RunStore(Store):
         clock: Optional[Callable[[], float]] = None,
         durability: str = "sync",
         compact_min_bytes: int = 256 * 1024,
-        hooks: Optional[Hooks] = None,
+        observer: Optional[Observer] = None,
     ) -> None:
         """The options of :meth:`open` and :meth:`create`.
 
@@ -78,7 +78,7 @@ class RunStore(Store):
             happens; above it, the journal is compacted once it reaches a quarter
             of the snapshot's size, which keeps both loading and compaction cost
             proportional to the state, not to its history.
-        :param hooks: receives the store's commit windows (see :mod:`runner.windows`).
+        :param observer: receives the store's commit windows (see :mod:`runner.windows`).
         :raises InvalidInput: ``durability`` is not one of the modes.
         """
         if durability not in DURABILITY_MODES:
@@ -88,7 +88,7 @@ class RunStore(Store):
         self.clock = clock or time.time
         self.durability = durability
         self.compact_min_bytes = compact_min_bytes
-        self.hooks = hooks if hooks is not None else NO_HOOKS
+        self.observer = observer if observer is not None else NO_OBSERVER
         self._paths: Dict[str, str] = {}
         self._state: Optional[Dict[str, Any]] = None
         self._journal_id: Optional[Tuple[int, int]] = None
@@ -118,7 +118,7 @@ class RunStore(Store):
 
     def _write_replace(self, name: str, data: bytes) -> None:
         """Temp file beside the target, write, fsync, rename over, fsync the folder."""
-        replace_durably(self.fs, self._p(name), data, self.durability == "sync", hooks=self.hooks)
+        replace_durably(self.fs, self._p(name), data, self.durability == "sync", observer=self.observer)
 
     # -- creation -------------------------------------------------------------
     @classmethod
@@ -134,7 +134,7 @@ class RunStore(Store):
         :param path: the run's folder; made (0700) if it does not exist, narrowed to 0700 if it does.
         :param task_id: the run's id. :param plan: its plan, a JSON object.
         :param workspace_base: the folder a relative ``workspace`` resolves against.
-        :param options: the constructor's keywords (``fs``, ``clock``, ``durability``, ``compact_min_bytes``, ``hooks``).
+        :param options: the constructor's keywords (``fs``, ``clock``, ``durability``, ``compact_min_bytes``, ``observer``).
         :returns: the store at revision 0.
         :raises InvalidInput: the task id or plan is malformed, or the folder is a
             symbolic link or holds a run, its remains, or other files.
@@ -153,9 +153,9 @@ class RunStore(Store):
             except FileExistsError:
                 pass  # a concurrent init made it; the check under the lock decides
             else:
-                store.hooks.reached("store:after-mkdir", path=store.path)
+                store.observer.reached("store:after-mkdir", path=store.path)
                 store._fsync_dir(os.path.dirname(store.path) or ".")
-                store.hooks.reached("store:after-mkdir-fsync", path=store.path)
+                store.observer.reached("store:after-mkdir-fsync", path=store.path)
         with fs.lock(store.path):
             found = scan(store.path, fs)
             leftovers = [n for n in fs.listdir(store.path) if n not in (LOCK, HOOKS) + RUN_FILES and not n.endswith(TMP_SUFFIX)]
@@ -174,11 +174,11 @@ class RunStore(Store):
                     fs.unlink(store._p(name))
             store._write_replace(SNAPSHOT, snapshot)
             fs.create_exclusive(store._p(JOURNAL))
-            store.hooks.reached("store:after-journal-create", path=store._p(JOURNAL))
+            store.observer.reached("store:after-journal-create", path=store._p(JOURNAL))
             fs.create_exclusive(store._p(HEAD), encode_head(state))
             store._fsync(HEAD)  # its blocks exist from now on, so later overwrites need no new space
             store._fsync_dir()
-            store.hooks.reached("store:after-journal-create-fsync", path=store._p(JOURNAL))
+            store.observer.reached("store:after-journal-create-fsync", path=store._p(JOURNAL))
             store._write_replace(IDENTITY, identity_bytes)  # the commit point of init
             store._state = state
             store._snapshot_size = len(snapshot)
@@ -195,7 +195,7 @@ class RunStore(Store):
 
         :param path: the run's folder.
         :param task_id: when given, the run there must be this one.
-        :param options: the constructor's keywords (``fs``, ``clock``, ``durability``, ``compact_min_bytes``, ``hooks``).
+        :param options: the constructor's keywords (``fs``, ``clock``, ``durability``, ``compact_min_bytes``, ``observer``).
         :returns: the store, holding the latest state the folder proves; ``findings``
             lists what the load noted and the lossless repairs the next write makes.
         :raises InvalidInput: no run is there, ``path`` is a symbolic link (which
@@ -356,23 +356,23 @@ class RunStore(Store):
         journal = self._p(JOURNAL)
         if self._torn_at is not None:
             self.fs.truncate(journal, self._torn_at)
-            self.hooks.reached("store:after-truncate", path=journal)
+            self.observer.reached("store:after-truncate", path=journal)
             self._fsync(JOURNAL)
             self._torn_at = None
         if self._journal_id is None:
             self.fs.create_exclusive(journal)
-            self.hooks.reached("store:after-journal-create", path=journal)
+            self.observer.reached("store:after-journal-create", path=journal)
             self._fsync_dir()
-            self.hooks.reached("store:after-journal-create-fsync", path=journal)
+            self.observer.reached("store:after-journal-create-fsync", path=journal)
             self._journal_id = self.fs.stat(journal)
         assert self._journal_id is not None
         end = self._journal_id[1]
-        self.hooks.reached("store:before-append", fs=self.fs, path=journal, data=line)
+        self.observer.reached("store:before-append", fs=self.fs, path=journal, data=line)
         try:
             self.fs.append(journal, line)
-            self.hooks.reached("store:after-append", path=journal)
+            self.observer.reached("store:after-append", path=journal)
             self._fsync(JOURNAL)
-            self.hooks.reached("store:after-append-fsync", path=journal)
+            self.observer.reached("store:after-append-fsync", path=journal)
         except BaseException:
             with contextlib.suppress(OSError):
                 self.fs.truncate(journal, end)
@@ -469,7 +469,7 @@ class RunStore(Store):
         # two leaves a base that the remaining journal continues:
         #   after 1: backup=S, journal=S+1..R      after 2: snapshot=R
         #   after 3: prev=S+1..R                   after 4: an empty journal
-        fs, reached = self.fs, self.hooks.reached
+        fs, reached = self.fs, self.observer.reached
         data = encode_snapshot(self.state)
         tmp = SNAPSHOT + TMP_SUFFIX
         reached("store:before-compaction", path=self._p(SNAPSHOT))

@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 from ..envelope import canonical_json, format_time, loads_trusted, sha256_hex, validate_envelope, validate_id
 from ..errors import InvalidInput, RetryLater, RunnerError, StateUnrecoverable
-from ..windows import NO_HOOKS, Hooks
+from ..windows import NO_OBSERVER, Observer
 from .base import Finding, Store
 from .codec import Ops, decode_identity, decode_record, finish_transition, genesis, new_identity, prepare_transition, replay
 
@@ -108,7 +108,7 @@ class SQLStore(Store):
         lock_wait: float = 15.0,
         jobs_root: Optional[str] = None,
         creating: bool = False,
-        hooks: Optional[Hooks] = None,
+        observer: Optional[Observer] = None,
     ) -> None:
         """The options of :meth:`open` and :meth:`create`.
 
@@ -123,10 +123,10 @@ class SQLStore(Store):
         :param jobs_root: the local folder under which the run's job files are kept
             (by default beside a SQLite file, else ``.runner-jobs`` in the working folder).
         :param creating: the database may be created (``init``); every other use needs it to exist.
-        :param hooks: receives the store's commit windows (see :mod:`runner.windows`).
+        :param observer: receives the store's commit windows (see :mod:`runner.windows`).
         """
         self.url = url
-        self.hooks = hooks if hooks is not None else NO_HOOKS
+        self.observer = observer if observer is not None else NO_OBSERVER
         self.task_id = validate_id(task_id, "task id")
         self.clock = clock or time.time
         self.sleep, self.rand, self.monotonic = sleep, rand, monotonic
@@ -142,7 +142,7 @@ class SQLStore(Store):
         self.path = os.path.join(jobs_root or self._default_jobs_root(), "j" + sha256_hex(task_id.encode())[:16])
         self._schema()
 
-    # -- driver hooks ----------------------------------------------------------------
+    # -- driver seams ----------------------------------------------------------------
     def _connect(self) -> Any:
         raise NotImplementedError
 
@@ -479,7 +479,7 @@ class SQLStore(Store):
         finally:
             committed, self._dirty = self._dirty, False
         if committed:
-            self.hooks.reached("store:after-db-commit")
+            self.observer.reached("store:after-db-commit")
         return out
 
     _dirty = False
@@ -511,7 +511,7 @@ class SQLStore(Store):
             else:
                 self._exec("DELETE FROM runner_effects WHERE task_id = {m} AND key = {m}", (self.task_id, key))
         self._pending = []
-        self.hooks.reached("store:before-db-commit")
+        self.observer.reached("store:before-db-commit")
 
     def _repair_ops(self) -> Ops:
         """Record the rebuild as a store observation in the transition that rewrites the rows."""
