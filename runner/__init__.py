@@ -1,7 +1,12 @@
 """Reference runner for long-running agent sessions: durable, resumable, fenced.
 
-Standard library only. The command line (``python3 -m runner``) is a thin layer
-over this package; a Python harness can use the same API directly.
+Standard library only. The command line (``python3 -m runner``) and the MCP
+server are thin layers over :mod:`runner.verbs`; a Python harness can use the
+same API directly. What is exported here is what a harness needs: a
+:class:`Run` opened on a store, the decisions (:func:`decide`,
+:func:`recover`), the adapter protocol a target implements, and one error
+class per exit code. The store backends, their file layouts and the proof
+tools are reached by their own modules.
 """
 
 from .envelope import SCHEMA_VERSION, canonical_json, content_digest
@@ -26,8 +31,8 @@ from .target import Adapter, NotApplied, Observation, Rejected, StaleEpoch, Unkn
 from .fs import FileSystem, OsFileSystem
 from .recovery import decide, recover
 from .run import Run, submit_job
+from . import verbs
 from .stores import create_store, open_store
-from .stores.file import RunStore, scan
 
 __version__ = "0.1.0"
 
@@ -52,12 +57,11 @@ __all__ = [
     "AlreadyVerified",
     "FileSystem",
     "OsFileSystem",
-    "RunStore",
-    "scan",
     "create_store",
     "open_store",
     "Run",
     "submit_job",
+    "verbs",
     "recover",
     "decide",
     "Adapter",

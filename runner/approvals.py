@@ -177,7 +177,7 @@ def require_grant(state: Dict[str, Any], step: str, action: str, payload_digest:
     rid, why = find_grant(state, step, action, payload_digest, now, effect_key)
     if rid is None:
         raise AwaitingApproval(
-            f"{action} in step {step} needs approval: {why}; run 'approval request {step} --action {action} --payload FILE'",
+            f"{action} in step {step} needs approval: {why}; run `approval request {step} --action {action} --payload FILE --ttl SECONDS`",
             step=step,
             action=action,
             payload_digest=payload_digest,

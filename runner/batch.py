@@ -639,7 +639,7 @@ def document_values(data: bytes, what: str = "the item's file") -> Dict[str, str
     """
     if len(data) > MAX_TEXT_BYTES:
         raise InvalidInput(f"{what}: the file is larger than {MAX_TEXT_BYTES:,} bytes, the most {{text}}, {{heading}} and {{body}} read; "
-                           "skip the item ('effect skip KEY --reason TEXT') or send {item} for the target to read")
+                           "skip the item (`effect skip KEY --reason TEXT`) or send {item} for the target to read")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -730,35 +730,25 @@ def next_action(state: Dict[str, Any], step: str) -> Optional[Dict[str, Any]]:
         return None
     index = next_item(state, step)
     if index is None:
-        return {"kind": "finish-step", "step": step, "observed": True, "items": batch["count"],
-                "why": f"every item of {step} is verified or skipped: 'step done {step}' (the runner observes the evidence)"}
+        return {"kind": "finish-step", "step": step, "observed": True, "items": batch["count"]}
     keys = keys_of(batch)[0]
     info = progress(state, step) or {}
     key = keys[index]
     current = (state["effects"].get(key) or {}).get("state")
-    commands = performs_effects(state["plan"])
-    how = f"'effect run {key}'" if commands else f"'effect begin {key}' (the payload from the step's template), the call, 'effect ack', 'effect verify'"
     action = {"kind": "effect", "step": step, "item": batch["items"][index], "key": key, "index": index, "remaining": info.get("remaining"),
-              "total": batch["count"], "why": f"perform item {index} of {step}: {how}"}
+              "total": batch["count"]}
     if current is not None:
         action["state"] = current
-    if current == "failed":
-        reason = (state["effects"][key].get("reason") or "")[:200]
-        action["why"] = f"item {index} of {step} failed for good ({reason}): decide whether to 'effect skip {key} --reason TEXT'"
     return action
 
 
 def item_context(state: Dict[str, Any], key: str) -> Dict[str, Any]:
-    """For ``next``: the batch item an effect key belongs to, and how the runner settles it; {} for other keys."""
+    """For ``next``: the batch item an effect key belongs to (its step, item and index); {} for other keys."""
     found = owner_of(state, key)
     if found is None:
         return {}
     step, index = found
-    out: Dict[str, Any] = {"step": step, "item": state["steps"][step]["batch"]["items"][index], "index": index}
-    if performs_effects(state["plan"]):
-        out["why"] = (f"'effect run {key}' (or 'drive') observes the target first and records what it sees; "
-                      "it calls the target again only after an observed absence")
-    return out
+    return {"step": step, "item": state["steps"][step]["batch"]["items"][index], "index": index}
 
 
 def items_changed(state: Dict[str, Any], step: str) -> Optional[Dict[str, Any]]:
@@ -782,7 +772,7 @@ def items_changed(state: Dict[str, Any], step: str) -> Optional[Dict[str, Any]]:
     return {"source": f"items of step {step} ({source})", "digest": digest, "frozen_digest": batch["digest"], "added": len(added), "removed": len(removed),
             "what": f"the source now lists {len(now_items)} items ({len(added)} added, {len(removed)} removed) "
                     f"where {batch['count']} were frozen at start; "
-                    "the frozen list is used; to use the new one, record a plan change with 'migrate' and start the step again"}
+                    "the frozen list is used; to use the new one, record a plan change with `migrate --contract FILE --reason TEXT` and start the step again"}
 
 
 def skip_ops(state: Dict[str, Any], key: str, reason: str, now: float) -> Ops:

@@ -15,23 +15,20 @@ import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from . import __version__
-from .contract import check_contract, load_contract
-from .approvals import approval_view, payload_source
+from . import __version__, verbs
+from .approvals import payload_source
+from .batch import run_workspace
 from .commands import INVOKE_EXITS, OBSERVE_EXITS, PLACEHOLDERS
+from .contract import check_contract, load_contract
 from .effects import EFFECT_STATES
-from .envelope import MAX_DOCUMENT_BYTES, MAX_DURATION_SECONDS, loads_strict, read_document, validate_id
+from .envelope import MAX_DOCUMENT_BYTES, MAX_DURATION_SECONDS, loads_strict, read_document
 from .errors import EXIT_TABLE as EXIT_ROWS
 from .errors import InvalidInput, RunnerError, StateUnrecoverable
-from .jobs import UNSETTLED, observe_job, read_result
-from .lease import lease_view
-from .recovery import decide, decision_exit_code, recover, stop_for_error
-from .views import brief, decision_view, events_after, report, status_view
+from .recovery import decision_exit_code, stop_for_error
 from .run import Run
-from .steps import require_plan
-from .batch import begin_payload, observes_itself, run_workspace
 from .stores import create_store, open_store, parse_store_url
 from .stores.file import RunStore, check
+from .views import status_view
 
 __all__ = ["main", "build_parser"]
 
@@ -72,13 +69,15 @@ def build_parser(extensions: Sequence[Callable[[Callable[..., argparse.ArgumentP
     parser = _Parser(prog="runner", description="Durable, resumable, fenced runs for long agent tasks.", epilog=EXIT_TABLE)
     parser.add_argument("--version", action="version", version=f"runner {__version__}")
     _common(parser, top=True)
-    verbs = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
-    verbs.required = True
+    subparsers = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
+    subparsers.required = True
+    parser.verb_parsers = {}  # type: ignore[attr-defined]
 
     def verb(name: str, help_text: str, handler: Callable[[argparse.Namespace], int], epilog: str = "") -> argparse.ArgumentParser:
-        sub = verbs.add_parser(name, help=help_text, description=help_text, epilog=(epilog + "\n\n" if epilog else "") + EXIT_TABLE,
+        sub = subparsers.add_parser(name, help=help_text, description=help_text, epilog=(epilog + "\n\n" if epilog else "") + EXIT_TABLE,
                                formatter_class=argparse.RawDescriptionHelpFormatter)
         _common(sub, top=False)
+        parser.verb_parsers[name] = sub  # type: ignore[attr-defined]
         sub.set_defaults(verb_handler=handler)  # not "handler": a verb's own option may be named so ('work --handler')
         return sub
 
@@ -109,7 +108,9 @@ def build_parser(extensions: Sequence[Callable[[Callable[..., argparse.ArgumentP
     sub.add_argument("--receipt", metavar="JSON", help="ack: the target's receipt (inline JSON, @FILE or -)")
     sub.add_argument("--evidence", metavar="JSON", help="verify/absent: what the observation found (inline JSON, @FILE or -)")
     sub.add_argument("--reason", metavar="TEXT", help="uncertain: why the outcome is unknown; skip: why the batch item is left out")
+    sub.add_argument("--reconciled", action="store_true", help="verify/absent: the outcome was unknown and is settled by this observation")
     sub.add_argument("--state", choices=EFFECT_STATES, help="list: only effects in this state")
+    sub.add_argument("--limit", type=positive, default=None, metavar="N", help=f"list: at most N effects (default {verbs.DEFAULT_LIMIT})")
     _writer(sub)
 
     sub = verb("step", "start, finish or fail a step of the plan", cmd_step)
@@ -163,7 +164,8 @@ def build_parser(extensions: Sequence[Callable[[Callable[..., argparse.ArgumentP
     sub.add_argument("--max-chars", type=positive, default=2000)
 
     sub = verb("events", "transitions after sequence number N (resume an observer where it left off)", cmd_events)
-    sub.add_argument("--after", type=int, default=0, metavar="N")
+    sub.add_argument("--after", type=_count, default=0, metavar="N")
+    sub.add_argument("--limit", type=positive, default=None, metavar="N", help="at most N events per page (default: all)")
     sub.add_argument("--follow", action="store_true", help="keep printing new events until the run stops")
     sub.add_argument("--timeout", type=_seconds, default=None, help="with --follow: stop after this many seconds")
     sub.add_argument("--otlp", metavar="FILE", type=output_file, default=None, help="write the run as an OpenTelemetry trace (OTLP JSON lines)")
@@ -260,6 +262,46 @@ def positive(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be positive")
     return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
+    return value
+
+
+#: Options every verb takes: where the run is, how to print, and who writes.
+_COMMON_OPTIONS = ("-h", "--help", "--dir", "--store", "--task", "--json", "--owner", "--epoch")
+
+
+def check_verb_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse what :data:`runner.verbs.VERBS` says the verb does not take, and name what it needs.
+
+    :raises InvalidInput: an option the verb does not take was given, or one it needs was not.
+    """
+    words = args.verb + (f" {args.action}" if isinstance(getattr(args, "action", None), str) else "")
+    verb = verbs.verb_named(words)
+    sub = parser.verb_parsers.get(args.verb)  # type: ignore[attr-defined]
+    if verb is None or sub is None:
+        return  # a verb only the command line has (runner.verbs.COMMAND_LINE_ONLY)
+    spellings = set(verb.arguments.values())
+    for action in sub._actions:
+        if not action.option_strings or action.option_strings[0] in _COMMON_OPTIONS:
+            continue
+        spelling = action.option_strings[-1]
+        given = getattr(args, action.dest, action.default) not in (action.default, None, [])
+        if given and spelling not in spellings and f"{args.verb} {spelling}" not in verbs.COMMAND_LINE_ONLY:
+            raise InvalidInput(f"{words} takes no {spelling}")
+    for name in verb.required:
+        spelling = verb.arguments[name]
+        action = next((a for a in sub._actions if (a.option_strings[-1:] == [spelling]) or
+                       (not a.option_strings and not spelling.startswith("--") and a.dest != "action")), None)
+        if action is not None and getattr(args, action.dest, None) in (None, []):
+            raise InvalidInput(f"{words} needs {spelling if not spelling.startswith('--') else spelling + ' ' + (action.metavar or name.upper())}")
 
 
 # -- output -----------------------------------------------------------------
@@ -394,16 +436,10 @@ def cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
-def _holder_decision(run: Run) -> Dict[str, Any]:
-    """What ``next`` decides now from the lease holder's side: the one decision status, brief and step show."""
-    lease = run.state["lease"]
-    return decide(run.state, run.clock(), lease.get("owner"), lease.get("epoch"), _observe_jobs(run))
-
-
 def cmd_status(args: argparse.Namespace) -> int:
     run = Run(_open(args))
     store = run.store
-    summary = status_view(store.state, _holder_decision(run))
+    summary = verbs.status(run)
     lines = [
         f"task      {summary['task_id']}  ({summary['status']}, revision {summary['revision']})",
         f"plan      {summary['plan_digest']}",
@@ -514,83 +550,69 @@ def _worker(args: argparse.Namespace) -> Run:
     return Run(_open(args), args.owner, args.epoch)
 
 
-def _effect_out(args: argparse.Namespace, key: str, effect: Dict[str, Any]) -> int:
-    emit(args, {"ok": True, "key": key, **effect}, f"{key}: {effect['state']} (attempts {effect['attempts']})")
+def _effect_out(args: argparse.Namespace, result: Dict[str, Any]) -> int:
+    effect = result["effect"]
+    emit(args, {"ok": True, "key": result["key"], **effect}, f"{result['key']}: {effect['state']} (attempts {effect['attempts']})")
     return 0
 
 
 def cmd_lease(args: argparse.Namespace) -> int:
     run = _worker(args)
     if args.action == "show":
-        view = lease_view(run.state, run.clock())
+        view = verbs.lease_show(run)["lease"]
         emit(args, {"ok": True, **view}, f"{view['owner'] or 'nobody'} (epoch {view['epoch']}, expires {view['expires_at'] or '-'}, {'live' if view['live'] else 'not live'})")
         return 0
     if args.action == "break":
-        if not args.by or not args.reason:
-            raise InvalidInput("lease break needs --by WHO and --reason TEXT (the evidence that the holder ended)")
-        view = run.break_lease(args.by, args.reason)
+        view = verbs.lease_break(run, args.by, args.reason)["lease"]
         emit(args, {"ok": True, **view}, f"lease of {view['owner'] or 'nobody'} (epoch {view['epoch']}) now expires {view['expires_at'] or '-'}")
         return 0
     if not args.owner:
         raise InvalidInput(f"lease {args.action} needs --owner ID")
     if args.action == "acquire":
-        view = run.acquire(args.owner, args.ttl or _default_ttl(run))
+        view = verbs.lease_acquire(run, args.owner, args.ttl)["lease"]
     elif args.action == "renew":
-        view = run.renew(args.ttl or _default_ttl(run))
+        view = verbs.lease_renew(run, args.ttl)["lease"]
     else:
-        run.release()
-        view = dict(run.state["lease"])
+        view = verbs.lease_release(run)["lease"]
     emit(args, {"ok": True, **view}, f"{args.action}: {view['owner'] or 'nobody'} at epoch {view['epoch']}, expires {view['expires_at'] or '-'}")
     return 0
 
 
-def _default_ttl(run: Run) -> float:
-    return float(run.state["plan"].get("lease", {}).get("ttl_seconds", 300))
-
-
 def cmd_effect(args: argparse.Namespace) -> int:
     run = _worker(args)
-    if args.action == "list":
-        items = {k: e for k, e in sorted(run.state["effects"].items()) if args.state in (None, e.get("state"))}
-        emit(args, {"ok": True, "count": len(items), "effects": items}, "\n".join(f"{k}  {e['state']}  attempts {e['attempts']}" for k, e in items.items()) or "no effects")
-        return 0
-    if not args.key:
-        raise InvalidInput(f"effect {args.action} needs a KEY")
     key = args.key
+    if args.action == "list":
+        found = verbs.effect_list(run, args.state, args.limit)
+        lines = [f"{k}  {e['state']}  attempts {e['attempts']}" for k, e in found["effects"].items()]
+        if found["more"]:
+            lines.append(f"... {found['count'] - len(found['effects'])} more (--limit N)")
+        emit(args, {"ok": True, **found}, "\n".join(lines) or "no effects")
+        return 0
     if args.action == "show":
-        effect = run.state["effects"].get(key)
-        if effect is None:
-            raise InvalidInput(f"no effect {key!r} in the ledger")
-        return _effect_out(args, key, effect)
+        return _effect_out(args, verbs.effect_show(run, key))
     if args.action == "begin":
         # A batch item's payload is the one its step's template makes; another one is refused with both digests.
         # It is printed, since the caller sends exactly it to the target.
-        payload = begin_payload(run.state, key, _payload_arg(args.payload) if args.payload else None)
         source = os.path.abspath(args.payload) if args.payload and args.payload != "-" else None
-        effect = run.effect_begin(key, payload, step=args.step, source=source)
+        began = verbs.effect_begin(run, key, _payload_arg(args.payload) if args.payload else None, step=args.step, source=source)
+        effect, payload = began["effect"], began["payload"]
         emit(args, {"ok": True, "key": key, **effect, "payload": payload},
               f"{key}: {effect['state']} (attempts {effect['attempts']})\npayload {json.dumps(payload, sort_keys=True, ensure_ascii=False)}")
         return 0
     if args.action == "run":
-        from .drive import perform_effect
-
         invoke, observe = _effect_commands(args.command)
-        return _effect_out(args, key, perform_effect(run, key, _payload_arg(args.payload) if args.payload else None, invoke, observe))
+        return _effect_out(args, verbs.effect_run(run, key, _payload_arg(args.payload) if args.payload else None, invoke, observe))
     if args.action == "skip":
-        if not args.reason:
-            raise InvalidInput("effect skip needs --reason TEXT")
-        skipped = run.effect_skip(key, args.reason)
+        skipped = verbs.effect_skip(run, key, args.reason)["effect"]
         emit(args, {"ok": True, **skipped}, f"{key}: skipped in step {skipped['step']}: {skipped['reason']}")
         return 0
     if args.action == "ack":
-        return _effect_out(args, key, run.effect_ack(key, _json_arg(args.receipt, "--receipt")))
+        return _effect_out(args, verbs.effect_ack(run, key, _json_arg(args.receipt, "--receipt")))
     if args.action == "verify":
-        return _effect_out(args, key, run.effect_verify(key, _json_arg(args.evidence, "--evidence")))
+        return _effect_out(args, verbs.effect_verify(run, key, _json_arg(args.evidence, "--evidence"), args.reconciled))
     if args.action == "absent":
-        return _effect_out(args, key, run.effect_absent(key, _json_arg(args.evidence, "--evidence")))
-    if not args.reason:
-        raise InvalidInput("effect uncertain needs --reason TEXT")
-    return _effect_out(args, key, run.effect_uncertain(key, args.reason))
+        return _effect_out(args, verbs.effect_absent(run, key, _json_arg(args.evidence, "--evidence"), args.reconciled))
+    return _effect_out(args, verbs.effect_uncertain(run, key, args.reason))
 
 
 def _effect_commands(tail: List[str]) -> Tuple[Optional[List[str]], Optional[List[str]]]:
@@ -613,7 +635,7 @@ def cmd_drive(args: argparse.Namespace) -> int:
     if not args.owner:
         raise InvalidInput("drive needs --owner ID (the worker taking the lease)")
     run = Run(_open(args))
-    ttl = args.ttl or _default_ttl(run)
+    ttl = verbs.default_ttl(run.state, args.ttl)
     world = ThreadWorld()
     executor = Executor(run, world=world, ttl=ttl, flow=flow_for(run.state["plan"], args.parallel, run.clock()))
 
@@ -644,53 +666,35 @@ def cmd_drive(args: argparse.Namespace) -> int:
 
 def cmd_step(args: argparse.Namespace) -> int:
     run = _worker(args)
-    step = args.step_id
-    if args.action == "start":
-        record = run.step_start(step)
-    elif args.action == "done":
-        observes = any(s["id"] == step and observes_itself(s) for s in run.state["plan"].get("steps", []))
-        record = run.step_done(step, {} if args.evidence is None and observes else _json_arg(args.evidence, "--evidence"))
-    else:
-        if not args.error_class or not args.error:
-            raise InvalidInput("step fail needs --class transient|permanent and --error TEXT")
-        record = run.step_fail(step, args.error_class, args.error)
-    state = run.state
-    decided = decision_view(decide(state, run.clock(), run.owner, run.epoch, _observe_jobs(run)))
-    emit(args, {"ok": True, "step": step, **record, "status": state["status"], "next_action": state["next_action"], "next": decided},
-          f"{step}: {record['state']} (attempt {record['attempts']}); run {state['status']}; next {decided['text']}")
+    evidence = _json_arg(args.evidence, "--evidence") if args.evidence is not None else None
+    result = verbs.step(run, args.action, args.step_id, evidence, args.error_class, args.error)
+    record, decided = result.pop("record"), result["next"]
+    emit(args, {"ok": True, **record, **result},
+          f"{args.step_id}: {record['state']} (attempt {record['attempts']}); run {result['status']}; next {decided['text']}")
     return 0
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    run = Run(_open(args))
-    state = run.cancel(args.by, args.reason)
-    emit(args, {"ok": True, "status": state["status"], "cancellation": state["observations"]["cancellation"], "next_action": state["next_action"]},
-          f"cancellation recorded; run {state['status']}" + ("" if state["status"] == "cancelled" else "; in-flight effects are reconciled first"))
+    result = verbs.cancel(Run(_open(args)), args.by, args.reason)
+    emit(args, {"ok": True, **result},
+          f"cancellation recorded; run {result['status']}" + ("" if result["status"] == "cancelled" else "; in-flight effects are reconciled first"))
     return 0
 
 
 def cmd_approval(args: argparse.Namespace) -> int:
     run = _worker(args)
     if args.action == "list":
-        items = approval_view(run.state, run.clock())
+        items = verbs.approval_list(run)["approvals"]
         emit(args, {"ok": True, "approvals": items}, "\n".join(_approval_line(a) for a in items) or "no approval requests")
         return 0
-    if not args.target:
-        raise InvalidInput(f"approval {args.action} needs {'a STEP' if args.action == 'request' else 'a REQUEST_ID'}")
     if args.action == "request":
-        if not args.requested_action or args.ttl is None:
-            raise InvalidInput("approval request needs --action TEXT, --payload FILE and --ttl SECONDS")
-        if args.payload is None:
-            raise InvalidInput("--payload FILE is required (a JSON file, or - for stdin)")
         text = sys.stdin.read(MAX_DOCUMENT_BYTES + 1) if args.payload == "-" else read_document(args.payload, "payload")
         source = payload_source(None if args.payload == "-" else os.path.abspath(args.payload), text.encode("utf-8", "replace"))
-        rid = run.approval_request(args.target, args.requested_action, _json_object(text, "payload"), args.ttl, source)
-        req = run.state["observations"]["approvals"][rid]
+        result = verbs.approval_request(run, args.target, args.requested_action, _json_object(text, "payload"), args.ttl, source)
+        rid, req = result["request_id"], result["request"]
         emit(args, {"ok": True, "request_id": rid, **req}, f"{rid}: {req['state']}; ask a person to run: approval grant {rid} --by NAME")
         return 0
-    if not args.by:
-        raise InvalidInput(f"approval {args.action} needs --by WHO")
-    answer = run.approval_grant(args.target, args.by) if args.action == "grant" else run.approval_deny(args.target, args.by)
+    answer = verbs.approval_answer(run, args.target, args.by, args.action == "grant")["request"]
     emit(args, {"ok": True, "request_id": args.target, **answer}, f"{args.target}: {answer['state']} by {answer['by']}")
     return 0
 
@@ -703,30 +707,15 @@ def _approval_line(item: Dict[str, Any]) -> str:
 
 
 def cmd_cost(args: argparse.Namespace) -> int:
-    cost: Dict[str, float] = {}
-    for item in args.add:
-        name, _, amount = item.partition("=")
-        try:
-            cost[validate_id(name, "cost name")] = float(amount)
-        except ValueError:
-            raise InvalidInput(f"--add takes NAME=AMOUNT, got {item!r}") from None
-    if not cost:
-        raise InvalidInput("cost needs at least one --add NAME=AMOUNT")
-    totals = _worker(args).add_cost(cost)
+    totals = verbs.cost(_worker(args), args.add)["cost"]
     emit(args, {"ok": True, "cost": totals}, "run cost: " + ", ".join(f"{k} {v:g}" for k, v in sorted(totals.items())))
     return 0
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    run = _worker(args)
-    state = run.migrate(read_document(args.contract, "contract"), args.reason)
-    emit(args, {"ok": True, "plan_digest": state["plan_digest"], "revision": state["revision"]}, f"plan is now {state['plan_digest']}")
+    result = verbs.migrate(_worker(args), args.contract, args.reason)
+    emit(args, {"ok": True, **result}, f"plan is now {result['plan_digest']}")
     return 0
-
-
-def _contract_check(args: argparse.Namespace, run: Run) -> None:
-    if getattr(args, "contract", None):
-        require_plan(run.state, read_document(args.contract, "contract"))
 
 
 def _print_decision(args: argparse.Namespace, decision: Dict[str, Any]) -> int:
@@ -748,17 +737,15 @@ def cmd_next(args: argparse.Namespace) -> int:
     except StateUnrecoverable as exc:
         warn(f"{exc.reason}: {exc.message}")
         return _print_decision(args, stop_for_error(exc))
-    _contract_check(args, run)
-    return _print_decision(args, decide(run.state, run.clock(), args.owner, args.epoch, _observe_jobs(run)))
+    _warn_job_damage(run)
+    return _print_decision(args, verbs.next_decision(run, args.owner, args.epoch, args.contract))
 
 
-def _observe_jobs(run: Run) -> Dict[str, Dict[str, Any]]:
-    """Observe (without committing) every unsettled job; report each job file that was not believed."""
-    observed = {key: observe_job(run.store.path, job) for key, job in run.state["jobs"].items() if job["state"] in UNSETTLED}
-    for key, seen in sorted(observed.items()):
+def _warn_job_damage(run: Run) -> None:
+    """Name each job file that will not be believed (the verbs observe the jobs themselves)."""
+    for key, seen in sorted(verbs.observed_jobs(run.store.path, run.state).items()):
         if seen.get("damage"):
             warn(f"job {key}: {seen['damage']} (not believed)")
-    return observed
 
 
 def cmd_recover(args: argparse.Namespace) -> int:
@@ -769,18 +756,13 @@ def cmd_recover(args: argparse.Namespace) -> int:
     except StateUnrecoverable as exc:
         warn(f"{exc.reason}: {exc.message}")
         return _print_decision(args, stop_for_error(exc))
-    _contract_check(args, run)
-    _observe_jobs(run)  # only to report job files that will not be believed; recover observes and commits itself
-    decision = recover(run, args.owner, args.ttl or _default_ttl(run))
-    decision["lease"] = dict(run.state["lease"])
-    return _print_decision(args, decision)
+    _warn_job_damage(run)
+    return _print_decision(args, verbs.recover(run, args.owner, args.ttl, args.contract))
 
 
 def cmd_brief(args: argparse.Namespace) -> int:
-    run = Run(_open(args))
-    decision = _holder_decision(run)
-    text = brief(run.state, decision, args.max_chars)
-    emit(args, {"ok": True, "brief": text, "chars": len(text)}, text)
+    result = verbs.brief(Run(_open(args)), args.max_chars)
+    emit(args, {"ok": True, **result}, result["brief"])
     return 0
 
 
@@ -800,7 +782,7 @@ def cmd_events(args: argparse.Namespace) -> int:
     after = args.after
     deadline = None if args.timeout is None else time.monotonic() + args.timeout
     while True:
-        batch = events_after(store, after)
+        batch = verbs.events(store, after, args.limit)
         if args.json and not args.follow:
             emit(args, {"ok": True, **batch})
             return 0
@@ -810,6 +792,8 @@ def cmd_events(args: argparse.Namespace) -> int:
             sys.stdout.write(json.dumps(event, sort_keys=True, ensure_ascii=False) + "\n")
         sys.stdout.flush()
         after = batch["last"] if batch["events"] or batch["truncated"] else after
+        if batch["more"]:
+            continue  # the next page at once
         if not args.follow or store.state["status"] in ("complete", "cancelled") or (deadline is not None and time.monotonic() >= deadline):
             return 0
         time.sleep(0.2)
@@ -818,7 +802,7 @@ def cmd_events(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     store = _open(args)
-    result = report(store.state)
+    result = verbs.report(Run(store))
     if args.html:
         from .history import load
         from .timeline import write
@@ -829,29 +813,15 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_job(args: argparse.Namespace) -> int:
-    run = _worker(args)
     key = args.key
+    result = verbs.job(_worker(args), args.action, key, args.command, args.done)
     if args.action == "submit":
-        job = run.job_submit(key, args.command)
-        emit(args, {"ok": True, "key": key, **job}, f"job {key}: {job['state']} (pid {job['pid']}, attempt {job['attempt']})")
+        emit(args, {"ok": True, **result}, f"job {key}: {result['state']} (pid {result['pid']}, attempt {result['attempt']})")
         return 0
-    if args.action == "shard":
-        if args.done is None:
-            raise InvalidInput("job shard needs --done N")
-        run.job_shard(key, args.done)
-    elif args.action == "cancel":
-        run.job_cancel(key)
-    job = run.job_observe(key)
-    seen = job.pop("observed")
-    if seen.get("damage"):
-        warn(f"job {key}: {seen['damage']} (not believed)")
-    out = {"ok": True, "key": key, **job, "observed": seen["status"], **({"damage": seen["damage"]} if seen.get("damage") else {})}
-    if args.action == "result":
-        if job["state"] not in ("finished", "stopped"):
-            raise InvalidInput(f"job {key!r} is {job['state']}; it has no result yet")
-        out.update(read_result(run.store.path, job))
-    text = f"job {key}: {job['state']}" + (f", exit {job['exit_code']}" if job.get("exit_code") is not None else "")
-    emit(args, out, text + (f"\n{out['log_tail']}" if "log_tail" in out else ""))
+    if result.get("damage"):
+        warn(f"job {key}: {result['damage']} (not believed)")
+    text = f"job {key}: {result['state']}" + (f", exit {result['exit_code']}" if result.get("exit_code") is not None else "")
+    emit(args, {"ok": True, **result}, text + (f"\n{result['log_tail']}" if "log_tail" in result else ""))
     return 0
 
 
@@ -894,6 +864,7 @@ def main(argv: Optional[Sequence[str]] = None, extensions: Sequence[Callable[[Ca
         if command and not (args.verb == "job" and args.action == "submit") and not (args.verb == "effect" and args.action == "run"):
             raise InvalidInput("only 'job submit KEY -- COMMAND' and 'effect run KEY -- COMMAND ...' take arguments after --")
         args.command = command
+        check_verb_arguments(parser, args)
         if hasattr(args, "epoch") and args.epoch is None:
             args.epoch = _env_epoch()
         return int(args.verb_handler(args))

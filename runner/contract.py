@@ -254,7 +254,7 @@ def load_contract(path: str) -> Dict[str, Any]:
     """The validated contract block of ``path``; raises :class:`InvalidInput` naming the first problem."""
     block, problems = check_contract(path)
     if problems or block is None:
-        more = f" (and {len(problems) - 1} more; run 'contract check')" if len(problems) > 1 else ""
+        more = f" (and {len(problems) - 1} more; run `contract check FILE`)" if len(problems) > 1 else ""
         raise InvalidInput(problems[0] + more)
     return block
 
@@ -274,7 +274,7 @@ def key_allowed(plan: Dict[str, Any], key: str) -> bool:
     try:
         compiled = compile_pattern(pattern)
     except InvalidInput as exc:
-        raise InvalidInput(f"the run's contract has an unsafe {exc.message}; migrate to a contract that passes 'contract check'") from None
+        raise InvalidInput(f"the run's contract has an unsafe {exc.message}; migrate to a contract that passes `contract check FILE`") from None
     return len(key) <= MAX_ID_LENGTH and compiled.fullmatch(key)
 
 

@@ -57,13 +57,12 @@ import threading
 import time
 from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Tuple
 
+from . import verbs
 from .envelope import canonical_json, format_time
 from .errors import InvalidInput, RunnerError
 from .fs import OsFileSystem, replace_durably
-from .jobs import observe_job
 from .lease import lease_view
 from .quoting import MESSAGE, NOTICE_SHORT, PATH, fit, moment, name, number, quote, word
-from .recovery import decide
 from .run import Run
 from .stores.codec import decode_identity, local_maker
 from .stores.file_layout import IDENTITY
@@ -231,13 +230,11 @@ class _View:
         self.verdict, self.provenance = adoption(made_by(path), self.state, local_maker())
         self.lease = lease_view(self.state, now)
         holder = self.lease.get("owner") if self.lease.get("live") else None
-        unsettled = ("submitting", "running", "cancel-requested", "vanished")
-        jobs = {k: observe_job(path, j) for k, j in self.state["jobs"].items() if j["state"] in unsettled}
         if holder is not None and holder == owner:
-            self.decision = decide(self.state, now, owner, self.lease["epoch"], jobs)
+            self.decision = verbs.decision(self.state, path, now, owner, self.lease["epoch"])
         else:
             # Free to take (or held by someone else, which decide reports).
-            self.decision = decide(self.state, now, None, None, jobs)
+            self.decision = verbs.decision(self.state, path, now, None, None)
 
     @property
     def users(self) -> bool:

@@ -51,7 +51,7 @@ def _carries_lease(owner: Optional[str], epoch: Optional[int], lease: Optional[D
         held = (f"; the lease is held by {live.get('owner')} at epoch {live.get('epoch')} until {live.get('expires_at')}"
                 if live.get("owner") else "; nobody holds the lease")
         raise Fenced(f"this write must carry the lease: pass --owner ID --epoch N (or $RUNNER_OWNER and $RUNNER_EPOCH){held}; "
-                     "'recover --owner ID' or 'lease acquire --owner ID' takes it and prints the epoch",
+                     "`recover --owner ID` or `lease acquire --owner ID` takes it and prints the epoch",
                      owner=live.get("owner"), epoch=live.get("epoch"))
 
 

@@ -84,7 +84,7 @@ def _holder(view: Dict[str, Any]) -> str:
 def _item_context(state: Dict[str, Any], key: str) -> Dict[str, Any]:
     """The batch item an effect belongs to, with the ``why`` of settling it written here, from its fields."""
     context = _batch.item_context(state, key)
-    if "why" in context:
+    if context and _batch.performs_effects(state["plan"]):
         context["why"] = (f"`effect run {_cmd(key, 'KEY')}` (or `drive`) observes the target first and records what it sees; "
                           "it calls the target again only after an observed absence")
     return context

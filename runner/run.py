@@ -32,8 +32,18 @@ __all__ = ["Run", "submit_job"]
 class Run:
     """A run opened by a worker (``owner``/``epoch`` set) or an observer (both None).
 
-    ``observer`` receives the step, lease, effect and job windows
-    (:mod:`runner.windows`); by default the store's own observer.
+    :param store: the run's store (:func:`runner.stores.open_store`).
+    :param owner: the lease holder this object writes as; None for an observer.
+    :param epoch: the fencing epoch of ``owner``'s lease.
+    :param rand: draws the jitter of retry delays (a seeded one makes them replayable).
+    :param observer: receives the step, lease, effect and job windows
+        (:mod:`runner.windows`); by default the store's own observer.
+
+    Every fenced method raises :class:`~runner.errors.Fenced` when this
+    object's owner and epoch no longer hold a live lease, and writes nothing
+    then; every method that writes may raise :class:`OSError` when the store
+    cannot commit, and :class:`~runner.errors.StateUnrecoverable` when it finds
+    the run damaged (the damage is quarantined, never replaced).
     """
 
     def __init__(self, store: Store, owner: Optional[str] = None, epoch: Optional[int] = None, rand: Callable[[], float] = _random.random,
@@ -67,13 +77,19 @@ class Run:
 
     @property
     def state(self) -> Dict[str, Any]:
+        """The run's state as of this object's last transaction or :meth:`refresh` (do not modify it)."""
         return self.store.state
 
     @property
     def clock(self) -> Callable[[], float]:
+        """The store's wall clock, seconds since the epoch: every time the run records comes from it."""
         return self.store.clock
 
     def refresh(self) -> Dict[str, Any]:
+        """Catch up with every transition other processes committed; return the state.
+
+        :raises StateUnrecoverable: the run's files are damaged beyond an exact rebuild.
+        """
         return self.store.refresh()
 
     # -- the transaction template ------------------------------------------------------
@@ -93,33 +109,69 @@ class Run:
 
     # -- lease ---------------------------------------------------------------------------
     def acquire(self, owner: str, ttl: float) -> Dict[str, Any]:
-        """Take the lease (higher epoch) or raise AlreadyRunning; this object then writes as its holder."""
+        """Take the lease at a higher epoch; this object then writes as ``owner`` at that epoch.
+
+        :param owner: the worker taking it (an id: letters, digits, ``._:@+=-``).
+        :param ttl: seconds it lives unless renewed (at most a week).
+        :returns: the lease record (``owner``, ``epoch``, ``acquired_at``, ``expires_at``, ``ttl_seconds``).
+        :raises AlreadyRunning: another owner's lease is live.
+        :raises InvalidInput: a bad owner id or time to live.
+        """
         state = self.store.transact(lambda s: lease.acquire_ops(s, owner, ttl, self.clock()))
         self.owner, self.epoch = owner, int(state["lease"]["epoch"])
         self.observer.reached("lease:after-acquire", owner=owner, epoch=self.epoch)
         return dict(state["lease"])
 
     def renew(self, ttl: float) -> Dict[str, Any]:
+        """Extend this object's lease to ``ttl`` seconds from now; return the lease record.
+
+        :raises Fenced: this object's owner and epoch do not hold the lease.
+        :raises InvalidInput: a bad time to live.
+        """
         state = self._mutate(lambda s, now: lease.renew_ops(s, self.owner, self.epoch, ttl, now), fenced=False)  # type: ignore[arg-type]
         return dict(state["lease"])
 
     def break_lease(self, by: str, reason: str) -> Dict[str, Any]:
-        """Supervisor: end a dead holder's lease now (see :func:`runner.lease.break_ops`)."""
+        """A supervisor ends a dead holder's lease now (see :func:`runner.lease.break_ops`); needs no lease.
+
+        :param by: the supervisor that saw the holder's process end.
+        :param reason: the evidence that it ended (one line).
+        :returns: the lease record, expired now, its epoch kept so the old holder stays fenced.
+        :raises InvalidInput: ``by`` or ``reason`` is missing or not one line.
+        """
         return dict(self._mutate(lambda s, now: lease.break_ops(s, by, reason, now), fenced=False)["lease"])
 
     def release(self) -> None:
+        """Give up this object's lease, so another owner may take it at once.
+
+        :raises Fenced: this object's owner and epoch do not hold the lease.
+        """
         self._mutate(lambda s, now: lease.release_ops(s, self.owner, self.epoch, now), fenced=False)  # type: ignore[arg-type]
 
     # -- steps ---------------------------------------------------------------------------
     def step_start(self, step: str) -> Dict[str, Any]:
-        """Start ``step``; a batch step's items are frozen with it (see :mod:`runner.batch`)."""
+        """Start ``step``, in plan order; a batch step's items are frozen with it (see :mod:`runner.batch`). Fenced.
+
+        :returns: the step's record (``state`` running, ``attempts``).
+        :raises InvalidInput: no such step, another step is running, the step is done, or its items cannot be listed.
+        :raises Cancelled: the run is cancelled. :raises RunComplete: the run is complete.
+        :raises LimitExhausted: a limit of the contract is spent (the run is recorded as blocked).
+        :raises RetryLater: the step's backoff after a transient failure has not passed.
+        """
         frozen = batch.freeze(self.refresh(), step)
         out = self._mutate(lambda s, now: steps.start_ops(s, step, now) + batch.freeze_ops(s, step, frozen, now))["steps"][step]
         self.observer.reached("step:after-start", step=step)
         return out
 
     def step_done(self, step: str, evidence: Dict[str, Any]) -> Dict[str, Any]:
-        """Finish ``step``; its declared checks and artifacts are observed first (see :mod:`runner.evidence`)."""
+        """Finish the running ``step``; its declared checks and artifacts are observed first (:mod:`runner.evidence`). Fenced.
+
+        :param evidence: the evidence the contract names for the step (a JSON object; ``{}`` when the runner observes it).
+        :returns: the step's record (``state`` done, the evidence and what was observed).
+        :raises InvalidInput: the step is not running, evidence is missing, a check failed, an artifact is missing,
+            or a gated step has no verified effect.
+        :raises NeedsReconciliation: an effect begun in the step is unresolved.
+        """
         observed = observe_step(self.refresh(), step, self.clock)
 
         def decide(s: Dict[str, Any], now: float) -> Ops:
@@ -131,44 +183,93 @@ class Run:
         return out
 
     def effect_skip(self, key: str, reason: str) -> Dict[str, Any]:
-        """Settle a batch item without its effect, with the reason recorded (counted in ``report``)."""
+        """Settle a batch item without its effect, with the reason recorded (counted in ``report``). Fenced.
+
+        :returns: the skip (``key``, ``step``, ``reason``, ``at``, ``state`` skipped).
+        :raises InvalidInput: ``key`` is not an item of a running batch step, or the reason is empty or too long.
+        :raises NeedsReconciliation: the item's effect is unresolved (observe it first).
+        """
         self._mutate(lambda s, now: batch.skip_ops(s, key, reason, now))
         step = batch.owner_of(self.state, key)[0]  # type: ignore[index]
         return dict(self.state["steps"][step]["batch"]["skipped"][key], key=key, step=step, state="skipped")
 
     def step_fail(self, step: str, error_class: str, error: str) -> Dict[str, Any]:
+        """Record a failed attempt of the running ``step``. Fenced.
+
+        :param error_class: ``transient`` (retried after a persisted backoff, within the attempt limit) or
+            ``permanent`` (the step, and the run, are failed for good).
+        :param error: what went wrong (one line).
+        :returns: the step's record.
+        :raises InvalidInput: the step is not running, or a bad class or error.
+        :raises LimitExhausted: a transient failure spent the step's attempts (the run is recorded as blocked).
+        """
         return self._mutate(lambda s, now: steps.fail_ops(s, step, error_class, error, now, self.rand))["steps"][step]
 
     # -- effects -------------------------------------------------------------------------
     def effect_begin(self, key: str, payload: Dict[str, Any], step: Optional[str] = None, resend: bool = False,
                      source: Optional[str] = None) -> Dict[str, Any]:
-        """Record ``started`` for ``key`` before the target is called (see :func:`runner.effects.begin_ops`).
+        """Record ``started`` for ``key`` before the target is called (see :func:`runner.effects.begin_ops`). Fenced.
 
         The record keeps the payload (up to 64 KiB; above, ``source``, the file it came from).
+
+        :param payload: exactly what will be sent (a JSON object of at most 256 KiB); its digest is recorded.
+        :param step: the step it belongs to (default and only choice: the running step).
+        :param resend: begin again after an observed absence (the executor's retry).
+        :returns: the effect's record.
+        :raises AlreadyVerified: the effect is verified: do not call the target again.
+        :raises NeedsReconciliation: an earlier attempt is unresolved (observe it first).
+        :raises AwaitingApproval: the contract gates the key and no grant matches this payload.
+        :raises InvalidInput: a bad key or payload, another payload under the key, or no running step.
+        :raises Cancelled: the run is cancelled. :raises Failed: the key failed for good.
+        :raises LimitExhausted: its attempts or a limit of the run are spent (the run is recorded as blocked).
+        :raises RetryLater: the backoff after an observed absence has not passed.
         """
         digest = content_digest(effects.check_document(payload, "payload"))
         kept = effects.kept_payload(payload, source)
         return self._mutate(lambda s, now: effects.begin_ops(s, key, digest, now, step, resend, kept))["effects"][key]
 
     def effect_ack(self, key: str, receipt: Dict[str, Any]) -> Dict[str, Any]:
+        """Record the target's receipt for a started ``key``: proof it was applied, not yet that it is there. Fenced.
+
+        :returns: the effect's record (``state`` acknowledged).
+        :raises InvalidInput: no such effect, a bad receipt, or another receipt already recorded.
+        """
         return self._mutate(lambda s, now: effects.ack_ops(s, key, receipt, now))["effects"][key]
 
     def effect_verify(self, key: str, evidence: Dict[str, Any], reconciled: bool = False) -> Dict[str, Any]:
-        """``reconciled``: the outcome was unknown to this worker and settled by observation."""
+        """Record that the target was observed to hold ``key``'s effect: the only way an effect is done. Fenced.
+
+        :param evidence: what the observation found (a JSON object).
+        :param reconciled: the outcome was unknown to this worker and is settled by this observation (counted in ``report``).
+        :returns: the effect's record (``state`` verified).
+        :raises InvalidInput: no such effect, or bad evidence.
+        """
         return self._mutate(lambda s, now: effects.verify_ops(s, key, evidence, now, reconciled))["effects"][key]
 
     def effect_absent(self, key: str, evidence: Dict[str, Any], reconciled: bool = False) -> Dict[str, Any]:
-        """The target was observed not to hold ``key``: another attempt may begin after the contract's backoff.
+        """Record that the target was observed not to hold ``key``: another attempt may begin after the contract's backoff. Fenced.
 
+        :param evidence: what the observation found; record it only when no earlier call can still land.
+        :param reconciled: the outcome was unknown to this worker and is settled by this observation.
+        :returns: the effect's record (``state`` absent, ``next_attempt_at``).
         :raises NeedsReconciliation: the effect holds a receipt (an absence contradicts it).
+        :raises InvalidInput: no such effect, or bad evidence.
         """
         return self._mutate(lambda s, now: effects.absent_ops(
             s, key, evidence, now, reconciled, not_before=retry.next_attempt_at(s, s["effects"][key]["attempts"], now, self.rand)))["effects"][key]
 
     def effect_uncertain(self, key: str, reason: str) -> Dict[str, Any]:
+        """Record that ``key``'s outcome is unknown; nothing is retried until it is observed. Fenced.
+
+        :returns: the effect's record (``state`` uncertain). :raises InvalidInput: no such effect, or a bad reason.
+        """
         return self._mutate(lambda s, now: effects.uncertain_ops(s, key, reason, now))["effects"][key]
 
     def effect_failed(self, key: str, reason: str) -> Dict[str, Any]:
+        """Record that the target refused ``key`` for good; it is never sent again. Fenced.
+
+        :returns: the effect's record (``state`` failed). :raises InvalidInput: no such effect, or a bad reason.
+        """
         return self._mutate(lambda s, now: effects.failed_ops(s, key, reason, now))["effects"][key]
 
     def drive_effect(self, key: str, payload: Dict[str, Any], adapter: Adapter, step: Optional[str] = None,
@@ -230,12 +331,22 @@ class Run:
 
     # -- control: cancellation, approvals, costs, plan --------------------------------------
     def cancel(self, by: str, reason: str) -> Dict[str, Any]:
+        """A person cancels the run: no new step or effect begins; effects in flight are still reconciled. Needs no lease.
+
+        :returns: the state after (``cancelled``, or ``cancelling`` while effects are unresolved).
+        :raises RunComplete: the run is already complete. :raises InvalidInput: ``by`` or ``reason`` is missing.
+        """
         return self._mutate(lambda s, now: steps.cancel_ops(s, by, reason, now), fenced=False)
 
     def approval_request(self, step: str, action: str, payload: Dict[str, Any], ttl: float, source: Optional[Dict[str, Any]] = None) -> str:
         """Ask for a grant bound to ``payload``'s digest; it expires after ``ttl`` seconds (at most ten years).
 
-        ``source``: where the payload came from (:func:`runner.approvals.payload_source`), shown by ``approval list``.
+        :param step: the step the action belongs to.
+        :param action: ``effect:KEY``, the action to approve.
+        :param payload: the exact payload the grant is bound to (by digest).
+        :param source: where the payload came from (:func:`runner.approvals.payload_source`), shown by ``approval list``.
+        :returns: the request id. Fenced.
+        :raises InvalidInput: a bad step, action, payload or time to live.
         """
         ttl = check_duration(ttl, "ttl", MAX_DURATION_SECONDS)
         digest = content_digest(effects.check_document(payload, "payload"))
@@ -249,24 +360,50 @@ class Run:
         return box["id"]
 
     def approval_grant(self, request_id: str, by: str) -> Dict[str, Any]:
+        """A person grants a pending request; needs no lease. :returns: the request's record.
+
+        :raises InvalidInput: no such request, it is not pending, it expired, or it was made under another plan.
+        """
         state = self._mutate(lambda s, now: approvals.answer_ops(s, request_id, by, True, now), fenced=False)
         return state["observations"]["approvals"][request_id]
 
     def approval_deny(self, request_id: str, by: str) -> Dict[str, Any]:
+        """A person denies a pending request; needs no lease. :returns: the request's record.
+
+        :raises InvalidInput: no such request, it is not pending, it expired, or it was made under another plan.
+        """
         state = self._mutate(lambda s, now: approvals.answer_ops(s, request_id, by, False, now), fenced=False)
         return state["observations"]["approvals"][request_id]
 
     def add_cost(self, cost: Dict[str, float]) -> Dict[str, Any]:
-        """Attribute one attempt's costs (e.g. ``{"tokens": 1200, "money": 0.03}``) to the run."""
+        """Attribute one attempt's costs (e.g. ``{"tokens": 1200, "money": 0.03}``) to the run. Fenced.
+
+        :returns: the run's cost totals (a spent budget stops the next step or effect to begin).
+        :raises InvalidInput: a bad name, or an amount that is not a non-negative number.
+        """
         return self._mutate(lambda s, now: retry.cost_ops(s, cost))["counters"]["cost"]
 
     def migrate(self, contract_text: str, reason: str) -> Dict[str, Any]:
+        """Record a change of plan, as a new attempt of the same run. Fenced.
+
+        :param contract_text: the edited contract file's text (same task id).
+        :param reason: why the plan changes (one line).
+        :returns: the state after (``plan_digest`` the new plan's).
+        :raises InvalidInput: the contract is invalid, names another task, or drops the running step.
+        """
         one_line(reason, "a migration's reason")
         return self._mutate(lambda s, now: steps.migrate_ops(s, contract_text, reason, now))
 
     # -- jobs ------------------------------------------------------------------------------
     def job_submit(self, key: str, command: List[str]) -> Dict[str, Any]:
-        """Start a re-attachable job under ``key``, or return the one already recorded (see :func:`submit_job`)."""
+        """Start a re-attachable job under ``key``, or return the one already recorded (see :func:`submit_job`). Fenced.
+
+        :param command: the job's command line (its first word a program).
+        :returns: the job's record (``state``, ``pid``, ``attempt``).
+        :raises InvalidInput: a bad key or command, or another command under the key.
+        :raises NeedsReconciliation: the key's job is unsettled.
+        :raises Cancelled: the run is cancelled.
+        """
         return submit_job(self, key, command)
 
     def _job(self, key: str) -> Dict[str, Any]:
@@ -280,6 +417,8 @@ class Run:
 
         ``observed`` is what was seen (``status``, and ``damage`` if a job file
         was not believed). Needs no lease: an observation only records facts.
+
+        :raises InvalidInput: no job ``key``.
         """
         seen = jobs.observe_job(self.store.path, self._job(key))
         job = dict(self._mutate(lambda s, now: jobs.observation_ops(s, key, seen, now), fenced=False)["jobs"][key])
@@ -287,7 +426,10 @@ class Run:
         return job
 
     def job_shard(self, key: str, shard: int) -> Dict[str, Any]:
-        """Advance the job's committed-shard cursor to ``shard`` (it never moves back)."""
+        """Advance the job's committed-shard cursor to ``shard`` (it never moves back). Fenced.
+
+        :returns: the job's record. :raises InvalidInput: no job ``key``, or ``shard`` is not a non-negative whole number.
+        """
         self._job(key)
         return dict(self._mutate(lambda s, now: jobs.shard_ops(s, key, shard))["jobs"][key])
 
@@ -296,6 +438,8 @@ class Run:
 
         A control method (no lease). "Stopped" is recorded only by a later
         observation that sees the process gone.
+
+        :returns: the job's record. :raises InvalidInput: no job ``key``.
         """
         self._job(key)
         job = dict(self._mutate(lambda s, now: jobs.cancel_ops(s, key, now), fenced=False)["jobs"][key])
@@ -303,6 +447,7 @@ class Run:
         return job
 
     def now(self) -> str:
+        """The clock's time as the run records it (ISO 8601, UTC, milliseconds)."""
         return format_time(self.clock())
 
 

@@ -224,7 +224,7 @@ def migrate_ops(state: Dict[str, Any], contract_text: str, reason: str, now: flo
     running = state.get("current_step")
     if running and running not in {s["id"] for s in block["steps"]}:
         raise InvalidInput(
-            f"the new plan has no step {running!r}, which is running: finish it ('step done') or fail it ('step fail') first, then migrate",
+            f"the new plan has no step {running!r}, which is running: finish it (`step done {running}`) or fail it (`step fail {running}`) first, then migrate",
             step=running,
         )
     key = f"m{state['revision'] + 1}"
@@ -252,6 +252,6 @@ def require_plan(state: Dict[str, Any], contract_text: Optional[str]) -> None:
     digest = content_digest(block)
     if digest != state["plan_digest"]:
         raise InvalidInput(
-            f"the contract's plan {digest} differs from the run's {state['plan_digest']}; record the change with 'migrate' first",
+            f"the contract's plan {digest} differs from the run's {state['plan_digest']}; record the change with `migrate --contract FILE --reason TEXT` first",
             plan_digest=state["plan_digest"],
         )

@@ -30,6 +30,9 @@ if mode == "invoke":
     with open(ledger + ".calls", "a") as log:
         log.write(key + "\n")
     time.sleep(float(opts.get("send-after", 0)) + random.random() * float(opts.get("jitter", 0)))  # authenticating: nothing sent yet
+    began = time.time()
+    while opts.get("hold-until") and not os.path.exists(opts["hold-until"]) and time.time() - began < 30:
+        time.sleep(0.01)  # held, nothing sent, until the test opens the gate
     script = opts.get("exits", "")                    # e.g. "75,75" : the first answers, then success
     calls = open(ledger + ".calls").read().split().count(key)
     codes = [int(c) for c in script.split(",") if c]

@@ -33,6 +33,7 @@ WRITER_TOOLS = [
     "next",
     "brief",
     "status",
+    "report",
     "step_start",
     "step_done",
     "step_fail",
@@ -41,15 +42,20 @@ WRITER_TOOLS = [
     "effect_verify",
     "effect_absent",
     "effect_uncertain",
+    "effect_skip",
+    "effect_run",
     "effect_show",
     "effect_list",
     "approval_request",
     "approval_list",
+    "lease_show",
     "lease_renew",
     "lease_release",
+    "cost",
+    "migrate",
     "events",
 ]
-VIEW_TOOLS = ["next", "brief", "status", "effect_show", "effect_list", "approval_list", "events"]
+VIEW_TOOLS = ["next", "brief", "status", "report", "effect_show", "effect_list", "approval_list", "lease_show", "events"]
 CONTROL_TOOLS = ["approval_grant", "approval_deny", "cancel", "lease_break"]
 INIT = {
     "jsonrpc": "2.0",
@@ -313,7 +319,7 @@ class McpToolsTest(unittest.TestCase):
         with self.assertRaises(InvalidInput):
             self.session(owner=None)
         destructive = {t.name for t in TOOLS if tool_listing(t)["annotations"]["destructiveHint"]}
-        self.assertEqual(destructive, {"step_fail", "approval_deny", "cancel", "lease_break"})
+        self.assertEqual(destructive, {"step_fail", "effect_skip", "approval_deny", "cancel", "lease_break"})
         for tool in TOOLS:
             listing = tool_listing(tool)
             self.assertEqual(listing["annotations"]["readOnlyHint"], tool.name in VIEW_TOOLS, tool.name)

@@ -181,7 +181,7 @@ class LeaseReleaseCli(unittest.TestCase):
         [line] = _util.stderr_lines(result)
         self.assertTrue(line.startswith("runner: fenced: this write must carry the lease: pass --owner ID --epoch N"), line)
         self.assertIn("held by w1 at epoch 1", line, "it says which lease is live")
-        self.assertIn("'recover --owner ID'", line, "and how to take it")
+        self.assertIn("`recover --owner ID`", line, "and how to take it")
         result = _util.in_process_cli(["--dir", run, "--json", "lease", "show"])
         self.assertEqual(_util.one_json(result)["owner"], "w1")
 

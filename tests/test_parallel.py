@@ -81,7 +81,15 @@ class ParallelCase(TargetCase):
                 count += record.get("kind") == "invoke" and bool(record.get("child")) and record.get("ended_at") is None
         return count
 
-    def wait_in_flight(self, at_least: int, seconds: float = 30) -> None:
+    def gate(self) -> str:
+        """A file whose creation lets every held call go on (the target's ``hold-until``)."""
+        return os.path.join(self.root, "gate")
+
+    def open_gate(self) -> None:
+        with open(self.gate(), "w"):
+            pass
+
+    def wait_in_flight(self, at_least: int, seconds: float = 60) -> None:
         deadline = time.monotonic() + seconds
         while self.in_flight() < at_least:
             if time.monotonic() > deadline:
@@ -127,13 +135,14 @@ class KilledWithCallsInFlightTest(unittest.TestCase):
 class StopsWithCallsInFlightTest(ParallelCase):
     def test_a_cancel_with_32_in_flight_stops_new_calls_at_once_and_ends_reconciled(self) -> None:
         items = self.items(96)
-        self.start(items, invoke={"send-after": 0.5}, timeout=10)
+        self.start(items, invoke={"hold-until": self.gate()}, timeout=40)
         drive = self.spawn("drive", "--owner", "w", "--parallel", "32", "--json")
         self.wait_in_flight(32)
         cancelled = cli(self.root, "cancel", "--by", "operator", "--reason", "no longer needed", "--json")
         self.assertEqual(cancelled.code, 0, cancelled.err)
         begun = sum(json.loads(cli(self.root, "status", "--json").out)["effects"].values())
         began = time.monotonic()
+        self.open_gate()
         result = self.finish(drive)
         self.assertEqual(result["code"], 5, result["err"])
         self.assertLess(time.monotonic() - began, 10, "within one call's timeout")
@@ -146,10 +155,11 @@ class StopsWithCallsInFlightTest(ParallelCase):
 
     def test_sigterm_settles_the_calls_in_flight_releases_the_lease_and_exits_15(self) -> None:
         items = self.items(40)
-        self.start(items, invoke={"send-after": 0.4}, timeout=10)
+        self.start(items, invoke={"hold-until": self.gate()}, timeout=40)
         drive = self.spawn("drive", "--owner", "w", "--parallel", "8", "--json")
         self.wait_in_flight(8)
         drive.send_signal(signal.SIGTERM)
+        self.open_gate()
         result = self.finish(drive)
         self.assertEqual((result["code"], result["reason"]), (15, "stopped"), result["err"])
         status = json.loads(cli(self.root, "status", "--json").out)
@@ -162,16 +172,16 @@ class StopsWithCallsInFlightTest(ParallelCase):
 
     def test_a_second_signal_stops_at_once_and_the_next_drive_settles_what_was_in_flight(self) -> None:
         items = self.items(24)
-        self.start(items, invoke={"send-after": 1.0}, timeout=10)
+        self.start(items, invoke={"hold-until": self.gate()}, timeout=40)
         drive = self.spawn("drive", "--owner", "w", "--parallel", "8", "--json")
         self.wait_in_flight(8)
         drive.send_signal(signal.SIGINT)
         time.sleep(0.05)
         drive.send_signal(signal.SIGINT)
-        began = time.monotonic()
-        drive.wait(10)
-        self.assertLess(time.monotonic() - began, 0.9, "it did not wait for the calls in flight")
+        drive.wait(20)  # every call is held: an exit now did not wait for one of them
         self.assertEqual(drive.returncode, -signal.SIGINT)
+        self.assertGreaterEqual(self.in_flight(), 1, "the calls it left are still on their way")
+        self.open_gate()
         again = self.finish(self.spawn("drive", "--owner", "w", "--parallel", "8", "--json"))
         self.assertEqual(again["code"], 10, again["err"])
         self.assert_one_each(items)

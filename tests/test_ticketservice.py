@@ -283,6 +283,37 @@ class SharedServiceTests(_ServiceCase):
 
 
 class OwnServiceTests(_ServiceCase):
+    def test_a_killed_parent_leaves_no_service_behind(self) -> None:
+        import signal
+        import subprocess
+        import sys
+        import time
+
+        folder = tempfile.mkdtemp(dir=self.tmp)
+        parent = subprocess.Popen(
+            [sys.executable, "-c", "import sys, time\nfrom runner.proof.ticketservice import TicketServiceProcess\n"
+             "service = TicketServiceProcess(sys.argv[1]); print(service.process.pid, flush=True); time.sleep(60)",
+             os.path.join(folder, "tickets.db")], stdout=subprocess.PIPE, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        assert parent.stdout is not None
+        self.addCleanup(parent.stdout.close)
+        self.addCleanup(parent.wait)
+        self.addCleanup(parent.kill)
+        served = int(parent.stdout.readline())
+        parent.send_signal(signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.kill(served, 0)
+            except ProcessLookupError:
+                break
+            with open(f"/proc/{served}/stat", "rb") as stat:
+                if stat.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                    break  # ended, waiting for init to reap it
+            time.sleep(0.05)
+        else:
+            os.kill(served, signal.SIGKILL)
+            self.fail("the service outlived the process that started it")
+
     """Tests that need a service of their own: a crash and restart, other start-up flags."""
 
     def test_one_transaction_crash_before_commit_leaves_neither_ticket_nor_key(self) -> None:

@@ -33,14 +33,14 @@ import time
 import traceback
 from typing import Any, BinaryIO, Callable, Dict, Optional
 
-from .. import __version__
+from .. import __version__, verbs
 from ..errors import Fenced, InvalidInput, RunnerError, StateUnrecoverable
 from ..hooks import owner_for
 from ..run import Run
 from ..stores import open_store, parse_store_url
 from . import jsonrpc
 from .jsonrpc import PROTOCOL_VERSION, ProtocolError
-from .tools import TOOLS, Tool, check_arguments, status_text, text_form, tool_listing
+from .tools import TOOLS, Tool, check_arguments, in_tool_words, status_text, text_form, tool_listing
 
 __all__ = ["Session", "serve"]
 
@@ -147,7 +147,7 @@ class Session:
         return exc
 
     def default_ttl(self, run: Run) -> float:
-        return float(self.ttl or run.state["plan"].get("lease", {}).get("ttl_seconds", 300))
+        return verbs.default_ttl(run.state, self.ttl)
 
     def took_lease(self, run: Run, ttl: Optional[float]) -> None:
         """After ``recover``: hold the epoch it took (unless another owner holds the run)."""
@@ -212,12 +212,12 @@ class Session:
                 )
                 raise InvalidInput(f"{name} is not available on this server: it needs {needs}")
             args = check_arguments(tool, arguments)
-            out = {"ok": True, "reason": None, "exit_code": 0, **tool.handler(self, args)}
+            out = {"ok": True, "reason": None, "exit_code": 0, **in_tool_words(tool.handler(self, args))}
             if tool.authority == "view":
                 self._renew_if_due()
             return _tool_result(name, out, False)
         except RunnerError as exc:
-            out = {"ok": False, "reason": exc.reason, "exit_code": exc.exit_code, "message": exc.message}
+            out = {"ok": False, "reason": exc.reason, "exit_code": exc.exit_code, "message": in_tool_words(exc.message, "message")}
             if exc.context:
                 out["context"] = exc.context
             if isinstance(exc, StateUnrecoverable):
@@ -241,10 +241,10 @@ class Session:
     # -- resources -------------------------------------------------------------
     def read_resource(self, uri: Any) -> Dict[str, Any]:
         if uri == "runner://status":
-            text = status_text(self._view_run().state)
+            text = in_tool_words(status_text(self._view_run().state), "text")
         elif uri == "runner://brief":
             self._view_run()
-            text = self.tools["brief"].handler(self, {})["brief"]
+            text = in_tool_words(self.tools["brief"].handler(self, {})["brief"], "brief")
         else:
             raise ProtocolError(jsonrpc.RESOURCE_NOT_FOUND, "Resource not found", {"uri": uri})
         mime = next(r["mimeType"] for r in RESOURCES if r["uri"] == uri)

@@ -35,21 +35,17 @@ import json
 import re
 from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
-from ..approvals import approval_view
+from .. import quoting, verbs
+from ..effects import EFFECT_STATES
 from ..errors import EXIT_CODES, InvalidInput
-from ..jobs import observe_job
-from ..lease import MAX_TTL_SECONDS, lease_view
-from .. import quoting
+from ..lease import MAX_TTL_SECONDS
 from ..quoting import APPROVAL, CONTRACT, EVIDENCE, ITEMS, MESSAGE, NOTICE, PATH, RECORD, TARGET, WORKER, WORKER_OR_TARGET, WORDS
-from ..recovery import decide, decision_exit_code, recover
-from ..views import brief, events_after, status_view
+from ..views import status_view
 
-__all__ = ["Tool", "TOOLS", "REASONS", "check_arguments", "tool_listing", "summary", "text_form", "outline"]
+__all__ = ["Tool", "TOOLS", "REASONS", "check_arguments", "tool_listing", "summary", "text_form", "outline", "in_tool_words"]
 
 #: Every reason a result may carry: the command line's, and ``error`` for a failure it cannot classify.
 REASONS = sorted(EXIT_CODES) + ["error"]
-
-_ACTIVE_JOBS = ("submitting", "running", "cancel-requested", "vanished")
 
 
 class Tool(NamedTuple):
@@ -95,7 +91,8 @@ _INT = {"type": "integer"}
 _BOOL = {"type": "boolean"}
 _LIST = {"type": "array"}
 _EFFECT = {"effect": {"type": "object", "description": "the effect's ledger record"}, "key": _STR}
-_STEP = {"step": _STR, "record": {"type": "object", "description": "the step's record"}, "status": _STR, "next_action": _NULLABLE_OBJ}
+_STEP = {"step": _STR, "record": {"type": "object", "description": "the step's record"}, "status": _STR, "next_action": _NULLABLE_OBJ,
+         "next": {"type": "object", "description": "what next decides now, from the lease holder's side"}}
 _DECISION = {
     "decision": {"type": "string", "enum": ["act", "stop"]},
     "action": _NULLABLE_OBJ,
@@ -192,108 +189,65 @@ def tool_listing(tool: Tool) -> Dict[str, Any]:
 
 
 # -- handlers: each gets the session (see runner.mcp.server.Session) and checked arguments ----------
+# Each is a verb of runner.verbs; the session supplies the run, opened as a reader or as the lease's writer.
 
 
 def summary(run: Any) -> Dict[str, Any]:
     """The run at a glance, as ``status --json`` reports it, with what ``next`` decides now from the holder's side."""
-    lease = run.state["lease"]
-    return status_view(run.state, decide(run.state, run.clock(), lease.get("owner"), lease.get("epoch"), _observed_jobs(run)))
-
-
-def _observed_jobs(run: Any) -> Dict[str, Dict[str, Any]]:
-    return {k: observe_job(run.store.path, j) for k, j in run.state["jobs"].items() if j["state"] in _ACTIVE_JOBS}
-
-
-def _decision(decision: Dict[str, Any], run: Any) -> Dict[str, Any]:
-    # A decision is an answer, not a refusal: a stop is reported with its reason, and ok stays true.
-    out = dict(decision)
-    out["lease"] = dict(run.state["lease"])
-    out["exit_code"] = decision_exit_code(decision)
-    return out
+    return verbs.status(run)
 
 
 def _recover(session: Any, args: Dict[str, Any]) -> Dict[str, Any]:
     run = session.open_run()
-    decision = recover(run, session.owner, args.get("ttl") or session.default_ttl(run))
+    decision = verbs.recover(run, session.owner, args.get("ttl") or session.ttl, args.get("contract"))
     session.took_lease(run, args.get("ttl"))
-    return _decision(decision, run)
+    return decision
 
 
 def _next(session: Any, args: Dict[str, Any]) -> Dict[str, Any]:
-    run = session.open_run()
-    decision = decide(run.state, run.clock(), session.owner, session.epoch, _observed_jobs(run))
+    decision = verbs.next_decision(session.open_run(), session.owner, session.epoch, args.get("contract"))
     if decision["reason"] == "fenced" and session.epoch is None:
         decision["detail"] += "; this server has taken no lease yet: call recover"
-    return _decision(decision, run)
+    return decision
+
+
+def _view(verb: Callable[..., Dict[str, Any]], **rename: str) -> Callable[[Any, Dict[str, Any]], Dict[str, Any]]:
+    """A tool that reads: ``verb(run, **arguments)``, an argument renamed where the verb's parameter differs."""
+    def handler(session: Any, args: Dict[str, Any]) -> Dict[str, Any]:
+        return verb(session.open_run(), **{rename.get(k, k): v for k, v in args.items()})
+
+    return handler
+
+
+def _write(verb: Callable[..., Dict[str, Any]], **rename: str) -> Callable[[Any, Dict[str, Any]], Dict[str, Any]]:
+    """A fenced write: ``verb(run, **arguments)`` as this server's owner at its epoch."""
+    def handler(session: Any, args: Dict[str, Any]) -> Dict[str, Any]:
+        return verb(session.writer(), **{rename.get(k, k): v for k, v in args.items()})
+
+    return handler
+
+
+def _control(verb: Callable[..., Dict[str, Any]], **fixed: Any) -> Callable[[Any, Dict[str, Any]], Dict[str, Any]]:
+    """A person's or a supervisor's act: no lease is needed."""
+    def handler(session: Any, args: Dict[str, Any]) -> Dict[str, Any]:
+        return verb(session.open_run(), **args, **fixed)
+
+    return handler
+
+
+def _step(action: str) -> Callable[[Any, Dict[str, Any]], Dict[str, Any]]:
+    def handler(session: Any, args: Dict[str, Any]) -> Dict[str, Any]:
+        return verbs.step(session.writer(), action, args["step"], args.get("evidence"), args.get("class"), args.get("error"))
+
+    return handler
 
 
 def _brief(session: Any, args: Dict[str, Any]) -> Dict[str, Any]:
-    run = session.open_run()
-    lease = run.state["lease"]
-    decision = decide(run.state, run.clock(), lease["owner"], lease["epoch"], _observed_jobs(run))
-    text = brief(run.state, decision, args.get("max_chars", 2000))
-    return {"brief": text, "chars": len(text)}
+    return verbs.brief(session.open_run(), args.get("max_chars", 2000))
 
 
-def _status(session: Any, args: Dict[str, Any]) -> Dict[str, Any]:
-    return summary(session.open_run())
-
-
-def _step(name: str) -> Callable[[Any, Dict[str, Any]], Dict[str, Any]]:
-    def handler(session: Any, args: Dict[str, Any]) -> Dict[str, Any]:
-        run = session.writer()
-        step = args["step"]
-        if name == "start":
-            record = run.step_start(step)
-        elif name == "done":
-            record = run.step_done(step, args["evidence"])
-        else:
-            record = run.step_fail(step, args["class"], args["error"])
-        return {"step": step, "record": record, "status": run.state["status"], "next_action": run.state["next_action"]}
-
-    return handler
-
-
-def _effect(name: str) -> Callable[[Any, Dict[str, Any]], Dict[str, Any]]:
-    def handler(session: Any, args: Dict[str, Any]) -> Dict[str, Any]:
-        key = args["key"]
-        if name == "show":
-            effect = session.open_run().state["effects"].get(key)
-            if effect is None:
-                raise InvalidInput(f"no effect {key!r} in the ledger")
-            return {"key": key, "effect": effect}
-        run = session.writer()
-        if name == "begin":
-            effect = run.effect_begin(key, args["payload"], step=args.get("step"))
-        elif name == "ack":
-            effect = run.effect_ack(key, args["receipt"])
-        elif name == "verify":
-            effect = run.effect_verify(key, args["evidence"], reconciled=args.get("reconciled", False))
-        elif name == "absent":
-            effect = run.effect_absent(key, args["evidence"], reconciled=args.get("reconciled", False))
-        else:
-            effect = run.effect_uncertain(key, args["reason"])
-        return {"key": key, "effect": effect}
-
-    return handler
-
-
-def _effect_list(session: Any, args: Dict[str, Any]) -> Dict[str, Any]:
-    wanted = args.get("state")
-    limit = args.get("limit", 200)
-    items = [(k, e) for k, e in sorted(session.open_run().state["effects"].items()) if wanted in (None, e.get("state"))]
-    return {"count": len(items), "effects": dict(items[:limit]), "more": len(items) > limit}
-
-
-def _approval_request(session: Any, args: Dict[str, Any]) -> Dict[str, Any]:
-    run = session.writer()
-    rid = run.approval_request(args["step"], args["action"], args["payload"], args["ttl"])
-    return {"request_id": rid, "request": run.state["observations"]["approvals"][rid]}
-
-
-def _approval_list(session: Any, args: Dict[str, Any]) -> Dict[str, Any]:
-    run = session.open_run()
-    return {"approvals": approval_view(run.state, run.clock())}
+def _events(session: Any, args: Dict[str, Any]) -> Dict[str, Any]:
+    return verbs.events(session.open_run().store, args.get("after", 0), args.get("limit", verbs.DEFAULT_LIMIT))
 
 
 def _lease_renew(session: Any, args: Dict[str, Any]) -> Dict[str, Any]:
@@ -302,35 +256,6 @@ def _lease_renew(session: Any, args: Dict[str, Any]) -> Dict[str, Any]:
 
 def _lease_release(session: Any, args: Dict[str, Any]) -> Dict[str, Any]:
     return {"lease": session.release()}
-
-
-def _events(session: Any, args: Dict[str, Any]) -> Dict[str, Any]:
-    batch = events_after(session.open_run().store, args.get("after", 0))
-    limit = args.get("limit", 200)
-    events = batch["events"]
-    batch["events"], batch["more"] = events[:limit], len(events) > limit
-    if batch["more"]:
-        batch["last"] = events[limit - 1]["seq"]
-    return batch
-
-
-def _approval_answer(grant: bool) -> Callable[[Any, Dict[str, Any]], Dict[str, Any]]:
-    def handler(session: Any, args: Dict[str, Any]) -> Dict[str, Any]:
-        run = session.open_run()
-        answer = run.approval_grant(args["request_id"], args["by"]) if grant else run.approval_deny(args["request_id"], args["by"])
-        return {"request_id": args["request_id"], "request": answer}
-
-    return handler
-
-
-def _cancel(session: Any, args: Dict[str, Any]) -> Dict[str, Any]:
-    state = session.open_run().cancel(args["by"], args["reason"])
-    return {"status": state["status"], "cancellation": state["observations"]["cancellation"], "next_action": state["next_action"]}
-
-
-def _lease_break(session: Any, args: Dict[str, Any]) -> Dict[str, Any]:
-    run = session.open_run()
-    return {"lease": run.break_lease(args["by"], args["reason"]), "view": lease_view(run.state, run.clock())}
 
 
 # -- the text a model reads ------------------------------------------------------------
@@ -396,6 +321,46 @@ def outline(value: Any, lines: List[str], indent: str = "", key: str = "", rules
             lines.append(indent + label + _scalar(field, v))
 
 
+#: Fields of a result that hold the runner's prose, which names command-line verbs.
+_PROSE = ("detail", "why", "approval", "message", "text", "brief", "hint", "what")
+#: Fields that hold lists of the runner's prose.
+_PROSE_LISTS = ("inferences", "unknowns")
+_QUOTATION = re.compile(r"<quote\b.*?</quote>", re.S)
+_PLACEHOLDER = re.compile(r"[A-Z_]+\Z|\.\.\.\Z")
+
+
+def in_tool_words(value: Any, field: str = "") -> Any:
+    """``value`` with each command-line verb its prose names written as the MCP tool that does it.
+
+    `` `effect verify KEY --evidence JSON` `` becomes `` `effect_verify` (key KEY, evidence JSON) ``.
+    Only mentions of two words or more are taken (a single backticked word is
+    an id); text inside a quotation is recorded data and stays as it is; a verb
+    only the command line has stays as the command it is.
+    """
+    if isinstance(value, dict):
+        return {k: in_tool_words(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [in_tool_words(v, field if field in _PROSE_LISTS else "") for v in value]
+    if isinstance(value, str) and (field in _PROSE or field in _PROSE_LISTS):
+        kept = _QUOTATION.split(value)
+        quotes = _QUOTATION.findall(value)
+        out = [_tool_mentions(part) for part in kept]
+        return "".join(part + (quotes[i] if i < len(quotes) else "") for i, part in enumerate(out))
+    return value
+
+
+def _tool_mentions(text: str) -> str:
+    pieces, at = [], 0
+    for match, verb, named in verbs.command_mentions(text):
+        if " " not in match.group(1):
+            continue
+        # A value the mention names is an id (backticked as quoting.name shows it); a placeholder is the runner's word.
+        given = ", ".join(f"{arg} {value if _PLACEHOLDER.match(value) else '`' + value + '`'}" for arg, value in named.items() if value)
+        pieces += [text[at:match.start()], f"`{verb.tool}`" + (f" ({given})" if given else "")]
+        at = match.end()
+    return "".join(pieces) + text[at:]
+
+
 #: The prose of a decision (``recover``, ``next``) that the runner writes quoted.
 _DECISION_PROSE: Dict[str, Any] = {
     "detail": True,
@@ -452,281 +417,113 @@ def _t(
     description: str,
     authority: str,
     arguments: Dict[str, Any],
-    required: List[str],
     results: Dict[str, Any],
     handler: Callable[[Any, Dict[str, Any]], Dict[str, Any]],
     destructive: bool = False,
     idempotent: bool = False,
 ) -> Tool:
+    """A row of the table; what the tool requires is what :data:`runner.verbs.VERBS` says its verb requires."""
     read_only = authority == "view"
-    return Tool(
-        name,
-        title,
-        description,
-        authority,
-        arguments,
-        required,
-        results,
-        read_only,
-        destructive and not read_only,
-        idempotent or read_only,
-        handler,
-    )
+    verb = next(v for v in verbs.VERBS if v.tool == name)
+    return Tool(name, title, description, authority, arguments, list(verb.required), results, read_only,
+                destructive and not read_only, idempotent or read_only, handler)
 
+
+_EVIDENCE = _doc("what the observation found")
+_RECONCILED = {"type": "boolean", "description": "the outcome was unknown and is settled by this observation"}
+_CONTRACT_FILE = _text("a contract file (a path on the server's machine) whose plan must be the run's; refused if it differs", 4096)
+_LIMIT = {"type": "integer", "minimum": 1, "maximum": 10000, "description": f"at most this many (default {verbs.DEFAULT_LIMIT})"}
+_LEASE = {"lease": _OBJ}
+_APPROVAL = {"request_id": _STR, "request": _OBJ}
 
 TOOLS: List[Tool] = [
-    _t(
-        "recover",
-        "Recover the run",
-        "Take the lease for this server's owner (a higher fencing epoch), reconcile, refresh jobs, decide the one safe next action "
-        "and persist it. Call it first, and again after any stop. Each call fences the previous epoch.",
-        "write",
-        {"ttl": _TTL},
-        [],
-        _DECISION,
-        _recover,
-    ),
-    _t(
-        "next",
-        "Next safe action",
-        "Name exactly one safe next action, or one stop with its reason (awaiting-approval, needs-reconciliation, fenced, complete, ...). Reads only.",
-        "view",
-        {},
-        [],
-        _DECISION,
-        _next,
-    ),
-    _t(
-        "brief",
-        "Brief of the run",
-        "A bounded Markdown summary of durable facts, for a fresh model context.",
-        "view",
-        {"max_chars": {"type": "integer", "minimum": 200, "maximum": 20000, "description": "at most this many characters (default 2000)"}},
-        [],
-        {"brief": _STR, "chars": _INT},
-        _brief,
-    ),
-    _t(
-        "status",
-        "Run status",
-        "The run's current state: status, steps, effect counts, lease, next action.",
-        "view",
-        {},
-        [],
-        {
-            "task_id": _STR,
-            "status": _STR,
-            "revision": _INT,
-            "current_step": _NULLABLE_STR,
-            "completed_steps": _LIST,
-            "steps": _OBJ,
-            "effects": _OBJ,
-            "lease": _OBJ,
-            "next_action": _NULLABLE_OBJ,
-            "next": _NULLABLE_OBJ,
-        },
-        _status,
-    ),
-    _t("step_start", "Start a step", "Start a step of the plan, in plan order.", "write", {"step": _STEP_ID}, ["step"], _STEP, _step("start")),
-    _t(
-        "step_done",
-        "Finish a step",
-        "Finish the running step with the evidence its contract asks for; gated steps need a verified effect.",
-        "write",
-        {"step": _STEP_ID, "evidence": _doc("the evidence the contract names")},
-        ["step", "evidence"],
-        _STEP,
-        _step("done"),
-    ),
-    _t(
-        "step_fail",
-        "Fail a step",
-        "Record a failed attempt: transient (retried after a persisted backoff) or permanent (the step is failed for good).",
-        "write",
-        {"step": _STEP_ID, "class": {"type": "string", "enum": ["transient", "permanent"]}, "error": _text("what went wrong")},
-        ["step", "class", "error"],
-        _STEP,
-        _step("fail"),
-        destructive=True,
-    ),
-    _t(
-        "effect_begin",
-        "Begin an effect",
-        "Record the intent to call the target for KEY with this exact payload, before calling it. Refused when approval, "
-        "cancellation, limits or an unresolved earlier attempt forbid it.",
-        "write",
-        {"key": _KEY, "payload": _doc("the exact payload that will be sent"), "step": _key("the step it belongs to (default: the current step)")},
-        ["key", "payload"],
-        _EFFECT,
-        _effect("begin"),
-    ),
-    _t(
-        "effect_ack",
-        "Acknowledge an effect",
-        "Record the target's receipt for KEY after the call returned.",
-        "write",
-        {"key": _KEY, "receipt": _doc("the target's receipt")},
-        ["key", "receipt"],
-        _EFFECT,
-        _effect("ack"),
-    ),
-    _t(
-        "effect_verify",
-        "Verify an effect",
-        "Record that the target was observed to hold KEY's effect.",
-        "write",
-        {
-            "key": _KEY,
-            "evidence": _doc("what the observation found"),
-            "reconciled": {"type": "boolean", "description": "the outcome was unknown and settled by observation"},
-        },
-        ["key", "evidence"],
-        _EFFECT,
-        _effect("verify"),
-    ),
-    _t(
-        "effect_absent",
-        "Record an effect absent",
-        "Record that the target was observed not to hold KEY's effect, so it may be sent again.",
-        "write",
-        {
-            "key": _KEY,
-            "evidence": _doc("what the observation found"),
-            "reconciled": {"type": "boolean", "description": "the outcome was unknown and settled by observation"},
-        },
-        ["key", "evidence"],
-        _EFFECT,
-        _effect("absent"),
-    ),
-    _t(
-        "effect_uncertain",
-        "Mark an effect uncertain",
-        "Record that KEY's outcome is unknown; nothing is retried until it is observed.",
-        "write",
-        {"key": _KEY, "reason": _text("why the outcome is unknown")},
-        ["key", "reason"],
-        _EFFECT,
-        _effect("uncertain"),
-    ),
-    _t("effect_show", "Show an effect", "KEY's ledger record.", "view", {"key": _KEY}, ["key"], _EFFECT, _effect("show")),
-    _t(
-        "effect_list",
-        "List effects",
-        "The ledger's effects, by key, optionally only those in one state.",
-        "view",
-        {
-            "state": {"type": "string", "enum": ["planned", "started", "acknowledged", "verified", "uncertain", "absent", "failed"]},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 10000, "description": "at most this many (default 200)"},
-        },
-        [],
-        {"count": _INT, "effects": _OBJ, "more": _BOOL},
-        _effect_list,
-    ),
-    _t(
-        "approval_request",
-        "Request an approval",
-        "Ask a person to approve ACTION (effect:KEY) in STEP for this exact payload; the run then stops at "
-        "awaiting-approval until someone outside the run answers.",
-        "write",
-        {
-            "step": _STEP_ID,
-            "action": _text("the action to approve, effect:KEY", 300),
-            "payload": _doc("the exact payload that will be sent"),
-            "ttl": {
-                "type": "number",
-                "exclusiveMinimum": 0,
-                "maximum": MAX_TTL_SECONDS,
-                "description": "seconds until the request and its grant expire",
-            },
-        },
-        ["step", "action", "payload", "ttl"],
-        {"request_id": _STR, "request": _OBJ},
-        _approval_request,
-    ),
-    _t(
-        "approval_list",
-        "List approvals",
-        "Every approval request with its state (pending, granted, used, denied, expired).",
-        "view",
-        {},
-        [],
-        {"approvals": _LIST},
-        _approval_list,
-    ),
-    _t(
-        "lease_renew",
-        "Renew the lease",
-        "Extend the lease this server holds (it also renews while calls arrive).",
-        "write",
-        {"ttl": _TTL},
-        [],
-        {"lease": _OBJ},
-        _lease_renew,
-    ),
-    _t(
-        "lease_release",
-        "Release the lease",
-        "Give up the lease this server took; writes need recover again afterwards.",
-        "write",
-        {},
-        [],
-        {"lease": _OBJ},
-        _lease_release,
-    ),
-    _t(
-        "events",
-        "Events",
-        "Journal transitions after sequence number AFTER, so an observer resumes where it left off.",
-        "view",
-        {
-            "after": {"type": "integer", "minimum": 0},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "at most this many (default 200)"},
-        },
-        [],
-        {"after": _INT, "last": _INT, "oldest": _INT, "truncated": _BOOL, "more": _BOOL, "events": _LIST},
-        _events,
-    ),
-    _t(
-        "approval_grant",
-        "Grant an approval",
-        "Control (a person's authority): grant a pending request, bound to its exact payload.",
-        "control",
-        {"request_id": _key("the request to answer"), "by": _WHO},
-        ["request_id", "by"],
-        {"request_id": _STR, "request": _OBJ},
-        _approval_answer(True),
-    ),
-    _t(
-        "approval_deny",
-        "Deny an approval",
-        "Control (a person's authority): deny a pending request.",
-        "control",
-        {"request_id": _key("the request to answer"), "by": _WHO},
-        ["request_id", "by"],
-        {"request_id": _STR, "request": _OBJ},
-        _approval_answer(False),
-        destructive=True,
-    ),
-    _t(
-        "cancel",
-        "Cancel the run",
-        "Control (a person's authority): no new step or effect begins; in-flight effects are still reconciled.",
-        "control",
-        {"by": _WHO, "reason": _text("why")},
-        ["by", "reason"],
-        {"status": _STR, "cancellation": _OBJ, "next_action": _NULLABLE_OBJ},
-        _cancel,
-        destructive=True,
-    ),
-    _t(
-        "lease_break",
-        "Break the lease",
-        "Control (a supervisor's authority): end a dead holder's lease now, with the evidence that it ended.",
-        "control",
-        {"by": _WHO, "reason": _text("the evidence that the holder ended")},
-        ["by", "reason"],
-        {"lease": _OBJ, "view": _OBJ},
-        _lease_break,
-        destructive=True,
-    ),
+    _t("recover", "Recover the run",
+       "Take the lease for this server's owner (a higher fencing epoch), reconcile, refresh jobs, decide the one safe next action "
+       "and persist it. Call it first, and again after any stop. Each call fences the previous epoch.",
+       "write", {"ttl": _TTL, "contract": _CONTRACT_FILE}, _DECISION, _recover),
+    _t("next", "Next safe action",
+       "Name exactly one safe next action, or one stop with its reason (awaiting-approval, needs-reconciliation, fenced, complete, ...). Reads only.",
+       "view", {"contract": _CONTRACT_FILE}, _DECISION, _next),
+    _t("brief", "Brief of the run", "A bounded Markdown summary of durable facts, for a fresh model context.", "view",
+       {"max_chars": {"type": "integer", "minimum": 200, "maximum": 20000, "description": "at most this many characters (default 2000)"}},
+       {"brief": _STR, "chars": _INT}, _brief),
+    _t("status", "Run status", "The run's current state: status, steps, effect counts, lease, next action.", "view", {},
+       {"task_id": _STR, "status": _STR, "revision": _INT, "current_step": _NULLABLE_STR, "completed_steps": _LIST, "steps": _OBJ,
+        "effects": _OBJ, "lease": _OBJ, "next_action": _NULLABLE_OBJ, "next": _NULLABLE_OBJ},
+       _view(verbs.status)),
+    _t("report", "Run report", "Recovery metrics of the whole run, across all workers and attempts: recoveries, retries, "
+       "reconciled and unresolved effects, possible duplicates, items, costs.", "view", {},
+       {"recoveries": _INT, "effects_verified": _INT, "unresolved_effects": _INT, "possible_duplicates": _INT, "cost": _OBJ},
+       _view(verbs.report)),
+    _t("step_start", "Start a step", "Start a step of the plan, in plan order.", "write", {"step": _STEP_ID}, _STEP, _step("start")),
+    _t("step_done", "Finish a step",
+       "Finish the running step with the evidence its contract asks for (none for a step whose evidence the runner observes); "
+       "gated steps need a verified effect.",
+       "write", {"step": _STEP_ID, "evidence": _doc("the evidence the contract names")}, _STEP, _step("done")),
+    _t("step_fail", "Fail a step",
+       "Record a failed attempt: transient (retried after a persisted backoff) or permanent (the step is failed for good).",
+       "write", {"step": _STEP_ID, "class": {"type": "string", "enum": ["transient", "permanent"]}, "error": _text("what went wrong")},
+       _STEP, _step("fail"), destructive=True),
+    _t("effect_begin", "Begin an effect",
+       "Record the intent to call the target for KEY with this exact payload, before calling it; the result has the payload to send "
+       "(a batch item's comes from its step's template). Refused when approval, cancellation, limits or an unresolved earlier attempt forbid it.",
+       "write", {"key": _KEY, "payload": _doc("the exact payload that will be sent (default: a batch item's template, or the one kept)"),
+                 "step": _key("the step it belongs to (default: the current step)")},
+       dict(_EFFECT, payload=_OBJ), _write(verbs.effect_begin)),
+    _t("effect_ack", "Acknowledge an effect", "Record the target's receipt for KEY after the call returned.", "write",
+       {"key": _KEY, "receipt": _doc("the target's receipt")}, _EFFECT, _write(verbs.effect_ack)),
+    _t("effect_verify", "Verify an effect", "Record that the target was observed to hold KEY's effect.", "write",
+       {"key": _KEY, "evidence": _EVIDENCE, "reconciled": _RECONCILED}, _EFFECT, _write(verbs.effect_verify)),
+    _t("effect_absent", "Record an effect absent",
+       "Record that the target was observed not to hold KEY's effect, so it may be sent again (after the contract's backoff).", "write",
+       {"key": _KEY, "evidence": _EVIDENCE, "reconciled": _RECONCILED}, _EFFECT, _write(verbs.effect_absent)),
+    _t("effect_uncertain", "Mark an effect uncertain", "Record that KEY's outcome is unknown; nothing is retried until it is observed.",
+       "write", {"key": _KEY, "reason": _text("why the outcome is unknown")}, _EFFECT, _write(verbs.effect_uncertain)),
+    _t("effect_skip", "Skip a batch item", "Settle the batch item KEY without its effect, with the reason recorded (counted in the report).",
+       "write", {"key": _KEY, "reason": _text("why the item is left out")}, _EFFECT, _write(verbs.effect_skip), destructive=True),
+    _t("effect_run", "Run an effect",
+       "Take KEY to verified through the contract's effects.http or effects.invoke/observe: wait for a call of KEY still in flight, "
+       "observe first, call the target only after an observed absence, record each transition. Returns when KEY is settled.",
+       "write", {"key": _KEY, "payload": _doc("the payload (default: a batch item's template, or the one kept)")},
+       _EFFECT, _write(verbs.effect_run)),
+    _t("effect_show", "Show an effect", "KEY's ledger record.", "view", {"key": _KEY}, _EFFECT, _view(verbs.effect_show)),
+    _t("effect_list", "List effects", "The ledger's effects, by key, optionally only those in one state.", "view",
+       {"state": {"type": "string", "enum": list(EFFECT_STATES)}, "limit": _LIMIT},
+       {"count": _INT, "effects": _OBJ, "more": _BOOL}, _view(verbs.effect_list)),
+    _t("approval_request", "Request an approval",
+       "Ask a person to approve ACTION (effect:KEY) in STEP for this exact payload; the run then stops at "
+       "awaiting-approval until someone outside the run answers.",
+       "write",
+       {"step": _STEP_ID, "action": _text("the action to approve, effect:KEY", 300), "payload": _doc("the exact payload that will be sent"),
+        "ttl": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TTL_SECONDS, "description": "seconds until the request and its grant expire"}},
+       _APPROVAL, _write(verbs.approval_request, step="step_id")),
+    _t("approval_list", "List approvals", "Every approval request with its state (pending, granted, used, denied, expired).", "view", {},
+       {"approvals": _LIST}, _view(verbs.approval_list)),
+    _t("lease_show", "Show the lease", "The run's lease: owner, epoch, expiry, and whether it is live.", "view", {}, _LEASE,
+       _view(verbs.lease_show)),
+    _t("lease_renew", "Renew the lease", "Extend the lease this server holds (it also renews while calls arrive).", "write", {"ttl": _TTL},
+       _LEASE, _lease_renew),
+    _t("lease_release", "Release the lease", "Give up the lease this server took; writes need recover again afterwards.", "write", {},
+       _LEASE, _lease_release),
+    _t("cost", "Add costs", "Attribute an attempt's costs to the run, each NAME=AMOUNT (tokens=1200, money=0.03); returns the run's totals.",
+       "write", {"add": {"type": "array", "items": {"type": "string", "maxLength": 300}, "minItems": 1, "description": "NAME=AMOUNT, one per cost"}},
+       {"cost": _OBJ}, _write(verbs.cost)),
+    _t("migrate", "Change the plan",
+       "Record a change of plan as a new attempt of the same run, from an edited contract file that says why.", "write",
+       {"contract": _text("the edited contract file (a path on the server's machine)", 4096), "reason": _text("why the plan changes")},
+       {"plan_digest": _STR, "revision": _INT}, _write(verbs.migrate)),
+    _t("events", "Events", "Journal transitions after sequence number AFTER, so an observer resumes where it left off.", "view",
+       {"after": {"type": "integer", "minimum": 0}, "limit": _LIMIT},
+       {"after": _INT, "last": _INT, "oldest": _INT, "truncated": _BOOL, "more": _BOOL, "events": _LIST}, _events),
+    _t("approval_grant", "Grant an approval", "Control (a person's authority): grant a pending request, bound to its exact payload.",
+       "control", {"request_id": _key("the request to answer"), "by": _WHO}, _APPROVAL, _control(verbs.approval_answer, grant=True)),
+    _t("approval_deny", "Deny an approval", "Control (a person's authority): deny a pending request.", "control",
+       {"request_id": _key("the request to answer"), "by": _WHO}, _APPROVAL, _control(verbs.approval_answer, grant=False), destructive=True),
+    _t("cancel", "Cancel the run",
+       "Control (a person's authority): no new step or effect begins; in-flight effects are still reconciled.", "control",
+       {"by": _WHO, "reason": _text("why")}, {"status": _STR, "cancellation": _OBJ, "next_action": _NULLABLE_OBJ}, _control(verbs.cancel),
+       destructive=True),
+    _t("lease_break", "Break the lease",
+       "Control (a supervisor's authority): end a dead holder's lease now, with the evidence that it ended.", "control",
+       {"by": _WHO, "reason": _text("the evidence that the holder ended")}, _LEASE, _control(verbs.lease_break), destructive=True),
 ]

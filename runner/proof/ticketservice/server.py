@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -171,6 +172,7 @@ def serve(db_path: str, port_file: str, *, port: int = 0, idempotency: bool = Tr
         raise SystemExit(0)
 
     signal.signal(signal.SIGTERM, stop)
+    _end_with_parent(ledger)
     try:
         bound = server.server_address[1]
         tmp = f"{port_file}.{os.getpid()}.tmp"
@@ -186,6 +188,19 @@ def serve(db_path: str, port_file: str, *, port: int = 0, idempotency: bool = Tr
         ledger.stopping.set()
         server.server_close()
         ledger.close()
+
+
+def _end_with_parent(ledger: TicketLedger, every: float = 0.5) -> None:
+    """Stop (as SIGTERM would) once the process that started the service is gone: a killed test leaves no server behind."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while not ledger.stopping.wait(every):
+            if os.getppid() != parent:
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def parse_command_line(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
