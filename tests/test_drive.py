@@ -117,6 +117,14 @@ class DemoViaCliTest(unittest.TestCase):
         self.assertGreater(result["crashes"], 0, "the demo must have killed drive at least once")
         self.assertEqual(result["crashes"], result["recoveries"])
 
+    def test_small_demo_over_the_http_adapter(self) -> None:
+        # The service closes each connection with its answer (HTTP/1.0): every answer must still be read whole.
+        result = run_demo_cli(documents=12, seed=4, crash_rate=0.25, client="http", parallel=4)
+        self.assertTrue(result["ok"], result)
+        self.assertEqual((result["duplicate_effects"], result["lost_commits"], result["matches_reference"]), (0, 0, True))
+        self.assertGreater(result["crashes_at_windows"], 0, "the demo must have killed drive at a window at least once")
+        self.assertEqual(result["crashes"], result["recoveries"])
+
 
 if __name__ == "__main__":
     unittest.main()

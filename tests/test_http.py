@@ -373,6 +373,41 @@ class ConnectionTest(_Base):
                 adapter.invoke(KEY, {}, 1)
         self.assertEqual((server.connections, len(server.seen), self.pool.made, self.pool.reused), (1, 5, 1, 4))
 
+    def test_a_server_that_closes_each_connection_answers_every_call(self) -> None:
+        # An HTTP/1.0 server, or one that says "Connection: close": the answer's end closes the socket.
+        import http.server
+
+        class OneShot(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self._answer(201, b'{"id": 7}')
+
+            def do_GET(self) -> None:  # noqa: N802
+                self._answer(200, b'[{"id": 7}]')
+
+            def _answer(self, status: int, body: bytes) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), OneShot)
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        self.addCleanup(server.server_close)
+        self.addCleanup(server.shutdown)
+        closing = self.scripted(default=Reply(201, b'{"id": 8}', headers=(("Content-Type", "application/json"), ("Connection", "close"))))
+        for url, ticket in ((f"http://127.0.0.1:{server.server_address[1]}", 7), (closing.url, 8)):
+            adapter = self.adapter(section(url))
+            for _ in range(3):
+                self.assertEqual(adapter.invoke(KEY, {}, 1)["id"], ticket)
+            if ticket == 7:
+                self.assertEqual(adapter.observe(KEY, {}).status, "present")
+        self.assertEqual(self.pool.reused, 0, "a closed connection is never handed out again")
+
     def test_a_kept_connection_the_server_closed_never_makes_a_post_unknown(self) -> None:
         server = self.scripted(default=Reply(201, b'{"id": 1}', close=True))
         adapter = self.adapter(section(server.url))

@@ -104,19 +104,19 @@ class ParallelCase(TargetCase):
 
 
 class KilledWithCallsInFlightTest(unittest.TestCase):
-    """``drive --parallel 8`` SIGKILLed at each effect window, resumed by another process: one effect per item."""
+    """``drive --parallel 4`` SIGKILLed at each effect window with calls in flight, resumed by another process: one effect per item."""
 
     def test_each_window(self) -> None:
         def one(window: str) -> Dict[str, Any]:
             case = ParallelCase()
             case.setUp()
             try:
-                items = case.items(24)
-                case.start(items, invoke={"send-after": 0.05, "jitter": 0.3}, timeout=10, wrapper=case.killer(window, nth=20))
-                first = case.finish(case.spawn("drive", "--owner", "w1", "--parallel", "8", "--json"))
+                items = case.items(12)
+                case.start(items, invoke={"send-after": 0.05, "jitter": 0.3}, timeout=10, wrapper=case.killer(window, nth=9))
+                first = case.finish(case.spawn("drive", "--owner", "w1", "--parallel", "4", "--json"))
                 in_flight_at_kill = len([n for n in os.listdir(os.path.join(case.root, ".run", "calls")) if n.endswith(".json")])
                 broken = cli(case.root, "lease", "break", "--by", "supervisor", "--reason", "w1 was killed")
-                second = case.finish(case.spawn("drive", "--owner", "w2", "--parallel", "8", "--json"))
+                second = case.finish(case.spawn("drive", "--owner", "w2", "--parallel", "4", "--json"))
                 counts = {key: case.lines(key + ":ticket") for key in items}
                 return {"window": window, "first": first["code"], "broken": broken.code, "second": second["code"], "err": second["err"],
                         "counts": counts, "at_kill": in_flight_at_kill, "left": os.listdir(os.path.join(case.root, ".run", "calls"))}

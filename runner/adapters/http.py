@@ -1147,8 +1147,11 @@ class HttpAdapter:
                 raise _Lost(self._lost(exc, end)) from None
             data = bytearray()
             try:
-                while len(data) <= BODY_LIMIT:
-                    sock.settimeout(max(0.001, end - time.monotonic()))
+                # A server that closes the connection with its answer (HTTP/1.0, "Connection: close") has it
+                # closed here as the answer's last byte is read: read no further from a closed socket.
+                while len(data) <= BODY_LIMIT and not response.isclosed():
+                    if sock.fileno() != -1:
+                        sock.settimeout(max(0.001, end - time.monotonic()))
                     chunk = response.read(min(65536, BODY_LIMIT + 1 - len(data)))
                     if not chunk:
                         break

@@ -70,8 +70,8 @@ def add_proof_verbs(verb: Callable[..., Any]) -> None:
     sub.add_argument("--workers", type=positive, default=None, metavar="N", help="split the documents into runs of 100 and let N workers claim them")
     sub.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     sub.add_argument("--via-cli", action="store_true", help="a batch contract and 'drive' processes only: no Python drives the job")
-    sub.add_argument("--client", choices=("curl", "python"), default=None,
-                     help="--via-cli: the commands that call the service (default: curl if present)")
+    sub.add_argument("--client", choices=("curl", "python", "http"), default=None,
+                     help="--via-cli: how the contract calls the service: curl or Python commands, or effects.http (default: curl if present)")
     sub.add_argument("--parallel", type=positive, default=1, metavar="N", help="--via-cli: each drive keeps N effects in flight")
     sub.add_argument("--html", metavar="FILE", type=output_file, default=None, help="write the timeline page of the run(s) to FILE")
 

@@ -2,12 +2,15 @@
 
 The same job as :mod:`runner.proof.demo` (one ticket per document on the
 loopback ticket service), but no Python drives it: a contract with a batch
-step over ``docs/*.txt`` names the commands that file and look up a ticket
-(curl in shell scripts, or the standalone Python client), and the work is
-done by ``python3 -m runner drive`` processes. They are SIGKILLed at the
-five effect windows (the commands' wrapper kills the runner that started
-them) and at random moments (a timer); after each kill the supervisor
+step over ``docs/*.txt`` names how a ticket is filed and looked up (curl in
+shell scripts, the standalone Python client, or ``effects.http``: the
+runner's own HTTP adapter, no process per call), and the work is done by
+``python3 -m runner drive`` processes. They are SIGKILLed at the effect
+windows and at random moments (a timer); after each kill the supervisor
 breaks the lease with ``lease break`` and a new ``drive`` process resumes.
+With commands, the commands' wrapper kills the runner that started them at
+five windows; with ``effects.http`` the driver chosen to die at a window is
+:mod:`runner.proof.killed_drive`, the same ``drive`` with a killing observer.
 
 The audit is the demo's: every document holds exactly one ticket, every
 effect is verified, no acknowledged revision was lost, and the tickets'
@@ -31,7 +34,12 @@ from ..stores.file import RunStore
 from .ticketcommands import WINDOWS, have_curl, write_commands
 from .ticketservice import TicketServiceProcess
 
-__all__ = ["run_demo_cli", "format_cli_table", "demo_contract"]
+__all__ = ["run_demo_cli", "format_cli_table", "demo_contract", "http_contract", "CLIENTS"]
+
+#: How the contract calls the service.
+CLIENTS = ("curl", "python", "http")
+#: The windows an in-process call passes (runner.windows), where ``effects.http`` drivers are killed.
+HTTP_WINDOWS = ("effect:before-started", "effect:after-started", "effect:after-call", "effect:after-ack", "effect:before-verify")
 
 TASK = "demo-documents-cli"
 _PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -50,6 +58,21 @@ def demo_contract(commands: Dict[str, List[str]]) -> Dict[str, Any]:
         "retry": {"base_seconds": 0.01, "cap_seconds": 0.1},
         "lease": {"ttl_seconds": 60},
     }
+
+
+def http_contract(url: str) -> Dict[str, Any]:
+    """The demo's contract with ``effects.http``: the payload is the body the service reads, looked up by key."""
+    contract = demo_contract({"payload": [], "invoke": [], "observe": []})
+    contract["steps"][0]["payload"] = {"template": {"payload": {"document": "{stem}", "title": "{heading}"}}}
+    effects = contract["effects"]
+    del effects["invoke"], effects["observe"]
+    effects["http"] = {
+        "invoke": {"method": "POST", "url": url + "/tickets", "headers": {"X-Run-Id": "{run_id}"}},
+        "observe": {"url": url + "/tickets/by-key/{key}", "pointer": "/ticket"},
+        "idempotency_header": "Idempotency-Key",
+        "epoch_header": "X-Fencing-Epoch",
+    }
+    return contract
 
 
 def _documents(folder: str, count: int) -> None:
@@ -77,9 +100,9 @@ def _job(root: str, name: str, service: TicketServiceProcess, documents: int, cl
     workspace = os.path.join(root, name)
     os.makedirs(workspace)
     _documents(workspace, documents)
-    commands = write_commands(workspace, service.url, client, killable=True)
+    contract = http_contract(service.url) if client == "http" else demo_contract(write_commands(workspace, service.url, client, killable=True))
     with open(os.path.join(workspace, "contract.md"), "w", encoding="utf-8") as handle:
-        handle.write("# Run contract: the demo's documents\n\n```json run-contract\n" + json.dumps(demo_contract(commands), indent=2) + "\n```\n")
+        handle.write("# Run contract: the demo's documents\n\n```json run-contract\n" + json.dumps(contract, indent=2) + "\n```\n")
     proc = _cli(workspace, "init", "--contract", "contract.md")
     out, err = proc.communicate()
     if proc.returncode != 0:
@@ -88,11 +111,16 @@ def _job(root: str, name: str, service: TicketServiceProcess, documents: int, cl
 
 
 def _drivers(workspace: str, documents: int, seed: int, crash_rate: float, progress: Optional[IO[str]], max_drivers: int = 100000,
-             parallel: int = 1) -> Dict[str, Any]:
-    """Start ``drive`` processes one after another until one reports complete; kill them as chosen."""
+             parallel: int = 1, in_process: bool = False) -> Dict[str, Any]:
+    """Start ``drive`` processes one after another until one reports complete; kill them as chosen.
+
+    :param in_process: the contract calls the target in the driver (``effects.http``): a driver chosen
+        to die at a window is :mod:`runner.proof.killed_drive`.
+    """
     rng = random.Random(seed)
+    windows = HTTP_WINDOWS if in_process else WINDOWS
     tally: Dict[str, Any] = {"crashes": 0, "window_kills": 0, "timer_kills": 0, "drivers": 0, "lost_commits": 0, "errors": [],
-                             "drive_seconds": 0.0, "kills_by_window": {w: 0 for w in WINDOWS}}
+                             "drive_seconds": 0.0, "kills_by_window": {w: 0 for w in windows}}
     run_path = os.path.join(workspace, ".run")
     counter = os.path.join(workspace, ".kill-count")
     last_revision = 0
@@ -103,14 +131,20 @@ def _drivers(workspace: str, documents: int, seed: int, crash_rate: float, progr
         if crash_rate > 0:
             life = int(math.log(1.0 - rng.random()) / math.log(1.0 - crash_rate)) + 1
             if rng.random() < 0.8:
-                window = rng.choice(WINDOWS)
+                window = rng.choice(windows)
                 if os.path.exists(counter):
                     os.unlink(counter)
                 extra = {"RUNNER_KILL_AT": window, "RUNNER_KILL_NTH": str(life), "RUNNER_KILL_COUNT": counter}
             else:
                 timer = rng.uniform(0.3, 0.3 + life * 0.02)
         began = time.monotonic()
-        proc = _cli(workspace, "drive", "--owner", f"driver-{generation}", "--parallel", str(parallel), "--json", env=_env(**extra))
+        owner = f"driver-{generation}"
+        if in_process and window is not None:
+            command = [sys.executable, "-m", "runner.proof.killed_drive", run_path, owner, window, extra["RUNNER_KILL_NTH"], str(parallel)]
+            proc = subprocess.Popen(command, cwd=workspace, env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+        else:
+            proc = _cli(workspace, "drive", "--owner", owner, "--parallel", str(parallel), "--json", env=_env(**extra))
         tally["drivers"] += 1
         try:
             out, err = proc.communicate(timeout=timer)
@@ -170,13 +204,13 @@ def run_demo_cli(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01,
         began = time.monotonic()
         with TicketServiceProcess(os.path.join(root, "reference.db")) as ref_service:
             ref = _job(root, "reference", ref_service, documents, client)
-            ref_tally = _drivers(ref, documents, seed, 0.0, None, max_drivers=1)
+            ref_tally = _drivers(ref, documents, seed, 0.0, None, max_drivers=1, in_process=client == "http")
             reference = _audit(ref, ref_service, documents)
         reference_seconds = time.monotonic() - began
         began = time.monotonic()
         with TicketServiceProcess(os.path.join(root, "tickets.db")) as service:
             workspace = _job(root, "job", service, documents, client)
-            tally = _drivers(workspace, documents, seed, crash_rate, progress, parallel=parallel)
+            tally = _drivers(workspace, documents, seed, crash_rate, progress, parallel=parallel, in_process=client == "http")
             audit = _audit(workspace, service, documents)
         wall = time.monotonic() - began
         state, stats = audit["state"], audit["stats"]
@@ -225,7 +259,8 @@ def _terminate(signum: int, frame: Any) -> None:
 def format_cli_table(result: Dict[str, Any]) -> str:
     rows = [
         ("documents", result["documents"]),
-        ("driven by", f"'drive --parallel {result.get('parallel', 1)}' processes over a batch contract; commands via {result['client']}"),
+        ("driven by", f"'drive --parallel {result.get('parallel', 1)}' processes over a batch contract; "
+                      + ("the runner's HTTP adapter (effects.http)" if result["client"] == "http" else f"commands via {result['client']}")),
         ("crashes (SIGKILL)", f"{result['crashes']} ({result['crashes_at_windows']} at effect windows, "
                               f"{result['crashes_at_random_moments']} at random moments)"),
         ("  by window", ", ".join(f"{w} {n}" for w, n in result["kills_by_window"].items())),
