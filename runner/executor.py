@@ -46,6 +46,7 @@ from . import retry
 from .envelope import content_digest, format_time, parse_time
 from .errors import Fenced, RunnerError, Stopped
 from .flow import Flow
+from .lease import default_ttl
 from .lifecycle import UNRESOLVED, Answer, Call, Caps, Facts, Move, Seen, next_move
 from .target import Adapter, NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 from .windows import NO_OBSERVER, Observer
@@ -311,8 +312,7 @@ class Executor:
         """The lease's time to live for renewals: as given, else as last acquired or renewed, else the contract's."""
         if self._ttl:
             return float(self._ttl)
-        lease = self.run.state["lease"]
-        return float(lease.get("ttl_seconds") or self.run.state["plan"].get("lease", {}).get("ttl_seconds", 300))
+        return float(self.run.state["lease"].get("ttl_seconds") or default_ttl(self.run.state))
 
     def _renew_due(self) -> Optional[float]:
         """When this writer's lease is next renewed (a third of its time after the last renewal), or None if it holds none."""

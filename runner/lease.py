@@ -34,9 +34,19 @@ from typing import Any, Dict, Optional
 from .envelope import Ops, check_duration, format_time, one_line, parse_time, validate_id
 from .errors import AlreadyRunning, Fenced
 
-__all__ = ["acquire_ops", "renew_ops", "release_ops", "break_ops", "check_fence", "lease_view", "MAX_TTL_SECONDS"]
+__all__ = ["acquire_ops", "renew_ops", "release_ops", "break_ops", "check_fence", "lease_view", "default_ttl", "MAX_TTL_SECONDS",
+           "DEFAULT_TTL_SECONDS"]
 
 MAX_TTL_SECONDS = 7 * 24 * 3600
+#: The lease's time to live when neither the caller nor the contract (``lease.ttl_seconds``) gives one.
+DEFAULT_TTL_SECONDS = 300.0
+
+
+def default_ttl(state: Dict[str, Any], given: Optional[float] = None) -> float:
+    """The lease's time to live: ``given``, else the contract's ``lease.ttl_seconds``, else :data:`DEFAULT_TTL_SECONDS`."""
+    if given:
+        return float(given)
+    return float((state["plan"].get("lease") or {}).get("ttl_seconds", DEFAULT_TTL_SECONDS))
 
 
 

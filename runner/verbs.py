@@ -27,7 +27,7 @@ from .approvals import approval_view
 from .batch import begin_payload, observes_itself
 from .envelope import read_document, validate_id
 from .errors import InvalidInput
-from .lease import lease_view
+from .lease import DEFAULT_TTL_SECONDS, default_ttl, lease_view
 from .recovery import decide, decision_exit_code, recover as _recover
 from .run import Run
 from .steps import require_plan
@@ -41,9 +41,6 @@ __all__ = [
     "effect_skip", "effect_run", "step", "cancel", "approval_request", "approval_answer", "approval_list",
     "lease_show", "lease_acquire", "lease_renew", "lease_release", "lease_break", "cost", "job", "migrate",
 ]
-
-#: The lease's time to live when neither the caller nor the contract (``lease.ttl_seconds``) gives one.
-DEFAULT_TTL_SECONDS = 300.0
 
 #: Where the list views stop unless asked for more.
 DEFAULT_LIMIT = 200
@@ -164,13 +161,6 @@ def _mentioned_arguments(verb: Verb, rest: List[str]) -> Dict[str, str]:
 
 
 # -- defaults and decisions --------------------------------------------------------------
-
-
-def default_ttl(state: Dict[str, Any], given: Optional[float] = None) -> float:
-    """The lease's time to live: ``given``, else the contract's ``lease.ttl_seconds``, else :data:`DEFAULT_TTL_SECONDS`."""
-    if given:
-        return float(given)
-    return float((state["plan"].get("lease") or {}).get("ttl_seconds", DEFAULT_TTL_SECONDS))
 
 
 def observed_jobs(path: str, state: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
