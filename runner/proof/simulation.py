@@ -63,6 +63,13 @@ Checked during and at the end of every schedule (:data:`INVARIANTS`):
 * ``crash``: no exception other than the runner's own errors leaves the
   executor.
 
+Each schedule also records *signs*, moments that known flaws of the runner
+need (a call reaching the target after its registered deadline; a "not now"
+answer to a resend; a decision taken while a live call sits behind an expired
+one in the registry's list; a resend reaching a deduplicating target after its
+retention), so that a campaign can say which failing schedules none of them
+explains.
+
 Two broken variants show that the checks bite: ``no-wait`` hides the calls
 in flight from the lifecycle; ``receipt-blind-ledger`` hides recorded
 receipts from the lifecycle and from the ledger's rules. ``receipt-blind``
@@ -73,7 +80,7 @@ the second call, and the simulation counts those refusals.
 
 import random
 import time
-from typing import IO, Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+from typing import IO, Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from .. import inflight
 from ..envelope import parse_time, sha256_hex
@@ -374,7 +381,6 @@ class Schedule:
         self.effects: Dict[str, List[Tuple[float, float, int, str]]] = {}  # key -> (applied, visible, ticket, call)
         self.receipted: Dict[str, Any] = {}  # key -> the first receipt the ledger recorded for it
         self.last_lookup: Dict[str, str] = {}  # key -> what its last lookup told a worker
-        self.receipts: Dict[str, int] = {}  # key -> receipts that reached a worker
         self.final: Optional[str] = None
         self.final_detail = ""
         self.reconciliation_exits = 0
@@ -383,8 +389,8 @@ class Schedule:
         self.tickets = 0
         self.max_epoch = 0
         self.shared_calls: Dict[str, str] = {}
-        self.resent: set = set()  # keys whose latest attempt is a resend (uncertain -> started)
-        self.signs: set = set()  # what this schedule did that the known findings need
+        self.resent: Set[str] = set()  # keys whose latest attempt is a resend (uncertain -> started)
+        self.signs: Set[str] = set()  # what this schedule did that the known findings need
 
     # -- bookkeeping --------------------------------------------------------------------------------
     def count(self, what: str, n: int = 1) -> None:
@@ -448,7 +454,10 @@ class Schedule:
         assert isinstance(worker, SimWorker)
         p = self.p
         hooks = _Hooks(self, worker)
-        alive = lambda: not worker.dead  # noqa: E731
+
+        def alive() -> bool:
+            return not worker.dead
+
         store = MemoryStore(self.ledger, self.sched.clock, hooks=hooks, writer=worker.owner,
                             pause=lambda window: self.window(worker, window), writable=alive)
         run = self.run_class(store, rand=worker.rand.random, hooks=hooks)
@@ -470,6 +479,11 @@ class Schedule:
         def decide(facts: Facts) -> Move:
             move = self.decide_fn(facts)
             self.moves[move.kind] = self.moves.get(move.kind, 0) + 1
+            live = [c for c in facts.calls if c.alive]
+            if len(live) > 1 and move.kind in ("observe", "invoke", "absent", "verify") and \
+                    any(facts.now < c.deadline or c.killable for c in live[1:]):
+                self.count("decisions_past_a_live_call")
+                self.signs.add("a-live-call-behind-an-expired-one")
             if self.trace is not None:
                 state = (facts.effect or {}).get("state")
                 calls = ",".join(f"{'alive' if c.alive else 'ended'}/{c.kind}" for c in facts.calls)
@@ -599,6 +613,8 @@ class Schedule:
             return
         if outcome.startswith("crashed"):
             self.violation("crash", f"{worker.name}: {outcome}")
+        if outcome == "fenced" and worker.stalled:
+            self.count("stalled_workers_fenced")
         if outcome.startswith("needs-reconciliation"):
             self.reconciliation_exits += 1
             if self.reconciliation_exits >= MAX_RECONCILIATION_EXITS:
@@ -619,7 +635,6 @@ class Schedule:
         self.count(f"calls_{call.kind}")
         if self.sched.now >= float(call.registered.record["deadline"]):
             self.count("calls_started_past_deadline")
-            self.signs.add("call-started-past-its-deadline")
         command = bool(call.adapter.command)
         self.log(f"{worker.name} {call.id} {call.kind} {call.key} starts ({'command' if command else 'in-process'}, "
                  f"deadline +{call.registered.record['deadline'] - self.sched.now:.3f})")
@@ -657,8 +672,6 @@ class Schedule:
         call.delivered, call.outcome = True, outcome
         if call.kind == "observe":
             self.last_lookup[call.key] = outcome[0]
-        elif outcome[0] == "receipt":
-            self.receipts[call.key] = self.receipts.get(call.key, 0) + 1
         call.worker.results.append(call)
         self.log(f"{call.worker.name} {call.id} answered: {outcome[0]}")
 
@@ -739,6 +752,9 @@ class Schedule:
 
     def _invoke(self, call: SimCall) -> Optional[Tuple[Any, ...]]:
         p, rng, key, now = self.p, self.world_rng, call.key, self.sched.now
+        if now >= float(call.registered.record["deadline"]):
+            self.count("calls_sent_past_deadline")
+            self.signs.add("call-sent-past-its-deadline")
         if self._storm() or rng.random() < p.not_now:
             self.count("answers_not_now")
             if key in self.resent:
@@ -762,6 +778,8 @@ class Schedule:
             self.violation("call-after-receipt", f"{call.id} of {key} by {call.worker.name} reached the target after the receipt "
                            f"{self.receipted[key]} was recorded")
         remembered = [e for e in held if p.retention is None or e[0] > now - p.retention]
+        if p.deduplicates and held and not remembered and key in self.resent:
+            self.signs.add("a-resend-past-the-retention")
         if p.deduplicates and remembered:
             self.count("deduplicated")
             receipt = {"ticket": remembered[0][2], "key": key}
@@ -858,8 +876,8 @@ class Schedule:
         if ending == "limit-exhausted":
             if not self.p.over_lag and any(self.effects.get(k) and (truth["effects"].get(k) or {}).get("state") == "absent" for k in open_keys):
                 return "a key recorded absent is held by the target"
-            lost = [k for k in self.keys if int((truth["effects"].get(k) or {}).get("attempts", 0)) > self.receipts.get(k, 0)]
-            return "" if lost else "every attempt brought its receipt back"
+            lost = [k for k in self.keys if int((truth["effects"].get(k) or {}).get("attempts", 0)) > (1 if k in self.receipted else 0)]
+            return "" if lost else "no attempt went without its receipt recorded"
         if ending == "needs-reconciliation:unknown-outcome":
             return "" if any(self.last_lookup.get(k) in ("lookup-failed", "unknown") for k in open_keys) else \
                 "the last lookup of every open key answered"
@@ -937,6 +955,7 @@ def simulate(seed: int, schedules: int, variant: str = "real", trace: bool = Fal
         "kills": sum(kills.values()),
         "kills_by_window": dict(sorted(kills.items())),
         "stalls": totals.get("stalls", 0),
+        "stalled_workers_fenced": totals.get("stalled_workers_fenced", 0),
         "takeovers": totals.get("takeovers", 0),
         "lease_breaks": totals.get("lease_breaks", 0),
         "same_owner_twins": totals.get("same_owner_twins", 0),
@@ -953,6 +972,7 @@ def simulate(seed: int, schedules: int, variant: str = "real", trace: bool = Fal
         "kills_of_calls_past_deadline": moves.get("kill-call", 0),
         "duplicates_beyond_contract": totals.get("duplicates_beyond_contract", 0),
         "calls_started_past_deadline": totals.get("calls_started_past_deadline", 0),
+        "calls_sent_past_deadline": totals.get("calls_sent_past_deadline", 0),
         "not_now_to_resends": totals.get("not_now_to_resends", 0),
         "violations": sum(violations.values()),
         "violations_by_invariant": {k: violations.get(k, 0) for k in INVARIANTS},
