@@ -830,6 +830,8 @@ class Schedule:
             if now_record.get("state") == "verified" and was.get("state") != "verified":
                 self.verified_seen += 1
                 self.reconciliation_exits = 0
+                if self.final is not None and self.final.startswith("needs-reconciliation"):
+                    self.final = None  # a worker still alive made progress after the run was left for a person
                 if not any(e[1] <= now for e in self.effects.get(key, [])):
                     self.violation("phantom", f"{key} verified by {writer} while the target shows none of it")
             if self.trace is not None and now_record.get("state") != was.get("state"):
