@@ -48,8 +48,10 @@ class TokenBucket:
         """Take a token and return None, or return the time one will be there (taking nothing)."""
         self.tokens = min(self.burst, self.tokens + (now - self.at) * self.per_second)
         self.at = now
-        if self.tokens >= 1.0:
-            self.tokens -= 1.0
+        # A token due "now" may be short of 1.0 by a rounding error; waiting for that sliver would never end
+        # on a clock whose next representable instant is further away than the sliver.
+        if self.tokens >= 1.0 - 1e-6:
+            self.tokens = max(0.0, self.tokens - 1.0)
             return None
         return now + (1.0 - self.tokens) / self.per_second
 

@@ -75,5 +75,28 @@ class FlowTest(unittest.TestCase):
         self.assertTrue(any("concurrency" in p.message for p in found), found)
 
 
+
+class TokenBucketRoundingTest(unittest.TestCase):
+    def test_a_token_due_now_is_taken_and_every_wait_moves_the_clock(self) -> None:
+        # On a clock near 1.7e9 seconds, a token due exactly now is often 0.99999... of a token after the float
+        # arithmetic; a wait for that sliver would end at the same representable instant, again and again.
+        from runner.flow import TokenBucket
+
+        slivers = 0
+        for per_second in (0.5, 2.0, 3.0, 10.0, 7.0):
+            start = 1_764_633_600.123
+            bucket = TokenBucket(per_second, 1, start)
+            now = start
+            for _ in range(500):
+                due = bucket.take(now)
+                if due is None:
+                    now += 1.0 / per_second  # the next token is due exactly then
+                    continue
+                self.assertGreater(due, now, "a wait that ends where it began would never end")
+                slivers += (due - now) < 1e-3
+                now = due
+        self.assertEqual(slivers, 0)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -1,4 +1,4 @@
-"""The proof verbs of the command line: ``bench``, ``crashcheck``, ``conformance``, ``campaign``, ``demo``.
+"""The proof verbs of the command line: ``bench``, ``crashcheck``, ``conformance``, ``campaign``, ``demo``, ``simulate``.
 
 They exist to prove or demonstrate the runner, so they live apart from the
 verbs users run; ``python3 -m runner`` adds them to the parser through
@@ -74,6 +74,18 @@ def add_proof_verbs(verb: Callable[..., Any]) -> None:
                      help="--via-cli: how the contract calls the service: curl or Python commands, or effects.http (default: curl if present)")
     sub.add_argument("--parallel", type=positive, default=1, metavar="N", help="--via-cli: each drive keeps N effects in flight")
     sub.add_argument("--html", metavar="FILE", type=output_file, default=None, help="write the timeline page of the run(s) to FILE")
+
+    from .simulation import VARIANTS
+
+    sub = verb("simulate", "the executor against a simulated world: seeded schedules of kills, stalls, contention and a target that lags, "
+                           "drops answers and says 'not now'; invariants checked", cmd_simulate)
+    sub.add_argument("--seed", type=int, default=1, help="the first schedule's seed (schedule i is seed + i)")
+    sub.add_argument("--schedules", type=positive, default=200)
+    sub.add_argument("--variant", choices=tuple(VARIANTS), default="real",
+                     help="a deliberately broken lifecycle or ledger, to show the checks catch it (default: the real code)")
+    sub.add_argument("--trace", action="store_true", help="print every event of each schedule (with --schedules 1: replay one schedule)")
+    sub.add_argument("--stop-at-first", action="store_true", help="end at the first schedule that breaks an invariant")
+    sub.add_argument("--no-progress", action="store_true", help="no progress line on stderr")
 
 
 def _verdict(passed: bool, what: str) -> int:
@@ -206,3 +218,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
                       html=args.html)
     emit(args, result, format_table(result) + (f"\ntimeline page: {args.html} ({result['html_bytes']} bytes)" if args.html else ""))
     return _verdict(result["ok"], "the demo's audit found a violation")
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from .simulation import format_report, simulate
+
+    progress = None if args.no_progress or args.json or args.schedules < 1000 else sys.stderr
+    result = simulate(args.seed, args.schedules, args.variant, args.trace, progress, args.stop_at_first)
+    emit(args, result, format_report(result))
+    return _verdict(result["violations"] == 0, f"the simulation found {result['violations']} violation(s); "
+                                               f"first failing seed {result['first_failing_seed']}: {result['replay']}")

@@ -1,0 +1,225 @@
+"""The executor simulation (``runner/proof/simulation.py``): deterministic, its checks bite, and what it found.
+
+The real lifecycle, executor, registry and ledger run in a simulated world
+(``runner/proof/simworld.py``). The default budget is the command line's
+default: schedules 1 to 200. Each broken variant must be caught within it,
+and the real code must break no invariant over it. Four scenarios found by
+the simulation in the real code close the module, each reduced to one key and
+the faults that matter; they fail until the runner is fixed.
+"""
+
+import unittest
+from typing import Any, Dict
+
+from runner.inflight import Registered
+from runner.proof.simulation import INVARIANTS, KILL_WINDOWS, Params, draw_params, replay_command, run_schedule, simulate
+from runner.proof.simworld import Ledger, MemoryRegistry, MemoryStore, ProcessTable, SimProcesses, WorkerKilled
+from runner.run import Run
+
+from tests._util import CLOCK_START, child_env, one_json, run_cli
+
+SEED, SCHEDULES = 1, 200
+#: Invariants about receipts: what hiding a receipt from the lifecycle could break.
+RECEIPT_INVARIANTS = ("call-after-receipt", "receipt-lost", "absence-over-receipt", "contradiction")
+
+_DEFAULT: Dict[str, Any] = {}
+
+
+def default_campaign() -> Dict[str, Any]:
+    """The real code over the default schedules, run once for the tests that read it."""
+    if not _DEFAULT:
+        _DEFAULT.update(simulate(SEED, SCHEDULES))
+    return _DEFAULT
+
+
+def quiet(**changes: Any) -> Params:
+    """A world with every fault off: one key, one worker, a target that answers at once; ``changes`` add faults back."""
+    base = draw_params(SEED)._replace(
+        keys=1, parallel=1, workers=1, ttl=20.0, timeout=4.0, settle=0.0, over_lag=False, deduplicates=False, retention=None, fences=False,
+        commands=0.0, can_find=True, slow=0.0, slow_commands=0.0, drop=0.0, not_now=0.0, retry_after=False, storms=(), unknown=0.0,
+        lookup_fail=0.0, rejected=(), max_attempts=3, max_rate_limited=10, backoff=(0.5, 2.0), restart="break", restart_delay=0.0,
+        kill_window=None, kill_pass=1, kill_chance=0.0, kill_in_flight=0.0, kill_slow=0.0, timed_kills=(), stall=None, same_owner_at=None,
+        preempt=0.0, rate=None)
+    return base._replace(**changes)
+
+
+class DeterminismTest(unittest.TestCase):
+    def test_a_seed_gives_the_same_schedule_every_time(self) -> None:
+        # Seed 1: three workers killed, one stopped past its lease; seed 12: four calls in flight, calls killed past their deadline.
+        for seed in (1, 12):
+            with self.subTest(seed=seed):
+                first, second = run_schedule(seed, trace=True), run_schedule(seed, trace=True)
+                self.assertEqual(first["trace"], second["trace"])
+                self.assertEqual(first["trace_digest"], second["trace_digest"])
+                self.assertGreaterEqual(sum(first["kills"].values()), 2, "the schedule must interleave deaths to prove anything")
+                self.assertGreaterEqual(first["counts"]["workers"], 3)
+        self.assertEqual(run_schedule(1)["counts"].get("stalls"), 1)
+        self.assertGreater(run_schedule(12)["moves"].get("kill-call", 0), 0)
+
+    def test_a_schedule_traced_or_not_is_the_same_schedule(self) -> None:
+        traced, plain = run_schedule(12, trace=True), run_schedule(12)
+        for field in ("ending", "violations", "kills", "exits", "moves"):
+            self.assertEqual(traced[field], plain[field], field)
+        self.assertEqual({k: v for k, v in traced["counts"].items() if k != "cpu_ms"}, {k: v for k, v in plain["counts"].items() if k != "cpu_ms"})
+
+    def test_the_printed_command_replays_the_failing_schedule_in_another_process(self) -> None:
+        found = simulate(SEED, SCHEDULES, "no-wait", stop_at_first=True)
+        seed = found["first_failing_seed"]
+        self.assertEqual(found["replay"], replay_command(seed, "no-wait"))
+        here = run_schedule(seed, "no-wait", trace=True)
+        argv = found["replay"].split()[3:]  # after "python3 -m runner"
+        result = run_cli(*argv, "--json", env=child_env(PYTHONHASHSEED="4242"))
+        self.assertEqual(result.code, 13, result.err)
+        self.assertIn(found["replay"], result.err)
+        there = one_json(result)
+        self.assertEqual(there["traces"][0]["digest"], here["trace_digest"])
+        self.assertEqual(there["traces"][0]["lines"], here["trace"])
+
+
+class RealCodeTest(unittest.TestCase):
+    def test_the_default_schedules_break_no_invariant(self) -> None:
+        result = default_campaign()
+        self.assertEqual(result["schedules"], SCHEDULES)
+        self.assertEqual(result["violations"], 0, "\n".join(result["examples"]))
+
+    def test_the_default_schedules_reach_every_window_and_fault(self) -> None:
+        result = default_campaign()
+        for window in KILL_WINDOWS + ("sim:time",):
+            self.assertGreater(result["kills_by_window"].get(window, 0), 0, window)
+        for figure in ("stalls", "takeovers", "lease_breaks", "same_owner_twins", "commands_killed_before_sending", "waits_for_calls_in_flight",
+                       "kills_of_calls_past_deadline"):
+            self.assertGreater(result[figure], 0, figure)
+        for fault, count in result["faults_at_target"].items():
+            self.assertGreater(count, 0, fault)
+        self.assertEqual(sorted(result["parallel"]), [1, 2, 3, 4, 8])
+        for ending in ("settled", "limit-exhausted", "failed"):
+            self.assertGreater(result["endings"].get(ending, 0), 0, ending)
+        self.assertEqual(sorted(result["violations_by_invariant"]), sorted(INVARIANTS))
+
+
+class BrokenVariantsTest(unittest.TestCase):
+    def assert_caught(self, variant: str) -> None:
+        found = simulate(SEED, SCHEDULES, variant, stop_at_first=True)
+        self.assertGreater(found["violations"], 0, f"{variant} was not caught in {SCHEDULES} schedules")
+        seed = found["first_failing_seed"]
+        self.assertIn(f"--seed {seed} --schedules 1 --trace --variant {variant}", found["replay"])
+        self.assertEqual(run_schedule(seed)["violations"], [], "the real code passes the schedule that caught the variant")
+
+    def test_no_wait_for_calls_in_flight_is_caught(self) -> None:
+        self.assert_caught("no-wait")
+
+    def test_absence_trusted_over_a_receipt_is_caught(self) -> None:
+        self.assert_caught("receipt-blind-ledger")
+
+    def test_a_receipt_hidden_from_the_lifecycle_alone_is_held_by_the_ledger(self) -> None:
+        # Without a deduplicating target or a lookup lagging past its settle time, a receipt never meets an absence
+        # or a resend, so the variant decides as the real code does: only those schedules can tell them apart.
+        seeds = [s for s in range(SEED, SEED + SCHEDULES) if draw_params(s).deduplicates or draw_params(s).over_lag]
+        refusals, broken = 0, []
+        for seed in seeds:
+            result = run_schedule(seed, "receipt-blind")
+            refusals += result["counts"].get("needs-reconciliation:ledger-refusal", 0)
+            broken += [(seed, kind) for kind, _ in result["violations"] if kind in RECEIPT_INVARIANTS]
+        self.assertEqual(broken, [])
+        self.assertGreater(refusals, 0, "the ledger must have refused what the blind lifecycle proposed")
+
+
+class WorldTest(unittest.TestCase):
+    """The simulated machine keeps the facts the registry and the store rely on."""
+
+    def test_a_reused_pid_is_told_apart_by_its_start_time(self) -> None:
+        now = [CLOCK_START]
+        table = ProcessTable(lambda: now[0], can_find=True)
+        worker = table.new_worker()
+        processes = SimProcesses(table, worker)
+        first = table.new_command("RUNNER_CALL=a")
+        identity = processes.identity(first.pid)
+        table.kill_group(first.pid)
+        now[0] += 5
+        for _ in range(ProcessTable.COMMAND_PIDS[1] - ProcessTable.COMMAND_PIDS[0]):
+            again = table.new_command("RUNNER_CALL=b")
+            if again.pid == first.pid:
+                break
+            table.kill_group(again.pid)
+        self.assertEqual(again.pid, first.pid)
+        self.assertFalse(processes.alive(*identity))
+        self.assertTrue(processes.alive(*processes.identity(again.pid)))
+        self.assertEqual(processes.find_by_environment("RUNNER_CALL=b"), processes.identity(again.pid))
+        self.assertIsNone(processes.find_by_environment("RUNNER_CALL=a"))
+
+    def test_views_of_the_ledger_catch_up_and_a_dead_writer_writes_nothing(self) -> None:
+        now = [CLOCK_START]
+        ledger = Ledger("sim-world", {"effects": {}}, lambda: now[0])
+        alive = [True]
+        writer = Run(MemoryStore(ledger, lambda: now[0], writer="w", writable=lambda: alive[0]))
+        reader = Run(MemoryStore(ledger, lambda: now[0], writer="r"))
+        writer.acquire("w", 30)
+        self.assertEqual(reader.refresh()["lease"]["owner"], "w")
+        alive[0] = False
+        with self.assertRaises(WorkerKilled):
+            writer.renew(30)
+        self.assertEqual(len(ledger.records), 1)
+        registry = MemoryRegistry({}, SimProcesses(ProcessTable(lambda: now[0], True), ProcessTable(lambda: now[0], True).new_worker()),
+                                  lambda: now[0], lambda: alive[0])
+        with self.assertRaises(WorkerKilled):
+            registry.register("k1", "invoke", 1, 5.0)
+
+    def test_registry_records_are_copies(self) -> None:
+        now = [CLOCK_START]
+        table = ProcessTable(lambda: now[0], True)
+        shared: Dict[str, str] = {}
+        registry = MemoryRegistry(shared, SimProcesses(table, table.new_worker()), lambda: now[0], lambda: True)
+        call = registry.register("k1", "invoke", 1, 5.0)
+        self.assertIsInstance(call, Registered)
+        (seen, view), = registry.calls("k1")
+        seen.record["deadline"] = 0
+        self.assertEqual(registry.calls("k1")[0][0].record["deadline"], call.record["deadline"])
+        self.assertTrue(view.alive)
+
+
+class FindingsTest(unittest.TestCase):
+    """What the simulation found in the real code, each as its smallest schedule. These fail until the runner is fixed."""
+
+    def test_a_worker_stopped_after_started_does_not_call_once_its_deadline_passed(self) -> None:
+        # w1 records started, then is stopped for 15 s before its command starts (lease 5 s, call deadline 6 s).
+        # w2 takes the lease at 5 s, waits for w1's registered call until its deadline, counts the call (which has no
+        # process of its own yet) as ended there, observes absent, calls, verifies. At 15 s w1 continues: the executor
+        # starts the command it registered at 0 s, and the command sends: a second effect.
+        result = run_schedule(SEED, params=quiet(workers=2, ttl=5.0, commands=1.0, stall=("effect:after-started", 1, 15.0)), trace=True)
+        self.assertEqual(result["counts"].get("stalls"), 1)
+        self.assertEqual(result["ending"], "settled")
+        self.assertEqual(result["signs"], ["call-sent-past-its-deadline"])
+        self.assertEqual(result["violations"], [], "\n".join(result["trace"]))
+
+    def test_a_not_now_answer_to_a_resend_keeps_the_earlier_outcome_unknown(self) -> None:
+        # A deduplicating target that remembers a key for 20 s. The first call is applied and its answer lost; the lookup
+        # cannot tell, so the same key is sent again, and the target answers 429 (a storm from 4.5 s to 24.5 s). The ledger
+        # records that "not now" as absent, forgetting that the first call's outcome is unknown; the next call, after the
+        # storm and past the target's retention, is a fresh one: a second effect.
+        result = run_schedule(SEED, params=quiet(deduplicates=True, retention=20.0, drop=1.0, lookup_fail=1.0, storms=((4.5, 20.0),),
+                                                 max_rate_limited=50, backoff=(1.0, 5.0)), trace=True)
+        self.assertEqual(result["signs"], ["not-now-to-a-resend"])
+        self.assertEqual(result["violations"], [], "\n".join(result["trace"]))
+
+    def test_a_live_call_is_waited_for_whatever_calls_of_the_key_are_listed_before_it(self) -> None:
+        # w1 registers its call, then is stopped for 60 s before anything of it is recorded. w2 takes the lease at 5 s,
+        # rightly passes w1's registration once its deadline is over (nothing was begun), begins, starts its command and
+        # is killed 18 ms later, the command still on its way. w3 takes over at once: the registry lists w1's call (alive,
+        # past its deadline, no process of its own) before w2's command (alive, 6 s before its deadline). The lifecycle
+        # looks at the first live call only, finds it over, observes absent before the command sends, and calls again.
+        result = run_schedule(5, params=quiet(workers=2, ttl=5.0, commands=1.0, slow_commands=0.5, kill_window="sim:in-flight", kill_pass=1,
+                                              stall=("effect:before-started", 1, 60.0)), trace=True)
+        self.assertEqual(result["signs"], ["a-live-call-behind-an-expired-one"])
+        self.assertEqual(result["violations"], [], "\n".join(result["trace"]))
+
+    def test_a_resend_reaches_the_target_within_its_retention(self) -> None:
+        # A deduplicating target that remembers a key for 6 s; calls may take 4 s. The first call is applied at 0.5 s and
+        # its answer lost; the lookup cannot tell; at 4.2 s, within the retention counted from the first begin, the same
+        # key is sent again, and it reaches the target at 7.7 s, after the target forgot the key: a second effect.
+        result = run_schedule(6, params=quiet(deduplicates=True, retention=6.0, drop=1.0, lookup_fail=1.0, slow=0.5), trace=True)
+        self.assertEqual(result["signs"], ["a-resend-past-the-retention"])
+        self.assertEqual(result["violations"], [], "\n".join(result["trace"]))
+
+
+if __name__ == "__main__":
+    unittest.main()
