@@ -883,8 +883,10 @@ class Schedule:
         if ending == "needs-reconciliation:unknown-outcome":
             return "" if any(self.last_lookup.get(k) in ("lookup-failed", "unknown") for k in open_keys) else \
                 "the last lookup of every open key answered"
-        if ending in ("needs-reconciliation:receipt-contradiction", "needs-reconciliation:ledger-refusal"):
+        if ending == "needs-reconciliation:receipt-contradiction":
             return "" if self.p.over_lag else "the target kept its settle time, yet an absence contradicted a receipt"
+        if ending == "needs-reconciliation:ledger-refusal":
+            return "the ledger refused what the lifecycle proposed"
         return f"no fault explains {ending}"
 
 
