@@ -12,7 +12,7 @@ import unittest
 from typing import Any, Dict
 
 from runner.inflight import Registered
-from runner.proof.simulation import INVARIANTS, KILL_WINDOWS, Params, draw_params, replay_command, run_schedule, simulate
+from runner.proof.simulation import INVARIANTS, KILL_WINDOWS, VARIANTS, Params, draw_params, replay_command, run_schedule, simulate
 from runner.proof.simworld import Ledger, MemoryRegistry, MemoryStore, ProcessTable, SimProcesses, WorkerKilled
 from runner.run import Run
 
@@ -22,14 +22,21 @@ SEED, SCHEDULES = 1, 200
 #: Invariants about receipts: what hiding a receipt from the lifecycle could break.
 RECEIPT_INVARIANTS = ("call-after-receipt", "receipt-lost", "absence-over-receipt", "contradiction")
 
-_DEFAULT: Dict[str, Any] = {}
+_RUNS: Dict[str, Dict[str, Any]] = {}
 
 
 def default_campaign() -> Dict[str, Any]:
     """The real code over the default schedules, run once for the tests that read it."""
-    if not _DEFAULT:
-        _DEFAULT.update(simulate(SEED, SCHEDULES))
-    return _DEFAULT
+    if "real" not in _RUNS:
+        _RUNS["real"] = simulate(SEED, SCHEDULES)
+    return _RUNS["real"]
+
+
+def first_catch(variant: str) -> Dict[str, Any]:
+    """The default schedules under ``variant`` up to the first that breaks an invariant, run once."""
+    if variant not in _RUNS:
+        _RUNS[variant] = simulate(SEED, SCHEDULES, variant, stop_at_first=True)
+    return _RUNS[variant]
 
 
 def quiet(**changes: Any) -> Params:
@@ -63,7 +70,7 @@ class DeterminismTest(unittest.TestCase):
         self.assertEqual({k: v for k, v in traced["counts"].items() if k != "cpu_ms"}, {k: v for k, v in plain["counts"].items() if k != "cpu_ms"})
 
     def test_the_printed_command_replays_the_failing_schedule_in_another_process(self) -> None:
-        found = simulate(SEED, SCHEDULES, "no-wait", stop_at_first=True)
+        found = first_catch("no-wait")
         seed = found["first_failing_seed"]
         self.assertEqual(found["replay"], replay_command(seed, "no-wait"))
         here = run_schedule(seed, "no-wait", trace=True)
@@ -74,6 +81,18 @@ class DeterminismTest(unittest.TestCase):
         there = one_json(result)
         self.assertEqual(there["traces"][0]["digest"], here["trace_digest"])
         self.assertEqual(there["traces"][0]["lines"], here["trace"])
+
+
+class CommandLineTest(unittest.TestCase):
+    def test_an_unknown_variant_is_refused_naming_the_variants(self) -> None:
+        result = run_cli("simulate", "--variant", "no-such", "--schedules", "1")
+        self.assertEqual(result.code, 2)
+        self.assertEqual(len(result.err.splitlines()), 1, result.err)
+        self.assertEqual(result.out, "")
+        shown = "".join(run_cli("simulate", "--help").out.split())  # the help wraps long names at their hyphens
+        for name in VARIANTS:
+            self.assertIn(name, result.err)
+            self.assertIn(name, shown)
 
 
 class RealCodeTest(unittest.TestCase):
@@ -99,7 +118,7 @@ class RealCodeTest(unittest.TestCase):
 
 class BrokenVariantsTest(unittest.TestCase):
     def assert_caught(self, variant: str) -> None:
-        found = simulate(SEED, SCHEDULES, variant, stop_at_first=True)
+        found = first_catch(variant)
         self.assertGreater(found["violations"], 0, f"{variant} was not caught in {SCHEDULES} schedules")
         seed = found["first_failing_seed"]
         self.assertIn(f"--seed {seed} --schedules 1 --trace --variant {variant}", found["replay"])

@@ -16,7 +16,8 @@ One schedule:
   the lease and call :meth:`~runner.executor.Executor.perform_all` with 1 to 8
   calls in flight; a contract with a lease time to live, a call timeout
   (often longer than the lease), a settle time, attempt and "not now" bounds;
-* **the target**: deduplicates or (mostly) not; a lookup shows a call up to
+* **the target**: deduplicates (for a retention time, or for ever) or
+  (mostly) not; a lookup shows a call up to
   the contract's ``settle_seconds`` after it was applied (in one schedule of
   ten, longer: a target lagging past what its contract declares, where the
   runner promises no more than that a receipt is never contradicted by a
@@ -41,8 +42,10 @@ One schedule:
 
 Checked during and at the end of every schedule (:data:`INVARIANTS`):
 
-* ``duplicate``: a target that does not deduplicate holds at most one effect
-  per key (in the schedules whose target keeps its declared settle time);
+* ``duplicate``: the target holds at most one effect per key (a
+  deduplicating one too: it forgets a key after its retention, and the runner
+  resends only within it), in the schedules whose target keeps its declared
+  settle time;
 * ``call-after-receipt``: no call of a key reaches the target after a receipt
   for that key was recorded in the ledger (all schedules);
 * ``receipt-lost``: a receipt once recorded stays in the ledger, unchanged;
@@ -55,13 +58,16 @@ Checked during and at the end of every schedule (:data:`INVARIANTS`):
 * ``phantom``: a verified key is held by the target;
 * ``unfenced-write``: every effect transition is committed by the writer that
   holds the unexpired lease at that epoch;
+* ``contradiction``: a receipt is never contradicted by an observed absence
+  where the target keeps its settle time;
 * ``unsettled``: every schedule ends with every key verified, or with a stop
-  the runner names whose cause the schedule injected: a limit spent (the
-  target holds none of the unverified keys), a key the target rejected, a
-  lookup that could not tell, or a receipt contradicted by a target lagging
-  past its declared settle time;
+  the runner names whose cause the schedule injected: a limit spent (some
+  key had an attempt without a recorded receipt, and no key recorded absent
+  is held by a target that keeps its settle time), a key the target
+  rejected, a lookup that could not tell, or a receipt contradicted by a
+  target lagging past its declared settle time;
 * ``crash``: no exception other than the runner's own errors leaves the
-  executor.
+  executor; ``simulation``: the simulated world itself ran into no error.
 
 Each schedule also records *signs*, moments that known flaws of the runner
 need (a call reaching the target after its registered deadline; a "not now"
@@ -895,8 +901,10 @@ class Schedule:
         if ending == "needs-reconciliation:unknown-outcome":
             return "" if any(self.last_lookup.get(k) in ("lookup-failed", "unknown") for k in open_keys) else \
                 "the last lookup of every open key answered"
-        if ending in ("needs-reconciliation:receipt-contradiction", "needs-reconciliation:ledger-refusal"):
+        if ending == "needs-reconciliation:receipt-contradiction":
             return "" if self.p.over_lag else "the target kept its settle time, yet an absence contradicted a receipt"
+        if ending == "needs-reconciliation:ledger-refusal":
+            return "the ledger refused what the lifecycle proposed"
         return f"no fault explains {ending}"
 
 
