@@ -283,6 +283,11 @@ class CommandAdapter:
 
     def invoke(self, key: str, payload: Dict[str, Any], epoch: int) -> Dict[str, Any]:
         """Run the invoke command; its exit code says what happened (see :data:`INVOKE_EXITS`)."""
+        making = inflight.current()
+        if making is not None and making[0].clock() >= float(making[1].record["deadline"]):
+            # This process was held up (stopped) between registering the call and starting it: whoever took
+            # over may already have counted the call as never made.
+            raise NotApplied("the call's deadline passed before its command started; nothing was sent")
         result = self._call(self.invoke_argv, key, payload, epoch)
         if result.timed_out:
             raise UnknownOutcome(f"the invoke command timed out after {self.timeout:g}s")

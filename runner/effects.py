@@ -260,6 +260,8 @@ def begin_ops(state: Dict[str, Any], key: str, payload_digest: str, now: float, 
     }
     if deferred:
         record["deferred"] = deferred
+    if resend and effect is not None and effect["state"] in UNRESOLVED:
+        record["resent"] = True  # the earlier call's outcome is unknown: this attempt's answer does not settle it alone
     for field in ("payload", "payload_file", "flags"):
         if effect is not None and field in effect:
             record[field] = effect[field]
@@ -348,9 +350,17 @@ def _flag_ops(effect: Dict[str, Any], key: str, flag: str) -> Ops:
 
 
 def deferred_ops(state: Dict[str, Any], key: str, evidence: Dict[str, Any], now: float, not_before: str) -> Ops:
-    """The target said it created nothing for now (429, 503, exit 75): absent, counted apart, next call not before ``not_before``."""
+    """The target said it created nothing for now (429, 503, exit 75): absent, counted apart, next call not before ``not_before``.
+
+    Said of a resend of an unknown outcome (``resent``), it says nothing of the earlier call: the effect
+    goes back to uncertain, not absent, so that it is observed (or resent) again, never called afresh.
+    """
     check_document(evidence, "evidence")
     effect = _effect(state, key)
+    if effect.get("resent") and effect["state"] == "started":
+        reason = f"the resend was refused for now ({describe(evidence, 200)}); the earlier call's outcome is still unknown"
+        ops = [_set(key, "state", "uncertain"), _set(key, "reason", one_line(reason[:2000], "reason")), _set(key, "updated_at", format_time(now))]
+        return ops + schedule_ops(state, key, not_before) + [_set(key, "deferred", int(effect.get("deferred", 0)) + 1)]
     ops = _resolve(state, key, "absent", "evidence", evidence, ("started",), now)
     if not ops:
         return ops

@@ -11,10 +11,12 @@ its loop acts. The rules it keeps:
 * **Verified is done.** A verified effect is never called again; a failed one
   stops with :class:`~runner.errors.Failed`.
 * **Nothing is observed or called while an earlier call of the key may be in
-  progress.** A call that is alive is waited for until its deadline; after it,
-  a call with a process group of its own (a command) is killed and waited
-  for; an in-process call (the process that began the effect) is waited for
-  until that process is gone or its deadline passed.
+  progress**, whichever of the key's calls that is. A call that is alive is
+  waited for until its deadline; after it, a call with a process group of its
+  own (a command) is killed and waited for; a call without one (an in-process
+  call, or a command not started yet) is waited for until the process that
+  made it is gone or records the call's end: a process that was stopped may
+  still send after the deadline it set itself.
 * **An absence is an observation only when no earlier call can still land.**
   A lookup that found nothing sooner than ``settle`` seconds after the last
   call ended is not believed: wait, observe again.
@@ -24,7 +26,9 @@ its loop acts. The rules it keeps:
 * **Retry only after an observed absence**, after the persisted backoff, and
   within the attempt caps (which the ledger's ``begin`` enforces); an
   unknown outcome is settled by observing, or (for a target that
-  deduplicates, within its retention) by sending the same key and payload again.
+  deduplicates) by sending the same key and payload again, only while that
+  call would reach the target within its retention counted from the first
+  call's start.
 * **"Not now" is not "unknown".** A target that says it created nothing
   (429, 503, exit 75) is recorded as such and called again after the delay
   it named, bounded by its own count.
@@ -45,6 +49,8 @@ UNRESOLVED = ("started", "acknowledged", "uncertain")
 
 #: Seconds before looking again when a lookup was refused for now and named no delay.
 LOOKUP_RETRY_SECONDS = 1.0
+#: Seconds between looks at a call past its deadline whose maker lives on (it may have been stopped).
+HELD_CALL_POLL_SECONDS = 1.0
 
 
 class Caps(NamedTuple):
@@ -148,14 +154,14 @@ class Move(NamedTuple):
 def quiet_since(facts: Facts) -> float:
     """The moment after which no earlier call of the key can still be in progress, as far as is known.
 
-    The latest end among the registry's calls and this pass's own answer; an
-    in-process call still alive past its deadline counts as ended there. A
-    recorded ``acknowledged`` or ``uncertain`` was written after its call
+    The latest end among the registry's calls that ended (a call that ended
+    without a recorded end counts as ending at its deadline) and this pass's
+    own answer. A recorded ``acknowledged`` or ``uncertain`` was written after its call
     ended, so its time bounds that call too. A ``started`` effect of which
     the registry knows nothing (it was lost with the machine) is assumed to
     have called until its deadline.
     """
-    ends = [c.ended_at if c.ended_at is not None else c.deadline for c in facts.calls if not c.alive or not c.killable]
+    ends = [c.ended_at if c.ended_at is not None else c.deadline for c in facts.calls if not c.alive]
     if facts.answer is not None:
         ends.append(facts.answer.ended_at)
     effect = facts.effect or {}
@@ -167,7 +173,9 @@ def quiet_since(facts: Facts) -> float:
 
 
 def _within_retention(effect: Dict[str, Any], caps: Caps, now: float) -> bool:
-    return caps.retention is None or now < parse_time(effect["started_at"]) + float(caps.retention)
+    """Whether a call sent now reaches the target before it forgets the key: the target saw the first call no
+    sooner than its start, and a call may arrive as late as its deadline."""
+    return caps.retention is None or now + caps.timeout < parse_time(effect["started_at"]) + float(caps.retention)
 
 
 def _contradiction(key: str, effect: Dict[str, Any], seen: Seen) -> str:
@@ -199,13 +207,18 @@ def next_move(facts: Facts) -> Move:
                         error=Fenced(f"the target refused the writer's epoch for effect {key!r}: {answer.detail}", key=key))
         return Move("uncertain", reason=f"unknown outcome: {answer.detail}")
 
-    live = next((c for c in facts.calls if c.alive), None)
-    if live is not None:
-        if now < live.deadline:
-            return Move("wait-call", until=live.deadline, call=live)
-        if live.killable:
-            return Move("kill-call", call=live)
-        # An in-process call past its deadline: its process is no longer calling (quiet_since counts it ended).
+    live = [c for c in facts.calls if c.alive]
+    if live:
+        overdue = next((c for c in live if c.killable and now >= c.deadline), None)
+        if overdue is not None:
+            return Move("kill-call", call=overdue)
+        running = [c for c in live if now < c.deadline]
+        if running:
+            first = min(running, key=lambda c: c.deadline)
+            return Move("wait-call", until=first.deadline, call=first)
+        # Past its deadline with no process of its own to kill, and its maker alive: it may have been stopped
+        # before it sent, and send when it goes on. It is waited for until its maker ends or gives it up.
+        return Move("wait-call", until=now + HELD_CALL_POLL_SECONDS, call=live[0])
 
     seen = facts.seen
     # Settled by observing an outcome this pass did not learn from the target's own answer.
@@ -232,6 +245,11 @@ def next_move(facts: Facts) -> Move:
         if state != "uncertain":
             return Move("uncertain", reason=f"observation was inconclusive: {describe(seen.evidence)}")
         if caps.invoke and caps.deduplicates and effect.get("receipt") is None and _within_retention(effect, caps, now):
+            when = parse_time(effect["next_attempt_at"]) if effect.get("next_attempt_at") else None
+            if when is not None and now < when:
+                return Move("wait", until=when)  # an earlier resend was answered "not now"
+            if when is not None and seen.at < when:
+                return Move("observe")  # look again before sending again
             return Move("invoke", resend=True)
         return Move("stop", error=NeedsReconciliation(
             f"effect {key!r}: the target cannot say whether it happened ({describe(seen.evidence)}); it will not be called blindly",

@@ -5,7 +5,7 @@ from typing import Any, Dict, Optional
 
 from runner.envelope import format_time
 from runner.errors import Failed, Fenced, NeedsReconciliation
-from runner.lifecycle import Answer, Call, Caps, Facts, Move, Seen, next_move, quiet_since
+from runner.lifecycle import HELD_CALL_POLL_SECONDS, Answer, Call, Caps, Facts, Move, Seen, next_move, quiet_since
 
 T0 = 1_790_000_000.0
 KEY = "doc-1:ticket"
@@ -43,12 +43,23 @@ class CallsInFlightTest(unittest.TestCase):
                 got = move(record, calls=(live,))
                 self.assertEqual((got.kind, got.until, got.call), ("wait-call", T0 + 200, live))
 
-    def test_past_its_deadline_a_command_is_killed_and_an_in_process_call_counts_as_ended(self) -> None:
+    def test_past_its_deadline_a_command_is_killed_and_a_call_without_a_process_waits_for_its_maker(self) -> None:
         command = Call(True, T0 + 50, True, None, 42)
         self.assertEqual(move(effect("started"), calls=(command,)).kind, "kill-call")
+        # Its maker lives on (it may have been stopped before sending): look again a moment later, never observe.
         in_process = Call(True, T0 + 50, False, None, 42)
-        self.assertEqual(move(effect("started"), calls=(in_process,)).kind, "observe")
-        self.assertEqual(quiet_since(Facts(KEY, effect("started"), (in_process,))), T0 + 50)
+        self.assertEqual(move(effect("started"), calls=(in_process,)), Move("wait-call", until=T0 + 100 + HELD_CALL_POLL_SECONDS, call=in_process))
+        # Once its maker is gone (the registry writes the end it finds), the call dates the settle time.
+        gone = Call(False, T0 + 50, False, None, 42)
+        self.assertEqual(move(effect("started"), calls=(gone,)).kind, "observe")
+        self.assertEqual(quiet_since(Facts(KEY, effect("started"), (gone,))), T0 + 50)
+
+    def test_every_live_call_of_the_key_is_weighed_not_the_first_listed(self) -> None:
+        held = Call(True, T0 + 50, False, None, 41)  # past its deadline, its maker alive
+        running = Call(True, T0 + 150, True, None, 42)
+        overdue = Call(True, T0 + 60, True, None, 43)
+        self.assertEqual(move(effect("started"), calls=(held, running)), Move("wait-call", until=T0 + 150, call=running))
+        self.assertEqual(move(effect("started"), calls=(held, running, overdue)), Move("kill-call", call=overdue))
 
     def test_an_ended_call_dates_the_settle_time(self) -> None:
         ended = Call(False, T0 + 200, True, T0 + 90, 42)
@@ -110,6 +121,19 @@ class ReconcileTest(unittest.TestCase):
         expired = Caps(deduplicates=True, retention=10)
         self.assertEqual(move(effect("uncertain"), seen=seen, caps=expired).kind, "stop", "past its retention a resend could duplicate")
         self.assertEqual(move(effect("uncertain", receipt={"t": 1}), seen=seen, caps=Caps(deduplicates=True)).kind, "stop")
+
+    def test_a_resend_is_sent_only_if_it_arrives_within_the_retention(self) -> None:
+        # The first call started at T0; a resend at T0 + 100 may arrive as late as T0 + 100 + timeout.
+        seen = Seen("unknown", {"reason": "exit 3"}, T0 + 100)
+        self.assertEqual(move(effect("uncertain"), seen=seen, caps=Caps(deduplicates=True, retention=161, timeout=60)).kind, "invoke")
+        self.assertEqual(move(effect("uncertain"), seen=seen, caps=Caps(deduplicates=True, retention=160, timeout=60)).kind, "stop")
+
+    def test_a_resend_answered_not_now_waits_then_looks_again_before_sending_again(self) -> None:
+        caps = Caps(deduplicates=True)
+        refused = effect("uncertain", next_attempt_at=format_time(T0 + 130))
+        self.assertEqual(move(refused, seen=Seen("unknown", {}, T0 + 100), caps=caps), Move("wait", until=T0 + 130))
+        self.assertEqual(move(refused, seen=Seen("unknown", {}, T0 + 100), caps=caps, now=T0 + 131), Move("observe"))
+        self.assertEqual(move(refused, seen=Seen("unknown", {}, T0 + 131), caps=caps, now=T0 + 131), Move("invoke", resend=True))
 
     def test_reconciling_only_never_invokes(self) -> None:
         caps = Caps(invoke=False)

@@ -111,6 +111,18 @@ class BeginTest(unittest.TestCase):
                 self.assertEqual(ops[0][2]["attempts"], 2)
                 self.assertEqual(ops[0][2]["started_at"], STAMP)
 
+    def test_not_now_to_a_resend_leaves_the_earlier_outcome_unknown(self) -> None:
+        uncertain = then(begun(self.drafting, "doc-1"), effects.uncertain_ops, "doc-1", "timeout")
+        resent = begun(uncertain, "doc-1", resend=True)
+        self.assertTrue(resent["effects"]["doc-1"]["resent"])
+        refused = then(resent, effects.deferred_ops, "doc-1", {"status": 429}, not_before=format_time(T0 + 30))
+        record = refused["effects"]["doc-1"]
+        self.assertEqual((record["state"], record["deferred"], record["next_attempt_at"]), ("uncertain", 1, format_time(T0 + 30)))
+        self.assertIn("still unknown", record["reason"])
+        # A first call answered "not now" created nothing: that is an absence.
+        fresh_call = then(begun(self.drafting, "doc-2"), effects.deferred_ops, "doc-2", {"status": 429}, not_before=format_time(T0 + 30))
+        self.assertEqual(fresh_call["effects"]["doc-2"]["state"], "absent")
+
     def test_a_run_that_is_not_open_refuses_new_effects(self) -> None:
         cancelled = then(self.drafting, steps.cancel_ops, "ops", "stop")
         complete = apply(self.drafting, [["set", ["status"], "complete"]])

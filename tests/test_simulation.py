@@ -109,11 +109,23 @@ class RealCodeTest(unittest.TestCase):
                        "kills_of_calls_past_deadline"):
             self.assertGreater(result[figure], 0, figure)
         for fault, count in result["faults_at_target"].items():
-            self.assertGreater(count, 0, fault)
+            if fault != "stale_epochs_refused":  # rare now that no key is called while its earlier call may land: see the next test
+                self.assertGreater(count, 0, fault)
         self.assertEqual(sorted(result["parallel"]), [1, 2, 3, 4, 8])
         for ending in ("settled", "limit-exhausted", "failed"):
             self.assertGreater(result["endings"].get(ending, 0), 0, ending)
         self.assertEqual(sorted(result["violations_by_invariant"]), sorted(INVARIANTS))
+
+    def test_a_call_landing_after_a_takeover_is_refused_by_a_fencing_target(self) -> None:
+        # w1 calls k1 through a slow command and is stopped; w2 takes over (epoch 2), waits for k1's call and calls
+        # k2 and k3 meanwhile; w1's command reaches the target with epoch 1 after k2's epoch-2 call: refused as stale.
+        result = run_schedule(13, params=quiet(keys=3, parallel=2, workers=2, ttl=2.0, timeout=4.0, fences=True, commands=1.0,
+                                               slow_commands=0.5, stall=("sim:spawned", 1, 8.0)), trace=True)
+        trace = "\n".join(result["trace"])
+        self.assertEqual(result["counts"].get("stale_epochs_refused"), 1, trace)
+        self.assertRegex(trace, r"c\d+ refused: epoch 1 < 2")
+        self.assertEqual((result["ending"], result["counts"].get("effects")), ("settled", 3), trace)
+        self.assertEqual(result["violations"], [], trace)
 
 
 class BrokenVariantsTest(unittest.TestCase):
@@ -197,7 +209,7 @@ class WorldTest(unittest.TestCase):
 
 
 class FindingsTest(unittest.TestCase):
-    """What the simulation found in the real code, each as its smallest schedule. These fail until the runner is fixed."""
+    """What the simulation found in the real code, each as its smallest schedule; each fails on the code before its fix."""
 
     def test_a_worker_stopped_after_started_does_not_call_once_its_deadline_passed(self) -> None:
         # w1 records started, then is stopped for 15 s before its command starts (lease 5 s, call deadline 6 s).
@@ -225,19 +237,36 @@ class FindingsTest(unittest.TestCase):
         # rightly passes w1's registration once its deadline is over (nothing was begun), begins, starts its command and
         # is killed 18 ms later, the command still on its way. w3 takes over at once: the registry lists w1's call (alive,
         # past its deadline, no process of its own) before w2's command (alive, 6 s before its deadline). The lifecycle
-        # looks at the first live call only, finds it over, observes absent before the command sends, and calls again.
+        # looked at the first live call only, found it over, observed absent before the command sent, and called again.
+        # Every live call is weighed now: w3 waits for w2's command until it has ended.
         result = run_schedule(5, params=quiet(workers=2, ttl=5.0, commands=1.0, slow_commands=0.5, kill_window="sim:in-flight", kill_pass=1,
                                               stall=("effect:before-started", 1, 60.0)), trace=True)
-        self.assertEqual(result["signs"], ["a-live-call-behind-an-expired-one"])
-        self.assertEqual(result["violations"], [], "\n".join(result["trace"]))
+        trace = "\n".join(result["trace"])
+        self.assertEqual(result["counts"].get("stalls"), 1)
+        self.assertEqual(result["kills"], {"sim:in-flight": 1})
+        self.assertIn("w3 k1 started calls[ended/invoke,alive/invoke] seen=None answer=None -> wait-call", trace)
+        self.assertEqual(result["counts"].get("effects"), 1, trace)
+        self.assertEqual((result["signs"], result["violations"]), ([], []), trace)
 
     def test_a_resend_reaches_the_target_within_its_retention(self) -> None:
         # A deduplicating target that remembers a key for 6 s; calls may take 4 s. The first call is applied at 0.5 s and
         # its answer lost; the lookup cannot tell; at 4.2 s, within the retention counted from the first begin, the same
-        # key is sent again, and it reaches the target at 7.7 s, after the target forgot the key: a second effect.
+        # key was sent again, and it reached the target at 7.7 s, after the target forgot the key: a second effect.
+        # A resend now must arrive within the retention: after 2 s it would not, so the effect waits for reconciliation.
         result = run_schedule(6, params=quiet(deduplicates=True, retention=6.0, drop=1.0, lookup_fail=1.0, slow=0.5), trace=True)
-        self.assertEqual(result["signs"], ["a-resend-past-the-retention"])
-        self.assertEqual(result["violations"], [], "\n".join(result["trace"]))
+        trace = "\n".join(result["trace"])
+        self.assertEqual(result["counts"].get("answers_dropped"), 1)
+        self.assertEqual(result["counts"].get("calls_invoke"), 1, trace)
+        self.assertEqual(result["ending"], "needs-reconciliation:unknown-outcome")
+        self.assertEqual((result["signs"], result["violations"]), ([], []), trace)
+
+    def test_a_resend_within_the_retention_settles_an_unknown_outcome(self) -> None:
+        # The same world with a target that remembers keys for 60 s: the resend is sent, deduplicated and verified.
+        result = run_schedule(6, params=quiet(deduplicates=True, retention=60.0, drop=1.0, lookup_fail=1.0, slow=0.5), trace=True)
+        trace = "\n".join(result["trace"])
+        self.assertGreaterEqual(result["counts"].get("calls_invoke", 0), 2, trace)
+        self.assertEqual(result["counts"].get("effects"), 1, trace)
+        self.assertEqual((result["signs"], result["violations"]), ([], []), trace)
 
 
 if __name__ == "__main__":

@@ -371,6 +371,7 @@ class SimWorker(Worker):
         self.proc: Any = None
         self.stalled = False
         self.detail = ""
+        self.calls: List["SimCall"] = []  # its calls not yet answered: its process lives until they are
 
 
 # -- one schedule ---------------------------------------------------------------------------------------
@@ -629,6 +630,8 @@ class Schedule:
         self.log(f"{worker.name} exits: {outcome}" + (f" ({worker.detail[:200]})" if worker.detail else ""))
         if outcome == "killed":
             return
+        if not worker.calls:
+            worker.proc.state = "dead"  # its program returned; the threads of calls still on their way keep it alive
         if outcome.startswith("crashed"):
             self.violation("crash", f"{worker.name}: {outcome}")
         if outcome == "fenced" and worker.stalled:
@@ -651,6 +654,7 @@ class Schedule:
         self.calls += 1
         call = SimCall(self.calls, worker, introduced, tag, work, self.sched.now)
         self.count(f"calls_{call.kind}")
+        worker.calls.append(call)  # type: ignore[attr-defined]
         if self.sched.now >= float(call.registered.record["deadline"]):
             self.count("calls_started_past_deadline")
         command = bool(call.adapter.command)
@@ -690,8 +694,17 @@ class Schedule:
         call.delivered, call.outcome = True, outcome
         if call.kind == "observe":
             self.last_lookup[call.key] = outcome[0]
-        call.worker.results.append(call)
-        self.log(f"{call.worker.name} {call.id} answered: {outcome[0]}")
+        worker = call.worker
+        worker.results.append(call)
+        self.log(f"{worker.name} {call.id} answered: {outcome[0]}")
+        if call in worker.calls:
+            worker.calls.remove(call)
+        if worker.outcome is not None and not worker.dead:
+            # Its program returned while this call was on its way: the call's thread ends now, as the
+            # executor's ``finally`` would, and the process with its last such thread.
+            call.registry.returned(call.registered)
+            if not worker.calls:
+                worker.proc.state = "dead"
 
     def _timed_out(self, call: SimCall) -> None:
         """The call's own timeout: the client gives up (and a command's process group is killed)."""

@@ -541,6 +541,12 @@ class SimWorld(World):
             work()
         except CallIntroduced as introduced:
             self._probing = False
+            if introduced.current is not None:
+                # The probe ran the call's body to where it starts, not to its return: the executor's
+                # "it returned" (written on the way out) stands only when the body runs again to its end.
+                registered = introduced.current[1]
+                with registered.lock:
+                    registered.returned = False
             self.begin(self.worker, introduced, tag, work)
             return
         finally:
