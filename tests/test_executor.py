@@ -329,6 +329,30 @@ class FlagTest(TargetCase):
         self.assertNotIn("flags", self.effect("a:ticket"))
 
 
+class HeldUpCallTest(unittest.TestCase):
+    def test_a_command_whose_deadline_passed_before_it_started_is_not_run(self) -> None:
+        # The process was stopped between registering the call and starting its command: whoever took over may
+        # already have counted the call as never made, so it must not be made now.
+        from runner import inflight
+        from runner.commands import CommandAdapter
+        from runner.target import NotApplied
+        with scratch_dir() as root:
+            now = [1_790_000_000.0]
+            registry = inflight.Registry(os.path.join(root, "calls"), clock=lambda: now[0])
+            marker = os.path.join(root, "sent")
+            adapter = CommandAdapter([sys.executable, "-c", "import sys; open(sys.argv[1], 'w').close(); print('{}')", marker],
+                                     [sys.executable, "-c", "print('{}')"], timeout=5)
+            call = registry.register("k", "invoke", 1, 5.0)
+            with inflight.calling(registry, call):
+                now[0] += 7.0  # past the deadline (timeout plus grace)
+                with self.assertRaises(NotApplied):
+                    adapter.invoke("k", {"n": 1}, 1)
+                self.assertFalse(os.path.exists(marker))
+                now[0] -= 7.0
+                self.assertEqual(adapter.invoke("k", {"n": 1}, 1), {})
+            self.assertTrue(os.path.exists(marker))
+
+
 class OutputTest(unittest.TestCase):
     def test_output_past_the_kept_limit_is_never_written_to_a_file(self) -> None:
         """With RLIMIT_FSIZE at 1 MB, a command whose output went to a file would be killed by SIGXFSZ."""
