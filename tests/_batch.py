@@ -41,8 +41,8 @@ def batch_contract(commands: Dict[str, List[str]], *, items: Any = None, payload
 
 def init_run(root: str, block: Dict[str, Any]) -> str:
     """Write the contract into ``root`` and start the run in ``root/.run``; return the run folder."""
-    write_contract(os.path.join(root, "contract.md"), block)
-    result = cli(root, "init", "--contract", "contract.md")
+    contract = write_contract(os.path.join(root, "contract.md"), block)
+    result = local(root, "init", "--contract", contract)
     if result.code != 0:
         raise AssertionError(f"init failed: {result.err}")
     return os.path.join(root, ".run")

@@ -11,6 +11,7 @@ import copy
 import json
 import os
 import sys
+import threading
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, TypeVar
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -171,11 +172,15 @@ def in_parallel(jobs: Sequence[Callable[[], T]], workers: int = 4) -> List[T]:
         return list(pool.map(lambda job: job(), jobs))
 
 
+_IN_PROCESS = threading.Lock()
+
+
 def in_process_cli(argv: Sequence[str]) -> Result:
     """Run ``runner.cli.main(argv)`` in this process with RUNNER_DIR unset, capturing stdout and stderr.
 
     The same entry point as a child process, minus the interpreter start; an
-    exception escaping ``main`` fails the calling test. Not thread-safe.
+    exception escaping ``main`` fails the calling test. The capture replaces
+    the process's stdout and stderr, so calls from several threads take turns.
     """
     import contextlib
     import io
@@ -183,13 +188,14 @@ def in_process_cli(argv: Sequence[str]) -> Result:
     from runner.cli import main
 
     out, err = io.StringIO(), io.StringIO()
-    saved = os.environ.pop("RUNNER_DIR", None)
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = main(list(argv))
-    finally:
-        if saved is not None:
-            os.environ["RUNNER_DIR"] = saved
+    with _IN_PROCESS:
+        saved = os.environ.pop("RUNNER_DIR", None)
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = main(list(argv))
+        finally:
+            if saved is not None:
+                os.environ["RUNNER_DIR"] = saved
     return Result(code, out.getvalue(), err.getvalue())
 
 
