@@ -175,12 +175,13 @@ def in_parallel(jobs: Sequence[Callable[[], T]], workers: int = 4) -> List[T]:
 _IN_PROCESS = threading.Lock()
 
 
-def in_process_cli(argv: Sequence[str]) -> Result:
-    """Run ``runner.cli.main(argv)`` in this process with RUNNER_DIR unset, capturing stdout and stderr.
+def in_process_cli(argv: Sequence[str], env: Optional[Dict[str, str]] = None) -> Result:
+    """Run ``runner.cli.main(argv)`` in this process with RUNNER_DIR unset and ``env`` set, capturing stdout and stderr.
 
     The same entry point as a child process, minus the interpreter start; an
     exception escaping ``main`` fails the calling test. The capture replaces
-    the process's stdout and stderr, so calls from several threads take turns.
+    the process's stdout and stderr, and ``env`` its environment, so calls
+    from several threads take turns; both are restored after the call.
     """
     import contextlib
     import io
@@ -188,14 +189,23 @@ def in_process_cli(argv: Sequence[str]) -> Result:
     from runner.cli import main
 
     out, err = io.StringIO(), io.StringIO()
+    changes: Dict[str, Optional[str]] = {"RUNNER_DIR": None, **(env or {})}
     with _IN_PROCESS:
-        saved = os.environ.pop("RUNNER_DIR", None)
+        saved = {name: os.environ.get(name) for name in changes}
         try:
+            for name, value in changes.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                 code = main(list(argv))
         finally:
-            if saved is not None:
-                os.environ["RUNNER_DIR"] = saved
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
     return Result(code, out.getvalue(), err.getvalue())
 
 
