@@ -15,6 +15,8 @@ import threading
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, TypeVar
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+#: Held by an in-process command line call, which changes this process's stdout, stderr and environment.
+_IN_PROCESS = threading.RLock()
 REPO_ROOT = os.path.dirname(HERE)
 RUNNER_PKG = os.path.join(REPO_ROOT, "runner")
 TEMPLATE = os.path.join(REPO_ROOT, "templates", "run-contract.example.md")
@@ -89,7 +91,8 @@ def scratch_dir(prefix: str = "runner-test-") -> Any:
 
 def child_env(pythonpath: bool = True, **extra: str) -> Dict[str, str]:
     """The environment of a child: no RUNNER_DIR, the repository importable, bytecode cached in a temp folder."""
-    env = dict(os.environ)
+    with _IN_PROCESS:  # not while an in-process call has changed this process's environment
+        env = dict(os.environ)
     env.pop("RUNNER_DIR", None)
     env.pop("PYTHONPATH", None)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -170,9 +173,6 @@ def in_parallel(jobs: Sequence[Callable[[], T]], workers: int = 4) -> List[T]:
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         return list(pool.map(lambda job: job(), jobs))
-
-
-_IN_PROCESS = threading.Lock()
 
 
 def in_process_cli(argv: Sequence[str], env: Optional[Dict[str, str]] = None) -> Result:
