@@ -64,7 +64,7 @@ import stat
 import unicodedata
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .adapters.http import http_problems
+from .adapters.http_section import http_problems
 from .commands import PLACEHOLDERS, expand, placeholders_in, run_command
 from .lifecycle import UNRESOLVED
 from .envelope import MAX_DOCUMENT_BYTES, content_digest, format_time, validate_id

@@ -27,17 +27,18 @@ failure of the command.
 import os
 import re
 import selectors
-import shutil
 import signal
-import subprocess
-import tempfile
 import time
-from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from . import inflight
 from .envelope import canonical_json, loads_strict, sha256_hex
 from .errors import InvalidInput
 from .target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
+
+# subprocess, shutil, tempfile and runner.inflight are imported where a command runs: every verb imports this module
+# (for its placeholders and exit tables) and most run no command, so they would only lengthen each start.
+if TYPE_CHECKING:
+    import subprocess
 
 __all__ = [
     "PLACEHOLDERS",
@@ -158,6 +159,10 @@ def run_command(argv: Sequence[str], *, cwd: Optional[str] = None, timeout: floa
 
     :raises InvalidInput: the program cannot be started (the contract names something that is not there).
     """
+    import subprocess
+
+    from . import inflight
+
     argv = [str(a) for a in argv]
     if not argv:
         raise InvalidInput("a command must name a program")
@@ -184,6 +189,8 @@ def run_command(argv: Sequence[str], *, cwd: Optional[str] = None, timeout: floa
 
 def _collect(proc: "subprocess.Popen[bytes]", deadline: float, limit: int) -> Tuple[List[bytearray], bool]:
     """Read both pipes until the command exits (or ``deadline``), keeping ``limit`` bytes of each."""
+    import subprocess
+
     kept = [bytearray(), bytearray()]
     streams = {proc.stdout: 0, proc.stderr: 1}
     # Where the system can (Linux), the command's exit wakes the loop itself; elsewhere it is polled.
@@ -262,6 +269,11 @@ class CommandAdapter:
         self.runner = runner or run_command
 
     def _call(self, argv: Sequence[str], key: str, payload: Dict[str, Any], epoch: Optional[int]) -> Outcome:
+        import shutil
+        import tempfile
+
+        from . import inflight
+
         making = inflight.current()
         folder = None if making is not None else tempfile.mkdtemp(prefix="runner-payload-")
         path = making[0].payload_path(making[1]) if making is not None else os.path.join(folder, "payload.json")  # type: ignore[arg-type]

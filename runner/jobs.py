@@ -35,10 +35,8 @@ a secret from the job, which runs as the same user as the runner.
 
 import hashlib
 import os
-import secrets
 import signal
 import stat
-import subprocess
 import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -46,6 +44,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from .envelope import Ops, canonical_json, format_time, loads_strict, parse_time, sha256_hex, validate_id
 from .errors import InvalidInput, NeedsReconciliation
 from .fs import OsFileSystem, replace_durably
+
+# secrets and subprocess are imported where a job is submitted or started: every verb imports this module (recovery
+# reads the jobs) and most start none, so they would only lengthen each start.
 
 __all__ = [
     "UNSETTLED", "job_dir", "submit_intent_ops", "started_ops", "observe_job", "observation_ops", "cancel_ops", "shard_ops",
@@ -143,9 +144,15 @@ def submit_intent_ops(
         "cursor": job.get("cursor", 0) if job else 0,
         "cancel_requested_at": None,
         "stopped_at": None,
-        "nonce": nonce or secrets.token_hex(16),
+        "nonce": nonce or _nonce(),
     }
     return "start", [["set", ["jobs", key], record]]
+
+
+def _nonce() -> str:
+    import secrets
+
+    return secrets.token_hex(16)
 
 
 def spawn(run_path: str, key: str, job: Dict[str, Any]) -> Tuple[int, Optional[str]]:
@@ -155,6 +162,8 @@ def spawn(run_path: str, key: str, job: Dict[str, Any]) -> Tuple[int, Optional[s
     nobody's child: a long-lived submitter leaves no zombie behind, and the
     job outlives whoever submitted it.
     """
+    import subprocess
+
     folder = os.path.join(run_path, job["dir"])
     os.makedirs(folder, mode=0o700, exist_ok=True)
     env = dict(os.environ, RUNNER_JOB_KEY=key, RUNNER_JOB_CURSOR=str(job.get("cursor", 0)))
@@ -186,6 +195,8 @@ def launch_main(argv: Sequence[str]) -> int:
     leaves a zombie that keeps its start time, where a later reader would
     find the pid gone (and the wrapper's files would then look foreign).
     """
+    import subprocess
+
     proc = subprocess.Popen(
         [sys.executable, "-m", "runner.jobs"] + list(argv),
         stdin=subprocess.DEVNULL,
@@ -433,6 +444,8 @@ def wrap_main(argv: Sequence[str]) -> int:
     ``argv`` is ``FOLDER NONCE -- COMMAND...``; both files the wrapper writes
     carry its pid, start time and the nonce, which bind them to this attempt.
     """
+    import subprocess
+
     folder, nonce, command = argv[0], argv[1], list(argv[3:])
     os.umask(0o077)  # the log and exit files live in the run folder: owner-only, like the rest
     identity = {"pid": os.getpid(), "start": _proc_start(os.getpid()), "nonce": nonce}

@@ -1,4 +1,4 @@
-"""Shared set-up of the batch tests: a workspace of documents, a batch contract, the CLI in children."""
+"""Shared set-up of the batch tests: a workspace of documents, a batch contract, the command line in a child or in this process."""
 
 import json
 import os
@@ -41,8 +41,8 @@ def batch_contract(commands: Dict[str, List[str]], *, items: Any = None, payload
 
 def init_run(root: str, block: Dict[str, Any]) -> str:
     """Write the contract into ``root`` and start the run in ``root/.run``; return the run folder."""
-    write_contract(os.path.join(root, "contract.md"), block)
-    result = cli(root, "init", "--contract", "contract.md")
+    contract = write_contract(os.path.join(root, "contract.md"), block)
+    result = local(root, "init", "--contract", contract)
     if result.code != 0:
         raise AssertionError(f"init failed: {result.err}")
     return os.path.join(root, ".run")
@@ -65,9 +65,9 @@ def status(root: str) -> Dict[str, Any]:
     return json.loads(local(root, "status", "--json").out)
 
 
-def local(root: str, *args: str) -> Result:
-    """The command line in this process (for verbs that start no command of the contract)."""
-    return in_process_cli(["--dir", os.path.join(root, ".run"), *args])
+def local(root: str, *args: str, env: Optional[Dict[str, str]] = None) -> Result:
+    """``--dir ROOT/.run ARGS`` through the command line's entry point in this process, with ``env`` set for the call."""
+    return in_process_cli(["--dir", os.path.join(root, ".run"), *args], env=env)
 
 
 def script(root: str, name: str, text: str) -> List[str]:

@@ -3,11 +3,9 @@
 An agent here is :class:`Agent`: it knows how to do the work of each step of
 the test contract (write an artifact, apply a change at a target through the
 effect verbs, run the long test job) and otherwise does only what
-``next --json`` names. The agent of the test process calls the command line
-in a child process per verb. A worker that is killed is a child process
-running the same agent, which calls the command line's ``main`` with the
-argument vector a shell would pass; it stops at a named point and the test
-sends it SIGKILL. Recovery always happens in another process, which starts
+``next --json`` names, calling the command line's ``main`` with the argument
+vector a shell would pass. A worker that is killed is a child process running
+the agent; it stops at a named point and the test sends it SIGKILL. Recovery always happens in another process, which starts
 with ``recover --owner NEW --json`` and then follows ``next`` alone.
 
 The test contract is the minute-37 scenario: ``analysis`` -> ``edits`` (an
@@ -23,7 +21,6 @@ import contextlib
 import copy
 import glob
 import hashlib
-import io
 import json
 import os
 import select
@@ -199,24 +196,14 @@ class World:
         return {"patch_sha256": sha256_file(os.path.join(self.work, "change.patch"))}
 
 
-# -- the command line, called two ways ------------------------------------------------
+# -- the command line ----------------------------------------------------------------------
 
 CLI = Callable[[Sequence[str]], _util.Result]
 
 
-def subprocess_cli(argv: Sequence[str]) -> _util.Result:
-    """One child process per verb: ``python -m runner ARGV``."""
-    return _util.run_cli(*argv, timeout=DEADLINE)
-
-
 def inprocess_cli(argv: Sequence[str]) -> _util.Result:
-    """The command line's ``main`` with ``argv``, its stdout and stderr captured."""
-    from runner import cli
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main(list(argv))
-    return _util.Result(code, out.getvalue(), err.getvalue())
+    """The command line's ``main`` with ``argv``, its stdout and stderr captured (calls from several threads take turns)."""
+    return _util.in_process_cli(argv)
 
 
 class AgentError(AssertionError):
@@ -628,7 +615,8 @@ class RecoveryCase(unittest.TestCase):
         return run
 
     def cli(self, world: World, *args: str) -> Tuple[int, Dict[str, Any]]:
-        result = _util.run_cli("--dir", world.run, "--json", *args, timeout=DEADLINE)
+        """The command line's ``main`` in this process: ``--dir RUN --json ARGS``."""
+        result = inprocess_cli(["--dir", world.run, "--json", *args])
         return result.code, _util.one_json(result)
 
     # -- checks shared by the scenarios ----------------------------------------------------

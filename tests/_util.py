@@ -11,9 +11,12 @@ import copy
 import json
 import os
 import sys
+import threading
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, TypeVar
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+#: Held by an in-process command line call, which changes this process's stdout, stderr and environment.
+_IN_PROCESS = threading.RLock()
 REPO_ROOT = os.path.dirname(HERE)
 RUNNER_PKG = os.path.join(REPO_ROOT, "runner")
 TEMPLATE = os.path.join(REPO_ROOT, "templates", "run-contract.example.md")
@@ -88,7 +91,8 @@ def scratch_dir(prefix: str = "runner-test-") -> Any:
 
 def child_env(pythonpath: bool = True, **extra: str) -> Dict[str, str]:
     """The environment of a child: no RUNNER_DIR, the repository importable, bytecode cached in a temp folder."""
-    env = dict(os.environ)
+    with _IN_PROCESS:  # not while an in-process call has changed this process's environment
+        env = dict(os.environ)
     env.pop("RUNNER_DIR", None)
     env.pop("PYTHONPATH", None)
     env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -171,11 +175,13 @@ def in_parallel(jobs: Sequence[Callable[[], T]], workers: int = 4) -> List[T]:
         return list(pool.map(lambda job: job(), jobs))
 
 
-def in_process_cli(argv: Sequence[str]) -> Result:
-    """Run ``runner.cli.main(argv)`` in this process with RUNNER_DIR unset, capturing stdout and stderr.
+def in_process_cli(argv: Sequence[str], env: Optional[Dict[str, str]] = None) -> Result:
+    """Run ``runner.cli.main(argv)`` in this process with RUNNER_DIR unset and ``env`` set, capturing stdout and stderr.
 
     The same entry point as a child process, minus the interpreter start; an
-    exception escaping ``main`` fails the calling test. Not thread-safe.
+    exception escaping ``main`` fails the calling test. The capture replaces
+    the process's stdout and stderr, and ``env`` its environment, so calls
+    from several threads take turns; both are restored after the call.
     """
     import contextlib
     import io
@@ -183,13 +189,23 @@ def in_process_cli(argv: Sequence[str]) -> Result:
     from runner.cli import main
 
     out, err = io.StringIO(), io.StringIO()
-    saved = os.environ.pop("RUNNER_DIR", None)
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            code = main(list(argv))
-    finally:
-        if saved is not None:
-            os.environ["RUNNER_DIR"] = saved
+    changes: Dict[str, Optional[str]] = {"RUNNER_DIR": None, **(env or {})}
+    with _IN_PROCESS:
+        saved = {name: os.environ.get(name) for name in changes}
+        try:
+            for name, value in changes.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = main(list(argv))
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
     return Result(code, out.getvalue(), err.getvalue())
 
 

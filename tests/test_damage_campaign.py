@@ -1,6 +1,7 @@
 """The damage campaign: copies of real run folders, damaged at random, each loaded by a real child process.
 
-The default suite runs a small campaign (seconds); ``BENCHMARKS.md`` has the
+The default suite runs a small campaign (a dozen copies whose damages cover
+every kind; ``RUNNER_FULL_TESTS=1``: three dozen); ``BENCHMARKS.md`` has the
 figures of a large one. The classifier is shown to fail where the store
 cannot help it: a whole folder restored from an older copy loads silently.
 """
@@ -16,10 +17,12 @@ except ImportError:
 
 from runner.proof.damage import DAMAGES, OUTCOMES, PASSING, build_sources, damage_copy, judge_copy, run_damage_campaign
 
+FULL = bool(os.environ.get("RUNNER_FULL_TESTS"))
+
 
 class DamageCampaignTest(unittest.TestCase):
     def test_a_small_campaign_has_no_silent_acceptance(self) -> None:
-        copies = 36
+        copies = 36 if FULL else 12  # seed 11 reaches every kind of damage and every outcome asserted below within 12
         result = run_damage_campaign(copies, seed=11)
         self.assertEqual(result["silent_acceptance"], 0, result["examples"])
         self.assertTrue(result["ok"], result["examples"])

@@ -19,6 +19,7 @@
   ``RUNNER_REAL_TESTS`` asks for it.
 """
 
+import gc
 import json
 import os
 import signal
@@ -78,7 +79,7 @@ class _Worker:
 
 
 class SQLiteRowDamageTest(unittest.TestCase):
-    """Rows damaged under a SQLite store, found on open, through the command line."""
+    """Rows damaged under a SQLite store, found on open, through the command line (its entry point in this process)."""
 
     def setUp(self) -> None:
         scratch = _util.scratch_dir("runner-db-")
@@ -86,7 +87,7 @@ class SQLiteRowDamageTest(unittest.TestCase):
         self.dir = scratch.name
         self.db = os.path.join(self.dir, "runs.db")
         self.store = ["--store", "sqlite:" + self.db, "--task", TASK]
-        self.env = _util.child_env(RUNNER_OWNER="w1", RUNNER_EPOCH="1")
+        self.env = {"RUNNER_OWNER": "w1", "RUNNER_EPOCH": "1"}
         for name, payload in (("p1.json", {"n": 1}), ("p2.json", {"n": 2})):
             with open(os.path.join(self.dir, name), "w", encoding="utf-8") as handle:
                 json.dump(payload, handle)
@@ -99,7 +100,12 @@ class SQLiteRowDamageTest(unittest.TestCase):
         return os.path.join(self.dir, name)
 
     def cli(self, *args: str) -> _util.Result:
-        return _util.run_cli(*self.store, *args, env=self.env)
+        return _util.in_process_cli([*self.store, *args], env=self.env)
+
+    @staticmethod
+    def ended() -> None:
+        """Close what the verbs run so far left open, as the end of their processes would (SQLite's connections)."""
+        gc.collect()
 
     def ok(self, *args: str) -> _util.Result:
         result = self.cli(*args)
@@ -184,6 +190,7 @@ class SQLiteRowDamageTest(unittest.TestCase):
 
     def test_a_journal_that_lost_acknowledged_records_is_unrecoverable(self) -> None:
         self.ok("effect", "begin", "n1", "--payload", self.p("p1.json"))
+        self.ended()
         before = _util.contents(self.dir)
         self.sql("DELETE FROM runner_journal WHERE rev = (SELECT MAX(rev) FROM runner_journal)",
                  "UPDATE runner_runs SET rows_digest = 'x'")
@@ -192,6 +199,7 @@ class SQLiteRowDamageTest(unittest.TestCase):
             self.assertEqual(result.code, 7, (argv, result.err))
             self.assertIn("journal proves only", result.err)
             self.assertNoTraceback(result)
+        self.ended()
         self.assertEqual(set(_util.contents(self.dir)), set(before))
 
     def test_a_dropped_journal_table_is_unrecoverable(self) -> None:
@@ -210,7 +218,7 @@ class SQLiteErrorTest(unittest.TestCase):
         self.dir = scratch.name
 
     def status(self, path: str) -> _util.Result:
-        result = _util.run_cli("--store", "sqlite:" + path, "--task", TASK, "status")
+        result = _util.in_process_cli(["--store", "sqlite:" + path, "--task", TASK, "status"])
         self.assertNotIn("Traceback", result.err)
         self.assertEqual(len(result.err.strip().splitlines()), 1, result.err)
         return result

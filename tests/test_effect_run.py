@@ -22,7 +22,7 @@ from runner.run import Run
 from runner.proof.ticketcommands import WINDOWS, have_curl, write_commands
 from runner.proof.ticketservice import TicketServiceProcess
 from runner.stores.file import RunStore
-from tests._batch import batch_contract, cli, init_run, kill_env, make_documents
+from tests._batch import batch_contract, cli, init_run, kill_env, local, make_documents
 from tests._util import in_parallel, scratch_dir
 
 #: What the ledger and the service hold when the runner dies at each window: (effect state, tickets).
@@ -68,7 +68,7 @@ class KillAtEveryWindowTest(unittest.TestCase):
         documents = 2 * len(WINDOWS)
         self._start(root, service, client, documents)
         epoch = str(_run(root).acquire("agent", 60)["epoch"])
-        self.assertEqual(cli(root, "step", "start", "file-tickets", "--owner", "agent", "--epoch", epoch).code, 0)
+        self.assertEqual(local(root, "step", "start", "file-tickets", "--owner", "agent", "--epoch", epoch).code, 0)
         for n in range(documents):
             window = WINDOWS[n % len(WINDOWS)]
             key = f"doc-{n:05d}:ticket"
@@ -76,16 +76,16 @@ class KillAtEveryWindowTest(unittest.TestCase):
             self._killed(killed, window)
             effect = _run(root).state["effects"].get(key)
             self.assertEqual(((effect or {}).get("state"), len(service.tickets_for_key(key))), AT_KILL[window], window)
-            # Another process takes the lease (the same owner id, a higher epoch) and runs the effect again.
+            # Another process (this one) takes the lease (the same owner id, a higher epoch) and runs the effect again.
             epoch = str(_run(root).acquire("agent", 60)["epoch"])
-            resumed = cli(root, "effect", "run", key, "--owner", "agent", "--epoch", epoch, "--json")
+            resumed = local(root, "effect", "run", key, "--owner", "agent", "--epoch", epoch, "--json")
             self.assertEqual(resumed.code, 0, resumed.err)
             self.assertEqual(json.loads(resumed.out)["state"], "verified")
             if n == 0:
-                again = cli(root, "effect", "run", key, "--owner", "agent", "--epoch", epoch, "--json")
+                again = local(root, "effect", "run", key, "--owner", "agent", "--epoch", epoch, "--json")
                 self.assertEqual((again.code, json.loads(again.out)["attempts"]), (0, json.loads(resumed.out)["attempts"]),
                                  "a verified effect runs nothing again")
-        self.assertEqual(cli(root, "step", "done", "file-tickets", "--owner", "agent", "--epoch", epoch).code, 0)
+        self.assertEqual(local(root, "step", "done", "file-tickets", "--owner", "agent", "--epoch", epoch).code, 0)
         self._audit(root, service, documents)
 
     def _drive(self, root: str, service: TicketServiceProcess, client: str) -> None:

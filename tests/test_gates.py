@@ -1,4 +1,8 @@
-"""The gates an agent meets at the command line, each answered with its own exit code (real processes).
+"""The gates an agent meets at the command line, each answered with its own exit code.
+
+The command line's entry point (``runner.cli.main``) runs in this process,
+exit code, stdout and stderr captured; where the claim is about a process, a
+real one runs: a shell's ``effect begin ... && call`` and the failed proof.
 
 * An effect belongs to the running step: ``effect begin --step OTHER`` (a finished step, a step
   not in the plan, any step while none runs) and a begin before a gated step starts are refused
@@ -62,7 +66,7 @@ class GateCase(unittest.TestCase):
         return run
 
     def cli(self, *args: str, code: int, reason: Optional[str] = None, path: Optional[str] = None) -> Dict[str, Any]:
-        result = _util.run_cli("--dir", path or self.path, "--json", *args, "--owner", "w1", "--epoch", "1")
+        result = _util.in_process_cli(["--dir", path or self.path, "--json", *args, "--owner", "w1", "--epoch", "1"])
         self.assertEqual(result.code, code, f"{args}: stdout {result.out!r} stderr {result.err!r}")
         body = _util.one_json(result)
         if reason is not None:
@@ -71,7 +75,7 @@ class GateCase(unittest.TestCase):
         return body
 
     def control(self, *args: str, code: int = 0) -> Dict[str, Any]:
-        result = _util.run_cli("--dir", self.path, "--json", *args)
+        result = _util.in_process_cli(["--dir", self.path, "--json", *args])
         self.assertEqual(result.code, code, result.err)
         return _util.one_json(result)
 
@@ -191,7 +195,7 @@ class ApprovalListTest(GateCase):
                          {"step": "publish", "action": ACTION, "payload_digest": content_digest(POST), "payload_file": self.post, "payload_head": head,
                           "state": "superseded", "superseded_by": second, "current": False})
         self.assertEqual((listed[second]["state"], listed[second]["payload_file"], listed[second]["current"]), ("pending", self.second, True))
-        text = _util.run_cli("--dir", self.path, "approval", "list")
+        text = _util.in_process_cli(["--dir", self.path, "approval", "list"])
         self.assertEqual(text.code, 0, text.err)
         lines = text.out.splitlines()
         self.assertEqual(len(lines), 2)
@@ -206,7 +210,7 @@ class ApprovalListTest(GateCase):
         block = copy.deepcopy(load_contract(_util.TEMPLATE))
         block["effects"]["several_approvals"] = True
         contract = _util.write_contract(os.path.join(self.tmp, "several.md"), block)
-        checked = _util.run_cli("contract", "check", contract)
+        checked = _util.in_process_cli(["contract", "check", contract])
         self.assertEqual(checked.code, 0, checked.err)
         self.path = self.make_run(block, name="several")
         self.to("draft", "review", running="publish")

@@ -22,7 +22,7 @@ from runner.mcp import jsonrpc
 from runner.proof.helpdesk import Faults, Helpdesk, HelpdeskServer
 from runner.run import Run
 from runner.stores.file import RunStore
-from tests._batch import cli
+from tests._batch import cli, local
 from tests._http import free_port, wait_until
 from tests._util import REPO_ROOT, child_env, in_process_cli, python, run, scratch_dir, write_contract
 
@@ -48,8 +48,8 @@ def make_workspace(root: str, url: str, reports: int, settle: float, **effects: 
     http = json.loads(json.dumps(block["effects"]["http"]).replace("http://127.0.0.1:8765", url))
     block["effects"] = dict(block["effects"], http=http, settle_seconds=settle, **effects)
     block["retry"] = {"base_seconds": 0.2, "cap_seconds": 0.4}
-    write_contract(os.path.join(root, "contract.md"), block)
-    result = cli(root, "init", "--contract", "contract.md")
+    contract = write_contract(os.path.join(root, "contract.md"), block)
+    result = local(root, "init", "--contract", contract)
     if result.code != 0:
         raise AssertionError(result.err)
     return block
@@ -152,7 +152,7 @@ class MissingSecretTest(unittest.TestCase):
         with scratch_dir("runner-http-nosecret-") as root, HelpdeskServer(desk) as served:
             make_workspace(root, served.url, 2, settle=0.1)
             os.unlink(os.path.join(root, ".helpdesk-token"))
-            result = cli(root, "drive", "--owner", "d")
+            result = local(root, "drive", "--owner", "d")
             self.assertEqual(result.code, 2, result.err)
             self.assertIn("header Authorization cannot be made: cannot open .helpdesk-token", result.err)
             self.assertEqual((open_run(root).state["effects"], desk.log), ({}, []))

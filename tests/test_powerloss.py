@@ -18,7 +18,7 @@ from runner.stores.file import RunStore, scan
 
 # Sizes that keep the whole file to a few seconds.
 REAL_SIZE = dict(transitions=40, seed=1, max_states_per_point=64)
-VARIANT_SIZE = dict(transitions=16, seed=1, max_states_per_point=16)
+VARIANT_SIZE = dict(transitions=8, seed=1, max_states_per_point=16)  # every broken path is caught within 8 (5 compactions)
 
 
 def contents(states: List[Dict[str, Optional[bytes]]], path: str) -> Set[Optional[bytes]]:

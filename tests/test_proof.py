@@ -22,9 +22,9 @@ class DemoTest(unittest.TestCase):
     """Killed workers resume on new owners with higher epochs; the target holds one effect per document."""
 
     def test_demo_with_kills_matches_the_reference(self) -> None:
-        documents = 2000 if FULL else 60
+        documents = 2000 if FULL else 24
         progress = io.StringIO()
-        result = run_demo(documents=documents, seed=3, crash_rate=0.01 if FULL else 0.08, progress_stream=progress)
+        result = run_demo(documents=documents, seed=3, crash_rate=0.01 if FULL else 0.1, progress_stream=progress)
         self.assertTrue(result["ok"], result)
         self.assertGreaterEqual(result["crashes"], 1)
         self.assertGreaterEqual(result["recoveries"], 1)
@@ -46,7 +46,7 @@ class DemoTest(unittest.TestCase):
         self.assertEqual(result["effects_applied"], result["documents_verified"])
 
     def test_pool_of_workers_on_sqlite(self) -> None:
-        result = run_demo(documents=90, seed=7, crash_rate=0.06, workers=2, shard_size=30)
+        result = run_demo(documents=30, seed=7, crash_rate=0.15, workers=2, shard_size=10)
         self.assertTrue(result["ok"], result)
         self.assertEqual(result["store"], "sqlite")
         self.assertEqual(result["runs"], 3)
@@ -57,7 +57,7 @@ class DemoTest(unittest.TestCase):
 
 
     def test_pool_of_workers_on_a_file_store(self) -> None:
-        result = run_demo(documents=60, seed=9, crash_rate=0.06, workers=2, shard_size=30, store="file:" + self.scratch())
+        result = run_demo(documents=20, seed=9, crash_rate=0.15, workers=2, shard_size=10, store="file:" + self.scratch())
         self.assertTrue(result["ok"], result)
         self.assertEqual((result["store"], result["runs"]), ("file", 2))
         self.assertEqual(result["duplicate_effects"], 0)

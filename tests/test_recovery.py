@@ -18,10 +18,10 @@ from typing import Any, Callable, Dict, List, Tuple
 
 try:
     from . import _util
-    from ._recovery import Agent, Child, DEADLINE, PATCH_KEY, RecoveryCase, STEPS, TAKEOVER_TTL, World, contract_block, inprocess_cli, process_gone, subprocess_cli, wait_until
+    from ._recovery import Agent, Child, PATCH_KEY, RecoveryCase, STEPS, TAKEOVER_TTL, World, contract_block, inprocess_cli, process_gone, wait_until
 except ImportError:  # run from inside tests/
     import _util  # type: ignore[no-redef]
-    from _recovery import Agent, Child, DEADLINE, PATCH_KEY, RecoveryCase, STEPS, TAKEOVER_TTL, World, contract_block, inprocess_cli, process_gone, subprocess_cli, wait_until  # type: ignore[no-redef]
+    from _recovery import Agent, Child, PATCH_KEY, RecoveryCase, STEPS, TAKEOVER_TTL, World, contract_block, inprocess_cli, process_gone, wait_until  # type: ignore[no-redef]
 
 from runner.contract import load_contract
 from runner.envelope import content_digest
@@ -52,10 +52,10 @@ class NextDrivenRunTest(RecoveryCase):
     }
 
     def uninterrupted(self) -> Dict[str, Any]:
-        """The agent in this process, one child process per verb, from ``lease acquire`` to ``complete``."""
+        """The agent in this process, from ``lease acquire`` to ``complete``."""
         world = self.world()
         world.open_gate()
-        agent = Agent(world, subprocess_cli, "agent-1", poll=0.05)
+        agent = Agent(world, inprocess_cli, "agent-1", poll=0.05)
         agent.acquire(TAKEOVER_TTL)
         first_code, first = agent.next()
         self.assertEqual(first_code, 0)
@@ -420,7 +420,9 @@ class JobOptionsTest(RecoveryCase):
         self.command = [sys.executable, "-S", "-c", "print('ok')"]
 
     def test_submit_with_options_after_the_key(self) -> None:
-        result = _util.run_cli("--dir", self.w.run, "job", "submit", "tests", "--owner", "worker-1", "--epoch", "1", "--json", "--", *self.command, timeout=DEADLINE)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)  # the runner detaches the job's wrapper on purpose
+            result = inprocess_cli(["--dir", self.w.run, "job", "submit", "tests", "--owner", "worker-1", "--epoch", "1", "--json", "--", *self.command])
         self.assertEqual(result.code, 0, result.out + result.err)
         self.assertEqual(_util.one_json(result)["command"], self.command)
 
@@ -428,7 +430,7 @@ class JobOptionsTest(RecoveryCase):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ResourceWarning)  # the runner detaches the job's wrapper on purpose
             submit_job(self.run_, "tests", self.command)
-        result = _util.run_cli("--dir", self.w.run, "--json", "job", "shard", "tests", "--done", "2", "--owner", "worker-1", "--epoch", "1", timeout=DEADLINE)
+        result = inprocess_cli(["--dir", self.w.run, "--json", "job", "shard", "tests", "--done", "2", "--owner", "worker-1", "--epoch", "1"])
         self.assertEqual(result.code, 0, result.out + result.err)
         self.assertEqual(_util.one_json(result)["cursor"], 2)
 

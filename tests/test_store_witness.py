@@ -1,6 +1,6 @@
 """A missing or shortened journal is damage, not an empty history: the head witness and what it can and cannot see.
 
-Runs are built for real (``_util.build_run`` and the command line). Each
+Runs are built for real (``_util.build_run`` and the command line's entry point). Each
 loss of acknowledged records must stop the run with exit 7 and a quarantine;
 each state the witness may honestly be behind in (a kill between the
 journal's fsync and the head's update, a power loss that kept an older head
@@ -143,21 +143,21 @@ class LostRecordsAreDamage(WitnessCase):
         payload1, payload2 = os.path.join(self.tmp, "p1.json"), os.path.join(self.tmp, "p2.json")
         _util.write_file(payload1, b'{"x": 1}\n')
         _util.write_file(payload2, b'{"x": 2}\n')
-        env = _util.child_env(RUNNER_OWNER="w1", RUNNER_EPOCH="1")
-        self.assertEqual(_util.run_cli("--dir", run, "init", "--contract", contract).code, 0)
-        self.assertEqual(_util.run_cli("--dir", run, "lease", "acquire", "--owner", "w1", "--ttl", "600").code, 0)
-        self.assertEqual(_util.run_cli("--dir", run, "step", "start", "only", env=env).code, 0)
+        env = {"RUNNER_OWNER": "w1", "RUNNER_EPOCH": "1"}
+        self.assertEqual(_util.in_process_cli(["--dir", run, "init", "--contract", contract]).code, 0)
+        self.assertEqual(_util.in_process_cli(["--dir", run, "lease", "acquire", "--owner", "w1", "--ttl", "600"]).code, 0)
+        self.assertEqual(_util.in_process_cli(["--dir", run, "step", "start", "only"], env=env).code, 0)
         for key in ("e1", "e2", "e3"):
-            self.assertEqual(_util.run_cli("--dir", run, "effect", "begin", key, "--payload", payload1, env=env).code, 0)
+            self.assertEqual(_util.in_process_cli(["--dir", run, "effect", "begin", key, "--payload", payload1], env=env).code, 0)
         with open(os.path.join(run, JOURNAL), "rb") as handle:
             data = handle.read()
         _util.write_file(os.path.join(run, JOURNAL), data[: data[:-1].rfind(b"\n") + 1])  # the newest record is gone
-        status = _util.run_cli("--dir", run, "--json", "status")
+        status = _util.in_process_cli(["--dir", run, "--json", "status"])
         self.assertEqual(status.code, 7, status.err)
         self.assertIn("acknowledged", _util.one_json(status)["message"])
-        begin = _util.run_cli("--dir", run, "effect", "begin", "e3", "--payload", payload2, env=env)
+        begin = _util.in_process_cli(["--dir", run, "effect", "begin", "e3", "--payload", payload2], env=env)
         self.assertEqual(begin.code, 7, begin.err)
-        doctor = _util.run_cli("--dir", run, "--json", "doctor")
+        doctor = _util.in_process_cli(["--dir", run, "--json", "doctor"])
         self.assertEqual(doctor.code, 7, doctor.err)
 
 

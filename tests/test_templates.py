@@ -17,7 +17,7 @@ import unittest
 
 from runner.contract import check_contract
 from runner.proof.ticketservice import TicketServiceProcess
-from tests._batch import cli
+from tests._batch import local
 from tests._util import REPO_ROOT, scratch_dir
 
 TEMPLATES = os.path.join(REPO_ROOT, "templates")
@@ -34,15 +34,15 @@ class BatchExampleTest(unittest.TestCase):
                 with open(os.path.join(root, "docs", name), "w", encoding="utf-8") as handle:
                     handle.write(f"# Review {n}\n\nThe body of document {n}.\n")
             env = {"TICKET_SERVICE_URL": service.url}
-            self.assertEqual(cli(root, "init", "--contract", "contract.md").code, 0)
-            first = cli(root, "drive", "--owner", "agent-1", "--json", env=env)
+            self.assertEqual(local(root, "init", "--contract", os.path.join(root, "contract.md")).code, 0)
+            first = local(root, "drive", "--owner", "agent-1", "--json", env=env)
             self.assertEqual(first.code, 0, first.err)
             handed = json.loads(first.out)
             self.assertEqual((handed["action"]["kind"], handed["action"]["step"], handed["drive"]["effects"]), ("finish-step", "index", 3))
             written = subprocess.run([sys.executable, "tools/write_index.py"], cwd=root, env=dict(os.environ, **env),
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             self.assertEqual(written.returncode, 0, written.stderr)
-            done = cli(root, "drive", "--owner", "agent-1", "--json", env=env)
+            done = local(root, "drive", "--owner", "agent-1", "--json", env=env)
             self.assertEqual(done.code, 10, done.err)
             for name in names:
                 stem = re.sub(r"[^a-z0-9]+", "-", os.path.splitext(name)[0].lower()).strip("-")

@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from tests import _real
 from tests._browser import blankness, find_chromium, load_pages
 from tests._timeline_runs import SMALL_KEYS, UNCERTAIN_KEY, crashed_run, small_contract, small_run
-from tests._util import CLOCK_START, REPO_ROOT, one_json, run_cli, scratch_dir
+from tests._util import CLOCK_START, REPO_ROOT, in_process_cli, one_json, run_cli, scratch_dir
 
 from runner import history, timeline
 from runner.envelope import apply_ops, content_digest, format_time, new_envelope
@@ -122,7 +122,7 @@ class TimelineStructure(unittest.TestCase):
         cls.small = os.path.join(cls.scratch.name, "small")
         small_run(cls.small)
         cls.page_path = os.path.join(cls.scratch.name, "small.html")
-        cls.result = run_cli("--dir", cls.small, "--json", "report", "--html", cls.page_path)
+        cls.result = in_process_cli(["--dir", cls.small, "--json", "report", "--html", cls.page_path])
         with open(cls.page_path, encoding="utf-8") as handle:
             cls.page = handle.read()
         cls.elements = parse(cls.page)
@@ -140,7 +140,7 @@ class TimelineStructure(unittest.TestCase):
 
     def test_an_output_file_outside_an_existing_folder_is_refused(self) -> None:
         missing = os.path.join(self.scratch.name, "no-such-folder", "page.html")
-        result = run_cli("--dir", self.small, "report", "--html", missing)
+        result = in_process_cli(["--dir", self.small, "report", "--html", missing])
         self.assertEqual((result.code, len(result.err.splitlines())), (2, 1), result.err)
         self.assertIn("not a file in an existing folder", result.err)
         self.assertFalse(os.path.exists(os.path.dirname(missing)))
@@ -178,7 +178,7 @@ class TimelineStructure(unittest.TestCase):
         path = os.path.join(self.scratch.name, "crashed")
         outputs = crashed_run(path, REPO_ROOT)
         page_path = os.path.join(self.scratch.name, "crashed.html")
-        result = run_cli("--dir", path, "report", "--html", page_path)
+        result = in_process_cli(["--dir", path, "report", "--html", page_path])
         self.assertEqual(result.code, 0, result.err + "\n".join(outputs))
         with open(page_path, encoding="utf-8") as handle:
             page = handle.read()
@@ -288,7 +288,7 @@ class TimelineOfProofs(unittest.TestCase):
         return body, parse(page), page
 
     def test_demo_page_shows_its_crashes_and_reconciliations(self) -> None:
-        body, elements, page = self.proof("demo", "--documents", "80", "--crash-rate", "0.06", "--seed", "3", "--no-progress")
+        body, elements, page = self.proof("demo", "--documents", "24", "--crash-rate", "0.1", "--seed", "3", "--no-progress")
         self.assertGreater(body["recoveries"], 0, body)
         self.assertEqual(len(elements.having("run")), 1)
         self.assertNotIn("compacted away", page)  # the recorder read every record
@@ -296,10 +296,11 @@ class TimelineOfProofs(unittest.TestCase):
         counts = {name: len(elements.having(name)) for name in ("crash", "takeover", "reconciled")}
         self.assertEqual(counts, {"crash": body["recoveries"], "takeover": body["recoveries"], "reconciled": body["uncertain_reconciled"]}, body)
         keys = {a.get("data-key") for a in elements.having("effect")}
-        self.assertEqual(len([k for k in keys if k and k.startswith("doc-")]), 80)
+        self.assertEqual(len([k for k in keys if k and k.startswith("doc-")]), 24)
 
     def test_sharded_demo_page_has_one_lane_group_per_run(self) -> None:
-        body, elements, _page = self.proof("demo", "--documents", "120", "--workers", "2", "--crash-rate", "0.02", "--no-progress")
+        # Runs of 100 documents: 101 make two.
+        body, elements, _page = self.proof("demo", "--documents", "101", "--workers", "2", "--crash-rate", "0.02", "--no-progress")
         self.assertEqual(body["runs"], 2)
         self.assertEqual(sorted(a["data-task"] for a in elements.having("run")), ["demo-shard-0000", "demo-shard-0001"])
 

@@ -97,14 +97,14 @@ class BriefTest(RecoveryCase):
         cls.state = copy.deepcopy(store.state)
 
     def brief(self, *args: str) -> Dict[str, Any]:
-        result = _util.run_cli("--dir", self.path, "--json", "brief", *args, timeout=DEADLINE)
+        result = _util.in_process_cli(["--dir", self.path, "--json", "brief", *args])
         self.assertEqual(result.code, 0, result.err)
         return _util.one_json(result)
 
     def test_brief_of_ten_thousand_effects(self) -> None:
         full = render_brief(self.state, decide(self.state, time.time(), "worker-2", 2, {}), 10 ** 6)
         self.assertGreater(len(full), 2000)
-        default, custom = _util.in_parallel([lambda: self.brief(), lambda: self.brief("--max-chars", "900")])
+        default, custom = self.brief(), self.brief("--max-chars", "900")
         text = default["brief"]
         self.assertLessEqual(len(text), 2000)
         self.assertEqual(default["chars"], len(text))
@@ -124,7 +124,7 @@ class BriefTest(RecoveryCase):
         full = render_brief(self.state, decide(self.state, time.time(), "worker-2", 2, {}), 10 ** 6)
         newlines = [i for i, c in enumerate(full) if c == "\n" and 400 < i < len(full) - 100]
         limits = [newlines[len(newlines) // 2] + 41, 30]
-        results = _util.in_parallel([lambda n=n: self.brief("--max-chars", str(n)) for n in limits])  # type: ignore[misc]
+        results = [self.brief("--max-chars", str(n)) for n in limits]
         for limit, out in zip(limits, results):
             with self.subTest(max_chars=limit):
                 self.assertLessEqual(len(out["brief"]), limit)
@@ -173,12 +173,8 @@ class EventsTest(RecoveryCase):
         final = run.store.revision
 
         middle = last // 2
-        (c1, resumed), (c2, everything), (c3, tail), (c4, empty) = _util.in_parallel([
-            lambda: self.cli(world, "events", "--after", str(last)),
-            lambda: self.cli(world, "events", "--after", "0"),
-            lambda: self.cli(world, "events", "--after", str(middle)),
-            lambda: self.cli(world, "events", "--after", str(final)),
-        ])
+        (c1, resumed), (c2, everything), (c3, tail), (c4, empty) = [
+            self.cli(world, "events", "--after", str(after)) for after in (last, 0, middle, final)]
         self.assertEqual((c1, c2, c3, c4), (0, 0, 0, 0))
         all_seqs = [e["seq"] for e in everything["events"]]
         self.assertEqual(all_seqs, list(range(1, final + 1)))
@@ -194,7 +190,7 @@ class EventsTest(RecoveryCase):
         self.addCleanup(store.fs.close)  # type: ignore[attr-defined]
         self.assertEqual([f for f in store.findings if f.level != "note"], [])
         self.assertEqual((store.state["status"], store.revision), ("complete", final))
-        done = _util.run_cli("--dir", world.run, "events", "--follow", "--after", str(final), "--timeout", str(DEADLINE), timeout=DEADLINE)
+        done = _util.in_process_cli(["--dir", world.run, "events", "--follow", "--after", str(final), "--timeout", str(DEADLINE)])
         self.assertEqual((done.code, done.out), (0, ""))
 
     def test_compaction_beyond_the_retained_journals_is_reported(self) -> None:
@@ -205,11 +201,8 @@ class EventsTest(RecoveryCase):
             store.commit([["set", ["counters", "cost"], {"tokens": rev}]])
             if rev in (5, 10):
                 store.compact()
-        (c1, gap), (c2, kept), gap_text = _util.in_parallel([
-            lambda: self.cli(world, "events", "--after", "0"),
-            lambda: self.cli(world, "events", "--after", "5"),
-            lambda: _util.run_cli("--dir", world.run, "events", "--after", "2", timeout=DEADLINE),
-        ])
+        (c1, gap), (c2, kept) = self.cli(world, "events", "--after", "0"), self.cli(world, "events", "--after", "5")
+        gap_text = _util.in_process_cli(["--dir", world.run, "events", "--after", "2"])
         self.assertEqual((c1, c2), (0, 0))
         self.assertEqual((gap["truncated"], gap["oldest"]), (True, 6))
         self.assertEqual([e["seq"] for e in gap["events"]], list(range(6, 14)))
@@ -292,7 +285,7 @@ class ViewsAgreeTest(unittest.TestCase):
         self.addCleanup(case.doCleanups)
         case.start(["a", "b", "c", "d", "e", "f"], invoke={"send-after": 0.2},
                    before=[{"id": "notes", "checks": {"ok": ["true"]}, "next": "file-tickets"}])
-        from tests._batch import cli
+        from tests._batch import local as cli
 
         def views(owner: str, epoch: int) -> Dict[str, Any]:
             status = json.loads(cli(case.root, "status", "--json").out)
@@ -331,7 +324,7 @@ class ViewsAgreeTest(unittest.TestCase):
 
     def test_step_start_prints_the_next_action_next_names(self) -> None:
         from tests.test_executor import TargetCase
-        from tests._batch import cli
+        from tests._batch import local as cli
 
         case = TargetCase()
         case.setUp()

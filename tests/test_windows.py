@@ -159,7 +159,7 @@ class ExplorerWindowsTest(unittest.TestCase):
     def test_each_example_of_the_explorer_names_its_window(self) -> None:
         from runner.proof.crashcheck import explore
 
-        report = explore(transitions=6, seed=2, variant="no-file-fsync")
+        report = explore(transitions=6, seed=2, variant="no-file-fsync", max_states_per_point=16)
         self.assertTrue(report["examples"])
         windows = [example["window"] for example in report["examples"]]
         self.assertTrue(set(windows) - {None} <= set(WINDOW_NAMES), windows)

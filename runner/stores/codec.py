@@ -22,7 +22,6 @@ an unrecorded maker means (the hooks treat it as someone else's).
 import json
 import os
 import re
-import socket
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..envelope import (
@@ -67,6 +66,8 @@ _RECORD_KEYS = {"at", "epoch", "ops", "prev", "rev"}
 
 def local_maker() -> Dict[str, Any]:
     """Who makes a run from this process: the host's name and the process's user id (None where there is none)."""
+    import socket  # only making or taking a run needs the host name, and every verb imports this module
+
     uid = os.getuid() if hasattr(os, "getuid") else None
     return {"host": socket.gethostname(), "uid": uid}
 

@@ -1,0 +1,296 @@
+"""What the contract's ``effects.http`` section may say: :func:`http_problems`, for ``contract check``.
+
+The contract's checks (:mod:`runner.contract`, through :mod:`runner.batch`)
+use this module, and every verb imports them, so it holds only the checks and
+what they need: the calls are made by :mod:`runner.adapters.http`, which
+compiles a section only once these checks find nothing. Each problem is a
+:class:`FieldProblem`, whose ``path`` names the JSON fields that lead to it so
+that ``contract check`` can give its line.
+"""
+
+import re
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from ..commands import placeholders_in
+
+__all__ = ["FieldProblem", "http_problems", "sensitive", "INVOKE_METHODS", "OBSERVE_METHODS", "INVOKE_WORDS", "OBSERVE_WORDS", "MANY_MAX"]
+
+INVOKE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
+OBSERVE_METHODS = ("GET", "HEAD")
+INVOKE_WORDS = ("receipt", "rejected", "not-applied", "stale-epoch", "unknown")
+OBSERVE_WORDS = ("present", "absent", "unknown")
+
+_URL_PLACEHOLDERS = {"invoke": ("key", "item", "stem", "slug", "index", "run_id", "epoch"),
+                     "observe": ("key", "item", "stem", "slug", "index", "run_id")}
+_HEADER_PLACEHOLDERS = {"invoke": ("key", "slug", "index", "run_id", "epoch"), "observe": ("key", "slug", "index", "run_id")}
+_REQUEST_KEYS = {"invoke": ("method", "url", "headers", "statuses", "receipt_headers"),
+                 "observe": ("method", "url", "headers", "statuses", "pointer", "many")}
+_MANY_KEYS = ("url", "list", "match", "value", "max")
+#: ``{each:TEMPLATE}`` in a lookup of many keys: TEMPLATE filled for each key, the parts joined with ``&``.
+_EACH = re.compile(r"\{each:([^{}]*(?:\{[a-z_]+\}[^{}]*)*)\}")
+#: Keys one lookup of many asks for at most.
+MANY_MAX = 200
+_HTTP_KEYS = ("invoke", "observe", "idempotency_header", "epoch_header", "deduplicates", "retention_seconds", "ca_file")
+#: Headers whose value is a credential: a literal value is refused.
+_SENSITIVE = ("authorization", "proxy-authorization", "cookie")
+_SENSITIVE_SUFFIXES = ("-api-key", "-token")
+#: Headers the adapter itself writes.
+_MANAGED = ("host", "content-length", "transfer-encoding", "connection", "te", "upgrade", "trailer", "keep-alive")
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_SECRET = re.compile(r"\{(env|file):([^{}]*)\}")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_STATUS_KEY = re.compile(r"^(?:[1-5][0-9][0-9]|[1-5]xx)$")
+
+
+class FieldProblem(str):
+    """A problem of the ``effects.http`` section; ``path`` names the JSON fields that lead to it, for its line."""
+
+    path: Tuple[str, ...] = ()
+
+    def __new__(cls, path: Sequence[str], message: str) -> "FieldProblem":
+        made = super().__new__(cls, message)
+        made.path = tuple(path)
+        return made
+
+
+def sensitive(name: str) -> bool:
+    """True for a header whose value is a credential (``Authorization``, ``Cookie``, ``*-Api-Key``, ``*-Token``...)."""
+    lowered = name.lower()
+    return lowered in _SENSITIVE or lowered.endswith(_SENSITIVE_SUFFIXES)
+
+
+def _relative_path(path: str) -> bool:
+    parts = path.replace("\\", "/").split("/")
+    return bool(path) and not path.startswith("/") and "\0" not in path and ".." not in parts
+
+
+def _secret_problem(value: str) -> Optional[str]:
+    for kind, name in _SECRET.findall(value):
+        if kind == "env" and not _ENV_NAME.match(name):
+            return f"{{env:{name}}} must name an environment variable (letters, digits, _)"
+        if kind == "file" and not _relative_path(name):
+            return f"{{file:{name}}} must be a path relative to the workspace, without '..'"
+    return None
+
+
+def _url_problems(kind: str, url: Any) -> List[FieldProblem]:
+    at = ("http", kind, "url")
+    if not isinstance(url, str) or not url:
+        return [FieldProblem(at, f"effects.http.{kind}.url must be a string: http:// or https://, a host, and a path")]
+    if _SECRET.search(url):
+        return [FieldProblem(at, f"effects.http.{kind}.url: {{env:...}} and {{file:...}} go in header values only; "
+                                 "a URL is recorded with the run")]
+    allowed = _URL_PLACEHOLDERS[kind]
+    unknown = sorted({n for n in placeholders_in(url) if n not in allowed})
+    if unknown:
+        return [FieldProblem(at, f"effects.http.{kind}.url: unknown placeholder {{{unknown[0]}}} "
+                                 f"(allowed: {', '.join('{' + n + '}' for n in allowed)})")]
+    try:
+        _split_url(url)
+    except ValueError as exc:
+        return [FieldProblem(at, f"effects.http.{kind}.url: {exc}")]
+    return []
+
+
+def _split_url(url: str) -> Tuple[str, str, int, str]:
+    """``(scheme, host, port, rest)`` of a URL template whose origin is literal; ``rest`` starts with ``/``.
+
+    :raises ValueError: not http(s), a placeholder or credentials in the origin, a fragment, a bad port.
+    """
+    match = re.match(r"^(https?)://([^/?#]*)(.*)$", url, re.IGNORECASE)
+    if not match:
+        raise ValueError("must start with http:// or https://")
+    scheme, authority, rest = match.group(1).lower(), match.group(2), match.group(3)
+    if "{" in authority or "}" in authority:
+        raise ValueError("the scheme, host and port must be written out: placeholders go in the path and the query")
+    if "@" in authority:
+        raise ValueError("credentials in the URL are refused: put them in a header, from {env:NAME} or {file:PATH}")
+    if "#" in rest:
+        raise ValueError("a fragment is never sent; leave it out")
+    if any(c.isspace() for c in url):
+        raise ValueError("white space must be percent-encoded")
+    import urllib.parse  # only a contract with an http section needs it; every verb imports this module
+
+    parts = urllib.parse.urlsplit(f"{scheme}://{authority}")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError("the port must be a number from 1 to 65535") from None
+    if not parts.hostname:
+        raise ValueError("names no host")
+    if not rest.startswith("/"):
+        rest = "/" + rest  # "http://host" and "http://host?q=1" ask for the root
+    return scheme, parts.hostname, port or (443 if scheme == "https" else 80), rest
+
+
+def _header_problems(kind: str, headers: Any) -> List[FieldProblem]:
+    at = ("http", kind, "headers")
+    if not isinstance(headers, dict):
+        return [FieldProblem(at, f"effects.http.{kind}.headers must be an object of header names and string values")]
+    out: List[FieldProblem] = []
+    allowed = _HEADER_PLACEHOLDERS[kind]
+    for name, value in headers.items():
+        here = at + (name,)
+        if not _TOKEN.match(name):
+            out.append(FieldProblem(here, f"effects.http.{kind}.headers: {name!r} is not a header name"))
+            continue
+        if name.lower() in _MANAGED:
+            out.append(FieldProblem(here, f"effects.http.{kind}.headers: {name} is written by the runner, not the contract"))
+            continue
+        if not isinstance(value, str) or any(c in value for c in "\r\n\0"):
+            out.append(FieldProblem(here, f"effects.http.{kind}.headers: {name} must be a string on one line"))
+            continue
+        problem = _secret_problem(value)
+        if problem:
+            out.append(FieldProblem(here, f"effects.http.{kind}.headers: {name}: {problem}"))
+            continue
+        unknown = sorted({n for n in placeholders_in(value) if n not in allowed})
+        if unknown:
+            out.append(FieldProblem(here, f"effects.http.{kind}.headers: {name}: unknown placeholder {{{unknown[0]}}} "
+                                          f"(allowed: {', '.join('{' + n + '}' for n in allowed)}, {{env:NAME}}, {{file:PATH}})"))
+            continue
+        if sensitive(name) and not _SECRET.search(value):
+            out.append(FieldProblem(here, f"effects.http.{kind}.headers: {name} holds a credential, and a literal one would be "
+                                          "recorded with the run: write {env:NAME} or {file:PATH} for the secret part"))
+    return out
+
+
+def _status_problems(kind: str, statuses: Any) -> List[FieldProblem]:
+    at = ("http", kind, "statuses")
+    words = INVOKE_WORDS if kind == "invoke" else OBSERVE_WORDS
+    if not isinstance(statuses, dict):
+        return [FieldProblem(at, f"effects.http.{kind}.statuses must be an object: a status or class (\"409\", \"5xx\") to one of "
+                                 f"{', '.join(words)}")]
+    out = []
+    for code, word in statuses.items():
+        if not _STATUS_KEY.match(code):
+            out.append(FieldProblem(at + (code,), f"effects.http.{kind}.statuses: {code!r} is neither a status (100-599) nor a class (\"4xx\")"))
+        elif word not in words:
+            out.append(FieldProblem(at + (code,), f"effects.http.{kind}.statuses: {code} maps to {word!r}; an {kind} answer is one of "
+                                                  f"{', '.join(words)}"))
+    return out
+
+
+def _pointer_problem(pointer: Any) -> Optional[str]:
+    if not isinstance(pointer, str) or (pointer and not pointer.startswith("/")):
+        return "effects.http.observe.pointer must be a JSON pointer (RFC 6901): \"\" or a path such as \"/0/id\""
+    if re.search(r"~(?![01])", pointer):
+        return "effects.http.observe.pointer: '~' is written ~0 and '/' inside a name ~1 (RFC 6901)"
+    return None
+
+
+def _request_problems(kind: str, spec: Any) -> List[FieldProblem]:
+    at = ("http", kind)
+    if not isinstance(spec, dict):
+        return [FieldProblem(at, f"effects.http.{kind} must be an object with at least a url")]
+    out: List[FieldProblem] = []
+    for name in spec:
+        if name not in _REQUEST_KEYS[kind]:
+            out.append(FieldProblem(at + (name,), f"effects.http.{kind}: unknown field {name!r} (allowed: {', '.join(_REQUEST_KEYS[kind])})"))
+    methods = INVOKE_METHODS if kind == "invoke" else OBSERVE_METHODS
+    method = spec.get("method", methods[0])
+    if method not in methods:
+        out.append(FieldProblem(at + ("method",), f"effects.http.{kind}.method must be one of {', '.join(methods)}"))
+    out.extend(_url_problems(kind, spec.get("url")))
+    if "headers" in spec:
+        out.extend(_header_problems(kind, spec["headers"]))
+    if "statuses" in spec:
+        out.extend(_status_problems(kind, spec["statuses"]))
+    if "pointer" in spec:
+        problem = _pointer_problem(spec["pointer"])
+        if problem:
+            out.append(FieldProblem(at + ("pointer",), problem))
+        elif method == "HEAD":
+            out.append(FieldProblem(at + ("pointer",), "effects.http.observe.pointer needs an answer body; a HEAD request has none"))
+    if "many" in spec:
+        out.extend(_many_problems(spec["many"]))
+    if "receipt_headers" in spec:
+        names = spec["receipt_headers"]
+        if not isinstance(names, list) or not all(isinstance(n, str) and _TOKEN.match(n) for n in names):
+            out.append(FieldProblem(at + ("receipt_headers",), "effects.http.invoke.receipt_headers must list header names"))
+        elif any(n.lower() in ("set-cookie", "authorization") or sensitive(n) for n in names):
+            out.append(FieldProblem(at + ("receipt_headers",), "effects.http.invoke.receipt_headers: a credential header is never kept in a receipt"))
+    return out
+
+
+def _many_problems(many: Any) -> List[FieldProblem]:
+    """Problems of ``observe.many``: one GET that looks up several keys, answered by a list matched back to each key."""
+    at = ("http", "observe", "many")
+    if not isinstance(many, dict) or not {"url", "match", "value"} <= set(many):
+        return [FieldProblem(at, 'effects.http.observe.many must be {"url": ".../issues?{each:external_ref={slug}}", '
+                                 '"match": "/external_ref", "value": "{slug}"} (and "list", "max" if needed)')]
+    out = [FieldProblem(at + (name,), f"effects.http.observe.many: unknown field {name!r} (allowed: {', '.join(_MANY_KEYS)})")
+           for name in many if name not in _MANY_KEYS]
+    url = many["url"]
+    if not isinstance(url, str) or len(_EACH.findall(url)) != 1 or "?" not in url or url.index("?") > url.index("{each:"):
+        out.append(FieldProblem(at + ("url",), "effects.http.observe.many.url must hold {each:NAME=TEMPLATE} once, in its query"))
+    else:
+        out.extend(FieldProblem(at + ("url",), p) for p in _url_problems("observe", _EACH.sub("x", url)))
+        inner = _EACH.search(url).group(1)  # type: ignore[union-attr]
+        bad = [n for n in placeholders_in(inner) if n not in _URL_PLACEHOLDERS["observe"]]
+        if bad:
+            out.append(FieldProblem(at + ("url",), f"effects.http.observe.many.url: unknown placeholder {{{bad[0]}}}"))
+    for name in ("match", "list"):
+        if name in many:
+            problem = _pointer_problem(many[name])
+            if problem:
+                out.append(FieldProblem(at + (name,), problem.replace("observe.pointer", f"observe.many.{name}")))
+    value = many["value"]
+    if not isinstance(value, str) or any(n not in _URL_PLACEHOLDERS["observe"] for n in placeholders_in(value)) or not placeholders_in(value):
+        out.append(FieldProblem(at + ("value",), "effects.http.observe.many.value must be a template of the key, such as \"{slug}\""))
+    limit = many.get("max", 50)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 2 <= limit <= MANY_MAX:
+        out.append(FieldProblem(at + ("max",), f"effects.http.observe.many.max must be a whole number from 2 to {MANY_MAX}"))
+    return out
+
+
+def http_problems(effects: Dict[str, Any]) -> List[FieldProblem]:
+    """Every problem of the contract's ``effects.http`` (none when it has no such section).
+
+    Each problem is a :class:`FieldProblem`: its text, and the fields leading
+    to it so that ``contract check`` can name its line.
+    """
+    spec = effects.get("http")
+    if spec is None or not isinstance(spec, dict):
+        return []
+    out: List[FieldProblem] = []
+    if "invoke" in effects or "observe" in effects:
+        out.append(FieldProblem(("http",), "effects: http and the invoke/observe commands exclude each other; keep one of them"))
+    for name in spec:
+        if name not in _HTTP_KEYS:
+            out.append(FieldProblem(("http", name), f"effects.http: unknown field {name!r} (allowed: {', '.join(_HTTP_KEYS)})"))
+    for kind in ("invoke", "observe"):
+        if kind not in spec:
+            out.append(FieldProblem(("http",), f"effects.http needs {kind!r}: an effect the runner performs must be one it can observe"))
+        else:
+            out.extend(_request_problems(kind, spec[kind]))
+    names = {}
+    for field in ("idempotency_header", "epoch_header"):
+        if field in spec:
+            name = spec[field]
+            if not isinstance(name, str) or not _TOKEN.match(name) or name.lower() in _MANAGED or sensitive(name):
+                out.append(FieldProblem(("http", field), f"effects.http.{field} must be a header name (not a credential's, not one the runner writes)"))
+            else:
+                names[field] = name.lower()
+    if len(set(names.values())) < len(names):
+        out.append(FieldProblem(("http", "epoch_header"), "effects.http: idempotency_header and epoch_header must differ"))
+    for field, lowered in names.items():
+        for kind in ("invoke", "observe"):
+            request = spec.get(kind)
+            headers = request.get("headers") if isinstance(request, dict) else None
+            if isinstance(headers, dict) and any(h.lower() == lowered for h in headers):
+                out.append(FieldProblem(("http", field), f"effects.http.{field} {spec[field]} is also in {kind}.headers; the runner writes it"))
+    dedup = spec.get("deduplicates")
+    if "deduplicates" in spec and not isinstance(dedup, bool):
+        out.append(FieldProblem(("http", "deduplicates"), "effects.http.deduplicates must be true or false"))
+    elif dedup and "idempotency_header" not in names:
+        out.append(FieldProblem(("http", "deduplicates"), "effects.http.deduplicates needs an idempotency_header: the target can only "
+                                                          "deduplicate on a key it is sent"))
+    retention = spec.get("retention_seconds")
+    if "retention_seconds" in spec and retention is not None and (
+            isinstance(retention, bool) or not isinstance(retention, (int, float)) or not 0 < retention <= 10 ** 10):
+        out.append(FieldProblem(("http", "retention_seconds"), "effects.http.retention_seconds must be a positive number of seconds, or null (forever)"))
+    ca_file = spec.get("ca_file")
+    if "ca_file" in spec and (not isinstance(ca_file, str) or not _relative_path(ca_file)):
+        out.append(FieldProblem(("http", "ca_file"), "effects.http.ca_file must be a path relative to the workspace, without '..'"))
+    return out
