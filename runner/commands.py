@@ -295,6 +295,8 @@ class CommandAdapter:
 
     def invoke(self, key: str, payload: Dict[str, Any], epoch: int) -> Dict[str, Any]:
         """Run the invoke command; its exit code says what happened (see :data:`INVOKE_EXITS`)."""
+        from . import inflight
+
         making = inflight.current()
         if making is not None and making[0].clock() >= float(making[1].record["deadline"]):
             # This process was held up (stopped) between registering the call and starting it: whoever took
