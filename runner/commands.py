@@ -145,7 +145,7 @@ class Outcome(NamedTuple):
 
 def run_command(argv: Sequence[str], *, cwd: Optional[str] = None, timeout: float = DEFAULT_TIMEOUT,
                 env: Optional[Mapping[str, str]] = None, limit: int = OUTPUT_LIMIT) -> Outcome:
-    """Run ``argv`` (never through a shell) in ``cwd``; stop it after ``timeout`` seconds.
+    """Run ``argv`` (never parsed by a shell) in ``cwd``; stop it after ``timeout`` seconds.
 
     The command gets no stdin and a process group of its own. Of its stdout
     and stderr, the first ``limit`` bytes each are kept and the rest is read
@@ -154,8 +154,10 @@ def run_command(argv: Sequence[str], *, cwd: Optional[str] = None, timeout: floa
     call that returned has nothing of it still on its way. On a timeout the
     whole group is killed and ``exit_code`` is None: the caller must treat
     that as an unknown outcome. Inside :func:`runner.inflight.calling`, the
-    process is registered as the call in flight the moment it exists, and
-    its environment carries the call's token.
+    process is registered as the call in flight before the command starts:
+    it waits at a gate (``/bin/sh`` reading one line, then ``exec "$@"``)
+    until the registration is written, so a runner killed in between leaves
+    nothing that can send. Its environment carries the call's token.
 
     :raises InvalidInput: the program cannot be started (the contract names something that is not there).
     """
@@ -168,23 +170,56 @@ def run_command(argv: Sequence[str], *, cwd: Optional[str] = None, timeout: floa
         raise InvalidInput("a command must name a program")
     making = inflight.current()
     child_env = dict(os.environ if env is None else env)
+    started = argv
     if making is not None:
         child_env[inflight.TOKEN_VARIABLE] = making[1].record["token"]
+        _check_runnable(argv[0], cwd, child_env.get("PATH", os.defpath))
+        started = [GATE_SHELL, "-c", _GATE, "runner-gate"] + argv
     began = time.monotonic()
     try:
-        proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=child_env, start_new_session=True)
+        proc = subprocess.Popen(started, cwd=cwd, stdin=subprocess.DEVNULL if making is None else subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env, start_new_session=True)
     except OSError as exc:
-        raise InvalidInput(f"cannot run {argv[0]!r}: {exc.strerror or exc}") from None
+        raise InvalidInput(f"cannot run {started[0]!r}: {exc.strerror or exc}") from None
     try:
         if making is not None:
             making[0].spawned(making[1], proc.pid)
+            _open_gate(proc)
         kept, timed_out = _collect(proc, began + timeout, limit)
     finally:
         _end_group(proc)
     code: Optional[int] = None if timed_out else proc.returncode
     stdout, stderr = bytes(kept[0]), bytes(kept[1])
     return Outcome(argv, code, timed_out, stdout, stderr, sha256_hex(stdout), sha256_hex(stderr), time.monotonic() - began)
+
+
+#: The shell that holds a call's command at its gate.
+GATE_SHELL = "/bin/sh"
+# A call's command waits here until its runner has registered its process: a runner killed in between
+# closes the pipe, the read meets its end, and the command never starts. No machine needs to be
+# searched for a command that cannot have sent anything.
+_GATE = 'IFS= read -r go && [ "$go" = go ] || exit 125; exec "$@" </dev/null'
+
+
+def _check_runnable(program: str, cwd: Optional[str], path: str) -> None:
+    """Refuse a program that cannot be started, as starting it directly would (the gate starts it later)."""
+    import shutil
+
+    if os.sep in program:
+        found = os.path.join(cwd or ".", program)
+        if not (os.path.isfile(found) and os.access(found, os.X_OK)):
+            raise InvalidInput(f"cannot run {program!r}: {'Permission denied' if os.path.exists(found) else 'No such file or directory'}")
+    elif shutil.which(program, path=path) is None:
+        raise InvalidInput(f"cannot run {program!r}: No such file or directory")
+
+
+def _open_gate(proc: "subprocess.Popen[bytes]") -> None:
+    """Let the registered command start."""
+    try:
+        proc.stdin.write(b"go\n")  # type: ignore[union-attr]
+        proc.stdin.close()  # type: ignore[union-attr]
+    except OSError:
+        pass  # it is already gone: its exit code says so
 
 
 def _collect(proc: "subprocess.Popen[bytes]", deadline: float, limit: int) -> Tuple[List[bytearray], bool]:
@@ -234,7 +269,7 @@ def _end_group(proc: "subprocess.Popen[bytes]") -> None:
     except OSError:
         pass
     proc.wait()
-    for stream in (proc.stdout, proc.stderr):
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
         if stream is not None:
             stream.close()
 

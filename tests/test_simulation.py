@@ -117,16 +117,16 @@ class RealCodeTest(unittest.TestCase):
         self.assertEqual(sorted(result["violations_by_invariant"]), sorted(INVARIANTS))
 
     def test_a_call_landing_after_a_takeover_is_refused_by_a_fencing_target(self) -> None:
-        # w1 calls k1 through a slow command and is stopped; w2 takes over (epoch 2), waits for k1's call and calls
-        # k2 and k3 meanwhile; w1's command reaches the target with epoch 1 after k2's epoch-2 call: refused as stale.
-        result = run_schedule(13, params=quiet(keys=3, parallel=2, workers=2, ttl=2.0, timeout=4.0, fences=True, commands=1.0,
-                                               slow_commands=0.5, stall=("sim:spawned", 1, 8.0)), trace=True)
+        # w1 has k1's and k2's commands on their way when it is stopped; w2 takes over (epoch 2), waits for those
+        # calls and calls k3 meanwhile; w1's slow command for k1 reaches the target with epoch 1 after k3's
+        # epoch-2 call: refused as stale, then observed absent and called again once it has ended.
+        result = run_schedule(21, params=quiet(keys=3, parallel=2, workers=2, ttl=2.0, timeout=4.0, fences=True, commands=1.0,
+                                               slow_commands=0.5, stall=("sim:wait", 2, 8.0)), trace=True)
         trace = "\n".join(result["trace"])
         self.assertEqual(result["counts"].get("stale_epochs_refused"), 1, trace)
         self.assertRegex(trace, r"c\d+ refused: epoch 1 < 2")
         self.assertEqual((result["ending"], result["counts"].get("effects")), ("settled", 3), trace)
         self.assertEqual(result["violations"], [], trace)
-
 
 class BrokenVariantsTest(unittest.TestCase):
     def assert_caught(self, variant: str) -> None:
@@ -221,6 +221,18 @@ class FindingsTest(unittest.TestCase):
         self.assertEqual(result["ending"], "settled")
         self.assertEqual(result["signs"], ["call-sent-past-its-deadline"])
         self.assertEqual(result["violations"], [], "\n".join(result["trace"]))
+
+    def test_a_command_started_as_its_runner_was_killed_never_starts_where_processes_cannot_be_searched(self) -> None:
+        # w1 starts k1's command and is killed before it records the command's process; this machine cannot search
+        # processes by their environment. w2 counts the call ended at its deadline (6 s), observes absent and calls.
+        # The orphaned command, slow to start, sent at 7.2 s: a second effect. It now waits at its gate for its
+        # registration, which never comes: it exits without starting.
+        result = run_schedule(1, params=quiet(workers=2, commands=1.0, can_find=False, slow_commands=1.0, kill_window="sim:spawned",
+                                              kill_pass=1), trace=True)
+        trace = "\n".join(result["trace"])
+        self.assertIn("c1 never started: its runner died before registering it", trace)
+        self.assertEqual((result["ending"], result["counts"].get("effects")), ("settled", 1), trace)
+        self.assertEqual((result["signs"], result["violations"]), ([], []), trace)
 
     def test_a_not_now_answer_to_a_resend_keeps_the_earlier_outcome_unknown(self) -> None:
         # A deduplicating target that remembers a key for 20 s. The first call is applied and its answer lost; the lookup

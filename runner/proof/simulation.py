@@ -295,7 +295,8 @@ def replay_command(seed: int, variant: str = "real") -> str:
 class SimCall:
     """One call the executor started, as the world carries it out."""
 
-    __slots__ = ("id", "worker", "kind", "key", "epoch", "registry", "registered", "adapter", "tag", "work", "began", "outcome", "delivered", "proc")
+    __slots__ = ("id", "worker", "kind", "key", "epoch", "registry", "registered", "adapter", "tag", "work", "began", "outcome", "delivered", "proc",
+                 "gate_open")
 
     def __init__(self, number: int, worker: Worker, introduced: CallIntroduced, tag: Any, work: Callable[[], Any], began: float) -> None:
         current = introduced.current
@@ -308,6 +309,7 @@ class SimCall:
         self.outcome: Optional[Tuple[Any, ...]] = None
         self.delivered = False
         self.proc: Any = None
+        self.gate_open = False
 
     def answer(self) -> Any:
         """What the adapter returns (or raises) for this call, now that its answer reached the worker."""
@@ -401,6 +403,7 @@ class Schedule:
         self.last_lookup: Dict[str, str] = {}  # key -> what its last lookup told a worker
         self.final: Optional[str] = None
         self.final_detail = ""
+        self.final_lookups: Dict[str, Any] = {}  # each key's last lookup when the run was left for a person
         self.reconciliation_exits = 0
         self.verified_seen = 0
         self.calls = 0
@@ -640,6 +643,7 @@ class Schedule:
             self.reconciliation_exits += 1
             if self.reconciliation_exits >= MAX_RECONCILIATION_EXITS:
                 self.final, self.final_detail = outcome, worker.detail
+                self.final_lookups = dict(self.last_lookup)  # a worker still running may look again; the stop was decided on these
                 return
         if outcome in ("limit-exhausted", "failed"):
             self.final, self.final_detail = outcome, worker.detail
@@ -750,12 +754,25 @@ class Schedule:
     def _record_child(self, call: SimCall) -> None:
         if call.proc.alive:
             call.registry.spawned(call.registered, call.proc.pid)
+            call.gate_open = True  # runner.commands writes "go" to the gate right after registering
 
     def _command_acts(self, call: SimCall) -> None:
-        """The command sends (or looks), unless its process was killed first; it exits a moment later."""
+        """The command sends (or looks), unless its process was killed first; it exits a moment later.
+
+        It starts only through its gate: while its runner has not registered it, it waits; once that
+        runner is dead, the gate's pipe is closed and the command exits without starting.
+        """
         if not call.proc.alive:
             self.log(f"{call.id} never sent: its process was killed")
             self.count(f"{call.kind}_commands_killed_before_sending")
+            return
+        if not call.gate_open:
+            if call.worker.dead:
+                call.proc.state = "dead"
+                self.log(f"{call.id} never started: its runner died before registering it")
+                self.count("commands_closed_at_the_gate")
+                return
+            self.sched.at(self.sched.now + 0.1, self._command_acts, call)
             return
         outcome = self._act(call) or ("unknown", "the connection dropped after the request was sent")
         self.sched.at(self.sched.now + self._delay(), self._command_exits, call, outcome)
@@ -912,7 +929,7 @@ class Schedule:
             lost = [k for k in self.keys if int((truth["effects"].get(k) or {}).get("attempts", 0)) > (1 if k in self.receipted else 0)]
             return "" if lost else "no attempt went without its receipt recorded"
         if ending == "needs-reconciliation:unknown-outcome":
-            return "" if any(self.last_lookup.get(k) in ("lookup-failed", "unknown") for k in open_keys) else \
+            return "" if any(self.final_lookups.get(k) in ("lookup-failed", "unknown") for k in open_keys) else \
                 "the last lookup of every open key answered"
         if ending == "needs-reconciliation:receipt-contradiction":
             return "" if self.p.over_lag else "the target kept its settle time, yet an absence contradicted a receipt"
@@ -1002,6 +1019,7 @@ def simulate(seed: int, schedules: int, variant: str = "real", trace: bool = Fal
         "faults_at_target": {k: totals.get(k, 0) for k in ("answers_dropped", "answers_not_now", "unknown_not_applied", "stale_epochs_refused",
                                                            "deduplicated")},
         "commands_killed_before_sending": totals.get("invoke_commands_killed_before_sending", 0),
+        "commands_closed_at_the_gate": totals.get("commands_closed_at_the_gate", 0),
         "sends_past_deadline_refused": totals.get("sends_past_deadline_refused", 0),
         "waits_for_calls_in_flight": moves.get("wait-call", 0),
         "kills_of_calls_past_deadline": moves.get("kill-call", 0),
