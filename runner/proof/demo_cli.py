@@ -119,7 +119,7 @@ def _drivers(workspace: str, documents: int, seed: int, crash_rate: float, progr
     """
     rng = random.Random(seed)
     windows = HTTP_WINDOWS if in_process else WINDOWS
-    tally: Dict[str, Any] = {"crashes": 0, "window_kills": 0, "timer_kills": 0, "drivers": 0, "lost_commits": 0, "errors": [],
+    tally: Dict[str, Any] = {"crashes": 0, "crashes_holding": 0, "window_kills": 0, "timer_kills": 0, "drivers": 0, "lost_commits": 0, "errors": [],
                              "drive_seconds": 0.0, "kills_by_window": {w: 0 for w in windows}}
     run_path = os.path.join(workspace, ".run")
     counter = os.path.join(workspace, ".kill-count")
@@ -170,6 +170,8 @@ def _drivers(workspace: str, documents: int, seed: int, crash_rate: float, progr
             progress.flush()
         if proc.returncode == -signal.SIGKILL:
             tally["crashes"] += 1
+            if (state.get("lease") or {}).get("owner") == owner:
+                tally["crashes_holding"] += 1  # a driver killed before it took the lease leaves nothing to recover
             if timer is None and window is not None:
                 tally["window_kills"] += 1
                 tally["kills_by_window"][window] += 1
@@ -225,6 +227,7 @@ def run_demo_cli(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01,
             "parallel": parallel,
             "drivers": tally["drivers"],
             "crashes": tally["crashes"],
+            "crashes_holding_the_lease": tally["crashes_holding"],
             "crashes_at_windows": tally["window_kills"],
             "crashes_at_random_moments": tally["timer_kills"],
             "kills_by_window": tally["kills_by_window"],
@@ -262,7 +265,8 @@ def format_cli_table(result: Dict[str, Any]) -> str:
         ("driven by", f"'drive --parallel {result.get('parallel', 1)}' processes over a batch contract; "
                       + ("the runner's HTTP adapter (effects.http)" if result["client"] == "http" else f"commands via {result['client']}")),
         ("crashes (SIGKILL)", f"{result['crashes']} ({result['crashes_at_windows']} at effect windows, "
-                              f"{result['crashes_at_random_moments']} at random moments)"),
+                              f"{result['crashes_at_random_moments']} at random moments; {result['crashes_holding_the_lease']} "
+                              "while holding the lease)"),
         ("  by window", ", ".join(f"{w} {n}" for w, n in result["kills_by_window"].items())),
         ("drive processes", result["drivers"]),
         ("recoveries (lease takeovers)", result["recoveries"]),
