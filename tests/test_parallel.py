@@ -14,7 +14,7 @@ import time
 import unittest
 from typing import Any, Callable, Dict, List
 
-from tests._batch import cli, local, status
+from tests._batch import local, status
 from tests._util import in_parallel
 from tests.test_executor import TargetCase
 
@@ -143,7 +143,7 @@ class KilledWithCallsInFlightTest(unittest.TestCase):
                 case.start(items, invoke={"send-after": 0.05, "jitter": 0.3}, timeout=10, wrapper=case.killer(window, nth=nth))
                 first = case.finish(case.spawn("drive", "--owner", "w1", "--parallel", "8", "--json"))
                 in_flight_at_kill = len([n for n in os.listdir(os.path.join(case.root, ".run", "calls")) if n.endswith(".json")])
-                broken = cli(case.root, "lease", "break", "--by", "supervisor", "--reason", "w1 was killed")
+                broken = local(case.root, "lease", "break", "--by", "supervisor", "--reason", "w1 was killed")
                 second = case.finish(case.spawn("drive", "--owner", "w2", "--parallel", "8", "--json"))
                 counts = {key: case.lines(key + ":ticket") for key in items}
                 return {"window": window, "first": first["code"], "broken": broken.code, "second": second["code"], "err": second["err"],
