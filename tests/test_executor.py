@@ -349,8 +349,8 @@ class HeldUpCallTest(unittest.TestCase):
             now = [1_790_000_000.0]
             registry = inflight.Registry(os.path.join(root, "calls"), clock=lambda: now[0])
             marker = os.path.join(root, "sent")
-            adapter = CommandAdapter([sys.executable, "-c", "import sys; open(sys.argv[1], 'w').close(); print('{}')", marker],
-                                     [sys.executable, "-c", "print('{}')"], timeout=5)
+            adapter = CommandAdapter([sys.executable, "-S", "-c", "import sys; open(sys.argv[1], 'w').close(); print('{}')", marker],
+                                     [sys.executable, "-S", "-c", "print('{}')"], timeout=5)
             call = registry.register("k", "invoke", 1, 5.0)
             with inflight.calling(registry, call):
                 now[0] += 7.0  # past the deadline (timeout plus grace)
