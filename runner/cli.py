@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import AbstractSet, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import __version__, verbs
 from .approvals import payload_source
@@ -64,8 +64,20 @@ def _common(parser: argparse.ArgumentParser, top: bool) -> None:
     parser.add_argument("--json", action="store_true", default=False if top else argparse.SUPPRESS, help="print one JSON object on stdout")
 
 
-def build_parser(extensions: Sequence[Callable[[Callable[..., argparse.ArgumentParser]], None]] = ()) -> argparse.ArgumentParser:
-    """The command line's parser; each of ``extensions`` is called with ``verb(name, help, handler)`` to add verbs."""
+class _Unbuilt:
+    """Stands in for the parser of a verb the command line does not name: whatever is added to it is dropped."""
+
+    def __getattr__(self, name: str) -> Callable[..., "_Unbuilt"]:
+        return lambda *args, **kwargs: self
+
+
+def build_parser(extensions: Sequence[Callable[[Callable[..., argparse.ArgumentParser]], None]] = (),
+                 only: Optional[AbstractSet[str]] = None) -> argparse.ArgumentParser:
+    """The command line's parser; each of ``extensions`` is called with ``verb(name, help, handler)`` to add verbs.
+
+    :param only: when given, the verbs whose names are not in it are left out (a call that names one verb need not
+        build the other verbs' parsers, most of a start's cost); their parsers are then :class:`_Unbuilt`.
+    """
     parser = _Parser(prog="runner", description="Durable, resumable, fenced runs for long agent tasks.", epilog=EXIT_TABLE)
     parser.add_argument("--version", action="version", version=f"runner {__version__}")
     _common(parser, top=True)
@@ -74,6 +86,8 @@ def build_parser(extensions: Sequence[Callable[[Callable[..., argparse.ArgumentP
     parser.verb_parsers = {}  # type: ignore[attr-defined]
 
     def verb(name: str, help_text: str, handler: Callable[[argparse.Namespace], int], epilog: str = "") -> argparse.ArgumentParser:
+        if only is not None and name not in only:
+            return _Unbuilt()  # type: ignore[return-value]
         sub = subparsers.add_parser(name, help=help_text, description=help_text, epilog=(epilog + "\n\n" if epilog else "") + EXIT_TABLE,
                                formatter_class=argparse.RawDescriptionHelpFormatter)
         _common(sub, top=False)
@@ -856,8 +870,12 @@ def split_command(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
 
 
 def main(argv: Optional[Sequence[str]] = None, extensions: Sequence[Callable[[Callable[..., argparse.ArgumentParser]], None]] = ()) -> int:
-    parser = build_parser(extensions)
     own, command = split_command(sys.argv[1:] if argv is None else argv)
+    # Only the verbs a word of the call could name are built; help, the version or a call that names no verb
+    # (an error that lists them all) gets the whole parser.
+    parser = None if {"-h", "--help", "--version"} & set(own) else build_parser(extensions, only=set(own))
+    if parser is None or not parser.verb_parsers:  # type: ignore[attr-defined]
+        parser = build_parser(extensions)
     wants_json = "--json" in own
     try:
         args = parser.parse_args(own)

@@ -170,7 +170,9 @@ def spawn(run_path: str, key: str, job: Dict[str, Any]) -> Tuple[int, Optional[s
     package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = package_parent + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     launcher = subprocess.run(
-        [sys.executable, "-m", "runner.jobs", "--launch", folder, job.get("nonce") or "", "--"] + list(job["command"]),
+        # -S: the launcher and the wrapper import only this package (standard library only, found through PYTHONPATH),
+        # and site's start-up can cost more than all the rest of theirs.
+        [sys.executable, "-S", "-m", "runner.jobs", "--launch", folder, job.get("nonce") or "", "--"] + list(job["command"]),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -198,7 +200,7 @@ def launch_main(argv: Sequence[str]) -> int:
     import subprocess
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "runner.jobs"] + list(argv),
+        [sys.executable, "-S", "-m", "runner.jobs"] + list(argv),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

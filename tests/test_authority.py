@@ -501,7 +501,7 @@ class FencingTest(RunTestCase):
             "approval request": ["approval", "request", "publish", "--action", "effect:publish:weekly-48", "--payload", self.payload, "--ttl", "60"],
             "cost": ["cost", "--add", "money=1"],
             "migrate": ["migrate", "--contract", contract, "--reason", "more steps"],
-            "job submit": ["job", "submit", "j1", "--", sys.executable, "-c", "pass"],
+            "job submit": ["job", "submit", "j1", "--", sys.executable, "-S", "-c", "pass"],
         }
         variants: Dict[str, Tuple[List[str], Dict[str, str]]] = {
             "no credentials": ([], {}),

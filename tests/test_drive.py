@@ -14,7 +14,7 @@ import subprocess, sys
 # cancel_on_b.py REPO RUN KEY COMMAND...: a person cancels the run while item b is in flight, then COMMAND runs.
 repo, run, key, command = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 if key == "b:ticket":
-    subprocess.run([sys.executable, "-m", "runner", "--dir", run, "cancel", "--by", "a-person", "--reason", "no longer needed"],
+    subprocess.run([sys.executable, "-S", "-m", "runner", "--dir", run, "cancel", "--by", "a-person", "--reason", "no longer needed"],
                    env={"PYTHONPATH": repo}, check=True, stdout=subprocess.DEVNULL)
 sys.exit(subprocess.run(command).returncode)
 '''

@@ -307,14 +307,14 @@ class FlagTest(TargetCase):
         payload = os.path.join(self.root, "p.json")
         with open(payload, "w", encoding="utf-8") as handle:
             json.dump({"note": "an agent's own call"}, handle)
-        taken = json.loads(cli(self.root, "lease", "acquire", "--owner", "agent", "--json").out)
+        taken = json.loads(local(self.root, "lease", "acquire", "--owner", "agent", "--json").out)
         creds = ["--owner", "agent", "--epoch", str(taken["epoch"])]
-        self.assertEqual(cli(self.root, "effect", "begin", "manual:ticket", "--payload", payload, *creds).code, 0)
+        self.assertEqual(local(self.root, "effect", "begin", "manual:ticket", "--payload", payload, *creds).code, 0)
         # The agent called the target itself (nothing the registry saw), then its session ended without a release.
-        # Separate processes, as in life: the takeover comes at a later millisecond than the begin.
+        # The supervisor is another process, as in life: its start puts the takeover at a later millisecond than the begin.
         ran = cli(self.root, "lease", "break", "--by", "supervisor", "--reason", "the agent's session ended")
         self.assertEqual(ran.code, 0, ran.err)
-        taken = json.loads(cli(self.root, "lease", "acquire", "--owner", "next", "--json").out)
+        taken = json.loads(local(self.root, "lease", "acquire", "--owner", "next", "--json").out)
         target = [sys.executable, "-S", os.path.join(self.root, "target.py")]
         ran = local(self.root, "effect", "run", "manual:ticket", "--owner", "next", "--epoch", str(taken["epoch"]), "--json",
                     "--", *target, "invoke", self.ledger, "{key}", "--observe", "--", *target, "observe", self.ledger, "{key}")
@@ -349,8 +349,8 @@ class HeldUpCallTest(unittest.TestCase):
             now = [1_790_000_000.0]
             registry = inflight.Registry(os.path.join(root, "calls"), clock=lambda: now[0])
             marker = os.path.join(root, "sent")
-            adapter = CommandAdapter([sys.executable, "-c", "import sys; open(sys.argv[1], 'w').close(); print('{}')", marker],
-                                     [sys.executable, "-c", "print('{}')"], timeout=5)
+            adapter = CommandAdapter([sys.executable, "-S", "-c", "import sys; open(sys.argv[1], 'w').close(); print('{}')", marker],
+                                     [sys.executable, "-S", "-c", "print('{}')"], timeout=5)
             call = registry.register("k", "invoke", 1, 5.0)
             with inflight.calling(registry, call):
                 now[0] += 7.0  # past the deadline (timeout plus grace)

@@ -220,7 +220,7 @@ class GlobTest(Workspace):
         self.write("docs/sub/b.md", "# b\n")
         block = self.contract(items={"glob": "docs/**/*.md"})
         self.init(block)
-        self.assertEqual(cli(self.ws, "drive", "--owner", "agent", "--max-actions", "1").code, 0)  # started, frozen
+        self.assertEqual(local(self.ws, "drive", "--owner", "agent", "--max-actions", "1").code, 0)  # started, frozen
         os.symlink(".", os.path.join(self.ws, "docs", "x"))
         os.symlink("..", os.path.join(self.ws, "docs", "y"))
         os.symlink(self.root, os.path.join(self.ws, "docs", "z"))

@@ -14,64 +14,36 @@ import time
 import unittest
 from typing import Any, Callable, Dict, List
 
-from tests._batch import cli, local, status
+from tests._batch import local, status
 from tests._util import in_parallel
 from tests.test_executor import TargetCase
 
 #: Put in front of a contract command: at its window, SIGKILL the runner that started it (its parent), at the Nth passage.
 KILLER = r'''
-import os, signal, sys
-# killer.py ROLE COUNTER WINDOW NTH -- COMMAND...: run COMMAND; at WINDOW's NTH passage, SIGKILL the parent (the runner).
-# (A fork and an exec, not subprocess, whose import would lengthen the start of every call by half.)
-role, counter, window, nth = sys.argv[1:5]
-command = sys.argv[6:]
-
-def due(at):
-    if at != window:
-        return False
-    with open(counter, "a+") as handle:
-        import fcntl
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        handle.seek(0)
-        seen = len(handle.read().split()) + 1
-        handle.write("x\n")
-    return seen == int(nth)
-
-def die():
-    os.kill(os.getppid(), signal.SIGKILL)
-    sys.exit(75)
-
-if role == "payload" and due("before-started"):
-    die()
-if role == "invoke" and due("after-started"):
-    die()
-if role == "observe" and due("after-ack"):
-    die()
-read_end, write_end = os.pipe()
-pid = os.fork()
-if pid == 0:
-    try:
-        os.dup2(write_end, 1)
-        os.close(read_end)
-        os.close(write_end)
-        os.execvp(command[0], command)
-    finally:
-        os._exit(127)
-os.close(write_end)
-chunks = []
-while True:
-    chunk = os.read(read_end, 65536)
-    if not chunk:
-        break
-    chunks.append(chunk)
-code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-if role == "invoke" and code == 0 and due("after-target-commit"):
-    die()
-sys.stdout.buffer.write(b"".join(chunks))
-sys.stdout.flush()
-if role == "invoke" and code == 0 and due("after-response"):
-    die()
-sys.exit(code)
+# killer.sh ROLE COUNTER WINDOW NTH -- COMMAND...: run COMMAND; at WINDOW's NTH passage, SIGKILL the parent (the runner).
+# A shell, not Python, whose start would be most of a call's cost. The Nth passage is the one that creates COUNTER.N:
+# each takes the first number no other took, by an exclusive create (noclobber), so calls in parallel count once each.
+role=$1 counter=$2 window=$3 nth=$4
+shift 5
+due() {
+  [ "$1" = "$window" ] || return 1
+  seen=1
+  until (set -C; : > "$counter.$seen") 2>/dev/null; do seen=$((seen + 1)); done
+  [ "$seen" -eq "$nth" ]
+}
+die() { kill -KILL "$PPID"; exit 75; }
+case "$role" in
+  payload) due before-started && die ;;
+  invoke) due after-started && die ;;
+  observe) due after-ack && die ;;
+esac
+[ "$role" = invoke ] || exec "$@"
+answer=$("$@")
+code=$?
+if [ "$code" -eq 0 ] && due after-target-commit; then die; fi
+printf '%s\n' "$answer"
+if [ "$code" -eq 0 ] && due after-response; then die; fi
+exit "$code"
 '''
 
 WINDOWS = ("before-started", "after-started", "after-target-commit", "after-response", "after-ack")
@@ -87,11 +59,11 @@ class ParallelCase(TargetCase):
         Only the command that passes ``window`` is wrapped: the others would
         pass through the wrapper without ever counting.
         """
-        path = os.path.join(self.root, "killer.py")
+        path = os.path.join(self.root, "killer.sh")
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(KILLER)
         counter = os.path.join(self.root, "kill-count")
-        return lambda role: [sys.executable, "-S", path, role, counter, window, str(nth), "--"] if role == ROLE_AT[window] else []
+        return lambda role: ["sh", path, role, counter, window, str(nth), "--"] if role == ROLE_AT[window] else []
 
     def in_flight(self) -> int:
         folder = os.path.join(self.root, ".run", "calls")
@@ -143,7 +115,7 @@ class KilledWithCallsInFlightTest(unittest.TestCase):
                 case.start(items, invoke={"send-after": 0.05, "jitter": 0.3}, timeout=10, wrapper=case.killer(window, nth=nth))
                 first = case.finish(case.spawn("drive", "--owner", "w1", "--parallel", "8", "--json"))
                 in_flight_at_kill = len([n for n in os.listdir(os.path.join(case.root, ".run", "calls")) if n.endswith(".json")])
-                broken = cli(case.root, "lease", "break", "--by", "supervisor", "--reason", "w1 was killed")
+                broken = local(case.root, "lease", "break", "--by", "supervisor", "--reason", "w1 was killed")
                 second = case.finish(case.spawn("drive", "--owner", "w2", "--parallel", "8", "--json"))
                 counts = {key: case.lines(key + ":ticket") for key in items}
                 return {"window": window, "first": first["code"], "broken": broken.code, "second": second["code"], "err": second["err"],

@@ -14,6 +14,7 @@ import errno
 import os
 import stat
 import subprocess
+import time
 import unittest
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
@@ -24,6 +25,7 @@ except ImportError:
 
 from runner.fs import FileSystem, OsFileSystem
 from runner.stores.file import RunStore, check, scan
+from tests.test_authority import CliServer
 
 #: A writer that enters a transaction, says so, and waits for a line on stdin before it commits.
 HOLDER = (
@@ -385,26 +387,28 @@ class QuarantineInTheWay(Case):
 
 
 class ConcurrentInit(Case):
-    """Of inits racing into one new folder, one starts the run and the others are refused (exit 2), never an I/O error."""
+    """Of inits racing into one new folder, one starts the run and the others are refused (exit 2), never an I/O error.
 
-    INIT = "import sys\nfrom runner.cli import main\nsys.stdin.readline()\nsys.exit(main(sys.argv[1:]))\n"
+    The three contenders are long-lived processes (``tests.test_authority.CliServer``), each running one ``init``
+    per round at the same wall-clock instant, so that six rounds cost three interpreter starts, not eighteen.
+    """
 
     def test_rounds_of_three(self) -> None:
+        servers = [CliServer() for _ in range(3)]
+        for server in servers:
+            self.addCleanup(server.close)
         for round_no in range(6):
             folder = self.path(f"race-{round_no}")
-            procs = [start(self.INIT, "--dir", folder, "init", "--contract", self.contract, stdin=True) for _ in range(3)]
-            for proc in procs:
-                self.addCleanup(proc.kill)
-            for proc in procs:
-                proc.stdin.write("go\n")  # type: ignore[union-attr]
-                proc.stdin.flush()  # type: ignore[union-attr]
-            outcomes = [self.reap(proc) for proc in procs]
-            codes = sorted(code for code, _out, _err in outcomes)
-            self.assertEqual(codes, [0, 2, 2], [err for _c, _o, err in outcomes])
-            for code, _out, err in outcomes:
-                if code == 2:
-                    self.assertIn("refusing to start a new run", err)
-                    self.assertEqual(len(err.splitlines()), 1, err)
+            start_at = time.time() + 0.01
+            for server in servers:
+                server.send(["--dir", folder, "init", "--contract", self.contract], start_at=start_at)
+            outcomes = [server.receive() for server in servers]  # an exception escaping main fails here
+            codes = sorted(result.code for result in outcomes)
+            self.assertEqual(codes, [0, 2, 2], [result.err for result in outcomes])
+            for result in outcomes:
+                if result.code == 2:
+                    self.assertIn("refusing to start a new run", result.err)
+                    self.assertEqual(len(result.err.splitlines()), 1, result.err)
             self.assertEqual(self.open(folder).revision, 0)
 
 

@@ -276,13 +276,16 @@ class TimelineOfProofs(unittest.TestCase):
     """``demo --html`` and ``campaign --html`` write the page of the runs they made, agreeing with their own counts."""
 
     def proof(self, *args: str) -> Tuple[Dict[str, Any], _Elements, str]:
+        """The command line's ``ARGS --html FILE`` in a child: its figures, the page's elements and the page."""
         with scratch_dir("runner-timeline-proof-") as scratch:
             page_path = os.path.join(scratch, "page.html")
             result = run_cli("--json", *args, "--html", page_path, timeout=300)
             self.assertEqual(result.code, 0, result.err[-2000:])
-            with open(page_path, encoding="utf-8") as handle:
-                page = handle.read()
-        body = json.loads(result.out)
+            return self.page(json.loads(result.out), page_path)
+
+    def page(self, body: Dict[str, Any], page_path: str) -> Tuple[Dict[str, Any], _Elements, str]:
+        with open(page_path, encoding="utf-8") as handle:
+            page = handle.read()
         self.assertEqual(body["html_bytes"], len(page.encode("utf-8")))
         assert_inert(self, page)
         return body, parse(page), page
@@ -299,8 +302,12 @@ class TimelineOfProofs(unittest.TestCase):
         self.assertEqual(len([k for k in keys if k and k.startswith("doc-")]), 24)
 
     def test_sharded_demo_page_has_one_lane_group_per_run(self) -> None:
-        # Runs of 100 documents: 101 make two.
-        body, elements, _page = self.proof("demo", "--documents", "101", "--workers", "2", "--crash-rate", "0.02", "--no-progress")
+        # Through the library, whose shards can be smaller than the command line's 100 documents: 12 in runs of 10 make two.
+        from runner.proof.demo import run_demo
+
+        with scratch_dir("runner-timeline-proof-") as scratch:
+            page_path = os.path.join(scratch, "page.html")
+            body, elements, _page = self.page(run_demo(documents=12, seed=2, crash_rate=0.1, workers=2, shard_size=10, html=page_path), page_path)
         self.assertEqual(body["runs"], 2)
         self.assertEqual(sorted(a["data-task"] for a in elements.having("run")), ["demo-shard-0000", "demo-shard-0001"])
 

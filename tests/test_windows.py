@@ -130,7 +130,7 @@ class WindowOrderTest(unittest.TestCase):
         run.acquire("worker", 60)
         run.step_start("one")
         run.step_done("one", {})
-        submit_job(run, "j", [sys.executable, "-c", "pass"])
+        submit_job(run, "j", [sys.executable, "-S", "-c", "pass"])
         self.assertEqual(rec.windows, ["lease:after-acquire", "step:after-start", "step:after-done", "job:after-intent", "job:after-spawn"])
         self.assertEqual(rec.passes[-1][1]["key"], "j")
         self.assertIsInstance(rec.passes[-1][1]["pid"], int)

@@ -116,7 +116,7 @@ def _work(run: Run, task: str, adapter: Adapter, report: Any, budget: int) -> st
     if run.state["current_step"] != "check" and (run.state["steps"].get("check") or {}).get("state") != "done":
         run.step_start("check")
         report(run.state["revision"])
-    job = submit_job(run, "check", [sys.executable, "-c", "pass"])
+    job = submit_job(run, "check", [sys.executable, "-S", "-c", "pass"])
     report(run.state["revision"])
     deadline = time.monotonic() + 30
     while job["state"] in ("submitting", "running") and time.monotonic() < deadline:
@@ -124,7 +124,7 @@ def _work(run: Run, task: str, adapter: Adapter, report: Any, budget: int) -> st
         if job["state"] in ("submitting", "running"):
             time.sleep(0.005)
     if job["state"] == "vanished":
-        job = submit_job(run, "check", [sys.executable, "-c", "pass"])
+        job = submit_job(run, "check", [sys.executable, "-S", "-c", "pass"])
         return "job-rerun"
     run.step_done("check", {"exit_code": job.get("exit_code")})
     report(run.state["revision"])

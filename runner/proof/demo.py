@@ -230,7 +230,8 @@ def _spawn_worker(opts: Dict[str, Any]) -> "subprocess.Popen[str]":
     parent = PACKAGE_PARENT
     env["PYTHONPATH"] = parent + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     stdin = subprocess.PIPE if opts.get("hold_at") is not None else subprocess.DEVNULL
-    return subprocess.Popen([sys.executable, "-m", "runner.proof.demo", "--worker", json.dumps(opts)], stdin=stdin,
+    # -S: the worker imports only this package (standard library only, found through PYTHONPATH); site would lengthen each start.
+    return subprocess.Popen([sys.executable, "-S", "-m", "runner.proof.demo", "--worker", json.dumps(opts)], stdin=stdin,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
@@ -564,7 +565,7 @@ def run_draft_scenario(log: IO[str]) -> Dict[str, Any]:
             for phase in ("first", "recovery"):
                 env = dict(os.environ)
                 env["PYTHONPATH"] = PACKAGE_PARENT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-                proc = subprocess.run([sys.executable, "-m", "runner.proof.demo", "--draft-worker", json.dumps({"run": run_path, "url": service.url, "phase": phase})],
+                proc = subprocess.run([sys.executable, "-S", "-m", "runner.proof.demo", "--draft-worker", json.dumps({"run": run_path, "url": service.url, "phase": phase})],
                                       capture_output=True, text=True, env=env, timeout=120)
                 log.write(f"# {'First process' if phase == 'first' else 'Recovery process'}\n")
                 for line in proc.stdout.splitlines():

@@ -92,7 +92,8 @@ def _env(**extra: str) -> Dict[str, str]:
 
 
 def _cli(workspace: str, *args: str, env: Optional[Dict[str, str]] = None) -> "subprocess.Popen[str]":
-    command = [sys.executable, "-m", "runner", "--dir", os.path.join(workspace, ".run"), *args]
+    # -S: the runner needs no site-packages (its folder is on PYTHONPATH); site would lengthen every driver's start.
+    command = [sys.executable, "-S", "-m", "runner", "--dir", os.path.join(workspace, ".run"), *args]
     return subprocess.Popen(command, cwd=workspace, env=env or _env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -140,7 +141,7 @@ def _drivers(workspace: str, documents: int, seed: int, crash_rate: float, progr
         began = time.monotonic()
         owner = f"driver-{generation}"
         if in_process and window is not None:
-            command = [sys.executable, "-m", "runner.proof.killed_drive", run_path, owner, window, extra["RUNNER_KILL_NTH"], str(parallel)]
+            command = [sys.executable, "-S", "-m", "runner.proof.killed_drive", run_path, owner, window, extra["RUNNER_KILL_NTH"], str(parallel)]
             proc = subprocess.Popen(command, cwd=workspace, env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, text=True)
         else:

@@ -13,7 +13,6 @@ import os
 import signal
 import sys
 import threading
-import urllib.request
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..windows import Observer, check_window
@@ -183,6 +182,8 @@ def kill_point(point: str, nth: int, *, lose_answer: Optional[Callable[[], None]
 
 def lose_next_answer(url: str, timeout: float = 5.0) -> None:
     """Arm the loopback ticket service at ``url``: commit the next ticket, then close the connection unanswered."""
+    import urllib.request  # here, not at the top: the killed children that import this module for KillAt start faster without it
+
     request = urllib.request.Request(url + "/faults", data=json.dumps({"drop_after_commit": 1}).encode(), method="POST",
                                      headers={"Content-Type": "application/json"})
     with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request, timeout=timeout) as response:
