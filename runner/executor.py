@@ -360,8 +360,9 @@ class Executor:
         """Decide and act for every task that is not waiting, until each waits, has a call in flight, or is finished.
 
         Calls go out while the flow has call slots: lookups first (they finish effects), those of one
-        adapter that can look many keys up at once (``observe_many``) together as one call; then
-        invokes, each after its ``started`` is durable. A task that finds no slot waits for a call to end.
+        adapter that can look many keys up at once (``observe_many``) together as one call, which
+        waits to be full while invokes want slots; then invokes, each after its ``started`` is
+        durable. A task that finds no slot waits for a call to end.
         """
         while True:
             now = self.run.clock()
@@ -381,7 +382,7 @@ class Executor:
                     batch.append((task, move))
                 else:
                     self._act(task, move, now)
-            self._look(lookups, now)
+            self._look(lookups, now, fill=any(move.kind == "invoke" for _, move in batch))
             batch = [(task, move) for task, move in batch if move.kind != "invoke" or self._take_slot(task, now)]
             if not batch:
                 return
@@ -399,8 +400,12 @@ class Executor:
         self._reserved += 1
         return True
 
-    def _look(self, tasks: List[_Task], now: float) -> None:
-        """Start the lookups ``tasks`` want: together where their adapter can, one call each otherwise, while slots last."""
+    def _look(self, tasks: List[_Task], now: float, fill: bool = False) -> None:
+        """Start the lookups ``tasks`` want: together where their adapter can, one call each otherwise, while slots last.
+
+        With ``fill`` (invokes want slots), a lookup of many keys goes out only once it is full: the
+        slot serves an invoke meanwhile, and one call later verifies many effects at once.
+        """
         groups: Dict[Any, List[_Task]] = {}
         for task in tasks:
             adapter = task.job.adapter
@@ -410,6 +415,8 @@ class Executor:
             size = max(1, int(getattr(members[0].job.adapter, "observe_batch", 1))) if kind == "many" else 1
             for start in range(0, len(members), size):
                 chunk = members[start:start + size]
+                if fill and 1 < size and len(chunk) < size:
+                    break  # decided again on the next pass, with the keys that became ready meanwhile
                 if not self._take_slot(chunk[0], now):
                     for task in chunk[1:]:
                         task.blocked, task.wake_at = chunk[0].blocked, chunk[0].wake_at

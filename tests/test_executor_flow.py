@@ -101,6 +101,14 @@ class FlowInTheExecutorTest(unittest.TestCase):
         self.assertEqual(len(set(target.created)), 64)
         self.assertEqual({e["state"] for e in self.run_.state["effects"].values()}, {"verified"})
 
+    def test_while_invokes_want_slots_a_lookup_of_many_keys_waits_to_be_full(self) -> None:
+        # 64 items, 4 calls in flight (8 effects taken on), 8 keys a lookup. Sent as soon as a slot frees, lookups
+        # verify one or two keys each (57 lookups); held while invokes want the slot, they verify two or more.
+        target = CountingTarget(many=True)
+        self.perform(target, 64, parallel=4)
+        self.assertLessEqual(target.lookups, 64 // 2, "lookups went out before keys gathered")
+        self.assertEqual({e["state"] for e in self.run_.state["effects"].values()}, {"verified"})
+
     def test_an_adapter_without_many_is_looked_up_one_key_at_a_time(self) -> None:
         target = CountingTarget(many=True)
         without_many(target)
