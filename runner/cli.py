@@ -178,7 +178,7 @@ def build_parser(extensions: Sequence[Callable[[Callable[..., argparse.ArgumentP
     sub.add_argument("--max-chars", type=positive, default=2000)
 
     sub = verb("events", "transitions after sequence number N (resume an observer where it left off)", cmd_events)
-    sub.add_argument("--after", type=_count, default=0, metavar="N")
+    sub.add_argument("--after", type=_not_negative, default=0, metavar="N")
     sub.add_argument("--limit", type=positive, default=None, metavar="N", help="at most N events per page (default: all)")
     sub.add_argument("--follow", action="store_true", help="keep printing new events until the run stops")
     sub.add_argument("--timeout", type=_seconds, default=None, help="with --follow: stop after this many seconds")
@@ -216,10 +216,10 @@ def build_parser(extensions: Sequence[Callable[[Callable[..., argparse.ArgumentP
 
 def _writer(sub: argparse.ArgumentParser) -> None:
     sub.add_argument("--owner", default=os.environ.get("RUNNER_OWNER"), metavar="ID", help="the lease holder writing (default: $RUNNER_OWNER)")
-    sub.add_argument("--epoch", type=_epoch, default=None, metavar="N", help="its fencing epoch from 'lease acquire' (default: $RUNNER_EPOCH)")
+    sub.add_argument("--epoch", type=_not_negative, default=None, metavar="N", help="its fencing epoch from 'lease acquire' (default: $RUNNER_EPOCH)")
 
 
-def _epoch(text: str) -> int:
+def _not_negative(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -235,7 +235,7 @@ def _env_epoch() -> Optional[int]:
     if not value:
         return None
     try:
-        return _epoch(value)
+        return _not_negative(value)
     except argparse.ArgumentTypeError as exc:
         raise InvalidInput(f"RUNNER_EPOCH {exc}") from None
 
@@ -275,16 +275,6 @@ def positive(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be positive")
-    return value
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
     return value
 
 
