@@ -14,9 +14,9 @@ its loop acts. The rules it keeps:
   progress**, whichever of the key's calls that is. A call that is alive is
   waited for until its deadline; after it, a call with a process group of its
   own (a command) is killed and waited for; a call without one (an in-process
-  call, or a command not started yet) is waited for until the process that
-  made it is gone or records the call's end: a process that was stopped may
-  still send after the deadline it set itself.
+  call, or a command not started yet) counts as over at its deadline, because
+  the process that made it checks that deadline right before it sends or
+  starts its command, and sends nothing once it has passed.
 * **An absence is an observation only when no earlier call can still land.**
   A lookup that found nothing sooner than ``settle`` seconds after the last
   call ended is not believed: wait, observe again.
@@ -49,8 +49,6 @@ UNRESOLVED = ("started", "acknowledged", "uncertain")
 
 #: Seconds before looking again when a lookup was refused for now and named no delay.
 LOOKUP_RETRY_SECONDS = 1.0
-#: Seconds between looks at a call past its deadline whose maker lives on (it may have been stopped).
-HELD_CALL_POLL_SECONDS = 1.0
 
 
 class Caps(NamedTuple):
@@ -155,13 +153,14 @@ def quiet_since(facts: Facts) -> float:
     """The moment after which no earlier call of the key can still be in progress, as far as is known.
 
     The latest end among the registry's calls that ended (a call that ended
-    without a recorded end counts as ending at its deadline) and this pass's
-    own answer. A recorded ``acknowledged`` or ``uncertain`` was written after its call
+    without a recorded end counts as ending at its deadline; so does a call
+    without a process of its own still alive past it) and this pass's own
+    answer. A recorded ``acknowledged`` or ``uncertain`` was written after its call
     ended, so its time bounds that call too. A ``started`` effect of which
     the registry knows nothing (it was lost with the machine) is assumed to
     have called until its deadline.
     """
-    ends = [c.ended_at if c.ended_at is not None else c.deadline for c in facts.calls if not c.alive]
+    ends = [c.ended_at if c.ended_at is not None else c.deadline for c in facts.calls if not c.alive or not c.killable]
     if facts.answer is not None:
         ends.append(facts.answer.ended_at)
     effect = facts.effect or {}
@@ -216,9 +215,8 @@ def next_move(facts: Facts) -> Move:
         if running:
             first = min(running, key=lambda c: c.deadline)
             return Move("wait-call", until=first.deadline, call=first)
-        # Past its deadline with no process of its own to kill, and its maker alive: it may have been stopped
-        # before it sent, and send when it goes on. It is waited for until its maker ends or gives it up.
-        return Move("wait-call", until=now + HELD_CALL_POLL_SECONDS, call=live[0])
+        # Only calls past their deadline without a process of their own are left: their maker checks the
+        # deadline right before it sends, so none of them sends any more (quiet_since counts them ended).
 
     seen = facts.seen
     # Settled by observing an outcome this pass did not learn from the target's own answer.

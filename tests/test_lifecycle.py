@@ -5,7 +5,7 @@ from typing import Any, Dict, Optional
 
 from runner.envelope import format_time
 from runner.errors import Failed, Fenced, NeedsReconciliation
-from runner.lifecycle import HELD_CALL_POLL_SECONDS, Answer, Call, Caps, Facts, Move, Seen, next_move, quiet_since
+from runner.lifecycle import Answer, Call, Caps, Facts, Move, Seen, next_move, quiet_since
 
 T0 = 1_790_000_000.0
 KEY = "doc-1:ticket"
@@ -43,16 +43,13 @@ class CallsInFlightTest(unittest.TestCase):
                 got = move(record, calls=(live,))
                 self.assertEqual((got.kind, got.until, got.call), ("wait-call", T0 + 200, live))
 
-    def test_past_its_deadline_a_command_is_killed_and_a_call_without_a_process_waits_for_its_maker(self) -> None:
+    def test_past_its_deadline_a_command_is_killed_and_an_in_process_call_counts_as_ended(self) -> None:
         command = Call(True, T0 + 50, True, None, 42)
         self.assertEqual(move(effect("started"), calls=(command,)).kind, "kill-call")
-        # Its maker lives on (it may have been stopped before sending): look again a moment later, never observe.
+        # Its maker checks the deadline right before sending: past it, nothing of this call can still go out.
         in_process = Call(True, T0 + 50, False, None, 42)
-        self.assertEqual(move(effect("started"), calls=(in_process,)), Move("wait-call", until=T0 + 100 + HELD_CALL_POLL_SECONDS, call=in_process))
-        # Once its maker is gone (the registry writes the end it finds), the call dates the settle time.
-        gone = Call(False, T0 + 50, False, None, 42)
-        self.assertEqual(move(effect("started"), calls=(gone,)).kind, "observe")
-        self.assertEqual(quiet_since(Facts(KEY, effect("started"), (gone,))), T0 + 50)
+        self.assertEqual(move(effect("started"), calls=(in_process,)).kind, "observe")
+        self.assertEqual(quiet_since(Facts(KEY, effect("started"), (in_process,))), T0 + 50)
 
     def test_every_live_call_of_the_key_is_weighed_not_the_first_listed(self) -> None:
         held = Call(True, T0 + 50, False, None, 41)  # past its deadline, its maker alive

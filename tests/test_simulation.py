@@ -215,12 +215,14 @@ class FindingsTest(unittest.TestCase):
         # w1 records started, then is stopped for 15 s before its command starts (lease 5 s, call deadline 6 s).
         # w2 takes the lease at 5 s, waits for w1's registered call until its deadline, counts the call (which has no
         # process of its own yet) as ended there, observes absent, calls, verifies. At 15 s w1 continues: the executor
-        # starts the command it registered at 0 s, and the command sends: a second effect.
+        # started the command it registered at 0 s, and the command sent: a second effect. The command adapter now
+        # checks the call's deadline before it starts the command, and sends nothing.
         result = run_schedule(SEED, params=quiet(workers=2, ttl=5.0, commands=1.0, stall=("effect:after-started", 1, 15.0)), trace=True)
+        trace = "\n".join(result["trace"])
         self.assertEqual(result["counts"].get("stalls"), 1)
-        self.assertEqual(result["ending"], "settled")
-        self.assertEqual(result["signs"], ["call-sent-past-its-deadline"])
-        self.assertEqual(result["violations"], [], "\n".join(result["trace"]))
+        self.assertEqual(result["counts"].get("sends_past_deadline_refused"), 1, trace)
+        self.assertEqual((result["ending"], result["counts"].get("effects")), ("settled", 1), trace)
+        self.assertEqual((result["signs"], result["violations"]), ([], []), trace)
 
     def test_a_command_started_as_its_runner_was_killed_never_starts_where_processes_cannot_be_searched(self) -> None:
         # w1 starts k1's command and is killed before it records the command's process; this machine cannot search
@@ -250,13 +252,13 @@ class FindingsTest(unittest.TestCase):
         # is killed 18 ms later, the command still on its way. w3 takes over at once: the registry lists w1's call (alive,
         # past its deadline, no process of its own) before w2's command (alive, 6 s before its deadline). The lifecycle
         # looked at the first live call only, found it over, observed absent before the command sent, and called again.
-        # Every live call is weighed now: w3 waits for w2's command until it has ended.
+        # Every live call is weighed now: w3 waits for w2's command (deadline 12 s) until it has ended.
         result = run_schedule(5, params=quiet(workers=2, ttl=5.0, commands=1.0, slow_commands=0.5, kill_window="sim:in-flight", kill_pass=1,
                                               stall=("effect:before-started", 1, 60.0)), trace=True)
         trace = "\n".join(result["trace"])
         self.assertEqual(result["counts"].get("stalls"), 1)
         self.assertEqual(result["kills"], {"sim:in-flight": 1})
-        self.assertIn("w3 k1 started calls[ended/invoke,alive/invoke] seen=None answer=None -> wait-call", trace)
+        self.assertIn("w3 k1 started calls[alive/invoke,alive/invoke] seen=None answer=None -> wait-call until 12.000", trace)
         self.assertEqual(result["counts"].get("effects"), 1, trace)
         self.assertEqual((result["signs"], result["violations"]), ([], []), trace)
 

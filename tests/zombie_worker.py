@@ -70,8 +70,19 @@ class _FencingRun(Run):
         try:
             return super()._mutate(decide, fenced)
         except Fenced as exc:
-            record(self.context, "refused", by="store", task=self.store.task_id, owner=self.owner, epoch=self.epoch, detail=exc.message)
+            self._refused(exc)
             raise
+
+    def transact_many(self, changes: Any) -> Any:
+        """The executor's commits (one transition for several effects) are writes too."""
+        try:
+            return super().transact_many(changes)
+        except Fenced as exc:
+            self._refused(exc)
+            raise
+
+    def _refused(self, exc: Fenced) -> None:
+        record(self.context, "refused", by="store", task=self.store.task_id, owner=self.owner, epoch=self.epoch, detail=exc.message)
 
 
 class _RecordingAdapter(TicketAdapter):

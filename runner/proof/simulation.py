@@ -736,6 +736,11 @@ class Schedule:
         """A command-like call's process starts, the call's token in its environment; an instant later it is registered."""
         if call.delivered:
             return  # its worker was stopped past the call's timeout: the call ended before its process began
+        if call.kind == "invoke" and self.sched.now >= float(call.registered.record["deadline"]):
+            # runner.commands.CommandAdapter.invoke checks the deadline before it starts the command.
+            self.count("sends_past_deadline_refused")
+            self._deliver(call, ("not-applied", None))
+            return
         token = call.registered.record["token"]
         call.proc = self.table.new_command(f"{inflight.TOKEN_VARIABLE}={token}")
         self.log(f"{call.worker.name} {call.id} spawned pid {call.proc.pid}")
