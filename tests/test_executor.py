@@ -95,6 +95,14 @@ class TargetCase(unittest.TestCase):
                 if stream:
                     stream.close()
 
+    def gate(self) -> str:
+        """A file whose creation lets every held call go on (the target's ``hold-until``)."""
+        return os.path.join(self.root, "gate")
+
+    def open_gate(self) -> None:
+        with open(self.gate(), "w"):
+            pass
+
     def start(self, items: List[str], invoke: Optional[Dict[str, Any]] = None, observe: Optional[Dict[str, Any]] = None,
               timeout: float = 20, wrapper: Optional[Callable[[str], List[str]]] = None, before: Optional[List[Dict[str, Any]]] = None,
               **extra: Any) -> None:
@@ -197,11 +205,14 @@ class ReceiptTest(TargetCase):
 
 class CallsInFlightTest(TargetCase):
     def test_the_lease_lives_through_a_call_longer_than_its_ttl(self) -> None:
-        self.start(["a"], invoke={"send-after": 2.5}, lease={"ttl_seconds": 1.5})
+        self.start(["a"], invoke={"hold-until": self.gate()}, lease={"ttl_seconds": 1.5}, timeout=40)
         first = self.spawn("drive", "--owner", "worker-a", "--json")
         self.wait_for_call_in_flight()
-        time.sleep(1.8)  # past the lease's ttl: only renewals during the call keep it
+        lapse = time.time() + 1.8
+        while time.time() < lapse:  # past the lease's ttl, the call still held: only renewals during the call keep it
+            time.sleep(0.05)
         second = self.finish(self.spawn("drive", "--owner", "worker-b", "--json"))
+        self.open_gate()
         self.assertEqual(second["code"], 3, second["err"])
         self.assertEqual(self.finish(first)["code"], 10)
         self.assertEqual(self.lines("a:ticket"), 1)

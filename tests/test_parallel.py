@@ -78,14 +78,6 @@ class ParallelCase(TargetCase):
                 count += record.get("kind") == "invoke" and bool(record.get("child")) and record.get("ended_at") is None
         return count
 
-    def gate(self) -> str:
-        """A file whose creation lets every held call go on (the target's ``hold-until``)."""
-        return os.path.join(self.root, "gate")
-
-    def open_gate(self) -> None:
-        with open(self.gate(), "w"):
-            pass
-
     def wait_in_flight(self, at_least: int, seconds: float = 60) -> None:
         deadline = time.monotonic() + seconds
         while self.in_flight() < at_least:
