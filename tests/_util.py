@@ -184,7 +184,9 @@ def in_process_cli(argv: Sequence[str], env: Optional[Dict[str, str]] = None) ->
     from several threads take turns; both are restored after the call.
     """
     import contextlib
+    import gc
     import io
+    import warnings
 
     from runner.cli import main
 
@@ -198,8 +200,13 @@ def in_process_cli(argv: Sequence[str], env: Optional[Dict[str, str]] = None) ->
                     os.environ.pop(name, None)
                 else:
                     os.environ[name] = value
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            gc.collect()  # what earlier calls left unclosed warns now, outside this call's capture
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
+                # A child process closes its store when it exits; here the store closes when it is collected,
+                # and Python 3.13 warns about a SQLite connection closed that way.
+                warnings.simplefilter("ignore", ResourceWarning)
                 code = main(list(argv))
+                gc.collect()
         finally:
             for name, value in saved.items():
                 if value is None:
