@@ -195,11 +195,7 @@ def in_process_cli(argv: Sequence[str], env: Optional[Dict[str, str]] = None) ->
     with _IN_PROCESS:
         saved = {name: os.environ.get(name) for name in changes}
         try:
-            for name, value in changes.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+            _set_environment(changes)
             gc.collect()  # what earlier calls left unclosed warns now, outside this call's capture
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
                 # A child process closes its store when it exits; here the store closes when it is collected,
@@ -208,12 +204,17 @@ def in_process_cli(argv: Sequence[str], env: Optional[Dict[str, str]] = None) ->
                 code = main(list(argv))
                 gc.collect()
         finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
+            _set_environment(saved)
     return Result(code, out.getvalue(), err.getvalue())
+
+
+def _set_environment(values: Dict[str, Optional[str]]) -> None:
+    """Set each variable of ``values`` in this process's environment; None removes it."""
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def stderr_lines(result: Result) -> List[str]:
