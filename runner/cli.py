@@ -413,8 +413,14 @@ def _run_dir(args: argparse.Namespace) -> str:
     return location
 
 
+def _kept(args: argparse.Namespace, store: Any) -> Any:
+    """``store``, closed by :func:`main` when the verb returns (a database store holds a connection)."""
+    args.stores.append(store)
+    return store
+
+
 def _open(args: argparse.Namespace) -> Any:
-    store = open_store(_store_url(args), _task(args))
+    store = _kept(args, open_store(_store_url(args), _task(args)))
     for finding in store.findings:
         if finding.level != "note":
             warn(f"{finding.code}: {finding.message} (repaired on the next write, or by 'doctor --repair')")
@@ -431,7 +437,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     url = _store_url(args)
     if _task(args) not in (None, plan["task_id"]):
         raise InvalidInput(f"--task {_task(args)} differs from the contract's task_id {plan['task_id']}")
-    store = create_store(url, plan["task_id"], plan, workspace_base=os.path.dirname(os.path.abspath(args.contract)))
+    store = _kept(args, create_store(url, plan["task_id"], plan, workspace_base=os.path.dirname(os.path.abspath(args.contract))))
     summary = status_view(store.state)
     workspace = run_workspace(store.state)
     where = getattr(store, "url", store.path)
@@ -464,7 +470,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     if parse_store_url(_store_url(args))[0] != "file":
         # A database store checks its rows against the journal on open; what it rebuilt is a finding.
-        store = open_store(_store_url(args), _task(args))
+        store = _kept(args, open_store(_store_url(args), _task(args)))
         findings = [f._asdict() for f in store.findings]
         repaired = [f._asdict() for f in store.repair()] if args.repair else []
         healthy = not findings or bool(repaired)
@@ -867,8 +873,10 @@ def main(argv: Optional[Sequence[str]] = None, extensions: Sequence[Callable[[Ca
     if parser is None or not parser.verb_parsers:  # type: ignore[attr-defined]
         parser = build_parser(extensions)
     wants_json = "--json" in own
+    stores: List[Any] = []
     try:
         args = parser.parse_args(own)
+        args.stores = stores
         if command and not (args.verb == "job" and args.action == "submit") and not (args.verb == "effect" and args.action == "run"):
             raise InvalidInput("only 'job submit KEY -- COMMAND' and 'effect run KEY -- COMMAND ...' take arguments after --")
         args.command = command
@@ -890,3 +898,6 @@ def main(argv: Optional[Sequence[str]] = None, extensions: Sequence[Callable[[Ca
     except KeyboardInterrupt:
         warn("interrupted")
         return 130
+    finally:
+        for store in stores:
+            store.close()

@@ -184,9 +184,7 @@ def in_process_cli(argv: Sequence[str], env: Optional[Dict[str, str]] = None) ->
     from several threads take turns; both are restored after the call.
     """
     import contextlib
-    import gc
     import io
-    import warnings
 
     from runner.cli import main
 
@@ -196,13 +194,8 @@ def in_process_cli(argv: Sequence[str], env: Optional[Dict[str, str]] = None) ->
         saved = {name: os.environ.get(name) for name in changes}
         try:
             _set_environment(changes)
-            gc.collect()  # what earlier calls left unclosed warns now, outside this call's capture
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
-                # A child process closes its store when it exits; here the store closes when it is collected,
-                # and Python 3.13 warns about a SQLite connection closed that way.
-                warnings.simplefilter("ignore", ResourceWarning)
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                 code = main(list(argv))
-                gc.collect()
         finally:
             _set_environment(saved)
     return Result(code, out.getvalue(), err.getvalue())
