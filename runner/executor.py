@@ -156,7 +156,7 @@ class _Task:
         self.seen: Optional[Seen] = None
         self.answer: Optional[Answer] = None
         self.calls: Optional[List[Tuple[inflight.Registered, Call]]] = None  # the registry's view, read once, then while waiting
-        self.pending: Optional[Tuple[inflight.Registered, str, float]] = None  # the call in flight: its record, kind, start
+        self.pending: Optional[Tuple[Optional[inflight.Registered], str, float]] = None  # the call in flight: its record, kind, start
         self.wake_at: Optional[float] = None
         self.own: Optional[inflight.Registered] = None  # this pass's invoke, until what it answered is recorded
         self.error: Optional[BaseException] = None
@@ -267,7 +267,7 @@ class Executor:
             # Nothing more is written. Calls in flight are left to whoever holds the lease now: their
             # records stay, each marked ended when it returns (or now, if it has).
             for task in active:
-                if task.pending is not None:
+                if task.pending is not None and task.pending[0] is not None:
                     self.registry.abandon(task.pending[0])
                 elif task.own is not None:
                     self.registry.ended(task.own)
@@ -583,34 +583,27 @@ class Executor:
         task.seen = seen._replace(at=began)
 
     def _start_many(self, tasks: List[_Task], now: float) -> None:
-        """One lookup of several keys through the first task's adapter (``observe_many``), each key registered as in flight."""
-        calls = [self.registry.register(t.job.key, "observe", self._attempt(t), t.caps.timeout, self.run.owner, self.run.epoch)
-                 for t in tasks]
-        for task, call in zip(tasks, calls):
-            task.pending = (call, "observe", now)
+        """One lookup of several keys through the first task's adapter (``observe_many``).
+
+        Not registered in flight: it is made in this process (no process of its own outlives it) and
+        creates nothing, so whoever takes over has nothing to wait for; a record for each of its keys
+        would cost more than the lookup saves.
+        """
+        for task in tasks:
+            task.pending = (None, "observe", now)
         self.figures["calls"] += 1
         self.calls_in_flight += 1
-        registry, adapter = self.registry, tasks[0].job.adapter
+        adapter = tasks[0].job.adapter
         items = [(t.job.key, t.payload, t.job.adapter) for t in tasks]
-
-        def work() -> Any:
-            with inflight.calling(registry, calls[0]):
-                try:
-                    return _observe_many(adapter, items)
-                finally:
-                    for call in calls:
-                        registry.returned(call)
-
-        self.world.start(_Many(tasks), work)
+        self.world.start(_Many(tasks), lambda: _observe_many(adapter, items))
 
     def _finished_many(self, many: "_Many", result: Any) -> None:
         if isinstance(result, BaseException) and not isinstance(result, Exception):
             raise result
         now = self.run.clock()
         for index, task in enumerate(many.tasks):
-            call, _, began = task.pending  # type: ignore[misc]
+            began = task.pending[2]  # type: ignore[index]
             task.pending = None
-            self.registry.finish(call)
             seen = result[index] if isinstance(result, list) else Seen("unknown", {"error": f"{type(result).__name__}: {result}"}, began)
             self._saw(task, seen, began, now)
 

@@ -8,9 +8,11 @@ The executor (:mod:`runner.executor`) asks a :class:`Flow` three things:
   exit 75) halves the number in use, and every call that succeeds adds back
   a fraction, so it climbs back one step per round of successful calls
   (additive increase, multiplicative decrease).
-* :meth:`Flow.room`: may one more effect be taken on? Twice as many effects
-  as calls are in flight, so that while some wait for their invoke others
-  are looked up; with one call at a time, one effect at a time.
+* :meth:`Flow.room`: may one more effect be taken on? Four times as many
+  effects as calls are in flight, so that while some wait for their invoke,
+  the answered ones wait to be looked up together (a lookup of many keys
+  verifies a slot's worth of effects or more in one call); with one call at
+  a time, one effect at a time.
 * :meth:`Flow.ready`: may a call start now? Calls are spaced by a token
   bucket (``rate``: ``per_second`` tokens, at most ``burst`` saved up), and
   none starts before the latest time a "not now" answer named: such an
@@ -29,6 +31,8 @@ __all__ = ["Flow", "TokenBucket", "flow_for", "flow_problems", "GROUP_PLACEHOLDE
 
 #: The most calls one executor keeps in flight.
 MAX_CONCURRENCY = 256
+#: Effects taken on per call in flight (see :meth:`Flow.room`).
+ROOM_PER_CALL = 4
 #: The pause after a "not now" that named no delay: long enough that the answers of calls already out arrive in it.
 MIN_PAUSE_SECONDS = 0.1
 
@@ -77,7 +81,7 @@ class Flow:
     def room(self, in_flight: int) -> bool:
         """Whether one more effect may be taken on, with ``in_flight`` effects already."""
         calls = max(1, int(self.in_use))
-        return in_flight < (1 if self.limit == 1 else 2 * calls)
+        return in_flight < (1 if self.limit == 1 else ROOM_PER_CALL * calls)
 
     def call_room(self, calls: int) -> bool:
         """Whether one more call may start, with ``calls`` in flight already."""

@@ -97,18 +97,22 @@ class Registry:
     def _path(self, name: str) -> str:
         return os.path.join(self.folder, name)
 
-    def _write(self, call: Registered) -> None:
+    def _write(self, call: Registered, new: bool = False) -> None:
+        """Write ``call``'s record: a ``new`` one in place (a reader that finds it empty or torn ignores it, which is
+        safe while nothing of the call is begun), a changed one through a new file renamed over it."""
         if not self._made:
             os.makedirs(self.folder, mode=0o700, exist_ok=True)
             self._made = True
-        temporary = self._path(call.name + ".new")
         data = json.dumps(call.record, sort_keys=True).encode()
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        path = self._path(call.name)
+        temporary = path if new else path + ".new"
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | (os.O_EXCL if new else os.O_TRUNC) | getattr(os, "O_NOFOLLOW", 0), 0o600)
         try:
             os.write(fd, data)
         finally:
             os.close(fd)
-        os.replace(temporary, self._path(call.name))
+        if not new:
+            os.replace(temporary, path)
 
     def _read(self, name: str) -> Optional[Registered]:
         try:
@@ -158,7 +162,7 @@ class Registry:
             "caller": [pid, start], "child": None, "token": secrets.token_hex(12),
             "registered_at": now, "deadline": now + float(timeout) + GRACE_SECONDS, "ended_at": None,
         })
-        self._write(call)
+        self._write(call, new=True)
         return call
 
     def spawned(self, call: Registered, pid: int) -> None:

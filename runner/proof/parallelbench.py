@@ -42,16 +42,18 @@ TEMPLATE = os.path.join(_ROOT, "templates", "run-contract.http.example.md")
 
 INVOKE_SH = r'''#!/bin/sh
 # invoke.sh URL PAYLOAD_FILE: POST the payload with curl; print the issue (exit 0), or the runner's exit code for the answer.
-out=$(mktemp) || exit 75
-trap 'rm -f "$out"' EXIT
-code=$(curl -sS --noproxy '*' --max-time 20 -o "$out" -w '%{http_code}' -X POST \
-  -H "Authorization: Bearer $(cat .helpdesk-token)" -H 'Content-Type: application/json' \
-  --data-binary @"$2" "$1/api/issues")
+# Only curl is a program of its own: the token, the status and the body are taken apart by the shell.
+read -r token < .helpdesk-token || exit 75
+answer=$(curl -sS --noproxy '*' --max-time 20 -w '\n%{http_code}' -X POST \
+  -H "Authorization: Bearer $token" -H 'Content-Type: application/json' --data-binary @"$2" "$1/api/issues")
 sent=$?
 [ "$sent" -eq 7 ] && exit 75
 [ "$sent" -eq 0 ] || exit 3
+nl='
+'
+code=${answer##*$nl}
 case "$code" in
-  2??) cat "$out"; exit 0 ;;
+  2??) printf '%s\n' "${answer%$nl*}"; exit 0 ;;
   429|503) exit 75 ;;
   412) exit 9 ;;
   4??) exit 2 ;;
@@ -61,12 +63,13 @@ esac
 
 OBSERVE_SH = r'''#!/bin/sh
 # observe.sh URL SLUG: look the issue up by external_ref with curl; 0 and the issues found, 1 none, 3 cannot tell.
-out=$(mktemp) || exit 3
-trap 'rm -f "$out"' EXIT
-code=$(curl -sS --noproxy '*' --max-time 20 -o "$out" -w '%{http_code}' \
-  -H "Authorization: Bearer $(cat .helpdesk-token)" "$1/api/issues?external_ref=$2") || exit 3
-[ "$code" = 200 ] || exit 3
-body=$(cat "$out")
+read -r token < .helpdesk-token || exit 3
+answer=$(curl -sS --noproxy '*' --max-time 20 -w '\n%{http_code}' \
+  -H "Authorization: Bearer $token" "$1/api/issues?external_ref=$2") || exit 3
+nl='
+'
+[ "${answer##*$nl}" = 200 ] || exit 3
+body=${answer%$nl*}
 [ "$body" = "[]" ] && exit 1
 printf '{"issues": %s}\n' "$body"
 exit 0
@@ -155,13 +158,13 @@ def run_parallel_bench(items: int = 2000, in_flight: int = 32, latency: float = 
         result["rate_limited"] = row
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    if "commands" in result:
+    if "commands" in result and "http" in result:
         result["cpu_commands_over_http"] = round(result["commands"]["cpu_ms_per_item"] / result["http"]["cpu_ms_per_item"], 2)
     rows = [result[f] for f in forms] + [result["rate_limited"]]
     result["ok"] = all(r["issues_made"] == r["items"] for r in rows)
     result["targets"] = {
-        "http_over_ideal": {"target": 1.5, "met": result["http"]["over_ideal"] <= 1.5},
-        "http_records_per_commit": {"target": 4, "met": result["http"]["records_per_commit"] >= 4},
+        **({"http_over_ideal": {"target": 1.5, "met": result["http"]["over_ideal"] <= 1.5},
+            "http_records_per_commit": {"target": 4, "met": result["http"]["records_per_commit"] >= 4}} if "http" in result else {}),
         **({"commands_over_ideal": {"target": 3.0, "met": result["commands"]["over_ideal"] <= 3.0}} if "commands" in result else {}),
         "rate_limited_failed_items": {"target": 0, "met": result["rate_limited"]["failed_items"] == 0},
     }

@@ -388,7 +388,7 @@ class MemoryRegistry(Registry):
         if not self.writable():
             raise WorkerKilled()
 
-    def _write(self, call: Registered) -> None:
+    def _write(self, call: Registered, new: bool = False) -> None:
         self._check()
         self.shared[call.name] = json.dumps(call.record, sort_keys=True)
 
