@@ -1,5 +1,7 @@
 """The package's layers (``tools/check_layers.py``): no import of ``runner.proof`` or an engine from the library, no import cycle, no private name of another package."""
 
+import contextlib
+import io
 import os
 import shutil
 import subprocess
@@ -7,7 +9,7 @@ import sys
 import re
 import tempfile
 import unittest
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
@@ -15,12 +17,26 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 import check_layers  # noqa: E402
 
 
-def _copy_of_runner(test: unittest.TestCase) -> str:
+def _part_of_runner(test: unittest.TestCase, files: Sequence[str]) -> str:
+    """A copy of ``runner/`` where the named files (paths relative to it) keep their text and every other module is empty.
+
+    A planted defect is judged on the real modules it touches and names;
+    the others stay as empty files so that every import resolves to the same
+    module as in the real tree, and the real tree passing the check is its
+    own test.
+    """
     scratch = tempfile.mkdtemp(prefix="runner-layers-")
     test.addCleanup(shutil.rmtree, scratch, True)
+    source = os.path.join(ROOT, "runner")
     copy = os.path.join(scratch, "runner")
-    shutil.copytree(os.path.join(ROOT, "runner"), copy, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(source, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"), copy_function=_empty)
+    for name in files:
+        shutil.copyfile(os.path.join(source, *name.split("/")), os.path.join(copy, *name.split("/")))
     return copy
+
+
+def _empty(source: str, target: str) -> None:
+    open(target, "w", encoding="utf-8").close()
 
 
 def _append(path: str, text: str) -> None:
@@ -28,15 +44,24 @@ def _append(path: str, text: str) -> None:
         handle.write(text)
 
 
-def _check(root: str) -> "subprocess.CompletedProcess[str]":
-    return subprocess.run([sys.executable, os.path.join(ROOT, "tools", "check_layers.py"), root], capture_output=True, text=True)
+def _reported(test: unittest.TestCase, copy: str) -> List[str]:
+    """What the check's command prints for ``copy`` above its summary line, asserting the exit status says so."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = check_layers.main(copy)
+    lines = out.getvalue().splitlines()
+    test.assertTrue(lines and lines[-1].startswith(f"layer check: {len(lines) - 1} violation(s)"), lines)
+    test.assertEqual(status, 1 if len(lines) > 1 else 0, lines)
+    return lines[:-1]
 
 
-def _added(test: unittest.TestCase, copy: str) -> List[str]:
-    """The lines the command prints for ``copy`` (it must fail) that it does not print for the real tree."""
-    proc = _check(copy)
-    test.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
-    return sorted(set(proc.stdout.splitlines()[:-1]) - set(LayerCheckTest.tree()))
+def _planted(test: unittest.TestCase, files: Sequence[str], plants: Dict[str, str]) -> List[str]:
+    """What the check reports for a copy of ``files`` once ``plants`` (file -> text) are appended; the copy alone passes."""
+    copy = _part_of_runner(test, files)
+    test.assertEqual(_reported(test, copy), [])
+    for name, text in plants.items():
+        _append(os.path.join(copy, *name.split("/")), text)
+    return _reported(test, copy)
 
 
 class LayerCheckTest(unittest.TestCase):
@@ -54,17 +79,20 @@ class LayerCheckTest(unittest.TestCase):
         self.assertEqual(self.tree(), [])
 
     def test_the_check_fails_on_a_deliberate_upward_import(self) -> None:
-        copy = _copy_of_runner(self)
-        _append(os.path.join(copy, "effects.py"), "\nfrom .proof.campaign import WINDOWS  # noqa\n")
-        _append(os.path.join(copy, "stores", "file.py"), "\n\ndef _late():\n    from ..proof import demo  # noqa\n")
-        _append(os.path.join(copy, "adapters", "artifact.py"), "\nimport runner.proof.ticketservice  # noqa\n")
-        _append(os.path.join(copy, "recovery.py"), "\n\ndef _engine():\n    from .engines import temporal  # noqa\n")
-        added = _added(self, copy)
-        for what in ("runner/effects.py:\\d+: runner.effects imports runner.proof.campaign$",
-                     "runner/stores/file.py:\\d+: runner.stores.file imports runner.proof.demo$",
-                     "runner/adapters/artifact.py:\\d+: runner.adapters.artifact imports runner.proof.ticketservice$",
-                     "runner/recovery.py:\\d+: runner.recovery imports runner.engines.temporal \\(an engine module"):
-            self.assertTrue(any(re.match(what, line) for line in added), (what, added))
+        # Each planted import alone fails the check, at module level or inside a function.
+        for file, text, what in (
+            ("effects.py", "\nfrom .proof.campaign import WINDOWS  # noqa\n",
+             "runner/effects.py:\\d+: runner.effects imports runner.proof.campaign$"),
+            ("stores/file.py", "\n\ndef _late():\n    from ..proof import demo  # noqa\n",
+             "runner/stores/file.py:\\d+: runner.stores.file imports runner.proof.demo$"),
+            ("adapters/artifact.py", "\nimport runner.proof.ticketservice  # noqa\n",
+             "runner/adapters/artifact.py:\\d+: runner.adapters.artifact imports runner.proof.ticketservice$"),
+            ("recovery.py", "\n\ndef _engine():\n    from .engines import temporal  # noqa\n",
+             "runner/recovery.py:\\d+: runner.recovery imports runner.engines.temporal \\(an engine module"),
+        ):
+            with self.subTest(file=file):
+                added = _planted(self, [file], {file: text})
+                self.assertTrue(any(re.match(what, line) for line in added), (what, added))
 
     def test_the_program_entry_is_the_one_place_allowed_to_add_the_proof_verbs(self) -> None:
         module = "runner.__main__"
@@ -73,26 +101,33 @@ class LayerCheckTest(unittest.TestCase):
         self.assertFalse([v for v in self.tree() if v.startswith("runner/__main__.py:")])
 
     def test_the_check_fails_on_a_planted_import_cycle(self) -> None:
-        copy = _copy_of_runner(self)
         # lease imports errors at module level; errors importing lease back, inside a function, closes a cycle.
-        _append(os.path.join(copy, "errors.py"), "\n\ndef _late():\n    from .lease import lease_view  # noqa\n")
-        added = _added(self, copy)
+        plant = {"errors.py": "\n\ndef _late():\n    from .lease import lease_view  # noqa\n"}
+        added = _planted(self, ["errors.py", "lease.py"], plant)
         self.assertEqual(len(added), 1, added)
         self.assertRegex(added[0], r"^runner/errors\.py:\d+: import cycle runner\.errors -> runner\.lease -> runner\.errors "
                                    r"\(runner/errors\.py:\d+, runner/lease\.py:\d+\)")
 
+    def test_the_command_exits_1_and_prints_what_it_found(self) -> None:
+        copy = _part_of_runner(self, ["errors.py", "lease.py"])
+        _append(os.path.join(copy, "errors.py"), "\n\ndef _late():\n    from .lease import lease_view  # noqa\n")
+        proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "check_layers.py"), copy], capture_output=True, text=True)
+        self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
+        self.assertEqual(proc.stdout.splitlines()[:-1], check_layers.violations(copy))
+        self.assertEqual(proc.stdout.splitlines()[-1],
+                         "layer check: 1 violation(s) (proof or engine imports, import cycles, private names of another package)")
+
     def test_the_check_fails_on_a_planted_private_import(self) -> None:
-        copy = _copy_of_runner(self)
         # Taken by name, and read as an attribute of an imported module: both are another package's private names.
-        _append(os.path.join(copy, "adapters", "artifact.py"), "\nfrom ..stores.file_scan import _chain_from  # noqa\n")
-        _append(os.path.join(copy, "steps.py"), "\n\ndef _seal():\n    from .stores import file_witness\n\n    return file_witness._head_seal\n")
+        by_name = _planted(self, ["adapters/artifact.py", "stores/file_scan.py"], {"adapters/artifact.py": "\nfrom ..stores.file_scan import _chain_from  # noqa\n"})
+        self.assertEqual(len(by_name), 1, by_name)
+        self.assertRegex(by_name[0], r"^runner/adapters/artifact\.py:\d+: runner\.adapters\.artifact imports the private name _chain_from "
+                                     r"of runner\.stores\.file_scan \(another package\)$")
+        read = _planted(self, ["steps.py", "stores/file_witness.py"], {"steps.py": "\n\ndef _seal():\n    from .stores import file_witness\n\n    return file_witness._head_seal\n"})
+        self.assertEqual(len(read), 1, read)
+        self.assertRegex(read[0], r"^runner/steps\.py:\d+: runner\.steps imports the private name _head_seal of runner\.stores\.file_witness ")
         # Modules of one package may share their private names: not reported.
-        _append(os.path.join(copy, "stores", "sql.py"), "\nfrom .file_scan import _chain_from as _shared  # noqa\n")
-        added = _added(self, copy)
-        self.assertEqual(len(added), 2, added)
-        self.assertRegex(added[0], r"^runner/adapters/artifact\.py:\d+: runner\.adapters\.artifact imports the private name _chain_from "
-                                   r"of runner\.stores\.file_scan \(another package\)$")
-        self.assertRegex(added[1], r"^runner/steps\.py:\d+: runner\.steps imports the private name _head_seal of runner\.stores\.file_witness ")
+        self.assertEqual(_planted(self, ["stores/sql.py", "stores/file_scan.py"], {"stores/sql.py": "\nfrom .file_scan import _chain_from as _shared  # noqa\n"}), [])
 
 
 class CycleFindingTest(unittest.TestCase):

@@ -18,7 +18,8 @@ from runner.stores.file import RunStore, scan
 
 # Sizes that keep the whole file to a few seconds.
 REAL_SIZE = dict(transitions=40, seed=1, max_states_per_point=64)
-VARIANT_SIZE = dict(transitions=8, seed=1, max_states_per_point=16)  # every broken path is caught within 8 (5 compactions)
+# Every broken path is caught by the smallest workload the explorer takes: 3 transitions, two compactions.
+VARIANT_SIZE = dict(transitions=3, seed=1, max_states_per_point=16)
 
 
 def contents(states: List[Dict[str, Optional[bytes]]], path: str) -> Set[Optional[bytes]]:
