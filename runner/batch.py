@@ -65,7 +65,7 @@ import unicodedata
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .adapters.http_section import http_problems
-from .commands import PLACEHOLDERS, expand, placeholders_in, run_command
+from .commands import PLACEHOLDERS, expand, many_problems, placeholders_in, run_command
 from .lifecycle import UNRESOLVED
 from .envelope import MAX_DOCUMENT_BYTES, content_digest, format_time, validate_id
 from .errors import InvalidInput, NeedsReconciliation
@@ -231,6 +231,11 @@ def effects_problems(effects: Dict[str, Any]) -> List[str]:
                 out.append(problem)
     if ("invoke" in effects) != ("observe" in effects):
         out.append("effects: invoke and observe come together: an effect the runner performs must be one it can observe")
+    if "observe_many" in effects:
+        out.extend(many_problems(effects["observe_many"]))
+        if "observe" not in effects:
+            out.append("effects: observe_many looks keys up with a command: it comes with the invoke and observe commands "
+                       "(effects.http has observe.many)")
     out.extend(http_problems(effects))
     timeout = effects.get("timeout_seconds")
     if "timeout_seconds" in effects and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400):

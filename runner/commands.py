@@ -22,6 +22,14 @@ failure of the command.
 * observe: exit 0 with a JSON object is *present* (the object is the
   evidence), exit 1 is *observed absent*, anything else or a timeout is
   *unknown*.
+* observe_many (optional): one command looks many keys up at once. Its
+  argument ``{each}`` becomes one argument per key (the key's ``value``,
+  e.g. ``{slug}``); exit 0 with JSON on stdout is the answer, whose list (at
+  the pointer ``list``) is matched back to each key by the value each
+  element holds at ``match``: a key with a match is present, one without is
+  observed absent. Exit 75 is "not now"; anything else says nothing of any
+  key. Such a lookup runs in the drive's process, unregistered: it creates
+  nothing, so no one need wait for it.
 """
 
 import os
@@ -33,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, NamedTuple
 
 from .envelope import canonical_json, loads_strict, sha256_hex
 from .errors import InvalidInput
+from .pointer import MISSING, matched, parse_pointer, pointer_problem, resolve_pointer
 from .target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 
 # subprocess, shutil, tempfile and runner.inflight are imported where a command runs: every verb imports this module
@@ -47,6 +56,7 @@ __all__ = [
     "Outcome",
     "run_command",
     "CommandAdapter",
+    "many_problems",
     "DEFAULT_TIMEOUT",
     "OUTPUT_LIMIT",
     "INVOKE_EXITS",
@@ -55,6 +65,14 @@ __all__ = [
 
 #: Every name a command argument may hold in braces.
 PLACEHOLDERS = ("key", "payload_file", "epoch", "run_id", "item", "stem", "slug", "index", "workspace")
+#: What the ``observe_many`` section holds, and what its command's arguments and each key's ``value`` may name.
+MANY_FIELDS = ("command", "list", "match", "value", "max")
+MANY_PLACEHOLDERS = ("run_id", "workspace")
+MANY_VALUE_PLACEHOLDERS = ("key", "item", "stem", "slug", "index")
+#: The argument of the ``observe_many`` command that becomes one argument per key.
+EACH = "{each}"
+#: Keys one ``observe_many`` command looks up at most (``max``), and by default.
+MANY_MAX, MANY_DEFAULT = 200, 50
 
 #: Seconds a command may take unless the contract says otherwise.
 DEFAULT_TIMEOUT = 60.0
@@ -294,11 +312,14 @@ class CommandAdapter:
     deduplicates = False
 
     def __init__(self, invoke: Sequence[str], observe: Sequence[str], *, values: Optional[Mapping[str, Any]] = None,
-                 cwd: Optional[str] = None, timeout: float = DEFAULT_TIMEOUT, runner: Optional[Callable[..., Outcome]] = None) -> None:
-        """``runner`` runs one argument list (default :func:`run_command`); a benchmark may pass a stand-in."""
+                 cwd: Optional[str] = None, timeout: float = DEFAULT_TIMEOUT, runner: Optional[Callable[..., Outcome]] = None,
+                 many: Optional[Mapping[str, Any]] = None) -> None:
+        """``runner`` runs one argument list (default :func:`run_command`); a benchmark may pass a stand-in.
+        ``many``: the contract's ``observe_many`` section, checked by :func:`many_problems`."""
         if not invoke or not observe:
             raise InvalidInput("an effect run needs both an invoke and an observe command")
         self.invoke_argv, self.observe_argv = list(invoke), list(observe)
+        self.many = dict(many) if many else None
         self.values = dict(values or {})
         self.cwd, self.timeout = cwd, float(timeout)
         self.runner = runner or run_command
@@ -364,6 +385,91 @@ class CommandAdapter:
             return Observation("absent", {**(found or {}), "observed_by": base})
         reason = f"timed out after {self.timeout:g}s" if result.timed_out else f"exit {result.exit_code}: {result.tail(200)}"
         return Observation("unknown", {"observed_by": base, "reason": reason})
+
+
+    @property
+    def batch_key(self) -> Optional[Tuple[Any, ...]]:
+        """Adapters with one ``batch_key`` may be looked up together by :meth:`observe_many` (None: no ``observe_many``)."""
+        return None if self.many is None else ("commands", canonical_json(self.many), self.cwd)
+
+    @property
+    def observe_batch(self) -> int:
+        """The most keys one :meth:`observe_many` asks for."""
+        return int(self.many.get("max", MANY_DEFAULT)) if self.many is not None else 1
+
+    def observe_many(self, items: Sequence[Tuple[str, Dict[str, Any], Any]]) -> List[Observation]:
+        """Look the keys of ``items`` (``(key, payload, adapter)``, each adapter holding its key's placeholders) up with
+        one run of the ``observe_many`` command (see the module docstring), in the order given.
+
+        :raises NotApplied: the command exited 75 (the target refused the lookup for now).
+        """
+        if self.many is None:
+            raise InvalidInput("this contract has no effects.observe_many: keys are looked up one by one")
+        wanted = [expand([self.many["value"]], dict(getattr(adapter, "values", self.values), key=key))[0] for key, _, adapter in items]
+        argv: List[str] = []
+        for arg in expand(self.many["command"], self.values):
+            argv.extend(wanted if arg == EACH else [arg])
+        result = self.runner(argv, cwd=self.cwd, timeout=self.timeout)
+        base = {"source": "observe_many command", "exit_code": result.exit_code, "stdout_sha256": result.stdout_sha256, "keys": len(items)}
+        if result.exit_code == EXIT_TEMPFAIL:
+            raise NotApplied(f"the observe_many command says the target refused the lookup for now: {result.tail()}",
+                             _retry_after(result.json_object()))
+        try:
+            document = loads_strict(result.stdout.decode("utf-8")) if result.exit_code == 0 else MISSING
+        except (ValueError, UnicodeDecodeError):
+            document = MISSING
+        listed = resolve_pointer(document, parse_pointer(self.many.get("list", ""))) if document is not MISSING else MISSING
+        if not isinstance(listed, list):
+            reason = (f"timed out after {self.timeout:g}s" if result.timed_out else f"exit {result.exit_code}: {result.tail(200)}"
+                      if result.exit_code != 0 else "stdout holds no JSON list at the pointer 'list'")
+            return [Observation("unknown", dict(base, reason=reason)) for _ in items]
+        found = matched(listed, parse_pointer(self.many["match"]))
+        out = []
+        for want in wanted:
+            matches = found.get(want, [])
+            seen = dict(base, matches=len(matches))
+            if matches:
+                kept = canonical_json(matches[0])
+                seen["found"] = matches[0] if len(kept) <= MANY_FOUND_LIMIT else {"sha256": sha256_hex(kept), "bytes": len(kept)}
+            out.append(Observation("present" if matches else "absent", seen))
+        return out
+
+
+#: The largest element of a lookup of many keys kept whole as a key's evidence (larger: its digest).
+MANY_FOUND_LIMIT = 1024
+
+
+def many_problems(many: Any) -> List[str]:
+    """Problems of the effects section's ``observe_many`` (empty when fine)."""
+    shape = ('effects: observe_many must be {"command": [..., "{each}"], "match": "/external_ref", "value": "{slug}"} '
+             '(optional: "list", a pointer to the answer\'s list; "max", keys per lookup)')
+    if not isinstance(many, dict) or not {"command", "match", "value"} <= set(many):
+        return [shape]
+    out = [f"effects: observe_many: unknown field {name!r} (allowed: {', '.join(MANY_FIELDS)})" for name in many if name not in MANY_FIELDS]
+    command = many["command"]
+    if not isinstance(command, list) or not command or not all(isinstance(a, str) and a for a in command) or command.count(EACH) != 1 \
+            or command[0] == EACH:
+        out.append('effects: observe_many.command must be a list of arguments holding "{each}" once, as an argument of its own '
+                   "(it becomes one argument per key)")
+    else:
+        unknown = sorted({n for a in command if a != EACH for n in placeholders_in(a) if n not in MANY_PLACEHOLDERS})
+        if unknown:
+            out.append(f"effects: observe_many.command may name {{run_id}} and {{workspace}}, not {{{unknown[0]}}} "
+                       "(a key's own values go in through {each})")
+    for name in ("list", "match"):
+        if name in many:
+            problem = pointer_problem(many[name], f"effects: observe_many.{name}")
+            if problem:
+                out.append(problem)
+    value = many["value"]
+    names = placeholders_in(value) if isinstance(value, str) else []
+    if not names or any(n not in MANY_VALUE_PLACEHOLDERS for n in names):
+        out.append('effects: observe_many.value must be a template of the key, such as "{slug}" (names: '
+                   + ", ".join("{" + n + "}" for n in MANY_VALUE_PLACEHOLDERS) + ")")
+    limit = many.get("max", MANY_DEFAULT)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 2 <= limit <= MANY_MAX:
+        out.append(f"effects: observe_many.max must be a whole number from 2 to {MANY_MAX}")
+    return out
 
 
 def _retry_after(answer: Optional[Dict[str, Any]]) -> Optional[float]:

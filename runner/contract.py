@@ -50,7 +50,7 @@ STEP_KEYS = {"id": str, "artifact": str, "check": str, "next": str, "approval": 
              "items": object, "key": str, "payload": dict, "checks": dict, "artifacts": list, "timeout_seconds": object}
 EFFECT_KEYS = {"key_pattern": str, "approval": list, "adapter": str, "verification": str, "max_attempts": int, "several_approvals": bool,
                "invoke": list, "observe": list, "http": dict, "timeout_seconds": object, "settle_seconds": object, "max_rate_limited": int,
-               "concurrency": int, "rate": dict, "concurrency_key": dict}
+               "concurrency": int, "rate": dict, "concurrency_key": dict, "observe_many": dict}
 LIMIT_KEYS = ("max_step_attempts", "max_effect_attempts", "max_elapsed_seconds", "max_cost", "max_steps", "no_progress_seconds")
 RETRY_KEYS = ("base_seconds", "cap_seconds", "deadline_seconds")
 LEASE_KEYS = ("ttl_seconds",)

@@ -57,13 +57,15 @@ def adapter_for(state: Dict[str, Any], key: str, invoke: Optional[Sequence[str]]
     timeout = float(effects.get("timeout_seconds", DEFAULT_TIMEOUT))
     if not invoke and not observe and "http" in effects:
         return HttpAdapter(effects["http"], values=values, workspace=root, timeout=timeout)
+    inline = bool(invoke or observe)
     invoke = list(invoke) if invoke else effects.get("invoke")
     observe = list(observe) if observe else effects.get("observe")
     if not invoke or not observe:
         raise InvalidInput("effect run needs an invoke and an observe command: the contract's effects.invoke and effects.observe, "
                            "or '-- COMMAND ... --observe -- COMMAND ...'")
     values["workspace"] = root
-    return CommandAdapter(invoke, observe, values=values, cwd=root, timeout=timeout, runner=runner)
+    return CommandAdapter(invoke, observe, values=values, cwd=root, timeout=timeout, runner=runner,
+                          many=None if inline else effects.get("observe_many"))
 
 
 def perform_effect(run: Any, key: str, payload: Optional[Dict[str, Any]] = None, invoke: Optional[Sequence[str]] = None,

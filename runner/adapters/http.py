@@ -75,6 +75,7 @@ from .. import inflight
 from ..commands import MAX_RETRY_AFTER, expand
 from ..envelope import MAX_DOCUMENT_BYTES, canonical_json, check_nesting, loads_strict, sha256_hex
 from ..errors import InvalidInput
+from ..pointer import MISSING, matched, parse_pointer, resolve_pointer
 from ..target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 from .http_section import _EACH, _SECRET, INVOKE_METHODS, OBSERVE_METHODS, FieldProblem, _split_url, http_problems, sensitive
 
@@ -208,41 +209,10 @@ def outcome_of(statuses: Mapping[str, str], status: int, default: str = "unknown
     return statuses.get(str(status)) or statuses.get(f"{status // 100}xx") or default
 
 
-# -- JSON pointers and Retry-After ------------------------------------------------------------
-
-def parse_pointer(pointer: str) -> Tuple[str, ...]:
-    """The reference tokens of an RFC 6901 pointer (``"/0/id"`` gives ``("0", "id")``; ``""`` the whole document)."""
-    if pointer == "":
-        return ()
-    return tuple(token.replace("~1", "/").replace("~0", "~") for token in pointer[1:].split("/"))
-
-
-_MISSING = object()
-
-
-def resolve_pointer(document: Any, tokens: Sequence[str]) -> Any:
-    """What ``tokens`` lead to in ``document``, or a private marker when nothing is there.
-
-    An array index is a decimal number without leading zeros; ``-`` (the
-    element past the end) leads nowhere.
-    """
-    here = document
-    for token in tokens:
-        if isinstance(here, dict):
-            if token not in here:
-                return _MISSING
-            here = here[token]
-        elif isinstance(here, list):
-            if not re.match(r"^(0|[1-9][0-9]*)$", token) or int(token) >= len(here):
-                return _MISSING
-            here = here[int(token)]
-        else:
-            return _MISSING
-    return here
-
+# -- Retry-After ------------------------------------------------------------------------------
 
 def _empty(value: Any) -> bool:
-    return value is _MISSING or value is None or value in ("", [], {})
+    return value is MISSING or value is None or value in ("", [], {})
 
 
 def retry_after_seconds(value: Optional[str], now: Optional[float] = None) -> Optional[float]:
@@ -657,15 +627,11 @@ class HttpAdapter:
             return unknown(str(exc))
         if reply.status in _LOOK_AGAIN:
             raise NotApplied(self._answered(request, reply, first, None), retry_after_seconds(reply.headers.get("Retry-After")))
-        document = _json(reply.body) if reply.whole and reply.status == 200 else _MISSING
-        listed = resolve_pointer(document, many.list) if document is not _MISSING else _MISSING
+        document = _json(reply.body) if reply.whole and reply.status == 200 else MISSING
+        listed = resolve_pointer(document, many.list) if document is not MISSING else MISSING
         if not isinstance(listed, list):
             return unknown(self._answered(request, reply, first, None) + " (not a list to match the keys against)")
-        found: Dict[str, List[Any]] = {}
-        for element in listed:
-            value = resolve_pointer(element, many.match)
-            if isinstance(value, (str, int)) and not isinstance(value, bool):
-                found.setdefault(str(value), []).append(element)
+        found = matched(listed, many.match)
         out = []
         for want in wanted:
             matches = found.get(want, [])
@@ -692,8 +658,8 @@ class HttpAdapter:
         evidence = dict(evidence, status=reply.status, body_sha256=sha256_hex(reply.body), body_bytes=len(reply.body))
         if word != "present" or request.pointer is None:
             return Observation(word, evidence)
-        document = _json(reply.body) if reply.whole else _MISSING
-        if document is _MISSING:
+        document = _json(reply.body) if reply.whole else MISSING
+        if document is MISSING:
             return Observation("unknown", dict(evidence, reason="the answer is not JSON (or longer than 1 MiB): the pointer cannot be read"))
         if isinstance(document, list):
             evidence["matches"] = len(document)  # a list of several: worth a person's look if the effect was called more than once
@@ -945,7 +911,7 @@ def _json(body: bytes) -> Any:
         found = loads_strict(body)
         check_nesting(found)
     except (ValueError, UnicodeDecodeError):
-        return _MISSING
+        return MISSING
     if len(canonical_json(found)) > MAX_DOCUMENT_BYTES:
-        return _MISSING
+        return MISSING
     return found

@@ -12,6 +12,7 @@ import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..commands import placeholders_in
+from ..pointer import pointer_problem
 
 __all__ = ["FieldProblem", "http_problems", "sensitive", "INVOKE_METHODS", "OBSERVE_METHODS", "INVOKE_WORDS", "OBSERVE_WORDS", "MANY_MAX"]
 
@@ -172,11 +173,7 @@ def _status_problems(kind: str, statuses: Any) -> List[FieldProblem]:
 
 
 def _pointer_problem(pointer: Any) -> Optional[str]:
-    if not isinstance(pointer, str) or (pointer and not pointer.startswith("/")):
-        return "effects.http.observe.pointer must be a JSON pointer (RFC 6901): \"\" or a path such as \"/0/id\""
-    if re.search(r"~(?![01])", pointer):
-        return "effects.http.observe.pointer: '~' is written ~0 and '/' inside a name ~1 (RFC 6901)"
-    return None
+    return pointer_problem(pointer, "effects.http.observe.pointer")
 
 
 def _request_problems(kind: str, spec: Any) -> List[FieldProblem]:

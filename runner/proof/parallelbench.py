@@ -75,6 +75,23 @@ printf '{"issues": %s}\n' "$body"
 exit 0
 '''
 
+OBSERVE_MANY_SH = r'''#!/bin/sh
+# observe-many.sh URL SLUG...: look many issues up by external_ref with one GET; the helpdesk's list (exit 0), 75 not now, 3 cannot tell.
+url=$1
+shift
+read -r token < .helpdesk-token || exit 3
+query=
+for slug; do query="$query&external_ref=$slug"; done
+answer=$(curl -sS --noproxy '*' --max-time 20 -w '\n%{http_code}' -H "Authorization: Bearer $token" "$url/api/issues?${query#&}") || exit 3
+nl='
+'
+case "${answer##*$nl}" in
+  200) printf '%s\n' "${answer%$nl*}"; exit 0 ;;
+  429|503) exit 75 ;;
+  *) exit 3 ;;
+esac
+'''
+
 
 def _workspace(folder: str, url: str, items: int, form: str) -> None:
     os.makedirs(os.path.join(folder, "inbox"))
@@ -89,11 +106,12 @@ def _workspace(folder: str, url: str, items: int, form: str) -> None:
     if form == "http":
         effects["http"] = http
     else:
-        for name, text in (("invoke.sh", INVOKE_SH), ("observe.sh", OBSERVE_SH)):
+        for name, text in (("invoke.sh", INVOKE_SH), ("observe.sh", OBSERVE_SH), ("observe-many.sh", OBSERVE_MANY_SH)):
             with open(os.path.join(folder, name), "w", encoding="utf-8") as handle:
                 handle.write(text)
         effects["invoke"] = ["sh", "invoke.sh", url, "{payload_file}"]
         effects["observe"] = ["sh", "observe.sh", url, "{slug}"]
+        effects["observe_many"] = {"command": ["sh", "observe-many.sh", url, "{each}"], "match": "/external_ref", "value": "{slug}"}
     block["effects"] = effects
     block["limits"] = {"max_effect_attempts": 3}
     with open(os.path.join(folder, "contract.md"), "w", encoding="utf-8") as handle:

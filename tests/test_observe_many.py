@@ -1,0 +1,145 @@
+"""``effects.observe_many``: one command looks many keys up at once, and ``drive --parallel`` uses it.
+
+The adapter is held to its protocol with a stand-in for the process runner
+(what the command printed and how it exited); the contract's checks refuse
+each malformed section with its reason; and a real ``drive --parallel 8``
+over a target that never deduplicates files one ticket per item while its
+lookups of many keys verify them, far fewer runs than items.
+"""
+
+import json
+import os
+import sys
+import unittest
+from typing import Any, Dict, List
+
+from runner.batch import effects_problems
+from runner.commands import CommandAdapter, Outcome, many_problems
+from runner.target import NotApplied
+from tests._batch import batch_contract, cli, init_run
+from tests._util import scratch_dir
+
+MANY = {"command": ["find-many", "--run", "{run_id}", "{each}"], "match": "/ref", "value": "{slug}"}
+
+
+def outcome(code: int, stdout: str) -> Outcome:
+    return Outcome([], code, False, stdout.encode(), b"", "0" * 64, "0" * 64, 0.01)
+
+
+class Item:
+    """Stands in for one key's adapter: its placeholders."""
+
+    def __init__(self, slug: str) -> None:
+        self.values = {"slug": slug, "run_id": "r1"}
+
+
+class AdapterTest(unittest.TestCase):
+    def adapter(self, answer: Outcome, calls: List[List[str]]) -> CommandAdapter:
+        def runner(argv: List[str], **_: Any) -> Outcome:
+            calls.append(list(argv))
+            return answer
+
+        return CommandAdapter(["invoke"], ["observe"], values={"run_id": "r1"}, runner=runner, many=MANY)
+
+    def test_each_becomes_one_argument_per_key_and_the_list_is_matched_back(self) -> None:
+        calls: List[List[str]] = []
+        listed = [{"ref": "b", "id": 2}, {"ref": "a", "id": 1}, {"ref": "b", "id": 3}, {"id": 4}]
+        adapter = self.adapter(outcome(0, json.dumps(listed)), calls)
+        seen = adapter.observe_many([(f"{s}:t", {}, Item(s)) for s in ("a", "b", "c")])
+        self.assertEqual(calls, [["find-many", "--run", "r1", "a", "b", "c"]])
+        self.assertEqual([o.status for o in seen], ["present", "present", "absent"])
+        self.assertEqual((seen[0].evidence["found"], seen[1].evidence["matches"]), ({"ref": "a", "id": 1}, 2))
+        self.assertEqual(adapter.observe_batch, 50)
+        self.assertEqual(adapter.batch_key, self.adapter(outcome(0, "[]"), []).batch_key, "one contract's keys are looked up together")
+        self.assertIsNone(CommandAdapter(["i"], ["o"]).batch_key, "without observe_many each key is looked up alone")
+
+    def test_an_answer_that_is_no_list_says_nothing_of_any_key(self) -> None:
+        for answer in (outcome(0, '{"ref": "a"}'), outcome(0, "not json"), outcome(3, "[]"), outcome(1, "[]")):
+            with self.subTest(answer=answer.stdout, code=answer.exit_code):
+                seen = self.adapter(answer, []).observe_many([("a:t", {}, Item("a")), ("b:t", {}, Item("b"))])
+                self.assertEqual([o.status for o in seen], ["unknown", "unknown"], "never absent on an answer it cannot read")
+
+    def test_exit_75_is_not_now_with_the_delay_asked(self) -> None:
+        with self.assertRaises(NotApplied) as caught:
+            self.adapter(outcome(75, '{"retry_after": 2}'), []).observe_many([("a:t", {}, Item("a"))])
+        self.assertEqual(caught.exception.retry_after, 2.0)
+
+
+class ContractTest(unittest.TestCase):
+    def test_each_malformed_section_is_refused_with_its_reason(self) -> None:
+        cases = {
+            "no each": (dict(MANY, command=["find-many"]), "holding \"{each}\" once"),
+            "each twice": (dict(MANY, command=["find", "{each}", "{each}"]), "holding \"{each}\" once"),
+            "each as the program": (dict(MANY, command=["{each}"]), "holding \"{each}\" once"),
+            "a key's value in the command": (dict(MANY, command=["find", "{slug}", "{each}"]), "not {slug}"),
+            "a bad pointer": (dict(MANY, match="ref"), "JSON pointer"),
+            "a value naming nothing": (dict(MANY, value="slug"), "template of the key"),
+            "max too large": (dict(MANY, max=500), "from 2 to 200"),
+            "an unknown field": (dict(MANY, url="x"), "unknown field 'url'"),
+            "not an object": ("find-many", "must be"),
+        }
+        self.assertEqual(many_problems(MANY), [])
+        for name, (section, reason) in cases.items():
+            with self.subTest(name):
+                problems = many_problems(section)
+                self.assertTrue(any(reason in p for p in problems), problems)
+        self.assertTrue(any("comes with the invoke and observe commands" in p for p in effects_problems({"observe_many": MANY})))
+
+
+TARGET = r'''
+import fcntl, json, os, sys
+# target.py invoke LEDGER KEY | observe LEDGER KEY | many LEDGER KEY...: a target that never deduplicates.
+mode, ledger = sys.argv[1:3]
+if mode == "invoke":
+    with open(ledger, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.write(sys.argv[3] + "\n")
+    print(json.dumps({"ticket": sys.argv[3]}))
+    sys.exit(0)
+rows = open(ledger).read().split() if os.path.exists(ledger) else []
+if mode == "observe":
+    with open(ledger + ".many", "a") as log:
+        log.write("1\n")
+    sys.exit(0 if sys.argv[3] in rows and print(json.dumps({"found": sys.argv[3]})) is None else 1)
+with open(ledger + ".many", "a") as log:
+    log.write("%d\n" % len(sys.argv[3:]))
+print(json.dumps({"tickets": [{"ref": key} for key in sys.argv[3:] if key in rows]}))
+'''
+
+
+class DriveTest(unittest.TestCase):
+    def test_drive_parallel_verifies_by_lookups_of_many_keys_and_files_each_item_once(self) -> None:
+        folder = scratch_dir("runner-observe-many-")
+        self.addCleanup(folder.cleanup)
+        root = folder.name
+        with open(os.path.join(root, "target.py"), "w", encoding="utf-8") as handle:
+            handle.write(TARGET)
+        ledger = os.path.join(root, "ledger")
+        target = [sys.executable, "-S", os.path.join(root, "target.py")]
+        items = [f"i{n:02d}" for n in range(40)]
+        block = batch_contract({"invoke": target + ["invoke", ledger, "{key}"], "observe": target + ["observe", ledger, "{key}"]},
+                               items=items, payload={"template": {"item": "{item}"}})
+        block["steps"][0]["key"] = "{item}:ticket"
+        block["effects"]["key_pattern"] = "[a-z0-9]+:ticket"
+        block["effects"]["observe_many"] = {"command": target + ["many", ledger, "{each}"], "list": "/tickets", "match": "/ref",
+                                            "value": "{key}", "max": 10}
+        init_run(root, block)
+        done = cli(root, "drive", "--owner", "w1", "--parallel", "8", "--json")
+        self.assertEqual(done.code, 10, done.err)
+        with open(ledger) as handle:
+            filed = handle.read().split()
+        self.assertEqual(sorted(filed), sorted(f"{i}:ticket" for i in items), "one ticket per item, none twice")
+        listed = json.loads(cli(root, "effect", "list", "--limit", "100", "--json").out)
+        states: Dict[str, int] = {}
+        for effect in listed["effects"].values():
+            states[effect["state"]] = states.get(effect["state"], 0) + 1
+        self.assertEqual(states, {"verified": len(items)})
+        with open(ledger + ".many") as handle:
+            sizes = [int(n) for n in handle.read().split()]
+        self.assertEqual(sum(sizes), len(items), "each key was looked up once (a lookup of one key is the observe command)")
+        self.assertLessEqual(max(sizes), 10, "at most max keys per lookup")
+        self.assertLess(len(sizes), len(items) // 2, f"lookups of many keys at once, not one per key: {sizes}")
+
+
+if __name__ == "__main__":
+    unittest.main()
