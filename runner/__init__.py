@@ -9,30 +9,34 @@ class per exit code. The store backends, their file layouts and the proof
 tools are reached by their own modules.
 """
 
-from .envelope import SCHEMA_VERSION, canonical_json, content_digest
-from .errors import (
-    EXIT_CODES,
-    AlreadyRunning,
-    AlreadyVerified,
-    Failed,
-    ProofFailed,
-    RetryLater,
-    AwaitingApproval,
-    Cancelled,
-    Fenced,
-    InvalidInput,
-    LimitExhausted,
-    NeedsReconciliation,
-    RunComplete,
-    RunnerError,
-    StateUnrecoverable,
-)
-from .target import Adapter, NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
-from .fs import FileSystem, OsFileSystem
-from .recovery import decide, recover
-from .run import Run, submit_job
-from . import verbs
-from .stores import create_store, open_store
+import importlib
+from typing import Any
+
+#: Where each exported name lives. A name is imported on first use (PEP 562), so a process that needs one
+#: module of the runner (a job's launcher, a hook, a worker) does not pay for importing all of them.
+_HOMES = {
+    **dict.fromkeys(("SCHEMA_VERSION", "canonical_json", "content_digest"), "envelope"),
+    **dict.fromkeys(("EXIT_CODES", "RunnerError", "InvalidInput", "AlreadyRunning", "AwaitingApproval", "Cancelled",
+                     "LimitExhausted", "StateUnrecoverable", "NeedsReconciliation", "Fenced", "RunComplete", "RetryLater",
+                     "Failed", "ProofFailed", "AlreadyVerified"), "errors"),
+    **dict.fromkeys(("Adapter", "Observation", "UnknownOutcome", "NotApplied", "Rejected", "StaleEpoch"), "target"),
+    **dict.fromkeys(("FileSystem", "OsFileSystem"), "fs"),
+    **dict.fromkeys(("decide", "recover"), "recovery"),
+    **dict.fromkeys(("Run", "submit_job"), "run"),
+    **dict.fromkeys(("create_store", "open_store"), "stores"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name == "verbs":
+        return importlib.import_module(".verbs", __name__)
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module("." + home, __name__), name)
+    globals()[name] = value
+    return value
+
 
 __version__ = "0.1.0"
 

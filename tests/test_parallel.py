@@ -100,10 +100,10 @@ class KilledWithCallsInFlightTest(unittest.TestCase):
             case = ParallelCase()
             case.setUp()
             try:
-                items = case.items(36)
                 # Eight calls in flight take 32 items in hand, each with its payload made first: the 33rd
                 # payload is made once calls are on their way; every other window, the ninth pass.
                 nth = 33 if window == "before-started" else 9
+                items = case.items(nth + 3 if window == "before-started" else 2 * nth)
                 case.start(items, invoke={"send-after": 0.05, "jitter": 0.3}, timeout=10, wrapper=case.killer(window, nth=nth))
                 first = case.finish(case.spawn("drive", "--owner", "w1", "--parallel", "8", "--json"))
                 in_flight_at_kill = len([n for n in os.listdir(os.path.join(case.root, ".run", "calls")) if n.endswith(".json")])
