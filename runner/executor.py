@@ -585,9 +585,9 @@ class Executor:
     def _start_many(self, tasks: List[_Task], now: float) -> None:
         """One lookup of several keys through the first task's adapter (``observe_many``).
 
-        Not registered in flight: it is made in this process (no process of its own outlives it) and
-        creates nothing, so whoever takes over has nothing to wait for; a record for each of its keys
-        would cost more than the lookup saves.
+        Not registered in flight: a lookup creates nothing, so whoever takes over has nothing to wait
+        for (a lookup command left by a killed runner runs on to its own end, harmlessly), and a record
+        for each of its keys would cost more than the lookup saves.
         """
         for task in tasks:
             task.pending = (None, "observe", now)
