@@ -302,9 +302,9 @@ def _run_workers(run_path: str, url: str, documents: int, seed: int, crash_rate:
                     progress.show(done, tally["crashes"], max(0, tally["workers"] - 1))
         code = proc.wait()
         stderr = proc.stderr.read() if proc.stderr else ""
-        if proc.stderr:
-            proc.stderr.close()
-        proc.stdout.close()
+        for stream in (proc.stdin, proc.stderr, proc.stdout):
+            if stream is not None:
+                stream.close()
         if code == -signal.SIGKILL:
             tally["crashes"] += 1
             if die_at is not None:
