@@ -50,7 +50,7 @@ STEP_KEYS = {"id": str, "artifact": str, "check": str, "next": str, "approval": 
              "items": object, "key": str, "payload": dict, "checks": dict, "artifacts": list, "timeout_seconds": object}
 EFFECT_KEYS = {"key_pattern": str, "approval": list, "adapter": str, "verification": str, "max_attempts": int, "several_approvals": bool,
                "invoke": list, "observe": list, "http": dict, "timeout_seconds": object, "settle_seconds": object, "max_rate_limited": int,
-               "concurrency": int, "rate": dict, "concurrency_key": dict, "observe_many": dict}
+               "concurrency": int, "rate": dict, "concurrency_key": dict, "observe_many": object}
 LIMIT_KEYS = ("max_step_attempts", "max_effect_attempts", "max_elapsed_seconds", "max_cost", "max_steps", "no_progress_seconds")
 RETRY_KEYS = ("base_seconds", "cap_seconds", "deadline_seconds")
 LEASE_KEYS = ("ttl_seconds",)
@@ -119,7 +119,7 @@ def parse_contract_text(text: str) -> Tuple[Optional[Dict[str, Any]], List[Contr
         if kind is None:
             problems.append(ContractProblem(at(key), f"unknown field {key!r} (allowed: {', '.join(sorted(TOP_KEYS))})"))
         elif not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            problems.append(ContractProblem(at(key), f"{key!r} must be a {_kind(kind)}"))
+            problems.append(ContractProblem(at(key), f"{key!r} must be {_kind(kind)}"))
     if block.get("contract") not in (None, CONTRACT_VERSION) and isinstance(block.get("contract"), int):
         problems.append(ContractProblem(
             at("contract"), f"contract version {block['contract']} is not supported (this runner reads {CONTRACT_VERSION})"))
@@ -161,7 +161,7 @@ def parse_contract_text(text: str) -> Tuple[Optional[Dict[str, Any]], List[Contr
                 if kind is None:
                     problems.append(ContractProblem(line, f"step {sid!r}: unknown field {key!r} (allowed: {', '.join(sorted(STEP_KEYS))})"))
                 elif not isinstance(value, kind):
-                    problems.append(ContractProblem(line, f"step {sid!r}: {key!r} must be a {_kind(kind)}"))
+                    problems.append(ContractProblem(line, f"step {sid!r}: {key!r} must be {_kind(kind)}"))
             evidence = step.get("evidence")
             if isinstance(evidence, list) and not all(isinstance(name, str) and name.strip() for name in evidence):
                 problems.append(ContractProblem(line, f"step {sid!r}: 'evidence' must list the names of the evidence (non-empty strings)"))
@@ -182,7 +182,7 @@ def parse_contract_text(text: str) -> Tuple[Optional[Dict[str, Any]], List[Contr
             if kind is None:
                 problems.append(ContractProblem(at(key), f"effects: unknown field {key!r} (allowed: {', '.join(sorted(EFFECT_KEYS))})"))
             elif not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-                problems.append(ContractProblem(at(key), f"effects: {key!r} must be a {_kind(kind)}"))
+                problems.append(ContractProblem(at(key), f"effects: {key!r} must be {_kind(kind)}"))
         pattern = effects.get("key_pattern")
         if isinstance(pattern, str):
             try:
@@ -240,7 +240,7 @@ def _next_cycle(steps: List[Any]) -> List[str]:
 
 
 def _kind(kind: type) -> str:
-    return {str: "string", int: "whole number", list: "list", dict: "object", bool: "boolean"}[kind]
+    return {str: "a string", int: "a whole number", list: "a list", dict: "an object", bool: "a boolean"}[kind]
 
 
 def check_contract(path: str) -> Tuple[Optional[Dict[str, Any]], List[str]]:

@@ -143,20 +143,14 @@ def drive(run: Any, owner: str, *, ttl: float, max_actions: Optional[int] = None
     def budget_left() -> bool:
         return max_actions is None or tally["actions"] < max_actions
 
-    def reconcile(key: str) -> None:
-        found = _batch.owner_of(run.state, key)
-        assert found is not None
-        executor.perform(key, _batch.item_payload(run.state, *found), adapter_for(run.state, key, runner=runner), found[0])
-        tally["actions"] += 1
-        tally["reconciled"] += 1
-
     try:
         while True:
             if decision["decision"] == "stop":
                 check = decision.get("check") or {}
                 ours = _batch.performs_effects(run.state["plan"]) and bool(check.get("key")) and _batch.owner_of(run.state, check["key"])
                 if decision["reason"] == "needs-reconciliation" and ours and budget_left():
-                    reconcile(check["key"])  # observes first; raises if still unknown
+                    # Observed first (raises if still unknown), with the rest of what was in flight, together.
+                    _walk_items(run, executor, ours[0], _first_unresolved(run.state, ours[0]), tally, budget_left, shown, runner)
                 else:
                     return out(decision)
             else:
