@@ -1,0 +1,345 @@
+"""``effects.observe_many``: one command run looks many keys up, and ``drive`` files each item once.
+
+What references/batch-and-drive.md (section 9) promises of a lookup command of many keys, held by
+real ``drive`` processes over a target kept in files that never deduplicates: ``{each}`` becomes one
+argument per key; an answer's list is matched back to each key by the value at ``match``, a key with
+a match is present and one without observed absent; exit 75 is "not now", asked again; any other
+answer (a non-zero exit, text that is not JSON) says nothing of any key, so a key already filed is
+never filed again. ``contract check`` refuses a malformed ``observe_many`` section with exit 2, one
+line per problem naming its line, and changes nothing.
+"""
+
+import json
+import os
+import sys
+import unittest
+from typing import Any, Dict, List, Tuple
+
+from tests._batch import cli, local
+from tests._util import run_cli, scratch_dir, write_contract
+
+#: The target: ``invoke``, ``observe`` and ``many`` (the lookup of many keys) over ``filings.jsonl``.
+#: It never deduplicates: every invoke that files appends a filing. ``plan.json`` says how calls
+#: behave: ``{"invoke": {ITEM: [WAY per attempt]}, "many": [WAY per run]}``, "ok" past the list's end;
+#: ``events.jsonl`` logs every call in the order the target served them (one at a time, under a lock).
+TARGET = r'''
+import fcntl, json, os, sys
+
+def main():
+    mode, folder = sys.argv[1], sys.argv[2]
+    with open(os.path.join(folder, "plan.json"), encoding="utf-8") as handle:
+        plan = json.load(handle)
+    with open(os.path.join(folder, "lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        events = read_lines(os.path.join(folder, "events.jsonl"))
+        filings = read_lines(os.path.join(folder, "filings.jsonl"))
+        refs = [f["ref"] for f in filings]
+        if mode == "invoke":
+            ref, key = sys.argv[3], sys.argv[4]
+            attempt = sum(1 for e in events if e["op"] == "invoke" and e["ref"] == ref) + 1
+            ways = plan.get("invoke", {}).get(ref, [])
+            way = ways[attempt - 1] if attempt <= len(ways) else "ok"
+            log(folder, {"op": "invoke", "ref": ref, "key": key, "attempt": attempt, "way": way})
+            if way in ("ok", "lost"):
+                append(os.path.join(folder, "filings.jsonl"), {"ref": ref, "key": key, "id": len(filings) + 1})
+            if way != "ok":
+                return 3
+            print(json.dumps({"id": len(filings) + 1}))
+            return 0
+        if mode == "observe":
+            ref = sys.argv[3]
+            log(folder, {"op": "observe", "ref": ref, "found": ref in refs})
+            if ref in refs:
+                print(json.dumps({"id": refs.index(ref) + 1}))
+                return 0
+            return 1
+        run_id, values = sys.argv[3], sys.argv[4:-1]
+        number = sum(1 for e in events if e["op"] == "many") + 1
+        ways = plan.get("many", [])
+        way = ways[number - 1] if number <= len(ways) else "ok"
+        found = [v for v in values if v in refs]
+        log(folder, {"op": "many", "n": number, "argv": sys.argv[1:], "values": values, "way": way, "found": found})
+        if way == "ok":
+            answer = [{"external_ref": v, "id": refs.index(v) + 1} for v in reversed(found)]
+            answer.append({"external_ref": "not-asked-for", "id": 0})
+            print(json.dumps({"items": answer}))
+            return 0
+        if way == "not-now":
+            print(json.dumps({"retry_after": 0}))
+            return 75
+        if way == "fail-with-empty-list":
+            print(json.dumps({"items": []}))
+            return 3
+        if way == "not-json":
+            print("<html>502 Bad Gateway</html>")
+            return 0
+        if way == "cut-short":
+            print('{"items": [')
+            return 0
+        raise SystemExit("unknown way " + way)
+
+def read_lines(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return [json.loads(line) for line in handle if line.strip()]
+    except FileNotFoundError:
+        return []
+
+def append(path, record):
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(record) + "\n")
+
+def log(folder, record):
+    record["pid"] = os.getpid()
+    append(os.path.join(folder, "events.jsonl"), record)
+
+sys.exit(main())
+'''
+
+#: Keys per run of the lookup command.
+MAX = 5
+
+
+def item_names(count: int) -> List[str]:
+    """Items whose names hold spaces, brackets and a quote: each must reach the lookup as one argument."""
+    return [f"docs/report {n:03d} (customer's copy).txt" for n in range(count)]
+
+
+class ObserveManyCase(unittest.TestCase):
+    """A workspace of documents, the target, and a batch contract whose lookups go through ``observe_many``."""
+
+    def setUp(self) -> None:
+        self.fresh()
+
+    def fresh(self) -> None:
+        """A new, empty workspace with the target's program (cleaned up with the test)."""
+        tmp = scratch_dir("runner-observe-many-")
+        self.addCleanup(tmp.cleanup)
+        self.root = tmp.name
+        self.target = os.path.join(self.root, "target")
+        os.makedirs(os.path.join(self.root, "docs"))
+        os.makedirs(self.target)
+        self.script = os.path.join(self.root, "target.py")
+        with open(self.script, "w", encoding="utf-8") as handle:
+            handle.write(TARGET)
+
+    def contract(self, observe_many: Any = None) -> Dict[str, Any]:
+        program = [sys.executable, "-S", self.script]
+        many = {"command": program + ["many", "{workspace}/target", "{run_id}", "{each}", "END"],
+                "list": "/items", "match": "/external_ref", "value": "{item}", "max": MAX}
+        return {
+            "contract": 1,
+            "task_id": "observe-many",
+            "goal": "File one ticket per document, each exactly once.",
+            "workspace": ".",
+            "steps": [{"id": "file-tickets", "items": {"glob": "docs/*.txt"}, "key": "doc-{slug}:ticket",
+                       "payload": {"template": {"doc": "{item}"}}, "next": "done"}],
+            "effects": {
+                "invoke": program + ["invoke", "{workspace}/target", "{item}", "{key}"],
+                "observe": program + ["observe", "{workspace}/target", "{item}"],
+                "observe_many": many if observe_many is None else observe_many,
+                "timeout_seconds": 20,
+            },
+            "retry": {"base_seconds": 0.05, "cap_seconds": 0.2},
+            "limits": {"max_effect_attempts": 3},
+            "lease": {"ttl_seconds": 60},
+        }
+
+    def start(self, count: int, plan: Dict[str, Any]) -> List[str]:
+        """Write ``count`` documents, the target's plan and the contract, and start the run; return the items."""
+        items = item_names(count)
+        for n, item in enumerate(items):
+            with open(os.path.join(self.root, item), "w", encoding="utf-8") as handle:
+                handle.write(f"Report {n}\nquarterly figures\n")
+        with open(os.path.join(self.target, "plan.json"), "w", encoding="utf-8") as handle:
+            json.dump(plan, handle)
+        contract = write_contract(os.path.join(self.root, "contract.md"), self.contract())
+        started = local(self.root, "init", "--contract", contract)
+        self.assertEqual(started.code, 0, started.err)
+        return items
+
+    def drive_to_completion(self, runs: int = 6) -> Tuple[List[int], Dict[str, Any]]:
+        """``drive --parallel 4`` in a child, again after a stop for an unknown outcome, until the run is complete."""
+        codes: List[int] = []
+        for _ in range(runs):
+            result = cli(self.root, "drive", "--owner", "w", "--parallel", "4", "--until-stop", "--json", timeout=60)
+            codes.append(result.code)
+            self.assertIn(result.code, (8, 10), f"drive exits {codes}: {result.err}")
+            if result.code == 10:
+                return codes, json.loads(result.out.splitlines()[-1])
+        self.fail(f"the run did not complete in {runs} runs of drive: exits {codes}")
+
+    def events(self, op: str = "") -> List[Dict[str, Any]]:
+        with open(os.path.join(self.target, "events.jsonl"), encoding="utf-8") as handle:
+            rows = [json.loads(line) for line in handle if line.strip()]
+        return [row for row in rows if not op or row["op"] == op]
+
+    def filings(self) -> Dict[str, int]:
+        counts: Dict[str, int] = {}
+        with open(os.path.join(self.target, "filings.jsonl"), encoding="utf-8") as handle:
+            for line in handle:
+                ref = json.loads(line)["ref"]
+                counts[ref] = counts.get(ref, 0) + 1
+        return counts
+
+    def invokes(self) -> Dict[str, int]:
+        counts: Dict[str, int] = {}
+        for event in self.events("invoke"):
+            counts[event["ref"]] = counts.get(event["ref"], 0) + 1
+        return counts
+
+    def assert_each_filed_once_and_verified(self, items: List[str]) -> None:
+        self.assertEqual(self.filings(), {item: 1 for item in items}, "each item filed exactly once")
+        state = json.loads(local(self.root, "status", "--json").out)
+        self.assertEqual((state["status"], state["effects"]), ("complete", {"verified": len(items)}))
+
+    def assert_called_again_only_after_an_absence(self) -> None:
+        """Each invoke after an item's first follows a lookup, after the item's previous invoke, that found it absent."""
+        events = self.events()
+        last_invoke: Dict[str, int] = {}
+        for position, event in enumerate(events):
+            if event["op"] != "invoke":
+                continue
+            ref = event["ref"]
+            if ref in last_invoke:
+                absent = [e for e in events[last_invoke[ref] + 1:position]
+                          if (e["op"] == "observe" and e["ref"] == ref and not e["found"])
+                          or (e["op"] == "many" and e["way"] == "ok" and ref in e["values"] and ref not in e["found"])]
+                self.assertTrue(absent, f"{ref} invoked again (attempt {event['attempt']}) without an observed absence")
+            last_invoke[ref] = position
+
+    def assert_lookups_well_formed(self, items: List[str]) -> None:
+        """Each run of the lookup command: its other arguments filled in place, then one argument per key, at most ``max``."""
+        for event in self.events("many"):
+            argv = event["argv"]
+            self.assertEqual(argv[:3], ["many", self.target, "observe-many"], argv)
+            self.assertEqual(argv[-1], "END", argv)
+            self.assertTrue(1 <= len(event["values"]) <= MAX, argv)
+            self.assertEqual(len(set(event["values"])), len(event["values"]), argv)
+            self.assertLessEqual(set(event["values"]), set(items), argv)
+
+
+class DriveTest(ObserveManyCase):
+    def test_drive_parallel_files_each_item_once_and_looks_several_keys_up_in_one_run(self) -> None:
+        items = self.start(12, {})
+        codes, report = self.drive_to_completion(runs=1)
+        self.assertEqual(codes, [10])
+        self.assert_each_filed_once_and_verified(items)
+        self.assertEqual(self.invokes(), {item: 1 for item in items})
+        self.assert_lookups_well_formed(items)
+        lookups = [event["values"] for event in self.events("many")]
+        self.assertTrue(any(len(values) >= 2 for values in lookups), f"no lookup held several keys: {lookups}")
+        # One call per command run, however many keys a lookup held: fewer than one lookup per item.
+        self.assertEqual(report["drive"]["calls"], len(self.events()))
+        self.assertLess(len(self.events()), 2 * len(items))
+
+    def test_not_now_from_the_lookup_is_asked_again_and_nothing_is_filed_twice(self) -> None:
+        items = self.start(12, {"many": ["not-now", "not-now", "not-now"]})
+        self.drive_to_completion()
+        self.assert_each_filed_once_and_verified(items)
+        self.assertEqual(self.invokes(), {item: 1 for item in items}, "'not now' from a lookup is no absence")
+        self.assertEqual([event["way"] for event in self.events("many")][:3], ["not-now"] * 3)
+        self.assert_lookups_well_formed(items)
+
+    def test_lost_answers_then_failed_lookups_never_file_an_item_twice(self) -> None:
+        """Invokes that filed but whose answer was lost, then lookups that fail, before one answers."""
+        for failure in ("fail-with-empty-list", "not-json", "cut-short"):
+            with self.subTest(failure=failure):
+                self.fresh()
+                lost = item_names(8)
+                items = self.start(12, {"invoke": {item: ["lost"] for item in lost}, "many": [failure, failure]})
+                self.drive_to_completion()
+                self.assert_each_filed_once_and_verified(items)
+                self.assertEqual(self.invokes(), {item: 1 for item in items},
+                                 "an item whose filing landed is never invoked again, whatever the lookups answered")
+                failed = [event for event in self.events("many") if event["way"] != "ok"]
+                self.assertTrue(any(set(event["values"]) & set(lost) for event in failed),
+                                f"no failing lookup was asked about an item whose answer was lost: {self.events('many')}")
+                self.assert_called_again_only_after_an_absence()
+                self.assert_lookups_well_formed(items)
+
+    def test_a_key_missing_from_the_answer_is_absent_and_only_then_invoked_again(self) -> None:
+        unfiled = item_names(6)
+        items = self.start(12, {"invoke": {item: ["fail-before"] for item in unfiled}})
+        self.drive_to_completion()
+        self.assert_each_filed_once_and_verified(items)
+        self.assertEqual(self.invokes(), {item: 2 if item in unfiled else 1 for item in items})
+        self.assert_called_again_only_after_an_absence()
+        events = self.events()
+        for ref in unfiled:
+            first, second = [n for n, event in enumerate(events) if event["op"] == "invoke" and event["ref"] == ref]
+            by_lookup = [event for event in events[first + 1:second] if event["op"] == "many" and event["way"] == "ok"
+                         and ref in event["values"] and ref not in event["found"]]
+            self.assertTrue(by_lookup, f"{ref}: invoked again with no lookup of many keys that answered without it")
+        self.assert_lookups_well_formed(items)
+
+
+class ContractCheckTest(ObserveManyCase):
+    """``contract check`` refuses a malformed ``observe_many`` with exit 2 and one line per problem, changing nothing."""
+
+    def check(self, observe_many: Any) -> Tuple[int, str, List[str], Tuple[int, int]]:
+        """Check a contract holding ``observe_many``; return the exit, stdout, stderr's lines and the effects section's lines."""
+        path = write_contract(os.path.join(self.root, "contract.md"), self.contract(observe_many))
+        with open(path, encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+        first = next(n for n, line in enumerate(lines, 1) if line.strip().startswith('"effects"'))
+        last = next(n for n, line in enumerate(lines, 1) if n > first and line.strip().startswith('"timeout_seconds"'))
+        before = self.snapshot()
+        result = run_cli("contract", "check", path, cwd=self.root)
+        self.assertEqual(self.snapshot(), before, "contract check changed nothing")
+        return result.code, result.out, result.err.splitlines(), (first, last)
+
+    def snapshot(self) -> Dict[str, bytes]:
+        files = {}
+        for folder, _, names in os.walk(self.root):
+            for name in names:
+                path = os.path.join(folder, name)
+                with open(path, "rb") as handle:
+                    files[os.path.relpath(path, self.root)] = handle.read()
+        return files
+
+    def assert_refused(self, observe_many: Any, problems: int) -> None:
+        code, out, lines, (first, last) = self.check(observe_many)
+        self.assertEqual(code, 2, lines)
+        self.assertEqual(out, "")
+        self.assertEqual(len(lines), problems, lines)
+        for line in lines:
+            place, _, reason = line.partition(": ")
+            name, _, number = place.rpartition(":")
+            self.assertEqual(name, os.path.join(self.root, "contract.md"), line)
+            self.assertTrue(number.isdigit() and first <= int(number) <= last, f"not a line of the effects section: {line}")
+            self.assertIn("observe_many", reason, line)
+
+    def test_a_well_formed_lookup_of_many_keys_passes(self) -> None:
+        code, _, lines, _ = self.check(None)
+        self.assertEqual((code, len(lines)), (0, 0), lines)
+
+    def test_each_malformed_section_is_refused_with_its_line(self) -> None:
+        program = [sys.executable, "-S", "find-many.py"]
+        good = {"command": program + ["{each}"], "list": "/items", "match": "/external_ref", "value": "{item}"}
+        cases = {
+            "not an object": ["find-many.py", "{each}"],
+            "command as one string": dict(good, command="find-many.py {each}"),
+            "empty command": dict(good, command=[]),
+            "command without {each}": dict(good, command=program + ["--all"]),
+            "{key} in another argument": dict(good, command=program + ["--key={key}", "{each}"]),
+            "{slug} in another argument": dict(good, command=program + ["{slug}", "{each}"]),
+            "no match": {name: value for name, value in good.items() if name != "match"},
+            "match not a pointer": dict(good, match="external_ref"),
+            "list not a pointer": dict(good, list="items"),
+            "value that names no key placeholder": dict(good, value="ticket"),
+            "max zero": dict(good, max=0),
+            "max not a number": dict(good, max="fifty"),
+        }
+        for case, section in cases.items():
+            with self.subTest(case=case):
+                self.assert_refused(section, 1)
+
+    def test_several_problems_give_one_line_each(self) -> None:
+        section = {"command": ["find-many.py", "{key}", "{each}"], "list": "items", "match": "/external_ref",
+                   "value": "ticket", "max": 0}
+        self.assert_refused(section, 4)
+
+
+if __name__ == "__main__":
+    unittest.main()
