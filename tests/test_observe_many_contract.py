@@ -255,6 +255,8 @@ class DriveTest(ObserveManyCase):
                 failed = [event for event in self.events("many") if event["way"] != "ok"]
                 self.assertTrue(any(set(event["values"]) & set(lost) for event in failed),
                                 f"no failing lookup was asked about an item whose answer was lost: {self.events('many')}")
+                settled = [event for event in self.events("many") if event["way"] == "ok" and len(set(event["values"]) & set(lost)) >= 2]
+                self.assertTrue(settled, f"the items left unresolved were not looked up together once lookups answered: {self.events()}")
                 self.assert_called_again_only_after_an_absence()
                 self.assert_lookups_well_formed(items)
 
