@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, NamedTuple
 
 from .envelope import canonical_json, loads_strict, sha256_hex
 from .errors import InvalidInput
-from .pointer import MISSING, matched, parse_pointer, pointer_problem, resolve_pointer
+from .pointer import MISSING, matched, parse_pointer, pointer_problem, resolve_pointer, shown
 from .target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 
 # subprocess, shutil, tempfile and runner.inflight are imported where a command runs: every verb imports this module
@@ -429,14 +429,9 @@ class CommandAdapter:
             matches = found.get(want, [])
             seen = dict(base, matches=len(matches))
             if matches:
-                kept = canonical_json(matches[0])
-                seen["found"] = matches[0] if len(kept) <= MANY_FOUND_LIMIT else {"sha256": sha256_hex(kept), "bytes": len(kept)}
+                seen["found"] = shown(matches[0])
             out.append(Observation("present" if matches else "absent", seen))
         return out
-
-
-#: The largest element of a lookup of many keys kept whole as a key's evidence (larger: its digest).
-MANY_FOUND_LIMIT = 1024
 
 
 def many_problems(many: Any) -> List[str]:

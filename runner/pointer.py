@@ -5,16 +5,22 @@ command (:mod:`runner.commands`), name the part of the answer that matters by
 a pointer such as ``"/0/id"``: :func:`parse_pointer` turns it into tokens
 once, :func:`resolve_pointer` follows them, and :func:`pointer_problem` is the
 contract check's word on one. :func:`matched` sorts a lookup of many keys'
-answer by the value each element holds at a pointer.
+answer by the value each element holds at a pointer, and :func:`shown` is
+what evidence keeps of a value found.
 """
 
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-__all__ = ["MISSING", "parse_pointer", "resolve_pointer", "pointer_problem", "matched"]
+from .envelope import canonical_json, sha256_hex
+
+__all__ = ["MISSING", "VALUE_LIMIT", "parse_pointer", "resolve_pointer", "pointer_problem", "matched", "shown"]
 
 #: What :func:`resolve_pointer` gives when nothing is at the pointer (None is a JSON value).
 MISSING: Any = object()
+
+#: The largest value found (as canonical JSON) that evidence keeps whole; a larger one is kept as its digest and size.
+VALUE_LIMIT = 1024
 
 _INDEX = re.compile(r"^(0|[1-9][0-9]*)$")
 
@@ -64,3 +70,9 @@ def matched(elements: List[Any], match: Sequence[str]) -> Dict[str, List[Any]]:
         if isinstance(value, (str, int)) and not isinstance(value, bool):
             found.setdefault(str(value), []).append(element)
     return found
+
+
+def shown(value: Any) -> Any:
+    """``value`` as evidence keeps it: whole up to :data:`VALUE_LIMIT` bytes of canonical JSON, else its digest and size."""
+    kept = canonical_json(value)
+    return value if len(kept) <= VALUE_LIMIT else {"sha256": sha256_hex(kept), "bytes": len(kept)}

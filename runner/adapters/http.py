@@ -75,7 +75,7 @@ from .. import inflight
 from ..commands import MAX_RETRY_AFTER, expand
 from ..envelope import MAX_DOCUMENT_BYTES, canonical_json, check_nesting, loads_strict, sha256_hex
 from ..errors import InvalidInput
-from ..pointer import MISSING, matched, parse_pointer, resolve_pointer
+from ..pointer import MISSING, matched, parse_pointer, resolve_pointer, shown
 from ..target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 from .http_section import _EACH, _SECRET, INVOKE_METHODS, OBSERVE_METHODS, FieldProblem, _split_url, http_problems, sensitive
 
@@ -103,8 +103,6 @@ __all__ = [
 BODY_LIMIT = 1024 * 1024
 #: The largest JSON object answer kept whole as a receipt; a larger one is kept as its digest.
 RECEIPT_BODY_LIMIT = 64 * 1024
-#: The largest value kept from where an observe pointer leads (canonical JSON); a larger one is kept as its digest.
-POINTER_VALUE_LIMIT = 1024
 #: The largest file a ``{file:PATH}`` header value reads.
 SECRET_FILE_LIMIT = 16 * 1024
 #: Idle connections kept per origin.
@@ -637,8 +635,7 @@ class HttpAdapter:
             matches = found.get(want, [])
             seen = dict(evidence, status=reply.status, matches=len(matches))
             if matches:
-                kept = canonical_json(matches[0])
-                seen["found"] = matches[0] if len(kept) <= POINTER_VALUE_LIMIT else {"sha256": sha256_hex(kept), "bytes": len(kept)}
+                seen["found"] = shown(matches[0])
             out.append(Observation("present" if matches else "absent", _scrub(seen, secrets)))
         return out
 
@@ -666,8 +663,7 @@ class HttpAdapter:
         value = resolve_pointer(document, request.pointer)
         if _empty(value):
             return Observation("absent", dict(evidence, at_pointer=None))
-        kept = canonical_json(value)
-        evidence["at_pointer"] = value if len(kept) <= POINTER_VALUE_LIMIT else {"sha256": sha256_hex(kept), "bytes": len(kept)}
+        evidence["at_pointer"] = shown(value)
         return Observation("present", evidence)
 
     def _answered(self, request: _Request, reply: _Reply, key: str, epoch: Optional[int]) -> str:
