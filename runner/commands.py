@@ -71,7 +71,7 @@ MANY_PLACEHOLDERS = ("run_id", "workspace")
 MANY_VALUE_PLACEHOLDERS = ("key", "item", "stem", "slug", "index")
 #: The argument of the ``observe_many`` command that becomes one argument per key.
 EACH = "{each}"
-#: Keys one ``observe_many`` command looks up at most (``max``), and by default.
+#: Keys one lookup of many keys asks for at most (``max``), and by default: ``observe_many`` here, ``effects.http.observe.many``.
 MANY_MAX, MANY_DEFAULT = 200, 50
 
 #: Seconds a command may take unless the contract says otherwise.
@@ -385,7 +385,6 @@ class CommandAdapter:
             return Observation("absent", {**(found or {}), "observed_by": base})
         reason = f"timed out after {self.timeout:g}s" if result.timed_out else f"exit {result.exit_code}: {result.tail(200)}"
         return Observation("unknown", {"observed_by": base, "reason": reason})
-
 
     @property
     def batch_key(self) -> Optional[Tuple[Any, ...]]:

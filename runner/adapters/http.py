@@ -72,7 +72,7 @@ import urllib.parse
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from .. import inflight
-from ..commands import MAX_RETRY_AFTER, expand
+from ..commands import MANY_DEFAULT, MAX_RETRY_AFTER, expand
 from ..envelope import MAX_DOCUMENT_BYTES, canonical_json, check_nesting, loads_strict, sha256_hex
 from ..errors import InvalidInput
 from ..pointer import MISSING, matched, parse_pointer, resolve_pointer, shown
@@ -191,7 +191,7 @@ def _compile(spec: Dict[str, Any]) -> _Spec:
         found = spec["observe"]["many"]
         each = _EACH.search(found["url"]).group(1)  # type: ignore[union-attr]
         request = _compile_request("observe", {"url": _EACH.sub("{each}", found["url"]), "headers": spec["observe"].get("headers") or {}})
-        many = _Many(request, each, parse_pointer(found.get("list", "")), parse_pointer(found["match"]), found["value"], int(found.get("max", 50)))
+        many = _Many(request, each, parse_pointer(found.get("list", "")), parse_pointer(found["match"]), found["value"], int(found.get("max", MANY_DEFAULT)))
     made = _Spec(_compile_request("invoke", spec["invoke"]), _compile_request("observe", spec["observe"]),
                  spec.get("idempotency_header"), spec.get("epoch_header"), bool(spec.get("deduplicates", False)),
                  spec.get("retention_seconds"), spec.get("ca_file"), many)

@@ -11,7 +11,7 @@ that ``contract check`` can give its line.
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..commands import placeholders_in
+from ..commands import MANY_DEFAULT, MANY_MAX, placeholders_in
 from ..pointer import pointer_problem
 
 __all__ = ["FieldProblem", "http_problems", "sensitive", "INVOKE_METHODS", "OBSERVE_METHODS", "INVOKE_WORDS", "OBSERVE_WORDS", "MANY_MAX"]
@@ -29,8 +29,6 @@ _REQUEST_KEYS = {"invoke": ("method", "url", "headers", "statuses", "receipt_hea
 _MANY_KEYS = ("url", "list", "match", "value", "max")
 #: ``{each:TEMPLATE}`` in a lookup of many keys: TEMPLATE filled for each key, the parts joined with ``&``.
 _EACH = re.compile(r"\{each:([^{}]*(?:\{[a-z_]+\}[^{}]*)*)\}")
-#: Keys one lookup of many asks for at most.
-MANY_MAX = 200
 _HTTP_KEYS = ("invoke", "observe", "idempotency_header", "epoch_header", "deduplicates", "retention_seconds", "ca_file")
 #: Headers whose value is a credential: a literal value is refused.
 _SENSITIVE = ("authorization", "proxy-authorization", "cookie")
@@ -235,7 +233,7 @@ def _many_problems(many: Any) -> List[FieldProblem]:
     value = many["value"]
     if not isinstance(value, str) or any(n not in _URL_PLACEHOLDERS["observe"] for n in placeholders_in(value)) or not placeholders_in(value):
         out.append(FieldProblem(at + ("value",), "effects.http.observe.many.value must be a template of the key, such as \"{slug}\""))
-    limit = many.get("max", 50)
+    limit = many.get("max", MANY_DEFAULT)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 2 <= limit <= MANY_MAX:
         out.append(FieldProblem(at + ("max",), f"effects.http.observe.many.max must be a whole number from 2 to {MANY_MAX}"))
     return out
