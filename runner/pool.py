@@ -156,8 +156,11 @@ def _break_leases(store_url: str, owner: str) -> None:
     """End every lease the dead worker held: the supervisor saw its process end."""
     for task in list_runs(store_url):
         store = open_store(run_url(store_url, task), task)
-        if store.state["lease"]["owner"] == owner:
-            Run(store).break_lease("pool-supervisor", f"{owner} was killed")
+        try:
+            if store.state["lease"]["owner"] == owner:
+                Run(store).break_lease("pool-supervisor", f"{owner} was killed")
+        finally:
+            store.close()
 
 
 if __name__ == "__main__":

@@ -21,10 +21,20 @@ what a test checks:
   test and a failure anywhere fails the run; a child that dies without
   reporting is itself an error. A line on stderr gives each process's share.
   ``RUNNER_TESTS_SERIAL=1`` runs everything in one process.
+
+One thing is checked here rather than in a test: nothing is left for the
+garbage collector to close. A file, socket, process or database connection
+a test (or the runner under test) leaves open is a ``ResourceWarning`` when
+it is collected, at a moment that depends on the collector, possibly inside
+a later test that captures stderr. Each process records these warnings with
+the test that was running when they were raised instead of printing them,
+collects once when its share is done, and reports what it recorded as one
+failing test, ``tests.resources_left_open``.
 """
 
 import atexit
 import fnmatch
+import gc
 import json
 import os
 import shutil
@@ -34,6 +44,7 @@ import tempfile
 import time
 import traceback
 import unittest
+import warnings
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 if not os.environ.get("RUNNER_TESTS_PYCACHE"):
@@ -138,6 +149,64 @@ class ModuleQueue:
         os.close(self.read_fd)
 
 
+class _Watched(unittest.TestSuite):
+    """Runs ``tests`` and fails, as ``tests.resources_left_open``, if any left a resource for the collector to close.
+
+    Each ``ResourceWarning`` is recorded with the test running when it was
+    raised (the test that leaked it when the object is freed at once, a later
+    one when only the cyclic collector frees it) and is not printed. Other
+    warnings are shown as before.
+    """
+
+    _cleanup = False
+
+    def __init__(self, tests: Any) -> None:
+        super().__init__()
+        self.tests = tests
+        self.left_open: List[str] = []
+        self._running = "before any test"
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.tests)
+
+    def countTestCases(self) -> int:
+        return self.tests.countTestCases()
+
+    def run(self, result: Any, debug: bool = False) -> Any:
+        start_test = result.startTest
+
+        def started(test: Any) -> None:
+            self._running = test.id()
+            start_test(test)
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", ResourceWarning)
+            shown = warnings.showwarning
+
+            def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+                if issubclass(category, ResourceWarning):
+                    self.left_open.append(f"{self._running}: {message}")
+                else:
+                    shown(message, category, filename, lineno, file, line)
+
+            warnings.showwarning = show
+            result.startTest = started
+            try:
+                self.tests.run(result)
+                self._running = "the collection after the last test"
+                gc.collect()
+            finally:
+                del result.startTest
+        if self.left_open:
+            test = _Remote("tests.resources_left_open", "resources left for the garbage collector to close")
+            result.startTest(test)
+            result.addFailure(test, _error(
+                f"{len(self.left_open)} resources were left open; to see where each was made, run the test's module alone "
+                "with PYTHONTRACEMALLOC=20 python3 -W always::ResourceWarning -m unittest tests.MODULE:\n" + "\n".join(self.left_open[:50])))
+            result.stopTest(test)
+        return result
+
+
 class _Pulled(unittest.TestSuite):
     """The modules this process takes from the queue, as they are taken, run as one suite.
 
@@ -174,7 +243,7 @@ class _SplitSuite(unittest.TestSuite):
 
     def _work(self, queue: ModuleQueue, result: Any) -> Tuple[List[str], float]:
         began, pulled = time.monotonic(), _Pulled(self.modules, queue)
-        pulled.run(result)
+        _Watched(pulled).run(result)
         return pulled.taken, time.monotonic() - began
 
     def run(self, result: Any, debug: bool = False) -> Any:
@@ -276,5 +345,5 @@ def load_tests(loader: unittest.TestLoader, standard_tests: unittest.TestSuite, 
     modules = [(name, loader.loadTestsFromName(f"tests.{name}")) for name in module_names(here, pattern)]
     serial = os.environ.get("RUNNER_TESTS_SERIAL") or not hasattr(os, "fork") or (os.cpu_count() or 1) < 2
     if serial:
-        return unittest.TestSuite([suite for _, suite in modules])
+        return _Watched(unittest.TestSuite([suite for _, suite in modules]))
     return _SplitSuite(modules)

@@ -155,8 +155,12 @@ class SQLiteRowDamageTest(unittest.TestCase):
         self.assertEqual(json.loads(status.out)["status"], "active")
 
     def test_rows_rolled_back_are_rolled_forward_and_a_retried_cost_counts_once(self) -> None:
-        old = sqlite3.connect(self.db).execute("SELECT envelope, revision, head, rows_digest FROM runner_runs").fetchone()
-        old_effects = sqlite3.connect(self.db).execute("SELECT key, effect FROM runner_effects").fetchall()
+        db = sqlite3.connect(self.db)
+        try:
+            old = db.execute("SELECT envelope, revision, head, rows_digest FROM runner_runs").fetchone()
+            old_effects = db.execute("SELECT key, effect FROM runner_effects").fetchall()
+        finally:
+            db.close()
         for key in ("n1", "n2", "n3"):
             self.ok("effect", "begin", key, "--payload", self.p("p1.json"))
         newest = json.loads(self.ok("--json", "status").out)["revision"]

@@ -53,7 +53,12 @@ class PoolTest(unittest.TestCase):
         return tally, exits, lines
 
     def states(self, url: str) -> List[Dict[str, Any]]:
-        return [open_store(run_url(url, task), task).state for task in list_runs(url)]
+        states = []
+        for task in list_runs(url):
+            store = open_store(run_url(url, task), task)
+            states.append(store.state)
+            store.close()
+        return states
 
     def test_every_run_is_finished_by_the_handler(self) -> None:
         url = "file:" + os.path.join(self.root, "runs")

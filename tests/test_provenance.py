@@ -444,8 +444,11 @@ class RunMakerTest(unittest.TestCase):
         self.addCleanup(old.close)
         self.addCleanup(new.close)
         self.assertEqual((old.state["revision"], new.state["revision"]), (0, 0))
-        with sqlite3.connect(url[len("sqlite:"):]) as db:
+        db = sqlite3.connect(url[len("sqlite:"):])
+        try:
             identities = dict(db.execute("SELECT task_id, identity FROM runner_runs").fetchall())
+        finally:
+            db.close()
         self.assertNotIn("made_by", json.loads(identities["old-run"]))
         self.assertEqual(json.loads(identities["new-run"])["made_by"], local_maker())
         sqlite_run = Run(open_store(url, "old-run"))

@@ -355,7 +355,7 @@ def _run_sharded(store_url: str, service_url: str, documents: int, seed: int, cr
     for shard in range((documents + shard_size - 1) // shard_size):
         count = min(shard_size, documents - shard * shard_size)
         contract = dict(demo_contract(count), task_id=f"demo-shard-{shard:04d}")
-        create_store(run_url(store_url, contract["task_id"]), contract["task_id"], contract)
+        create_store(run_url(store_url, contract["task_id"]), contract["task_id"], contract).close()
     done: set = set()
     tally: Dict[str, Any] = {}
     acked: Dict[str, int] = {}  # task -> the highest revision a worker saw acknowledged
@@ -375,7 +375,7 @@ def _run_sharded(store_url: str, service_url: str, documents: int, seed: int, cr
     def on_exit(owner: str, code: int) -> None:
         # Checked in this process after each death: nothing a worker saw acknowledged was lost.
         for task in list_runs(store_url):
-            revision = open_store(run_url(store_url, task), task).revision
+            revision = _read_run(store_url, task, lambda store: store.revision)
             if revision < acked.get(task, 0):
                 audit["lost_commits"] += acked[task] - revision
                 acked[task] = revision  # count each loss once
@@ -388,6 +388,15 @@ def _run_sharded(store_url: str, service_url: str, documents: int, seed: int, cr
     tally.update(audit)
     tally["documents_done"] = len(done)
     return tally
+
+
+def _read_run(store_url: str, task: str, read: Callable[[Any], Any]) -> Any:
+    """What ``read`` takes from run ``task`` of the store at ``store_url``, the store closed again."""
+    store = open_store(run_url(store_url, task), task)
+    try:
+        return read(store)
+    finally:
+        store.close()
 
 
 def run_demo(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01, cancel_at: Optional[int] = None,
@@ -431,8 +440,8 @@ def run_demo(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01, can
             else:
                 store_used = store or "sqlite:" + os.path.join(root, "runs.db")
                 tally = _run_sharded(store_used, service.url, documents, seed, crash_rate, workers, progress, shard_size)
-                states = [open_store(run_url(store_used, task), task).state for task in list_runs(store_used)]
-                pages = lambda: [load_history(open_store(run_url(store_used, task), task)) for task in list_runs(store_used)]  # noqa: E731
+                states = [_read_run(store_used, task, lambda store: store.state) for task in list_runs(store_used)]
+                pages = lambda: [_read_run(store_used, task, load_history) for task in list_runs(store_used)]  # noqa: E731
             audit = _audit(states, service, documents)
         wall = time.monotonic() - began
         html_bytes = write_timeline(html, pages(), f"Demo: {documents} documents") if html and pages else None

@@ -68,14 +68,19 @@ class PostgresStore(SQLStore):
             "tcp_keepalives_count": 3,
         }
         options = " ".join(f"-c {name}={value}" for name, value in settings.items())
+        db = None
         try:
             db = psycopg.connect(self.url, autocommit=False, connect_timeout=10, options=options,
                                  keepalives=1, keepalives_idle=5, keepalives_interval=2, keepalives_count=3)
             if db.info.server_version >= 140000:
                 db.execute("SET client_connection_check_interval = 1000")
             db.commit()
-        except psycopg.Error as exc:
-            raise InvalidInput(f"cannot connect to {self._where()}: {' '.join(str(exc).split())[:300]}".strip()) from None
+        except BaseException as exc:
+            if db is not None:
+                db.close()
+            if isinstance(exc, psycopg.Error):
+                raise InvalidInput(f"cannot connect to {self._where()}: {' '.join(str(exc).split())[:300]}".strip()) from None
+            raise
         return db
 
     def _retry_after(self) -> float:

@@ -140,7 +140,11 @@ class SQLStore(Store):
         self._sum = 0
         self.db = self._connect()
         self.path = os.path.join(jobs_root or self._default_jobs_root(), "j" + sha256_hex(task_id.encode())[:16])
-        self._schema()
+        try:
+            self._schema()
+        except BaseException:  # not a database, or locked: the connection is not handed to anyone
+            self.db.close()
+            raise
 
     # -- driver seams ----------------------------------------------------------------
     def _connect(self) -> Any:

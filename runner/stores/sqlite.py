@@ -38,6 +38,7 @@ class SQLiteStore(SQLStore):
             raise InvalidInput(f"no SQLite database at {self.file} (start a run there with init)")
         is_new = not os.path.exists(self.file)
         uri = "file:" + urllib.parse.quote(self.file) + ("?mode=rwc" if self.creating else "?mode=rw")
+        db = None
         try:
             # isolation_level=None: transactions are begun explicitly, so BEGIN IMMEDIATE is ours to issue.
             db = sqlite3.connect(uri, uri=True, timeout=1.0, isolation_level=None, check_same_thread=False)
@@ -45,8 +46,12 @@ class SQLiteStore(SQLStore):
                 os.chmod(self.file, 0o600)
             mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             db.execute("PRAGMA synchronous=FULL")
-        except sqlite3.DatabaseError as exc:
-            raise self._failure(exc) from None
+        except BaseException as exc:
+            if db is not None:
+                db.close()
+            if isinstance(exc, sqlite3.DatabaseError):
+                raise self._failure(exc) from None
+            raise
         if str(mode).lower() != "wal":
             db.close()
             raise InvalidInput(f"{self.file}: SQLite refused WAL mode ({mode})")
