@@ -201,6 +201,45 @@ def in_process_cli(argv: Sequence[str], env: Optional[Dict[str, str]] = None) ->
     return Result(code, out.getvalue(), err.getvalue())
 
 
+class SQLiteConnections:
+    """Records every SQLite connection this process makes while entered, to check that each was closed.
+
+    ``ResourceWarning`` says the same only on Python 3.13 and later, and only
+    when the collector gets to the connection.
+    """
+
+    def __enter__(self) -> "SQLiteConnections":
+        import sqlite3
+        from unittest import mock
+
+        self.made: List[Any] = []
+        connect = sqlite3.connect
+
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            self.made.append(connect(*args, **kwargs))
+            return self.made[-1]
+
+        self._patch = mock.patch("sqlite3.connect", recorded)
+        self._patch.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._patch.stop()
+
+    def left_open(self) -> int:
+        """How many of the connections made are still open."""
+        import sqlite3
+
+        count = 0
+        for db in self.made:
+            try:
+                db.execute("SELECT 1").close()
+            except sqlite3.ProgrammingError:  # closed
+                continue
+            count += 1
+        return count
+
+
 def _set_environment(values: Dict[str, Optional[str]]) -> None:
     """Set each variable of ``values`` in this process's environment; None removes it."""
     for name, value in values.items():

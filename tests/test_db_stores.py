@@ -244,8 +244,10 @@ class SQLiteErrorTest(unittest.TestCase):
         path = os.path.join(self.dir, "bad.db")
         with open(path, "wb") as handle:
             handle.write(b"this is not a database" * 100)
-        result = self.status(path)
+        with _util.SQLiteConnections() as connections:
+            result = self.status(path)
         self.assertEqual(result.code, 7, result.err)
+        self.assertEqual((len(connections.made), connections.left_open()), (1, 0), "the refused store closed its connection")
         with open(path, "rb") as handle:
             self.assertEqual(handle.read(), b"this is not a database" * 100)
 

@@ -14,6 +14,7 @@ import unittest
 from typing import Any, Dict, List, Tuple
 
 from runner.pool import run_pool
+from tests import _util
 from runner.stores import create_store, list_runs, open_store, run_url
 
 try:
@@ -76,7 +77,10 @@ class PoolTest(unittest.TestCase):
     def check_killed_and_replaced(self, url: str, window: str) -> None:
         self.make_runs(url, 3)
         context = {"window": window, "marker": os.path.join(self.root, "killed")}
-        tally, exits, lines = self.pool(url, observer=OBSERVER, context=context)
+        with _util.SQLiteConnections() as connections:
+            tally, exits, lines = self.pool(url, observer=OBSERVER, context=context)
+        self.assertEqual(connections.left_open(), 0, "the supervisor closes each store it opens")
+        self.assertEqual(bool(connections.made), url.startswith("sqlite:"))
         self.assertEqual(tally["errors"], [])
         self.assertEqual((tally["workers"], tally["crashes"]), (3, 1))
         self.assertIn(f"fault {window}\n", lines)
