@@ -23,49 +23,49 @@ from tests._batch import batch_contract, cli, init_run, local
 from tests._util import child_env, in_parallel, python, scratch_dir
 
 TARGET = r'''
-import fcntl, os, sys, time
-# target.py invoke|observe LEDGER KEY [OPTION VALUE]...: a target that never deduplicates.
-# Neither json nor random is imported: either would lengthen the start of every call by a third or more.
-mode, ledger, key = sys.argv[1:4]
-
-def answer(name, value):
-    """One JSON object of one field: a key (letters, digits and ':') or a number."""
-    text = '"%s"' % value if isinstance(value, str) else repr(float(value))
-    print('{"%s": %s}' % (name, text))
-
-opts = dict(zip(sys.argv[4::2], sys.argv[5::2]))
-if mode == "invoke":
-    with open(ledger + ".calls", "a") as log:
-        log.write(key + "\n")
-    time.sleep(float(opts.get("send-after", 0)) + int.from_bytes(os.urandom(4), "big") / 2 ** 32 * float(opts.get("jitter", 0)))  # authenticating: nothing sent yet
-    began = time.time()
-    while opts.get("hold-until") and not os.path.exists(opts["hold-until"]) and time.time() - began < 30:
-        time.sleep(0.01)  # held, nothing sent, until the test opens the gate
-    script = opts.get("exits", "")                    # e.g. "75,75" : the first answers, then success
-    calls = open(ledger + ".calls").read().split().count(key)
-    codes = [int(c) for c in script.split(",") if c]
-    if calls <= len(codes) and codes[calls - 1] != 0:
-        if codes[calls - 1] == 75:
-            answer("retry_after", opts.get("retry-after", 0.05))
-        sys.exit(codes[calls - 1])
-    with open(ledger, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        handle.write("%s %f\n" % (key, time.time()))
-    time.sleep(float(opts.get("answer-after", 0)))
-    if opts.get("answer") == "none":
-        print("warning: slow")
-        sys.exit(0)
-    answer("ticket", key)
-    sys.exit(0)
-lag = float(opts.get("lag", 0))
-try:
-    rows = [line.split() for line in open(ledger) if line.strip()]
-except FileNotFoundError:
-    rows = []
-if any(r[0] == key and time.time() - float(r[1]) >= lag for r in rows):
-    answer("found", key)
-    sys.exit(0)
-sys.exit(1)
+# target.sh invoke|observe LEDGER KEY [OPTION VALUE]...: a target that never deduplicates.
+# A shell, not Python: an interpreter's start would be most of the cost of every call the tests make.
+mode=$1 ledger=$2 key=$3
+shift 3
+send_after=0 jitter=0 hold_until= exits= retry_after=0.05 answer_after=0 answer= lag=0
+while [ $# -ge 2 ]; do
+  case $1 in
+    send-after) send_after=$2 ;; jitter) jitter=$2 ;; hold-until) hold_until=$2 ;; exits) exits=$2 ;;
+    retry-after) retry_after=$2 ;; answer-after) answer_after=$2 ;; answer) answer=$2 ;; lag) lag=$2 ;;
+    *) echo "target: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift 2
+done
+if [ "$mode" = invoke ]; then
+  echo "$key" >> "$ledger.calls"
+  if [ "$send_after" != 0 ] || [ "$jitter" != 0 ]; then  # authenticating: nothing sent yet
+    sleep "$(od -An -N4 -tu4 /dev/urandom | awk -v a="$send_after" -v j="$jitter" '{printf "%.6f", a + $1 / 4294967296 * j}')"
+  fi
+  waited=0
+  while [ -n "$hold_until" ] && [ ! -e "$hold_until" ] && [ "$waited" -lt 600 ]; do
+    sleep 0.05  # held, nothing sent, until the test opens the gate (30 s at most)
+    waited=$((waited + 1))
+  done
+  if [ -n "$exits" ]; then  # e.g. "75,75": the first answers, then success
+    calls=$(grep -cxF -e "$key" "$ledger.calls")
+    code=$(awk -v s="$exits" -v n="$calls" 'BEGIN {k = split(s, c, ","); if (n <= k) print c[n] + 0; else print 0}')
+    if [ "$code" != 0 ]; then
+      [ "$code" = 75 ] && printf '{"retry_after": %s}\n' "$retry_after"
+      exit "$code"
+    fi
+  fi
+  printf '%s %s\n' "$key" "$(date +%s.%N)" >> "$ledger"  # one write of one short line: appends never interleave
+  [ "$answer_after" = 0 ] || sleep "$answer_after"
+  if [ "$answer" = none ]; then
+    echo "warning: slow"
+    exit 0
+  fi
+  printf '{"ticket": "%s"}\n' "$key"
+  exit 0
+fi
+[ -e "$ledger" ] || exit 1
+awk -v k="$key" -v now="$(date +%s.%N)" -v lag="$lag" \
+  '$1 == k && now - $2 >= lag {printf "{\"found\": \"%s\"}\n", k; found = 1; exit} END {exit !found}' "$ledger"
 '''
 
 
@@ -76,7 +76,7 @@ class TargetCase(unittest.TestCase):
         self.tmp = scratch_dir("runner-executor-")
         self.addCleanup(self.tmp.cleanup)
         self.root = self.tmp.name
-        with open(os.path.join(self.root, "target.py"), "w", encoding="utf-8") as handle:
+        with open(os.path.join(self.root, "target.sh"), "w", encoding="utf-8") as handle:
             handle.write(TARGET)
         self.ledger = os.path.join(self.root, "ledger")
         self.children: List["subprocess.Popen[bytes]"] = []
@@ -111,11 +111,11 @@ class TargetCase(unittest.TestCase):
         def command(mode: str, options: Optional[Dict[str, Any]]) -> List[str]:
             flat = [str(x) for pair in (options or {}).items() for x in pair]
             front = wrapper(mode) if wrapper else []
-            return front + [sys.executable, "-S", os.path.join(self.root, "target.py"), mode, self.ledger, "{key}"] + flat
+            return front + ["sh", os.path.join(self.root, "target.sh"), mode, self.ledger, "{key}"] + flat
 
         payload = {"template": {"item": "{item}"}}
         if wrapper is not None and wrapper("payload"):
-            payload = {"command": wrapper("payload") + [sys.executable, "-S", "-c", "import sys; print('{\"item\": \"%s\"}' % sys.argv[1])", "{item}"]}
+            payload = {"command": wrapper("payload") + ["printf", '{"item": "%s"}\\n', "{item}"]}
         block = batch_contract({"invoke": command("invoke", invoke), "observe": command("observe", observe)}, items=items,
                                payload=payload, timeout=timeout)
         block["steps"][0]["key"] = "{item}:ticket"
@@ -305,7 +305,7 @@ class KeptPayloadTest(TargetCase):
         kept = self.effect("adhoc:ticket")
         self.assertEqual(kept["payload"], {"note": "sent by the first session"})
         taken = json.loads(local(self.root, "lease", "acquire", "--owner", "s2", "--json").out)
-        target = [sys.executable, "-S", os.path.join(self.root, "target.py")]
+        target = ["sh", os.path.join(self.root, "target.sh")]
         ran = local(self.root, "effect", "run", "adhoc:ticket", "--owner", "s2", "--epoch", str(taken["epoch"]), "--json",
                     "--", *target, "invoke", self.ledger, "{key}", "--observe", "--", *target, "observe", self.ledger, "{key}")
         self.assertEqual(ran.code, 0, ran.err)
@@ -326,7 +326,7 @@ class FlagTest(TargetCase):
         ran = cli(self.root, "lease", "break", "--by", "supervisor", "--reason", "the agent's session ended")
         self.assertEqual(ran.code, 0, ran.err)
         taken = json.loads(local(self.root, "lease", "acquire", "--owner", "next", "--json").out)
-        target = [sys.executable, "-S", os.path.join(self.root, "target.py")]
+        target = ["sh", os.path.join(self.root, "target.sh")]
         ran = local(self.root, "effect", "run", "manual:ticket", "--owner", "next", "--epoch", str(taken["epoch"]), "--json",
                     "--", *target, "invoke", self.ledger, "{key}", "--observe", "--", *target, "observe", self.ledger, "{key}")
         self.assertEqual(ran.code, 0, ran.err)
