@@ -215,6 +215,29 @@ class ModuleQueueTest(unittest.TestCase):
             expected += [f"set up {name}", f"test {name}", f"test {name}", f"tear down {name}"]
         self.assertEqual(calls, expected)
 
+    def test_a_resource_a_test_leaves_open_fails_the_run_naming_the_test(self) -> None:
+        class Case(unittest.TestCase):
+            def test_closes(self) -> None:
+                with open(__file__, "rb"):
+                    pass
+
+            def test_leaves_a_file_open(self) -> None:
+                open(__file__, "rb")  # left for the collector on purpose
+
+        for names, left in ((["test_closes"], 0), (["test_closes", "test_leaves_a_file_open"], 1)):
+            suite = unittest.TestSuite(Case(name) for name in names)
+            queue = ModuleQueue(1)
+            result = unittest.TestResult()
+            _SplitSuite([("leaky", suite)])._work(queue, result)
+            queue.close()
+            self.assertEqual(result.errors, [])
+            self.assertEqual(len(result.failures), left, result.failures)
+            if left:
+                test, text = result.failures[0]
+                self.assertEqual(test.id(), "tests.resources_left_open")
+                self.assertIn("test_leaves_a_file_open: unclosed file", text)
+                self.assertNotIn("test_closes", text)
+
     def test_every_test_file_is_queued_the_largest_first(self) -> None:
         names = module_names(HERE)
         files = sorted(f[:-3] for f in os.listdir(HERE) if f.startswith("test") and f.endswith(".py"))
