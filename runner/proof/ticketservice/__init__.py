@@ -67,10 +67,27 @@ implement :class:`runner.target.Adapter`. :class:`TicketServiceProcess`
 starts and stops a service in a child process for tests and demos.
 """
 
-from .client import MarkerTicketAdapter, TicketAdapter
-from .ledger import FAULT_DEFAULTS, Faults, TicketLedger
-from .process import TicketServiceProcess, conformance_factory, marker_conformance_factory
-from .server import main, parse_command_line, serve
+import importlib
+from typing import Any
+
+#: Where each exported name lives. Each is imported on first use: the service's own process needs the
+#: server and the ledger, not the client's HTTP stack, and a worker needs the client alone.
+_HOMES = {
+    **dict.fromkeys(("MarkerTicketAdapter", "TicketAdapter"), "client"),
+    **dict.fromkeys(("FAULT_DEFAULTS", "Faults", "TicketLedger"), "ledger"),
+    **dict.fromkeys(("TicketServiceProcess", "conformance_factory", "marker_conformance_factory"), "process"),
+    **dict.fromkeys(("main", "parse_command_line", "serve"), "server"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module("." + home, __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "FAULT_DEFAULTS",

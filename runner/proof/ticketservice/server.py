@@ -11,9 +11,7 @@ import signal
 import socket
 import sys
 import threading
-import urllib.error
 import urllib.parse
-import urllib.request
 from typing import Any, Callable, Dict, Optional, Sequence
 
 
