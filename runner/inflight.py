@@ -145,6 +145,22 @@ class Registry:
             except FileNotFoundError:
                 pass
 
+    def _remove_abandoned(self, name: str) -> int:
+        """Remove a record its writer left empty or torn (it died between creating and writing it); return 1 if removed.
+
+        Only once that writer, whose pid the name holds, has ended: a live one
+        may still be writing it, and its call must stay known. Nothing of such
+        a call was begun, since registration precedes the ``started`` commit.
+        """
+        writer = name.partition(".")[2].partition("-")[0]
+        if not writer.isdigit() or self.processes.alive(int(writer), None):
+            return 0
+        try:
+            os.unlink(self._path(name))
+        except OSError:
+            return 0
+        return 1
+
     @staticmethod
     def _prefix(key: str) -> str:
         return hashlib.sha256(key.encode("utf-8")).hexdigest()[:20] + "."
@@ -259,6 +275,7 @@ class Registry:
         for name in self._names():
             call = self._read(name)
             if call is None:
+                removed += self._remove_abandoned(name)
                 continue
             if not unresolved(call.key) and not self._alive(call):
                 self._remove(call)

@@ -394,5 +394,34 @@ class OutputTest(unittest.TestCase):
             self.assertFalse(os.path.exists(marker), "a call that returned has nothing of it still on its way")
 
 
+#: A runner that dies between creating its new call record and writing it: ``os.write`` never returns.
+HALF_REGISTERED = r'''
+import os, sys, time
+from runner import inflight
+inflight.os.write = lambda fd, data: (print("created", flush=True), time.sleep(600))
+inflight.Registry(sys.argv[1]).register("a:ticket", "invoke", 1, 5.0)
+'''
+
+
+class AbandonedRecordTest(unittest.TestCase):
+    def test_a_record_left_empty_by_a_killed_writer_is_swept_once_the_writer_is_dead(self) -> None:
+        from runner import inflight
+
+        with scratch_dir() as root:
+            folder = os.path.join(root, "calls")
+            writer = subprocess.Popen(python("-c", HALF_REGISTERED, folder), env=child_env(), stdout=subprocess.PIPE)
+            try:
+                self.assertEqual(writer.stdout.readline().strip(), b"created")  # type: ignore[union-attr]
+                [name] = os.listdir(folder)
+                self.assertEqual(os.path.getsize(os.path.join(folder, name)), 0)
+                registry = inflight.Registry(folder)
+                self.assertEqual((registry.sweep(lambda key: False), os.listdir(folder)), (0, [name]), "its writer may still write it")
+            finally:
+                writer.kill()
+                writer.wait()
+                writer.stdout.close()  # type: ignore[union-attr]
+            self.assertEqual((registry.sweep(lambda key: False), os.listdir(folder)), (1, []))
+
+
 if __name__ == "__main__":
     unittest.main()
