@@ -273,6 +273,39 @@ class SQLiteErrorTest(unittest.TestCase):
         self.assertEqual(store.commit([["set", ["counters", "n"], 2]])["revision"], 2)
 
 
+#: Holds the whole SQLite database locked (as a closing connection does while it checkpoints the log) until killed.
+EXCLUSIVE_HOLDER = r'''
+import sqlite3, sys, time
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("PRAGMA locking_mode=EXCLUSIVE")
+db.execute("BEGIN EXCLUSIVE")
+db.execute("UPDATE runner_runs SET revision = revision")
+print("held", flush=True)
+time.sleep(600)
+'''
+
+
+class SQLiteLockedAtOpenTest(unittest.TestCase):
+    def test_a_database_locked_when_a_run_is_opened_is_retry_later_never_damage(self) -> None:
+        with _util.scratch_dir("runner-db-") as root:
+            path = os.path.join(root, "runs.db")
+            create_store("sqlite:" + path, TASK, _util.contract_block(TASK)).close()
+            holder = subprocess.Popen(_util.python("-c", EXCLUSIVE_HOLDER, path), env=_util.child_env(), stdout=subprocess.PIPE)
+            try:
+                self.assertEqual(holder.stdout.readline().strip(), b"held")  # type: ignore[union-attr]
+                with self.assertRaises(RetryLater) as caught:
+                    open_store("sqlite:" + path, TASK, lock_wait=1.5)
+                self.assertIn("stayed locked", caught.exception.message)
+                self.assertEqual(caught.exception.exit_code, 11)
+            finally:
+                holder.kill()  # a crash: the lock goes with the process
+                holder.wait()
+                holder.stdout.close()  # type: ignore[union-attr]
+            store = open_store("sqlite:" + path, TASK)
+            self.addCleanup(store.close)
+            self.assertEqual(store.revision, 0)
+
+
 @_real.needs("PostgreSQL", why_not=_util.postgres_unavailable)
 class PostgresLockBoundTest(unittest.TestCase):
     """A dead or stopped worker holds a PostgreSQL run's lock for a bounded time; real processes throughout."""

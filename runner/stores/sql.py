@@ -257,9 +257,7 @@ class SQLStore(Store):
                 if left <= 0:
                     if lost:
                         raise StateUnrecoverable(f"{self._where()}: the database connection keeps failing: {_one_line(exc)}") from None
-                    wait = self._retry_after()
-                    raise RetryLater(f"{self._where()} stayed locked by another transaction for {self.lock_wait:g} s; try again later",
-                                     retry_at=format_time(self.clock() + wait), wait_seconds=wait) from None
+                    raise self._still_locked() from None
                 if lost:
                     try:
                         self._reconnect()
@@ -267,6 +265,12 @@ class SQLStore(Store):
                         pass  # tried again until the deadline
                 self.sleep(min(left, self.rand() * min(1.0, 0.01 * 2 ** attempt)))
                 attempt += 1
+
+    def _still_locked(self) -> RetryLater:
+        """The answer once the database stayed locked for ``lock_wait`` seconds: try again later, nothing is damaged."""
+        wait = self._retry_after()
+        return RetryLater(f"{self._where()} stayed locked by another transaction for {self.lock_wait:g} s; try again later",
+                          retry_at=format_time(self.clock() + wait), wait_seconds=wait)
 
     def _rollback(self) -> None:
         try:

@@ -44,8 +44,18 @@ class SQLiteStore(SQLStore):
             db = sqlite3.connect(uri, uri=True, timeout=1.0, isolation_level=None, check_same_thread=False)
             if is_new:
                 os.chmod(self.file, 0o600)
-            mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-            db.execute("PRAGMA synchronous=FULL")
+            deadline = self.monotonic() + self.lock_wait
+            while True:
+                # Outside any transaction, so not through _retrying; a database held locked (another connection
+                # checkpointing as it closes, or recovering the log) is waited for within lock_wait like any other.
+                try:
+                    mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+                    db.execute("PRAGMA synchronous=FULL")
+                    break
+                except sqlite3.OperationalError as exc:
+                    if not self._is_busy(exc) or self.monotonic() >= deadline:
+                        raise
+                    self.sleep(self.rand() * 0.05)
         except BaseException as exc:
             if db is not None:
                 db.close()
@@ -65,6 +75,8 @@ class SQLiteStore(SQLStore):
         return not os.path.exists(_path_of(url))
 
     def _failure(self, exc: Exception) -> RunnerError:
+        if self._is_busy(exc):
+            return self._still_locked()
         message = " ".join(str(exc).split())[:300]
         if isinstance(exc, sqlite3.OperationalError) and "unable to open" in message:
             return InvalidInput(f"cannot open the SQLite database {self._where()}: {message}")
