@@ -270,7 +270,8 @@ class Registry:
                 self._remove(call)
 
     def sweep(self, unresolved: Callable[[str], bool]) -> int:
-        """Remove the ended calls of keys that are not unresolved, with their payload files; return how many."""
+        """Remove the ended calls of keys that are not unresolved, with their payload files, and the records dead writers
+        left empty or torn; return how many."""
         removed = 0
         for name in self._names():
             call = self._read(name)
