@@ -12,6 +12,8 @@ tools are reached by their own modules.
 import importlib
 from typing import Any
 
+from .lazy import lazy_exports
+
 #: Where each exported name lives. A name is imported on first use (PEP 562), so a process that needs one
 #: module of the runner (a job's launcher, a hook, a worker) does not pay for importing all of them.
 _HOMES = {
@@ -27,15 +29,13 @@ _HOMES = {
 }
 
 
+_exported = lazy_exports(__name__, _HOMES)
+
+
 def __getattr__(name: str) -> Any:
     if name == "verbs":
         return importlib.import_module(".verbs", __name__)
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module("." + home, __name__), name)
-    globals()[name] = value
-    return value
+    return _exported(name)
 
 
 __version__ = "0.1.0"

@@ -67,8 +67,7 @@ implement :class:`runner.target.Adapter`. :class:`TicketServiceProcess`
 starts and stops a service in a child process for tests and demos.
 """
 
-import importlib
-from typing import Any
+from ...lazy import lazy_exports
 
 #: Where each exported name lives. Each is imported on first use: the service's own process needs the
 #: server and the ledger, not the client's HTTP stack, and a worker needs the client alone.
@@ -79,14 +78,7 @@ _HOMES = {
     **dict.fromkeys(("main", "parse_command_line", "serve"), "server"),
 }
 
-
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module("." + home, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _HOMES)
 
 
 __all__ = [
