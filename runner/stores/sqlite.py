@@ -41,21 +41,15 @@ class SQLiteStore(SQLStore):
         db = None
         try:
             # isolation_level=None: transactions are begun explicitly, so BEGIN IMMEDIATE is ours to issue.
-            db = sqlite3.connect(uri, uri=True, timeout=1.0, isolation_level=None, check_same_thread=False)
+            # Opening waits out a database held locked (a connection checkpointing as it closes, or recovering the
+            # log) for lock_wait, as _retrying does for a transaction; after that each statement waits one second
+            # and _retrying's own loop keeps the bound.
+            db = sqlite3.connect(uri, uri=True, timeout=self.lock_wait, isolation_level=None, check_same_thread=False)
             if is_new:
                 os.chmod(self.file, 0o600)
-            deadline = self.monotonic() + self.lock_wait
-            while True:
-                # Outside any transaction, so not through _retrying; a database held locked (another connection
-                # checkpointing as it closes, or recovering the log) is waited for within lock_wait like any other.
-                try:
-                    mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-                    db.execute("PRAGMA synchronous=FULL")
-                    break
-                except sqlite3.OperationalError as exc:
-                    if not self._is_busy(exc) or self.monotonic() >= deadline:
-                        raise
-                    self.sleep(self.rand() * 0.05)
+            mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            db.execute("PRAGMA synchronous=FULL")
+            db.execute("PRAGMA busy_timeout=1000")
         except BaseException as exc:
             if db is not None:
                 db.close()
