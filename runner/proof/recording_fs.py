@@ -8,6 +8,7 @@ states a power loss at that moment could leave.
 
 import contextlib
 import errno
+import functools
 import os
 import posixpath
 import random
@@ -50,10 +51,12 @@ def _oserror(cls: Type[OSError], code: int, path: str) -> OSError:
     return cls(code, os.strerror(code), path)
 
 
-def _parts(path: str) -> List[str]:
-    # Relative paths resolve against the root, the model's only working directory.
+@functools.lru_cache(maxsize=4096)
+def _parts(path: str) -> Tuple[str, ...]:
+    # Relative paths resolve against the root, the model's only working directory. Cached: an
+    # exploration resolves the same few dozen paths hundreds of thousands of times.
     norm = posixpath.normpath(posixpath.join("/", path))
-    return [part for part in norm.split("/") if part]
+    return tuple(part for part in norm.split("/") if part)
 
 
 class RecordingFileSystem(FileSystem):
@@ -171,8 +174,11 @@ class RecordingFileSystem(FileSystem):
 
     # -- path resolution -----------------------------------------------------------
     def _lookup(self, path: str) -> Optional[_Node]:
+        return self._walk(_parts(path), path)
+
+    def _walk(self, parts: Tuple[str, ...], path: str) -> Optional[_Node]:
         node: _Node = self._root
-        for part in _parts(path):
+        for part in parts:
             if not isinstance(node, _Dir):
                 raise _oserror(NotADirectoryError, errno.ENOTDIR, path)
             ino = node.entries.get(part)
@@ -185,7 +191,7 @@ class RecordingFileSystem(FileSystem):
         parts = _parts(path)
         if not parts:
             raise _oserror(IsADirectoryError, errno.EISDIR, path)  # the root has no parent entry
-        parent = self._lookup("/" + "/".join(parts[:-1]))
+        parent = self._walk(parts[:-1], path)
         if parent is None:
             raise _oserror(FileNotFoundError, errno.ENOENT, path)
         if not isinstance(parent, _Dir):
