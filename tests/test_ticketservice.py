@@ -7,8 +7,10 @@ client timeout far shorter than the delay.
 """
 
 import contextlib
+import json
 import os
 import shutil
+import socket
 import sqlite3
 import tempfile
 import threading
@@ -18,7 +20,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from runner.target import NotApplied, Rejected, StaleEpoch, UnknownOutcome
 from runner.envelope import content_digest
-from runner.proof.ticketservice import Faults, MarkerTicketAdapter, TicketServiceProcess, parse_command_line
+from runner.proof.ticketservice import Faults, MarkerTicketAdapter, TicketAdapter, TicketServiceProcess, parse_command_line
 
 
 class _ServiceCase(unittest.TestCase):
@@ -280,6 +282,82 @@ class SharedServiceTests(_ServiceCase):
         self.assertEqual((view["plain"]["delay_response_seconds"], view["retention_seconds"]), (0.5, 10.0))
         view = self.service.reset_faults()
         self.assertEqual((view["next"], view["plain"]["delay_response_seconds"], view["retention_seconds"]), ({}, 0.0, None))
+
+
+    # -- the wire (HTTP/1.0, one request per connection) ------------------------------------
+    def raw(self, data: bytes) -> bytes:
+        """Send ``data`` on a connection of its own and read until the service closes it."""
+        with socket.create_connection(("127.0.0.1", self.service.port), timeout=5) as sock:
+            sock.sendall(data)
+            chunks = []
+            while True:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    return b"".join(chunks)
+                chunks.append(chunk)
+
+    def test_a_malformed_request_head_is_answered_400_and_creates_nothing(self) -> None:
+        before = self.service.stats()["tickets"]
+        body = json.dumps({"payload": self.payload("a")}).encode()
+        post = b"POST /tickets HTTP/1.1\r\nContent-Length: %d\r\n" % len(body)
+        heads = {
+            "no version": b"POST /tickets\r\n\r\n" + body,
+            "not HTTP/1.x": b"POST /tickets HTTP/2.0\r\n\r\n" + body,
+            "a header line without a colon": post + b"Idempotency-Key " + self.key("a").encode() + b"\r\n\r\n" + body,
+            "101 header lines": post + b"".join(b"X-%d: 1\r\n" % n for n in range(101)) + b"\r\n" + body,
+            "a request line over 64 KiB": b"GET /" + b"a" * 70000 + b" HTTP/1.1\r\n\r\n",
+        }
+        for label, data in heads.items():
+            with self.subTest(label):
+                answer = self.raw(data)
+                self.assertTrue(answer.startswith(b"HTTP/1.0 400 "), answer[:200])
+                self.assertIn(b'"error": "bad-request"', answer)
+        answer = self.raw(b"DELETE /tickets HTTP/1.1\r\n\r\n")
+        self.assertTrue(answer.startswith(b"HTTP/1.0 501 "), answer[:200])
+        self.assertEqual(self.service.stats()["tickets"], before)
+
+    def test_a_standard_http_client_talks_to_the_service(self) -> None:
+        import http.client
+
+        key, payload = self.key("a"), self.payload("a")
+        conn = http.client.HTTPConnection("127.0.0.1", self.service.port, timeout=5)
+        self.addCleanup(conn.close)
+        conn.request("POST", "/tickets", json.dumps({"payload": payload}), {"Idempotency-Key": key, "Content-Type": "application/json"})
+        response = conn.getresponse()
+        created = json.loads(response.read())
+        self.assertEqual((response.status, response.getheader("Content-Type"), response.will_close), (201, "application/json", True))
+        conn.request("GET", "/tickets/by-key/" + key)
+        response = conn.getresponse()
+        self.assertEqual((response.status, json.loads(response.read())["ticket"]), (200, created["ticket"]))
+
+    def test_an_answer_cut_short_is_unknown_and_a_refused_connection_is_not_applied(self) -> None:
+        listener = socket.socket()
+        self.addCleanup(listener.close)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        port = listener.getsockname()[1]
+        answers = [b"HTTP/1.0 201 Created\r\nContent-Length: 64\r\n\r\n" + b'{"ticket": "T-1"',  # 16 of 64 bytes
+                   b"HTTP/1.0 201 Created\r\nContent-Le",  # the head cut short
+                   b"no answer at all\r\n\r\n{}",
+                   b""]  # closed without a byte
+
+        def serve() -> None:
+            for data in answers:
+                conn, _ = listener.accept()
+                with conn:
+                    conn.recv(65536)
+                    conn.sendall(data)
+
+        server = threading.Thread(target=serve, daemon=True)
+        server.start()
+        adapter = TicketAdapter(f"http://127.0.0.1:{port}", retention_seconds=None, timeout=5)
+        for data in answers:
+            with self.subTest(data[:40]), self.assertRaises(UnknownOutcome):
+                adapter.invoke(self.key("a"), self.payload("a"), 1)
+        server.join(5)
+        listener.close()  # nothing listens on the port now: a refusal, so nothing was sent
+        with self.assertRaises(NotApplied):
+            adapter.invoke(self.key("a"), self.payload("a"), 1)
 
 
 class OwnServiceTests(_ServiceCase):

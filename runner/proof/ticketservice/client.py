@@ -1,31 +1,20 @@
 """The client side: adapters that call the ticket service (:class:`runner.target.Adapter`).
 """
 
-import http.client
-import http.server
 import json
-import urllib.error
 import urllib.parse
-import urllib.request
 from typing import Any, Dict, Optional, Tuple
 
 from ...target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 from ...envelope import content_digest
+from .wire import Lost, NotSent, exchange
 
 
 
 # -- the client side: adapters ----------------------------------------------------------------
 
-class _NotSent(Exception):
-    """The request certainly did not reach the service (connection refused)."""
-
-
-class _Lost(Exception):
-    """The request may have reached the service; no usable answer came back."""
-
-
 class _TicketClient:
-    """HTTP plumbing shared by the two adapters: one request, a timeout, no proxies."""
+    """The plumbing shared by the two adapters: one request to the service (:mod:`.wire`), a timeout, no proxies."""
 
     def __init__(self, url: str, *, timeout: float = 5.0, run_id: Optional[str] = None) -> None:
         if timeout <= 0:
@@ -33,39 +22,24 @@ class _TicketClient:
         self.url = url.rstrip("/")
         self.timeout = float(timeout)
         self.run_id = run_id
-        # Environment proxies would route 127.0.0.1 through another hop and change what a timeout means.
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
     def _send(self, method: str, path: str, body: Optional[Dict[str, Any]] = None, headers: Optional[Dict[str, str]] = None) -> Tuple[int, Dict[str, Any]]:
-        """``(status, JSON body)``; raises :class:`_NotSent` or :class:`_Lost` when there is no answer."""
+        """``(status, JSON body)``; raises :class:`NotSent` or :class:`Lost` when there is no answer."""
         data = None if body is None else json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-        request = urllib.request.Request(self.url + path, data=data, method=method, headers=dict(headers or {}))
+        sent = dict(headers or {})
         if data is not None:
-            request.add_header("Content-Type", "application/json")
-        try:
-            with self._opener.open(request, timeout=self.timeout) as response:
-                status, raw = response.status, response.read()
-        except urllib.error.HTTPError as exc:  # an answer with an error status: the service decided
-            status = exc.code
-            try:
-                raw = exc.read()
-            except (OSError, http.client.HTTPException):
-                raw = b""
-            finally:
-                exc.close()
-        except urllib.error.URLError as exc:
-            if isinstance(exc.reason, ConnectionRefusedError):
-                raise _NotSent(f"connection refused by {self.url}") from None
-            raise _Lost(f"{type(exc.reason).__name__}: {exc.reason}") from None
-        except (OSError, http.client.HTTPException) as exc:  # timeout, reset, RemoteDisconnected, IncompleteRead
-            raise _Lost(f"{type(exc).__name__}: {exc}") from None
+            sent["Content-Type"] = "application/json"
+        where = urllib.parse.urlsplit(self.url)
+        if where.scheme != "http" or not where.hostname or where.port is None:
+            raise ValueError(f"the ticket service's URL must be http://HOST:PORT, not {self.url!r}")
+        status, raw = exchange(where.hostname, where.port, method, where.path + path, headers=sent, body=data, timeout=self.timeout)
         try:
             parsed = json.loads(raw.decode("utf-8")) if raw else {}
         except ValueError:
             parsed = None
         if not isinstance(parsed, dict):
             if 200 <= status < 300:
-                raise _Lost(f"answer {status} with an unreadable body")
+                raise Lost(f"answer {status} with an unreadable body")
             parsed = {"raw": raw[:200].decode("utf-8", "replace")}
         return status, parsed
 
@@ -76,9 +50,9 @@ class _TicketClient:
             headers["X-Run-Id"] = self.run_id
         try:
             status, body = self._send("POST", "/tickets", {"payload": payload}, headers)
-        except _NotSent as exc:
+        except NotSent as exc:
             raise NotApplied(str(exc)) from None
-        except _Lost as exc:
+        except Lost as exc:
             raise UnknownOutcome(f"no answer from the ticket service: {exc}") from None
         if status in (200, 201) and isinstance(body.get("ticket"), str):
             return body
@@ -124,7 +98,7 @@ class TicketAdapter(_TicketClient):
     def observe(self, key: str, payload: Dict[str, Any]) -> Observation:
         try:
             status, body = self._send("GET", "/tickets/by-key/" + urllib.parse.quote(key, safe=""))
-        except (_NotSent, _Lost) as exc:
+        except (NotSent, Lost) as exc:
             return Observation("unknown", {"lookup": "by-key", "key": key, "error": str(exc)})
         if status == 200:
             expected = content_digest(payload)
@@ -175,7 +149,7 @@ class MarkerTicketAdapter(_TicketClient):
             return Observation("unknown", {"lookup": "by-marker", "reason": "the payload has no marker"})
         try:
             status, body = self._send("GET", "/tickets?" + urllib.parse.urlencode({"marker": marker}))
-        except (_NotSent, _Lost) as exc:
+        except (NotSent, Lost) as exc:
             return Observation("unknown", {"lookup": "by-marker", "marker": marker, "error": str(exc)})
         tickets = body.get("tickets")
         if status != 200 or not isinstance(tickets, list):

@@ -9,14 +9,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import urllib.error
 import urllib.parse
-import urllib.request
 from typing import Any, Dict, List, Optional, Tuple
 
 from .. import PACKAGE_PARENT as _PACKAGE_PARENT
 
-from .client import MarkerTicketAdapter, TicketAdapter, _Lost, _NotSent, _TicketClient
+from .client import MarkerTicketAdapter, TicketAdapter, _TicketClient
+from .wire import Lost, NotSent
 
 
 # -- a service in a child process ----------------------------------------------------------
@@ -141,7 +140,7 @@ class TicketServiceProcess:
         """One request; raises ``ConnectionError`` when no answer comes back."""
         try:
             return self._client._send(method, path, body, headers)
-        except (_NotSent, _Lost) as exc:
+        except (NotSent, Lost) as exc:
             raise ConnectionError(str(exc)) from None
 
     def set_faults(self, **faults: Any) -> Dict[str, Any]:

@@ -3,12 +3,11 @@
 
 import argparse
 import contextlib
-import http.client
-import http.server
 import json
 import os
 import signal
 import socket
+import socketserver
 import sys
 import threading
 import urllib.parse
@@ -16,27 +15,60 @@ from typing import Any, Callable, Dict, Optional, Sequence
 
 
 from .ledger import LOOKUP_FAULTS, POST_FAULTS, BadRequest, Faults, TicketLedger, _Answer, _MAX_BODY
+from .wire import BadRequestLine, Request, answer, read_request
 
 
 # -- HTTP -----------------------------------------------------------------------------------
 
-class _Server(http.server.ThreadingHTTPServer):
+class _Server(socketserver.ThreadingTCPServer):
     daemon_threads = True
+    allow_reuse_address = True  # a restarted service binds its old port at once
     ledger: TicketLedger
     quiet: bool = False
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    server: _Server
-    server_version = "TicketService/1"
+class _Handler(socketserver.StreamRequestHandler):
+    """One connection, one request (:mod:`.wire`): read the head, route it, answer or drop, close."""
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    server: _Server
+    request_head: Request
+
+    def handle(self) -> None:
+        try:
+            head = read_request(self.rfile)
+        except BadRequestLine as exc:
+            self._answer(400, {"error": "bad-request", "message": str(exc)})
+            return
+        if head is None:
+            return
+        self.request_head = head
+        self.path = head.target
+        route = {"GET": self._get, "POST": self._post}.get(head.method)
+        if route is None:
+            self._answer(501, {"error": "unsupported-method", "method": head.method})
+            return
+        self._guard(route)
+
+    def finish(self) -> None:
+        # Half-close, then read what the client may still be sending (a body a refused request left unread):
+        # closing a socket with unread data resets the connection, which can destroy the answer before it is read.
+        super().finish()
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_WR)
+            self.connection.settimeout(1.0)
+            for _ in range(16):
+                if not self.connection.recv(65536):
+                    break
+
+    def _log(self, status: Any) -> None:
         if not self.server.quiet:
-            super().log_message(format, *args)
+            head = getattr(self, "request_head", None)
+            line = f"{head.method} {head.target} {head.version}" if head else "-"
+            sys.stderr.write(f'{self.client_address[0]} "{line}" {status}\n')
 
     # -- plumbing ------------------------------------------------------------------
     def _body(self) -> Any:
-        length = self.headers.get("Content-Length")
+        length = self.request_head.header("Content-Length")
         if length is None or not length.isdigit() or int(length) > _MAX_BODY:
             raise BadRequest("a JSON body with a Content-Length of at most 1 MiB is required")
         raw = self.rfile.read(int(length))
@@ -46,21 +78,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             raise BadRequest(f"the body is not valid JSON: {exc}") from None
 
     def _answer(self, status: int, body: Dict[str, Any]) -> None:
-        data = json.dumps(body, sort_keys=True).encode("utf-8")
+        self._log(status)
         try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            answer(self.wfile, status, json.dumps(body, sort_keys=True).encode("utf-8"))
         except OSError:
             pass  # the client gave up (a delayed answer); nothing to undo: the ledger decided already
 
     def _drop(self) -> None:
         """Close the connection without a byte of answer: the client cannot know the outcome."""
-        self.close_connection = True
+        self._log("dropped")
         with contextlib.suppress(OSError):
-            self.wfile.flush()
             self.connection.shutdown(socket.SHUT_RDWR)
 
     def _guard(self, work: Callable[[], None]) -> None:
@@ -75,12 +102,6 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._answer(500, {"error": "internal", "message": f"{type(exc).__name__}: {exc}"})
 
     # -- routes ---------------------------------------------------------------------
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        self._guard(self._get)
-
-    def do_POST(self) -> None:  # noqa: N802
-        self._guard(self._post)
-
     def _get(self) -> None:
         ledger = self.server.ledger
         url = urllib.parse.urlsplit(self.path)
@@ -129,16 +150,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         body = self._body()
         if not isinstance(body, dict) or set(body) != {"payload"} or not isinstance(body["payload"], dict):
             raise BadRequest('the body must be {"payload": {...}}')
-        key = self.headers.get("Idempotency-Key")
+        key = self.request_head.header("Idempotency-Key")
         if key is not None and not (0 < len(key) <= 255 and key.isprintable()):
             raise BadRequest("Idempotency-Key must be 1 to 255 printable characters")
-        epoch_text = self.headers.get("X-Fencing-Epoch")
+        epoch_text = self.request_head.header("X-Fencing-Epoch")
         epoch: Optional[int] = None
         if epoch_text is not None:
             if not epoch_text.strip().isdigit():
                 raise BadRequest("X-Fencing-Epoch must be a whole number >= 0")
             epoch = int(epoch_text)
-        scope = self.headers.get("X-Run-Id") or ""
+        scope = self.request_head.header("X-Run-Id") or ""
         if faults["unavailable"]:
             ledger.count("refused_unavailable")
             return self._answer(503, {"error": "unavailable", "applied": False})
