@@ -64,7 +64,6 @@ import stat
 import unicodedata
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .adapters.http_section import http_problems
 from .commands import PLACEHOLDERS, expand, many_problems, placeholders_in, run_command
 from .lifecycle import UNRESOLVED
 from .envelope import MAX_DOCUMENT_BYTES, content_digest, format_time, validate_id
@@ -236,6 +235,8 @@ def effects_problems(effects: Dict[str, Any]) -> List[str]:
         if "observe" not in effects:
             out.append("effects: observe_many looks keys up with a command: it comes with the invoke and observe commands "
                        "(effects.http has observe.many)")
+    from .adapters.http_section import http_problems  # here: a process that never checks a contract does not import it
+
     out.extend(http_problems(effects))
     timeout = effects.get("timeout_seconds")
     if "timeout_seconds" in effects and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400):

@@ -18,7 +18,6 @@ from .batch import effects_problems as batch_effects_problems
 from .batch import step_problems as batch_step_problems
 from .errors import InvalidInput
 from .flow import flow_problems
-from .keypattern import compile_pattern
 from .lease import MAX_TTL_SECONDS
 
 __all__ = [
@@ -186,6 +185,8 @@ def parse_contract_text(text: str) -> Tuple[Optional[Dict[str, Any]], List[Contr
         pattern = effects.get("key_pattern")
         if isinstance(pattern, str):
             try:
+                from .keypattern import compile_pattern  # here: most runs have no key pattern
+
                 compile_pattern(pattern)
             except InvalidInput as exc:
                 problems.append(ContractProblem(at("key_pattern"), f"effects: {exc.message}"))
@@ -272,6 +273,8 @@ def key_allowed(plan: Dict[str, Any], key: str) -> bool:
     if pattern is None:
         return True
     try:
+        from .keypattern import compile_pattern  # here: most runs have no key pattern
+
         compiled = compile_pattern(pattern)
     except InvalidInput as exc:
         raise InvalidInput(f"the run's contract has an unsafe {exc.message}; migrate to a contract that passes `contract check FILE`") from None

@@ -9,11 +9,17 @@ runs any size (``python3 -m runner demo``, ``python3 -m runner campaign --kills 
 """
 
 import io
+import json
 import os
+import shutil
+import tempfile
 import unittest
+from typing import Any, Dict, Tuple
 
-from runner.proof.campaign import KILL_POINTS, run_campaign
+from runner.proof.campaign import KILL_POINTS
 from runner.proof.demo import run_demo, run_draft_scenario
+from tests._page import Elements, assert_inert, parse
+from tests._util import run_cli
 
 FULL = bool(os.environ.get("RUNNER_FULL_TESTS"))
 
@@ -22,10 +28,11 @@ class DemoTest(unittest.TestCase):
     """Killed workers resume on new owners with higher epochs; the target holds one effect per document."""
 
     def test_demo_with_kills_matches_the_reference(self) -> None:
+        # Through the command line, as the README runs it, with its timeline page.
         documents = 2000 if FULL else 24
-        progress = io.StringIO()
-        result = run_demo(documents=documents, seed=3, crash_rate=0.01 if FULL else 0.1, progress_stream=progress)
-        self.assertTrue(result["ok"], result)
+        page_path = self.scratch("page.html")
+        result, err = proof_cli(self, "demo", "--documents", str(documents), "--seed", "3", "--crash-rate", "0.01" if FULL else "0.1",
+                                "--html", page_path)
         self.assertGreaterEqual(result["crashes"], 1)
         self.assertGreaterEqual(result["recoveries"], 1)
         self.assertEqual(result["duplicate_effects"], 0)
@@ -34,7 +41,16 @@ class DemoTest(unittest.TestCase):
         self.assertEqual(result["effects_verified"], documents)
         self.assertTrue(result["matches_reference"])
         self.assertEqual(result["status"], "complete")
-        self.assertIn("documents", progress.getvalue())
+        self.assertIn("documents", err)  # the progress line
+        # Its timeline page: each takeover follows a holder that stopped without releasing, as the run's own counters say.
+        elements, page = read_page(self, result, page_path)
+        self.assertEqual(len(elements.having("run")), 1)
+        self.assertNotIn("compacted away", page)  # the recorder read every record
+        counts = {name: len(elements.having(name)) for name in ("crash", "takeover", "reconciled")}
+        self.assertEqual(counts, {"crash": result["recoveries"], "takeover": result["recoveries"], "reconciled": result["uncertain_reconciled"]},
+                         result)
+        keys = {a.get("data-key") for a in elements.having("effect")}
+        self.assertEqual(len([k for k in keys if k and k.startswith("doc-")]), documents)
 
     def test_cancel_stops_within_one_step(self) -> None:
         result = run_demo(documents=40, seed=5, crash_rate=0.0, cancel_at=15)
@@ -46,7 +62,8 @@ class DemoTest(unittest.TestCase):
         self.assertEqual(result["effects_applied"], result["documents_verified"])
 
     def test_pool_of_workers_on_sqlite(self) -> None:
-        result = run_demo(documents=30, seed=7, crash_rate=0.15, workers=2, shard_size=10)
+        page_path = self.scratch("page.html")
+        result = run_demo(documents=30, seed=7, crash_rate=0.15, workers=2, shard_size=10, html=page_path)
         self.assertTrue(result["ok"], result)
         self.assertEqual(result["store"], "sqlite")
         self.assertEqual(result["runs"], 3)
@@ -54,23 +71,24 @@ class DemoTest(unittest.TestCase):
         self.assertEqual(result["duplicate_effects"], 0)
         self.assertEqual(result["lost_commits"], 0)
         self.assertTrue(result["matches_reference"])
+        # Its timeline page has one lane group per run (shard).
+        elements, _page = read_page(self, result, page_path)
+        self.assertEqual(sorted(a["data-task"] for a in elements.having("run")), ["demo-shard-0000", "demo-shard-0001", "demo-shard-0002"])
 
 
     def test_pool_of_workers_on_a_file_store(self) -> None:
-        result = run_demo(documents=20, seed=9, crash_rate=0.15, workers=2, shard_size=10, store="file:" + self.scratch())
+        result = run_demo(documents=20, seed=9, crash_rate=0.15, workers=2, shard_size=10, store="file:" + self.scratch("runs"))
         self.assertTrue(result["ok"], result)
         self.assertEqual((result["store"], result["runs"]), ("file", 2))
         self.assertEqual(result["duplicate_effects"], 0)
         self.assertEqual(result["lost_commits"], 0)
         self.assertTrue(result["matches_reference"])
 
-    def scratch(self) -> str:
-        import shutil
-        import tempfile
-
-        root = tempfile.mkdtemp(prefix="runner-pool-test-")
+    def scratch(self, name: str) -> str:
+        """``name`` in a temporary folder of this test's own."""
+        root = tempfile.mkdtemp(prefix="runner-proof-test-")
         self.addCleanup(shutil.rmtree, root, True)
-        return os.path.join(root, "runs")
+        return os.path.join(root, name)
 
 
 class DraftScenarioTest(unittest.TestCase):
@@ -95,8 +113,11 @@ class CampaignTest(unittest.TestCase):
 
     def test_every_window_is_killed_without_duplicates_or_losses(self) -> None:
         kills = 100 * len(KILL_POINTS) if FULL else len(KILL_POINTS)
-        result = run_campaign(kills=kills, seed=11)
-        self.assertTrue(result["ok"], result)
+        root = tempfile.mkdtemp(prefix="runner-proof-test-")
+        self.addCleanup(shutil.rmtree, root, True)
+        page_path = os.path.join(root, "page.html")
+        # Through the command line, with its timeline page.
+        result, _err = proof_cli(self, "campaign", "--kills", str(kills), "--seed", "11", "--html", page_path)
         self.assertEqual(result["kills"], kills)
         self.assertEqual(set(result["kills_by_window"].values()), {kills // len(KILL_POINTS)}, result["kills_by_window"])
         self.assertEqual(result["duplicate_effects"], 0)
@@ -106,6 +127,47 @@ class CampaignTest(unittest.TestCase):
         self.assertEqual(result["missing_effects"], 0)
         self.assertEqual(result["orphaned_jobs"], 0)
         self.assertEqual(result["recovery_success_rate"], 1.0)
+        # Its timeline page has every run, its crashes, and the job each run's check step runs.
+        elements, _page = read_page(self, result, page_path)
+        self.assertEqual(len(elements.having("run")), result["runs"])
+        self.assertGreaterEqual(len(elements.having("crash")), 1)
+        self.assertTrue(elements.having("job"))
+
+
+class HtmlRefusedTest(unittest.TestCase):
+    """``--html`` where a proof draws no page is refused before any work, not ignored."""
+
+    def test_html_with_the_command_line_demo_or_a_damage_campaign_is_invalid_input(self) -> None:
+        root = tempfile.mkdtemp(prefix="runner-proof-test-")
+        self.addCleanup(shutil.rmtree, root, True)
+        page_path = os.path.join(root, "page.html")
+        for args in (("demo", "--via-cli", "--documents", "2"), ("campaign", "--damage", "1")):
+            with self.subTest(args[:2]):
+                done = run_cli(*args, "--html", page_path, "--no-progress")
+                self.assertEqual((done.code, done.out, len(done.err.splitlines())), (2, "", 1), done.err)
+                self.assertIn("--html", done.err)
+                self.assertEqual(os.listdir(root), [])
+
+
+def proof_cli(test: unittest.TestCase, *args: str) -> Tuple[Dict[str, Any], str]:
+    """``--json ARGS`` of the command line in a child, which must succeed: its result and its stderr."""
+    done = run_cli("--json", *args, timeout=3600 if FULL else 300)
+    try:
+        result = json.loads(done.out)
+    except ValueError:
+        test.fail(f"exit {done.code}, no JSON on stdout: {done.err[-2000:]}")
+    test.assertTrue(result.get("ok"), result)
+    test.assertEqual(done.code, 0, done.err[-2000:])
+    return result, done.err
+
+
+def read_page(test: unittest.TestCase, result: Dict[str, Any], page_path: str) -> Tuple[Elements, str]:
+    """The timeline page a proof wrote (``html=``): its elements and its text, once its size and inertness are checked."""
+    with open(page_path, encoding="utf-8") as handle:
+        page = handle.read()
+    test.assertEqual(result["html_bytes"], len(page.encode("utf-8")))
+    assert_inert(test, page)
+    return parse(page), page
 
 
 if __name__ == "__main__":

@@ -15,15 +15,14 @@
   raise errors must see them.
 """
 
-import html.parser
-import json
 import os
 import sys
 import unittest
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 from tests import _real
 from tests._browser import blankness, find_chromium, load_pages
+from tests._page import assert_inert, parse
 from tests._timeline_runs import SMALL_KEYS, UNCERTAIN_KEY, crashed_run, small_contract, small_run
 from tests._util import CLOCK_START, REPO_ROOT, in_process_cli, one_json, run_cli, scratch_dir
 
@@ -31,48 +30,6 @@ from runner import history, timeline
 from runner.envelope import apply_ops, content_digest, format_time, new_envelope
 from runner.run import Run
 from runner.stores.file import RunStore
-
-FORBIDDEN = ("http:", "https:", "//", "src=", "<script", "href=", "@import", "url(http")
-
-
-class _Elements(html.parser.HTMLParser):
-    """Every start tag with its attributes and the attributes of the ``<g>`` elements around it."""
-
-    VOID = {"meta", "br", "img", "input", "link", "hr", "rect", "line", "circle", "path"}
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.elements: List[Tuple[str, Dict[str, Optional[str]], List[Dict[str, Optional[str]]]]] = []
-        self.stack: List[Tuple[str, Dict[str, Optional[str]]]] = []
-
-    def handle_starttag(self, tag: str, attrs: List[Tuple[str, Optional[str]]]) -> None:
-        attributes = dict(attrs)
-        self.elements.append((tag, attributes, [a for t, a in self.stack if t == "g"]))
-        self.stack.append((tag, attributes))
-
-    def handle_startendtag(self, tag: str, attrs: List[Tuple[str, Optional[str]]]) -> None:
-        self.elements.append((tag, dict(attrs), [a for t, a in self.stack if t == "g"]))
-
-    def handle_endtag(self, tag: str) -> None:
-        while self.stack:
-            if self.stack.pop()[0] == tag:
-                break
-
-    def having(self, cls: str) -> List[Dict[str, Optional[str]]]:
-        return [a for _, a, _ in self.elements if cls in (a.get("class") or "").split()]
-
-
-def parse(page: str) -> _Elements:
-    parser = _Elements()
-    parser.feed(page)
-    return parser
-
-
-def assert_inert(test: unittest.TestCase, page: str) -> None:
-    lowered = page.lower()
-    for needle in FORBIDDEN:
-        test.assertNotIn(needle, lowered, f"the page holds {needle!r}")
-
 
 def synthetic_run(effects: int, exceptional_every: int, task: str = "timeline-large") -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
     """Journal records of one holder filing ``effects`` effects, with the operations the effect ledger writes.
@@ -270,52 +227,6 @@ class TimelineSize(unittest.TestCase):
         elements = parse(timeline.render([history.build(records, state)]))
         self.assertEqual(len(elements.having("effect")), 150)
         self.assertFalse(elements.having("bucket"))
-
-
-class TimelineOfProofs(unittest.TestCase):
-    """``demo --html`` and ``campaign --html`` write the page of the runs they made, agreeing with their own counts."""
-
-    def proof(self, *args: str) -> Tuple[Dict[str, Any], _Elements, str]:
-        """The command line's ``ARGS --html FILE`` in a child: its figures, the page's elements and the page."""
-        with scratch_dir("runner-timeline-proof-") as scratch:
-            page_path = os.path.join(scratch, "page.html")
-            result = run_cli("--json", *args, "--html", page_path, timeout=300)
-            self.assertEqual(result.code, 0, result.err[-2000:])
-            return self.page(json.loads(result.out), page_path)
-
-    def page(self, body: Dict[str, Any], page_path: str) -> Tuple[Dict[str, Any], _Elements, str]:
-        with open(page_path, encoding="utf-8") as handle:
-            page = handle.read()
-        self.assertEqual(body["html_bytes"], len(page.encode("utf-8")))
-        assert_inert(self, page)
-        return body, parse(page), page
-
-    def test_demo_page_shows_its_crashes_and_reconciliations(self) -> None:
-        body, elements, page = self.proof("demo", "--documents", "24", "--crash-rate", "0.1", "--seed", "3", "--no-progress")
-        self.assertGreater(body["recoveries"], 0, body)
-        self.assertEqual(len(elements.having("run")), 1)
-        self.assertNotIn("compacted away", page)  # the recorder read every record
-        # Each takeover follows a holder that stopped without releasing, as the run's own counters say.
-        counts = {name: len(elements.having(name)) for name in ("crash", "takeover", "reconciled")}
-        self.assertEqual(counts, {"crash": body["recoveries"], "takeover": body["recoveries"], "reconciled": body["uncertain_reconciled"]}, body)
-        keys = {a.get("data-key") for a in elements.having("effect")}
-        self.assertEqual(len([k for k in keys if k and k.startswith("doc-")]), 24)
-
-    def test_sharded_demo_page_has_one_lane_group_per_run(self) -> None:
-        # Through the library, whose shards can be smaller than the command line's 100 documents: 12 in runs of 10 make two.
-        from runner.proof.demo import run_demo
-
-        with scratch_dir("runner-timeline-proof-") as scratch:
-            page_path = os.path.join(scratch, "page.html")
-            body, elements, _page = self.page(run_demo(documents=12, seed=2, crash_rate=0.1, workers=2, shard_size=10, html=page_path), page_path)
-        self.assertEqual(body["runs"], 2)
-        self.assertEqual(sorted(a["data-task"] for a in elements.having("run")), ["demo-shard-0000", "demo-shard-0001"])
-
-    def test_campaign_page_has_every_run(self) -> None:
-        body, elements, _page = self.proof("campaign", "--kills", "6", "--no-progress")
-        self.assertEqual(len(elements.having("run")), body["runs"])
-        self.assertGreaterEqual(len(elements.having("crash")), 1)
-        self.assertTrue(elements.having("job"))  # each run's check step runs a job
 
 
 CHROMIUM = find_chromium()

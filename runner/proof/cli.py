@@ -171,6 +171,8 @@ def cmd_conformance(args: argparse.Namespace) -> int:
 
 def cmd_campaign(args: argparse.Namespace) -> int:
     if args.damage is not None:
+        if args.html:
+            raise InvalidInput("campaign: --html draws the runs of a kill campaign; a damage campaign (--damage) has none to draw")
         return cmd_damage_campaign(args)
     from .campaign import run_campaign
 
@@ -199,6 +201,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import format_table, run_demo, run_draft_scenario
 
     if args.via_cli:
+        if args.html:
+            raise InvalidInput("demo: --html draws the runs of the library's demo; the command-line demo (--via-cli) draws none")
         from .demo_cli import format_cli_table, run_demo_cli
 
         result = run_demo_cli(args.documents, args.seed, args.crash_rate, None if args.no_progress or args.json else sys.stderr, args.client,
