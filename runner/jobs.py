@@ -33,6 +33,7 @@ The nonce tells this attempt's files from stale or hand-made ones; it is not
 a secret from the job, which runs as the same user as the runner.
 """
 
+import gc
 import hashlib
 import os
 import signal
@@ -471,6 +472,6 @@ def wrap_main(argv: Sequence[str]) -> int:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--launch"]:
-        sys.exit(launch_main(sys.argv[2:]))
-    sys.exit(wrap_main(sys.argv[1:]))
+    code = launch_main(sys.argv[2:]) if sys.argv[1:2] == ["--launch"] else wrap_main(sys.argv[1:])
+    gc.freeze()  # as the command line does (runner/__main__.py): no last walk of every object on the way out
+    sys.exit(code)

@@ -18,6 +18,7 @@ a worker prints and ``on_exit`` every worker that ended. The pool itself
 neither injects faults nor judges the results: that is its caller's business.
 """
 
+import gc
 import importlib
 import json
 import os
@@ -164,6 +165,8 @@ def _break_leases(store_url: str, owner: str) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--worker"]:
-        sys.exit(worker_main(sys.argv[2:]))
-    sys.exit(2)
+    if sys.argv[1:2] != ["--worker"]:
+        sys.exit(2)
+    code = worker_main(sys.argv[2:])
+    gc.freeze()  # as the command line does (runner/__main__.py): no last walk of every object on the way out
+    sys.exit(code)
