@@ -343,6 +343,9 @@ def load_tests(loader: unittest.TestLoader, standard_tests: unittest.TestSuite, 
     if top not in sys.path:
         sys.path.insert(0, top)
     modules = [(name, loader.loadTestsFromName(f"tests.{name}")) for name in module_names(here, pattern)]
+    # What is loaded now lives as long as the run: frozen, no collection in any process walks it again,
+    # and the forked processes keep sharing its memory.
+    gc.freeze()
     serial = os.environ.get("RUNNER_TESTS_SERIAL") or not hasattr(os, "fork") or (os.cpu_count() or 1) < 2
     if serial:
         return _Watched(unittest.TestSuite([suite for _, suite in modules]))
