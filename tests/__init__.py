@@ -2,7 +2,7 @@
 
 ``python3 -m unittest`` is the offline suite; the tests against real clients
 and servers run only when ``RUNNER_REAL_TESTS`` asks for them
-(``tests/_real.py``). Two things happen here, both for speed, neither changes
+(``tests/_real.py``). Three things happen here, all for speed, none changes
 what a test checks:
 
 * Many tests start Python child processes (workers to kill, the ticket
@@ -21,6 +21,9 @@ what a test checks:
   test and a failure anywhere fails the run; a child that dies without
   reporting is itself an error. A line on stderr gives each process's share.
   ``RUNNER_TESTS_SERIAL=1`` runs everything in one process.
+* What discovery loaded (the modules, the tests) lives as long as the run,
+  so it is frozen (``gc.freeze``) before the processes fork: no collection
+  in any of them walks it again.
 
 One thing is checked here rather than in a test: nothing is left for the
 garbage collector to close. A file, socket, process or database connection
