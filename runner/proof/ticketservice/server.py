@@ -42,7 +42,6 @@ class _Handler(socketserver.StreamRequestHandler):
         if head is None:
             return
         self.request_head = head
-        self.path = head.target
         route = {"GET": self._get, "POST": self._post}.get(head.method)
         if route is None:
             self._answer(501, {"error": "unsupported-method", "method": head.method})
@@ -104,7 +103,7 @@ class _Handler(socketserver.StreamRequestHandler):
     # -- routes ---------------------------------------------------------------------
     def _get(self) -> None:
         ledger = self.server.ledger
-        url = urllib.parse.urlsplit(self.path)
+        url = urllib.parse.urlsplit(self.request_head.target)
         path = url.path
         if path == "/stats":
             return self._answer(200, ledger.stats())
@@ -139,7 +138,7 @@ class _Handler(socketserver.StreamRequestHandler):
 
     def _post(self) -> None:
         ledger = self.server.ledger
-        path = urllib.parse.urlsplit(self.path).path
+        path = urllib.parse.urlsplit(self.request_head.target).path
         if path == "/faults":
             ledger.faults.update(self._body())
             return self._answer(200, ledger.faults.view())
