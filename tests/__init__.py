@@ -48,7 +48,7 @@ import time
 import traceback
 import unittest
 import warnings
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 if not os.environ.get("RUNNER_TESTS_PYCACHE"):
     _cache = tempfile.mkdtemp(prefix="runner-tests-pycache-")
@@ -90,14 +90,31 @@ def _error(text: str) -> Any:
 
 
 class _Recorder(unittest.TestResult):
-    """Collects each test's outcome as plain data, in the forked half."""
+    """Collects each test's outcome as plain data, in the forked half.
+
+    Whether the test was started is kept too: a skipped test is reported
+    without being started by some Pythons (3.12 does not count it as run),
+    and replayed here as it happened, the summary counts what this Python
+    counts whichever process ran the test.
+    """
 
     def __init__(self) -> None:
         super().__init__()
-        self.records: List[Dict[str, str]] = []
+        self.records: List[Dict[str, Any]] = []
+        self._started: Set[str] = set()
+
+    def startTest(self, test: Any) -> None:
+        super().startTest(test)
+        self._started.add(test.id())
+
+    def stopTest(self, test: Any) -> None:
+        super().stopTest(test)
+        if not any(record["id"] == test.id() for record in self.records[-1:]):
+            self._add(test, "subtests")  # started, its outcome told by its failed subtests alone
 
     def _add(self, test: Any, outcome: str, detail: str = "") -> None:
-        self.records.append({"id": test.id(), "str": str(test), "outcome": outcome, "detail": detail})
+        self.records.append({"id": test.id(), "str": str(test), "outcome": outcome, "detail": detail,
+                             "started": test.id() in self._started})
 
     def addSuccess(self, test: Any) -> None:
         self._add(test, "success")
@@ -301,10 +318,11 @@ class _SplitSuite(unittest.TestSuite):
         return result
 
 
-def _replay(result: Any, record: Dict[str, str]) -> None:
+def _replay(result: Any, record: Dict[str, Any]) -> None:
     """Report one test of a forked part here, as if it had run here."""
     test = _Remote(record["id"], record["str"])
-    result.startTest(test)
+    if record["started"]:
+        result.startTest(test)
     outcome = record["outcome"]
     if outcome == "success":
         result.addSuccess(test)
@@ -316,9 +334,10 @@ def _replay(result: Any, record: Dict[str, str]) -> None:
         result.addSkip(test, record["detail"])
     elif outcome == "expected-failure":
         result.addExpectedFailure(test, _error("expected failure"))
-    else:
+    elif outcome == "unexpected-success":
         result.addUnexpectedSuccess(test)
-    result.stopTest(test)
+    if record["started"]:
+        result.stopTest(test)
 
 
 def _processes() -> int:

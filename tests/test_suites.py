@@ -12,10 +12,10 @@ import json
 import os
 import tempfile
 import unittest
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 from unittest import mock
 
-from tests import ModuleQueue, _real, _SplitSuite, module_names
+from tests import ModuleQueue, _real, _Recorder, _replay, _SplitSuite, module_names
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -237,6 +237,55 @@ class ModuleQueueTest(unittest.TestCase):
                 self.assertEqual(test.id(), "tests.resources_left_open")
                 self.assertIn("test_leaves_a_file_open: unclosed file", text)
                 self.assertNotIn("test_closes", text)
+
+    def test_a_forked_parts_outcomes_are_counted_here_as_this_python_counts_them(self) -> None:
+        # Skips are counted as run or not depending on the Python (3.12 starts no skipped test) and on where the
+        # skip comes from; a failed subtest is a failure of a test that ran once. Replayed, each counts as natively.
+        def module() -> unittest.TestSuite:
+            class Plain(unittest.TestCase):
+                def test_passes(self) -> None:
+                    pass
+
+                @unittest.skip("by a decorator")
+                def test_skipped(self) -> None:
+                    pass
+
+                def test_skips_itself(self) -> None:
+                    self.skipTest("by itself")
+
+                def test_with_subtests(self) -> None:
+                    for n in range(3):
+                        with self.subTest(n=n):
+                            self.assertNotEqual(n, 1)
+
+            @unittest.skip("the whole class")
+            class Skipped(unittest.TestCase):
+                def test_a(self) -> None:
+                    pass
+
+            class SkippedInSetUp(unittest.TestCase):
+                @classmethod
+                def setUpClass(cls) -> None:
+                    raise unittest.SkipTest("in setUpClass")
+
+                def test_b(self) -> None:
+                    pass
+
+            load = unittest.defaultTestLoader.loadTestsFromTestCase
+            return unittest.TestSuite([load(Plain), load(Skipped), load(SkippedInSetUp)])
+
+        def counts(result: unittest.TestResult) -> Tuple[int, int, int, int]:
+            return result.testsRun, len(result.skipped), len(result.failures), len(result.errors)
+
+        native, recorder, replayed = unittest.TestResult(), _Recorder(), unittest.TestResult()
+        for result in (native, recorder):
+            queue = ModuleQueue(1)
+            _SplitSuite([("m", module())])._work(queue, result)
+            queue.close()
+        for record in recorder.records:
+            _replay(replayed, record)
+        self.assertEqual(counts(replayed), counts(native))
+        self.assertEqual(counts(native)[2:], (1, 0))  # the failed subtest
 
     def test_every_test_file_is_queued_the_largest_first(self) -> None:
         names = module_names(HERE)
