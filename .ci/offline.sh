@@ -10,8 +10,8 @@
 # only loopback is up (unshare -n as root, else unshare -rn; when neither
 # works, every proxy variable points at a closed port and pip and npm are told
 # to stay offline, and the line says so). Then it lists what appeared in HOME
-# and in the repository (Python's __pycache__ aside), and exits 1 if anything
-# did or if the suite failed.
+# and in the repository (Python's __pycache__ aside) and what was left in its
+# TMPDIR, and exits 1 if anything was or if the suite failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -64,4 +64,5 @@ fi
 left=$(find "$tmp" -mindepth 1 -maxdepth 1 | wc -l)
 echo "== TMPDIR: $left entr$([ "$left" -eq 1 ] && echo y || echo ies) left behind (removed now)"
 find "$tmp" -mindepth 1 -maxdepth 1 -printf '%f\n' | sed -E 's/[-_.][A-Za-z0-9_]{6,}$//' | sort | uniq -c | head -n 20
+[ "$left" -eq 0 ] || status=1
 exit $status

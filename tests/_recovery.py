@@ -584,13 +584,25 @@ class RecoveryCase(unittest.TestCase):
     """Shared set-up: temporary worlds whose job processes and children are ended at clean-up."""
 
     def world(self, rerun_vanished: bool = False, create: bool = True) -> World:
-        root = tempfile.mkdtemp(prefix="runner-recovery-")
-        self.addCleanup(shutil.rmtree, root, True)
-        world = World(root, rerun_vanished)
-        self.addCleanup(self._end_jobs, world)
+        world = World(tempfile.mkdtemp(prefix="runner-recovery-"), rerun_vanished)
+        self.addCleanup(self._remove, world)
         if create:
             world.create_run()
         return world
+
+    @classmethod
+    def _remove(cls, world: World) -> None:
+        """End the world's jobs and remove it; again while a process that was on its way (a job a launcher was
+        starting, a killed one finishing its last write) still adds to it, so that nothing is left behind."""
+        deadline = time.monotonic() + DEADLINE
+        while True:
+            cls._end_jobs(world)
+            shutil.rmtree(world.root, ignore_errors=True)
+            if not os.path.exists(world.root):
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{world.root} is still written to: {sorted(os.listdir(world.root))}")
+            time.sleep(0.05)
 
     @staticmethod
     def _end_jobs(world: World) -> None:
