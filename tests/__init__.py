@@ -92,10 +92,10 @@ def _error(text: str) -> Any:
 class _Recorder(unittest.TestResult):
     """Collects each test's outcome as plain data, in the forked half.
 
-    Whether the test was started is kept too: a skipped test is reported
-    without being started by some Pythons (3.12 does not count it as run),
-    and replayed here as it happened, the summary counts what this Python
-    counts whichever process ran the test.
+    Whether the test was started is kept too: some Pythons report a skipped
+    test without starting it (3.12 does not count it as run). Replayed as it
+    happened, the summary counts what this Python counts, whichever process
+    ran the test.
     """
 
     def __init__(self) -> None:
@@ -109,7 +109,7 @@ class _Recorder(unittest.TestResult):
 
     def stopTest(self, test: Any) -> None:
         super().stopTest(test)
-        if not any(record["id"] == test.id() for record in self.records[-1:]):
+        if not self.records or self.records[-1]["id"] != test.id():
             self._add(test, "subtests")  # started, its outcome told by its failed subtests alone
 
     def _add(self, test: Any, outcome: str, detail: str = "") -> None:
