@@ -52,6 +52,25 @@ class _Parser(argparse.ArgumentParser):
         verb = self.prog.partition(" ")[2]  # "runner effect" -> "effect"; the top level names none
         raise InvalidInput(f"{verb}: {message}" if verb else message)
 
+    def _get_formatter(self) -> argparse.HelpFormatter:
+        # argparse makes a formatter for each argument it adds (to check its metavar), and by default the formatter
+        # asks shutil for the terminal's width: shutil, with bz2 and lzma, would be imported into every command.
+        return self.formatter_class(prog=self.prog, width=_help_width())  # type: ignore[call-arg]
+
+
+def _help_width() -> int:
+    """The width help is wrapped to, reckoned as argparse does: $COLUMNS, else the terminal's, else 80; less 2."""
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 80
+    return columns - 2
+
 
 def _common(parser: argparse.ArgumentParser, top: bool) -> None:
     # On sub-parsers the defaults are suppressed so a value given before the

@@ -34,7 +34,6 @@ failure of the command.
 
 import os
 import re
-import selectors
 import signal
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
@@ -44,7 +43,7 @@ from .errors import InvalidInput
 from .pointer import MISSING, matched, parse_pointer, pointer_problem, resolve_pointer, shown
 from .target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 
-# subprocess, shutil, tempfile and runner.inflight are imported where a command runs: every verb imports this module
+# subprocess, selectors, shutil, tempfile and runner.inflight are imported where a command runs: every verb imports this module
 # (for its placeholders and exit tables) and most run no command, so they would only lengthen each start.
 if TYPE_CHECKING:
     import subprocess
@@ -242,6 +241,7 @@ def _open_gate(proc: "subprocess.Popen[bytes]") -> None:
 
 def _collect(proc: "subprocess.Popen[bytes]", deadline: float, limit: int) -> Tuple[List[bytearray], bool]:
     """Read both pipes until the command exits (or ``deadline``), keeping ``limit`` bytes of each."""
+    import selectors
     import subprocess
 
     kept = [bytearray(), bytearray()]

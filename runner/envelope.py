@@ -12,7 +12,6 @@ it in place: it is a list of operations (``["set", path, value]`` or
 replayed from the journal on any machine and give the same state.
 """
 
-import hashlib
 import json
 import math
 import re
@@ -20,12 +19,21 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from .errors import InvalidInput
 
+try:  # CPython's own SHA-256; hashlib would start OpenSSL first, which costs a short command more than all its hashing
+    from _sha256 import sha256
+except ImportError:  # renamed in 3.12
+    try:
+        from _sha2 import sha256  # type: ignore[no-redef]
+    except ImportError:  # a build without it: OpenSSL's
+        from hashlib import sha256  # type: ignore[no-redef]
+
 __all__ = [
     "SCHEMA_VERSION",
     "ENVELOPE_KEYS",
     "MAX_ID_LENGTH",
     "MAX_DOCUMENT_BYTES",
     "canonical_json",
+    "sha256",
     "sha256_hex",
     "content_digest",
     "loads_strict",
@@ -88,7 +96,7 @@ def canonical_json(value: Any) -> bytes:
 
 
 def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+    return sha256(data).hexdigest()
 
 
 def content_digest(value: Any) -> str:

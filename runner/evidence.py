@@ -13,14 +13,13 @@ step's ``evidence``, and every view labels it *claimed*: the runner records
 it and does not vouch for it.
 """
 
-import hashlib
 import os
 import time
 from typing import Any, Dict, List, Optional
 
 from . import batch as _batch
 from .commands import expand, run_command
-from .envelope import format_time
+from .envelope import format_time, sha256
 from .errors import InvalidInput
 from . import quoting
 
@@ -35,7 +34,7 @@ def _spec(state: Dict[str, Any], step: str) -> Dict[str, Any]:
 
 
 def _file_digest(path: str) -> Dict[str, Any]:
-    digest = hashlib.sha256()
+    digest = sha256()
     size = 0
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):

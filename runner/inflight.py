@@ -31,14 +31,13 @@ killed processes left behind for effects that are no longer unresolved.
 
 import contextlib
 import contextvars
-import hashlib
 import json
 import os
-import secrets
 import threading
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
+from .envelope import sha256
 from .lifecycle import Call
 from .processes import OS_PROCESSES, Processes
 
@@ -163,7 +162,7 @@ class Registry:
 
     @staticmethod
     def _prefix(key: str) -> str:
-        return hashlib.sha256(key.encode("utf-8")).hexdigest()[:20] + "."
+        return sha256(key.encode("utf-8")).hexdigest()[:20] + "."
 
     # -- the calls of this process ----------------------------------------------------------------
     def register(self, key: str, kind: str, attempt: int, timeout: float, owner: Optional[str] = None,
@@ -171,11 +170,11 @@ class Registry:
         """Record a call of ``key`` about to start (before anything of it is done); return its handle."""
         pid, start = self.processes.me()
         self._count += 1
-        name = f"{self._prefix(key)}{pid}-{self._count}-{secrets.token_hex(3)}{_SUFFIX}"
+        name = f"{self._prefix(key)}{pid}-{self._count}-{os.urandom(3).hex()}{_SUFFIX}"
         now = self.clock()
         call = Registered(name, {
             "key": key, "kind": kind, "attempt": attempt, "owner": owner, "epoch": epoch,
-            "caller": [pid, start], "child": None, "token": secrets.token_hex(12),
+            "caller": [pid, start], "child": None, "token": os.urandom(12).hex(),
             "registered_at": now, "deadline": now + float(timeout) + GRACE_SECONDS, "ended_at": None,
         })
         self._write(call, new=True)
@@ -301,7 +300,7 @@ def registry_for(store: Any, clock: Optional[Callable[[], float]] = None) -> Reg
     else:
         where = f"{getattr(store, 'url', store.path)}\n{store.state['task_id']}"
         root = "/tmp" if os.path.isdir("/tmp") else os.path.dirname(os.path.abspath(store.path))
-        folder = os.path.join(root, f"runner-calls-{os.getuid()}", hashlib.sha256(where.encode()).hexdigest()[:24])
+        folder = os.path.join(root, f"runner-calls-{os.getuid()}", sha256(where.encode()).hexdigest()[:24])
     return Registry(folder, clock=clock or store.clock)
 
 

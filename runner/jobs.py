@@ -34,7 +34,6 @@ a secret from the job, which runs as the same user as the runner.
 """
 
 import gc
-import hashlib
 import os
 import signal
 import stat
@@ -42,12 +41,12 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .envelope import Ops, canonical_json, format_time, loads_strict, parse_time, sha256_hex, validate_id
+from .envelope import Ops, canonical_json, format_time, loads_strict, parse_time, sha256, sha256_hex, validate_id
 from .errors import InvalidInput, NeedsReconciliation
 from .fs import OsFileSystem, replace_durably
 
-# secrets and subprocess are imported where a job is submitted or started: every verb imports this module (recovery
-# reads the jobs) and most start none, so they would only lengthen each start.
+# subprocess is imported where a job is started: every verb imports this module (recovery reads the jobs) and most
+# start none, so it would only lengthen each start.
 
 __all__ = [
     "UNSETTLED", "job_dir", "submit_intent_ops", "started_ops", "observe_job", "observation_ops", "cancel_ops", "shard_ops",
@@ -145,15 +144,9 @@ def submit_intent_ops(
         "cursor": job.get("cursor", 0) if job else 0,
         "cancel_requested_at": None,
         "stopped_at": None,
-        "nonce": nonce or _nonce(),
+        "nonce": nonce or os.urandom(16).hex(),
     }
     return "start", [["set", ["jobs", key], record]]
-
-
-def _nonce() -> str:
-    import secrets
-
-    return secrets.token_hex(16)
 
 
 def spawn(run_path: str, key: str, job: Dict[str, Any]) -> Tuple[int, Optional[str]]:
@@ -312,7 +305,7 @@ def _log_digest(path: str) -> Optional[str]:
         return None
     if fd is None:
         return None
-    digest = hashlib.sha256()
+    digest = sha256()
     with os.fdopen(fd, "rb") as handle:
         for chunk in iter(lambda: handle.read(_CHUNK), b""):
             digest.update(chunk)
@@ -424,7 +417,7 @@ def read_result(run_path: str, job: Dict[str, Any], tail_bytes: int = 4000) -> D
     stays bounded however much the job wrote.
     """
     log = os.path.join(run_path, job["dir"], "log")
-    digest, tail = hashlib.sha256(), b""
+    digest, tail = sha256(), b""
     try:
         fd = _open_regular(log)
     except ValueError:

@@ -39,7 +39,7 @@ done
 if [ "$mode" = invoke ]; then
   echo "$key" >> "$ledger.calls"
   if [ "$send_after" != 0 ] || [ "$jitter" != 0 ]; then  # authenticating: nothing sent yet
-    sleep "$(od -An -N4 -tu4 /dev/urandom | awk -v a="$send_after" -v j="$jitter" '{printf "%.6f", a + $1 / 4294967296 * j}')"
+    sleep "$(awk -v a="$send_after" -v j="$jitter" -v seed="$$" 'BEGIN {srand(seed); printf "%.6f", a + rand() * j}')"
   fi
   waited=0
   while [ -n "$hold_until" ] && [ ! -e "$hold_until" ] && [ "$waited" -lt 600 ]; do

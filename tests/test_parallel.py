@@ -23,12 +23,16 @@ KILLER = r'''
 # killer.sh ROLE COUNTER WINDOW NTH -- COMMAND...: run COMMAND; at WINDOW's NTH passage, SIGKILL the parent (the runner).
 # A shell, not Python, whose start would be most of a call's cost. The Nth passage is the one that creates COUNTER.N:
 # each takes the first number no other took, by an exclusive create (noclobber), so calls in parallel count once each.
+# The numbers taken are always 1 to some M, so a passage starts at the count of those it sees (a glob: no process) plus
+# one; "command" keeps a refused create from ending the shell, as it would end it for a special built-in.
 role=$1 counter=$2 window=$3 nth=$4
 shift 5
+set -C
 due() {
   [ "$1" = "$window" ] || return 1
-  seen=1
-  until (set -C; : > "$counter.$seen") 2>/dev/null; do seen=$((seen + 1)); done
+  set -- "$counter".*
+  if [ -e "$1" ]; then seen=$(($# + 1)); else seen=1; fi
+  until command : 2>/dev/null > "$counter.$seen"; do seen=$((seen + 1)); done
   [ "$seen" -eq "$nth" ]
 }
 die() { kill -KILL "$PPID"; exit 75; }

@@ -13,6 +13,8 @@ import os
 import sys
 
 ALLOWED = {"runner"}
+#: Standard-library modules of the other supported Pythons: 3.12 renamed the built-in SHA-256 module.
+OTHER_PYTHONS = {"_sha256", "_sha2"}
 #: Optional extras: the PostgreSQL store's driver.
 OPTIONAL = {"psycopg"}
 #: Engine modules and the one engine each may import: imported only by a harness that chose it.
@@ -39,7 +41,7 @@ def imports(path: str):
 
 
 def main(folder: str) -> int:
-    stdlib = set(sys.stdlib_module_names) | ALLOWED
+    stdlib = set(sys.stdlib_module_names) | ALLOWED | OTHER_PYTHONS
     bad = []
     for dirpath, _, files in os.walk(folder):
         for name in sorted(files):

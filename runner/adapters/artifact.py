@@ -34,12 +34,11 @@ what stops a stale writer here.
 """
 
 import errno
-import hashlib
 import os
 from typing import Any, Dict, Optional, Tuple
 
 from ..target import NotApplied, Observation, Rejected, UnknownOutcome
-from ..envelope import validate_id
+from ..envelope import sha256, validate_id
 from ..errors import InvalidInput
 from ..fs import OsFileSystem
 
@@ -52,7 +51,7 @@ _FILE_MODE = 0o644
 
 def payload_for(content: str) -> Dict[str, Any]:
     """A payload for ``content`` with its digest filled in."""
-    return {"content": content, "digest": "sha256:" + hashlib.sha256(content.encode("utf-8")).hexdigest()}
+    return {"content": content, "digest": "sha256:" + sha256(content.encode("utf-8")).hexdigest()}
 
 
 #: Reads and folder fsyncs go through the store's seam: symlinks refused, F_FULLFSYNC on macOS.
@@ -87,7 +86,7 @@ class ArtifactAdapter:
         if not isinstance(content, str):
             raise Rejected("the payload needs a 'content' string")
         data = content.encode("utf-8")
-        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        digest = "sha256:" + sha256(data).hexdigest()
         declared = payload.get("digest")
         if declared is not None and declared != digest:
             raise Rejected(f"the payload's digest {declared} is not the digest of its content ({digest})")
@@ -107,7 +106,7 @@ class ArtifactAdapter:
         except OSError as exc:
             raise NotApplied(f"cannot read {target} before writing it: {exc}") from None
         if existing is not None:
-            found = "sha256:" + hashlib.sha256(existing).hexdigest()
+            found = "sha256:" + sha256(existing).hexdigest()
             if found == digest:
                 # An earlier invoke may have died between its rename and its folder fsync.
                 try:
@@ -131,7 +130,7 @@ class ArtifactAdapter:
         except OSError as exc:
             _discard(tmp)
             raise NotApplied(f"writing {tmp} failed; {target} was not touched: {exc}") from None
-        if "sha256:" + hashlib.sha256(written).hexdigest() != digest:
+        if "sha256:" + sha256(written).hexdigest() != digest:
             _discard(tmp)
             raise NotApplied(f"{tmp} did not read back with digest {digest}; {target} was not touched")
         try:
@@ -157,7 +156,7 @@ class ArtifactAdapter:
         except OSError as exc:
             reason = "a symbolic link is in the target's place" if exc.errno == errno.ELOOP else str(exc)
             return Observation("unknown", {"path": target, "error": reason})
-        found = "sha256:" + hashlib.sha256(data).hexdigest()
+        found = "sha256:" + sha256(data).hexdigest()
         if found != digest:
             return Observation("absent", {"path": target, "exists": True, "found_digest": found, "expected_digest": digest})
         return Observation("present", {"path": target, "digest": digest, "size": len(data)})

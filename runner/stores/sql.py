@@ -23,13 +23,12 @@ Each backend supplies the connection, the statement that takes the run's
 lock, and which errors mean "busy, try again".
 """
 
-import hashlib
 import os
 import random
 import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from ..envelope import canonical_json, format_time, loads_trusted, sha256_hex, validate_envelope, validate_id
+from ..envelope import canonical_json, format_time, loads_trusted, sha256, sha256_hex, validate_envelope, validate_id
 from ..errors import InvalidInput, RetryLater, RunnerError, StateUnrecoverable
 from ..windows import NO_OBSERVER, Observer
 from .base import Finding, Store
@@ -51,7 +50,7 @@ _MOD = 1 << 256
 
 def _effect_hash(key: str, text: str) -> int:
     """One effect row's share of the rows digest."""
-    return int.from_bytes(hashlib.sha256(key.encode("utf-8") + b"\0" + text.encode("utf-8")).digest(), "big")
+    return int.from_bytes(sha256(key.encode("utf-8") + b"\0" + text.encode("utf-8")).digest(), "big")
 
 
 def rows_digest(envelope_text: str, effects_sum: int) -> str:
