@@ -26,7 +26,6 @@ import time
 from typing import IO, Any, Callable, Dict, Iterator, Optional, Sequence
 
 from . import batch as _batch
-from .adapters.http import HttpAdapter
 from .commands import DEFAULT_TIMEOUT, CommandAdapter
 from .envelope import parse_time
 from .errors import EXIT_CODES, InvalidInput, RunnerError, Stopped
@@ -56,6 +55,8 @@ def adapter_for(state: Dict[str, Any], key: str, invoke: Optional[Sequence[str]]
         values.update(_batch.item_values(record["batch"]["items"][index], index))
     timeout = float(effects.get("timeout_seconds", DEFAULT_TIMEOUT))
     if not invoke and not observe and "http" in effects:
+        from .adapters.http import HttpAdapter  # here: a contract with commands need not import the HTTP client
+
         return HttpAdapter(effects["http"], values=values, workspace=root, timeout=timeout)
     inline = bool(invoke or observe)
     invoke = list(invoke) if invoke else effects.get("invoke")
