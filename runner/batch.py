@@ -65,7 +65,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .commands import PLACEHOLDERS, expand, many_problems, placeholders_in, run_command
 from .lifecycle import UNRESOLVED
-from .envelope import MAX_DOCUMENT_BYTES, content_digest, format_time, sha256, validate_id
+from .envelope import MAX_DOCUMENT_BYTES, content_digest, format_time, sha256_stream, validate_id
 from .errors import InvalidInput, NeedsReconciliation
 
 __all__ = [
@@ -627,7 +627,8 @@ def _file_values(root: str, item: str, what: str, wanted: Any) -> Dict[str, str]
     with os.fdopen(_open_regular(real, what), "rb") as handle:
         head = handle.read(1 << 20)
         if "sha256" in wanted:
-            digest = sha256(head)
+            digest = sha256_stream()
+            digest.update(head)
             for block in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(block)
             out["sha256"] = digest.hexdigest()

@@ -19,13 +19,13 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from .errors import InvalidInput
 
-try:  # CPython's own SHA-256; hashlib would start OpenSSL first, which costs a short command more than all its hashing
-    from _sha256 import sha256
+try:  # CPython's own SHA-256 (see sha256)
+    from _sha256 import sha256 as _short_sha256
 except ImportError:  # renamed in 3.12
     try:
-        from _sha2 import sha256  # type: ignore[no-redef]
-    except ImportError:  # a build without it: OpenSSL's
-        from hashlib import sha256  # type: ignore[no-redef]
+        from _sha2 import sha256 as _short_sha256  # type: ignore[no-redef]
+    except ImportError:  # a build without it: OpenSSL's for every input
+        _short_sha256 = None
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -34,6 +34,7 @@ __all__ = [
     "MAX_DOCUMENT_BYTES",
     "canonical_json",
     "sha256",
+    "sha256_stream",
     "sha256_hex",
     "content_digest",
     "loads_strict",
@@ -93,6 +94,31 @@ _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=
 def canonical_json(value: Any) -> bytes:
     """Canonical UTF-8 JSON of ``value``; raises ``ValueError`` on NaN or infinity."""
     return _ENCODER.encode(value).encode("utf-8")
+
+
+#: Inputs shorter than this are hashed by CPython's own SHA-256 (see :func:`sha256`).
+SHORT_INPUT_BYTES = 1 << 16
+
+
+def sha256(data: bytes) -> Any:
+    """A SHA-256 hash object over ``data``: CPython's own for a short input, OpenSSL's (loaded then) for a longer one.
+
+    OpenSSL's hashes several times faster per byte but takes milliseconds to
+    load, more than a short command spends on all of its hashing (a record,
+    a plan, a key: a few kilobytes). Both give the same digest.
+    """
+    if _short_sha256 is not None and len(data) < SHORT_INPUT_BYTES:
+        return _short_sha256(data)
+    import hashlib
+
+    return hashlib.sha256(data)
+
+
+def sha256_stream() -> Any:
+    """An empty SHA-256 hash object for input of unknown length (a file, a log), fed with ``update``: OpenSSL's."""
+    import hashlib
+
+    return hashlib.sha256()
 
 
 def sha256_hex(data: bytes) -> str:

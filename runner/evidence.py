@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional
 
 from . import batch as _batch
 from .commands import expand, run_command
-from .envelope import format_time, sha256
+from .envelope import format_time, sha256_stream
 from .errors import InvalidInput
 from . import quoting
 
@@ -34,7 +34,7 @@ def _spec(state: Dict[str, Any], step: str) -> Dict[str, Any]:
 
 
 def _file_digest(path: str) -> Dict[str, Any]:
-    digest = sha256()
+    digest = sha256_stream()
     size = 0
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):

@@ -41,7 +41,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .envelope import Ops, canonical_json, format_time, loads_strict, parse_time, sha256, sha256_hex, validate_id
+from .envelope import Ops, canonical_json, format_time, loads_strict, parse_time, sha256_hex, sha256_stream, validate_id
 from .errors import InvalidInput, NeedsReconciliation
 from .fs import OsFileSystem, replace_durably
 
@@ -305,7 +305,7 @@ def _log_digest(path: str) -> Optional[str]:
         return None
     if fd is None:
         return None
-    digest = sha256()
+    digest = sha256_stream()
     with os.fdopen(fd, "rb") as handle:
         for chunk in iter(lambda: handle.read(_CHUNK), b""):
             digest.update(chunk)
@@ -417,7 +417,7 @@ def read_result(run_path: str, job: Dict[str, Any], tail_bytes: int = 4000) -> D
     stays bounded however much the job wrote.
     """
     log = os.path.join(run_path, job["dir"], "log")
-    digest, tail = sha256(), b""
+    digest, tail = sha256_stream(), b""
     try:
         fd = _open_regular(log)
     except ValueError:
