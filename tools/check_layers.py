@@ -62,9 +62,12 @@ def package_of(module: str, path: str) -> str:
     return module if os.path.basename(path) == "__init__.py" else module.rpartition(".")[0]
 
 
-def _parse(path: str) -> ast.AST:
+def _parse(path: str) -> List[ast.AST]:
+    """The file's import statements and attribute reads, in ``ast.walk``'s order: all that the readers below look at,
+    found in one walk of the tree."""
     with open(path, encoding="utf-8") as handle:
-        return ast.parse(handle.read(), path)
+        tree = ast.parse(handle.read(), path)
+    return [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom, ast.Attribute))]
 
 
 def _from_target(node: ast.ImportFrom, package: str) -> str:
@@ -75,10 +78,13 @@ def _from_target(node: ast.ImportFrom, package: str) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def imported(path: str, module: str, tree: Optional[ast.AST] = None) -> Iterator[Tuple[int, str]]:
-    """``(line, absolute module)`` for every import in the file, and ``target.name`` for each name of a from-import."""
+def imported(path: str, module: str, nodes: Optional[List[ast.AST]] = None) -> Iterator[Tuple[int, str]]:
+    """``(line, absolute module)`` for every import in the file, and ``target.name`` for each name of a from-import.
+
+    :param nodes: the file's nodes as :func:`_parse` gives them, when already read.
+    """
     package = package_of(module, path)
-    for node in ast.walk(tree or _parse(path)):
+    for node in _parse(path) if nodes is None else nodes:
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield node.lineno, alias.name
@@ -100,7 +106,7 @@ def _dotted(node: ast.AST) -> Optional[List[str]]:
     return parts[::-1]
 
 
-def uses(path: str, module: str, known: Set[str], tree: Optional[ast.AST] = None) -> List[Use]:
+def uses(path: str, module: str, known: Set[str], nodes: Optional[List[ast.AST]] = None) -> List[Use]:
     """Every module of ``known`` the file names, and every name it takes from one.
 
     ``from P import n`` is a use of module ``P.n`` when that is in ``known``,
@@ -111,7 +117,7 @@ def uses(path: str, module: str, known: Set[str], tree: Optional[ast.AST] = None
     found: List[Use] = []
     bound: Dict[str, str] = {}  # a local name -> the module it stands for
     attributes: List[ast.Attribute] = []
-    for node in ast.walk(tree or _parse(path)):
+    for node in _parse(path) if nodes is None else nodes:
         if isinstance(node, ast.Attribute):
             attributes.append(node)
         elif isinstance(node, ast.Import):
@@ -235,16 +241,16 @@ def violations(root: str) -> List[str]:
     bad = []
     for module, path in modules.items():
         rel = os.path.relpath(path, top)
-        tree = _parse(path)
+        nodes = _parse(path)
         in_proof = module == PROOF or module.startswith(PROOF + ".")
-        for line, target in imported(path, module, tree):
+        for line, target in imported(path, module, nodes):
             if in_proof or path.endswith(os.sep + PROGRAM):
                 break
             if target == PROOF or target.startswith(PROOF + "."):
                 bad.append(f"{rel}:{line}: {module} imports {target}")
             elif any(target == e or target.startswith(e + ".") for e in ENGINE_MODULES) and not module.startswith("runner.engines"):
                 bad.append(f"{rel}:{line}: {module} imports {target} (an engine module, for harnesses that chose it)")
-        for use in uses(path, module, known, tree):
+        for use in uses(path, module, known, nodes):
             if use.target not in known:
                 continue
             if use.target != module:
