@@ -24,17 +24,19 @@ import json
 import os
 import random
 import re
-import selectors
 import signal
-import socket
-import subprocess
 import sys
-from typing import Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 from .errors import InvalidInput, RunnerError
 from .run import Run
 from .stores import list_runs, open_store, run_url
 from .windows import NO_OBSERVER, Observer
+
+# selectors, socket and subprocess are imported where the supervisor uses them: a worker, started once per
+# process the pool runs, needs none of them.
+if TYPE_CHECKING:
+    import subprocess
 
 __all__ = ["run_pool", "load_handler", "worker_main"]
 
@@ -81,6 +83,8 @@ def worker_main(argv: List[str]) -> int:
 
 
 def _spawn(opts: Dict[str, Any]) -> "subprocess.Popen[str]":
+    import subprocess
+
     env = dict(os.environ)
     parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = parent + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -100,6 +104,9 @@ def run_pool(store_url: str, workers: int, handler: str, *, context: Optional[Di
     ``workers`` started, ``crashes`` (workers ended by SIGKILL, each
     replaced) and lists ``errors`` (workers that failed otherwise).
     """
+    import selectors
+    import socket
+
     rng = random.Random(seed)
     tally = tally if tally is not None else {}
     tally.update({"workers": 0, "crashes": 0, "errors": []})

@@ -66,9 +66,11 @@ _RECORD_KEYS = {"at", "epoch", "ops", "prev", "rev"}
 
 def local_maker() -> Dict[str, Any]:
     """Who makes a run from this process: the host's name and the process's user id (None where there is none)."""
-    import socket  # only making or taking a run needs the host name, and every verb imports this module
-
     uid = os.getuid() if hasattr(os, "getuid") else None
+    if hasattr(os, "uname"):  # the name gethostname() gives, without importing socket (whose constants cost a start more)
+        return {"host": os.uname().nodename, "uid": uid}
+    import socket
+
     return {"host": socket.gethostname(), "uid": uid}
 
 
