@@ -228,9 +228,10 @@ def build(records: List[Dict[str, Any]], state: Dict[str, Any], gaps: Optional[L
         before_lease = dict(shadow["lease"])
         before_status = shadow.get("status")
         before_reconciled = int(shadow["counters"].get("reconciled_effects", 0) or 0)
-        before_auth = set(shadow["observations"].get("authorization") or {})
-        before_store = set(shadow["observations"].get("store") or {})
-        unresolved_before = sorted(unresolved) if (lease or cancel or "observations" in heads) else []
+        observed = "observations" in heads  # else no observation can be new: they need not be compared
+        before_auth = set(shadow["observations"].get("authorization") or {}) if observed else set()
+        before_store = set(shadow["observations"].get("store") or {}) if observed else set()
+        unresolved_before = sorted(unresolved) if (lease or cancel or observed) else []
         step_before = shadow.get("current_step")
         _apply(shadow, ops)
         for key in effects:
@@ -248,7 +249,7 @@ def build(records: List[Dict[str, Any]], state: Dict[str, Any], gaps: Optional[L
         reconciled_now = int(shadow["counters"].get("reconciled_effects", 0) or 0) > before_reconciled
 
         # -- lease
-        auth = shadow["observations"].get("authorization") or {}
+        auth = (shadow["observations"].get("authorization") or {}) if observed else {}
         new_auth = [auth[k] for k in sorted(set(auth) - before_auth) if isinstance(auth.get(k), dict)]
         for entry in new_auth:
             source = entry.get("source")
@@ -367,7 +368,7 @@ def build(records: List[Dict[str, Any]], state: Dict[str, Any], gaps: Optional[L
                 history.jobs.setdefault(key, []).append((at, str(now_job.get("state")), detail))
         if shadow.get("status") != before_status:
             history.marks.append((at, "status", f"run {shadow.get('status')}"))
-        for key in sorted(set(shadow["observations"].get("store") or {}) - before_store):
+        for key in sorted(set(shadow["observations"].get("store") or {}) - before_store if observed else ()):
             entry = shadow["observations"]["store"][key] or {}
             history.marks.append((at, "repair", "store repaired: " + "; ".join(str(f) for f in entry.get("findings", []))[:300]))
     if records and records[0]["rev"] > 1 and not any(a == 0 for a, _ in known_gaps):
