@@ -68,8 +68,8 @@ def _help_width() -> int:
         try:
             columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
         except (AttributeError, ValueError, OSError):
-            columns = 80
-    return columns - 2
+            columns = 0
+    return (columns if columns > 0 else 80) - 2
 
 
 def _common(parser: argparse.ArgumentParser, top: bool) -> None:

@@ -103,6 +103,21 @@ BROKEN: Dict[str, Callable[[List[str]], Tuple[List[str], int, str]]] = {
 }
 
 
+class HelpWidth(unittest.TestCase):
+    """Help is wrapped to ``$COLUMNS`` (else the terminal's width, else 80), as argparse wraps it."""
+
+    def help_lines(self, columns: str) -> List[str]:
+        result = _util.run_cli("lease", "--help", env=_util.child_env(COLUMNS=columns))
+        self.assertEqual(result.code, 0, result.err)
+        return result.out.split("\n\nexit codes:")[0].splitlines()  # the exit table below is printed as written
+
+    def test_narrow_and_wide(self) -> None:
+        narrow, wide = self.help_lines("60"), self.help_lines("200")
+        self.assertLessEqual(max(len(line) for line in narrow), 58, narrow)
+        self.assertTrue(wide[0].startswith("usage: runner lease") and wide[0].endswith("{acquire,renew,release,break,show}"), wide[0])
+        self.assertLess(len(wide), len(narrow))
+
+
 class ContractCheck(unittest.TestCase):
     """``contract check`` passes the shipped example and fails broken copies with exit 2, naming the line (FILE:LINE: message)."""
 
