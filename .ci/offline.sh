@@ -12,8 +12,9 @@
 # to stay offline, and the line says so). Then it lists what appeared in HOME
 # and in the repository (Python's __pycache__ aside) and what was left in its
 # TMPDIR, and exits 1 if anything was or if the suite failed. Its time is printed with the processor
-# time of a fixed loop of Python run just before and just after it: on shared cores the speed of
-# the machine changes from hour to hour, and the loop says how fast the cores were.
+# time of a fixed loop run by python3 (one interpreter for every suite's Python: each runs the loop at
+# its own pace) just before and just after it: on shared cores the speed of the machine changes from
+# hour to hour, and the loop says how fast the cores were.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -39,13 +40,13 @@ else
 fi
 
 echo "== offline suite with $("$python" --version 2>&1); network $network; HOME=$home"
-loop() { "$python" -S -c 'import time; t = time.process_time(); sum(i * i for i in range(5_000_000)); print("%.2f" % (time.process_time() - t))'; }
+loop() { python3 -S -c 'import time; t = time.process_time(); sum(i * i for i in range(5_000_000)); print("%.2f" % (time.process_time() - t))'; }
 before=$(loop)
 start=$(date +%s)
 "${run[@]}"
 rc=$?
 took=$(( $(date +%s) - start ))
-echo "== offline suite: exit $rc, ${took}s (a fixed loop of Python took ${before} s of processor time before it, $(loop) s after)"
+echo "== offline suite: exit $rc, ${took}s (a fixed loop of $(python3 -S -c 'import platform; print("Python", platform.python_version())') took ${before} s of processor time before it, $(loop) s after)"
 
 status=$rc
 appeared=$(cd "$home" && find . -mindepth 1 | sort)
