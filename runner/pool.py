@@ -31,10 +31,11 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 from .errors import InvalidInput, RunnerError
 from .run import Run
 from .stores import list_runs, open_store, run_url
+from .stores.codec import local_maker
 from .windows import NO_OBSERVER, Observer
 
-# selectors, socket and subprocess are imported where the supervisor uses them: a worker, started once per
-# process the pool runs, needs none of them.
+# selectors and subprocess are imported where the supervisor uses them: a worker, started once per process the
+# pool runs, needs neither.
 if TYPE_CHECKING:
     import subprocess
 
@@ -105,7 +106,6 @@ def run_pool(store_url: str, workers: int, handler: str, *, context: Optional[Di
     replaced) and lists ``errors`` (workers that failed otherwise).
     """
     import selectors
-    import socket
 
     rng = random.Random(seed)
     tally = tally if tally is not None else {}
@@ -113,7 +113,7 @@ def run_pool(store_url: str, workers: int, handler: str, *, context: Optional[Di
     generation = 0
     # Owner ids unique across supervisors: pools on several hosts share one database, and a lease is
     # granted at once to a caller whose id is the holder's, so two pools' "w1" would share every run.
-    supervisor = f"pool-{re.sub(r'[^A-Za-z0-9.-]', '-', socket.gethostname())[:60]}-{os.getpid()}"
+    supervisor = f"pool-{re.sub(r'[^A-Za-z0-9.-]', '-', local_maker()['host'])[:60]}-{os.getpid()}"
     live: Dict[int, Dict[str, Any]] = {}
     sel = selectors.DefaultSelector()
 
