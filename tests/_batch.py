@@ -77,6 +77,14 @@ def script(root: str, name: str, text: str) -> List[str]:
     return [sys.executable, "-S", path]
 
 
+def shell_script(root: str, name: str, text: str) -> List[str]:
+    """Write ``text`` as ``root/name`` and return the command that runs it with ``sh``."""
+    path = os.path.join(root, name)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    return ["sh", path]
+
+
 def recorder_commands(root: str) -> Dict[str, List[str]]:
     """The contract's ``invoke`` and ``observe`` commands over the recording target (``tests/_batch_scripts.py``).
 
@@ -84,6 +92,12 @@ def recorder_commands(root: str) -> Dict[str, List[str]]:
     """
     from tests._batch_scripts import RECORDER
 
-    recorder = script(root, "recorder.py", RECORDER)
+    recorder = shell_script(root, "recorder.sh", RECORDER)
     out = os.path.join(root, "out")
     return {"invoke": recorder + ["invoke", "{item}", "{key}", out], "observe": recorder + ["observe", "{key}", out]}
+
+
+def recorded(out: str, key: str) -> List[str]:
+    """The arguments the recording target received for ``key``, as it received them."""
+    with open(os.path.join(out, key + ".args"), "rb") as handle:
+        return [argument.decode("utf-8") for argument in handle.read().split(b"\0")[:-1]]

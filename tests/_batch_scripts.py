@@ -1,19 +1,13 @@
 """Small command scripts the batch and drive tests write into their workspaces."""
 
-RECORDER = r'''
-import json, os, sys
-# invoke ITEM KEY OUT: record the exact arguments as received; observe KEY OUT: present when recorded.
-mode = sys.argv[1]
-if mode == "invoke":
-    item, key, out = sys.argv[2:5]
-    with open(os.path.join(out, key + ".json"), "w") as handle:
-        json.dump({"argv": sys.argv[1:]}, handle)
-    print(json.dumps({"recorded": key}))
-    sys.exit(0)
-key, out = sys.argv[2:4]
-path = os.path.join(out, key + ".json")
-if os.path.exists(path):
-    print(json.dumps({"seen": key}))
-    sys.exit(0)
-sys.exit(1)
+#: invoke ITEM KEY OUT: keeps the arguments exactly as received in OUT/KEY.args, each ended by a NUL
+#: byte; observe KEY OUT: present when kept. A shell script: the batch tests call it some fifty times.
+RECORDER = r'''#!/bin/sh
+if [ "$1" = invoke ]; then
+    printf '%s\0' "$@" > "$4/$3.args" || exit 3
+    printf '{"recorded": "%s"}\n' "$3"
+    exit 0
+fi
+[ -e "$3/$2.args" ] || exit 1
+printf '{"seen": "%s"}\n' "$2"
 '''

@@ -9,7 +9,7 @@ import os
 import unittest
 
 from runner.contract import parse_contract_text
-from tests._batch import batch_contract, init_run, local, recorder_commands, script, status
+from tests._batch import batch_contract, init_run, local, recorded, recorder_commands, script, status
 from tests._util import contract_markdown, scratch_dir
 
 SLOW = r'''
@@ -47,9 +47,7 @@ class BatchTest(unittest.TestCase):
         init_run(self.root, block)
         result = self.drive()
         self.assertEqual(result.code, 10, result.err)
-        with open(os.path.join(self.out, "t-0.json")) as handle:
-            argv = json.load(handle)["argv"]
-        self.assertEqual(argv, ["invoke", nasty, "t-0", self.out], "the item is one argument, byte for byte")
+        self.assertEqual(recorded(self.out, "t-0"), ["invoke", nasty, "t-0", self.out], "the item is one argument, byte for byte")
         for name in ("PWNED", "PWNED2"):
             self.assertFalse(os.path.exists(os.path.join(self.root, name)), "nothing in the item ran")
         self.assertTrue(os.path.isdir(self.out))
@@ -77,7 +75,7 @@ class BatchTest(unittest.TestCase):
         self.assertIn("doc-00002.txt", json.loads(stopped.out)["detail"])
         self.assertEqual((json.loads(stopped.out)["error"], json.loads(stopped.out)["exit_code"]), ("invalid-input", 2))
         self.assertNotIn("late:ticket", status(self.root)["steps"]["file-tickets"]["batch"]["items"])
-        self.assertFalse(os.path.exists(os.path.join(self.out, "late:ticket.json")))
+        self.assertFalse(os.path.exists(os.path.join(self.out, "late:ticket.args")))
         # A recorded change of plan, then a new start of the step, freezes the list the source holds now.
         block = self._contract()
         block["goal"] = "File one ticket per document, each exactly once, including documents added late."
@@ -90,7 +88,7 @@ class BatchTest(unittest.TestCase):
         self.assertEqual(local(self.root, "step", "start", "file-tickets", *writer).code, 0)
         self.assertEqual(status(self.root)["steps"]["file-tickets"]["batch"]["items"], ["docs/doc-00000.txt", "docs/doc-00001.txt", "docs/late.txt"])
         self.assertEqual(self.drive().code, 10)
-        self.assertEqual(sorted(os.listdir(self.out)), ["doc-00000:ticket.json", "doc-00001:ticket.json", "late:ticket.json"])
+        self.assertEqual(sorted(os.listdir(self.out)), ["doc-00000:ticket.args", "doc-00001:ticket.args", "late:ticket.args"])
 
     def test_next_names_each_item_and_done_needs_every_item(self) -> None:
         init_run(self.root, self._contract(items=["a.md", "b.md", "c.md"], payload={"template": {"name": "{stem}"}}))
@@ -131,8 +129,7 @@ class BatchTest(unittest.TestCase):
         done = local(self.root, "effect", "run", "notes:post", "--payload", os.path.join(self.root, "p.json"), "--json", *writer, *inline)
         self.assertEqual(done.code, 0, done.err)
         self.assertEqual((json.loads(done.out)["state"], json.loads(done.out)["step"]), ("verified", "setup"))
-        with open(os.path.join(self.out, "notes:post.json")) as handle:
-            self.assertEqual(json.load(handle)["argv"][1], "{item}", "a placeholder with no value is left as written")
+        self.assertEqual(recorded(self.out, "notes:post")[1], "{item}", "a placeholder with no value is left as written")
 
     def test_a_key_outside_the_key_pattern_refuses_the_start(self) -> None:
         block = self._contract(items=["a.md", "B.md"], payload={"template": {"name": "{item}"}})

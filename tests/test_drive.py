@@ -65,7 +65,7 @@ class DriveTest(unittest.TestCase):
         result = local(self.root, "drive", "--owner", "agent", "--json")
         self.assertEqual(result.code, 4, result.err)
         self.assertEqual(json.loads(result.out)["reason"], "awaiting-approval")
-        self.assertEqual(sorted(os.listdir(self.out)), ["a:ticket.json"], "nothing after the gated item was called")
+        self.assertEqual(sorted(os.listdir(self.out)), ["a:ticket.args"], "nothing after the gated item was called")
 
     def test_a_checked_step_is_finished_by_drive_once_its_artifact_exists(self) -> None:
         check = script(self.root, "check.py", "import os, sys\nsys.exit(0 if os.path.exists('index.json') else 1)\n")
@@ -95,7 +95,7 @@ class DriveTest(unittest.TestCase):
         self.assertEqual(result.code, 5, result.err)
         state = status(self.root)
         self.assertEqual((state["status"], state["effects"]), ("cancelled", {"verified": 2}), "the effect in flight was still settled")
-        self.assertEqual(sorted(os.listdir(self.out)), ["a:ticket.json", "b:ticket.json"])
+        self.assertEqual(sorted(os.listdir(self.out)), ["a:ticket.args", "b:ticket.args"])
 
     def test_until_stop_waits_out_a_persisted_backoff(self) -> None:
         block = self._block(retry={"base_seconds": 0.2, "cap_seconds": 0.2})

@@ -18,83 +18,55 @@ from typing import Any, Dict, List, Tuple
 from tests._batch import cli, local
 from tests._util import in_process_cli, scratch_dir, write_contract
 
-#: The target: ``invoke``, ``observe`` and ``many`` (the lookup of many keys) over ``filings.jsonl``.
-#: It never deduplicates: every invoke that files appends a filing. ``plan.json`` says how calls
-#: behave: ``{"invoke": {ITEM: [WAY per attempt]}, "many": [WAY per run]}``, "ok" past the list's end;
-#: ``events.jsonl`` logs every call in the order the target served them (one at a time, under a lock).
-TARGET = r'''
-import fcntl, json, os, sys
+#: The target: ``invoke``, ``observe`` and ``many`` (the lookup of many keys) over ``filings``, a
+#: shell script (a Python target would start an interpreter for each of the suite's hundred calls).
+#: It never deduplicates: every invoke that files appends a filing. ``plan`` says how calls behave:
+#: a line ``invoke<TAB>ITEM<TAB>WAY...`` (one way per attempt) or ``many<TAB><TAB>WAY...`` (one per
+#: run), "ok" past a list's end; ``events`` logs every call in the order the target served them (one
+#: at a time, under a lock), a line per call, its fields separated by tabs and lists by US (0x1f).
+#: Item names here hold no tab or newline.
+TARGET = r"""#!/bin/sh
+# invoke FOLDER ITEM KEY | observe FOLDER ITEM | many FOLDER RUN_ID ITEM... END
+until mkdir "$2/lock" 2>/dev/null; do sleep 0.01; done
+awk '
+function way(ways, n,   w) { return split(ways, w, " ") >= n ? w[n] : "ok" }
+function quote(text) { gsub(/[\\"]/, "\\\\&", text); return "\"" text "\"" }
+BEGIN {
+    FS = "\t"; US = "\037"; mode = ARGV[1]; dir = ARGV[2]; events = dir "/events"; filings = dir "/filings"
+    while ((getline line < (dir "/plan")) > 0) { split(line, f, "\t"); plan[f[1] SUBSEP f[2]] = f[3] }
+    while ((getline line < filings) > 0) { split(line, f, "\t"); count++; if (!(f[1] in id)) id[f[1]] = count }
+    while ((getline line < events) > 0) { split(line, f, "\t"); if (f[1] == "invoke") tries[f[2]]++; else if (f[1] == "many") runs++ }
+    if (mode == "invoke") {
+        ref = ARGV[3]; attempt = tries[ref] + 1; w = way(plan["invoke" SUBSEP ref], attempt)
+        print "invoke" FS ref FS ARGV[4] FS attempt FS w >> events
+        if (w == "ok" || w == "lost") print ref FS ARGV[4] >> filings
+        if (w != "ok") exit 3
+        printf "{\"id\": %d}\n", count + 1; exit 0
+    }
+    if (mode == "observe") {
+        ref = ARGV[3]; print "observe" FS ref FS ((ref in id) ? 1 : 0) >> events
+        if (!(ref in id)) exit 1
+        printf "{\"id\": %d}\n", id[ref]; exit 0
+    }
+    n = runs + 1; w = way(plan["many" SUBSEP ""], n); argv = ARGV[1]; found = ""; answer = ""
+    for (i = 2; i < ARGC; i++) argv = argv US ARGV[i]
+    for (i = 4; i < ARGC - 1; i++) if (ARGV[i] in id) {
+        found = found (found == "" ? "" : US) ARGV[i]
+        answer = "{\"external_ref\": " quote(ARGV[i]) ", \"id\": " id[ARGV[i]] "}, " answer
+    }
+    print "many" FS n FS w FS argv FS found >> events
+    if (w == "ok") { print "{\"items\": [" answer "{\"external_ref\": \"not-asked-for\", \"id\": 0}]}"; exit 0 }
+    if (w == "not-now") { print "{\"retry_after\": 0}"; exit 75 }
+    if (w == "fail-with-empty-list") { print "{\"items\": []}"; exit 3 }
+    if (w == "not-json") { print "<html>502 Bad Gateway</html>"; exit 0 }
+    if (w == "cut-short") { print "{\"items\": ["; exit 0 }
+    print "unknown way " w > "/dev/stderr"; exit 4
+}' "$@"
+code=$?
+rmdir "$2/lock"
+exit $code
+"""
 
-def main():
-    mode, folder = sys.argv[1], sys.argv[2]
-    with open(os.path.join(folder, "plan.json"), encoding="utf-8") as handle:
-        plan = json.load(handle)
-    with open(os.path.join(folder, "lock"), "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        events = read_lines(os.path.join(folder, "events.jsonl"))
-        filings = read_lines(os.path.join(folder, "filings.jsonl"))
-        refs = [f["ref"] for f in filings]
-        if mode == "invoke":
-            ref, key = sys.argv[3], sys.argv[4]
-            attempt = sum(1 for e in events if e["op"] == "invoke" and e["ref"] == ref) + 1
-            ways = plan.get("invoke", {}).get(ref, [])
-            way = ways[attempt - 1] if attempt <= len(ways) else "ok"
-            log(folder, {"op": "invoke", "ref": ref, "key": key, "attempt": attempt, "way": way})
-            if way in ("ok", "lost"):
-                append(os.path.join(folder, "filings.jsonl"), {"ref": ref, "key": key, "id": len(filings) + 1})
-            if way != "ok":
-                return 3
-            print(json.dumps({"id": len(filings) + 1}))
-            return 0
-        if mode == "observe":
-            ref = sys.argv[3]
-            log(folder, {"op": "observe", "ref": ref, "found": ref in refs})
-            if ref in refs:
-                print(json.dumps({"id": refs.index(ref) + 1}))
-                return 0
-            return 1
-        run_id, values = sys.argv[3], sys.argv[4:-1]
-        number = sum(1 for e in events if e["op"] == "many") + 1
-        ways = plan.get("many", [])
-        way = ways[number - 1] if number <= len(ways) else "ok"
-        found = [v for v in values if v in refs]
-        log(folder, {"op": "many", "n": number, "argv": sys.argv[1:], "values": values, "way": way, "found": found})
-        if way == "ok":
-            answer = [{"external_ref": v, "id": refs.index(v) + 1} for v in reversed(found)]
-            answer.append({"external_ref": "not-asked-for", "id": 0})
-            print(json.dumps({"items": answer}))
-            return 0
-        if way == "not-now":
-            print(json.dumps({"retry_after": 0}))
-            return 75
-        if way == "fail-with-empty-list":
-            print(json.dumps({"items": []}))
-            return 3
-        if way == "not-json":
-            print("<html>502 Bad Gateway</html>")
-            return 0
-        if way == "cut-short":
-            print('{"items": [')
-            return 0
-        raise SystemExit("unknown way " + way)
-
-def read_lines(path):
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return [json.loads(line) for line in handle if line.strip()]
-    except FileNotFoundError:
-        return []
-
-def append(path, record):
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(record) + "\n")
-
-def log(folder, record):
-    record["pid"] = os.getpid()
-    append(os.path.join(folder, "events.jsonl"), record)
-
-sys.exit(main())
-'''
 
 #: Keys per run of the lookup command.
 MAX = 5
@@ -119,12 +91,12 @@ class ObserveManyCase(unittest.TestCase):
         self.target = os.path.join(self.root, "target")
         os.makedirs(os.path.join(self.root, "docs"))
         os.makedirs(self.target)
-        self.script = os.path.join(self.root, "target.py")
+        self.script = os.path.join(self.root, "target.sh")
         with open(self.script, "w", encoding="utf-8") as handle:
             handle.write(TARGET)
 
     def contract(self, observe_many: Any = None) -> Dict[str, Any]:
-        program = [sys.executable, "-S", self.script]
+        program = ["sh", self.script]
         many = {"command": program + ["many", "{workspace}/target", "{run_id}", "{each}", "END"],
                 "list": "/items", "match": "/external_ref", "value": "{item}", "max": MAX}
         return {
@@ -151,8 +123,10 @@ class ObserveManyCase(unittest.TestCase):
         for n, item in enumerate(items):
             with open(os.path.join(self.root, item), "w", encoding="utf-8") as handle:
                 handle.write(f"Report {n}\nquarterly figures\n")
-        with open(os.path.join(self.target, "plan.json"), "w", encoding="utf-8") as handle:
-            json.dump(plan, handle)
+        lines = [f"invoke\t{item}\t{' '.join(ways)}\n" for item, ways in plan.get("invoke", {}).items()]
+        lines.append(f"many\t\t{' '.join(plan.get('many', []))}\n")
+        with open(os.path.join(self.target, "plan"), "w", encoding="utf-8") as handle:
+            handle.writelines(lines)
         contract = write_contract(os.path.join(self.root, "contract.md"), self.contract())
         started = local(self.root, "init", "--contract", contract)
         self.assertEqual(started.code, 0, started.err)
@@ -170,15 +144,26 @@ class ObserveManyCase(unittest.TestCase):
         self.fail(f"the run did not complete in {runs} runs of drive: exits {codes}")
 
     def events(self, op: str = "") -> List[Dict[str, Any]]:
-        with open(os.path.join(self.target, "events.jsonl"), encoding="utf-8") as handle:
-            rows = [json.loads(line) for line in handle if line.strip()]
+        """The target's log of calls, each as a record: what it was asked and how it answered."""
+        rows: List[Dict[str, Any]] = []
+        with open(os.path.join(self.target, "events"), encoding="utf-8") as handle:
+            for line in handle:
+                fields = line.rstrip("\n").split("\t")
+                if fields[0] == "invoke":
+                    rows.append({"op": "invoke", "ref": fields[1], "key": fields[2], "attempt": int(fields[3]), "way": fields[4]})
+                elif fields[0] == "observe":
+                    rows.append({"op": "observe", "ref": fields[1], "found": fields[2] == "1"})
+                else:
+                    argv = fields[3].split("\x1f")
+                    rows.append({"op": "many", "n": int(fields[1]), "way": fields[2], "argv": argv, "values": argv[3:-1],
+                                 "found": fields[4].split("\x1f") if fields[4] else []})
         return [row for row in rows if not op or row["op"] == op]
 
     def filings(self) -> Dict[str, int]:
         counts: Dict[str, int] = {}
-        with open(os.path.join(self.target, "filings.jsonl"), encoding="utf-8") as handle:
+        with open(os.path.join(self.target, "filings"), encoding="utf-8") as handle:
             for line in handle:
-                ref = json.loads(line)["ref"]
+                ref = line.split("\t")[0]
                 counts[ref] = counts.get(ref, 0) + 1
         return counts
 

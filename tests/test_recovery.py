@@ -18,10 +18,12 @@ from typing import Any, Callable, Dict, List, Tuple
 
 try:
     from . import _util
-    from ._recovery import Agent, Child, PATCH_KEY, RecoveryCase, STEPS, TAKEOVER_TTL, World, contract_block, inprocess_cli, process_gone, wait_until
+    from ._recovery import Agent, Child, PATCH_KEY, STEPS, TAKEOVER_TTL, World, contract_block, inprocess_cli, process_gone, wait_until
+    from ._recovery_case import RecoveryCase
 except ImportError:  # run from inside tests/
     import _util  # type: ignore[no-redef]
-    from _recovery import Agent, Child, PATCH_KEY, RecoveryCase, STEPS, TAKEOVER_TTL, World, contract_block, inprocess_cli, process_gone, wait_until  # type: ignore[no-redef]
+    from _recovery import Agent, Child, PATCH_KEY, STEPS, TAKEOVER_TTL, World, contract_block, inprocess_cli, process_gone, wait_until  # type: ignore[no-redef]
+    from _recovery_case import RecoveryCase  # type: ignore[no-redef]
 
 from runner.contract import load_contract
 from runner.envelope import content_digest

@@ -213,7 +213,7 @@ class CopiedSkillTest(unittest.TestCase):
         self.assertEqual(init.returncode, 0, init.stderr)
         drive = runner("drive", "--owner", "x", cwd=project, program=program)
         self.assertEqual(drive.returncode, 10, drive.stderr)  # complete
-        self.assertEqual(sorted(os.listdir(os.path.join(project, "out"))), [f"doc-{n:05d}:ticket.json" for n in range(3)])
+        self.assertEqual(sorted(os.listdir(os.path.join(project, "out"))), [f"doc-{n:05d}:ticket.args" for n in range(3)])
         self.assertIn(f"runner: using the run in {os.path.join(project, '.run')}", drive.stderr)
 
 

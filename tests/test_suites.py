@@ -4,18 +4,23 @@
   saying how to run it, and its check of the real part is never made; with
   ``1`` it runs, and a part that cannot be had, or any skip inside it, fails
   it; the engines' tests need ``all``; an unknown value fails every real test.
-* ``tests/__init__.py``: two real processes reading the queue take every
+* ``tests/_parallel.py``: two real processes reading the queue take every
   module exactly once between them, and every test file is in the queue.
+* The package itself: a child that imports a helper of the suite (the
+  recovery workers, ``python -m tests._http_drive_child``) loads none of
+  ``unittest``.
 """
 
 import json
 import os
+import subprocess
 import tempfile
 import unittest
 from typing import Callable, Dict, List, Optional, Tuple
 from unittest import mock
 
-from tests import ModuleQueue, _real, _Recorder, _replay, _SplitSuite, module_names
+from tests import _real, _util
+from tests._parallel import ModuleQueue, _Recorder, _replay, _SplitSuite, module_names
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -294,6 +299,14 @@ class ModuleQueueTest(unittest.TestCase):
         self.assertIn("test_suites", names)
         sizes = [os.path.getsize(os.path.join(HERE, name + ".py")) for name in names]
         self.assertEqual(sizes, sorted(sizes, reverse=True))
+
+
+class PackageImportTest(unittest.TestCase):
+    def test_a_child_that_imports_a_helper_of_the_suite_loads_no_unittest(self) -> None:
+        """The suite starts hundreds of children; ``unittest`` would add tens of milliseconds to each that imports a helper."""
+        code = "import sys, tests._recovery, tests._http_drive_child; print(sorted(m for m in sys.modules if m.split('.')[0] == 'unittest'))"
+        done = subprocess.run(_util.python("-c", code), cwd=_util.REPO_ROOT, env=_util.child_env(), capture_output=True, text=True, timeout=60)
+        self.assertEqual((done.returncode, done.stdout.strip()), (0, "[]"), done.stderr)
 
 
 if __name__ == "__main__":

@@ -23,10 +23,12 @@ from typing import Any, Dict, List
 
 try:
     from . import _util
-    from ._recovery import Child, DEADLINE, PATCH_KEY, STEPS, TASK_ID, RecoveryCase, World, process_gone, wait_until
+    from ._recovery import Child, DEADLINE, PATCH_KEY, STEPS, TASK_ID, World, process_gone, wait_until
+    from ._recovery_case import RecoveryCase
 except ImportError:  # run from inside tests/
     import _util  # type: ignore[no-redef]
-    from _recovery import Child, DEADLINE, PATCH_KEY, STEPS, TASK_ID, RecoveryCase, World, process_gone, wait_until  # type: ignore[no-redef]
+    from _recovery import Child, DEADLINE, PATCH_KEY, STEPS, TASK_ID, World, process_gone, wait_until  # type: ignore[no-redef]
+    from _recovery_case import RecoveryCase  # type: ignore[no-redef]
 
 from runner.contract import load_contract
 from runner.envelope import content_digest, format_time, parse_time
