@@ -15,6 +15,10 @@ next to nothing itself.
 """
 
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import unittest
 
 if not os.environ.get("RUNNER_TESTS_PYCACHE"):
     import atexit
@@ -28,7 +32,7 @@ if not os.environ.get("RUNNER_TESTS_PYCACHE"):
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
-def load_tests(loader, standard_tests, pattern):  # type: ignore[no-untyped-def]
+def load_tests(loader: "unittest.TestLoader", standard_tests: "unittest.TestSuite", pattern: str) -> "unittest.TestSuite":
     """Discovery of the whole package: see :func:`tests._parallel.load_tests`."""
     from tests._parallel import load_tests as share_out
 

@@ -27,6 +27,7 @@ from tests._util import in_process_cli, scratch_dir, write_contract
 #: Item names here hold no tab or newline.
 TARGET = r"""#!/bin/sh
 # invoke FOLDER ITEM KEY | observe FOLDER ITEM | many FOLDER RUN_ID ITEM... END
+# One call at a time: mkdir is atomic (no test here kills a call while it holds the lock).
 until mkdir "$2/lock" 2>/dev/null; do sleep 0.01; done
 awk '
 function way(ways, n,   w) { return split(ways, w, " ") >= n ? w[n] : "ok" }
