@@ -71,18 +71,11 @@ def local(root: str, *args: str, env: Optional[Dict[str, str]] = None) -> Result
 
 
 def script(root: str, name: str, text: str) -> List[str]:
+    """Write ``text`` as ``root/name`` and return the command that runs it: ``sh`` for a ``.sh`` name, else Python without ``site``."""
     path = os.path.join(root, name)
     with open(path, "w", encoding="utf-8") as handle:
         handle.write(text)
-    return [sys.executable, "-S", path]
-
-
-def shell_script(root: str, name: str, text: str) -> List[str]:
-    """Write ``text`` as ``root/name`` and return the command that runs it with ``sh``."""
-    path = os.path.join(root, name)
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    return ["sh", path]
+    return ["sh", path] if name.endswith(".sh") else [sys.executable, "-S", path]
 
 
 def recorder_commands(root: str) -> Dict[str, List[str]]:
@@ -92,7 +85,7 @@ def recorder_commands(root: str) -> Dict[str, List[str]]:
     """
     from tests._batch_scripts import RECORDER
 
-    recorder = shell_script(root, "recorder.sh", RECORDER)
+    recorder = script(root, "recorder.sh", RECORDER)
     out = os.path.join(root, "out")
     return {"invoke": recorder + ["invoke", "{item}", "{key}", out], "observe": recorder + ["observe", "{key}", out]}
 

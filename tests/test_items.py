@@ -24,7 +24,7 @@ from unittest import mock
 from runner import batch
 from runner.envelope import content_digest, validate_id
 from runner.errors import InvalidInput
-from tests._batch import batch_contract, cli, init_run, local, shell_script, status
+from tests._batch import batch_contract, cli, init_run, local, script, status
 from tests._util import Result, child_env, contract_markdown, python, run, scratch_dir, write_contract
 
 #: invoke KEY PAYLOAD_FILE OUT: keeps the payload the target received as OUT/KEY.json; observe KEY OUT: present when kept.
@@ -51,7 +51,7 @@ class Workspace(unittest.TestCase):
         os.mkdir(self.out)
         self.secret = os.path.join(self.root, "secret.txt")
         self.write(self.secret, "SECRET-LINE outside the workspace\n")
-        target = shell_script(self.root, "target.sh", TARGET)
+        target = script(self.root, "target.sh", TARGET)
         self.commands = {"invoke": target + ["invoke", "{key}", "{payload_file}", self.out], "observe": target + ["observe", "{key}", self.out]}
 
     def write(self, path: str, text: str) -> str:
@@ -396,7 +396,7 @@ class WorkspaceBaseTest(unittest.TestCase):
                 handle.write(f"{name}\n")
         with open(os.path.join(self.elsewhere, "docs", "decoy.txt"), "w") as handle:
             handle.write("decoy\n")
-        target = shell_script(self.root, "target.sh", TARGET)
+        target = script(self.root, "target.sh", TARGET)
         out = os.path.join(self.root, "out")
         self.block = batch_contract({"invoke": target + ["invoke", "{key}", "{payload_file}", out], "observe": target + ["observe", "{key}", out]})
         self.contract = write_contract(os.path.join(self.project, "contract.md"), self.block)

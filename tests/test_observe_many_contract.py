@@ -15,7 +15,7 @@ import sys
 import unittest
 from typing import Any, Dict, List, Tuple
 
-from tests._batch import cli, local
+from tests._batch import cli, local, script
 from tests._util import in_process_cli, scratch_dir, write_contract
 
 #: The target: ``invoke``, ``observe`` and ``many`` (the lookup of many keys) over ``filings``, a
@@ -92,12 +92,10 @@ class ObserveManyCase(unittest.TestCase):
         self.target = os.path.join(self.root, "target")
         os.makedirs(os.path.join(self.root, "docs"))
         os.makedirs(self.target)
-        self.script = os.path.join(self.root, "target.sh")
-        with open(self.script, "w", encoding="utf-8") as handle:
-            handle.write(TARGET)
+        self.program = script(self.root, "target.sh", TARGET)
 
     def contract(self, observe_many: Any = None) -> Dict[str, Any]:
-        program = ["sh", self.script]
+        program = self.program
         many = {"command": program + ["many", "{workspace}/target", "{run_id}", "{each}", "END"],
                 "list": "/items", "match": "/external_ref", "value": "{item}", "max": MAX}
         return {
