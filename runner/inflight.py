@@ -37,7 +37,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
-from .envelope import sha256
+from .envelope import sha256_hex
 from .lifecycle import Call
 from .processes import OS_PROCESSES, Processes
 
@@ -162,7 +162,7 @@ class Registry:
 
     @staticmethod
     def _prefix(key: str) -> str:
-        return sha256(key.encode("utf-8")).hexdigest()[:20] + "."
+        return sha256_hex(key.encode("utf-8"))[:20] + "."
 
     # -- the calls of this process ----------------------------------------------------------------
     def register(self, key: str, kind: str, attempt: int, timeout: float, owner: Optional[str] = None,
@@ -300,7 +300,7 @@ def registry_for(store: Any, clock: Optional[Callable[[], float]] = None) -> Reg
     else:
         where = f"{getattr(store, 'url', store.path)}\n{store.state['task_id']}"
         root = "/tmp" if os.path.isdir("/tmp") else os.path.dirname(os.path.abspath(store.path))
-        folder = os.path.join(root, f"runner-calls-{os.getuid()}", sha256(where.encode()).hexdigest()[:24])
+        folder = os.path.join(root, f"runner-calls-{os.getuid()}", sha256_hex(where.encode())[:24])
     return Registry(folder, clock=clock or store.clock)
 
 

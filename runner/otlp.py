@@ -27,7 +27,7 @@ the same run always gives the same trace.
 import json
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .envelope import sha256
+from .envelope import sha256_hex
 from .history import History, Holding, StepAttempt
 
 __all__ = ["trace", "write", "trace_id"]
@@ -60,7 +60,7 @@ def _attrs(pairs: Dict[str, Any]) -> List[Dict[str, Any]]:
 
 def trace_id(history: History) -> str:
     """32 hex digits derived from the run's identity (task id and creation time)."""
-    return sha256(f"trace\n{history.task_id}\n{history.state['created_at']}".encode("utf-8")).hexdigest()[:32]
+    return sha256_hex(f"trace\n{history.task_id}\n{history.state['created_at']}".encode("utf-8"))[:32]
 
 
 class _Trace:
@@ -69,7 +69,7 @@ class _Trace:
         self.spans: List[Dict[str, Any]] = []
 
     def span_id(self, name: str) -> str:
-        return sha256(f"{self.trace}\n{name}".encode("utf-8")).hexdigest()[:16]
+        return sha256_hex(f"{self.trace}\n{name}".encode("utf-8"))[:16]
 
     def add(self, ident: str, name: str, parent: Optional[str], start: float, end: float, kind: int, attributes: Dict[str, Any],
             events: Sequence[Tuple[float, str, Dict[str, Any]]] = (), status: Tuple[int, str] = (STATUS_UNSET, ""),

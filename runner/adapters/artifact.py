@@ -38,7 +38,7 @@ import os
 from typing import Any, Dict, Optional, Tuple
 
 from ..target import NotApplied, Observation, Rejected, UnknownOutcome
-from ..envelope import sha256, validate_id
+from ..envelope import sha256_hex, validate_id
 from ..errors import InvalidInput
 from ..fs import OsFileSystem
 
@@ -51,7 +51,7 @@ _FILE_MODE = 0o644
 
 def payload_for(content: str) -> Dict[str, Any]:
     """A payload for ``content`` with its digest filled in."""
-    return {"content": content, "digest": "sha256:" + sha256(content.encode("utf-8")).hexdigest()}
+    return {"content": content, "digest": "sha256:" + sha256_hex(content.encode("utf-8"))}
 
 
 #: Reads and folder fsyncs go through the store's seam: symlinks refused, F_FULLFSYNC on macOS.
@@ -86,7 +86,7 @@ class ArtifactAdapter:
         if not isinstance(content, str):
             raise Rejected("the payload needs a 'content' string")
         data = content.encode("utf-8")
-        digest = "sha256:" + sha256(data).hexdigest()
+        digest = "sha256:" + sha256_hex(data)
         declared = payload.get("digest")
         if declared is not None and declared != digest:
             raise Rejected(f"the payload's digest {declared} is not the digest of its content ({digest})")
@@ -106,7 +106,7 @@ class ArtifactAdapter:
         except OSError as exc:
             raise NotApplied(f"cannot read {target} before writing it: {exc}") from None
         if existing is not None:
-            found = "sha256:" + sha256(existing).hexdigest()
+            found = "sha256:" + sha256_hex(existing)
             if found == digest:
                 # An earlier invoke may have died between its rename and its folder fsync.
                 try:
@@ -130,7 +130,7 @@ class ArtifactAdapter:
         except OSError as exc:
             _discard(tmp)
             raise NotApplied(f"writing {tmp} failed; {target} was not touched: {exc}") from None
-        if "sha256:" + sha256(written).hexdigest() != digest:
+        if "sha256:" + sha256_hex(written) != digest:
             _discard(tmp)
             raise NotApplied(f"{tmp} did not read back with digest {digest}; {target} was not touched")
         try:
@@ -156,7 +156,7 @@ class ArtifactAdapter:
         except OSError as exc:
             reason = "a symbolic link is in the target's place" if exc.errno == errno.ELOOP else str(exc)
             return Observation("unknown", {"path": target, "error": reason})
-        found = "sha256:" + sha256(data).hexdigest()
+        found = "sha256:" + sha256_hex(data)
         if found != digest:
             return Observation("absent", {"path": target, "exists": True, "found_digest": found, "expected_digest": digest})
         return Observation("present", {"path": target, "digest": digest, "size": len(data)})

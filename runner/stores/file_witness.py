@@ -49,7 +49,7 @@ writes a deliberately early one with :func:`encode_head`.
 import re
 from typing import Any, Dict, Optional, Sequence, Tuple
 
-from ..envelope import sha256
+from ..envelope import sha256_hex
 from .file_layout import HEAD, HEAD_SIZE
 
 __all__ = ["encode_head", "decode_head", "seal_key", "head_problem"]
@@ -58,7 +58,7 @@ _HEAD_RECORD = re.compile(rb'\{("head":"([0-9a-f]{64})","rev":(0|[1-9][0-9]{0,18
 
 
 def _head_seal(task_id: str, created_at: str, body: bytes) -> str:
-    return sha256(seal_key(task_id, created_at) + body).hexdigest()
+    return sha256_hex(seal_key(task_id, created_at) + body)
 
 
 def seal_key(task_id: str, created_at: str) -> bytes:
@@ -72,7 +72,7 @@ def encode_head(state: Dict[str, Any], key: Optional[bytes] = None) -> bytes:
     ``key`` is :func:`seal_key` of the run, when the caller has it at hand.
     """
     body = b'"head":"%s","rev":%d' % (state["head"].encode(), state["revision"])
-    seal = sha256((key or seal_key(state["task_id"], state["created_at"])) + body).hexdigest()
+    seal = sha256_hex((key or seal_key(state["task_id"], state["created_at"])) + body)
     return (b'{%s,"seal":"%s"}' % (body, seal.encode())).ljust(HEAD_SIZE - 1) + b"\n"
 
 
