@@ -675,6 +675,8 @@ def cmd_drive(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         executor.stop_requested = True
         world.interrupt()
+        warn(f"drive: stopping on {signal.Signals(signum).name}: nothing new begins; what is in hand finishes and is recorded,"
+             " then the lease is released; a second signal stops at once")
 
     previous = [signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)]
     try:

@@ -14,8 +14,8 @@ that ``next`` prints), perform the action if it is one the runner can
 establish alone (a batch item's effect, reconciling an item, starting a
 step whose evidence the runner observes, finishing a batch or checked step),
 renew the lease, repeat; it returns at the first stop, or at an action that
-needs judgement (handed over with exit 0, as ``next`` would), releasing the
-lease once the run is complete or cancelled. Inside a batch step it walks
+needs judgement (handed over with exit 0, as ``next`` would), and releases
+the lease whenever it returns. Inside a batch step it walks
 the frozen items with a cursor instead of deciding afresh for each item, so
 the cost of one item does not grow with the batch: the store stays open in
 this process and every transition still checks cancellation, approvals,
@@ -27,11 +27,12 @@ from typing import IO, Any, Callable, Dict, Iterator, Optional, Sequence
 
 from . import batch as _batch
 from .commands import DEFAULT_TIMEOUT, CommandAdapter
-from .envelope import parse_time
+from .envelope import content_digest, parse_time
 from .errors import EXIT_CODES, InvalidInput, RunnerError, Stopped
 from .executor import Executor, Job, ThreadWorld
 from .flow import flow_for
 from .lifecycle import UNRESOLVED
+from .quoting import name, number
 from .recovery import decide, decision_exit_code, recover, refresh_jobs
 from .target import Adapter
 
@@ -70,7 +71,7 @@ def adapter_for(state: Dict[str, Any], key: str, invoke: Optional[Sequence[str]]
 
 
 def perform_effect(run: Any, key: str, payload: Optional[Dict[str, Any]] = None, invoke: Optional[Sequence[str]] = None,
-                   observe: Optional[Sequence[str]] = None, sleep: Callable[[float], None] = time.sleep,
+                   observe: Optional[Sequence[str]] = None, sleep: Optional[Callable[[float], None]] = None,
                    runner: Optional[Callable[..., Any]] = None) -> Dict[str, Any]:
     """Take ``key`` to verified with commands; a batch item's payload comes from its step's template.
 
@@ -111,7 +112,7 @@ class _Progress:
 
 def drive(run: Any, owner: str, *, ttl: float, max_actions: Optional[int] = None, until_stop: bool = False,
           progress: Optional[IO[str]] = None, clock: Callable[[], float] = time.monotonic,
-          sleep: Callable[[float], None] = time.sleep, runner: Optional[Callable[..., Any]] = None,
+          sleep: Optional[Callable[[float], None]] = None, runner: Optional[Callable[..., Any]] = None,
           parallel: Optional[int] = None, executor: Optional[Executor] = None) -> Dict[str, Any]:
     """Perform actions until a stop, an action that needs judgement, or ``max_actions``.
 
@@ -120,13 +121,15 @@ def drive(run: Any, owner: str, *, ttl: float, max_actions: Optional[int] = None
     ``parallel`` (else the contract's ``effects.concurrency``) at once, and
     keeps the lease alive while calls run. After a crash, the items that
     were in flight are reconciled together, within the same bounds. With
-    ``until_stop`` it also waits out persisted backoffs. When the run ends
-    (complete or cancelled), and when ``executor.stop_requested`` ends it
-    (exit 15), the lease is released. Returns the last decision with
+    ``until_stop`` it also waits out persisted backoffs. Once
+    ``executor.stop_requested`` is set (a signal), nothing new begins: the
+    call or check in hand is recorded and ``drive`` ends with exit 15. It
+    releases the lease whenever it returns. Returns the last decision with
     ``exit_code`` (that of the stop, 0 for a handed-over or unfinished
     action) and the tally.
 
     :param clock: monotonic seconds, for the progress line.
+    :param sleep: how waits with no call running pass (default: on the executor's queue, which a signal wakes).
     :param runner: runs one command (default :func:`runner.commands.run_command`).
     :param executor: the executor to use (the command line passes one it can ask to stop).
     """
@@ -137,15 +140,19 @@ def drive(run: Any, owner: str, *, ttl: float, max_actions: Optional[int] = None
         executor = Executor(run, world=ThreadWorld(sleep), ttl=ttl, flow=flow_for(run.state["plan"], parallel, run.clock()))
 
     def out(decision: Dict[str, Any], code: Optional[int] = None, handed_over: bool = False) -> Dict[str, Any]:
-        code = decision_exit_code(decision) if code is None else code
-        _release_if_ended(run, stopped=code == Stopped.exit_code)
-        return dict(decision, exit_code=code, handed_over=handed_over, tally=tally)
+        if _give_back(run):  # what the decision observed of the lease no longer holds: say what does
+            said = {"source": "lease", "what": f"released by {name(run.owner)} at epoch {number(run.epoch)} as drive returned",
+                    "digest": content_digest(run.state["lease"])}
+            decision = dict(decision, observations=[said if o.get("source") == "lease" else o for o in decision.get("observations", [])])
+        return dict(decision, exit_code=decision_exit_code(decision) if code is None else code, handed_over=handed_over, tally=tally)
 
     def budget_left() -> bool:
         return max_actions is None or tally["actions"] < max_actions
 
     try:
         while True:
+            if executor.stop_requested:
+                raise Stopped("asked to stop: nothing begins after the action in hand, which was recorded")
             if decision["decision"] == "stop":
                 check = decision.get("check") or {}
                 ours = _batch.performs_effects(run.state["plan"]) and bool(check.get("key")) and _batch.owner_of(run.state, check["key"])
@@ -180,7 +187,7 @@ def drive(run: Any, owner: str, *, ttl: float, max_actions: Optional[int] = None
                     tally["actions"] += 1
                     tally["steps_done"] += 1
                 elif kind == "wait" and until_stop:
-                    sleep(max(0.0, parse_time(action["until"]) - run.clock()))
+                    executor.world.wait(max(0.0, parse_time(action["until"]) - run.clock()))  # a signal ends it early
                 else:
                     return out(decision, 0, handed_over=True)
             executor.keep_lease()
@@ -201,15 +208,23 @@ def drive(run: Any, owner: str, *, ttl: float, max_actions: Optional[int] = None
             shown.show(step, info["verified"] + info["skipped"], info["total"], tally["effects"], tally["reconciled"], executor.figures, final=True)
 
 
-def _release_if_ended(run: Any, stopped: bool = False) -> None:
-    """Give the lease back once the run is complete or cancelled, or this process was asked to stop."""
+def _give_back(run: Any) -> bool:
+    """Release the lease ``drive`` took, whatever ends it but a crash.
+
+    No part of this process acts on the run once ``drive`` returns, so a lease
+    left live would only keep other owners out until it expires, and make the
+    next taker (this owner's next ``drive`` too) count as a recovery from a
+    holder that never came back. Whoever acts next (on an action handed over,
+    after a stop) takes the lease again. Returns whether it released.
+    """
     try:
         lease = run.state["lease"]
-        ended = run.state["status"] in ("complete", "cancelled") or stopped
-        if ended and lease.get("owner") == run.owner and lease.get("epoch") == run.epoch:
+        if lease.get("owner") == run.owner and lease.get("epoch") == run.epoch:
             run.release()
+            return True
     except RunnerError:
         pass  # fenced or unreadable: the lease is not ours to give back
+    return False
 
 
 def _first_unresolved(state: Dict[str, Any], step: str) -> int:

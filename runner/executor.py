@@ -37,7 +37,6 @@ run this same code in a seeded world (``runner/proof/simulation.py``).
 import queue
 import random as _random
 import threading
-import time
 from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple, Union
 
 from . import effects as _effects
@@ -92,13 +91,16 @@ class World:
 
 
 class ThreadWorld(World):
-    """Each call in a daemon thread; completions through a queue; with no call running, waits are ``sleep``.
+    """Each call in a daemon thread; completions and :meth:`interrupt` through one queue.
 
-    A process may exit with calls still running: their records stay in the
-    registry and whoever takes over waits for them.
+    A wait with no call running (a backoff, a settle time, a ``Retry-After``)
+    is a wait on that queue too, so a signal's :meth:`interrupt` ends it at
+    once; a test passes ``sleep`` to let its clock pass instead. A process
+    may exit with calls still running: their records stay in the registry
+    and whoever takes over waits for them.
     """
 
-    def __init__(self, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(self, sleep: Optional[Callable[[float], None]] = None) -> None:
         self.sleep = sleep
         self._done: "queue.Queue[Tuple[Any, Any]]" = queue.Queue()
         self._running = 0
@@ -115,7 +117,7 @@ class ThreadWorld(World):
         threading.Thread(target=body, name="runner-call", daemon=True).start()
 
     def wait(self, timeout: float) -> Optional[Tuple[Any, Any]]:
-        if self._running == 0 and self._done.empty():
+        if self.sleep is not None and self._running == 0 and self._done.empty():
             if timeout > 0:
                 self.sleep(timeout)
             return None
@@ -257,7 +259,7 @@ class Executor:
                         stop = stop or task.error
                     elif on_settled is not None and task.record is not None:
                         on_settled(task.job, task.record)
-                self.figures["in_flight"] = len(active)
+                self.figures["in_flight"] = sum(1 for t in active if t.pending is not None)  # calls on their way, not items in hand
                 if stop is not None and not any(t.pending for t in active):
                     break  # nothing in flight: what waits (a backoff, an earlier call) is left for the next run
                 self.keep_lease()

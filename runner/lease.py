@@ -54,15 +54,26 @@ def _ttl(ttl: float) -> float:
     return check_duration(ttl, "ttl", MAX_TTL_SECONDS)
 
 
-def _carries_lease(owner: Optional[str], epoch: Optional[int], lease: Optional[Dict[str, Any]] = None) -> None:
+def _carries_lease(owner: Optional[str], epoch: Optional[int], lease: Dict[str, Any], now: float) -> None:
     """Refuse a write that names no owner or no epoch, saying which lease is live and how to take it."""
     if owner is None or epoch is None:
-        live = lease or {}
-        held = (f"; the lease is held by {live.get('owner')} at epoch {live.get('epoch')} until {live.get('expires_at')}"
-                if live.get("owner") else "; nobody holds the lease")
-        raise Fenced(f"this write must carry the lease: pass --owner ID --epoch N (or $RUNNER_OWNER and $RUNNER_EPOCH){held}; "
-                     "`recover --owner ID` or `lease acquire --owner ID` takes it and prints the epoch",
-                     owner=live.get("owner"), epoch=live.get("epoch"))
+        raise Fenced(f"this write must carry the lease: pass --owner ID --epoch N (or $RUNNER_OWNER and $RUNNER_EPOCH); {_advice(lease, owner, now)}",
+                     owner=lease.get("owner"), epoch=lease.get("epoch"))
+
+
+def _advice(lease: Dict[str, Any], owner: Optional[str], now: float) -> str:
+    """Which lease is live, and how ``owner`` comes to write under it, without fencing a holder that still works."""
+    holder, epoch, expires = lease.get("owner"), lease.get("epoch"), lease.get("expires_at")
+    if holder is None:
+        return "nobody holds the lease: `lease acquire --owner ID` (or `recover --owner ID`) takes it and prints the epoch"
+    if _expired(lease, now):
+        return (f"the lease of {holder} at epoch {epoch} expired at {expires}: `lease acquire --owner ID` "
+                f"(or `recover --owner ID`) takes it at epoch {int(epoch) + 1}")
+    if holder == owner:
+        return (f"{holder} holds the live lease at epoch {epoch} until {expires}: if this is that holder, pass --epoch {epoch}; "
+                f"an acquire would take a new epoch and fence whatever of {holder} runs under this one")
+    return (f"the lease is held by {holder} at epoch {epoch} until {expires}: another owner takes it once it expires, "
+            "or at once after a supervisor's `lease break` if that holder is gone")
 
 
 def _expired(lease: Dict[str, Any], now: float) -> bool:
@@ -101,17 +112,23 @@ def acquire_ops(state: Dict[str, Any], owner: str, ttl: float, now: float) -> Op
 def check_fence(state: Dict[str, Any], owner: Optional[str], epoch: Optional[int], now: float) -> None:
     """Raise :class:`Fenced` unless ``owner`` holds the run's current, unexpired lease at ``epoch``."""
     lease = state["lease"]
-    _carries_lease(owner, epoch, lease)
-    if lease.get("owner") != owner or int(lease.get("epoch", 0)) != int(epoch):  # type: ignore[arg-type]
-        raise Fenced(
-            f"stale writer: {owner} at epoch {epoch}, but the run is at epoch {lease.get('epoch')}"
-            f" held by {lease.get('owner') or 'nobody'}",
-            owner=lease.get("owner"),
-            epoch=lease.get("epoch"),
-        )
+    _carries_lease(owner, epoch, lease, now)
+    _holds(lease, owner, epoch, now)  # type: ignore[arg-type]
     if _expired(lease, now):
         raise Fenced(f"the lease of {owner} at epoch {epoch} expired at {lease.get('expires_at')}; acquire it again",
                      epoch=lease.get("epoch"))
+
+
+def _holds(lease: Dict[str, Any], owner: str, epoch: int, now: float) -> None:
+    """Raise :class:`Fenced`, saying why, unless ``owner`` at ``epoch`` is the lease's holder (live or not)."""
+    current = int(lease.get("epoch", 0))
+    if lease.get("owner") != owner:
+        raise Fenced(f"{owner} does not hold the lease: {_advice(lease, owner, now)}", owner=lease.get("owner"), epoch=current)
+    if int(epoch) < current:
+        raise Fenced(f"stale writer: {owner} at epoch {epoch}, but the lease is at epoch {current}: a later acquire fenced this writer",
+                     owner=owner, epoch=current)
+    if int(epoch) != current:
+        raise Fenced(f"{owner} at epoch {epoch}, but the lease is at epoch {current}: no acquire gave epoch {epoch}", owner=owner, epoch=current)
 
 
 def renew_ops(state: Dict[str, Any], owner: str, epoch: int, ttl: float, now: float) -> Ops:
@@ -130,10 +147,8 @@ def release_ops(state: Dict[str, Any], owner: Optional[str], epoch: Optional[int
     :raises Fenced: ``owner`` and ``epoch`` are missing, or are not the holder's.
     """
     lease = state["lease"]
-    _carries_lease(owner, epoch, lease)
-    if lease.get("owner") != owner or int(lease.get("epoch", 0)) != int(epoch):  # type: ignore[arg-type]
-        raise Fenced(f"{owner} at epoch {epoch} does not hold the lease"
-                     f" (held by {lease.get('owner') or 'nobody'} at epoch {lease.get('epoch')})")
+    _carries_lease(owner, epoch, lease, now)
+    _holds(lease, owner, epoch, now)  # type: ignore[arg-type]
     return [["set", ["lease"], {"owner": None, "epoch": int(lease["epoch"]), "expires_at": None, "acquired_at": None}]]
 
 

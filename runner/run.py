@@ -273,7 +273,7 @@ class Run:
         return self._mutate(lambda s, now: effects.failed_ops(s, key, reason, now))["effects"][key]
 
     def drive_effect(self, key: str, payload: Dict[str, Any], adapter: Adapter, step: Optional[str] = None,
-                     sleep: Callable[[float], None] = time.sleep) -> Dict[str, Any]:
+                     sleep: Optional[Callable[[float], None]] = None) -> Dict[str, Any]:
         """Take ``key`` to verified through ``adapter``, from whatever the ledger holds; return its record.
 
         The lifecycle of :mod:`runner.lifecycle`, carried out by :class:`runner.executor.Executor`:

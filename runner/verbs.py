@@ -333,7 +333,9 @@ def effect_run(run: Run, key: str, payload: Optional[Dict[str, Any]] = None, inv
 
 def step(run: Run, action: str, step_id: str, evidence: Optional[Dict[str, Any]] = None, error_class: Optional[str] = None,
          error: Optional[str] = None) -> Dict[str, Any]:
-    """Start, finish (``done``) or fail a step; ``{"step", "record", "status", "next_action", "next"}``.
+    """Start, finish (``done``) or fail a step; ``{"step", "record", "status", "recorded_intent", "next"}``.
+
+    ``next`` is what ``next`` decides now; ``recorded_intent`` the intent the state keeps (see :func:`runner.views.status_view`).
 
     ``done`` with no evidence is accepted for a step whose evidence the runner observes itself.
 
@@ -354,14 +356,14 @@ def step(run: Run, action: str, step_id: str, evidence: Optional[Dict[str, Any]]
     else:
         raise InvalidInput(f"no step action {action!r}")
     state = run.state
-    return {"step": step_id, "record": dict(record), "status": state["status"], "next_action": state["next_action"],
+    return {"step": step_id, "record": dict(record), "status": state["status"], "recorded_intent": state["next_action"],
             "next": decision_view(holder_decision(run))}
 
 
 def cancel(run: Run, by: str, reason: str) -> Dict[str, Any]:
-    """A person's cancellation: ``{"status", "cancellation", "next_action"}``."""
+    """A person's cancellation: ``{"status", "cancellation", "recorded_intent"}``."""
     state = run.cancel(by, reason)
-    return {"status": state["status"], "cancellation": state["observations"]["cancellation"], "next_action": state["next_action"]}
+    return {"status": state["status"], "cancellation": state["observations"]["cancellation"], "recorded_intent": state["next_action"]}
 
 
 def approval_request(run: Run, step_id: str, action: str, payload: Dict[str, Any], ttl: float,

@@ -246,8 +246,9 @@ def status_view(state: Dict[str, Any], decision: Optional[Dict[str, Any]] = None
     """The run at a glance, as ``status --json`` and the MCP ``status`` tool report it.
 
     ``next`` is ``decision`` (what ``next`` decides now, from the lease holder's side), the same
-    one ``brief`` shows; ``next_action`` is the intent ``recover`` last persisted, which may
-    no longer hold and is never shown as the next action.
+    one ``brief`` shows. ``recorded_intent`` is the state's ``next_action``: what ``recover`` or
+    the last step verb persisted, which may no longer hold, so it is never shown under the name
+    of the next action.
     """
     counts: Dict[str, int] = {}
     for effect in state["effects"].values():
@@ -264,7 +265,7 @@ def status_view(state: Dict[str, Any], decision: Optional[Dict[str, Any]] = None
         "current_step": state["current_step"],
         "completed_steps": state["completed_steps"],
         "steps": state["steps"],
-        "next_action": state["next_action"],
+        "recorded_intent": state["next_action"],
         "effects": counts,
         "lease": state["lease"],
         "cancellation": state["observations"].get("cancellation"),

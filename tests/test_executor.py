@@ -191,8 +191,10 @@ class ReceiptTest(TargetCase):
         self.assertEqual((record["state"], record["receipt"]), ("uncertain", {"ticket": "a:ticket"}))
         again = self.finish(self.spawn("drive", "--owner", "w", "--json"))
         self.assertEqual(again["code"], 8, again["err"])
+        self.assertIsNone(again["lease"]["owner"], "drive gave its lease back at the stop")
+        taken = json.loads(local(self.root, "lease", "acquire", "--owner", "w", "--json").out)
         refused = local(self.root, "effect", "absent", "a:ticket", "--evidence", '{"looked": true}', "--owner", "w",
-                        "--epoch", str(again["lease"]["epoch"]))
+                        "--epoch", str(taken["epoch"]))
         self.assertEqual(refused.code, 8, "an absence is never recorded over a receipt")
         self.assertEqual((self.lines("a:ticket"), self.calls()), (1, 1))
 

@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import unittest
+import urllib.request
 from typing import Any, Dict, List, Optional, Tuple
 
 from runner.batch import slug
@@ -262,6 +263,21 @@ def _hooks(root: str, env: Dict[str, str]) -> List[Tuple[str, bytes]]:
         assert done.returncode == 0, done.stderr
         out.append((f"hook {name}", done.stdout + done.stderr))
     return out
+
+
+class TryItTest(unittest.TestCase):
+    def test_the_http_examples_block_runs_as_written(self) -> None:
+        from tests.test_templates import try_it
+
+        def issues(root: str) -> Dict[str, Any]:
+            with urllib.request.urlopen("http://127.0.0.1:8765/admin/issues", timeout=10) as answer:  # every issue created
+                return json.loads(answer.read())
+
+        code, out, report, found = try_it("run-contract.http.example.md", "inbox", ["a.md", "b.md"], issues)
+        self.assertEqual(code, 10, out)
+        self.assertEqual((found["issues"], sorted(found["by_ref"].values())), (2, [1, 1]), out)
+        self.assertEqual((report["status"], report["items_verified"], report["possible_duplicates"], report["crashes_drawn"]),
+                         ("complete", 2, 0, 0), out)
 
 
 if __name__ == "__main__":

@@ -180,10 +180,35 @@ class LeaseReleaseCli(unittest.TestCase):
         self.assertEqual(result.code, 9, result)
         [line] = _util.stderr_lines(result)
         self.assertTrue(line.startswith("runner: fenced: this write must carry the lease: pass --owner ID --epoch N"), line)
-        self.assertIn("held by w1 at epoch 1", line, "it says which lease is live")
-        self.assertIn("`recover --owner ID`", line, "and how to take it")
+        # To its holder: the epoch to pass, and that an acquire would fence what runs under it.
+        self.assertIn("w1 holds the live lease at epoch 1 until", line, "it says which lease is live")
+        self.assertIn("pass --epoch 1", line)
+        self.assertIn("fence whatever of w1 runs under this one", line)
         result = _util.in_process_cli(["--dir", run, "--json", "lease", "show"])
         self.assertEqual(_util.one_json(result)["owner"], "w1")
+
+    def test_each_refusal_says_which_lease_is_live_and_how_this_writer_comes_to_hold_it(self) -> None:
+        state = state_with("w1", 3, expires_in=60)
+
+        def refusal(state: Dict[str, Any], owner: Optional[str], epoch: Optional[int]) -> str:
+            with self.assertRaises(Fenced) as caught:
+                lease.check_fence(state, owner, epoch, NOW)
+            self.assertEqual(caught.exception.exit_code, 9)
+            return caught.exception.message
+
+        other = refusal(state, "w2", None)
+        self.assertIn("held by w1 at epoch 3", other)
+        self.assertIn("once it expires", other)
+        self.assertIn("`lease break`", other)
+        self.assertNotIn("--epoch 3", other, "another owner is never told the holder's epoch to pass")
+        self.assertIn("w2 does not hold the lease: the lease is held by w1", refusal(state, "w2", 3))
+        self.assertIn("stale writer: w1 at epoch 2, but the lease is at epoch 3: a later acquire fenced", refusal(state, "w1", 2))
+        self.assertNotIn("pass --epoch", refusal(state, "w1", 2), "a fenced writer is not told how to write again")
+        self.assertIn("no acquire gave epoch 4", refusal(state, "w1", 4))
+        expired = refusal(state_with("w1", 3, expires_in=-5), "w2", None)
+        self.assertIn("the lease of w1 at epoch 3 expired at", expired)
+        self.assertIn("takes it at epoch 4", expired)
+        self.assertIn("nobody holds the lease: `lease acquire --owner ID`", refusal(state_with(None, 3), "w2", None))
 
 
 if __name__ == "__main__":

@@ -183,6 +183,40 @@ class StopsWithCallsInFlightTest(ParallelCase):
         self.assertEqual(again["code"], 10, again["err"])
         self.assert_one_each(items)
 
+    def test_sigterm_while_waiting_out_a_retry_after_ends_the_wait_and_calls_nothing_more(self) -> None:
+        # Nothing wakes the runner before the 120 s are up, not even its lease (renewed a third of the way into 300 s).
+        self.start(["a"], invoke={"exits": "75", "retry-after": 120}, timeout=10, lease={"ttl_seconds": 300})
+        drive = self.spawn("drive", "--owner", "w", "--json")
+        deadline = time.monotonic() + 30
+        while status(self.root)["effects"] != {"absent": 1}:  # the target said "not now, in 120 s": nothing runs
+            self.assertLess(time.monotonic(), deadline, "the 429 was never recorded")
+            time.sleep(0.02)
+        drive.send_signal(signal.SIGTERM)
+        result = self.finish(drive, timeout=30)  # well before the 100 s to the lease's renewal, or the 120 s of the wait
+        self.assertEqual((result["code"], result["reason"]), (15, "stopped"), result["err"])
+        self.assertIn("stopping on SIGTERM", result["err"])
+        self.assertEqual(self.calls(), 1, "no call after the signal")
+        after = status(self.root)
+        self.assertEqual((after["effects"], after["lease"]["owner"]), ({"absent": 1}, None))
+
+    def test_a_signal_during_a_steps_check_finishes_it_and_starts_nothing_after(self) -> None:
+        started, gate = os.path.join(self.root, "check.started"), self.gate()
+        held = ["sh", "-c", 'touch "$0"; while [ ! -e "$1" ]; do sleep 0.02; done', started, gate]
+        self.start(["a"], before=[{"id": "prepare", "checks": {"held": held}, "next": "file-tickets"}])
+        drive = self.spawn("drive", "--owner", "w", "--json")
+        deadline = time.monotonic() + 30
+        while not os.path.exists(started):
+            self.assertLess(time.monotonic(), deadline, "the check never ran")
+            time.sleep(0.02)
+        drive.send_signal(signal.SIGINT)
+        self.open_gate()
+        result = self.finish(drive)
+        self.assertEqual((result["code"], result["reason"]), (15, "stopped"), result["err"])
+        after = status(self.root)
+        self.assertEqual(after["completed_steps"], ["prepare"], "the check in hand was finished and recorded")
+        self.assertNotIn("file-tickets", after["steps"], "the next step never started")
+        self.assertEqual((self.calls(), after["lease"]["owner"]), (0, None))
+
 
 class RateLimitTest(ParallelCase):
     def test_a_target_that_answers_429_above_its_rate_gets_every_item_once(self) -> None:

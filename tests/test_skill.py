@@ -89,7 +89,7 @@ def checklist_items(text: str) -> List[Tuple[str, List[str]]]:
 def shown_commands(text: str) -> List[str]:
     """Runner invocations in the text: ``python3 -m runner ...`` or ``python3 PATH/runner ...``."""
     commands = []
-    for match in re.finditer(r"python3 (?:-m runner|\S*/runner)((?: [^`\n|;&#)]*)?)", text):
+    for match in re.finditer(r"python3 (?:-m runner|\S*/runner)(?![\w.])((?: [^`\n|;&#)]*)?)", text):  # not runner.proof.X
         rest = re.split(r"\s\d?>", match.group(1))[0].strip()
         rest = rest.replace("$RUNNER_OWNER", "agent-1").replace('"$RUNNER_OWNER"', "agent-1")
         commands.append(rest)

@@ -1,53 +1,101 @@
-"""Every template runs: the batch example, copied into a project with the tools it ships, files its tickets.
+"""Every template runs: the examples' "to try it" blocks, run as written, and every contract checked.
 
-``templates/run-contract.batch.example.md`` and ``templates/tools/`` are copied as a user would
-copy them; the loopback ticket service stands in for the real one (``TICKET_SERVICE_URL``).
-``drive`` files one ticket per document, hands the ``index`` step over, and completes once
-``tools/write_index.py`` wrote the index its check accepts. The other templates pass ``contract
-check`` and name no file the project does not ship.
+``templates/run-contract.batch.example.md`` and ``templates/tools/`` are copied into a project
+folder outside the checkout as a user would copy them, and the template's own shell block runs
+there: it starts the loopback ticket service, ``drive`` files one ticket per document, hands the
+``index`` step over, and completes once ``tools/write_index.py`` wrote the index its check
+accepts. The HTTP example's block runs in ``tests/test_http_drive.py``. The other templates pass
+``contract check`` and name no file the project does not ship.
 """
 
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
-import sys
 import unittest
+import urllib.parse
+import urllib.request
+from typing import Any, Callable, Dict, List, Tuple, TypeVar
 
+from runner import history
 from runner.contract import check_contract
-from runner.proof.ticketservice import TicketServiceProcess
+from runner.stores.file import RunStore
 from tests._batch import local
-from tests._util import REPO_ROOT, scratch_dir
+from tests._util import REPO_ROOT, child_env, scratch_dir
+
+T = TypeVar("T")
 
 TEMPLATES = os.path.join(REPO_ROOT, "templates")
 
 
+def try_it(template: str, folder: str, files: List[str], probe: Callable[[str], T]) -> Tuple[int, str, Dict[str, Any], T]:
+    """Run ``template``'s "to try it" block with ``sh``, as written, in a project folder outside the checkout.
+
+    The project holds the template as ``contract.md``, ``templates/tools/`` as ``tools/`` and ``files``
+    (short Markdown documents) in ``folder``. ``probe(project)`` runs once the block is done, while the
+    service it left in the background still answers; then that service is stopped. Returns the block's
+    exit code, its output, ``report --json`` of the run and what ``probe`` returned.
+    """
+    with open(os.path.join(TEMPLATES, template), encoding="utf-8") as handle:
+        text = handle.read()
+    block = re.search(r"To try it.*?```sh\n(.*?)```", text, re.S).group(1)  # type: ignore[union-attr]
+    with scratch_dir("runner-try-") as root:
+        shutil.copy(os.path.join(TEMPLATES, template), os.path.join(root, "contract.md"))
+        shutil.copytree(os.path.join(TEMPLATES, "tools"), os.path.join(root, "tools"))
+        os.mkdir(os.path.join(root, folder))
+        for n, name in enumerate(files):
+            with open(os.path.join(root, folder, name), "w", encoding="utf-8") as handle:
+                handle.write(f"# Review {n}\n\nThe body of document {n}.\n")
+        env = dict(child_env(pythonpath=False), RUNNER=REPO_ROOT)
+        log = os.path.join(root, "try-it.log")  # a file, not a pipe: the service left in the background holds it open
+        with open(log, "wb") as output:
+            shell = subprocess.Popen(["sh", "-c", block], cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=output,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            shell.wait(timeout=120)
+            probed = probe(root)
+        finally:
+            try:
+                os.killpg(shell.pid, signal.SIGTERM)  # that service, in the block's process group
+            except ProcessLookupError:
+                pass
+            shell.wait()
+        with open(log, encoding="utf-8", errors="replace") as handle:
+            out = handle.read()
+        report = json.loads(local(root, "report", "--json").out)
+        store = RunStore.open(os.path.join(root, ".run"))
+        try:
+            report["crashes_drawn"] = len(history.load(store).crashes)
+        finally:
+            store.close()
+    return shell.returncode, out, report, probed
+
+
 class BatchExampleTest(unittest.TestCase):
     def test_the_batch_example_runs_end_to_end(self) -> None:
-        with scratch_dir("runner-template-") as root, TicketServiceProcess(os.path.join(root, "tickets.db")) as service:
-            shutil.copy(os.path.join(TEMPLATES, "run-contract.batch.example.md"), os.path.join(root, "contract.md"))
-            shutil.copytree(os.path.join(TEMPLATES, "tools"), os.path.join(root, "tools"))
-            os.mkdir(os.path.join(root, "docs"))
-            names = ["alpha.md", "Beta Notes.md", "report 013 (customer's copy).md"]
-            for n, name in enumerate(names):
-                with open(os.path.join(root, "docs", name), "w", encoding="utf-8") as handle:
-                    handle.write(f"# Review {n}\n\nThe body of document {n}.\n")
-            env = {"TICKET_SERVICE_URL": service.url}
-            self.assertEqual(local(root, "init", "--contract", os.path.join(root, "contract.md")).code, 0)
-            first = local(root, "drive", "--owner", "agent-1", "--json", env=env)
-            self.assertEqual(first.code, 0, first.err)
-            handed = json.loads(first.out)
-            self.assertEqual((handed["action"]["kind"], handed["action"]["step"], handed["drive"]["effects"]), ("finish-step", "index", 3))
-            written = subprocess.run([sys.executable, "tools/write_index.py"], cwd=root, env=dict(os.environ, **env),
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            self.assertEqual(written.returncode, 0, written.stderr)
-            done = local(root, "drive", "--owner", "agent-1", "--json", env=env)
-            self.assertEqual(done.code, 10, done.err)
-            for name in names:
-                stem = re.sub(r"[^a-z0-9]+", "-", os.path.splitext(name)[0].lower()).strip("-")
-                self.assertEqual(len(service.tickets_for_key(f"doc-{stem}:ticket")), 1, name)
-            self.assertEqual(service.stats()["tickets"], 3)
+        names = ["alpha.md", "Beta Notes.md", "report 013 (customer's copy).md"]
+        keys = ["doc-" + re.sub(r"[^a-z0-9]+", "-", os.path.splitext(name)[0].lower()).strip("-") + ":ticket" for name in names]
+
+        def tickets(root: str) -> Dict[str, Any]:
+            with open(os.path.join(root, "port"), encoding="utf-8") as handle:
+                service = f"http://127.0.0.1:{handle.read().strip()}"
+
+            def get(path: str) -> Any:
+                with urllib.request.urlopen(service + path, timeout=10) as answer:
+                    return json.loads(answer.read())
+
+            return {"total": get("/stats")["tickets"], **{key: len(get("/tickets?key=" + urllib.parse.quote(key))["tickets"]) for key in keys}}
+
+        code, out, report, found = try_it("run-contract.batch.example.md", "docs", names, tickets)
+        self.assertEqual(code, 10, out)  # the second drive: complete
+        self.assertIn('"kind": "finish-step", "step": "index"', out, "the first drive handed the index step over")
+        self.assertNotIn("live", "".join(line for line in out.splitlines() if '"source": "lease"' in line), "each drive said it gave the lease back")
+        self.assertEqual(found, {"total": 3, **{key: 1 for key in keys}}, out)
+        self.assertEqual((report["status"], report["items_verified"]), ("complete", 3))
+        # Nothing crashed: the hand-over and the next drive of the same owner are no recovery, and the timeline draws no crash.
+        self.assertEqual((report["recoveries"], report["recovery_wait_seconds"], report["crashes_drawn"]), (0, 0.0, 0), out)
 
 
 class EveryTemplateTest(unittest.TestCase):

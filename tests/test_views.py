@@ -13,6 +13,7 @@
 import copy
 import json
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -273,6 +274,17 @@ class ReportTest(RecoveryCase):
         self.assertEqual(state["steps"]["analysis"]["attempts"], 2)
         self.assertEqual(state["jobs"]["tests"]["attempt"], 2)
 
+    def test_the_readme_defines_every_figure_report_prints(self) -> None:
+        with _util.scratch_dir() as root:
+            run, page = os.path.join(root, "run"), os.path.join(root, "page.html")
+            self.assertEqual(_util.in_process_cli(["--dir", run, "init", "--contract", _util.TEMPLATE]).code, 0)
+            printed = set(_util.one_json(_util.in_process_cli(["--dir", run, "--json", "report", "--html", page]))) - {"ok"}
+        with open(os.path.join(_util.REPO_ROOT, "README.md"), encoding="utf-8") as handle:
+            readme = handle.read()
+        table = readme.split("What `report` prints", 1)[1].split("\n\n", 2)[1]
+        defined = {name for row in table.splitlines()[2:] for name in re.findall(r"`([a-z_]+)`", row.split("|")[1])}
+        self.assertEqual(defined, printed)
+
 
 class ViewsAgreeTest(unittest.TestCase):
     """One truth in every view: the decision at a revision, whoever prints it."""
@@ -340,6 +352,10 @@ class ViewsAgreeTest(unittest.TestCase):
         self.assertEqual((nxt["action"]["kind"], nxt["action"]["index"]), ("effect", 0))
         status = json.loads(cli(case.root, "status", "--json").out)
         self.assertEqual(status["next"]["action"], nxt["action"])
+        # The intent the state keeps (here finish-step, written before any item was done) is no next action.
+        for view in (started, status):
+            self.assertNotIn("next_action", view)
+            self.assertEqual(view["recorded_intent"], {"kind": "finish-step", "step": "file-tickets"})
         printed = cli(case.root, "step", "start", "file-tickets", *creds)
         self.assertIn("next effect", printed.out.replace("`", ""))
 

@@ -91,7 +91,7 @@ _INT = {"type": "integer"}
 _BOOL = {"type": "boolean"}
 _LIST = {"type": "array"}
 _EFFECT = {"effect": {"type": "object", "description": "the effect's ledger record"}, "key": _STR}
-_STEP = {"step": _STR, "record": {"type": "object", "description": "the step's record"}, "status": _STR, "next_action": _NULLABLE_OBJ,
+_STEP = {"step": _STR, "record": {"type": "object", "description": "the step's record"}, "status": _STR, "recorded_intent": _NULLABLE_OBJ,
          "next": {"type": "object", "description": "what next decides now, from the lease holder's side"}}
 _DECISION = {
     "decision": {"type": "string", "enum": ["act", "stop"]},
@@ -449,7 +449,7 @@ TOOLS: List[Tool] = [
        {"brief": _STR, "chars": _INT}, _brief),
     _t("status", "Run status", "The run's current state: status, steps, effect counts, lease, next action.", "view", {},
        {"task_id": _STR, "status": _STR, "revision": _INT, "current_step": _NULLABLE_STR, "completed_steps": _LIST, "steps": _OBJ,
-        "effects": _OBJ, "lease": _OBJ, "next_action": _NULLABLE_OBJ, "next": _NULLABLE_OBJ},
+        "effects": _OBJ, "lease": _OBJ, "recorded_intent": _NULLABLE_OBJ, "next": _NULLABLE_OBJ},
        _view(verbs.status)),
     _t("report", "Run report", "Recovery metrics of the whole run, across all workers and attempts: recoveries, retries, "
        "reconciled and unresolved effects, possible duplicates, items, costs.", "view", {},
@@ -521,7 +521,7 @@ TOOLS: List[Tool] = [
        {"request_id": _key("the request to answer"), "by": _WHO}, _APPROVAL, _control(verbs.approval_answer, grant=False), destructive=True),
     _t("cancel", "Cancel the run",
        "Control (a person's authority): no new step or effect begins; in-flight effects are still reconciled.", "control",
-       {"by": _WHO, "reason": _text("why")}, {"status": _STR, "cancellation": _OBJ, "next_action": _NULLABLE_OBJ}, _control(verbs.cancel),
+       {"by": _WHO, "reason": _text("why")}, {"status": _STR, "cancellation": _OBJ, "recorded_intent": _NULLABLE_OBJ}, _control(verbs.cancel),
        destructive=True),
     _t("lease_break", "Break the lease",
        "Control (a supervisor's authority): end a dead holder's lease now, with the evidence that it ended.", "control",
