@@ -37,7 +37,7 @@ run this same code in a seeded world (``runner/proof/simulation.py``).
 import queue
 import random as _random
 import threading
-from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Set, Tuple, Union
 
 from . import effects as _effects
 from . import inflight
@@ -202,6 +202,8 @@ class Executor:
         self._swept = False
         self.calls_in_flight = 0  # calls started and not yet ended (a lookup of many keys is one)
         self._reserved = 0  # slots taken for invokes whose started is being committed
+        #: Keys whose earlier call (of a holder that stopped) is still at the target: each fills a call slot until it ends.
+        self._earlier: Set[str] = set()
         #: Figures of this executor's work: calls started, transitions committed, effects in flight now.
         self.figures: Dict[str, int] = {"calls": 0, "commits": 0, "records": 0, "in_flight": 0, "not_now": 0}
 
@@ -254,6 +256,7 @@ class Executor:
                 finished = [t for t in active if t.finished]
                 for task in finished:
                     active.remove(task)
+                    self._earlier.discard(task.job.key)
                     self.flow.take_group(task.group, -1)
                     if task.error is not None:
                         stop = stop or task.error
@@ -375,6 +378,10 @@ class Executor:
                     continue
                 task.wake_at = None
                 move = self.decide(self._facts(task, now))
+                if move.kind in ("wait-call", "kill-call"):
+                    self._earlier.add(task.job.key)
+                else:
+                    self._earlier.discard(task.job.key)
                 if stopping and move.kind in ("invoke", "wait", "wait-call", "kill-call"):
                     task.finished = True  # no new call once stopping; what waits is left for the next run
                     continue
@@ -391,8 +398,12 @@ class Executor:
             self._commit(batch)
 
     def _take_slot(self, task: _Task, now: float) -> bool:
-        """A call slot for ``task``'s next call, or False (it waits: for a call to end, or for the rate)."""
-        if not self.flow.call_room(self.calls_in_flight + self._reserved):
+        """A call slot for ``task``'s next call, or False (it waits: for a call to end, or for the rate).
+
+        The calls at the target are this executor's and those an earlier holder left there (a
+        double signal, a crash), which the tasks of their keys wait for.
+        """
+        if not self.flow.call_room(self.calls_in_flight + self._reserved + len(self._earlier)):
             task.blocked = True
             return False
         later = self.flow.ready(now)

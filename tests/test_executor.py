@@ -28,17 +28,22 @@ TARGET = r'''
 # A shell, not Python: an interpreter's start would be most of the cost of every call the tests make.
 mode=$1 ledger=$2 key=$3
 shift 3
-send_after=0 jitter=0 hold_until= exits= retry_after=0.05 answer_after=0 answer= lag=0
+send_after=0 jitter=0 hold_until= exits= retry_after=0.05 answer_after=0 answer= lag=0 spans=
 while [ $# -ge 2 ]; do
   case $1 in
     send-after) send_after=$2 ;; jitter) jitter=$2 ;; hold-until) hold_until=$2 ;; exits) exits=$2 ;;
-    retry-after) retry_after=$2 ;; answer-after) answer_after=$2 ;; answer) answer=$2 ;; lag) lag=$2 ;;
+    retry-after) retry_after=$2 ;; answer-after) answer_after=$2 ;; answer) answer=$2 ;; lag) lag=$2 ;; spans) spans=$2 ;;
     *) echo "target: unknown option $1" >&2; exit 2 ;;
   esac
   shift 2
 done
 if [ "$mode" = invoke ]; then
   echo "$key" >> "$ledger.calls"
+  if [ -n "$spans" ]; then  # "TIME +1" as the call starts, "TIME -1" as it ends: how many were at the target at once
+    printf '%s +1\n' "$(date +%s.%N)" >> "$ledger.spans"
+    trap 'printf "%s -1\n" "$(date +%s.%N)" >> "$ledger.spans"' EXIT
+    trap '' PIPE  # a call whose runner is gone ends as the target ends it, not when its answer finds no reader
+  fi
   if [ "$send_after" != 0 ] || [ "$jitter" != 0 ]; then  # authenticating: nothing sent yet
     sleep "$(awk -v a="$send_after" -v j="$jitter" -v seed="$$" 'BEGIN {srand(seed); printf "%.6f", a + rand() * j}')"
   fi
@@ -149,6 +154,16 @@ class TargetCase(unittest.TestCase):
         except FileNotFoundError:
             return 0
         return len(rows) if key is None else rows.count(key)
+
+    def most_at_once(self) -> int:
+        """The most invoke calls at the target at one time (the target's ``spans`` option)."""
+        with open(self.ledger + ".spans", encoding="utf-8") as handle:
+            events = sorted((float(at), int(step)) for at, step in (line.split() for line in handle if line.strip()))
+        most = now = 0
+        for _, step in events:
+            now += step
+            most = max(most, now)
+        return most
 
     def calls(self) -> int:
         try:

@@ -183,6 +183,30 @@ class StopsWithCallsInFlightTest(ParallelCase):
         self.assertEqual(again["code"], 10, again["err"])
         self.assert_one_each(items)
 
+    def test_calls_a_stopped_drive_left_at_the_target_count_against_the_next_drives_concurrency(self) -> None:
+        items = self.items(16)
+        self.start(items, invoke={"hold-until": self.gate(), "spans": 1}, timeout=40)
+        first = self.spawn("drive", "--owner", "w", "--parallel", "8", "--json")
+        self.wait_in_flight(8)
+        first.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+        first.send_signal(signal.SIGINT)  # stops at once: the 8 calls stay at the target, held
+        first.wait(20)
+        second = self.spawn("drive", "--owner", "w", "--parallel", "8", "--json")
+        deadline = time.monotonic() + 30
+        while status(self.root)["lease"]["epoch"] < 2:
+            self.assertLess(time.monotonic(), deadline, "the second drive never took the lease")
+            time.sleep(0.02)
+        window = time.monotonic() + 1.5  # time enough for a drive that ignored them to send 8 more
+        while self.calls() == 8 and time.monotonic() < window:
+            time.sleep(0.02)
+        self.assertEqual(self.calls(), 8, "no new call while the 8 left at the target fill the 8 slots")
+        self.open_gate()
+        result = self.finish(second)
+        self.assertEqual(result["code"], 10, result["err"])
+        self.assertEqual(self.most_at_once(), 8)
+        self.assert_one_each(items)
+
     def test_sigterm_while_waiting_out_a_retry_after_ends_the_wait_and_calls_nothing_more(self) -> None:
         # Nothing wakes the runner before the 120 s are up, not even its lease (renewed a third of the way into 300 s).
         self.start(["a"], invoke={"exits": "75", "retry-after": 120}, timeout=10, lease={"ttl_seconds": 300})

@@ -14,6 +14,7 @@ import re
 import shutil
 import signal
 import subprocess
+import time
 import unittest
 import urllib.parse
 import urllib.request
@@ -50,27 +51,35 @@ def try_it(template: str, folder: str, files: List[str], probe: Callable[[str], 
                 handle.write(f"# Review {n}\n\nThe body of document {n}.\n")
         env = dict(child_env(pythonpath=False), RUNNER=REPO_ROOT)
         log = os.path.join(root, "try-it.log")  # a file, not a pipe: the service left in the background holds it open
+        # The shell stays until the probe is done: the loopback services end with the shell that started them.
+        script = block + '\nprintf "\\n%s %s\\n" "try-it: exit" "$?"\nwait\n'
         with open(log, "wb") as output:
-            shell = subprocess.Popen(["sh", "-c", block], cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=output,
+            shell = subprocess.Popen(["sh", "-c", script], cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=output,
                                      stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            shell.wait(timeout=120)
+            deadline = time.monotonic() + 120
+            while True:
+                with open(log, encoding="utf-8", errors="replace") as handle:
+                    out, marker, code = handle.read().rpartition("\ntry-it: exit ")
+                if marker and code.endswith("\n"):
+                    break
+                if shell.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"the block did not finish: {out or code}")
+                time.sleep(0.05)
             probed = probe(root)
         finally:
             try:
-                os.killpg(shell.pid, signal.SIGTERM)  # that service, in the block's process group
+                os.killpg(shell.pid, signal.SIGTERM)  # the shell and that service, in the block's process group
             except ProcessLookupError:
                 pass
             shell.wait()
-        with open(log, encoding="utf-8", errors="replace") as handle:
-            out = handle.read()
         report = json.loads(local(root, "report", "--json").out)
         store = RunStore.open(os.path.join(root, ".run"))
         try:
             report["crashes_drawn"] = len(history.load(store).crashes)
         finally:
             store.close()
-    return shell.returncode, out, report, probed
+    return int(code), out, report, probed
 
 
 class BatchExampleTest(unittest.TestCase):
