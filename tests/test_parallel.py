@@ -15,6 +15,7 @@ import unittest
 from typing import Any, Callable, Dict, List
 
 from tests._batch import local, status
+from tests._http import wait_until
 from tests._util import in_parallel
 from tests.test_executor import TargetCase
 
@@ -193,14 +194,9 @@ class StopsWithCallsInFlightTest(ParallelCase):
         first.send_signal(signal.SIGINT)  # stops at once: the 8 calls stay at the target, held
         first.wait(20)
         second = self.spawn("drive", "--owner", "w", "--parallel", "8", "--json")
-        deadline = time.monotonic() + 30
-        while status(self.root)["lease"]["epoch"] < 2:
-            self.assertLess(time.monotonic(), deadline, "the second drive never took the lease")
-            time.sleep(0.02)
-        window = time.monotonic() + 1.5  # time enough for a drive that ignored them to send 8 more
-        while self.calls() == 8 and time.monotonic() < window:
-            time.sleep(0.02)
-        self.assertEqual(self.calls(), 8, "no new call while the 8 left at the target fill the 8 slots")
+        self.assertTrue(wait_until(lambda: status(self.root)["lease"]["epoch"] == 2, 30), "the second drive took the lease")
+        # Time enough for a drive that ignored them to send 8 more.
+        self.assertFalse(wait_until(lambda: self.calls() > 8, 1.5), "no new call while the 8 left at the target fill the 8 slots")
         self.open_gate()
         result = self.finish(second)
         self.assertEqual(result["code"], 10, result["err"])
@@ -211,10 +207,8 @@ class StopsWithCallsInFlightTest(ParallelCase):
         # Nothing wakes the runner before the 120 s are up, not even its lease (renewed a third of the way into 300 s).
         self.start(["a"], invoke={"exits": "75", "retry-after": 120}, timeout=10, lease={"ttl_seconds": 300})
         drive = self.spawn("drive", "--owner", "w", "--json")
-        deadline = time.monotonic() + 30
-        while status(self.root)["effects"] != {"absent": 1}:  # the target said "not now, in 120 s": nothing runs
-            self.assertLess(time.monotonic(), deadline, "the 429 was never recorded")
-            time.sleep(0.02)
+        # The target said "not now, in 120 s": nothing runs.
+        self.assertTrue(wait_until(lambda: status(self.root)["effects"] == {"absent": 1}, 30), "the 429 was recorded")
         drive.send_signal(signal.SIGTERM)
         result = self.finish(drive, timeout=30)  # well before the 100 s to the lease's renewal, or the 120 s of the wait
         self.assertEqual((result["code"], result["reason"]), (15, "stopped"), result["err"])
@@ -228,10 +222,7 @@ class StopsWithCallsInFlightTest(ParallelCase):
         held = ["sh", "-c", 'touch "$0"; while [ ! -e "$1" ]; do sleep 0.02; done', started, gate]
         self.start(["a"], before=[{"id": "prepare", "checks": {"held": held}, "next": "file-tickets"}])
         drive = self.spawn("drive", "--owner", "w", "--json")
-        deadline = time.monotonic() + 30
-        while not os.path.exists(started):
-            self.assertLess(time.monotonic(), deadline, "the check never ran")
-            time.sleep(0.02)
+        self.assertTrue(wait_until(lambda: os.path.exists(started), 30), "the check began")
         drive.send_signal(signal.SIGINT)
         self.open_gate()
         result = self.finish(drive)
