@@ -102,7 +102,8 @@ class ThreadWorld(World):
 
     def __init__(self, sleep: Optional[Callable[[float], None]] = None) -> None:
         self.sleep = sleep
-        self._done: "queue.Queue[Tuple[Any, Any]]" = queue.Queue()
+        # SimpleQueue: its put is safe in a signal handler (interrupt) that lands while the loop is inside get.
+        self._done: "queue.SimpleQueue[Tuple[Any, Any]]" = queue.SimpleQueue()
         self._running = 0
 
     def start(self, tag: Any, work: Callable[[], Any]) -> None:
@@ -277,6 +278,8 @@ class Executor:
                 elif task.own is not None:
                     self.registry.ended(task.own)
             raise
+        finally:
+            self._earlier.clear()  # the tasks that waited on earlier calls are gone with this pass
         if stop is not None:
             raise stop
 

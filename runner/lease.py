@@ -122,11 +122,11 @@ def check_fence(state: Dict[str, Any], owner: Optional[str], epoch: Optional[int
 def _holds(lease: Dict[str, Any], owner: str, epoch: int, now: float) -> None:
     """Raise :class:`Fenced`, saying why, unless ``owner`` at ``epoch`` is the lease's holder (live or not)."""
     current = int(lease.get("epoch", 0))
+    if int(epoch) < current:  # whoever holds it now, or nobody: a fenced writer is never told how to write again
+        raise Fenced(f"stale writer: {owner} at epoch {epoch}, but the lease is at epoch {current}: a later acquire fenced this writer",
+                     owner=lease.get("owner"), epoch=current)
     if lease.get("owner") != owner:
         raise Fenced(f"{owner} does not hold the lease: {_advice(lease, owner, now)}", owner=lease.get("owner"), epoch=current)
-    if int(epoch) < current:
-        raise Fenced(f"stale writer: {owner} at epoch {epoch}, but the lease is at epoch {current}: a later acquire fenced this writer",
-                     owner=owner, epoch=current)
     if int(epoch) != current:
         raise Fenced(f"{owner} at epoch {epoch}, but the lease is at epoch {current}: no acquire gave epoch {epoch}", owner=owner, epoch=current)
 

@@ -203,7 +203,11 @@ class LeaseReleaseCli(unittest.TestCase):
         self.assertNotIn("--epoch 3", other, "another owner is never told the holder's epoch to pass")
         self.assertIn("w2 does not hold the lease: the lease is held by w1", refusal(state, "w2", 3))
         self.assertIn("stale writer: w1 at epoch 2, but the lease is at epoch 3: a later acquire fenced", refusal(state, "w1", 2))
-        self.assertNotIn("pass --epoch", refusal(state, "w1", 2), "a fenced writer is not told how to write again")
+        for fenced in (state, state_with(None, 3), state_with("w2", 3, expires_in=-5)):  # held, given back, expired
+            message = refusal(fenced, "w1", 2)
+            self.assertIn("stale writer: w1 at epoch 2", message)
+            self.assertNotIn("--epoch 3", message, "a fenced writer is not told how to write again")
+            self.assertNotIn("acquire --owner", message)
         self.assertIn("no acquire gave epoch 4", refusal(state, "w1", 4))
         expired = refusal(state_with("w1", 3, expires_in=-5), "w2", None)
         self.assertIn("the lease of w1 at epoch 3 expired at", expired)
