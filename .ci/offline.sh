@@ -25,7 +25,7 @@ marker=$(mktemp "${TMPDIR:-/tmp}/runner-offline-marker.XXXXXX") || exit 1
 trap 'rm -rf "$home" "$tmp" "$marker"' EXIT
 
 suite=(env -u RUNNER_REAL_TESTS -u RUNNER_TEST_POSTGRES_URL -u RUNNER_TEST_HARNESS_CLIENTS -u RUNNER_TEST_HARNESS_SKIP
-       -u RUNNER_TEST_CACHE -u XDG_CACHE_HOME -u PYTHONDONTWRITEBYTECODE HOME="$home" TMPDIR="$tmp" "$python" -m unittest)
+       -u RUNNER_TEST_CACHE -u XDG_CACHE_HOME -u PYTHONDONTWRITEBYTECODE HOME="$home" TMPDIR="$tmp" timeout --kill-after=30 600 "$python" -m unittest)
 inner='ip link set lo up 2>/dev/null || ifconfig lo up 2>/dev/null; exec "$@"'
 network="none: a network namespace with only loopback"
 if unshare -n true 2>/dev/null; then

@@ -34,6 +34,7 @@ registry and the commit windows' observer are passed in, so a simulation can
 run this same code in a seeded world (``runner/proof/simulation.py``).
 """
 
+import _thread
 import queue
 import random as _random
 import threading
@@ -102,8 +103,8 @@ class ThreadWorld(World):
 
     def __init__(self, sleep: Optional[Callable[[float], None]] = None) -> None:
         self.sleep = sleep
-        # SimpleQueue: its put is safe in a signal handler (interrupt) that lands while the loop is inside get.
-        self._done: "queue.SimpleQueue[Tuple[Any, Any]]" = queue.SimpleQueue()
+        # Not SimpleQueue: before Python 3.13 its get(timeout) can wait for ever once a signal lands in it.
+        self._done: "queue.Queue[Tuple[Any, Any]]" = queue.Queue()
         self._running = 0
 
     def start(self, tag: Any, work: Callable[[], Any]) -> None:
@@ -132,7 +133,9 @@ class ThreadWorld(World):
         return got
 
     def interrupt(self) -> None:
-        self._done.put((_INTERRUPT, None))
+        # From a signal handler, which may run while this thread holds the queue's lock (inside get):
+        # a put from here could wait on that lock for ever, so a thread of its own puts.
+        _thread.start_new_thread(self._done.put, ((_INTERRUPT, None),))
 
 
 _INTERRUPT = object()

@@ -407,6 +407,33 @@ class HeldUpCallTest(unittest.TestCase):
             self.assertTrue(os.path.exists(marker))
 
 
+#: Waits of the real world, a millisecond each, while signals land that the process handles for some other purpose.
+SIGNALLED_WAITS = r'''
+import os, signal, sys, threading, time
+from runner.executor import ThreadWorld
+world, stop = ThreadWorld(), threading.Event()
+signal.signal(signal.SIGUSR1, lambda *_: None)
+def pester():
+    while not stop.is_set():
+        os.kill(os.getpid(), signal.SIGUSR1)
+        time.sleep(0.0005)
+threading.Thread(target=pester, daemon=True).start()
+for n in range(300):
+    world.wait(0.001)
+stop.set()
+print("waited", n + 1, flush=True)
+'''
+
+
+class SignalledWaitTest(unittest.TestCase):
+    def test_a_wait_that_signals_land_in_still_ends_at_its_timeout(self) -> None:
+        # queue.SimpleQueue's get(timeout) can wait for ever once a signal lands in it (before Python 3.13): a
+        # drive would stop at the first signal its process handles and never go on.
+        done = subprocess.run(python("-c", SIGNALLED_WAITS), env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              timeout=30)
+        self.assertEqual((done.returncode, done.stdout.strip()), (0, b"waited 300"), done.stderr.decode())
+
+
 class OutputTest(unittest.TestCase):
     def test_output_past_the_kept_limit_is_never_written_to_a_file(self) -> None:
         """With RLIMIT_FSIZE at 1 MB, a command whose output went to a file would be killed by SIGXFSZ."""
