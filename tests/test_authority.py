@@ -4,8 +4,8 @@ Concurrency claims are proved with several real processes. Most command
 lines run in long-lived child processes that call ``runner.cli.main`` once
 per request (a "CLI server", the program in :data:`SERVER_SOURCE`), so a
 test can issue many verbs cheaply and give each one an explicit clock: a
-request carries ``argv``, an ``offset`` in seconds added to the wall clock,
-``env`` overrides and ``start_at``, a wall-clock time to wait for before
+request carries ``argv``, an ``offset`` in seconds added to the wall clock
+(or ``at``, a wall-clock time that stands still for the whole verb), ``env`` overrides and ``start_at``, a wall-clock time to wait for before
 running; the answer is the exit code with the captured stdout and stderr.
 The claims that are about separate invocations start a new
 ``python -m runner`` process for each of them.
@@ -63,10 +63,10 @@ for line in sys.stdin:
     start_at = request.get("start_at")
     while start_at is not None and real() < start_at:
         time.sleep(max(0.0, start_at - real()))
-    offset = float(request.get("offset", 0.0))
+    offset, at = float(request.get("offset", 0.0)), request.get("at")
     saved = {name: os.environ.get(name) for name in request["env"]}
     os.environ.update(request["env"])
-    time.time = (lambda: real() + offset) if offset else real
+    time.time = (lambda: at) if at is not None else (lambda: real() + offset) if offset else real
     out, err = io.StringIO(), io.StringIO()
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -111,8 +111,9 @@ class CliServer:
             stderr=subprocess.DEVNULL,
         )
 
-    def send(self, argv: Sequence[str], offset: float = 0.0, env: Optional[Dict[str, str]] = None, start_at: Optional[float] = None) -> None:
-        request: Dict[str, Any] = {"argv": list(argv), "offset": offset, "env": env or {}}
+    def send(self, argv: Sequence[str], offset: float = 0.0, env: Optional[Dict[str, str]] = None, start_at: Optional[float] = None,
+             at: Optional[float] = None) -> None:
+        request: Dict[str, Any] = {"argv": list(argv), "offset": offset, "env": env or {}, "at": at}
         if start_at is not None:
             request["start_at"] = start_at
         assert self.proc.stdin is not None
@@ -129,8 +130,8 @@ class CliServer:
             raise AssertionError(f"the CLI raised an unexpected exception:\n{answer['err']}")
         return _util.Result(answer["code"], answer["out"], answer["err"])
 
-    def call(self, argv: Sequence[str], offset: float = 0.0, env: Optional[Dict[str, str]] = None) -> _util.Result:
-        self.send(argv, offset, env)
+    def call(self, argv: Sequence[str], offset: float = 0.0, env: Optional[Dict[str, str]] = None, at: Optional[float] = None) -> _util.Result:
+        self.send(argv, offset, env, at=at)
         return self.receive()
 
     def close(self) -> None:
@@ -260,8 +261,8 @@ class RunTestCase(unittest.TestCase):
         run.acquire(owner, ttl)
         return run
 
-    def cli(self, path: str, *args: str, offset: float = 0.0, env: Optional[Dict[str, str]] = None) -> _util.Result:
-        return self.server.call(["--dir", path, "--json", *args], offset, env)
+    def cli(self, path: str, *args: str, offset: float = 0.0, env: Optional[Dict[str, str]] = None, at: Optional[float] = None) -> _util.Result:
+        return self.server.call(["--dir", path, "--json", *args], offset, env, at)
 
     def assertExit(self, result: _util.Result, code: int, reason: Optional[str] = None) -> Dict[str, Any]:
         self.assertEqual(result.code, code, f"stdout {result.out!r} stderr {result.err!r}")
@@ -604,8 +605,8 @@ class ScopedApprovalTest(RunTestCase):
         to_publish(self.run_)
         self.w = creds(self.run_)
 
-    def begin(self, key: str = KEY, payload: Optional[str] = None, offset: float = 0.0, *extra: str) -> _util.Result:
-        return self.cli(self.path, "effect", "begin", key, "--payload", payload or self.payload, *extra, *self.w, offset=offset)
+    def begin(self, key: str = KEY, payload: Optional[str] = None, offset: float = 0.0, *extra: str, at: Optional[float] = None) -> _util.Result:
+        return self.cli(self.path, "effect", "begin", key, "--payload", payload or self.payload, *extra, *self.w, offset=offset, at=at)
 
     def request(self, step: str = "publish", action: str = ACTION, payload: Optional[str] = None, ttl: float = 600, offset: float = 0.0) -> str:
         body = self.assertExit(self.cli(self.path, "approval", "request", step, "--action", action, "--payload", payload or self.payload, "--ttl", str(ttl), *self.w, offset=offset), 0)
@@ -718,8 +719,11 @@ class ScopedApprovalTest(RunTestCase):
         self.assertEqual(approvals.find_grant(state, "publish", self.ACTION, digest, time.time(), None)[0], None)
         self.assertExit(self.cli(self.path, "effect", "begin", "publish:weekly-49", "--payload", self.payload, *self.w), 4, "awaiting-approval")
         self.assertExit(self.cli(self.path, "effect", "begin", "cdn:purge", "--payload", self.payload, *self.w), 4, "awaiting-approval")
-        self.assertExit(self.cli(self.path, "effect", "absent", self.KEY, "--evidence", '{"found": false}', *self.w), 0)
-        self.assertExit(self.begin(), 11, "retry-later")  # an observed absence schedules the contract's backoff (at most 60 s)
+        # An observed absence schedules the contract's backoff (a random part of a second, at most 60 s after
+        # more absences): the clock stands still between the two verbs, so however busy the machine, it has not passed.
+        now = time.time()
+        self.assertExit(self.cli(self.path, "effect", "absent", self.KEY, "--evidence", '{"found": false}', *self.w, at=now), 0)
+        self.assertExit(self.begin(at=now), 11, "retry-later")
         self.assertEqual(self.assertExit(self.begin(offset=61), 0)["attempts"], 2)
         self.assertExit(self.cli(self.path, "effect", "absent", self.KEY, "--evidence", '{"found": false}', *self.w), 0)
         self.assertExit(self.begin(self.KEY, self.other_payload), 2, "invalid-input")
