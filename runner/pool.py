@@ -9,7 +9,10 @@ from writing; the lease keeps two live workers off one run.
 The supervisor starts the workers, watches them, and when one dies breaks
 the leases it held (it saw the process end) and starts a fresh worker with a
 new owner id in its place, until every run is finished or no worker can make
-progress. A handler is ``module:function`` called as ``handler(store, owner,
+progress. A worker that lives on holding a lease it no longer renews (a call
+that never returns, a deadlock) is stuck: fenced already, it could hold its
+place for ever, so the supervisor kills it and it is replaced like any other
+dead worker. A handler is ``module:function`` called as ``handler(store, owner,
 ttl, context)`` for each claimed run and returning an outcome word. A observer
 factory (``module:function``, called as ``factory(context, seed)`` once in
 each worker) gives the observer every store the worker opens is handed, so it
@@ -26,8 +29,10 @@ import random
 import re
 import signal
 import sys
+import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
+from .envelope import parse_time
 from .errors import InvalidInput, RunnerError
 from .run import Run
 from .stores import list_runs, open_store, run_url
@@ -103,13 +108,16 @@ def run_pool(store_url: str, workers: int, handler: str, *, context: Optional[Di
     module docs). ``on_exit(owner, exit code)`` is called after each worker
     ended, once the leases of a killed one are broken. The tally counts
     ``workers`` started, ``crashes`` (workers ended by SIGKILL, each
-    replaced) and lists ``errors`` (workers that failed otherwise).
+    replaced), ``stuck`` (those of them the supervisor killed: every
+    ``ttl / 2`` seconds it reads the leases, and a live worker holding one
+    that expired is killed) and lists ``errors`` (workers that failed
+    otherwise).
     """
     import selectors
 
     rng = random.Random(seed)
     tally = tally if tally is not None else {}
-    tally.update({"workers": 0, "crashes": 0, "errors": []})
+    tally.update({"workers": 0, "crashes": 0, "stuck": 0, "errors": []})
     generation = 0
     # Owner ids unique across supervisors: pools on several hosts share one database, and a lease is
     # granted at once to a caller whose id is the holder's, so two pools' "w1" would share every run.
@@ -130,8 +138,15 @@ def run_pool(store_url: str, workers: int, handler: str, *, context: Optional[Di
 
     for _ in range(workers):
         start()
+    check_at = time.monotonic() + ttl / 2
     while live and generation <= max_generations:
-        for key, _ in sel.select():
+        if time.monotonic() >= check_at:
+            check_at = time.monotonic() + ttl / 2
+            for pid in _stuck(store_url, {w["owner"]: pid for pid, w in live.items() if not w.get("stuck")}, time.time()):
+                live[pid]["stuck"] = True
+                live[pid]["proc"].kill()  # its end is read below, as any killed worker's is
+                tally["stuck"] += 1
+        for key, _ in sel.select(timeout=max(0.0, check_at - time.monotonic())):
             worker = live.get(key.data)
             if worker is None:
                 continue
@@ -158,6 +173,24 @@ def run_pool(store_url: str, workers: int, handler: str, *, context: Optional[Di
                 start()
     sel.close()
     return tally
+
+
+def _stuck(store_url: str, owners: Dict[str, int], now: float) -> List[int]:
+    """The pids (values of ``owners``) of workers that hold a lease which expired at ``now``: alive, no longer renewing it."""
+    pids = []
+    for task in list_runs(store_url):
+        try:
+            store = open_store(run_url(store_url, task), task)
+        except RunnerError:
+            continue  # a damaged run is not this check's business: the workers report it
+        try:
+            lease = store.state["lease"]
+        finally:
+            store.close()
+        pid = owners.get(lease.get("owner") or "")
+        if pid is not None and lease.get("expires_at") and parse_time(lease["expires_at"]) <= now:
+            pids.append(pid)
+    return pids
 
 
 def _break_leases(store_url: str, owner: str) -> None:

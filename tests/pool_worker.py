@@ -3,10 +3,13 @@
 ``handle`` takes a claimed run through the recovery procedure and then every
 step of its plan. ``kill_once`` kills the first worker that reaches
 ``context["window"]`` (a marker file, created exclusively, makes it the only
-one) and prints ``fault WINDOW`` just before.
+one) and prints ``fault WINDOW`` just before. ``hang_once`` makes the first
+worker that claims a run take its lease and then not return for
+``context["hang"]`` seconds, as a call with no timeout would.
 """
 
 import os
+import time
 from typing import Any, Dict
 
 from runner.proof.faults import KillAt
@@ -29,6 +32,16 @@ def handle(store: Any, owner: str, ttl: float, context: Dict[str, Any]) -> str:
     run.release()
     # "finished": this call took the run to its end (a worker that finds it complete says "complete").
     return "finished" if run.state["status"] == "complete" else str(run.state["status"])
+
+
+def hang_once(store: Any, owner: str, ttl: float, context: Dict[str, Any]) -> str:
+    try:
+        os.close(os.open(context["marker"], os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        return handle(store, owner, ttl, context)  # another worker hung here already
+    recover(Run(store), owner, ttl)
+    time.sleep(float(context["hang"]))
+    return "hung"
 
 
 class _KillOnce(Observer):

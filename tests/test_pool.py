@@ -102,6 +102,21 @@ class PoolTest(unittest.TestCase):
     def test_a_worker_killed_at_a_window_of_the_sqlite_store_is_replaced(self) -> None:
         self.check_killed_and_replaced("sqlite:" + os.path.join(self.root, "runs.db"), "store:after-db-commit")
 
+    def test_a_worker_that_stops_renewing_its_lease_is_killed_and_replaced(self) -> None:
+        # Its handler takes the lease and does not return for 20 s: the lease (1 s) expires while the worker lives.
+        url = "file:" + os.path.join(self.root, "runs")
+        self.make_runs(url, 1)
+        exits: List[Tuple[str, int]] = []
+        tally = run_pool(url, 1, "tests.pool_worker:hang_once", ttl=1, seed=4, context={"marker": os.path.join(self.root, "hung"), "hang": 20},
+                         on_exit=lambda owner, code: exits.append((owner, code)))
+        self.assertEqual((tally["stuck"], tally["crashes"], tally["workers"], tally["errors"]), (1, 1, 2, []))
+        self.assertEqual([code for _, code in exits], [-signal.SIGKILL, 0], "killed, then its replacement finished")
+        state = self.states(url)[0]
+        self.assertEqual(state["status"], "complete")
+        breaks = [o for o in state["observations"].get("authorization", {}).values() if o.get("source") == "lease break"]
+        self.assertEqual([b["owner"] for b in breaks], [], "its lease had expired: nothing was left to break")
+        self.assertEqual(state["lease"]["epoch"], 2, "the replacement took the lapsed lease at the next epoch")
+
     def test_the_work_verb_runs_the_pool(self) -> None:
         url = "file:" + os.path.join(self.root, "runs")
         self.make_runs(url, 2)
