@@ -8,16 +8,18 @@ whose adapter sends the lease's epoch and the run id, so the service refuses
 an epoch below the highest it has seen for the run.
 
 A worker of pool A is stopped with SIGSTOP at a chosen point (between two
-transactions, or inside one, holding the run's row lock), kept stopped past
-its lease's expiry while a worker of pool B takes the run over at a higher
-epoch and finishes it, and then continued with SIGCONT. What the continued
-worker does is fixed by ``tests/zombie_worker.py``: it goes on with what it
-was doing, and once refused, tries one more store write and one more ticket
-call with its old epoch. Every one of those late writes must be refused, by
-the store (``Fenced``) and by the service (412, stale epoch); the run must
-end complete with one ticket for its key, and the journal must show the
-takeover and no record written at the old epoch after it. A real-system
-test (``tests/_real.py``): it runs when ``RUNNER_REAL_TESTS`` asks for it.
+transactions, or inside one, holding the run's row lock), its supervisor with
+it (a host paused as a whole: a supervisor that runs on kills a worker that
+keeps a lapsed lease), kept stopped past its lease's expiry while a worker of
+pool B takes the run over at a higher epoch and finishes it, and then
+continued with SIGCONT, its supervisor after it. What the continued worker
+does is fixed by ``tests/zombie_worker.py``: it goes on with what it was
+doing, and once refused, tries one more store write and one more ticket call
+with its old epoch. Every one of those late writes must be refused, by the
+store (``Fenced``) and by the service (412, stale epoch); the run must end
+complete with one ticket for its key, and the journal must show the takeover
+and no record written at the old epoch after it. A real-system test
+(``tests/_real.py``): it runs when ``RUNNER_REAL_TESTS`` asks for it.
 """
 
 import json
@@ -118,6 +120,8 @@ class ZombieWorkerTest(unittest.TestCase):
             if event["event"] == "paused" and _process_state(event["pid"]) == "T":
                 os.kill(event["pid"], signal.SIGCONT)
         for proc in self.pools:
+            if proc.poll() is None and _process_state(proc.pid) == "T":
+                os.kill(proc.pid, signal.SIGCONT)
             try:
                 proc.communicate(timeout=PATIENCE)
             except subprocess.TimeoutExpired:
@@ -186,6 +190,7 @@ class ZombieWorkerTest(unittest.TestCase):
         pool_a = self.start_pool(ttl=2)
         paused = self.wait_for("pool A's worker to reach the pause", lambda: self.events("paused"), alive=(pool_a,))[0]
         zombie, old_epoch = paused["pid"], paused["epoch"]
+        os.kill(pool_a.pid, signal.SIGSTOP)
         os.kill(zombie, signal.SIGSTOP)
         self.wait_for("the worker to stop", lambda: _process_state(zombie) == "T")
         open(self.context["go"], "x").close()  # seen only once it is continued
@@ -204,7 +209,8 @@ class ZombieWorkerTest(unittest.TestCase):
         self.assertEqual(_process_state(zombie), "T", "the zombie stayed stopped while the run was taken over and finished")
 
         os.kill(zombie, signal.SIGCONT)
-        self.finish(pool_a)
+        os.kill(pool_a.pid, signal.SIGCONT)
+        self.assertEqual(self.finish(pool_a)["stuck"], 0, "the lease it kept had passed to pool B before its supervisor looked again")
 
         events = self.events()
         self.assertEqual([e for e in events if e["event"] == "accepted"], [], "a late write was accepted")
