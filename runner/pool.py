@@ -32,8 +32,8 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
-from .envelope import parse_time
 from .errors import InvalidInput, RunnerError
+from .lease import lease_view
 from .run import Run
 from .stores import list_runs, open_store, run_url
 from .stores.codec import local_maker
@@ -184,11 +184,11 @@ def _stuck(store_url: str, owners: Dict[str, int], now: float) -> List[int]:
         except RunnerError:
             continue  # a damaged run is not this check's business: the workers report it
         try:
-            lease = store.state["lease"]
+            lease = lease_view(store.state, now)
         finally:
             store.close()
-        pid = owners.get(lease.get("owner") or "")
-        if pid is not None and lease.get("expires_at") and parse_time(lease["expires_at"]) <= now:
+        pid = owners.get(lease["owner"] or "")
+        if pid is not None and not lease["live"]:
             pids.append(pid)
     return pids
 
