@@ -135,7 +135,10 @@ class ThreadWorld(World):
     def interrupt(self) -> None:
         # From a signal handler, which may run while this thread holds the queue's lock (inside get):
         # a put from here could wait on that lock for ever, so a thread of its own puts.
-        _thread.start_new_thread(self._done.put, ((_INTERRUPT, None),))
+        try:
+            _thread.start_new_thread(self._done.put, ((_INTERRUPT, None),))
+        except RuntimeError:  # no thread to be had: the loop sees the stop when its wait ends
+            pass
 
 
 _INTERRUPT = object()

@@ -80,6 +80,7 @@ def worker_main(argv: List[str]) -> int:
                 continue
             if store.state["status"] in TERMINAL:
                 continue
+            print(f"claim {task}", flush=True)  # the supervisor watches this run's lease until the outcome line
             outcome = handler(store, opts["owner"], float(opts["ttl"]), context)
             print(f"outcome {task} {outcome}", flush=True)
             if outcome not in ("already-running",):
@@ -109,9 +110,10 @@ def run_pool(store_url: str, workers: int, handler: str, *, context: Optional[Di
     ended, once the leases of a killed one are broken. The tally counts
     ``workers`` started, ``crashes`` (workers ended by SIGKILL, each
     replaced), ``stuck`` (those of them the supervisor killed: every
-    ``ttl / 2`` seconds it reads the leases, and a live worker holding one
-    that expired is killed) and lists ``errors`` (workers that failed
-    otherwise).
+    ``ttl / 2`` seconds it reads the lease of the run each worker is in the
+    handler for, between its ``claim`` and ``outcome`` lines, and kills a
+    worker whose lease there is no longer live) and lists ``errors``
+    (workers that failed otherwise).
     """
     import selectors
 
@@ -141,17 +143,20 @@ def run_pool(store_url: str, workers: int, handler: str, *, context: Optional[Di
     check_at = time.monotonic() + ttl / 2
     while live and generation <= max_generations:
         if time.monotonic() >= check_at:
-            check_at = time.monotonic() + ttl / 2
-            for pid in _stuck(store_url, {w["owner"]: pid for pid, w in live.items() if not w.get("stuck")}, time.time()):
-                live[pid]["stuck"] = True
-                live[pid]["proc"].kill()  # its end is read below, as any killed worker's is
-                tally["stuck"] += 1
+            for worker in live.values():
+                if worker.get("claim") and not worker.get("stuck") and _stuck(worker, _lease(store_url, worker["claim"], time.time())):
+                    worker["stuck"] = True
+                    worker["proc"].kill()  # its end is read below, as any killed worker's is
+            check_at = time.monotonic() + ttl / 2  # after the reads: a slow store never makes the checks run back to back
         for key, _ in sel.select(timeout=max(0.0, check_at - time.monotonic())):
             worker = live.get(key.data)
             if worker is None:
                 continue
             line = worker["proc"].stdout.readline()
             if line:
+                words = line.split()
+                if words[:1] in (["claim"], ["outcome"]) and len(words) >= 2:
+                    worker["claim"], worker["held"] = (words[1] if words[0] == "claim" else None), None
                 if on_line is not None:
                     on_line(line)
                 continue
@@ -164,6 +169,7 @@ def run_pool(store_url: str, workers: int, handler: str, *, context: Optional[Di
             del live[key.data]
             if code == -signal.SIGKILL:
                 tally["crashes"] += 1
+                tally["stuck"] += bool(worker.get("stuck"))
                 _break_leases(store_url, worker["owner"])
             elif code != 0:
                 tally["errors"].append(f"{worker['owner']} exited {code}: {stderr.strip()[-400:]}")
@@ -175,22 +181,36 @@ def run_pool(store_url: str, workers: int, handler: str, *, context: Optional[Di
     return tally
 
 
-def _stuck(store_url: str, owners: Dict[str, int], now: float) -> List[int]:
-    """The pids (values of ``owners``) of workers that hold a lease which expired at ``now``: alive, no longer renewing it."""
-    pids = []
-    for task in list_runs(store_url):
-        try:
-            store = open_store(run_url(store_url, task), task)
-        except RunnerError:
-            continue  # a damaged run is not this check's business: the workers report it
-        try:
-            lease = lease_view(store.state, now)
-        finally:
-            store.close()
-        pid = owners.get(lease["owner"] or "")
-        if pid is not None and not lease["live"]:
-            pids.append(pid)
-    return pids
+def _lease(store_url: str, task: str, now: float) -> Optional[Dict[str, Any]]:
+    """The lease of ``task`` as :func:`~runner.lease.lease_view` gives it, or None if the run cannot be read now."""
+    try:
+        store = open_store(run_url(store_url, task), task)
+    except (RunnerError, OSError, ValueError):
+        return None  # being created, removed or damaged: looked at again ttl / 2 later
+    try:
+        return lease_view(store.state, now)
+    except (KeyError, TypeError, ValueError):
+        return None
+    finally:
+        store.close()
+
+
+def _stuck(worker: Dict[str, Any], lease: Optional[Dict[str, Any]]) -> bool:
+    """Whether ``worker``, in the handler for the run whose ``lease`` this is, has stopped keeping it.
+
+    Only a lease the supervisor saw it hold, live, since its ``claim`` counts:
+    stuck once that lease expired in its hands or a later acquire passed its
+    epoch (fenced, and it did not return). Checks every ``ttl / 2`` see each
+    lease live at least once. A lease given back, or one it held before this
+    claim, says nothing.
+    """
+    if lease is None:
+        return False
+    if lease["owner"] == worker["owner"] and lease["live"]:
+        worker["held"] = int(lease["epoch"])
+        return False
+    held = worker.get("held")
+    return held is not None and (lease["owner"] == worker["owner"] or int(lease["epoch"]) > held)
 
 
 def _break_leases(store_url: str, owner: str) -> None:

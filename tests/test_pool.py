@@ -103,11 +103,11 @@ class PoolTest(unittest.TestCase):
         self.check_killed_and_replaced("sqlite:" + os.path.join(self.root, "runs.db"), "store:after-db-commit")
 
     def test_a_worker_that_stops_renewing_its_lease_is_killed_and_replaced(self) -> None:
-        # Its handler takes the lease and does not return for 20 s: the lease (1 s) expires while the worker lives.
+        # Its handler takes the lease and does not return for 20 s: the lease (2 s) expires while the worker lives.
         url = "file:" + os.path.join(self.root, "runs")
         self.make_runs(url, 1)
         exits: List[Tuple[str, int]] = []
-        tally = run_pool(url, 1, "tests.pool_worker:hang_once", ttl=1, seed=4, context={"marker": os.path.join(self.root, "hung"), "hang": 20},
+        tally = run_pool(url, 1, "tests.pool_worker:hang_once", ttl=2, seed=4, context={"marker": os.path.join(self.root, "hung"), "hang": 20},
                          on_exit=lambda owner, code: exits.append((owner, code)))
         self.assertEqual((tally["stuck"], tally["crashes"], tally["workers"], tally["errors"]), (1, 1, 2, []))
         self.assertEqual([code for _, code in exits], [-signal.SIGKILL, 0], "killed, then its replacement finished")

@@ -186,11 +186,11 @@ class ZombieWorkerTest(unittest.TestCase):
 
     # -- the scenario ------------------------------------------------------------------------
     def check_zombie(self, pause: Dict[str, Any], stopped: str, expected: Tuple[int, int], started_durable: bool) -> None:
-        self.context["pause"] = pause
+        self.context.update(pause=pause, stop_supervisor=True)
         pool_a = self.start_pool(ttl=2)
         paused = self.wait_for("pool A's worker to reach the pause", lambda: self.events("paused"), alive=(pool_a,))[0]
         zombie, old_epoch = paused["pid"], paused["epoch"]
-        os.kill(pool_a.pid, signal.SIGSTOP)
+        self.assertEqual(_process_state(pool_a.pid), "T", "the worker stopped its supervisor as it paused")
         os.kill(zombie, signal.SIGSTOP)
         self.wait_for("the worker to stop", lambda: _process_state(zombie) == "T")
         open(self.context["go"], "x").close()  # seen only once it is continued

@@ -6,14 +6,16 @@ service (:class:`runner.proof.ticketservice.TicketAdapter`, which sends the
 lease's epoch and the run id, so the service fences stale epochs).
 
 ``observer`` gives each worker a :class:`PauseOnce`: the first worker (of any
-pool) that reaches ``context["pause"]`` announces it in the events file and
-waits there until the test creates ``context["go"]``; the test stops it with
-SIGSTOP meanwhile and continues it with SIGCONT once the run was taken over.
-That worker is then a zombie: what it does next is fixed, so the test can
-count its refusals. It goes on with the operation it was stopped in (its
-call to the service or its commit), and once the store has fenced it, it
-tries one more write of each kind with its old epoch, as a zombie that
-ignores the refusal would: ``step done`` in the store, and the ticket call.
+pool) that reaches ``context["pause"]`` stops its pool's supervisor if
+``context["stop_supervisor"]`` (SIGSTOP: the host pauses as a whole),
+announces it in the events file and waits there until the test creates
+``context["go"]``; the test stops it with SIGSTOP meanwhile and continues both
+with SIGCONT once the run was taken over. That worker is then a zombie: what
+it does next is fixed, so the test can count its refusals. It goes on with the
+operation it was stopped in (its call to the service or its commit), and once
+the store has fenced it, it tries one more write of each kind with its old
+epoch, as a zombie that ignores the refusal would: ``step done`` in the store,
+and the ticket call.
 
 Every write a worker tries and every refusal it meets is appended to
 ``context["events"]`` as one JSON line (one ``write`` call on a file opened
@@ -22,6 +24,7 @@ for appending, so lines of concurrent workers never interleave).
 
 import json
 import os
+import signal
 import time
 from typing import Any, Dict, List, Optional
 
@@ -179,6 +182,8 @@ class PauseOnce(Observer):
         except FileExistsError:
             return  # another worker paused already
         _PAUSED.append(self)
+        if self.context.get("stop_supervisor"):
+            os.kill(os.getppid(), signal.SIGSTOP)  # the host pauses as a whole: its supervisor first, before the lease can lapse
         record(self.context, "paused", window=window_name, **self.lease)
         deadline = time.monotonic() + PAUSE_LIMIT
         while not os.path.exists(self.context["go"]):
