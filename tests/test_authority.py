@@ -1,14 +1,15 @@
 """Authority claims of the runner: leases, fencing, cancellation, scoped approval, bounded retry and budgets.
 
-Concurrency claims are proved with several real processes. Most command
-lines run in long-lived child processes that call ``runner.cli.main`` once
-per request (a "CLI server", the program in :data:`SERVER_SOURCE`), so a
-test can issue many verbs cheaply and give each one an explicit clock: a
-request carries ``argv``, an ``offset`` in seconds added to the wall clock
-(or ``at``, a wall-clock time that stands still for the whole verb), ``env`` overrides and ``start_at``, a wall-clock time to wait for before
-running; the answer is the exit code with the captured stdout and stderr.
-The claims that are about separate invocations start a new
-``python -m runner`` process for each of them.
+Concurrency claims are proved with several real processes. Most command lines
+run in long-lived child processes that call ``runner.cli.main`` once per
+request (a "CLI server", the program in :data:`SERVER_SOURCE`), so a test can
+issue many verbs cheaply and give each one an explicit clock: a request
+carries ``argv``, an ``offset`` in seconds added to the wall clock (or ``at``,
+a wall-clock time that stands still for the whole verb), ``env`` overrides and
+``start_at``, a wall-clock time to wait for before running; the answer is the
+exit code with the captured stdout and stderr. The claims that are about
+separate invocations start a new ``python -m runner`` process for each of
+them.
 """
 
 import copy

@@ -409,7 +409,7 @@ class HeldUpCallTest(unittest.TestCase):
 
 #: Waits of the real world, a millisecond each, while signals land that the process handles for some other purpose.
 SIGNALLED_WAITS = r'''
-import os, signal, sys, threading, time
+import os, signal, threading, time
 from runner.executor import ThreadWorld
 world, stop = ThreadWorld(), threading.Event()
 signal.signal(signal.SIGUSR1, lambda *_: None)
