@@ -33,6 +33,9 @@ TASK_ID = "store-test"
 #: Seconds since the epoch at which the deterministic test clock starts.
 CLOCK_START = 1_790_000_000.0
 
+#: ``RUNNER_FULL_TESTS=1``: the proofs' long versions (more documents, kills, copies, rounds, pairings).
+FULL_TESTS = os.environ.get("RUNNER_FULL_TESTS") == "1"
+
 
 class Result(NamedTuple):
     """What one child process did: exit code, stdout and stderr as text."""

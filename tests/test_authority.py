@@ -39,7 +39,7 @@ from runner.stores.file import RunStore
 
 CONTENDERS = 8
 #: Race rounds through long-lived children; RUNNER_FULL_TESTS=1 runs the long sweep.
-SERVER_ROUNDS = 26 if os.environ.get("RUNNER_FULL_TESTS") else 8
+SERVER_ROUNDS = 26 if _util.FULL_TESTS else 8
 SPAWN_ROUNDS = 1
 CONTROL_ENV = ("RUNNER_OWNER", "RUNNER_EPOCH", "RUNNER_DIR")
 

@@ -17,7 +17,7 @@ except ImportError:
 
 from runner.proof.damage import DAMAGES, OUTCOMES, PASSING, build_sources, damage_copy, judge_copy, run_damage_campaign
 
-FULL = bool(os.environ.get("RUNNER_FULL_TESTS"))
+FULL = _util.FULL_TESTS
 
 
 class DamageCampaignTest(unittest.TestCase):

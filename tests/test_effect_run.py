@@ -23,6 +23,7 @@ from runner.proof.ticketcommands import WINDOWS, have_curl, write_commands
 from runner.proof.ticketservice import TicketServiceProcess
 from runner.stores.file import RunStore
 from tests._batch import batch_contract, cli, init_run, kill_env, local, make_documents
+from tests._util import FULL_TESTS as FULL
 from tests._util import in_parallel, scratch_dir
 
 #: What the ledger and the service hold when the runner dies at each window: (effect state, tickets).
@@ -34,7 +35,6 @@ AT_KILL = {
     "after-ack": ("acknowledged", 1),
 }
 
-FULL = os.environ.get("RUNNER_FULL_TESTS") == "1"
 PAIRS = [("effect-run", "python"), ("drive", "curl" if have_curl() else "python")]
 if FULL:
     PAIRS = [(verb, client) for verb in ("effect-run", "drive") for client in (("curl", "python") if have_curl() else ("python",))]
