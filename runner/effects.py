@@ -34,7 +34,7 @@ The functions named ``*_ops`` are pure: ``(state, ...) -> ops`` or raise.
 :mod:`runner.executor` carries it out against a target.
 """
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from .approvals import require_grant
 from .contract import effect_needs_approval, key_allowed
@@ -321,10 +321,12 @@ def verify_ops(state: Dict[str, Any], key: str, evidence: Dict[str, Any], now: f
 
 
 def absent_ops(state: Dict[str, Any], key: str, evidence: Dict[str, Any], now: float, reconciled: bool = False,
-               not_before: Optional[str] = None, flag: Optional[str] = None) -> Ops:
-    """The target was observed not to hold the effect: one more bounded attempt is allowed, not before ``not_before``.
+               backoff: Optional[Callable[[int], str]] = None, flag: Optional[str] = None) -> Ops:
+    """The target was observed not to hold the effect: one more bounded attempt is allowed, not before ``backoff(attempts)``.
 
-    ``flag`` marks the effect for a person to check (see :data:`FLAGS`), kept across its later attempts.
+    ``backoff`` is given the effect's attempts so far, once the effect is known
+    to exist. ``flag`` marks the effect for a person to check (see :data:`FLAGS`),
+    kept across its later attempts.
 
     :raises NeedsReconciliation: the effect holds a receipt: the target acknowledged it, so an
         absence is a contradiction to settle by observing again or by a person, never a reason to call again.
@@ -337,8 +339,8 @@ def absent_ops(state: Dict[str, Any], key: str, evidence: Dict[str, Any], now: f
             "observe again (the target may lag: effects.settle_seconds), verify it if it is there, or leave it to a person; "
             "it is never called again under this key", key=key, state=effect["state"])
     ops = _resolve(state, key, "absent", "evidence", evidence, ("started", "uncertain"), now, reconciled)
-    if ops and not_before is not None:
-        ops += schedule_ops(state, key, not_before)
+    if ops and backoff is not None:
+        ops += schedule_ops(state, key, backoff(effect["attempts"]))
     if ops and flag is not None:
         ops += _flag_ops(effect, key, flag)
     return ops

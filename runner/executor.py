@@ -491,7 +491,7 @@ class Executor:
             return lambda s, now: _effects.verify_ops(s, key, evidence, now, move.reconciled)
         if kind == "absent":
             return lambda s, now: _effects.absent_ops(s, key, move.evidence or {}, now, move.reconciled,
-                                                       not_before=retry.next_attempt_at(s, s["effects"][key]["attempts"], now, self.rand),
+                                                       backoff=lambda attempts: retry.next_attempt_at(s, attempts, now, self.rand),
                                                        flag=None if task.seen_calls else _soon_after_takeover(s, key, task.caps, now))
 
         if kind == "defer":

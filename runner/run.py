@@ -256,7 +256,7 @@ class Run:
         :raises InvalidInput: no such effect, or bad evidence.
         """
         return self._mutate(lambda s, now: effects.absent_ops(
-            s, key, evidence, now, reconciled, not_before=retry.next_attempt_at(s, s["effects"][key]["attempts"], now, self.rand)))["effects"][key]
+            s, key, evidence, now, reconciled, backoff=lambda attempts: retry.next_attempt_at(s, attempts, now, self.rand)))["effects"][key]
 
     def effect_uncertain(self, key: str, reason: str) -> Dict[str, Any]:
         """Record that ``key``'s outcome is unknown; nothing is retried until it is observed. Fenced.

@@ -5,7 +5,7 @@ range (given on the command line, in a contract or through the library, and
 already stored by an older runner), contracts the runner could not execute
 (infinite numbers, evidence names that are not strings, a circle of ``next``
 links), key patterns that a backtracking matcher could not finish, and an
-unreadable ``RUNNER_EPOCH``.
+unreadable ``RUNNER_EPOCH``, and an effect verb naming a key never begun.
 """
 
 import datetime as _dt
@@ -95,6 +95,14 @@ class CliCase(unittest.TestCase):
 
     def writer(self, *argv: str) -> List[str]:
         return ["--dir", self.run_dir, *argv, "--owner", "w1", "--epoch", "1"]
+
+
+class UnknownEffectTest(CliCase):
+    def test_every_verb_that_settles_an_effect_refuses_a_key_never_begun(self) -> None:
+        for verb, *flags in (("ack", "--receipt", "{}"), ("verify", "--evidence", "{}"), ("absent", "--evidence", "{}"),
+                             ("uncertain", "--reason", "timeout")):
+            with self.subTest(verb=verb):
+                self.refused(*self.writer("effect", verb, "never-begun:1", *flags), says="no effect 'never-begun:1' in the ledger")
 
 
 class DeepJsonTest(CliCase):

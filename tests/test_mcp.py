@@ -389,6 +389,9 @@ class McpToolsTest(unittest.TestCase):
             ("brief", {"max_chars": 10}),
             ("step_done", {"step": "no-such-step", "evidence": {}}),
             ("effect_ack", {"key": "never-begun", "receipt": {}}),
+            ("effect_verify", {"key": "never-begun", "evidence": {}}),
+            ("effect_absent", {"key": "never-begun", "evidence": {}}),
+            ("effect_uncertain", {"key": "never-begun", "reason": "timeout"}),
         ]
         for name, arguments in bad:
             with self.subTest(tool=name, arguments=arguments):
