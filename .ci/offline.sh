@@ -10,11 +10,15 @@
 # only loopback is up (unshare -n as root, else unshare -rn; when neither
 # works, every proxy variable points at a closed port and pip and npm are told
 # to stay offline, and the line says so). Then it lists what appeared in HOME
-# and in the repository (Python's __pycache__ aside) and what was left in its
-# TMPDIR, and exits 1 if anything was or if the suite failed. Its time is printed with the processor
-# time of a fixed loop run by python3 (one interpreter for every suite's Python: each runs the loop at
-# its own pace) just before and just after it: on shared cores the speed of the machine changes from
-# hour to hour, and the loop says how fast the cores were.
+# and in the repository (Python's __pycache__ aside), what was left in its
+# TMPDIR, and what appeared in /tmp/runner-calls-UID/ (the one folder the
+# runner writes outside TMPDIR: a PostgreSQL run's calls in flight, and the
+# offline suite has no PostgreSQL run), and exits 1 if anything did or if the
+# suite failed. Its time is printed with the processor time of a fixed loop
+# run by python3 (one interpreter for every suite's Python: each runs the loop
+# at its own pace) just before and just after it: on shared cores the speed of
+# the machine changes from hour to hour, and the loop says how fast the cores
+# were.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,6 +45,8 @@ fi
 
 echo "== offline suite with $("$python" --version 2>&1); network $network; HOME=$home"
 loop() { python3 -S -c 'import time; t = time.process_time(); sum(i * i for i in range(5_000_000)); print("%.2f" % (time.process_time() - t))'; }
+calls() { find /tmp -mindepth 2 -maxdepth 2 -path "/tmp/runner-calls-$(id -u)/*" 2>/dev/null | sort; }
+calls_before=$(calls)
 before=$(loop)
 start=$(date +%s)
 "${run[@]}"
@@ -66,6 +72,14 @@ if [ -n "$written" ]; then
   status=1
 else
   echo "== repository: nothing written (Python's __pycache__ aside)"
+fi
+calls_new=$(comm -13 <(printf '%s\n' "$calls_before") <(calls) | sed '/^$/d')
+if [ -n "$calls_new" ]; then
+  echo "== the offline suite wrote into /tmp/runner-calls-$(id -u)/:"
+  printf '%s\n' "$calls_new" | head -n 20
+  status=1
+else
+  echo "== /tmp/runner-calls-$(id -u)/: nothing written"
 fi
 left=$(find "$tmp" -mindepth 1 -maxdepth 1 | wc -l)
 echo "== TMPDIR: $left entr$([ "$left" -eq 1 ] && echo y || echo ies) left behind (removed now)"

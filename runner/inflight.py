@@ -20,9 +20,13 @@ or invokes the same key it reads these records (:meth:`Registry.calls`):
 Storage: one small JSON file per call, replaced whole by a rename and never
 fsync'd (no call outlives a power loss of the machine, and a SIGKILL leaves
 every written file in place). A file store keeps them in the run folder's
-``calls/``; a database store in a folder per run under
-``/tmp/runner-calls-UID/``, so that every process of the machine finds the
-same records whatever its working folder. A call's payload file lives beside
+``calls/``. A SQLite run keeps them in a folder per run beside its database
+file (``runs.db.calls/``), named from the file's real path, so that every
+process finds the same records however it spelled that path; a PostgreSQL
+run in a folder per run under ``/tmp/runner-calls-UID/``, so that every
+process of the machine finds them whatever its working folder or ``TMPDIR``.
+A database run's folders exist only while a call is in them: the last record
+removed takes them with it. A call's payload file lives beside
 its record and goes with it. A record is removed when its outcome is
 recorded in the ledger (or, for a call whose caller died, when an outcome
 recorded after its end supersedes it); :meth:`Registry.sweep` removes what
@@ -85,10 +89,14 @@ class Registry:
 
     :param processes: the operating system's processes (a simulation may stand in).
     :param clock: seconds since the epoch (the run's clock).
+    :param transient: ``folder`` and its parent are removed whenever the last record in them is
+        (a database run's registry, which lives outside any run folder).
     """
 
-    def __init__(self, folder: str, processes: Processes = OS_PROCESSES, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, folder: str, processes: Processes = OS_PROCESSES, clock: Callable[[], float] = time.time,
+                 transient: bool = False) -> None:
         self.folder, self.processes, self.clock = folder, processes, clock
+        self.transient = transient
         self._made = False
         self._count = 0
 
@@ -99,13 +107,22 @@ class Registry:
     def _write(self, call: Registered, new: bool = False) -> None:
         """Write ``call``'s record: a ``new`` one in place (a reader that finds it empty or torn ignores it, which is
         safe while nothing of the call is begun), a changed one through a new file renamed over it."""
-        if not self._made:
-            os.makedirs(self.folder, mode=0o700, exist_ok=True)
-            self._made = True
         data = json.dumps(call.record, sort_keys=True).encode()
         path = self._path(call.name)
         temporary = path if new else path + ".new"
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | (os.O_EXCL if new else os.O_TRUNC) | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_EXCL if new else os.O_TRUNC) | getattr(os, "O_NOFOLLOW", 0)
+        for tries_left in range(100, 0, -1):
+            try:
+                if not self._made:
+                    os.makedirs(self.folder, mode=0o700, exist_ok=True)
+                    self._made = True
+                fd = os.open(temporary, flags, 0o600)
+                break
+            except FileNotFoundError:
+                # A transient folder, emptied and removed by another process since it was made: make it again.
+                self._made = False
+                if tries_left == 1:
+                    raise
         try:
             os.write(fd, data)
         finally:
@@ -143,6 +160,18 @@ class Registry:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
+        self._tidy()
+
+    def _tidy(self) -> None:
+        """A transient registry's folder, then its parent, removed if empty (a writer that loses the race makes them again)."""
+        if not self.transient:
+            return
+        for folder in (self.folder, os.path.dirname(self.folder)):
+            try:
+                os.rmdir(folder)
+            except OSError:  # not empty (or already gone): nothing more to remove
+                return
+            self._made = False
 
     def _remove_abandoned(self, name: str) -> int:
         """Remove a record its writer left empty or torn (it died between creating and writing it); return 1 if removed.
@@ -288,20 +317,23 @@ class Registry:
                         os.unlink(self._path(name))
         except FileNotFoundError:
             pass
+        self._tidy()
         return removed
 
 
 def registry_for(store: Any, clock: Optional[Callable[[], float]] = None) -> Registry:
-    """The registry of the run ``store`` holds: the run folder's ``calls/``, or a machine-wide folder per database run."""
+    """The registry of the run ``store`` holds: the run folder's ``calls/``, or a folder per database run (see the module)."""
     from .stores.file import RunStore
 
     if isinstance(store, RunStore):
-        folder = os.path.join(store.path, "calls")
+        return Registry(os.path.join(store.path, "calls"), clock=clock or store.clock)
+    task = store.state["task_id"]
+    if store.kind == "sqlite":
+        root, where = os.path.realpath(store.file) + ".calls", task
     else:
-        where = f"{getattr(store, 'url', store.path)}\n{store.state['task_id']}"
-        root = "/tmp" if os.path.isdir("/tmp") else os.path.dirname(os.path.abspath(store.path))
-        folder = os.path.join(root, f"runner-calls-{os.getuid()}", sha256_hex(where.encode())[:24])
-    return Registry(folder, clock=clock or store.clock)
+        root = os.path.join("/tmp" if os.path.isdir("/tmp") else os.path.dirname(os.path.abspath(store.path)), f"runner-calls-{os.getuid()}")
+        where = f"{store.url}\n{task}"
+    return Registry(os.path.join(root, sha256_hex(where.encode())[:24]), clock=clock or store.clock, transient=True)
 
 
 _CURRENT: "contextvars.ContextVar[Optional[Tuple[Registry, Registered]]]" = contextvars.ContextVar("runner_call", default=None)
