@@ -50,8 +50,17 @@ TERMINAL = ("complete", "cancelled", "blocked", "failed")
 
 
 def load_handler(spec: str, what: str = "handler") -> Callable[..., Any]:
-    """The callable ``module:function`` names; :class:`InvalidInput` when there is none."""
+    """The callable ``module:function`` names; :class:`InvalidInput` when there is none.
+
+    The module is looked for on the path, then in the working folder, as
+    ``python3 -m`` would find it there: the runner started by its folder's
+    path (``python3 path/to/runner``) has the working folder nowhere on its
+    path. Last, so that a file there never stands in for a module the runner imports.
+    """
     module_name, _, name = spec.partition(":")
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.append(here)
     try:
         handler = getattr(importlib.import_module(module_name), name)
     except (ImportError, AttributeError, ValueError) as exc:

@@ -126,6 +126,22 @@ class PoolTest(unittest.TestCase):
         self.assertEqual((out["ok"], out["workers"], out["crashes"], out["errors"]), (True, 2, 0, []))
         self.assertEqual([s["status"] for s in self.states(url)], ["complete"] * 2)
 
+    def test_a_handler_in_the_working_folder_loads_with_the_runner_started_by_its_path(self) -> None:
+        project = os.path.join(self.root, "project")
+        os.makedirs(os.path.join(project, "my_agent"))
+        with open(os.path.join(project, "my_agent", "__init__.py"), "w", encoding="utf-8") as handle:
+            handle.write("")
+        with open(os.path.join(project, "my_agent", "worker.py"), "w", encoding="utf-8") as handle:
+            handle.write("from tests.pool_worker import handle  # noqa: F401\n")
+        url = "sqlite:" + os.path.join(project, "runs.db")
+        self.make_runs(url, 2)
+        # No PYTHONPATH: the handler's module is found in the working folder, as `python3 -m` would find it.
+        argv = _util.python(os.path.join(REPO, "runner"), "--store", "sqlite:runs.db", "--json", "work", "--workers", "2",
+                            "--handler", "my_agent.worker:handle")
+        result = _util.run(argv, cwd=project, env=_util.child_env(pythonpath=False))
+        self.assertEqual(result.code, 0, result.err)
+        self.assertEqual((json.loads(result.out)["crashes"], [s["status"] for s in self.states(url)]), (0, ["complete"] * 2))
+
     def test_work_refuses_a_hooks_factory_that_does_not_load(self) -> None:
         url = "file:" + os.path.join(self.root, "runs")
         self.make_runs(url, 1)
