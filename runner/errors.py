@@ -149,11 +149,11 @@ class Failed(RunnerError):
 
 
 class ProofFailed(RunnerError):
-    """A proof (demo, campaign, crashcheck, conformance, bench) found a violation."""
+    """A proof (demo, campaign, simulate, crashcheck, conformance, bench) found a violation."""
 
     exit_code = 13
     reason = "proof-failed"
-    meaning = "a proof (demo, campaign, crashcheck, conformance, bench) found a violation"
+    meaning = "a proof (demo, campaign, simulate, crashcheck, conformance, bench) found a violation"
 
 
 class AlreadyVerified(RunnerError):

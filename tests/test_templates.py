@@ -4,21 +4,29 @@
 folder outside the checkout as a user would copy them, and the template's own shell block runs
 there: it starts the loopback ticket service, ``drive`` files one ticket per document, hands the
 ``index`` step over, and completes once ``tools/write_index.py`` wrote the index its check
-accepts. The HTTP example's block runs in ``tests/test_http_drive.py``. The other templates pass
-``contract check`` and name no file the project does not ship.
+accepts. The HTTP example's block runs as a script, as a newcomer runs it: ``drive`` completes
+(exit 10), the loopback helpdesk ends with the script's shell and leaves port 8765 free, and with the
+port taken the block exits 1 at once instead of waiting for ever (the same block, with its
+helpdesk probed, runs in ``tests/test_http_drive.py``). The other templates pass ``contract check``
+and name no file the project does not ship.
 """
 
+import contextlib
+import fcntl
 import json
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
+import sys
+import tempfile
 import time
 import unittest
 import urllib.parse
 import urllib.request
-from typing import Any, Callable, Dict, List, Tuple, TypeVar
+from typing import Any, Callable, Dict, Iterator, List, Tuple, TypeVar
 
 from runner import history
 from runner.contract import check_contract
@@ -29,6 +37,96 @@ from tests._util import REPO_ROOT, child_env, scratch_dir
 T = TypeVar("T")
 
 TEMPLATES = os.path.join(REPO_ROOT, "templates")
+#: The port the HTTP example's contract names for the loopback helpdesk.
+HELPDESK_PORT = 8765
+
+
+@contextlib.contextmanager
+def one_block_at_a_time() -> Iterator[None]:
+    """Hold the lock every "to try it" block runs under, across the suite's processes: the HTTP example's port is fixed."""
+    with open(os.path.join(tempfile.gettempdir(), "runner-tests-try-it.lock"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def the_block(template: str) -> str:
+    """The shell block of ``template``'s "to try it" paragraph."""
+    with open(os.path.join(TEMPLATES, template), encoding="utf-8") as handle:
+        text = handle.read()
+    return re.search(r"To try it.*?```sh\n(.*?)```", text, re.S).group(1)  # type: ignore[union-attr]
+
+
+def make_project(root: str, template: str, folder: str, files: List[str]) -> None:
+    """``root`` as a user makes it: the template as ``contract.md``, ``templates/tools/`` as ``tools/``, ``files`` in ``folder``."""
+    shutil.copy(os.path.join(TEMPLATES, template), os.path.join(root, "contract.md"))
+    shutil.copytree(os.path.join(TEMPLATES, "tools"), os.path.join(root, "tools"))
+    os.mkdir(os.path.join(root, folder))
+    for n, name in enumerate(files):
+        with open(os.path.join(root, folder, name), "w", encoding="utf-8") as handle:
+            handle.write(f"# Review {n}\n\nThe body of document {n}.\n")
+
+
+def run_report(root: str) -> Dict[str, Any]:
+    """``report --json`` of the run in ``root``, with ``crashes_drawn``: the crashes its timeline draws."""
+    report = json.loads(local(root, "report", "--json").out)
+    store = RunStore.open(os.path.join(root, ".run"))
+    try:
+        report["crashes_drawn"] = len(history.load(store).crashes)
+    finally:
+        store.close()
+    return report
+
+
+def live_in_group(group: int) -> List[str]:
+    """The command lines of the processes of process group ``group`` still running (an ended one waiting to be reaped is not)."""
+    if not os.path.isdir("/proc/self"):
+        try:
+            os.killpg(group, 0)
+        except ProcessLookupError:
+            return []
+        return [f"a process of group {group}"]
+    live = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+            if int(fields[2]) != group or fields[0] == b"Z":
+                continue
+            with open(f"/proc/{name}/cmdline", "rb") as handle:
+                live.append(handle.read().replace(b"\0", b" ").decode("utf-8", "replace").strip())
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+    return live
+
+
+def run_as_script(template: str, root: str, timeout: float = 120) -> Tuple[int, str, List[str]]:
+    """Run ``template``'s "to try it" block with ``sh`` as a script in the project ``root``, with nothing added.
+
+    Returns the script's exit code, its output, and what of its process group still runs 10 seconds
+    after it ended (then stopped): a service the block started in the background must end with it.
+    """
+    env = dict(child_env(pythonpath=False), RUNNER=REPO_ROOT)
+    log = os.path.join(root, "script.log")  # a file, not a pipe: what the script leaves running would hold a pipe open
+    with open(log, "wb") as output:
+        shell = subprocess.Popen(["sh", "-c", the_block(template)], cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=output,
+                                 stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        code = shell.wait(timeout)
+        deadline = time.monotonic() + 10
+        while live_in_group(shell.pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = live_in_group(shell.pid)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(shell.pid, signal.SIGKILL)
+        shell.wait()
+    with open(log, encoding="utf-8", errors="replace") as handle:
+        return code, handle.read(), left
 
 
 def try_it(template: str, folder: str, files: List[str], probe: Callable[[str], T]) -> Tuple[int, str, Dict[str, Any], T]:
@@ -39,16 +137,9 @@ def try_it(template: str, folder: str, files: List[str], probe: Callable[[str], 
     service it left in the background still answers; then that service is stopped. Returns the block's
     exit code, its output, ``report --json`` of the run and what ``probe`` returned.
     """
-    with open(os.path.join(TEMPLATES, template), encoding="utf-8") as handle:
-        text = handle.read()
-    block = re.search(r"To try it.*?```sh\n(.*?)```", text, re.S).group(1)  # type: ignore[union-attr]
-    with scratch_dir("runner-try-") as root:
-        shutil.copy(os.path.join(TEMPLATES, template), os.path.join(root, "contract.md"))
-        shutil.copytree(os.path.join(TEMPLATES, "tools"), os.path.join(root, "tools"))
-        os.mkdir(os.path.join(root, folder))
-        for n, name in enumerate(files):
-            with open(os.path.join(root, folder, name), "w", encoding="utf-8") as handle:
-                handle.write(f"# Review {n}\n\nThe body of document {n}.\n")
+    block = the_block(template)
+    with scratch_dir("runner-try-") as root, one_block_at_a_time():
+        make_project(root, template, folder, files)
         env = dict(child_env(pythonpath=False), RUNNER=REPO_ROOT)
         log = os.path.join(root, "try-it.log")  # a file, not a pipe: the service left in the background holds it open
         # The shell stays until the probe is done: the loopback services end with the shell that started them.
@@ -73,12 +164,7 @@ def try_it(template: str, folder: str, files: List[str], probe: Callable[[str], 
             except ProcessLookupError:
                 pass
             shell.wait()
-        report = json.loads(local(root, "report", "--json").out)
-        store = RunStore.open(os.path.join(root, ".run"))
-        try:
-            report["crashes_drawn"] = len(history.load(store).crashes)
-        finally:
-            store.close()
+        report = run_report(root)
     return int(code), out, report, probed
 
 
@@ -105,6 +191,44 @@ class BatchExampleTest(unittest.TestCase):
         self.assertEqual((report["status"], report["items_verified"]), ("complete", 3))
         # Nothing crashed: the hand-over and the next drive of the same owner are no recovery, and the timeline draws no crash.
         self.assertEqual((report["recoveries"], report["recovery_wait_seconds"], report["crashes_drawn"]), (0, 0.0, 0), out)
+
+
+class HttpExampleTest(unittest.TestCase):
+    def test_the_http_example_run_as_a_script_completes_and_its_helpdesk_ends_with_it(self) -> None:
+        with scratch_dir("runner-try-") as root, one_block_at_a_time():
+            make_project(root, "run-contract.http.example.md", "inbox", ["a.md", "b.md"])
+            code, out, left = run_as_script("run-contract.http.example.md", root)
+            self.assertEqual(code, 10, out)  # drive: complete
+            self.assertEqual(left, [], f"still running after the script ended:\n{out}")
+            with socket.socket() as again:
+                # Free: the next try starts its own helpdesk there (which, like this, may reuse an address its closed connections hold).
+                again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                again.bind(("127.0.0.1", HELPDESK_PORT))
+            report = run_report(root)
+        self.assertEqual((report["status"], report["items_verified"], report["possible_duplicates"]), ("complete", 2, 0), out)
+
+    def test_with_the_port_taken_the_http_example_exits_1_with_the_helpdesks_one_line(self) -> None:
+        with scratch_dir("runner-try-") as root, one_block_at_a_time(), socket.socket() as taken:
+            make_project(root, "run-contract.http.example.md", "inbox", ["a.md"])
+            taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            taken.bind(("127.0.0.1", HELPDESK_PORT))
+            taken.listen()
+            code, out, left = run_as_script("run-contract.http.example.md", root, timeout=60)
+            self.assertFalse(os.path.exists(os.path.join(root, ".run")), out)  # stopped before init
+        self.assertEqual((code, out, left), (1, f"helpdesk: cannot listen on 127.0.0.1:{HELPDESK_PORT}: Address already in use\n", []))
+
+    def test_the_helpdesk_says_in_one_line_that_it_cannot_listen(self) -> None:
+        with scratch_dir("runner-helpdesk-") as root, socket.socket() as taken:
+            token = os.path.join(root, "token")
+            with open(token, "w", encoding="utf-8") as handle:
+                handle.write("local-token\n")
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            done = subprocess.run([sys.executable, "-m", "runner.proof.helpdesk", "--token-file", token, "--port", str(port)],
+                                  cwd=root, env=child_env(), stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+        self.assertEqual((done.returncode, done.stdout, done.stderr.decode("utf-8", "replace")),
+                         (1, b"", f"helpdesk: cannot listen on 127.0.0.1:{port}: Address already in use\n"))
 
 
 class EveryTemplateTest(unittest.TestCase):

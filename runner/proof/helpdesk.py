@@ -25,7 +25,10 @@ during). Every decision is logged in order (:meth:`Helpdesk.wait_for` lets a
 test act at one). Randomness is seeded; the clock and sleep are injectable.
 
 ``python3 -m runner.proof.helpdesk --token-file F [--port P] [--lag S] ...``
-serves it until interrupted and prints ``listening URL``.
+serves it and prints ``listening URL``, until interrupted or until the process
+that started it is gone (started in a shell's background, it ends with that
+shell). A port in use or an unreadable token file is one line on stderr and
+exit 1.
 """
 
 import argparse
@@ -403,13 +406,30 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     faults = Faults(args.lag, args.latency, args.rate_limit, args.p_rate_limited, args.p_dropped, args.schedule, args.retry_after, 1, args.seed)
-    with HelpdeskServer(Helpdesk.from_token_file(args.token_file, faults), args.host, args.port) as served:
+    try:
+        desk = Helpdesk.from_token_file(args.token_file, faults)
+    except (OSError, ValueError) as exc:
+        sys.stderr.write(f"helpdesk: cannot read a token from {args.token_file}: {getattr(exc, 'strerror', None) or exc}\n")
+        return 1
+    try:
+        served = HelpdeskServer(desk, args.host, args.port)
+    except OSError as exc:
+        sys.stderr.write(f"helpdesk: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}\n")
+        return 1
+    with served:
         print(f"listening {served.url}", flush=True)
         try:
-            threading.Event().wait()
+            _until_parent_gone()
         except KeyboardInterrupt:
             pass
     return 0
+
+
+def _until_parent_gone(every: float = 0.5) -> None:
+    """Return once the process that started this one is gone: a helpdesk started in a shell's background ends with that shell."""
+    parent = os.getppid()
+    while os.getppid() == parent:
+        time.sleep(every)
 
 
 if __name__ == "__main__":
