@@ -49,7 +49,9 @@ class Holding:
         self.takeover = False  # this holding began by taking over an unreleased lease
         self.broken_by: Optional[str] = None
         self.reason: Optional[str] = None
-        self.recoveries: List[Tuple[float, str, str]] = []  # (at, decision, reason)
+        #: (at, decision, reason, action): why a recovery stopped, or what it chose to do as its action's kind and the
+        #: step or key it names (``resume-step ingest``); each None where it does not apply or the records do not say.
+        self.recoveries: List[Tuple[float, str, Optional[str], Optional[str]]] = []
         self.in_flight: List[str] = []  # unresolved effects when the holding ended
         self.step_at_end: Optional[str] = None
 
@@ -198,6 +200,14 @@ def _touched(ops: List[Any]) -> Tuple[set, set, set, set, bool, bool]:
     return effects, steps, approvals, jobs, lease, cancel
 
 
+def _action_named(action: Any) -> Optional[str]:
+    """A persisted action as its kind and the step or key it names (``resume-step ingest``); None without a kind."""
+    if not isinstance(action, dict) or not action.get("kind"):
+        return None
+    target = action.get("step") or action.get("key")
+    return f"{action['kind']} {target}" if target else str(action["kind"])
+
+
 def build(records: List[Dict[str, Any]], state: Dict[str, Any], gaps: Optional[List[Tuple[int, int]]] = None) -> History:
     """The history of the run whose current state is ``state``, from its journal ``records`` (any order)."""
     history = History(state)
@@ -260,7 +270,10 @@ def build(records: List[Dict[str, Any]], state: Dict[str, Any], gaps: Optional[L
             elif source == "recover":
                 target = by_epoch.get(int(entry.get("epoch") or 0))
                 if target is not None:
-                    target.recoveries.append((at, str(entry.get("decision")), str(entry.get("reason"))))
+                    reason, decision = entry.get("reason"), str(entry.get("decision"))
+                    # The action is persisted as next_action by the same record (or was already, when unchanged).
+                    action = _action_named(shadow.get("next_action")) if decision == "act" else None
+                    target.recoveries.append((at, decision, None if reason is None else str(reason), action))
             elif source == "migrate":
                 history.marks.append((at, "migrate", f"plan changed: {entry.get('reason', '')}"))
                 for approval in history.approvals.values():

@@ -104,7 +104,8 @@ def _tool_name(key: str) -> str:
 def _holding_span(out: _Trace, root: str, history: History, holding: Holding) -> str:
     end = holding.end if holding.end is not None else history.end
     events: List[Tuple[float, str, Dict[str, Any]]] = [(holding.start, "runner.lease.acquired", {"runner.takeover": holding.takeover})]
-    events += [(at, "runner.recover", {"runner.decision": decision, "runner.reason": reason}) for at, decision, reason in holding.recoveries]
+    events += [(at, "runner.recover", {"runner.decision": decision, "runner.reason": reason, "runner.action": action})
+               for at, decision, reason, action in holding.recoveries]
     status = (STATUS_UNSET, "")
     if holding.crashed:
         events.append((holding.last_write, "runner.crash", {"runner.in_flight": list(holding.in_flight[:50]), "runner.step": holding.step_at_end}))

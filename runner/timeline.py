@@ -208,10 +208,12 @@ def _draw_lanes(svg: _Svg, axis: _Axis, history: History) -> None:
             x = axis.x(holding.start)
             svg.add(f'<path d="M{x - 6} {y + 1}L{x} {y + row / 2 - 1}L{x - 6} {y + row - 3}z" fill="#e08a00" class="takeover">'
                     f'<title>{_t(f"takeover by {holding.owner} at epoch {holding.epoch}, {_fmt_time(holding.start)}")}</title></path>')
-        for at, decision, reason in holding.recoveries:
+        for at, decision, reason, action in holding.recoveries:
             x = axis.x(at)
+            known = reason or action  # why it stopped, or what it chose to do
+            said = f"{decision} ({known})" if known else decision
             svg.add(f'<rect x="{x - 1}" y="{y}" width="2.5" height="{row - 1}" fill="#111" class="recover"><title>'
-                    f'{_t(f"recover by {holding.owner}: {decision} ({reason}) at {_fmt_time(at)}")}</title></rect>')
+                    f'{_t(f"recover by {holding.owner}: {said} at {_fmt_time(at)}")}</title></rect>')
         if holding.crashed:
             xs, xe = axis.x(holding.last_write), axis.x(end)
             how = {"broken": f"lease broken by {holding.broken_by}: {holding.reason}", "expired": "lease expired and was taken over",

@@ -15,7 +15,9 @@
   raise errors must see them.
 """
 
+import html
 import os
+import re
 import sys
 import unittest
 from typing import Any, Dict, List, Tuple
@@ -28,6 +30,7 @@ from tests._util import CLOCK_START, REPO_ROOT, in_process_cli, one_json, run_cl
 
 from runner import history, timeline
 from runner.envelope import apply_ops, content_digest, format_time, new_envelope
+from runner.recovery import recover
 from runner.run import Run
 from runner.stores.file import RunStore
 
@@ -156,6 +159,39 @@ class TimelineStructure(unittest.TestCase):
         self.assertEqual(crash[0].get("data-epoch"), "1")
         # The effect the dead worker left started was settled by the next holder.
         self.assertIn("doc&#58;1&#58;ticket", page)
+
+
+class TimelineRecoveryMarks(unittest.TestCase):
+    """Each recover mark says what recovery decided and what it chose or why it stopped, never a bare None."""
+
+    def test_a_recover_mark_names_the_action_or_the_reason(self) -> None:
+        with scratch_dir("runner-timeline-recover-") as scratch:
+            path = os.path.join(scratch, "run")
+            RunStore.create(path, "timeline-recover", small_contract("timeline-recover"))
+            first = Run(RunStore.open(path))
+            recover(first, "worker-1", 600)
+            first.step_start("fetch")
+            Run(RunStore.open(path)).break_lease("supervisor", "worker-1 was killed")
+            recover(Run(RunStore.open(path)), "worker-2", 600)
+            Run(RunStore.open(path)).cancel("operator", "no longer needed")
+            Run(RunStore.open(path)).break_lease("supervisor", "worker-2 was killed")
+            recover(Run(RunStore.open(path)), "worker-3", 600)
+            page = timeline.render([history.load(RunStore.open(path))])
+        titles = [html.unescape(title).split(" at ")[0] for title in re.findall(r'class="recover"><title>([^<]*)</title>', page)]
+        self.assertEqual(titles, ["recover by worker-1: act (start-step fetch)", "recover by worker-2: act (resume-step fetch)",
+                                  "recover by worker-3: stop (cancelled)"])
+
+    def test_a_recover_mark_whose_action_is_unknown_names_the_decision_alone(self) -> None:
+        # The records that set the action were compacted away: only the decision is known.
+        plan = small_contract("timeline-recover-gap")
+        state = new_envelope(plan["task_id"], plan, "0" * 64, format_time(CLOCK_START))
+        lease = {"owner": "worker-1", "epoch": 1, "expires_at": format_time(CLOCK_START + 600), "acquired_at": format_time(CLOCK_START)}
+        records = [{"rev": 7, "at": format_time(CLOCK_START), "epoch": 1, "ops": [["set", ["lease"], lease]]},
+                   {"rev": 8, "at": format_time(CLOCK_START + 1), "epoch": 1, "ops": [["set", ["observations", "authorization", "r8"],
+                                                                                      {"source": "recover", "epoch": 1, "decision": "act", "reason": None}]]}]
+        page = timeline.render([history.build(records, state)])
+        titles = [html.unescape(title) for title in re.findall(r'class="recover"><title>([^<]*)</title>', page)]
+        self.assertEqual([title.split(" at ")[0] for title in titles], ["recover by worker-1: act"], titles)
 
 
 class TimelineOfCompactedRuns(unittest.TestCase):

@@ -100,8 +100,24 @@ def _say(*words: Any) -> None:
     sys.stdout.flush()
 
 
-def drive_documents(run: Run, adapter: Any, docs: range, report: Callable[[int, Any], None]) -> None:
-    """Take ``docs`` of a recovered run through ingest and index; ``report`` each acknowledged revision."""
+def verified_documents(run: Run, docs: range) -> int:
+    """How many of ``docs`` the run holds verified: the documents done, whoever verified them (a driver or a recovery)."""
+    return sum(1 for n in docs if (run.state["effects"].get(doc_key(n)) or {}).get("state") == "verified")
+
+
+def taken_over(run: Run) -> int:
+    """The run's lease takeovers so far: the recoveries the demo's table counts."""
+    return int(run.state["counters"].get("recoveries", 0))
+
+
+def drive_documents(run: Run, adapter: Any, docs: range, report: Callable[[int, Any, int], None]) -> None:
+    """Take ``docs`` of a recovered run through ingest and index.
+
+    ``report(revision, document, verified)`` follows each acknowledged
+    revision; ``verified`` counts the ``docs`` verified in the run then (see
+    :func:`verified_documents`), so it never decreases from one report to the next.
+    """
+    verified = verified_documents(run, docs)
     if (run.state["steps"].get("ingest") or {}).get("state") != "done":
         if run.state["current_step"] != "ingest":
             run.step_start("ingest")
@@ -112,7 +128,8 @@ def drive_documents(run: Run, adapter: Any, docs: range, report: Callable[[int, 
             if effect is not None and effect["state"] == "verified":
                 continue
             run.drive_effect(key, document_payload(n), adapter, step="ingest")
-            report(run.state["revision"], n)
+            verified += 1
+            report(run.state["revision"], n, verified)
             if time.monotonic() > renew_at:
                 run.renew(TTL)
                 renew_at = time.monotonic() + TTL / 3
@@ -121,7 +138,7 @@ def drive_documents(run: Run, adapter: Any, docs: range, report: Callable[[int, 
     if run.state["current_step"] != "index":
         run.step_start("index")
     run.step_done("index", {"sha256": content_digest(index)})
-    report(run.state["revision"], "index")
+    report(run.state["revision"], "index", verified)
 
 
 def _payload_of(key: str) -> Dict[str, Any]:
@@ -137,13 +154,13 @@ def worker_main(argv: List[str]) -> int:
     adapter = TicketAdapter(opts["url"], retention_seconds=None, timeout=5.0, run_id=TASK)
     _say("loaded", run.state["revision"])
     decision = recover(run, opts["owner"], TTL, adapter_for=lambda key, effect: adapter, payloads=_payload_of)
-    _say("lease", run.epoch, run.state["revision"])
+    _say("lease", run.epoch, run.state["revision"], taken_over(run), verified_documents(run, range(opts["documents"])))
     if decision["decision"] == "stop":
         _say("stop", decision["reason"])
         return 0 if decision["reason"] == "complete" else 5 if decision["reason"] == "cancelled" else 1
     try:
-        def report(rev: int, n: Any) -> None:
-            _say("ack", rev, n)
+        def report(rev: int, n: Any, verified: int) -> None:
+            _say("ack", rev, n, verified)
             if opts.get("hold_at") is not None and n == opts["hold_at"] - 1:
                 _say("held")  # the supervisor cancels now, then lets this worker go on
                 sys.stdin.readline()
@@ -163,19 +180,22 @@ def worker_main(argv: List[str]) -> int:
 def shard_handler(store: Any, owner: str, ttl: float, context: Dict[str, Any]) -> str:
     """The pool's handler for one shard run of the demo (``runner work --handler runner.proof.demo:shard_handler``).
 
-    Prints ``ack TASK REVISION DOCUMENT`` after each acknowledged effect, so the
-    demo can check that no acknowledged commit is lost.
+    Prints ``lease TASK RECOVERIES VERIFIED`` once recovered, then ``ack TASK
+    REVISION DOCUMENT VERIFIED`` after each acknowledged effect, so the demo
+    can check that no acknowledged commit is lost and show its progress.
     """
     task = store.state["task_id"]
     run = Run(store)
     adapter = TicketAdapter(context["url"], retention_seconds=None, timeout=5.0, run_id=task)
     size, total = int(context["shard_size"]), int(context["documents"])
     shard = int(task.rsplit("-", 1)[1])
+    docs = range(shard * size, min(total, (shard + 1) * size))
     decision = recover(run, owner, ttl, adapter_for=lambda key, effect: adapter, payloads=_payload_of)
+    _say("lease", task, taken_over(run), verified_documents(run, docs))
     if decision["decision"] == "stop" and decision["reason"] != "needs-reconciliation":
         return str(decision["reason"])
     try:
-        drive_documents(run, adapter, range(shard * size, min(total, (shard + 1) * size)), lambda rev, n: _say("ack", task, rev, n))
+        drive_documents(run, adapter, docs, lambda rev, n, verified: _say("ack", task, rev, n, verified))
     except RunnerError as exc:
         return exc.reason
     run.release()
@@ -203,6 +223,13 @@ def worker_faults(context: Dict[str, Any], seed: int) -> Observer:
 # -- the orchestrator ----------------------------------------------------------------------
 
 class _Progress:
+    """The bar on the stream: documents verified, crashes, recoveries (lease takeovers) and rate.
+
+    While the run goes, the figures are what the workers last reported; the
+    final line is drawn from the audited result, so it shows the figures the
+    table shows.
+    """
+
     def __init__(self, total: int, stream: IO[str], enabled: bool) -> None:
         self.total, self.stream, self.enabled = total, stream, enabled
         self.tty = enabled and stream.isatty()
@@ -241,7 +268,8 @@ def _run_workers(run_path: str, url: str, documents: int, seed: int, crash_rate:
     rng = random.Random(seed)
     tally = {"crashes": 0, "window_kills": 0, "timer_kills": 0, "workers": 0, "lost_commits": 0, "cancel_revision": None, "errors": []}
     last_acked = 0
-    done = 0
+    done = 0  # documents verified, as the workers last reported
+    recoveries = 0  # lease takeovers, as the workers read them once they held the lease
     generation = 0
     while generation < max_workers:
         generation += 1
@@ -283,10 +311,11 @@ def _run_workers(run_path: str, url: str, documents: int, seed: int, crash_rate:
                     if word == "loaded":
                         if int(rest[0]) < last_acked:
                             tally["lost_commits"] += last_acked - int(rest[0])
+                    elif word == "lease":
+                        recoveries, done = max(recoveries, int(rest[2])), max(done, int(rest[3]))
                     elif word == "ack":
                         last_acked = max(last_acked, int(rest[0]))
-                        if rest[1] != "index":
-                            done = max(done, int(rest[1]) + 1)
+                        done = max(done, int(rest[2]))
                     elif word == "held":
                         if tally["cancel_revision"] is None:
                             state = Run(RunStore.open(run_path)).cancel("demo-operator", f"the job became obsolete after {cancel_at} documents")
@@ -299,7 +328,7 @@ def _run_workers(run_path: str, url: str, documents: int, seed: int, crash_rate:
                         if word == "error":
                             tally["errors"].append(" ".join(rest))
                 if progress:
-                    progress.show(done, tally["crashes"], max(0, tally["workers"] - 1))
+                    progress.show(done, tally["crashes"], recoveries)
         code = proc.wait()
         stderr = proc.stderr.read() if proc.stderr else ""
         for stream in (proc.stdin, proc.stderr, proc.stdout):
@@ -319,8 +348,6 @@ def _run_workers(run_path: str, url: str, documents: int, seed: int, crash_rate:
             break
         if outcome[0] == "error":
             break
-    if progress:
-        progress.show(done, tally["crashes"], max(0, tally["workers"] - 1), final=True)
     tally["documents_done"] = done
     return tally
 
@@ -356,21 +383,24 @@ def _run_sharded(store_url: str, service_url: str, documents: int, seed: int, cr
         count = min(shard_size, documents - shard * shard_size)
         contract = dict(demo_contract(count), task_id=f"demo-shard-{shard:04d}")
         create_store(run_url(store_url, contract["task_id"]), contract["task_id"], contract).close()
-    done: set = set()
     tally: Dict[str, Any] = {}
     acked: Dict[str, int] = {}  # task -> the highest revision a worker saw acknowledged
+    verified: Dict[str, int] = {}  # task -> its documents verified, as the workers last reported
+    recoveries: Dict[str, int] = {}  # task -> its lease takeovers, as the workers read them once they held the lease
     audit = {"window_kills": 0, "timer_kills": 0, "lost_commits": 0}
 
     def on_line(line: str) -> None:
         words = line.split()
-        if words[:1] == ["ack"] and len(words) == 4:
+        if words[:1] == ["ack"] and len(words) == 5:
             acked[words[1]] = max(acked.get(words[1], 0), int(words[2]))
-            if words[3].isdigit():
-                done.add(int(words[3]))
-            if progress:
-                progress.show(len(done), tally.get("crashes", 0), tally.get("crashes", 0))
+            verified[words[1]] = max(verified.get(words[1], 0), int(words[4]))
+        elif words[:1] == ["lease"] and len(words) == 4:
+            recoveries[words[1]] = max(recoveries.get(words[1], 0), int(words[2]))
+            verified[words[1]] = max(verified.get(words[1], 0), int(words[3]))
         elif words[:1] == ["fault"] and len(words) == 2:
             audit["timer_kills" if words[1] == "timer" else "window_kills"] += 1
+        if progress and words[:1] in (["ack"], ["lease"]):
+            progress.show(sum(verified.values()), tally.get("crashes", 0), sum(recoveries.values()))
 
     def on_exit(owner: str, code: int) -> None:
         # Checked in this process after each death: nothing a worker saw acknowledged was lost.
@@ -383,10 +413,8 @@ def _run_sharded(store_url: str, service_url: str, documents: int, seed: int, cr
     context = {"url": service_url, "shard_size": shard_size, "documents": documents, "crash_rate": crash_rate}
     tally = run_pool(store_url, workers, "runner.proof.demo:shard_handler", context=context, ttl=TTL, seed=seed,
                      observer="runner.proof.demo:worker_faults", on_line=on_line, on_exit=on_exit, tally=tally)
-    if progress:
-        progress.show(len(done), tally["crashes"], tally["crashes"], final=True)
     tally.update(audit)
-    tally["documents_done"] = len(done)
+    tally["documents_done"] = sum(verified.values())
     return tally
 
 
@@ -444,7 +472,6 @@ def run_demo(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01, can
                 pages = lambda: [_read_run(store_used, task, load_history) for task in list_runs(store_used)]  # noqa: E731
             audit = _audit(states, service, documents)
         wall = time.monotonic() - began
-        html_bytes = write_timeline(html, pages(), f"Demo: {documents} documents") if html and pages else None
         stats, effects = audit["stats"], audit["effects"]
         held = sum(len(p) for p in audit["tickets"].values())
         duplicates = sum(len(p) - 1 for p in audit["tickets"].values() if len(p) > 1) + int(stats.get("duplicates", 0))
@@ -478,7 +505,10 @@ def run_demo(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01, can
             "reference_seconds": round(reference_seconds, 2),
             "errors": tally["errors"] + ref_errors,
         }
+        if progress:
+            progress.show(verified, result["crashes"], result["recoveries"], final=True)
         if html:
+            html_bytes = write_timeline(html, pages(), f"Demo: {documents} documents") if pages else None
             result.update(html=html, html_bytes=html_bytes)
         if reference is not None:
             result["matches_reference"] = audit["output"] == reference["output"] and statuses == ["complete"]
