@@ -21,7 +21,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 import urllib.parse
@@ -43,8 +42,11 @@ HELPDESK_PORT = 8765
 
 @contextlib.contextmanager
 def one_block_at_a_time() -> Iterator[None]:
-    """Hold the lock every "to try it" block runs under, across the suite's processes: the HTTP example's port is fixed."""
-    with open(os.path.join(tempfile.gettempdir(), "runner-tests-try-it.lock"), "a") as handle:
+    """Hold the lock every "to try it" block runs under, across the suite's processes: the HTTP example's port is fixed.
+
+    The lock is this module's own file, so that nothing is created for it.
+    """
+    with open(__file__, "rb") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
