@@ -37,7 +37,7 @@ user is what adopts a run that someone else made (see :mod:`runner.hooks`).
 from typing import Any, Callable, Dict, List, Optional
 
 from . import jobs as _jobs
-from .approvals import newest_requests, request_order
+from .approvals import find_grant, newest_requests, request_order
 from .lifecycle import UNRESOLVED
 from .target import Adapter
 from .envelope import content_digest, format_time, parse_time
@@ -240,8 +240,11 @@ def decide(state: Dict[str, Any], now: float, owner: Optional[str] = None, epoch
                          f"with {joined(spec.get('evidence', []), RECORD, 'the evidence')}, or `step fail {step_arg} --class ... --error ...`"}
         if spec.get("approval"):
             verified = [k for k, e in state["effects"].items() if e.get("step") == current and e.get("state") == "verified"]
+            # Usable as the gate of `effect begin` judges it: granted and unexpired, or used by an effect it may send again.
             granted = [rid for rid in sorted(newest_requests(state).values(), key=request_order)
-                       if approvals[rid]["step"] == current and approvals[rid]["state"] == "granted" and parse_time(approvals[rid]["expires_at"]) > now]
+                       if approvals[rid]["step"] == current
+                       and find_grant(state, current, approvals[rid]["action"], approvals[rid]["payload_digest"], now,
+                                      approvals[rid].get("used_by"))[0] == rid]
             if not verified and granted:
                 req = approvals[granted[-1]]
                 obs.append({"source": f"approval {name(granted[-1])}", "what": f"granted by {name(req['by'])} for {name(req['action'])} in step {name(current)}",

@@ -72,6 +72,21 @@ class DecideTest(unittest.TestCase):
         self.assertIn("grant", self.act(granted(lasting, ACTION), "finish-step", now=T0 + 599))
         self.assertNotIn("grant", self.act(granted(lasting, ACTION), "finish-step", now=T0 + 601), "an expired grant is not named")
 
+    def test_a_grant_used_by_an_effect_observed_absent_is_named_for_its_next_attempt(self) -> None:
+        # The gate lets the same effect begin again under the grant it used; the decision must say so, not ask a person again.
+        state = granted(held(at_publish(), ttl=3600), ACTION)
+        rid = next(iter(state["observations"]["approvals"]))
+        key = ACTION[len("effect:"):]
+        begun_once = begun(state, key, step="publish")
+        absent = then(begun_once, effects.absent_ops, key, {"found": False})
+        self.assertEqual(absent["observations"]["approvals"][rid]["state"], "used")
+        action = self.act(absent, "finish-step", now=T0 + 1)
+        self.assertEqual(action["grant"]["request_id"], rid)
+        self.assertIn(f"effect begin {key}", action["approval"])
+        self.assertNotIn("approval request", action["approval"])
+        begun(absent, key, now=T0 + 1, step="publish")  # and the gate agrees: no AwaitingApproval
+        self.assertNotIn("grant", self.act(absent, "finish-step", now=T0 + 601), "an expired grant is not named")
+
     def test_a_denial_for_a_finished_step_no_longer_stops(self) -> None:
         state = held(through(fresh(), "draft"))
         rid, ops = approvals.request_ops(state, "draft", "effect:notes", DIGEST, 600, T0)
