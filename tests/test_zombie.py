@@ -22,8 +22,10 @@ and no record written at the old epoch after it. A real-system test
 (``tests/_real.py``): it runs when ``RUNNER_REAL_TESTS`` asks for it.
 """
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -32,6 +34,7 @@ import unittest
 import urllib.parse
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from runner import inflight
 from runner.envelope import parse_time
 from runner.lease import lease_view
 from runner.proof.ticketservice import TicketServiceProcess
@@ -80,6 +83,7 @@ class ZombieWorkerTest(unittest.TestCase):
         self.task = "zombie-run"
         create_store(self.url, self.task, {"contract": 1, "task_id": self.task, "goal": "file one ticket",
                                            "steps": [{"id": STEP, "next": "done"}]}).close()
+        self.addCleanup(self._remove_registry)
         self.service = TicketServiceProcess(os.path.join(self.root, "tickets.db"))
         self.addCleanup(self.service.stop)
         self.context: Dict[str, Any] = {
@@ -92,6 +96,17 @@ class ZombieWorkerTest(unittest.TestCase):
         self.addCleanup(self._end_pools)
 
     # -- fixtures ----------------------------------------------------------------------
+    def _remove_registry(self) -> None:
+        """The run's calls in flight (a killed worker's stay by design) go with its database, which is dropped next."""
+        store = open_store(self.url, self.task)
+        try:
+            folder = inflight.registry_for(store).folder
+        finally:
+            store.close()
+        shutil.rmtree(folder, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.dirname(folder))  # the machine-wide folder, when no other run's calls are in it
+
     def _fresh_database(self) -> str:
         """A database of its own on the test server (the pools claim every run of their database), dropped afterwards."""
         import psycopg
