@@ -55,32 +55,22 @@ took=$(( $(date +%s) - start ))
 echo "== offline suite: exit $rc, ${took}s (a fixed loop of $(python3 -S -c 'import platform; print("Python", platform.python_version())') took ${before} s of processor time before it, $(loop) s after)"
 
 status=$rc
-appeared=$(cd "$home" && find . -mindepth 1 | sort)
-if [ -n "$appeared" ]; then
-  echo "== the offline suite wrote into HOME:"
-  printf '%s\n' "$appeared" | head -n 50
-  status=1
-else
-  echo "== HOME: nothing written"
-fi
+# nothing_written WHERE PATHS [NOTE]: PATHS (one per line) are what the suite wrote into WHERE; any fails the run.
+nothing_written() {
+  if [ -n "$2" ]; then
+    echo "== the offline suite wrote into $1:"
+    printf '%s\n' "$2" | head -n 50
+    status=1
+  else
+    echo "== $1: nothing written${3:+ ($3)}"
+  fi
+}
+nothing_written HOME "$(cd "$home" && find . -mindepth 1 | sort)"
 # Python's own bytecode cache beside the sources (git ignores it) is not the suite's doing: discovery
 # imports every package under the root, runner's among them, before the suite's code runs.
-written=$(find . -path ./.git -prune -o -type f -newer "$marker" -print | grep -v -E '/__pycache__/[^/]+\.pyc$' | sort)
-if [ -n "$written" ]; then
-  echo "== the offline suite wrote into the repository:"
-  printf '%s\n' "$written" | head -n 50
-  status=1
-else
-  echo "== repository: nothing written (Python's __pycache__ aside)"
-fi
-calls_new=$(comm -13 <(printf '%s\n' "$calls_before") <(calls) | sed '/^$/d')
-if [ -n "$calls_new" ]; then
-  echo "== the offline suite wrote into /tmp/runner-calls-$(id -u)/:"
-  printf '%s\n' "$calls_new" | head -n 20
-  status=1
-else
-  echo "== /tmp/runner-calls-$(id -u)/: nothing written"
-fi
+nothing_written repository "$(find . -path ./.git -prune -o -type f -newer "$marker" -print | grep -v -E '/__pycache__/[^/]+\.pyc$' | sort)" \
+  "Python's __pycache__ aside"
+nothing_written "/tmp/runner-calls-$(id -u)/" "$(comm -13 <(printf '%s\n' "$calls_before") <(calls) | sed '/^$/d')"
 left=$(find "$tmp" -mindepth 1 -maxdepth 1 | wc -l)
 echo "== TMPDIR: $left entr$([ "$left" -eq 1 ] && echo y || echo ies) left behind (removed now)"
 find "$tmp" -mindepth 1 -maxdepth 1 -printf '%f\n' | sed -E 's/[-_.][A-Za-z0-9_]{6,}$//' | sort | uniq -c | head -n 20
