@@ -1,11 +1,12 @@
 """The lifecycle of one effect as a pure function: every rule of :func:`runner.lifecycle.next_move`, one at a time."""
 
+import math
 import unittest
 from typing import Any, Dict, Optional
 
 from runner.envelope import format_time
 from runner.errors import Failed, Fenced, NeedsReconciliation
-from runner.lifecycle import Answer, Call, Caps, Facts, Move, Seen, next_move, quiet_since
+from runner.lifecycle import LOOK_AGAIN_SECONDS, Answer, Call, Caps, Facts, Move, Seen, next_move, quiet_since
 
 T0 = 1_790_000_000.0
 KEY = "doc-1:ticket"
@@ -61,11 +62,45 @@ class CallsInFlightTest(unittest.TestCase):
     def test_an_ended_call_dates_the_settle_time(self) -> None:
         ended = Call(False, T0 + 200, True, T0 + 90, 42)
         caps = Caps(settle=5)
-        early = Seen("absent", {"looked": 1}, T0 + 91)
-        self.assertEqual(move(effect("started"), calls=(ended,), caps=caps, seen=early, now=T0 + 92), Move("wait", until=T0 + 95))
-        self.assertEqual(move(effect("started"), calls=(ended,), caps=caps, seen=early, now=T0 + 95).kind, "observe")
-        late = Seen("absent", {"looked": 2}, T0 + 96)
+        early = Seen("absent", {"looked": 1}, T0 + 91)  # one second after the call ended: looked at again after one more
+        self.assertEqual(move(effect("started"), calls=(ended,), caps=caps, seen=early, now=T0 + 91.5), Move("wait", until=T0 + 92))
+        self.assertEqual(move(effect("started"), calls=(ended,), caps=caps, seen=early, now=T0 + 92).kind, "observe")
+        later = Seen("absent", {"looked": 2}, T0 + 93)  # the next wait would end past the settle time: it ends there
+        self.assertEqual(move(effect("started"), calls=(ended,), caps=caps, seen=later, now=T0 + 93), Move("wait", until=T0 + 95))
+        late = Seen("absent", {"looked": 3}, T0 + 96)
         self.assertEqual(move(effect("started"), calls=(ended,), caps=caps, seen=late, now=T0 + 96).kind, "absent")
+
+    def test_an_early_absence_is_looked_at_again_at_doubling_waits_and_believed_only_after_the_settle_time(self) -> None:
+        ended = Call(False, T0 + 200, True, T0 + 90, 42)
+        for settle, most in ((0.2, 2), (1, 5), (5, 7), (60, 10), (3600, 16)):
+            with self.subTest(settle=settle):
+                caps, now, looks = Caps(settle=settle), T0 + 90.001, []
+                while True:
+                    got = move(effect("acknowledged", receipt={"t": 1}), calls=(ended,), caps=caps, seen=Seen("absent", {}, now), now=now)
+                    looks.append(now)
+                    if got.kind != "wait":
+                        break
+                    self.assertLessEqual(got.until, T0 + 90 + settle, "no wait ends past the settle time")
+                    self.assertGreaterEqual(got.until - now, min(LOOK_AGAIN_SECONDS, T0 + 90 + settle - now), "lookups are spaced")
+                    now = got.until
+                self.assertEqual(got.kind, "uncertain", "a receipt, then an absence believed: a contradiction for a person")
+                self.assertGreaterEqual(looks[-1], T0 + 90 + settle, "the absence was believed only once no call could still land")
+                self.assertLessEqual(len(looks), most, looks)
+                self.assertLessEqual(len(looks), math.log2(max(settle, LOOK_AGAIN_SECONDS) / LOOK_AGAIN_SECONDS) + 3)
+
+    def test_a_presence_seen_before_the_settle_time_is_verified_at_once(self) -> None:
+        ended = Call(False, T0 + 200, True, T0 + 90, 42)
+        caps = Caps(settle=30)
+        early = Seen("absent", {}, T0 + 90.01)
+        waited = move(effect("acknowledged", receipt={"t": 1}), calls=(ended,), caps=caps, seen=early, now=T0 + 90.01)
+        self.assertEqual(waited, Move("wait", until=T0 + 90.01 + LOOK_AGAIN_SECONDS), "looked at again within a second, not after 30")
+        seen = Seen("present", {"ticket": 7}, T0 + 91)
+        self.assertEqual(move(effect("acknowledged", receipt={"t": 1}), calls=(ended,), caps=caps, seen=seen, now=T0 + 91).kind, "verify")
+
+    def test_a_lookup_while_an_earlier_call_may_be_on_its_way_waits_for_its_deadline_before_looking_again(self) -> None:
+        caps = Caps(timeout=30, settle=5)  # a started effect the registry never saw: it may call until T0 + 30
+        got = move(effect("started", at=T0), caps=caps, seen=Seen("absent", {}, T0 + 10), now=T0 + 10)
+        self.assertEqual(got, Move("wait", until=T0 + 30 + LOOK_AGAIN_SECONDS), "not a lookup every quarter second for 20 seconds")
 
     def test_a_started_effect_the_registry_never_saw_is_assumed_to_call_until_its_deadline(self) -> None:
         caps = Caps(timeout=30)
