@@ -145,12 +145,17 @@ _INTERRUPT = object()
 
 
 def caps_for(state: Dict[str, Any], adapter: Adapter, invoke: bool = True) -> Caps:
-    """The caps of one effect: the adapter's timeout and facts, the contract's settle time."""
+    """The caps of one effect: the adapter's timeout and facts, the contract's settle time.
+
+    With ``effects.rate`` every call spends a token, so no lookup is made before the settle time
+    only to see a presence sooner: the tokens go to the calls that must be made.
+    """
     effects = state["plan"].get("effects", {})
     timeout = getattr(adapter, "timeout", None) or effects.get("timeout_seconds") or DEFAULT_TIMEOUT
     return Caps(timeout=float(timeout), settle=float(effects.get("settle_seconds", 0) or 0),
                 deduplicates=bool(getattr(adapter, "deduplicates", False)), retention=getattr(adapter, "retention_seconds", None),
-                invoke=invoke, max_later=int(effects.get("max_rate_limited", _effects.DEFAULT_MAX_RATE_LIMITED)))
+                invoke=invoke, max_later=int(effects.get("max_rate_limited", _effects.DEFAULT_MAX_RATE_LIMITED)),
+                look_early=not effects.get("rate"))
 
 
 class _Task:

@@ -25,7 +25,9 @@ its loop acts. The rules it keeps:
   :data:`LOOK_AGAIN_SECONDS`): a target that shows a call after one second
   of a five-second settle time is verified after about one second; an
   absence takes log2(settle / 0.25) + 3 lookups at most (seven for five
-  seconds).
+  seconds). Not with ``look_early`` off (a target whose calls are rationed
+  by a rate, where each early lookup would spend a call an invoke needs):
+  then the next lookup is at the settle time.
 * **A receipt is proof.** Once an acknowledgement is recorded, no absence
   leads to another call, whatever state the effect has moved to: it is a
   contradiction, recorded and stopped on (needs-reconciliation), never retried.
@@ -69,6 +71,7 @@ class Caps(NamedTuple):
     :param retention: seconds the target remembers a key (None: forever).
     :param invoke: False to reconcile only: observe and record, never call the target.
     :param max_later: lookups answered "not now" in a row before the lookup counts as inconclusive.
+    :param look_early: look again before the settle time is out after an early absence (a presence is believed at once).
     """
 
     timeout: float = 60.0
@@ -77,6 +80,7 @@ class Caps(NamedTuple):
     retention: Optional[float] = None
     invoke: bool = True
     max_later: int = 10
+    look_early: bool = True
 
 
 class Call(NamedTuple):
@@ -245,7 +249,7 @@ def next_move(facts: Facts) -> Move:
             if seen.at < settled:
                 # Looked too early to believe an absence, not too early to see a presence: look again
                 # once the time since the last call ended has doubled, and at the settle time at last.
-                again = min(settled, max(quiet, seen.at) + max(LOOK_AGAIN_SECONDS, seen.at - quiet))
+                again = min(settled, max(quiet, seen.at) + max(LOOK_AGAIN_SECONDS, seen.at - quiet)) if caps.look_early else settled
                 return Move("wait", until=again) if now < again else Move("observe")
             if effect.get("receipt") is not None:
                 reason = _contradiction(key, effect, seen)

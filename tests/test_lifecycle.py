@@ -5,6 +5,7 @@ import unittest
 from typing import Any, Dict, Optional
 
 from runner.envelope import format_time
+from runner.executor import caps_for
 from runner.errors import Failed, Fenced, NeedsReconciliation
 from runner.lifecycle import LOOK_AGAIN_SECONDS, Answer, Call, Caps, Facts, Move, Seen, next_move, quiet_since
 
@@ -96,6 +97,16 @@ class CallsInFlightTest(unittest.TestCase):
         self.assertEqual(waited, Move("wait", until=T0 + 90.01 + LOOK_AGAIN_SECONDS), "looked at again within a second, not after 30")
         seen = Seen("present", {"ticket": 7}, T0 + 91)
         self.assertEqual(move(effect("acknowledged", receipt={"t": 1}), calls=(ended,), caps=caps, seen=seen, now=T0 + 91).kind, "verify")
+
+    def test_a_target_rationed_by_a_rate_is_looked_at_again_only_at_the_settle_time(self) -> None:
+        ended = Call(False, T0 + 200, True, T0 + 90, 42)
+        early = Seen("absent", {}, T0 + 90.01)
+        got = move(effect("acknowledged", receipt={"t": 1}), calls=(ended,), caps=Caps(settle=30, look_early=False), seen=early, now=T0 + 90.01)
+        self.assertEqual(got, Move("wait", until=T0 + 120), "each early lookup would spend a token an invoke needs")
+        plan = {"effects": {"settle_seconds": 30}}
+        self.assertTrue(caps_for({"plan": plan}, object()).look_early)
+        plan["effects"]["rate"] = {"per_second": 2}
+        self.assertFalse(caps_for({"plan": plan}, object()).look_early)
 
     def test_a_lookup_while_an_earlier_call_may_be_on_its_way_waits_for_its_deadline_before_looking_again(self) -> None:
         caps = Caps(timeout=30, settle=5)  # a started effect the registry never saw: it may call until T0 + 30
