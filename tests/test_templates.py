@@ -195,6 +195,18 @@ class BatchExampleTest(unittest.TestCase):
         self.assertEqual((report["recoveries"], report["recovery_wait_seconds"], report["crashes_drawn"]), (0, 0.0, 0), out)
 
 
+    def test_a_service_that_cannot_start_ends_the_block_with_exit_1_and_its_reason(self) -> None:
+        with scratch_dir("runner-try-") as root:
+            make_project(root, "run-contract.batch.example.md", "docs", ["a.md"])
+            env = dict(child_env(pythonpath=False), RUNNER=os.path.join(root, "no-checkout-here"))
+            done = subprocess.run(["sh", "-c", the_block("run-contract.batch.example.md")], cwd=root, env=env, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+            self.assertFalse(os.path.exists(os.path.join(root, ".run")), "stopped before init")
+        out = done.stdout.decode("utf-8", "replace")
+        self.assertEqual(done.returncode, 1, out)
+        self.assertIn("No module named 'runner'", out)
+
+
 class HttpExampleTest(unittest.TestCase):
     def test_the_http_example_run_as_a_script_completes_and_its_helpdesk_ends_with_it(self) -> None:
         with scratch_dir("runner-try-") as root, one_block_at_a_time():
@@ -218,6 +230,15 @@ class HttpExampleTest(unittest.TestCase):
             code, out, left = run_as_script("run-contract.http.example.md", root, timeout=60)
             self.assertFalse(os.path.exists(os.path.join(root, ".run")), out)  # stopped before init
         self.assertEqual((code, out, left), (1, f"helpdesk: cannot listen on 127.0.0.1:{HELPDESK_PORT}: Address already in use\n", []))
+
+    def test_the_wait_for_the_helpdesk_says_nothing_before_its_log_exists(self) -> None:
+        # The block's background job opens helpdesk.log itself, so the first look may come before the file exists.
+        wait = next(line for line in the_block("run-contract.http.example.md").splitlines() if line.startswith("until "))
+        script = "(sleep 0.3; echo listening > helpdesk.log) &\n" + wait + "\necho ready\n"
+        with scratch_dir("runner-helpdesk-") as root:
+            done = subprocess.run(["sh", "-c", script], cwd=root, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, timeout=30)
+        self.assertEqual((done.returncode, done.stdout.decode("utf-8", "replace")), (0, "ready\n"))
 
     def test_the_helpdesk_says_in_one_line_that_it_cannot_listen(self) -> None:
         with scratch_dir("runner-helpdesk-") as root, socket.socket() as taken:
