@@ -317,7 +317,11 @@ def observe_job(run_path: str, job: Dict[str, Any]) -> Dict[str, Any]:
 
     ``finished`` needs both that this attempt's wrapper is gone and that it left
     an exit file bound to it; a file that fails the checks adds ``damage``
-    (what is wrong with which file) and is not believed.
+    (what is wrong with which file) and is not believed. The process table is
+    read before the exit file: the wrapper writes that file before it ends, so
+    a wrapper seen gone has left it, while a file read first could be missing
+    only because the wrapper wrote it a moment later (a finished job taken
+    for a vanished one, and run again where the contract allows reruns).
     """
     folder = os.path.join(run_path, job["dir"])
     damage: List[str] = []
@@ -326,13 +330,14 @@ def observe_job(run_path: str, job: Dict[str, Any]) -> Dict[str, Any]:
     except ValueError as exc:
         pid, start = None, None
         damage.append(f"pid.json {exc}")
+    alive = pid is not None and _alive(int(pid), start)
     try:
         done = _exit_record(folder, job, pid, start)
     except ValueError as exc:
         done = None
         damage.append(f"exit.json {exc}")
     seen: Dict[str, Any]
-    if pid is not None and _alive(int(pid), start):
+    if alive:
         seen = {"status": "running", "pid": pid, "pid_start": start}
     elif done is not None:
         digest = job.get("log_sha256") or _log_digest(os.path.join(folder, "log"))

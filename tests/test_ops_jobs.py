@@ -16,6 +16,7 @@ import sys
 import tracemalloc
 import unittest
 from typing import Any, Dict, Optional
+from unittest import mock
 
 try:
     from . import _util
@@ -234,6 +235,16 @@ class JobFiles(unittest.TestCase):
         seen = jobs.observe_job(self.run_path, self.job)
         self.assertEqual((seen["status"], seen["pid"]), ("running", os.getpid()))
         self.assertNotIn("damage", seen)
+
+    def test_a_wrapper_that_ends_while_it_is_observed_is_finished_not_vanished(self) -> None:
+        # The wrapper writes its exit file, then ends, in the instant between two reads of the observation.
+        def ends_now(pid: int, start: Any) -> bool:
+            self.exit_file(exit_code=0)
+            return False
+
+        with mock.patch.object(jobs, "_alive", ends_now):
+            seen = jobs.observe_job(self.run_path, self.job)
+        self.assertEqual((seen["status"], seen.get("exit_code"), seen.get("damage")), ("finished", 0, None), seen)
 
     def test_a_live_wrapper_is_running_whatever_its_folder_says(self) -> None:
         self.job.update(pid=os.getpid(), pid_start=jobs._proc_start(os.getpid()))
