@@ -194,7 +194,6 @@ class BatchExampleTest(unittest.TestCase):
         # Nothing crashed: the hand-over and the next drive of the same owner are no recovery, and the timeline draws no crash.
         self.assertEqual((report["recoveries"], report["recovery_wait_seconds"], report["crashes_drawn"]), (0, 0.0, 0), out)
 
-
     def test_a_service_that_cannot_start_ends_the_block_with_exit_1_and_its_reason(self) -> None:
         with scratch_dir("runner-try-") as root:
             make_project(root, "run-contract.batch.example.md", "docs", ["a.md"])
