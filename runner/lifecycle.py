@@ -21,13 +21,14 @@ its loop acts. The rules it keeps:
   A lookup that found nothing sooner than ``settle`` seconds after the last
   call ended is not believed: wait, observe again. A presence is believed at
   once, so the target is looked at again before the settle time is out, the
-  waits doubling with the time since the last call ended (from
-  :data:`LOOK_AGAIN_SECONDS`): a target that shows a call after one second
-  of a five-second settle time is verified after about one second; an
-  absence takes log2(settle / 0.25) + 3 lookups at most (seven for five
-  seconds). Not with ``look_early`` off (a target whose calls are rationed
-  by a rate, where each early lookup would spend a call an invoke needs):
-  then the next lookup is at the settle time.
+  waits doubling with the time since the last call ended, from the longer of
+  :data:`LOOK_AGAIN_SECONDS` and a 64th of the settle time: a call the
+  target shows after a lag shorter than the settle time is verified within
+  about twice that lag, and an absence is believed after at most nine
+  lookups that found nothing (seven for a five-second settle time). Not with
+  ``look_early`` off (a target whose calls are rationed by a rate, where
+  each early lookup would spend a call an invoke needs): then the next
+  lookup is at the settle time.
 * **A receipt is proof.** Once an acknowledgement is recorded, no absence
   leads to another call, whatever state the effect has moved to: it is a
   contradiction, recorded and stopped on (needs-reconciliation), never retried.
@@ -60,6 +61,8 @@ LOOKUP_RETRY_SECONDS = 1.0
 
 #: The shortest wait before looking again at an absence too early to believe.
 LOOK_AGAIN_SECONDS = 0.25
+#: The first wait is at least this part of the settle time, which bounds the lookups whatever the settle time.
+LOOK_AGAIN_PART = 1 / 64
 
 
 class Caps(NamedTuple):
@@ -249,7 +252,8 @@ def next_move(facts: Facts) -> Move:
             if seen.at < settled:
                 # Looked too early to believe an absence, not too early to see a presence: look again
                 # once the time since the last call ended has doubled, and at the settle time at last.
-                again = min(settled, max(quiet, seen.at) + max(LOOK_AGAIN_SECONDS, seen.at - quiet)) if caps.look_early else settled
+                first = max(LOOK_AGAIN_SECONDS, caps.settle * LOOK_AGAIN_PART)
+                again = min(settled, max(quiet, seen.at) + max(first, seen.at - quiet)) if caps.look_early else settled
                 return Move("wait", until=again) if now < again else Move("observe")
             if effect.get("receipt") is not None:
                 reason = _contradiction(key, effect, seen)
