@@ -433,7 +433,7 @@ class Schedule:
         self.table = ProcessTable(clock, p.can_find)
         plan = {
             "effects": {"settle_seconds": p.settle, "timeout_seconds": p.timeout, "max_attempts": p.max_attempts,
-                        "max_rate_limited": p.max_rate_limited},
+                        "max_rate_limited": p.max_rate_limited, **({"rate": p.rate} if p.rate else {})},
             "retry": {"base_seconds": p.backoff[0], "cap_seconds": p.backoff[1]},
             "lease": {"ttl_seconds": p.ttl},
         }
