@@ -45,7 +45,7 @@ from .errors import EXIT_CODES, LimitExhausted, NeedsReconciliation, RunnerError
 from .lease import lease_view
 from .quoting import ITEMS, MESSAGE, PERSON, RECORD, WORKER_OR_TARGET, digest, joined, moment, name, number, quote, word
 from .retry import check_limits
-from .steps import plan_steps
+from .steps import plan_steps, started_by_holder
 from .stores.codec import local_maker
 from . import batch as _batch
 from .evidence import evidence_observations
@@ -131,6 +131,9 @@ def decide(state: Dict[str, Any], now: float, owner: Optional[str] = None, epoch
         held = (f"{name(owner)} holds the live lease at epoch {number(view['epoch'])}: pass `--epoch {number(view['epoch'])}`"
                 if view["live"] and view["owner"] == owner else "no live lease: `recover --owner OWNER` takes it")
         return _stop("fenced", f"{name(owner)} gave no epoch; {held} (or set RUNNER_EPOCH)", ev)
+    if owner is not None and view["owner"] == owner and view["epoch"] == epoch and not view["live"]:
+        return _stop("fenced", f"the lease of {name(owner)} at epoch {number(epoch)} expired at {moment(view['expires_at'])}; "
+                               "`recover --owner OWNER` takes it at a new epoch", ev)
     if owner is not None and (view["owner"] != owner or view["epoch"] != epoch or not view["live"]):
         return _stop("fenced", f"{name(owner)} at epoch {number(epoch)} does not hold the live lease "
                                f"(epoch {number(view['epoch'])}, {_holder(view)}); `recover --owner OWNER` takes it at a new epoch", ev)
@@ -231,9 +234,7 @@ def decide(state: Dict[str, Any], now: float, owner: Optional[str] = None, epoch
     if current:
         spec = by_id.get(current, {})
         record = state["steps"].get(current) or {}
-        # Started under the present lease: the holder is still at work on it.
-        # Started before it: its worker stopped, and nothing it claimed is assumed.
-        same_holder = bool(state["lease"].get("acquired_at")) and record.get("started_at", "") >= state["lease"]["acquired_at"]
+        same_holder = started_by_holder(state, record)
         step_arg = _cmd(current, "STEP")
         action = {"kind": "finish-step" if same_holder else "resume-step", "step": current, "artifact": spec.get("artifact"), "check": spec.get("check"), "evidence": spec.get("evidence", []),
                   "why": f"{'produce and check' if same_holder else 'check'} the artifact of step {name(current)}; then `step done {step_arg} --evidence JSON` "

@@ -30,7 +30,7 @@ from .envelope import Ops, content_digest, format_time, one_line, validate_id
 from .errors import InvalidInput, NeedsReconciliation, RunComplete
 from .retry import check_attempts, check_limits, check_wait, limit, next_attempt_at
 
-__all__ = ["start_ops", "done_ops", "fail_ops", "cancel_ops", "migrate_ops", "blocked_ops", "step_failed_ops", "plan_steps"]
+__all__ = ["start_ops", "done_ops", "fail_ops", "cancel_ops", "migrate_ops", "blocked_ops", "step_failed_ops", "plan_steps", "started_by_holder"]
 
 
 
@@ -88,6 +88,8 @@ def start_ops(state: Dict[str, Any], step: str, now: float) -> Ops:
             "state": "running",
             "attempts": attempts + 1,
             "started_at": stamp,
+            # The lease epoch it started under: a later holder is known by its epoch, never by comparing times.
+            "epoch": int(state["lease"].get("epoch") or 0),
             "finished_at": None,
             "evidence": None,
             "error": None,
@@ -100,6 +102,19 @@ def start_ops(state: Dict[str, Any], step: str, now: float) -> Ops:
         ["set", ["counters", "steps_started"], int(counters.get("steps_started", 0)) + 1],
         ["set", ["counters", "step_attempts"], int(counters.get("step_attempts", 0)) + 1],
     ]
+
+
+def started_by_holder(state: Dict[str, Any], record: Dict[str, Any]) -> bool:
+    """Whether the step ``record`` was started under the present lease: its holder is still at work on it.
+
+    Judged by the lease epoch the step started under, which only grows: a holder that took the lease
+    in the same millisecond as the step's start is still a later holder. A step recorded before the
+    epoch was kept falls back to comparing the start with the lease's acquisition time.
+    """
+    lease = state["lease"]
+    if "epoch" in record:
+        return lease.get("owner") is not None and int(record["epoch"]) == int(lease.get("epoch") or 0)
+    return bool(lease.get("acquired_at")) and record.get("started_at", "") >= lease["acquired_at"]
 
 
 def _next_step(state: Dict[str, Any], done_step: str) -> Optional[str]:

@@ -54,7 +54,7 @@ class DecideTest(unittest.TestCase):
         self.assertEqual(decision_exit_code(decision), 8)
 
     def test_approvals_pending_denied_and_denied_then_granted(self) -> None:
-        publishing = held(at_publish())
+        publishing = at_publish(held(fresh()))
         first, state = request(publishing)
         self.assertEqual(self.stop(state, "awaiting-approval")["request_id"], first)
         denied = then(state, approvals.answer_ops, first, "carol", False)
@@ -68,13 +68,13 @@ class DecideTest(unittest.TestCase):
         ungranted = self.act(publishing, "finish-step")
         self.assertNotIn("grant", ungranted)
         self.assertIn("approval request publish", ungranted["approval"])
-        lasting = held(at_publish(), ttl=3600)
+        lasting = at_publish(held(fresh(), ttl=3600))
         self.assertIn("grant", self.act(granted(lasting, ACTION), "finish-step", now=T0 + 599))
         self.assertNotIn("grant", self.act(granted(lasting, ACTION), "finish-step", now=T0 + 601), "an expired grant is not named")
 
     def test_a_grant_used_by_an_effect_observed_absent_is_named_for_its_next_attempt(self) -> None:
         # The gate lets the same effect begin again under the grant it used; the decision must say so, not ask a person again.
-        state = granted(held(at_publish(), ttl=3600), ACTION)
+        state = granted(at_publish(held(fresh(), ttl=3600)), ACTION)
         rid = next(iter(state["observations"]["approvals"]))
         key = ACTION[len("effect:"):]
         begun_once = begun(state, key, step="publish")
@@ -118,6 +118,23 @@ class DecideTest(unittest.TestCase):
         self.assertIn("approval", self.act(through(state, "draft", "review"), "start-step"))
         everything = held(through(fresh(plan(steps=[{"id": "only"}])), "only"))
         self.stop(everything, "complete")
+
+    def test_a_takeover_in_the_millisecond_the_step_started_is_a_later_holder(self) -> None:
+        # The step's start and the takeover share one timestamp: only the epochs tell the holders apart.
+        drafting = then(held(fresh()), steps.start_ops, "draft")
+        taken_over = apply(drafting, lease.break_ops(drafting, "supervisor", "w1 was killed", T0), T0)
+        taken_over = apply(taken_over, lease.acquire_ops(taken_over, "w2", 300, T0), T0)
+        self.assertEqual(taken_over["steps"]["draft"]["started_at"], taken_over["lease"]["acquired_at"])
+        self.assertEqual(self.act(taken_over, "resume-step", owner="w2", epoch=2)["step"], "draft")
+        self.assertEqual(self.act(drafting, "finish-step")["step"], "draft")
+
+    def test_a_holder_whose_lease_expired_is_told_it_expired_and_when(self) -> None:
+        decision = self.stop(held(fresh()), "fenced", now=T0 + 301)
+        self.assertIn("expired at", decision["detail"])
+        self.assertNotIn("does not hold the live lease", decision["detail"])
+        expired = held(fresh())
+        taken = self.stop(apply(expired, lease.acquire_ops(expired, "w2", 300, T0 + 400), T0 + 400), "fenced", now=T0 + 400, owner="w2")
+        self.assertIn("does not hold the live lease", taken["detail"])
 
 
 if __name__ == "__main__":

@@ -19,8 +19,8 @@ def contract_text(block: dict) -> str:
 class StartTest(unittest.TestCase):
     def test_the_first_step_starts_with_exact_ops(self) -> None:
         self.assertEqual(steps.start_ops(fresh(), "draft", T0), [
-            ["set", ["steps", "draft"], {"state": "running", "attempts": 1, "started_at": STAMP, "finished_at": None, "evidence": None,
-                                         "error": None, "class": None, "next_attempt_at": None, "approval": False}],
+            ["set", ["steps", "draft"], {"state": "running", "attempts": 1, "started_at": STAMP, "epoch": 0, "finished_at": None,
+                                         "evidence": None, "error": None, "class": None, "next_attempt_at": None, "approval": False}],
             ["set", ["current_step"], "draft"],
             ["set", ["next_action"], {"kind": "finish-step", "step": "draft"}],
             ["set", ["counters", "steps_started"], 1],
