@@ -22,6 +22,7 @@ from .commands import INVOKE_EXITS, OBSERVE_EXITS, PLACEHOLDERS
 from .contract import check_contract, load_contract
 from .effects import EFFECT_STATES
 from .envelope import MAX_DOCUMENT_BYTES, MAX_DURATION_SECONDS, loads_strict, read_document
+from .output import best_effort
 from .errors import EXIT_TABLE as EXIT_ROWS
 from .errors import InvalidInput, RunnerError, StateUnrecoverable
 from .recovery import decision_exit_code, stop_for_error
@@ -887,6 +888,18 @@ def split_command(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
 
 
 def main(argv: Optional[Sequence[str]] = None, extensions: Sequence[Callable[[Callable[..., argparse.ArgumentParser]], None]] = ()) -> int:
+    """Run one verb; return its exit code. What it prints is best effort (:mod:`runner.output`): a stream
+    nobody reads never ends a verb, nor changes its code."""
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = best_effort(sys.stdout), best_effort(sys.stderr)
+    try:
+        return _main(argv, extensions)
+    finally:
+        sys.stdout.flush()
+        sys.stdout, sys.stderr = streams
+
+
+def _main(argv: Optional[Sequence[str]], extensions: Sequence[Callable[[Callable[..., argparse.ArgumentParser]], None]]) -> int:
     own, command = split_command(sys.argv[1:] if argv is None else argv)
     # Only the verbs a word of the call could name are built; help, the version or a call that names no verb
     # (an error that lists them all) gets the whole parser.
