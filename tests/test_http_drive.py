@@ -267,13 +267,15 @@ def _hooks(root: str, env: Dict[str, str]) -> List[Tuple[str, bytes]]:
 
 class TryItTest(unittest.TestCase):
     def test_the_http_examples_block_runs_as_written(self) -> None:
-        from tests.test_templates import try_it
+        from tests.test_templates import a_free_port, try_it
+
+        port = a_free_port()
 
         def issues(root: str) -> Dict[str, Any]:
-            with urllib.request.urlopen("http://127.0.0.1:8765/admin/issues", timeout=10) as answer:  # every issue created
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/admin/issues", timeout=10) as answer:  # every issue created
                 return json.loads(answer.read())
 
-        code, out, report, found = try_it("run-contract.http.example.md", "inbox", ["a.md", "b.md"], issues)
+        code, out, report, found = try_it("run-contract.http.example.md", "inbox", ["a.md", "b.md"], issues, port)
         self.assertEqual(code, 10, out)
         self.assertEqual((found["issues"], sorted(found["by_ref"].values())), (2, [1, 1]), out)
         self.assertEqual((report["status"], report["items_verified"], report["possible_duplicates"], report["crashes_drawn"]),

@@ -5,14 +5,15 @@ folder outside the checkout as a user would copy them, and the template's own sh
 there: it starts the loopback ticket service, ``drive`` files one ticket per document, hands the
 ``index`` step over, and completes once ``tools/write_index.py`` wrote the index its check
 accepts. The HTTP example's block runs as a script, as a newcomer runs it: ``drive`` completes
-(exit 10), the loopback helpdesk ends with the script's shell and leaves port 8765 free, and with the
+(exit 10), the loopback helpdesk ends with the script's shell and leaves its port free, and with the
 port taken the block exits 1 at once instead of waiting for ever (the same block, with its
-helpdesk probed, runs in ``tests/test_http_drive.py``). The other templates pass ``contract check``
-and name no file the project does not ship.
+helpdesk probed, runs in ``tests/test_http_drive.py``). The HTTP example names port 8765; its block
+and contract run here on a port the machine has free in its place, so that the suites of two
+checkouts can run at once. The other templates pass ``contract check`` and name no file the project
+does not ship.
 """
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -25,7 +26,7 @@ import time
 import unittest
 import urllib.parse
 import urllib.request
-from typing import Any, Callable, Dict, Iterator, List, Tuple, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 from runner import history
 from runner.contract import check_contract
@@ -36,34 +37,36 @@ from tests._util import REPO_ROOT, child_env, scratch_dir
 T = TypeVar("T")
 
 TEMPLATES = os.path.join(REPO_ROOT, "templates")
-#: The port the HTTP example's contract names for the loopback helpdesk.
+#: The port the HTTP example names for the loopback helpdesk.
 HELPDESK_PORT = 8765
 
 
-@contextlib.contextmanager
-def one_block_at_a_time() -> Iterator[None]:
-    """Hold the lock every "to try it" block runs under, across the suite's processes: the HTTP example's port is fixed.
-
-    The lock is this module's own file, so that nothing is created for it.
-    """
-    with open(__file__, "rb") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+def a_free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
-def the_block(template: str) -> str:
-    """The shell block of ``template``'s "to try it" paragraph."""
+def _on_port(text: str, port: Optional[int]) -> str:
+    """``text`` with the HTTP example's port replaced by ``port`` (None: as written)."""
+    return text if port is None else text.replace(str(HELPDESK_PORT), str(port))
+
+
+def the_block(template: str, port: Optional[int] = None) -> str:
+    """The shell block of ``template``'s "to try it" paragraph (on ``port`` in place of the HTTP example's)."""
     with open(os.path.join(TEMPLATES, template), encoding="utf-8") as handle:
         text = handle.read()
-    return re.search(r"To try it.*?```sh\n(.*?)```", text, re.S).group(1)  # type: ignore[union-attr]
+    return _on_port(re.search(r"To try it.*?```sh\n(.*?)```", text, re.S).group(1), port)  # type: ignore[union-attr]
 
 
-def make_project(root: str, template: str, folder: str, files: List[str]) -> None:
-    """``root`` as a user makes it: the template as ``contract.md``, ``templates/tools/`` as ``tools/``, ``files`` in ``folder``."""
-    shutil.copy(os.path.join(TEMPLATES, template), os.path.join(root, "contract.md"))
+def make_project(root: str, template: str, folder: str, files: List[str], port: Optional[int] = None) -> None:
+    """``root`` as a user makes it: the template as ``contract.md`` (on ``port`` in place of the HTTP example's),
+    ``templates/tools/`` as ``tools/``, ``files`` in ``folder``."""
+    with open(os.path.join(TEMPLATES, template), encoding="utf-8") as handle:
+        text = handle.read()
+    with open(os.path.join(root, "contract.md"), "w", encoding="utf-8") as handle:
+        handle.write(_on_port(text, port))
     shutil.copytree(os.path.join(TEMPLATES, "tools"), os.path.join(root, "tools"))
     os.mkdir(os.path.join(root, folder))
     for n, name in enumerate(files):
@@ -106,7 +109,7 @@ def live_in_group(group: int) -> List[str]:
     return live
 
 
-def run_as_script(template: str, root: str, timeout: float = 120) -> Tuple[int, str, List[str]]:
+def run_as_script(template: str, root: str, timeout: float = 120, port: Optional[int] = None) -> Tuple[int, str, List[str]]:
     """Run ``template``'s "to try it" block with ``sh`` as a script in the project ``root``, with nothing added.
 
     Returns the script's exit code, its output, and what of its process group still runs 10 seconds
@@ -115,7 +118,7 @@ def run_as_script(template: str, root: str, timeout: float = 120) -> Tuple[int, 
     env = dict(child_env(pythonpath=False), RUNNER=REPO_ROOT)
     log = os.path.join(root, "script.log")  # a file, not a pipe: what the script leaves running would hold a pipe open
     with open(log, "wb") as output:
-        shell = subprocess.Popen(["sh", "-c", the_block(template)], cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=output,
+        shell = subprocess.Popen(["sh", "-c", the_block(template, port)], cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=output,
                                  stderr=subprocess.STDOUT, start_new_session=True)
     try:
         code = shell.wait(timeout)
@@ -131,17 +134,19 @@ def run_as_script(template: str, root: str, timeout: float = 120) -> Tuple[int, 
         return code, handle.read(), left
 
 
-def try_it(template: str, folder: str, files: List[str], probe: Callable[[str], T]) -> Tuple[int, str, Dict[str, Any], T]:
+def try_it(template: str, folder: str, files: List[str], probe: Callable[[str], T],
+           port: Optional[int] = None) -> Tuple[int, str, Dict[str, Any], T]:
     """Run ``template``'s "to try it" block with ``sh``, as written, in a project folder outside the checkout.
 
     The project holds the template as ``contract.md``, ``templates/tools/`` as ``tools/`` and ``files``
     (short Markdown documents) in ``folder``. ``probe(project)`` runs once the block is done, while the
     service it left in the background still answers; then that service is stopped. Returns the block's
-    exit code, its output, ``report --json`` of the run and what ``probe`` returned.
+    exit code, its output, ``report --json`` of the run and what ``probe`` returned. ``port`` stands in
+    for the HTTP example's.
     """
-    block = the_block(template)
-    with scratch_dir("runner-try-") as root, one_block_at_a_time():
-        make_project(root, template, folder, files)
+    block = the_block(template, port)
+    with scratch_dir("runner-try-") as root:
+        make_project(root, template, folder, files, port)
         env = dict(child_env(pythonpath=False), RUNNER=REPO_ROOT)
         log = os.path.join(root, "try-it.log")  # a file, not a pipe: the service left in the background holds it open
         # The shell stays until the probe is done: the loopback services end with the shell that started them.
@@ -208,27 +213,29 @@ class BatchExampleTest(unittest.TestCase):
 
 class HttpExampleTest(unittest.TestCase):
     def test_the_http_example_run_as_a_script_completes_and_its_helpdesk_ends_with_it(self) -> None:
-        with scratch_dir("runner-try-") as root, one_block_at_a_time():
-            make_project(root, "run-contract.http.example.md", "inbox", ["a.md", "b.md"])
-            code, out, left = run_as_script("run-contract.http.example.md", root)
+        port = a_free_port()
+        with scratch_dir("runner-try-") as root:
+            make_project(root, "run-contract.http.example.md", "inbox", ["a.md", "b.md"], port)
+            code, out, left = run_as_script("run-contract.http.example.md", root, port=port)
             self.assertEqual(code, 10, out)  # drive: complete
             self.assertEqual(left, [], f"still running after the script ended:\n{out}")
             with socket.socket() as again:
                 # Free: the next try starts its own helpdesk there (which, like this, may reuse an address its closed connections hold).
                 again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                again.bind(("127.0.0.1", HELPDESK_PORT))
+                again.bind(("127.0.0.1", port))
             report = run_report(root)
         self.assertEqual((report["status"], report["items_verified"], report["possible_duplicates"]), ("complete", 2, 0), out)
 
     def test_with_the_port_taken_the_http_example_exits_1_with_the_helpdesks_one_line(self) -> None:
-        with scratch_dir("runner-try-") as root, one_block_at_a_time(), socket.socket() as taken:
-            make_project(root, "run-contract.http.example.md", "inbox", ["a.md"])
+        with scratch_dir("runner-try-") as root, socket.socket() as taken:
             taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            taken.bind(("127.0.0.1", HELPDESK_PORT))
+            taken.bind(("127.0.0.1", 0))
             taken.listen()
-            code, out, left = run_as_script("run-contract.http.example.md", root, timeout=60)
+            port = int(taken.getsockname()[1])
+            make_project(root, "run-contract.http.example.md", "inbox", ["a.md"], port)
+            code, out, left = run_as_script("run-contract.http.example.md", root, timeout=60, port=port)
             self.assertFalse(os.path.exists(os.path.join(root, ".run")), out)  # stopped before init
-        self.assertEqual((code, out, left), (1, f"helpdesk: cannot listen on 127.0.0.1:{HELPDESK_PORT}: Address already in use\n", []))
+        self.assertEqual((code, out, left), (1, f"helpdesk: cannot listen on 127.0.0.1:{port}: Address already in use\n", []))
 
     def test_the_wait_for_the_helpdesk_says_nothing_before_its_log_exists(self) -> None:
         # The block's background job opens helpdesk.log itself, so the first look may come before the file exists.
