@@ -47,8 +47,17 @@ Invariants kept here:
   later change in what the source lists is reported (:func:`items_changed`,
   through the same bounded listing) and never used; a migration to another
   plan refreezes at the next start.
-* Two items never share a key: a list that would (two slugs alike included)
-  is refused at start.
+* Two items never share a key: a list that would (two slugs alike included,
+  or an item of another step's frozen list) is refused at start.
+* A key the ledger holds is never given to another item, and an item whose
+  effect may exist at the target (verified or unresolved) keeps its key:
+  a list frozen anew that would do either, an ``{index}`` shifted by an item
+  added in front or a changed key template among them, is refused at start
+  with nothing recorded (:func:`freeze_ops`). An item is its string, the
+  path in the workspace the key is made from: a file whose content changed
+  is the same item. Keys the ledger holds for items a new list no longer
+  names stay with those items (the batch's ``unlisted``); skips move with
+  their items.
 * A batch step is done only when every item's effect is verified or skipped
   with a recorded reason (:func:`check_complete`).
 
@@ -61,7 +70,7 @@ import os
 import re
 import stat
 import unicodedata
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .commands import PLACEHOLDERS, expand, many_problems, placeholders_in, run_command
 from .lifecycle import UNRESOLVED
@@ -85,6 +94,7 @@ __all__ = [
     "list_items",
     "freeze",
     "freeze_ops",
+    "bindings",
     "keys_of",
     "owner_of",
     "slug",
@@ -477,11 +487,25 @@ def check_inside(root: str, items: Sequence[str], what: str) -> None:
                                "through a symbolic link; items must stay inside it after links are followed")
 
 
+def _frozen_batches(state: Dict[str, Any]) -> List[Tuple[Dict[str, Any], Dict[str, Any]]]:
+    """``(spec, batch)`` of every plan step with a frozen item list."""
+    out = []
+    for spec in state["plan"].get("steps", []):
+        batch = (state["steps"].get(spec["id"]) or {}).get("batch")
+        if batch:
+            out.append((spec, batch))
+    return out
+
+
 def freeze(state: Dict[str, Any], step: str, cwd: Optional[str] = None) -> Optional[Dict[str, Any]]:
     """What ``step start`` freezes for ``step`` (outside any lock; reads the file system), or None.
 
     A step that was frozen under the run's present plan keeps its frozen
-    list; only the workspace root is returned for it.
+    list; only the workspace root is returned for it. A new list gives each
+    item a key no other item has, in this step or in another step's frozen
+    list. What the ledger already holds is checked under the run's lock, by :func:`freeze_ops`.
+
+    :raises InvalidInput: the list cannot be made, or two items share a key (both named).
     """
     spec = next((s for s in state["plan"].get("steps", []) if s.get("id") == step), None)
     if spec is None or not (is_batch(spec) or spec.get("checks") or spec.get("artifacts")):
@@ -507,6 +531,7 @@ def freeze(state: Dict[str, Any], step: str, cwd: Optional[str] = None) -> Optio
         keys = _keys(spec["key"], items)
         seen: Dict[str, int] = {}
         pattern = state["plan"].get("effects", {}).get("key_pattern")
+        others = [(s["id"], b) for s, b in _frozen_batches(state) if s["id"] != step]
         for index, key in enumerate(keys):
             validate_id(key, f"the key of item {index} ({items[index][:60]!r})")
             if pattern is not None and re.fullmatch(pattern, key) is None:
@@ -515,13 +540,30 @@ def freeze(state: Dict[str, Any], step: str, cwd: Optional[str] = None) -> Optio
                 raise InvalidInput(f"items {items[seen[key]][:60]!r} and {items[index][:60]!r} give the same key {key!r}: "
                                    "the key template must tell items apart")
             seen[key] = index
+            for other, batch in others:
+                at = keys_of(batch)[1].get(key)
+                if at is not None:
+                    raise InvalidInput(f"item {items[index][:60]!r} of step {step!r} would have the key {key!r} of "
+                                       f"item {batch['items'][at][:60]!r} of step {other!r}: a key names one item; "
+                                       "give this step a key template of its own (a prefix of its own)")
         frozen["batch"] = {"items": items, "digest": content_digest(items), "count": len(items), "source": source,
                            "key": spec["key"], "plan_digest": state["plan_digest"], "skipped": {}}
+        _remember_keys(frozen["batch"], keys, seen)
     return frozen
 
 
 def freeze_ops(state: Dict[str, Any], step: str, frozen: Optional[Dict[str, Any]], now: float) -> Ops:
-    """Ops that keep the step's frozen facts across the start that ``start_ops`` just recorded."""
+    """Ops that keep the step's frozen facts across the start that ``start_ops`` just recorded.
+
+    A list frozen anew (the first start, or the first after a migration) is
+    checked against the ledger first (:func:`_check_bindings`); skips move with
+    their items, and the keys the ledger holds for items the new list no longer
+    names are kept with those items (``unlisted``), so a later list is checked
+    against them too.
+
+    :raises InvalidInput: the new list would give a key the ledger holds to another item, or a new key to an
+        item whose effect may exist at the target; nothing is recorded.
+    """
     if frozen is None:
         return []
     record = state["steps"].get(step) or {}
@@ -530,16 +572,90 @@ def freeze_ops(state: Dict[str, Any], step: str, frozen: Optional[Dict[str, Any]
     if old and old.get("plan_digest") == state["plan_digest"]:
         batch = old  # frozen under this plan already: a new attempt keeps the list it had
     elif "batch" in frozen and frozen["batch"]["plan_digest"] == state["plan_digest"]:
-        # Frozen anew (first start, or after a migration): skips of items still listed stay recorded.
-        keys = set(keys_of(frozen["batch"])[0])
-        kept = {k: v for k, v in ((old or {}).get("skipped") or {}).items() if k in keys}
-        batch = dict(frozen["batch"], frozen_at=format_time(now), skipped=kept)
+        new = frozen["batch"]
+        keys, index_of = keys_of(new)
+        key_of_item = dict(zip(new["items"], keys))
+        before = bindings(old) if old else {}
+        _check_bindings(state["effects"], step, before, new, key_of_item, old["key"] if old else None)
+        unlisted = {k: item for k, item in before.items() if k in state["effects"] and k not in index_of}
+        skipped = {}
+        for key, skip in ((old or {}).get("skipped") or {}).items():
+            moved = key_of_item.get(before.get(key, ""))
+            if moved is not None:
+                skipped[moved] = dict(skip, index=index_of[moved])  # a skip is about its item, whatever its key now
+        batch = dict(new, frozen_at=format_time(now), skipped=skipped)
+        if unlisted:
+            batch["unlisted"] = unlisted
     elif "batch" in frozen or old:
         raise InvalidInput(f"the plan of step {step!r} changed while it was starting; start it again")
     else:
         return ops
     ops.append(["set", ["steps", step, "batch"], batch])
     return ops
+
+
+#: Effect states whose call may have created something at the target. An item with such an effect keeps its key.
+MAY_EXIST = ("verified",) + tuple(UNRESOLVED)
+
+
+def bindings(batch: Dict[str, Any]) -> Dict[str, str]:
+    """Key -> item of a frozen batch: its listed items, and the items no longer listed whose keys the ledger holds."""
+    keys = keys_of(batch)[0]
+    out = dict(batch.get("unlisted") or {})
+    out.update(zip(keys, batch["items"]))
+    return out
+
+
+def _check_bindings(effects: Dict[str, Any], step: str, before: Dict[str, str], new: Dict[str, Any],
+                    key_of_item: Dict[str, str], old_template: Optional[str]) -> None:
+    """Refuse a new list that moves a key the ledger holds, or an item whose effect may exist, away from its partner.
+
+    Two rules, one pass each over the new list and the old bindings (O(items)):
+
+    * a key of the new list that the ledger holds (in any state) names the
+      item it named before (``before``); a held key no item of this step
+      ever had (begun by hand, or by another step) is refused too;
+    * an item whose effect under its old key is verified or unresolved keeps
+      that key, so it is never sent again under a new one (a changed key
+      template is refused while such effects exist; absent and failed effects
+      created nothing and do not hold their item back).
+
+    Items are the same when their strings are: the path in the workspace,
+    which the key is made from. A file whose content changed is the same item.
+
+    :param effects: the ledger. :param before: key -> item before (:func:`bindings` of the old batch).
+    :param key_of_item: item -> key of the new list.
+    :raises InvalidInput: one line naming the key and both items, and what to do instead.
+    """
+    for item, key in key_of_item.items():
+        effect = effects.get(key)
+        if effect is None:
+            continue
+        held = before.get(key)
+        if held == item:
+            continue
+        begun = f"in step {effect['step']!r}" if effect.get("step") else "outside any step"
+        was = f"of item {held[:60]!r}" if held is not None else f"begun {begun}, by no item of step {step!r}"
+        raise InvalidInput(f"step {step!r}: the key {key!r} holds an effect ({effect.get('state')}) {was}; the new "
+                           f"list would give it to item {item[:60]!r}, which would be taken as done or refused. A key "
+                           "the ledger holds stays with its item: keep the items already keyed where they were (with "
+                           "{index} keys, add new items at the end of an item file, or in a step of their own), or "
+                           "migrate back to the plan the list was frozen under; keys made of {slug} or {stem} never "
+                           "move", key=key)
+    moved = [(key, item) for key, item in before.items()
+             if key_of_item.get(item, key) != key and (effects.get(key) or {}).get("state") in MAY_EXIST]
+    if not moved:
+        return
+    key, item = moved[0]
+    first = (f"item {item[:60]!r} under {key!r} ({effects[key]['state']}) would get the key {key_of_item[item]!r} "
+             "and be sent again")
+    if old_template is not None and old_template != new["key"]:
+        raise InvalidInput(f"step {step!r}: the key template changed from {old_template!r} to {new['key']!r} while "
+                           f"{len(moved)} effect(s) of the old keys may exist at the target ({first}); keep the old "
+                           "key template: it may change only while no effect of its keys is verified or unresolved",
+                           key=key)
+    raise InvalidInput(f"step {step!r}: {first}; an item whose effect may exist keeps its key: keep it where it was in "
+                       "the list", key=key)
 
 
 _KEY_CACHE: Dict[Tuple[str, str], Tuple[List[str], Dict[str, int]]] = {}
@@ -570,8 +686,32 @@ def item_values(item: str, index: int) -> Dict[str, Any]:
     return {"item": item, "stem": _stem(item), "slug": slug(item), "index": index}
 
 
+def _values_for(templates: Sequence[str]) -> Callable[[str, int], Dict[str, Any]]:
+    """:func:`item_values` of only the names ``templates`` hold: ``{slug}`` is the costly one, made only when named."""
+    names = {n for t in templates for n in placeholders_in(t)}
+    want_stem, want_slug = "stem" in names, "slug" in names
+
+    def values(item: str, index: int) -> Dict[str, Any]:
+        out: Dict[str, Any] = {"item": item, "index": index}
+        if want_stem:
+            out["stem"] = _stem(item)
+        if want_slug:
+            out["slug"] = slug(item)
+        return out
+
+    return values
+
+
 def _keys(template: str, items: Sequence[str]) -> List[str]:
-    return [expand([template], item_values(item, i))[0] for i, item in enumerate(items)]
+    values = _values_for([template])
+    return [expand([template], values(item, i))[0] for i, item in enumerate(items)]
+
+
+def _remember_keys(batch: Dict[str, Any], keys: List[str], index_of: Dict[str, int]) -> None:
+    """Seed :func:`keys_of`'s cache with keys just made for ``batch``, so the start does not make them twice."""
+    if len(_KEY_CACHE) > 8:
+        _KEY_CACHE.clear()
+    _KEY_CACHE[(batch["digest"], batch["key"])] = (keys, index_of)
 
 
 def keys_of(batch: Dict[str, Any]) -> Tuple[List[str], Dict[str, int]]:
@@ -581,9 +721,7 @@ def keys_of(batch: Dict[str, Any]) -> Tuple[List[str], Dict[str, int]]:
     if found is None:
         keys = _keys(batch["key"], batch["items"])
         found = (keys, {k: i for i, k in enumerate(keys)})
-        if len(_KEY_CACHE) > 8:
-            _KEY_CACHE.clear()
-        _KEY_CACHE[cache_key] = found
+        _remember_keys(batch, *found)
     return found
 
 

@@ -1,0 +1,211 @@
+"""A changed item list, frozen anew after ``migrate``, never moves a key the ledger holds to another item.
+
+The target here files one ticket per call (it does not deduplicate) and
+logs the item of each call, so a key moved to another item shows as a
+document filed twice or never. The first test runs every verb as its own
+``python -m runner`` process, as an agent would; the others call the
+command line in this process.
+"""
+
+import copy
+import json
+import os
+import unittest
+from typing import Any, Dict, List, Tuple
+
+from runner.envelope import content_digest
+from runner.stores.file import RunStore
+from tests._batch import cli, local
+from tests._util import Result, read_state_files, scratch_dir, write_contract
+
+PAYLOAD = {"template": {"path": "{item}"}}
+FILE = "printf '%s\\n' \"$1\" >> filed; echo '{\"ok\": 1}'\n"
+FIND = "grep -qx \"$1\" filed 2>/dev/null && { echo '{\"found\": 1}'; exit 0; }; exit 1\n"
+REFUSE = "exit 2\n"
+STEP = "s1"
+GLOB = {"glob": "docs/*.md"}
+LATER = "File one ticket per document, new ones too."
+
+
+def contract(items: Any, key: str = "doc-{index}", goal: str = "File one ticket per document.", invoke: str = "file.sh",
+             **effects: Any) -> Dict[str, Any]:
+    """A batch contract whose target files ``{item}`` and finds an item by ``{item}``: the item is what is filed."""
+    return {
+        "contract": 1, "task_id": "refreeze", "goal": goal, "workspace": ".",
+        "steps": [{"id": STEP, "items": items, "key": key, "payload": PAYLOAD, "next": "done"}],
+        "effects": dict({"invoke": ["sh", invoke, "{item}"], "observe": ["sh", "find.sh", "{item}"],
+                         "timeout_seconds": 10}, **effects),
+    }
+
+
+def durable(run: str) -> Tuple[int, str, Dict[str, bytes]]:
+    """Revision, state digest and the bytes of the state files: what "nothing changed" compares."""
+    store = RunStore.open(run)
+    try:
+        state = copy.deepcopy(store.state)
+    finally:
+        store.fs.close()  # type: ignore[attr-defined]
+    return state["revision"], content_digest(state), read_state_files(run)
+
+
+class RefreezeTest(unittest.TestCase):
+    def setUp(self) -> None:
+        self.tmp = scratch_dir("runner-refreeze-")
+        self.addCleanup(self.tmp.cleanup)
+        self.root = self.tmp.name
+        self.run_dir = os.path.join(self.root, ".run")
+        for name, text in (("file.sh", FILE), ("find.sh", FIND), ("refuse.sh", REFUSE)):
+            with open(os.path.join(self.root, name), "w", encoding="utf-8") as handle:
+                handle.write(text)
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def documents(self, *names: str) -> None:
+        for name in names:
+            path = os.path.join(self.root, name)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(f"# {name}\n")
+
+    def write(self, name: str, block: Dict[str, Any]) -> str:
+        return write_contract(os.path.join(self.root, name), block)
+
+    def filed(self) -> List[str]:
+        path = os.path.join(self.root, "filed")
+        if not os.path.exists(path):
+            return []
+        with open(path, encoding="utf-8") as handle:
+            return sorted(handle.read().split())
+
+    def writer(self, call: Any = local) -> List[str]:
+        acquired = call(self.root, "lease", "acquire", "--owner", "agent", "--json")
+        self.assertEqual(acquired.code, 0, acquired.err)
+        return ["--owner", "agent", "--epoch", str(json.loads(acquired.out)["epoch"])]
+
+    def migrate(self, block: Dict[str, Any], writer: List[str], call: Any = local) -> None:
+        name = f"contract-{content_digest(block)[-8:]}.md"
+        migrated = call(self.root, "migrate", "--contract", self.write(name, block), "--reason", "a new list", *writer)
+        self.assertEqual(migrated.code, 0, migrated.err)
+
+    def refused_start(self, writer: List[str], call: Any = local) -> Result:
+        """``step start`` refused with exit 2 and the run left as it was."""
+        before = durable(self.run_dir)
+        started = call(self.root, "step", "start", STEP, "--json", *writer)
+        self.assertEqual((started.code, json.loads(started.out)["error"]), (2, "invalid-input"), started.err)
+        self.assertEqual(len([line for line in started.err.splitlines() if line.strip()]), 1, started.err)
+        self.assertEqual(durable(self.run_dir), before, "a refused start changes nothing")
+        return started
+
+    def drive(self, *extra: str, call: Any = local) -> Result:
+        return call(self.root, "drive", "--owner", "agent", "--json", *extra)
+
+    def init(self, block: Dict[str, Any], call: Any = local) -> None:
+        initialised = call(self.root, "init", "--contract", self.write("contract.md", block))
+        self.assertEqual(initialised.code, 0, initialised.err)
+
+    def start_and_file(self, block: Dict[str, Any], actions: str, call: Any = local) -> None:
+        """``init`` the run, then ``drive`` for ``actions`` actions (the start, then one item each)."""
+        self.init(block, call)
+        self.assertEqual(self.drive("--max-actions", actions, call=call).code, 0)
+
+    # -- a new list under {index} keys -----------------------------------------------------------
+    def test_a_document_added_in_front_of_index_keys_is_refused_and_nothing_is_filed_twice(self) -> None:
+        self.documents("docs/b.md", "docs/c.md", "docs/d.md")
+        self.start_and_file(contract(GLOB), "3", call=cli)  # the start; b and c filed
+        self.assertEqual(self.filed(), ["docs/b.md", "docs/c.md"])
+        self.documents("docs/a.md")  # sorts first: every {index} would shift
+        writer = self.writer(cli)
+        self.migrate(contract(GLOB, goal=LATER), writer, call=cli)
+        refused = self.refused_start(writer, call=cli)
+        message = json.loads(refused.out)["message"]
+        for named in ("'doc-0'", "'docs/b.md'", "'docs/a.md'", "verified"):
+            self.assertIn(named, message)
+        self.assertEqual(cli(self.root, "lease", "release", *writer).code, 0)
+        # The frozen list is still the one used: d is filed and nothing twice; a waits for a list that keeps the keys.
+        self.assertEqual(self.drive(call=cli).code, 10)
+        self.assertEqual(self.filed(), ["docs/b.md", "docs/c.md", "docs/d.md"])
+
+    def test_items_added_after_the_keyed_ones_are_frozen_and_each_filed_once(self) -> None:
+        self.documents("docs/b.md", "docs/c.md", "docs/d.md")
+        self.start_and_file(contract(GLOB), "3")
+        self.documents("docs/e.md")  # sorts last: the keys held stay with their items
+        writer = self.writer()
+        self.migrate(contract(GLOB, goal=LATER), writer)
+        started = local(self.root, "step", "start", STEP, *writer)
+        self.assertEqual(started.code, 0, started.err)
+        self.assertEqual(local(self.root, "lease", "release", *writer).code, 0)
+        self.assertEqual(self.drive().code, 10)
+        self.assertEqual(self.filed(), ["docs/b.md", "docs/c.md", "docs/d.md", "docs/e.md"])
+
+    def test_a_skip_moves_with_its_item_when_the_keys_shift(self) -> None:
+        self.documents("docs/b.md", "docs/c.md", "docs/d.md")
+        self.start_and_file(contract(GLOB), "1")  # the start only: no effect yet
+        writer = self.writer()
+        self.assertEqual(local(self.root, "effect", "skip", "doc-2", "--reason", "d is withdrawn", *writer).code, 0)
+        self.documents("docs/a.md")  # no key is held, so the shift is taken; d's skip must stay d's
+        self.migrate(contract(GLOB, goal=LATER), writer)
+        self.assertEqual(local(self.root, "step", "start", STEP, *writer).code, 0)
+        self.assertEqual(local(self.root, "lease", "release", *writer).code, 0)
+        self.assertEqual(self.drive().code, 10)
+        self.assertEqual(self.filed(), ["docs/a.md", "docs/b.md", "docs/c.md"])
+
+    # -- a changed key template --------------------------------------------------------------------
+    def test_a_changed_key_template_is_refused_while_verified_effects_exist(self) -> None:
+        self.documents("docs/b.md", "docs/c.md", "docs/d.md")
+        self.start_and_file(contract(GLOB), "3")
+        writer = self.writer()
+        self.migrate(contract(GLOB, key="doc-{slug}"), writer)
+        message = json.loads(self.refused_start(writer).out)["message"]
+        for named in ("'doc-{index}'", "'doc-{slug}'", "2 effect(s)", "'docs/b.md'", "'doc-b'"):
+            self.assertIn(named, message)
+        self.assertEqual(local(self.root, "lease", "release", *writer).code, 0)
+        self.assertEqual(self.drive().code, 10)
+        self.assertEqual(self.filed(), ["docs/b.md", "docs/c.md", "docs/d.md"])
+
+    def test_a_changed_key_template_is_taken_when_no_effect_may_exist(self) -> None:
+        self.documents("docs/b.md", "docs/c.md")
+        # b's only call is refused by the target (exit 2): failed, nothing created; c is never begun.
+        self.init(contract(GLOB, invoke="refuse.sh"))
+        self.assertEqual(self.drive().code, 12)
+        self.assertEqual(json.loads(local(self.root, "effect", "show", "doc-0", "--json").out)["state"], "failed")
+        writer = self.writer()
+        self.migrate(contract(GLOB, key="doc-{slug}"), writer)
+        self.assertEqual(local(self.root, "step", "start", STEP, *writer).code, 0)
+        self.assertEqual(local(self.root, "lease", "release", *writer).code, 0)
+        self.assertEqual(self.drive().code, 10)
+        self.assertEqual(self.filed(), ["docs/b.md", "docs/c.md"])
+        self.assertEqual(json.loads(local(self.root, "effect", "show", "doc-b", "--json").out)["state"], "verified")
+
+    # -- keys held for items no longer listed, and for other steps ---------------------------------
+    def test_a_key_held_for_a_dropped_item_comes_back_only_with_that_item(self) -> None:
+        self.start_and_file(contract(["a/x.md", "a/y.md"], key="doc-{slug}"), "2")  # a/x.md filed as doc-x
+        writer = self.writer()
+        self.migrate(contract(["a/y.md"], key="doc-{slug}"), writer)  # a/x.md dropped: doc-x is kept with it
+        self.assertEqual(local(self.root, "step", "start", STEP, *writer).code, 0)
+        self.migrate(contract(["b/x.md", "a/y.md"], key="doc-{slug}"), writer)  # another document with the slug x
+        message = json.loads(self.refused_start(writer).out)["message"]
+        self.assertIn("'doc-x' holds an effect (verified) of item 'a/x.md'", message)
+        self.assertIn("'b/x.md'", message)
+        self.migrate(contract(["a/x.md", "a/y.md"], key="doc-{slug}"), writer)  # the same document back
+        self.assertEqual(local(self.root, "step", "start", STEP, *writer).code, 0)
+        self.assertEqual(local(self.root, "lease", "release", *writer).code, 0)
+        self.assertEqual(self.drive().code, 10)
+        self.assertEqual(self.filed(), ["a/x.md", "a/y.md"])
+
+    def test_a_key_of_another_steps_item_is_refused(self) -> None:
+        block = contract(["one/a.md"], key="doc-{stem}")
+        block["steps"][0]["next"] = "s2"
+        block["steps"].append({"id": "s2", "items": ["two/a.md"], "key": "doc-{stem}", "payload": PAYLOAD})
+        self.start_and_file(block, "3")  # s1 started, its item filed, s1 done
+        writer = self.writer()
+        before = durable(self.run_dir)
+        started = local(self.root, "step", "start", "s2", "--json", *writer)
+        self.assertEqual(started.code, 2, started.out)
+        message = json.loads(started.out)["message"]
+        for named in ("'two/a.md'", "'one/a.md'", "'doc-a'", "'s1'"):
+            self.assertIn(named, message)
+        self.assertEqual(durable(self.run_dir), before)
+        self.assertEqual(self.filed(), ["one/a.md"])
+
+
+if __name__ == "__main__":
+    unittest.main()
