@@ -58,6 +58,11 @@ Invariants kept here:
   is the same item. Keys the ledger holds for items a new list no longer
   names stay with those items (the batch's ``unlisted``); skips move with
   their items.
+* Two items are never looked up at the target by one value: a list whose
+  items would share the observe request or command, or ``observe_many``'s
+  ``value``, is refused at start (and an inline list by ``contract check``),
+  see :func:`shared_lookup`. A lookup built from ``{payload_file}`` is the
+  contract's to keep apart: only the items' payloads tell.
 * A batch step is done only when every item's effect is verified or skipped
   with a recorded reason (:func:`check_complete`).
 
@@ -95,6 +100,8 @@ __all__ = [
     "freeze",
     "freeze_ops",
     "bindings",
+    "lookups",
+    "shared_lookup",
     "keys_of",
     "owner_of",
     "slug",
@@ -497,15 +504,73 @@ def _frozen_batches(state: Dict[str, Any]) -> List[Tuple[Dict[str, Any], Dict[st
     return out
 
 
+def lookups(effects: Dict[str, Any]) -> List[Tuple[str, List[str]]]:
+    """The lookups by which the runner finds an item's effect at the target, each named, with its templates.
+
+    The HTTP observe request's URL and headers, ``observe.many``'s ``value``;
+    or the observe command's arguments and ``observe_many``'s ``value``. A
+    lookup holding ``{key}`` is left out, as keys are told apart already; so
+    is one holding ``{payload_file}``, which only the items' payloads tell
+    apart (the contract's author must see to it). Secrets (``{env:..}``,
+    ``{file:..}``) stay as written.
+    """
+    out: List[Tuple[str, List[str]]] = []
+    http = effects.get("http")
+    if isinstance(http, dict):
+        observe = http.get("observe") or {}
+        headers = observe.get("headers") or {}
+        fields = [f"{name}: {headers[name]}" for name in sorted(headers, key=str.lower)]
+        out.append(("effects.http.observe", [observe.get("url", "")] + fields))
+        if isinstance(observe.get("many"), dict):
+            out.append(("effects.http.observe.many.value", [observe["many"]["value"]]))
+    elif "observe" in effects:
+        out.append(("effects.observe", list(effects["observe"])))
+        if isinstance(effects.get("observe_many"), dict):
+            out.append(("effects.observe_many.value", [effects["observe_many"]["value"]]))
+    told_apart = {"key", "payload_file"}
+    return [(name, parts) for name, parts in out if not told_apart & {n for p in parts for n in placeholders_in(p)}]
+
+
+def shared_lookup(plan: Dict[str, Any], lists: Sequence[Tuple[str, Sequence[str]]], run_id: str) -> Optional[str]:
+    """Why two items of ``lists`` (each a step id and its items) cannot be told apart at the target, or None.
+
+    Each lookup of :func:`lookups` is filled with every item's placeholders;
+    two items with one value would each find the other's effect, so one
+    would be recorded verified without ever being sent. One pass and one
+    dict per lookup: O(items).
+    """
+    # A part that names no item placeholder is the same for every item: only the others can tell items apart.
+    found = [(name, [p for p in parts if set(placeholders_in(p)) & set(KEY_PLACEHOLDERS)] or parts)
+             for name, parts in lookups(plan.get("effects") or {})]
+    if not found:
+        return None
+    values = _values_for([p for _, parts in found for p in parts])
+    seen: List[Dict[str, Tuple[str, str]]] = [{} for _ in found]
+    for step, items in lists:
+        for index, item in enumerate(items):
+            filled = dict(values(item, index), run_id=run_id)
+            for (name, parts), earlier in zip(found, seen):
+                value = "\n".join(expand(parts, filled))
+                first = earlier.setdefault(value, (step, item))
+                if first != (step, item):
+                    where = f"step {step!r}" if first[0] == step else f"steps {first[0]!r} and {step!r}"
+                    shown = value.replace(chr(10), " ")[:200]
+                    return (f"items {first[1][:60]!r} and {item[:60]!r} of {where} are looked up at the target by one "
+                            f"value ({name}: {shown}), so each would find the other's effect: a lookup must tell items "
+                            "apart; build it from {key}, or from a placeholder the two items differ in")
+    return None
+
+
 def freeze(state: Dict[str, Any], step: str, cwd: Optional[str] = None) -> Optional[Dict[str, Any]]:
     """What ``step start`` freezes for ``step`` (outside any lock; reads the file system), or None.
 
     A step that was frozen under the run's present plan keeps its frozen
     list; only the workspace root is returned for it. A new list gives each
     item a key no other item has, in this step or in another step's frozen
-    list. What the ledger already holds is checked under the run's lock, by :func:`freeze_ops`.
+    list, and a lookup at the target no other item shares (:func:`shared_lookup`).
+    What the ledger already holds is checked under the run's lock, by :func:`freeze_ops`.
 
-    :raises InvalidInput: the list cannot be made, or two items share a key (both named).
+    :raises InvalidInput: the list cannot be made, or two items share a key or a lookup (both named).
     """
     spec = next((s for s in state["plan"].get("steps", []) if s.get("id") == step), None)
     if spec is None or not (is_batch(spec) or spec.get("checks") or spec.get("artifacts")):
@@ -546,6 +611,9 @@ def freeze(state: Dict[str, Any], step: str, cwd: Optional[str] = None) -> Optio
                     raise InvalidInput(f"item {items[index][:60]!r} of step {step!r} would have the key {key!r} of "
                                        f"item {batch['items'][at][:60]!r} of step {other!r}: a key names one item; "
                                        "give this step a key template of its own (a prefix of its own)")
+        shared = shared_lookup(state["plan"], [(o, b["items"]) for o, b in others] + [(step, items)], state["task_id"])
+        if shared:
+            raise InvalidInput(shared)
         frozen["batch"] = {"items": items, "digest": content_digest(items), "count": len(items), "source": source,
                            "key": spec["key"], "plan_digest": state["plan_digest"], "skipped": {}}
         _remember_keys(frozen["batch"], keys, seen)

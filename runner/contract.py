@@ -15,6 +15,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from .envelope import MAX_DURATION_SECONDS, MAX_ID_LENGTH, check_duration, loads_strict, read_document, validate_id
 from .batch import effects_problems as batch_effects_problems
+from .batch import shared_lookup as batch_shared_lookup
 from .batch import step_problems as batch_step_problems
 from .errors import InvalidInput
 from .flow import flow_problems
@@ -213,6 +214,12 @@ def parse_contract_text(text: str) -> Tuple[Optional[Dict[str, Any]], List[Contr
                         check_duration(number, f"{section}: {key!r}", DURATION_BOUNDS[key])
                     except InvalidInput as exc:
                         problems.append(ContractProblem(at(key), exc.message))
+    if not problems and isinstance(steps, list) and isinstance(effects, dict):
+        # Inline items are known now; a glob or an item file is listed, and checked alike, by `step start`.
+        inline = [(s["id"], s["items"]) for s in steps if isinstance(s.get("items"), list)]
+        shared = batch_shared_lookup(block, inline, block["task_id"]) if inline else None
+        if shared:
+            problems.append(ContractProblem(at("observe"), shared))
     jobs = block.get("jobs")
     if isinstance(jobs, dict):
         for key, value in jobs.items():

@@ -18,6 +18,7 @@ from runner.stores.file import RunStore
 from tests._batch import cli, local
 from tests._util import Result, read_state_files, scratch_dir, write_contract
 
+HOST = "http://127.0.0.1:9"
 PAYLOAD = {"template": {"path": "{item}"}}
 FILE = "printf '%s\\n' \"$1\" >> filed; echo '{\"ok\": 1}'\n"
 FIND = "grep -qx \"$1\" filed 2>/dev/null && { echo '{\"found\": 1}'; exit 0; }; exit 1\n"
@@ -205,6 +206,40 @@ class RefreezeTest(unittest.TestCase):
             self.assertIn(named, message)
         self.assertEqual(durable(self.run_dir), before)
         self.assertEqual(self.filed(), ["one/a.md"])
+
+    # -- a lookup two items share ------------------------------------------------------------------
+    def http(self, items: Any, url: str = HOST + "/api/issues?external_ref={slug}", **observe: Any) -> Dict[str, Any]:
+        block = contract(items)
+        block["effects"] = {"http": {"invoke": {"url": HOST + "/api/issues"}, "observe": dict(observe, url=url)}}
+        return block
+
+    def test_two_items_with_one_slug_lookup_are_refused_at_step_start(self) -> None:
+        self.documents("a/notes.md", "b/notes.md")
+        self.init(self.http({"glob": "**/*.md"}))
+        writer = self.writer()
+        message = json.loads(self.refused_start(writer).out)["message"]
+        for named in ("'a/notes.md'", "'b/notes.md'", "external_ref=notes"):
+            self.assertIn(named, message)
+        self.assertEqual(self.filed(), [])
+
+    def check(self, block: Dict[str, Any]) -> Result:
+        return local(self.root, "contract", "check", self.write("checked.md", block))
+
+    def test_two_inline_items_with_one_lookup_are_refused_at_contract_check(self) -> None:
+        items = ["a/notes.md", "b/notes.md"]
+        shared = [self.http(items), self.http(items, url=HOST + "/api/issues", headers={"X-Ref": "{slug}"}),
+                  contract(items, observe=["sh", "find.sh", "{stem}"]),
+                  contract(items, observe=["sh", "find.sh", "{key}"],
+                           observe_many={"command": ["sh", "many.sh", "{each}"], "match": "/ref", "value": "{slug}"})]
+        for block in shared:
+            refused = self.check(block)
+            self.assertEqual(refused.code, 2, block["effects"])
+            self.assertIn("items 'a/notes.md' and 'b/notes.md' of step 's1' are looked up at the target by one value",
+                          refused.err)
+        told_apart = [self.http(items, url=HOST + "/api/issues?ref={key}"), self.http(items, url=HOST + "/i?p={item}"),
+                      contract(items), self.http({"glob": "**/*.md"})]  # a glob is listed, and checked, at step start
+        for block in told_apart:
+            self.assertEqual(self.check(block).code, 0, block["effects"])
 
 
 if __name__ == "__main__":
