@@ -706,10 +706,9 @@ def _check_bindings(effects: Dict[str, Any], step: str, before: Dict[str, str], 
         was = f"of item {held[:60]!r}" if held is not None else f"begun {begun}, by no item of step {step!r}"
         raise InvalidInput(f"step {step!r}: the key {key!r} holds an effect ({effect.get('state')}) {was}; the new "
                            f"list would give it to item {item[:60]!r}, which would be taken as done or refused. A key "
-                           "the ledger holds stays with its item: keep the items already keyed where they were (with "
-                           "{index} keys, add new items at the end of an item file, or in a step of their own), or "
-                           "migrate back to the plan the list was frozen under; keys made of {slug} or {stem} never "
-                           "move", key=key)
+                           "the ledger holds stays with its item: keep the keyed items where they were (with {index} "
+                           "keys, add new items after them, e.g. at the end of an item file), put new items in a step "
+                           "of their own, or migrate back to the plan the list was frozen under", key=key)
     moved = [(key, item) for key, item in before.items()
              if key_of_item.get(item, key) != key and (effects.get(key) or {}).get("state") in MAY_EXIST]
     if not moved:
