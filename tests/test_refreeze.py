@@ -7,16 +7,15 @@ document filed twice or never. The first test runs every verb as its own
 command line in this process.
 """
 
-import copy
 import json
 import os
 import unittest
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List
 
 from runner.envelope import content_digest
-from runner.stores.file import RunStore
 from tests._batch import cli, local
-from tests._util import Result, read_state_files, scratch_dir, write_contract
+from tests._util import Result, scratch_dir, write_contract
+from tests.test_authority import durable
 
 HOST = "http://127.0.0.1:9"
 PAYLOAD = {"template": {"path": "{item}"}}
@@ -37,16 +36,6 @@ def contract(items: Any, key: str = "doc-{index}", goal: str = "File one ticket 
         "effects": dict({"invoke": ["sh", invoke, "{item}"], "observe": ["sh", "find.sh", "{item}"],
                          "timeout_seconds": 10}, **effects),
     }
-
-
-def durable(run: str) -> Tuple[int, str, Dict[str, bytes]]:
-    """Revision, state digest and the bytes of the state files: what "nothing changed" compares."""
-    store = RunStore.open(run)
-    try:
-        state = copy.deepcopy(store.state)
-    finally:
-        store.fs.close()  # type: ignore[attr-defined]
-    return state["revision"], content_digest(state), read_state_files(run)
 
 
 class RefreezeTest(unittest.TestCase):
