@@ -494,13 +494,13 @@ def check_inside(root: str, items: Sequence[str], what: str) -> None:
                                "through a symbolic link; items must stay inside it after links are followed")
 
 
-def _frozen_batches(state: Dict[str, Any]) -> List[Tuple[Dict[str, Any], Dict[str, Any]]]:
-    """``(spec, batch)`` of every plan step with a frozen item list."""
+def _frozen_batches(state: Dict[str, Any]) -> List[Tuple[str, Dict[str, Any]]]:
+    """``(step, batch)`` of every plan step with a frozen item list."""
     out = []
     for spec in state["plan"].get("steps", []):
         batch = (state["steps"].get(spec["id"]) or {}).get("batch")
         if batch:
-            out.append((spec, batch))
+            out.append((spec["id"], batch))
     return out
 
 
@@ -596,7 +596,7 @@ def freeze(state: Dict[str, Any], step: str, cwd: Optional[str] = None) -> Optio
         keys = _keys(spec["key"], items)
         seen: Dict[str, int] = {}
         pattern = state["plan"].get("effects", {}).get("key_pattern")
-        others = [(s["id"], b) for s, b in _frozen_batches(state) if s["id"] != step]
+        others = [(other, batch) for other, batch in _frozen_batches(state) if other != step]
         for index, key in enumerate(keys):
             validate_id(key, f"the key of item {index} ({items[index][:60]!r})")
             if pattern is not None and re.fullmatch(pattern, key) is None:
