@@ -24,6 +24,15 @@ Invariants it keeps:
 * **A lease that lives through a call.** While calls run or waits last, the
   lease is renewed when a third of its time has passed; a renewal that fails
   (fenced) ends the loop at once, writing nothing more.
+* **An absence only from an answer that could have shown the key.** A
+  lookup of many keys (``observe_many``) that could not have shown a key
+  (its answer may be one page of several, it failed, the target refused it)
+  says nothing of that key: the key's own lookup (``observe``) comes next,
+  before anything else is decided for it, and the key is never again put in
+  a lookup of many keys in this pass. Until the target has answered one
+  lookup of many keys, they go one at a time; after it refused one
+  (:class:`~runner.target.Rejected`, an HTTP 4xx), keys are looked up one by
+  one for the rest of this executor's work.
 * **Stops let calls in flight settle.** At the first stop (needs-reconciliation,
   a failure, a limit, a cancellation, an approval), no new call begins;
   calls in flight finish or reach their deadline and are recorded and
@@ -162,7 +171,7 @@ class _Task:
     """One job in the loop: what this pass learned of it, and what it waits for."""
 
     __slots__ = ("job", "payload", "digest", "caps", "seen", "answer", "calls", "pending", "wake_at", "own", "error", "record", "finished",
-                 "watch", "group", "later", "seen_calls", "blocked")
+                 "watch", "group", "later", "seen_calls", "blocked", "alone")
 
     def __init__(self, job: Job, payload: Dict[str, Any], caps: Caps) -> None:
         self.job, self.payload, self.caps = job, payload, caps
@@ -181,6 +190,7 @@ class _Task:
         self.later = 0  # lookups the target answered "not now" in a row
         self.seen_calls = False  # the registry knew of an earlier call of this key when this pass began
         self.blocked = False  # waits for a call slot: any call's end frees it
+        self.alone = False  # a lookup of many keys could not have shown this key: its own lookups decide, this pass
 
 
 class Executor:
@@ -216,6 +226,9 @@ class Executor:
         self._reserved = 0  # slots taken for invokes whose started is being committed
         #: Keys whose earlier call (of a holder that stopped) is still at the target: each fills a call slot until it ends.
         self._earlier: Set[str] = set()
+        #: What each ``batch_key``'s lookups of many keys came to: "trying" (one is out, none answered yet), "works",
+        #: "refused" (the target refuses them: key by key for the rest of this executor's work).
+        self._many: Dict[Any, str] = {}
         #: Figures of this executor's work: calls started, transitions committed, effects in flight now.
         self.figures: Dict[str, int] = {"calls": 0, "commits": 0, "records": 0, "in_flight": 0, "not_now": 0}
 
@@ -291,6 +304,8 @@ class Executor:
             raise
         finally:
             self._earlier.clear()  # the tasks that waited on earlier calls are gone with this pass
+            # A lookup of many keys left out says nothing of whether the target answers them.
+            self._many = {key: found for key, found in self._many.items() if found != "trying"}
         if stop is not None:
             raise stop
 
@@ -437,11 +452,20 @@ class Executor:
         for task in tasks:
             adapter = task.job.adapter
             many = getattr(adapter, "observe_many", None) and getattr(adapter, "batch_key", None)
+            if task.alone:
+                many = None
+            if many is not None and self._many.get(many) == "refused":
+                many = None
             groups.setdefault(("many", many) if many else ("one", id(task)), []).append(task)
-        for (kind, _), members in groups.items():
+        for (kind, batch_key), members in groups.items():
             size = max(1, int(getattr(members[0].job.adapter, "observe_batch", 1))) if kind == "many" else 1
             for start in range(0, len(members), size):
                 chunk = members[start:start + size]
+                if kind == "many" and self._many.get(batch_key) == "trying":
+                    # One at a time until the target answers one: one that refuses them is asked once, not per chunk.
+                    for task in members[start:]:
+                        task.blocked = True
+                    break
                 if fill and 1 < size and len(chunk) < size:
                     break  # decided again on the next pass, with the keys that became ready meanwhile
                 if not self._take_slot(chunk[0], now):
@@ -452,7 +476,7 @@ class Executor:
                 if len(chunk) == 1:
                     self._start(chunk[0], "observe", now)
                 else:
-                    self._start_many(chunk, now)
+                    self._start_many(chunk, now, batch_key)
 
     def _act(self, task: _Task, move: Move, now: float) -> None:
         kind = move.kind
@@ -609,7 +633,7 @@ class Executor:
             task.later = 0
         task.seen = seen._replace(at=began)
 
-    def _start_many(self, tasks: List[_Task], now: float) -> None:
+    def _start_many(self, tasks: List[_Task], now: float, batch_key: Any) -> None:
         """One lookup of several keys through the first task's adapter (``observe_many``).
 
         Not registered in flight: a lookup creates nothing, so whoever takes over has nothing to wait
@@ -618,49 +642,76 @@ class Executor:
         """
         for task in tasks:
             task.pending = (None, "observe", now)
+        if self._many.get(batch_key) != "works":
+            self._many[batch_key] = "trying"
         self.figures["calls"] += 1
         self.calls_in_flight += 1
         adapter = tasks[0].job.adapter
         items = [(t.job.key, t.payload, t.job.adapter) for t in tasks]
-        self.world.start(_Many(tasks), lambda: _observe_many(adapter, items))
+        self.world.start(_Many(tasks, batch_key), lambda: _observe_many(adapter, items))
 
     def _finished_many(self, many: "_Many", result: Any) -> None:
+        """A lookup of several keys ended: what it saw of each key counts; a key it could not have seen is looked up
+        alone next (no observation yet), and never again with others in this pass."""
         if isinstance(result, BaseException) and not isinstance(result, Exception):
             raise result
         now = self.run.clock()
-        for index, task in enumerate(many.tasks):
+        if isinstance(result, tuple):
+            seens, refused = result
+        else:
+            failed = Seen("unseen", {"error": f"{type(result).__name__}: {result}"[:500]}, 0.0)
+            seens, refused = [failed] * len(many.tasks), False
+        if refused:
+            self._many[many.batch_key] = "refused"
+        elif all(seen.status == "later" for seen in seens):
+            self._many.pop(many.batch_key, None)
+        else:
+            self._many[many.batch_key] = "works"
+        for task, seen in zip(many.tasks, seens):
             began = task.pending[2]  # type: ignore[index]
             task.pending = None
-            seen = result[index] if isinstance(result, list) else Seen("unknown", {"error": f"{type(result).__name__}: {result}"}, began)
-            self._saw(task, seen, began, now)
+            if seen.status == "unseen":
+                task.seen, task.alone = None, True
+            else:
+                self._saw(task, seen, began, now)
 
 
 class _Many:
-    """The tag of one lookup of several keys: its tasks, in the order of its answer."""
+    """The tag of one lookup of several keys: its tasks, in the order of its answer, and their ``batch_key``."""
 
-    __slots__ = ("tasks",)
+    __slots__ = ("tasks", "batch_key")
 
-    def __init__(self, tasks: List[_Task]) -> None:
-        self.tasks = tasks
+    def __init__(self, tasks: List[_Task], batch_key: Any) -> None:
+        self.tasks, self.batch_key = tasks, batch_key
 
 
-def _observe_many(adapter: Any, items: List[Tuple[str, Dict[str, Any], Adapter]]) -> List[Seen]:
-    """One lookup of several keys; an answer that fails or does not fit says nothing of any of them."""
+#: What a lookup of many keys may say of each key: ``unseen`` says its answer could not have shown the key.
+_MANY_STATUSES = ("present", "absent", "unknown", "unseen")
+
+
+def _observe_many(adapter: Any, items: List[Tuple[str, Dict[str, Any], Adapter]]) -> Tuple[List[Seen], bool]:
+    """One lookup of several keys, and whether the target refused it (:class:`Rejected`).
+
+    An answer that fails, is refused or does not fit says nothing of any key: each is ``unseen``, to be looked up
+    alone. "Not now" (:class:`NotApplied`) is ``later`` for each: the lookup is made again.
+    """
     try:
         found = adapter.observe_many(items)
         if not isinstance(found, list) or len(found) != len(items):
             raise TypeError(f"observe_many returned {len(found) if isinstance(found, list) else type(found).__name__} answers for {len(items)} keys")
         out = []
         for seen in found:
-            if not isinstance(seen, Observation) or seen.status not in ("present", "absent", "unknown"):
+            if not isinstance(seen, Observation) or seen.status not in _MANY_STATUSES:
                 raise TypeError(f"observe_many returned {seen!r:.100}, not an Observation")
             _effects.check_document(seen.evidence, "evidence")
             out.append(Seen(seen.status, seen.evidence, 0.0))
-        return out
+        return out, False
     except NotApplied as exc:
-        return [Seen("later", {"not_now": str(exc)[:500], "retry_after": exc.retry_after}, 0.0) for _ in items]
+        return [Seen("later", {"not_now": str(exc)[:500], "retry_after": exc.retry_after}, 0.0) for _ in items], False
+    except Rejected as exc:
+        return [Seen("unseen", {"refused": str(exc)[:500]}, 0.0) for _ in items], True
     except Exception as exc:
-        return [Seen("unknown", {"error": f"{type(exc).__name__}: {exc}"[:500]}, 0.0) for _ in items]
+        return [Seen("unseen", {"error": f"{type(exc).__name__}: {exc}"[:500]}, 0.0) for _ in items], False
 
 
 def _soon_after_takeover(state: Dict[str, Any], key: str, caps: Caps, now: float) -> Optional[str]:

@@ -14,8 +14,10 @@ What each outcome means for the next move:
   timeout, a reset after the request was sent, a 5xx). Settled only by
   observing the target, never by calling again.
 * :class:`NotApplied`: the target says, with certainty, that it created
-  nothing (a refused connection, a 429 or 503). Retried after
-  ``retry_after`` seconds (or the contract's backoff), bounded by its own count.
+  nothing (a refused connection, a 429, a 503 that names when to come
+  back). Retried after ``retry_after`` seconds (or the contract's backoff),
+  bounded by its own count. An answer that may follow delivery (a proxy's
+  502, 503 or 504) is an unknown outcome, not this.
 * :class:`Rejected`: refused for good (a known key with another payload, a
   400 or 422). Never retried.
 * :class:`StaleEpoch`: the target refused the writer's fencing epoch. The
@@ -29,7 +31,12 @@ __all__ = ["Adapter", "Observation", "UnknownOutcome", "NotApplied", "Rejected",
 
 
 class Observation(NamedTuple):
-    """What looking at the target found: ``present``, ``absent`` or ``unknown``, with evidence."""
+    """What looking at the target found: ``present``, ``absent`` or ``unknown``, with evidence.
+
+    A lookup of many keys (``observe_many``) may also say ``unseen`` of a key: its answer could not have
+    shown that key (a page of several, a refusal, a failure), so it says nothing of it; the key's own
+    ``observe`` decides. ``absent`` is only for an answer that would have shown the key had it been there.
+    """
 
     status: str
     evidence: Dict[str, Any]
@@ -40,7 +47,7 @@ class UnknownOutcome(Exception):
 
 
 class NotApplied(Exception):
-    """The target says, with certainty, that it created nothing (refused before processing, 429, 503).
+    """The target says, with certainty, that it created nothing (refused before processing, 429, a 503 naming a delay).
 
     :param retry_after: seconds the target asked to wait before the next call, if it said.
     """
@@ -72,6 +79,14 @@ class Adapter(Protocol):
     :func:`runner.commands.run_command`, so that each is registered as the
     call in flight (:mod:`runner.inflight`) and can be waited for by whoever
     takes over after a crash.
+
+    An adapter may also look many keys up in one call: ``batch_key`` (adapters
+    with one are looked up together; None: never), ``observe_batch`` (the most
+    keys per call) and ``observe_many(items)``, which returns one
+    :class:`Observation` per ``(key, payload, adapter)`` in order, ``unseen``
+    for a key its answer could not have shown; it raises :class:`NotApplied`
+    for "not now" and :class:`Rejected` when the target refuses such lookups
+    (the executor then looks key by key for the rest of its pass).
     """
 
     name: str

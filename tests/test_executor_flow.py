@@ -17,7 +17,7 @@ from runner.executor import Executor, Job, World
 from runner.flow import Flow
 from runner.run import Run
 from runner.stores.file import RunStore
-from runner.target import Observation
+from runner.target import Observation, Rejected
 from tests._util import scratch_dir
 
 
@@ -141,6 +141,43 @@ class FlowInTheExecutorTest(unittest.TestCase):
         without_many(target)
         self.perform(target, 16, parallel=4)
         self.assertEqual(target.lookups, 16)
+
+    def test_a_key_a_lookup_of_many_could_not_show_is_looked_up_alone(self) -> None:
+        looked_alone: List[str] = []
+
+        class Paged(CountingTarget):
+            """Answers a lookup of many keys with its first two only: the others are unseen, however present."""
+
+            def observe(self, key: str, payload: Dict[str, Any]) -> Observation:
+                looked_alone.append(key)
+                return super().observe(key, payload)
+
+            def observe_many(self, items: Sequence[Tuple[str, Dict[str, Any], Any]]) -> List[Observation]:
+                seen = super().observe_many(items)
+                return seen[:2] + [Observation("unseen", {"page": 1}) for _ in seen[2:]]
+
+        target = Paged(latency=0.0, many=True)
+        executor = Executor(self.run_, flow=Flow(4), world=OneCallPerWait())
+        executor.perform_all(Job(f"k{n:03d}", {"n": n}, target, "s") for n in range(32))
+        self.assertEqual(sorted(target.created), [f"k{n:03d}" for n in range(32)], "each made once")
+        self.assertEqual({e["state"] for e in self.run_.state["effects"].values()}, {"verified"})
+        self.assertEqual(len(looked_alone), len(set(looked_alone)), "an unseen key is looked up alone, once")
+        self.assertLess(target.lookups - len(looked_alone), 32, "lookups of many keys were made")
+
+    def test_a_target_that_refuses_lookups_of_many_keys_is_asked_once_then_key_by_key(self) -> None:
+        class Refusing(CountingTarget):
+            def observe_many(self, items: Sequence[Tuple[str, Dict[str, Any], Any]]) -> List[Observation]:
+                self._call()
+                with self.lock:
+                    self.refused = getattr(self, "refused", 0) + 1
+                raise Rejected("414 URI Too Long")
+
+        target = Refusing(latency=0.0, many=True)
+        executor = Executor(self.run_, flow=Flow(8), world=OneCallPerWait())
+        executor.perform_all(Job(f"k{n:03d}", {"n": n}, target, "s") for n in range(40))
+        self.assertEqual(len(set(target.created)), 40)
+        self.assertEqual({e["state"] for e in self.run_.state["effects"].values()}, {"verified"})
+        self.assertEqual((getattr(target, "refused", 0), target.lookups), (1, 40), "refused once, then every key alone")
 
     def test_one_call_at_a_time_is_one_effect_at_a_time(self) -> None:
         order: List[str] = []
