@@ -26,10 +26,13 @@ failure of the command.
   argument ``{each}`` becomes one argument per key (the key's ``value``,
   e.g. ``{slug}``); exit 0 with JSON on stdout is the answer, whose list (at
   the pointer ``list``) is matched back to each key by the value each
-  element holds at ``match``: a key with a match is present, one without is
-  observed absent. Exit 75 is "not now"; anything else says nothing of any
-  key. Such a lookup runs in the drive's process, unregistered: it creates
-  nothing, so no one need wait for it.
+  element holds at ``match``: a key with a match is present. One without is
+  observed absent only when the answer is a JSON object holding
+  ``"complete": true`` (the command vouches that its list holds every asked
+  key the target has: it read every page); otherwise it is unseen, and the
+  key's own observe command decides. Exit 75 is "not now"; anything else
+  says nothing of any key (all unseen). Such a lookup runs in the drive's
+  process, unregistered: it creates nothing, so no one need wait for it.
 """
 
 import os
@@ -400,6 +403,9 @@ class CommandAdapter:
         """Look the keys of ``items`` (``(key, payload, adapter)``, each adapter holding its key's placeholders) up with
         one run of the ``observe_many`` command (see the module docstring), in the order given.
 
+        A key is absent only when the answer says it is complete; ``unseen`` otherwise, and for every key when the
+        command failed or printed no list.
+
         :raises NotApplied: the command exited 75 (the target refused the lookup for now).
         """
         if self.many is None:
@@ -421,7 +427,8 @@ class CommandAdapter:
         if not isinstance(listed, list):
             reason = (f"timed out after {self.timeout:g}s" if result.timed_out else f"exit {result.exit_code}: {result.tail(200)}"
                       if result.exit_code != 0 else "stdout holds no JSON list at the pointer 'list'")
-            return [Observation("unknown", dict(base, reason=reason)) for _ in items]
+            return [Observation("unseen", dict(base, reason=reason)) for _ in items]
+        complete = isinstance(document, dict) and document.get("complete") is True
         found = matched(listed, parse_pointer(self.many["match"]))
         out = []
         for want in wanted:
@@ -429,7 +436,9 @@ class CommandAdapter:
             seen = dict(base, matches=len(matches))
             if matches:
                 seen["found"] = shown(matches[0])
-            out.append(Observation("present" if matches else "absent", seen))
+            elif not complete:
+                seen["reason"] = 'the answer does not say "complete": true, so it may leave keys out'
+            out.append(Observation("present" if matches else "absent" if complete else "unseen", seen))
         return out
 
 

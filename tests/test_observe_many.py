@@ -33,12 +33,12 @@ class Item:
 
 
 class AdapterTest(unittest.TestCase):
-    def adapter(self, answer: Outcome, calls: List[List[str]]) -> CommandAdapter:
+    def adapter(self, answer: Outcome, calls: List[List[str]], many: Dict[str, Any] = MANY) -> CommandAdapter:
         def runner(argv: List[str], **_: Any) -> Outcome:
             calls.append(list(argv))
             return answer
 
-        return CommandAdapter(["invoke"], ["observe"], values={"run_id": "r1"}, runner=runner, many=MANY)
+        return CommandAdapter(["invoke"], ["observe"], values={"run_id": "r1"}, runner=runner, many=many)
 
     def test_each_becomes_one_argument_per_key_and_the_list_is_matched_back(self) -> None:
         calls: List[List[str]] = []
@@ -46,17 +46,28 @@ class AdapterTest(unittest.TestCase):
         adapter = self.adapter(outcome(0, json.dumps(listed)), calls)
         seen = adapter.observe_many([(f"{s}:t", {}, Item(s)) for s in ("a", "b", "c")])
         self.assertEqual(calls, [["find-many", "--run", "r1", "a", "b", "c"]])
-        self.assertEqual([o.status for o in seen], ["present", "present", "absent"])
+        self.assertEqual([o.status for o in seen], ["present", "present", "unseen"], "a bare list may leave keys out")
         self.assertEqual((seen[0].evidence["found"], seen[1].evidence["matches"]), ({"ref": "a", "id": 1}, 2))
         self.assertEqual(adapter.observe_batch, 50)
         self.assertEqual(adapter.batch_key, self.adapter(outcome(0, "[]"), []).batch_key, "one contract's keys are looked up together")
         self.assertIsNone(CommandAdapter(["i"], ["o"]).batch_key, "without observe_many each key is looked up alone")
 
+    def test_a_key_without_a_match_is_absent_only_in_an_answer_that_says_it_is_complete(self) -> None:
+        listed = [{"ref": "a", "id": 1}]
+        for complete, expected in ((True, "absent"), (False, "unseen"), ("yes", "unseen"), (None, "unseen")):
+            with self.subTest(complete=complete):
+                document: Dict[str, Any] = {"items": listed}
+                if complete is not None:
+                    document["complete"] = complete
+                adapter = self.adapter(outcome(0, json.dumps(document)), [], dict(MANY, list="/items"))
+                seen = adapter.observe_many([("a:t", {}, Item("a")), ("c:t", {}, Item("c"))])
+                self.assertEqual([o.status for o in seen], ["present", expected])
+
     def test_an_answer_that_is_no_list_says_nothing_of_any_key(self) -> None:
         for answer in (outcome(0, '{"ref": "a"}'), outcome(0, "not json"), outcome(3, "[]"), outcome(1, "[]")):
             with self.subTest(answer=answer.stdout, code=answer.exit_code):
                 seen = self.adapter(answer, []).observe_many([("a:t", {}, Item("a")), ("b:t", {}, Item("b"))])
-                self.assertEqual([o.status for o in seen], ["unknown", "unknown"], "never absent on an answer it cannot read")
+                self.assertEqual([o.status for o in seen], ["unseen", "unseen"], "never absent on an answer not read")
 
     def test_exit_75_is_not_now_with_the_delay_asked(self) -> None:
         with self.assertRaises(NotApplied) as caught:

@@ -3,9 +3,10 @@
 What references/batch-and-drive.md (section 9) promises of a lookup command of many keys, held by
 real ``drive`` processes over a target kept in files that never deduplicates: ``{each}`` becomes one
 argument per key; an answer's list is matched back to each key by the value at ``match``, a key with
-a match is present and one without observed absent; exit 75 is "not now", asked again; any other
-answer (a non-zero exit, text that is not JSON) says nothing of any key, so a key already filed is
-never filed again. ``contract check`` refuses a malformed ``observe_many`` section with exit 2, one
+a match is present, and one without observed absent only when the answer says ``"complete": true``
+(else the key's own observe command decides); exit 75 is "not now", asked again; any other answer (a
+non-zero exit, text that is not JSON) says nothing of any key, each then looked up alone, so a key
+already filed is never filed again. ``contract check`` refuses a malformed ``observe_many`` section with exit 2, one
 line per problem naming its line, and changes nothing.
 """
 
@@ -22,7 +23,8 @@ from tests._util import in_process_cli, scratch_dir, write_contract
 #: shell script (a Python target would start an interpreter for each of the suite's hundred calls).
 #: It never deduplicates: every invoke that files appends a filing. ``plan`` says how calls behave:
 #: a line ``invoke<TAB>ITEM<TAB>WAY...`` (one way per attempt) or ``many<TAB><TAB>WAY...`` (one per
-#: run), "ok" past a list's end; ``events`` logs every call in the order the target served them (one
+#: run), "ok" past a list's end (a "many" that is "ok" says ``"complete": true``; "page" lists one of the
+#: keys found and does not); ``events`` logs every call in the order the target served them (one
 #: at a time, under a lock), a line per call, its fields separated by tabs and lists by US (0x1f).
 #: Item names here hold no tab or newline.
 TARGET = r"""#!/bin/sh
@@ -56,7 +58,10 @@ BEGIN {
         answer = "{\"external_ref\": " quote(ARGV[i]) ", \"id\": " id[ARGV[i]] "}, " answer
     }
     print "many" FS n FS w FS argv FS found >> events
-    if (w == "ok") { print "{\"items\": [" answer "{\"external_ref\": \"not-asked-for\", \"id\": 0}]}"; exit 0 }
+    if (w == "ok") {
+        print "{\"complete\": true, \"items\": [" answer "{\"external_ref\": \"not-asked-for\", \"id\": 0}]}"; exit 0
+    }
+    if (w == "page") { sub(/}, .*/, "}", answer); print "{\"items\": [" answer "]}"; exit 0 }
     if (w == "not-now") { print "{\"retry_after\": 0}"; exit 75 }
     if (w == "fail-with-empty-list") { print "{\"items\": []}"; exit 3 }
     if (w == "not-json") { print "<html>502 Bad Gateway</html>"; exit 0 }
@@ -192,6 +197,20 @@ class ObserveManyCase(unittest.TestCase):
                 self.assertTrue(absent, f"{ref} invoked again (attempt {event['attempt']}) without an observed absence")
             last_invoke[ref] = position
 
+    def assert_each_unseen_key_looked_up_alone(self, refs: List[str]) -> None:
+        """Each of ``refs`` that a lookup of many keys could not have shown (it failed, or left it off) is looked up
+        next by its own observe command, and never again with other keys."""
+        events = self.events()
+        for position, event in enumerate(events):
+            if event["op"] != "many" or event["way"] == "ok":
+                continue
+            shown = event["found"][-1:] if event["way"] == "page" else []  # a page lists the last key found
+            for ref in set(event["values"]) & set(refs) - set(shown):
+                later = [e for e in events[position + 1:] if ref in ([e["ref"]] if e["op"] != "many" else e["values"])]
+                self.assertTrue(later, f"{ref} was never looked up after a lookup that could not show it")
+                self.assertEqual((later[0]["op"], [e for e in later if e["op"] == "many"]), ("observe", []),
+                                 f"{ref}: looked up alone next, and never again with other keys: {later}")
+
     def assert_lookups_well_formed(self, items: List[str]) -> None:
         """Each run of the lookup command: its other arguments filled in place, then one argument per key, at most ``max``."""
         for event in self.events("many"):
@@ -239,10 +258,22 @@ class DriveTest(ObserveManyCase):
                 failed = [event for event in self.events("many") if event["way"] != "ok"]
                 self.assertTrue(any(set(event["values"]) & set(lost) for event in failed),
                                 f"no failing lookup was asked about an item whose answer was lost: {self.events('many')}")
-                settled = [event for event in self.events("many") if event["way"] == "ok" and len(set(event["values"]) & set(lost)) >= 2]
-                self.assertTrue(settled, f"the items left unresolved were not looked up together once lookups answered: {self.events()}")
+                self.assert_each_unseen_key_looked_up_alone(lost)
                 self.assert_called_again_only_after_an_absence()
                 self.assert_lookups_well_formed(items)
+
+    def test_keys_left_off_an_answer_that_is_not_complete_are_looked_up_alone(self) -> None:
+        """Answers that list one of the keys found (a page) and do not say they are complete: no key is filed again."""
+        lost = item_names(6)
+        items = self.start(8, {"invoke": {item: ["lost"] for item in lost}, "many": ["page"] * 50})
+        codes, _ = self.drive_to_completion()
+        self.assertEqual(codes, [10])
+        self.assert_each_filed_once_and_verified(items)
+        self.assertEqual(self.invokes(), {item: 1 for item in items}, "a key left off a page is never filed again")
+        self.assertTrue([event for event in self.events("many") if len(set(event["values"]) & set(lost)) >= 2],
+                        f"no lookup of many keys held two items whose answer was lost: {self.events('many')}")
+        self.assert_each_unseen_key_looked_up_alone(lost)
+        self.assert_lookups_well_formed(items)
 
     def test_a_key_missing_from_the_answer_is_absent_and_only_then_invoked_again(self) -> None:
         unfiled = item_names(4)
