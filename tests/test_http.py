@@ -477,6 +477,11 @@ class ConnectionTest(_Base):
 class ManyTest(_Base):
     """``observe.many``: one GET looks several keys up; its list is matched back to each key."""
 
+    def item(self, spec: Dict[str, Any], slug: str) -> HttpAdapter:
+        """The adapter of the item whose slug is ``slug``."""
+        return HttpAdapter(spec, values=dict(VALUES, slug=slug), workspace=self.tmp, pool=self.pool,
+                           environ={"DESK_TOKEN": SECRET})
+
     def many(self, url: str, **extra: Any) -> Dict[str, Any]:
         return section(url, observe={"many": dict({"url": url + "/api/issues?{each:external_ref={slug}}", "match": "/external_ref",
                                                    "value": "{slug}", "max": 20}, **extra)})
@@ -487,36 +492,85 @@ class ManyTest(_Base):
             handle.write(SECRET + "\n")
         desk = Helpdesk.from_token_file(token)
         with HelpdeskServer(desk) as served:
-            spec = self.many(served.url)
-            adapters = {slug: HttpAdapter(spec, values=dict(VALUES, slug=slug), workspace=self.tmp, pool=self.pool,
-                                          environ={"DESK_TOKEN": SECRET}) for slug in ("a b", "c", "gone")}
-            for slug in ("a b", "c", "c"):
-                adapters[slug].invoke(f"{slug}:issue", {"external_ref": slug, "title": "t", "body": "b"}, 1)
-            before = desk.count("listed")
-            found = adapters["a b"].observe_many([(f"{slug}:issue", {}, adapters[slug]) for slug in ("a b", "c", "gone")])
-            self.assertEqual([o.status for o in found], ["present", "present", "absent"])
-            self.assertEqual([o.evidence["matches"] for o in found], [1, 2, 0])
-            self.assertEqual(found[0].evidence["found"]["external_ref"], "a b")
-            self.assertEqual(desk.count("listed") - before, 1, "one request for three keys")
-            self.assertNotIn(SECRET, json.dumps([o.evidence for o in found]))
-            self.assertEqual(adapters["c"].batch_key, adapters["gone"].batch_key, "one contract's adapters go together")
-            self.assertEqual(adapters["c"].observe_batch, 20)
+            for spec, gone in ((self.many(served.url, page_size=100), "absent"), (self.many(served.url), "unseen")):
+                adapters = {slug: self.item(spec, slug) for slug in ("a b", "c", "gone")}
+                if not desk.by_ref():
+                    for slug in ("a b", "c", "c"):
+                        adapters[slug].invoke(f"{slug}:issue", {"external_ref": slug, "title": "t", "body": "b"}, 1)
+                before = desk.count("listed")
+                found = adapters["a b"].observe_many([(f"{slug}:issue", {}, adapters[slug]) for slug in adapters])
+                self.assertEqual([o.status for o in found], ["present", "present", gone], "absent: page size declared")
+                self.assertEqual([o.evidence["matches"] for o in found], [1, 2, 0])
+                self.assertEqual(found[0].evidence["found"]["external_ref"], "a b")
+                self.assertEqual(desk.count("listed") - before, 1, "one request for three keys")
+                self.assertNotIn(SECRET, json.dumps([o.evidence for o in found]))
+                self.assertEqual(adapters["c"].batch_key, adapters["gone"].batch_key, "one contract's go together")
+                self.assertEqual(adapters["c"].observe_batch, 20)
 
-    def test_an_answer_that_is_not_a_list_says_nothing_and_a_429_is_not_now(self) -> None:
-        server = self.scripted(Reply(200, b'{"not": "a list"}'), Reply(429, b"{}", (("Retry-After", "3"),)))
-        adapter = self.adapter(self.many(server.url))
+    def test_an_answer_that_is_not_a_list_says_nothing_a_429_is_not_now_and_a_4xx_refuses(self) -> None:
+        server = self.scripted(Reply(200, b'{"not": "a list"}'), Reply(500, b"[]"), Reply(206, b"[]"),
+                               Reply(502, b"[]"), Reply(200, b"[]", close=True),
+                               Reply(429, b"{}", (("Retry-After", "3"),)), Reply(503, b""), Reply(408, b""),
+                               Reply(414, b'{"error": "URI too long"}'), Reply(400, b""), Reply(404, b"[]"))
+        adapter = self.adapter(self.many(server.url, page_size=10))
         items = [(KEY, {}, adapter), ("other:issue", {}, adapter)]
-        self.assertEqual([o.status for o in adapter.observe_many(items)], ["unknown", "unknown"])
-        with self.assertRaises(NotApplied) as caught:
-            adapter.observe_many(items)
-        self.assertEqual(caught.exception.retry_after, 3)
+        for status in (200, 500, 206, 502):
+            self.assertEqual([o.status for o in adapter.observe_many(items)], ["unseen", "unseen"], status)
+        self.assertEqual([o.status for o in adapter.observe_many(items)], ["absent", "absent"], "a whole answer")
+        for retry_after in (3, None, None):
+            with self.assertRaises(NotApplied) as caught:
+                adapter.observe_many(items)
+            self.assertEqual(caught.exception.retry_after, retry_after)
+        for status in (414, 400, 404):
+            with self.assertRaises(Rejected, msg=status) as refused:
+                adapter.observe_many(items)
+            self.assertIn(f"answered {status}", str(refused.exception))
+        with self.assertRaises(NotApplied):  # no connection: not now
+            self.adapter(self.many(f"http://127.0.0.1:{free_port()}")).observe_many(items)
+
+    def test_an_answer_that_may_be_one_page_of_several_proves_no_absence(self) -> None:
+        listed = json.dumps([{"external_ref": VALUES["slug"]}, {"external_ref": "x"}, {"external_ref": "y"}]).encode()
+        link = (("Link", '<https://desk.example/a?page=2>; rel="next", <https://desk.example/a?page=5>; rel=last'),)
+        second_link = (("Link", "<a>; rel=prev"), ("Link", "<b>; REL=next"))
+
+        def wrapped(rest: bytes) -> bytes:
+            return b'{"items": ' + listed + rest + b"}"
+
+        cases = [
+            ("as many entries as the page size", {"page_size": 3}, Reply(200, listed), "unseen"),
+            ("fewer entries than the page size", {"page_size": 4}, Reply(200, listed), "absent"),
+            ('a Link rel="next"', {"page_size": 50}, Reply(200, listed, link), "unseen"),
+            ("rel=next unquoted, in a second Link", {"page_size": 50}, Reply(200, listed, second_link), "unseen"),
+            ("neither page_size nor next declared", {}, Reply(200, listed), "unseen"),
+            ("a cursor at next", {"list": "/items", "next": "/meta/next"},
+             Reply(200, wrapped(b', "meta": {"next": "c2"}')), "unseen"),
+            ("no cursor at next", {"list": "/items", "next": "/meta/next"},
+             Reply(200, wrapped(b', "meta": {"next": null}')), "absent"),
+            ("has_more true", {"list": "/items", "next": "/has_more"}, Reply(200, wrapped(b', "has_more": true')),
+             "unseen"),
+            ("has_more false", {"list": "/items", "next": "/has_more"}, Reply(200, wrapped(b', "has_more": false')),
+             "absent"),
+            ("no cursor, a full page", {"list": "/items", "next": "/next", "page_size": 3}, Reply(200, wrapped(b"")),
+             "unseen"),
+        ]
+        for case, extra, reply, other in cases:
+            with self.subTest(case):
+                server = self.scripted(reply)
+                spec = self.many(server.url, **extra)
+                adapter = self.adapter(spec)
+                found = adapter.observe_many([(KEY, {}, adapter), ("other:issue", {}, self.item(spec, "gone"))])
+                self.assertEqual([o.status for o in found], ["present", other], "a match is a presence, paged or not")
+                if other == "unseen":
+                    self.assertIn("reason", found[1].evidence)
 
     def test_the_section_is_checked(self) -> None:
         self.assertEqual(http_problems({"http": self.many("http://127.0.0.1:9")}), [])
-        bad = http_problems({"http": section("http://127.0.0.1:9", observe={"many": {"url": "http://127.0.0.1:9/x?ref={slug}",
-                                                                                      "match": "id", "value": "", "max": 1}})})
-        text = " ".join(bad)
-        for expected in ("{each:", "JSON pointer", "template of the key", "from 2 to"):
+        self.assertEqual(http_problems({"http": self.many("http://127.0.0.1:9", page_size=100, next="/next")}), [])
+        many = {"url": "http://127.0.0.1:9/x?ref={slug}", "match": "id", "value": "", "max": 1, "page_size": 0,
+                "next": "next"}
+        text = " ".join(http_problems({"http": section("http://127.0.0.1:9", observe={"many": many})}))
+        for expected in ("{each:", "JSON pointer", "template of the key", "from 2 to", "page_size must be a whole",
+                         "observe.many.next must be"):
             self.assertIn(expected, text)
 
 

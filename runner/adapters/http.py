@@ -29,6 +29,15 @@ a map from a status, ``"409"``, or a class, ``"5xx"``, to an outcome word):
   else absent); 404, absent; anything else, unknown. A lookup answered 408,
   429 or 503, or that could not connect, is asked again within the call's
   time (a lookup changes nothing), after the ``Retry-After`` it named.
+* observe.many: 200 with a list, each key with a match present (whatever the
+  paging); a key without one absent only when the answer is whole: no ``Link``
+  with ``rel="next"``, and the contract declares how a page is marked
+  (``page_size``: fewer entries than it; ``next``: null, false or nothing at
+  that pointer) and the answer bears no mark. Otherwise the key is unseen,
+  and looked up with its own request before anything else. 408, 429 and 503,
+  "not now"; any other 4xx, the target refuses lookups of many keys (the
+  runner looks key by key for the rest of its pass); anything else, all keys
+  unseen.
 
 Invariants kept here:
 
@@ -120,6 +129,10 @@ INVOKE_DEFAULTS: Dict[str, str] = {
 OBSERVE_DEFAULTS: Dict[str, str] = {"200": "present", "404": "absent"}
 #: Answers of a lookup that said "not now": asked again within the call's time.
 _LOOK_AGAIN = (408, 429, 503)
+#: Answers of a lookup of many keys that said "not now": the lookup is made again later, as a whole.
+_MANY_NOT_NOW = (408, 429, 503)
+#: ``rel="next"`` in a ``Link`` header (RFC 8288), as loosely as it may be written: a false match only costs lookups.
+_LINK_NEXT = re.compile(r'\brel\s*=\s*(?:"[^"]*\bnext\b[^"]*"|next\b)', re.IGNORECASE)
 
 _REDACTED = "[secret]"
 
@@ -141,7 +154,8 @@ class _Request(NamedTuple):
 
 
 class _Many(NamedTuple):
-    """A lookup of many keys: the request (its URL's ``{each:...}`` left in), how its list is matched back to keys."""
+    """A lookup of many keys: the request (its URL's ``{each:...}`` left in), how its list is matched back to keys,
+    and how an answer says it is the last page (``page_size``, ``next``; neither: it never says)."""
 
     request: _Request
     each: str
@@ -149,6 +163,8 @@ class _Many(NamedTuple):
     match: Tuple[str, ...]
     value: str
     most: int
+    page_size: Optional[int]
+    next: Optional[Tuple[str, ...]]
 
 
 class _Spec(NamedTuple):
@@ -191,7 +207,9 @@ def _compile(spec: Dict[str, Any]) -> _Spec:
         found = spec["observe"]["many"]
         each = _EACH.search(found["url"]).group(1)  # type: ignore[union-attr]
         request = _compile_request("observe", {"url": _EACH.sub("{each}", found["url"]), "headers": spec["observe"].get("headers") or {}})
-        many = _Many(request, each, parse_pointer(found.get("list", "")), parse_pointer(found["match"]), found["value"], int(found.get("max", MANY_DEFAULT)))
+        many = _Many(request, each, parse_pointer(found.get("list", "")), parse_pointer(found["match"]), found["value"],
+                     int(found.get("max", MANY_DEFAULT)), found.get("page_size"),
+                     parse_pointer(found["next"]) if "next" in found else None)
     made = _Spec(_compile_request("invoke", spec["invoke"]), _compile_request("observe", spec["observe"]),
                  spec.get("idempotency_header"), spec.get("epoch_header"), bool(spec.get("deduplicates", False)),
                  spec.get("retention_seconds"), spec.get("ca_file"), many)
@@ -592,11 +610,15 @@ class HttpAdapter:
         placeholders. The URL's ``{each:...}`` is filled for every key and the
         parts joined with ``&``; the answer's list (at ``list``) is matched back
         to each key by the value at ``match`` equal to the key's ``value``. A
-        key with a match is present (``matches`` says how many), one with none
-        absent; an answer that is not a list, or any status but 200, says
-        nothing of any of them.
+        key with a match is present (``matches`` says how many), whatever the
+        paging. A key with none is absent only when the answer is whole
+        (:meth:`_partial`); otherwise it is ``unseen``: this answer could not
+        have shown it, and the key's own lookup must. Any status but 200, an
+        answer that is not a list, or a lost connection says nothing of any key:
+        all unseen.
 
         :raises NotApplied: the lookup was refused for now (408, 429, 503, or no connection).
+        :raises Rejected: the target refuses this lookup (any other 4xx, such as 414 or 400): ask key by key.
         """
         many = self.spec.many
         if many is None:
@@ -612,23 +634,26 @@ class HttpAdapter:
         secrets: List[str] = []
         evidence: Dict[str, Any] = {"source": "http", "request": self._shown(request, first, None), "keys": len(items)}
 
-        def unknown(reason: str) -> List[Observation]:
-            return [Observation("unknown", _scrub(dict(evidence, reason=reason[:500]), secrets)) for _ in items]
+        def unseen(reason: str) -> List[Observation]:
+            return [Observation("unseen", _scrub(dict(evidence, reason=reason[:500]), secrets)) for _ in items]
 
         try:
             reply = self._exchange(request, first, None, None, secrets, self._end())
         except _NotSent as exc:
             if exc.final:
-                return unknown(str(exc))
+                return unseen(str(exc))
             raise NotApplied(str(exc)) from None
         except _Lost as exc:
-            return unknown(str(exc))
-        if reply.status in _LOOK_AGAIN:
+            return unseen(str(exc))
+        if reply.status in _MANY_NOT_NOW:
             raise NotApplied(self._answered(request, reply, first, None), retry_after_seconds(reply.headers.get("Retry-After")))
+        if 400 <= reply.status < 500:
+            raise Rejected(_scrub_text(self._answered(request, reply, first, None), secrets))
         document = _json(reply.body) if reply.whole and reply.status == 200 else MISSING
         listed = resolve_pointer(document, many.list) if document is not MISSING else MISSING
         if not isinstance(listed, list):
-            return unknown(self._answered(request, reply, first, None) + " (not a list to match the keys against)")
+            return unseen(self._answered(request, reply, first, None) + " (not a list to match the keys against)")
+        cut = self._partial(many, reply, document, listed)
         found = matched(listed, many.match)
         out = []
         for want in wanted:
@@ -636,8 +661,28 @@ class HttpAdapter:
             seen = dict(evidence, status=reply.status, matches=len(matches))
             if matches:
                 seen["found"] = shown(matches[0])
-            out.append(Observation("present" if matches else "absent", _scrub(seen, secrets)))
+            elif cut:
+                seen["reason"] = cut
+            out.append(Observation("present" if matches else "unseen" if cut else "absent", _scrub(seen, secrets)))
         return out
+
+    @staticmethod
+    def _partial(many: _Many, reply: _Reply, document: Any, listed: List[Any]) -> Optional[str]:
+        """Why the answer may be one page of several (so a key missing from it may be on another), or None: it is whole.
+
+        Whole only when the contract says how the target marks a page and this answer bears no mark: no ``Link``
+        with ``rel="next"``, fewer entries than ``page_size`` if declared, nothing at ``next`` if declared.
+        """
+        if any(_LINK_NEXT.search(value) for value in reply.headers.get_all("Link") or []):
+            return 'the answer links to a next page (Link rel="next")'
+        if many.page_size is None and many.next is None:
+            return "observe.many declares neither page_size nor next: the answer may be one page of several"
+        if many.page_size is not None and len(listed) >= many.page_size:
+            return f"the answer holds {len(listed)} entries, as many as a page (page_size {many.page_size})"
+        more = resolve_pointer(document, many.next) if many.next is not None else MISSING
+        if more is not False and not _empty(more):  # a cursor, a link, or a "has_more": true
+            return "the answer names a next page (at the pointer next)"
+        return None
 
     # -- answers ---------------------------------------------------------------------------------------
     def _receipt(self, request: _Request, reply: _Reply, key: str, epoch: Optional[int]) -> Dict[str, Any]:

@@ -14,7 +14,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from ..commands import MANY_DEFAULT, MANY_MAX, placeholders_in
 from ..pointer import pointer_problem
 
-__all__ = ["FieldProblem", "http_problems", "sensitive", "INVOKE_METHODS", "OBSERVE_METHODS", "INVOKE_WORDS", "OBSERVE_WORDS", "MANY_MAX"]
+__all__ = ["FieldProblem", "http_problems", "sensitive", "INVOKE_METHODS", "OBSERVE_METHODS", "INVOKE_WORDS",
+           "OBSERVE_WORDS", "MANY_MAX", "PAGE_SIZE_MAX"]
 
 INVOKE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 OBSERVE_METHODS = ("GET", "HEAD")
@@ -26,7 +27,9 @@ _URL_PLACEHOLDERS = {"invoke": ("key", "item", "stem", "slug", "index", "run_id"
 _HEADER_PLACEHOLDERS = {"invoke": ("key", "slug", "index", "run_id", "epoch"), "observe": ("key", "slug", "index", "run_id")}
 _REQUEST_KEYS = {"invoke": ("method", "url", "headers", "statuses", "receipt_headers"),
                  "observe": ("method", "url", "headers", "statuses", "pointer", "many")}
-_MANY_KEYS = ("url", "list", "match", "value", "max")
+_MANY_KEYS = ("url", "list", "match", "value", "max", "page_size", "next")
+#: The largest ``observe.many.page_size`` a contract may declare.
+PAGE_SIZE_MAX = 100000
 #: ``{each:TEMPLATE}`` in a lookup of many keys: TEMPLATE filled for each key, the parts joined with ``&``.
 _EACH = re.compile(r"\{each:([^{}]*(?:\{[a-z_]+\}[^{}]*)*)\}")
 _HTTP_KEYS = ("invoke", "observe", "idempotency_header", "epoch_header", "deduplicates", "retention_seconds", "ca_file")
@@ -209,11 +212,13 @@ def _request_problems(kind: str, spec: Any) -> List[FieldProblem]:
 
 
 def _many_problems(many: Any) -> List[FieldProblem]:
-    """Problems of ``observe.many``: one GET that looks up several keys, answered by a list matched back to each key."""
+    """Problems of ``observe.many``: one GET that looks up several keys, answered by a list matched back to each key;
+    ``page_size`` and ``next`` say how an answer that is one page of several is told apart."""
     at = ("http", "observe", "many")
     if not isinstance(many, dict) or not {"url", "match", "value"} <= set(many):
         return [FieldProblem(at, 'effects.http.observe.many must be {"url": ".../issues?{each:external_ref={slug}}", '
-                                 '"match": "/external_ref", "value": "{slug}"} (and "list", "max" if needed)')]
+                                 '"match": "/external_ref", "value": "{slug}"} '
+                                 '(and "list", "max", "page_size", "next" if needed)')]
     out = [FieldProblem(at + (name,), f"effects.http.observe.many: unknown field {name!r} (allowed: {', '.join(_MANY_KEYS)})")
            for name in many if name not in _MANY_KEYS]
     url = many["url"]
@@ -236,6 +241,14 @@ def _many_problems(many: Any) -> List[FieldProblem]:
     limit = many.get("max", MANY_DEFAULT)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 2 <= limit <= MANY_MAX:
         out.append(FieldProblem(at + ("max",), f"effects.http.observe.many.max must be a whole number from 2 to {MANY_MAX}"))
+    page = many.get("page_size", 1)
+    if isinstance(page, bool) or not isinstance(page, int) or not 1 <= page <= PAGE_SIZE_MAX:
+        out.append(FieldProblem(at + ("page_size",), "effects.http.observe.many.page_size must be a whole number "
+                                                     f"from 1 to {PAGE_SIZE_MAX}: the most entries one answer holds"))
+    if "next" in many:
+        problem = _pointer_problem(many["next"])
+        if problem:
+            out.append(FieldProblem(at + ("next",), problem.replace("observe.pointer", "observe.many.next")))
     return out
 
 
