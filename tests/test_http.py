@@ -150,6 +150,29 @@ class ContractSectionTest(unittest.TestCase):
             self.assertEqual(http_problems({"http": secret}), [], name)
         self.assertEqual(http_problems({"http": section("http://127.0.0.1:1", invoke={"headers": {"X-Request-Kind": "batch"}})}), [])
 
+    def test_what_a_request_cannot_carry_is_refused(self) -> None:
+        def header(value: str) -> List[str]:
+            return http_problems({"http": section("http://127.0.0.1:1", invoke={"headers": {"X-Team": value}})})
+
+        def url(value: str) -> List[str]:
+            return http_problems({"http": section("http://127.0.0.1:1", observe={"url": value})})
+
+        for value, what in (("Z\u00fcrich \u20ac", "a character outside Latin-1"),
+                            ("team {slug} \u2014 {env:TEAM}", "a character outside Latin-1"),
+                            ("a\x01b", "a control character"), ("a\x7fb", "a control character")):
+            problems = header(value)
+            self.assertEqual(len(problems), 1, (value, problems))
+            self.assertIn(f"X-Team holds {what}", problems[0])
+            self.assertEqual(problems[0].path, ("http", "invoke", "headers", "X-Team"))
+        for value in ("Z\u00fcrich\tcaf\u00e9", "{slug} {env:TEAM}", "Bearer {file:.token}"):
+            self.assertEqual(header(value), [], value)
+        for value in ("http://127.0.0.1:1/caf\u00e9?ref={slug}", "http://b\u00fccher.example/api",
+                      "http://127.0.0.1:1/a\x01b"):
+            problems = url(value)
+            self.assertEqual(len(problems), 1, (value, problems))
+            self.assertIn("a request line is ASCII", problems[0])
+        self.assertEqual(url("http://127.0.0.1:1/caf%C3%A9?r={slug}"), [])
+
     def test_secrets_and_credentials_stay_out_of_urls_and_receipts(self) -> None:
         cases = {
             "go in header values only": section("http://127.0.0.1:1", observe={"url": "http://127.0.0.1:1/a?k={env:DESK_TOKEN}"}),
@@ -246,6 +269,43 @@ class InvokeAnswersTest(_Base):
             with self.assertRaises(UnknownOutcome, msg=status):
                 self.invoke(Reply(status, b""))
 
+    def test_an_answer_that_may_follow_delivery_is_unknown_and_a_503_that_names_a_delay_is_not_now(self) -> None:
+        envoy = b"upstream connect error or disconnect/reset before headers. reset reason: connection termination"
+        for reply in (Reply(503, envoy, ()), Reply(503, b"", (("Retry-After", "soon"),)),
+                      Reply(503, b"", (("Retry-After", "172800"),)), Reply(502, b""), Reply(504, b""), Reply(408, b"")):
+            with self.subTest(status=reply.status, headers=reply.headers):
+                with self.assertRaises(UnknownOutcome) as caught:
+                    self.invoke(reply)
+                self.assertIn(f"answered {reply.status}", str(caught.exception))
+        with self.assertRaises(NotApplied) as caught:
+            self.invoke(Reply(503, b"", (("Retry-After", "0"),)))
+        self.assertEqual(caught.exception.retry_after, 0.0)
+        # The contract's word wins: its 503 never follows delivery, or all its 5xx may.
+        with self.assertRaises(NotApplied):
+            self.invoke(Reply(503, envoy, ()), invoke={"statuses": {"503": "not-applied"}})
+        with self.assertRaises(UnknownOutcome):
+            self.invoke(Reply(503, b"", (("Retry-After", "3"),)), invoke={"statuses": {"5xx": "unknown"}})
+
+    def test_a_request_that_cannot_be_written_sends_nothing(self) -> None:
+        server = self.scripted(default=Reply(201, b'{"id": 1}'))
+        headers = {"Authorization": "Bearer {env:DESK_TOKEN}", "X-Team": "{env:TEAM}"}
+        spec = section(server.url, invoke={"headers": headers}, observe={"headers": headers})
+        with self.assertRaises(InvalidInput) as caught:
+            self.adapter(spec, environ={"DESK_TOKEN": SECRET, "TEAM": "Z\u00fcrich \u20ac"})
+        self.assertEqual(caught.exception.message, "effects.http.invoke: the value of header X-Team cannot be sent: "
+                                                   "it holds a character outside Latin-1")
+        latin = self.adapter(spec, environ={"DESK_TOKEN": SECRET, "TEAM": "Z\u00fcrich"})
+        self.assertEqual(latin.invoke(KEY, {}, 1), {"id": 1})
+        self.assertEqual(server.seen[0].headers["x-team"], "Z\u00fcrich", "Latin-1 is sent as it is")
+        # The last line: whatever the client cannot encode fails before a byte is sent, never as an unknown outcome.
+        with mock.patch("runner.adapters.http.unsendable", return_value=None):
+            adapter = self.adapter(spec, environ={"DESK_TOKEN": SECRET, "TEAM": "\u20ac"})
+            with self.assertRaises(NotApplied) as refused:
+                adapter.invoke(KEY, {}, 1)
+            self.assertEqual(adapter.observe(KEY, {}).status, "unknown")
+        self.assertIn("cannot be written (UnicodeEncodeError); nothing was sent", str(refused.exception))
+        self.assertEqual(len(server.seen), 1, "nothing more reached the target")
+
     def test_the_contract_overrides_exact_statuses_and_classes(self) -> None:
         statuses = {"statuses": {"409": "receipt", "5xx": "not-applied", "503": "unknown"}}
         self.assertEqual(self.invoke(Reply(409, b'{"id": 3}'), invoke=statuses), {"id": 3})
@@ -329,6 +389,11 @@ class ObserveAnswersTest(_Base):
         self.assertEqual((seen.status, len(server.seen)), ("present", 3))
         self.assertEqual(self.slept[0], 1.0)
         self.assertTrue(0 <= self.slept[1] <= 2.0, self.slept)
+
+    def test_a_lookup_answered_by_a_proxy_is_asked_again(self) -> None:
+        seen, server = self.observe(Reply(502, b""), Reply(504, b""), Reply(503, b"upstream connect error"),
+                                    Reply(200, b'[{"id": 5}]'))
+        self.assertEqual((seen.status, len(server.seen), self.slept), ("present", 4, [0.5, 0.5, 0.5]))
 
     def test_a_lookup_that_stays_told_not_now_is_unknown_within_its_time(self) -> None:
         server = self.scripted(default=Reply(429, b"", (("Retry-After", "60"),)))
@@ -572,6 +637,11 @@ class ManyTest(_Base):
         for expected in ("{each:", "JSON pointer", "template of the key", "from 2 to", "page_size must be a whole",
                          "observe.many.next must be"):
             self.assertIn(expected, text)
+        spec = self.many("http://127.0.0.1:9")
+        spec["observe"]["many"]["url"] = "http://127.0.0.1:9/x?{each:r\u00e9f={slug}}"
+        accented = http_problems({"http": spec})
+        self.assertEqual(len(accented), 1, accented)
+        self.assertIn("ASCII", accented[0])
 
 
 def _readable(pool: ConnectionPool) -> bool:

@@ -1,4 +1,5 @@
-"""What a lookup proves over ``effects.http``: an absence only from an answer that could have shown the key.
+"""What a lookup proves over ``effects.http``: an absence only from an answer that could have shown the key; an answer
+that may follow delivery is looked up before anything is sent again; a header that cannot be sent begins nothing.
 
 Real ``drive`` processes work against a helpdesk stand-in on loopback that never deduplicates: every POST it
 lets through creates an issue. Its answers are scripted per report: an answer dropped after the issue was created
@@ -11,6 +12,7 @@ report unresolved (its lookups fail) and a second one settles them: the second's
 
 import json
 import os
+import re
 import socket
 import threading
 import unittest
@@ -20,7 +22,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from runner.adapters.http import POOL
 from tests._batch import cli, local
-from tests._util import scratch_dir, write_contract
+from tests._util import in_process_cli, scratch_dir, write_contract
 
 #: What the stand-in's proxy says when the service's connection broke after it received the request (Envoy's words).
 ENVOY_503 = b"upstream connect error or disconnect/reset before headers. reset reason: connection termination"
@@ -263,6 +265,63 @@ class RefusedTest(LookupCase):
                 self.assertEqual(len(refused), 1, f"asked once in the pass, not once per chunk of 2: {refused}")
                 alone = self.desk.requests("GET", several=False, since=since)
                 self.assertEqual(sorted(refs[0] for refs in alone), slugs, "each key looked up by its own URL, once")
+
+
+class AfterDeliveryTest(LookupCase):
+    def test_an_answer_that_may_follow_delivery_is_looked_up_before_anything_is_sent_again(self) -> None:
+        slugs = self.start(5, concurrency=5)
+        proxied = dict(zip(slugs, ("503", "502", "504", "408")))
+        for name, way in proxied.items():
+            self.desk.post[name] = [way]
+            self.desk.gets[name] = [502, 504]  # the lookup meets the proxy too, and is asked again within its time
+        busy = slugs[4]
+        self.desk.post[busy] = ["503-retry-after"]
+        self.drive(10)
+        self.assert_one_issue_each_verified(slugs)
+        effects = self.effects()
+        for name in proxied:
+            effect = effects[f"{name}:issue"]
+            self.assertEqual((effect["attempts"], effect.get("deferred", 0)), (1, 0), f"{name} was never sent again")
+        self.assertEqual(effects[f"{busy}:issue"].get("deferred"), 1, "a 503 naming a delay made nothing: sent again")
+        posts = [n for n, (method, refs, _) in enumerate(self.desk.log) if method == "POST" and refs == (busy,)]
+        self.assertEqual(len(posts), 2)
+        between = [refs for method, refs, _ in self.desk.log[posts[0]:posts[1]] if method == "GET" and busy in refs]
+        self.assertEqual(between, [], "called again after the delay, without a lookup")
+        report = json.loads(local(self.root, "report", "--json").out)
+        self.assertEqual((report["possible_duplicates"], report["reconciled_effects"]), (0, 4))
+
+
+class UnsendableHeaderTest(LookupCase):
+    def test_a_secret_outside_latin_1_stops_drive_before_the_effect_begins(self) -> None:
+        self.start(2, headers={"Authorization": "Bearer {env:DESK_TOKEN}"})
+        done = cli(self.root, "drive", "--owner", "w", env={"DESK_TOKEN": "s3cret\u20actoken"}, timeout=60)
+        self.assertEqual(done.code, 2, done.err)
+        self.assertIn("header Authorization cannot be sent: it holds a character outside Latin-1", done.err)
+        self.assertNotIn("s3cret", done.err)
+        self.assertEqual((self.effects(), self.desk.log), ({}, []))
+        with open(os.path.join(self.root, ".run", "journal.jsonl"), encoding="utf-8") as handle:
+            paths = [op[1] for line in handle for op in json.loads(line)["r"]["ops"]]
+        self.assertEqual([path for path in paths if path[0] == "effects"], [], "no effect begun: no intent, no started")
+
+    def test_contract_check_refuses_what_a_request_cannot_carry(self) -> None:
+        accented = self.contract()
+        accented["effects"]["http"]["observe"]["url"] = self.desk.url + "/api/issues?r\u00e9f=1&external_ref={slug}"
+        cases = [
+            (self.contract(headers={"X-Team": "Z\u00fcrich \u20ac {slug}"}), "X-Team holds a character outside Latin"),
+            (accented, "a request line is ASCII"),
+            (self.contract(headers={"X-Team": "Z\u00fcrich {slug}"}), None),
+        ]
+        for block, reason in cases:
+            with self.subTest(reason):
+                path = write_contract(os.path.join(self.root, "contract.md"), block)
+                checked = in_process_cli(["contract", "check", path])
+                if reason is None:
+                    self.assertEqual(checked.code, 0, f"Latin-1 is sent as it is: {checked.err}")
+                    continue
+                self.assertEqual(checked.code, 2, checked.err)
+                for line in checked.err.splitlines():  # one per request that holds it, each naming its line
+                    self.assertIn(reason, line)
+                    self.assertRegex(line, r"^" + re.escape(path) + r":[0-9]+: effects\.http\.")
 
 
 if __name__ == "__main__":

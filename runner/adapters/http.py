@@ -16,19 +16,24 @@ that makes the calls. What the answers mean (each overridable per request by ``s
 a map from a status, ``"409"``, or a class, ``"5xx"``, to an outcome word):
 
 * invoke: 2xx, the receipt (the JSON object the target answered, else its
-  status and the ``receipt_headers``, ``Location`` by default); 408, 429
-  and 503, nothing created, called again after ``Retry-After`` (seconds or an
-  HTTP date); 401, 403 and 407, nothing created (credentials), called again
-  after the backoff; 412, a stale fencing epoch; any other 4xx, refused for
-  good; anything else (1xx, 3xx, any other 5xx), unknown. A connection that could not
-  be made (refused, no route, a failed TLS handshake or proxy tunnel) sent
-  nothing: nothing created. A timeout or a reset once the request was being
-  sent is unknown.
+  status and the ``receipt_headers``, ``Location`` by default); 429, and 503
+  with a valid ``Retry-After`` (seconds or an HTTP date, at most a day),
+  nothing created, called again after it; 401, 403 and 407, nothing created
+  (credentials), called again after the backoff; 412, a stale fencing epoch;
+  408, unknown; any other 4xx, refused for good; anything else (1xx, 3xx, a
+  503 without ``Retry-After``, 502, 504, any other 5xx), unknown: settled by a
+  lookup, never by sending again. A 408, 502, 503 or 504 may come from a proxy
+  after the service was sent the request (Envoy answers 503 when the service's
+  connection breaks before its answer, 408 when the service stays silent past
+  its stream idle timeout). A connection that could not be made (refused, no
+  route, a failed TLS handshake or proxy tunnel) or a request that cannot be
+  written (a header value outside Latin-1) sent nothing: nothing created. A
+  timeout or a reset once the request was being sent is unknown.
 * observe: 200, present (with a ``pointer``, present only when the RFC 6901
   JSON pointer leads to a value that is not null, ``""``, ``[]`` or ``{}``,
   else absent); 404, absent; anything else, unknown. A lookup answered 408,
-  429 or 503, or that could not connect, is asked again within the call's
-  time (a lookup changes nothing), after the ``Retry-After`` it named.
+  429, 502, 503 or 504, or that could not connect, is asked again within the
+  call's time (a lookup changes nothing), after the ``Retry-After`` it named.
 * observe.many: 200 with a list, each key with a match present (whatever the
   paging); a key without one absent only when the answer is whole: no ``Link``
   with ``rel="next"``, and the contract declares how a page is marked
@@ -43,9 +48,14 @@ Invariants kept here:
 
 * **Secrets never reach the run.** A header value may hold ``{env:NAME}`` or
   ``{file:PATH}`` (PATH relative to the workspace, one trailing newline
-  dropped), read at each call. Receipts, evidence and reasons name the headers
-  sent, never their values, and any text of the target's answer that holds a
-  secret value has it replaced by ``[secret]`` before it is returned.
+  dropped), read at each call. Receipts, evidence and reasons name the
+  headers sent, never their values, and any text of the target's answer that
+  holds a secret value has it replaced by ``[secret]`` before it is returned.
+* **No effect begins with a request that cannot be sent.** The constructor
+  makes the item's header values, secrets read, and raises InvalidInput (naming
+  the header, never its value) when one cannot be read or sent (a character
+  outside Latin-1). Whatever else cannot be encoded fails before a byte is
+  written: nothing was sent, never an unknown outcome.
 * **Nothing is sent past the call's deadline.** Right before the request is
   written, the registered call's deadline (:mod:`runner.inflight`) and the
   call's own time are checked; past either, nothing is sent and the call
@@ -86,7 +96,8 @@ from ..envelope import MAX_DOCUMENT_BYTES, canonical_json, check_nesting, loads_
 from ..errors import InvalidInput
 from ..pointer import MISSING, matched, parse_pointer, resolve_pointer, shown
 from ..target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
-from .http_section import _EACH, _SECRET, INVOKE_METHODS, OBSERVE_METHODS, FieldProblem, _split_url, http_problems, sensitive
+from .http_section import (_EACH, _SECRET, INVOKE_METHODS, OBSERVE_METHODS, FieldProblem, _split_url, http_problems,
+                           sensitive, unsendable)
 
 # http.client, ssl, socket, urllib.request and email.utils are imported where a call needs them: a driver imports
 # this module whatever its target, and those modules would add tens of milliseconds to each start.
@@ -103,6 +114,7 @@ __all__ = [
     "POOL",
     "INVOKE_DEFAULTS",
     "OBSERVE_DEFAULTS",
+    "invoke_outcome",
     "BODY_LIMIT",
     "resolve_pointer",
     "retry_after_seconds",
@@ -117,18 +129,23 @@ SECRET_FILE_LIMIT = 16 * 1024
 #: Idle connections kept per origin.
 IDLE_PER_ORIGIN = 16
 
-#: What an invoke answer means unless the contract says otherwise: exact statuses first, then classes.
+#: What an invoke answer means unless the contract says otherwise: exact statuses first, then classes; any status
+#: neither names is unknown, but a 503 with a ``Retry-After`` (:func:`invoke_outcome`). 408 is unknown: a proxy
+#: answers it after it passed the whole request on and the service sent nothing back in time (Envoy's stream idle
+#: timeout).
 INVOKE_DEFAULTS: Dict[str, str] = {
     "2xx": "receipt",
-    "408": "not-applied", "429": "not-applied", "503": "not-applied",
+    "429": "not-applied",
     "401": "not-applied", "403": "not-applied", "407": "not-applied",
+    "408": "unknown",
     "412": "stale-epoch",
     "4xx": "rejected",
 }
 #: What an observe answer means unless the contract says otherwise; any status not listed is unknown.
 OBSERVE_DEFAULTS: Dict[str, str] = {"200": "present", "404": "absent"}
-#: Answers of a lookup that said "not now": asked again within the call's time.
-_LOOK_AGAIN = (408, 429, 503)
+#: Answers of a lookup that said "not now" or that a proxy gave: asked again within the call's time (a lookup
+#: creates nothing).
+_LOOK_AGAIN = (408, 429, 502, 503, 504)
 #: Answers of a lookup of many keys that said "not now": the lookup is made again later, as a whole.
 _MANY_NOT_NOW = (408, 429, 503)
 #: ``rel="next"`` in a ``Link`` header (RFC 8288), as loosely as it may be written: a false match only costs lookups.
@@ -223,6 +240,17 @@ def _compile(spec: Dict[str, Any]) -> _Spec:
 def outcome_of(statuses: Mapping[str, str], status: int, default: str = "unknown") -> str:
     """The word ``statuses`` gives ``status``: its exact entry, else its class's (``"4xx"``), else ``default``."""
     return statuses.get(str(status)) or statuses.get(f"{status // 100}xx") or default
+
+
+def invoke_outcome(statuses: Mapping[str, str], status: int, retry_after: Optional[float]) -> str:
+    """What an invoke's answer means: the word ``statuses`` gives ``status``; a status it names neither exactly nor by
+    class is unknown, but a 503 with a valid ``Retry-After`` (``retry_after`` not None), which created nothing.
+
+    A 503 without one may come from a proxy after the service was sent the request (Envoy's "upstream connect
+    error or disconnect/reset before headers"), so it is settled by a lookup; a service that is busy says when
+    to come back.
+    """
+    return outcome_of(statuses, status, "not-applied" if status == 503 and retry_after is not None else "unknown")
 
 
 # -- Retry-After ------------------------------------------------------------------------------
@@ -534,15 +562,13 @@ class HttpAdapter:
         pointer = spec["observe"].get("pointer")
         self.verification = f"{observe.method} {observe.url}" + (f" holding a value at {pointer}" if pointer is not None else "")
         self._origins = {kind: self._origin(request) for kind, request in (("invoke", self.spec.invoke), ("observe", observe))}
-        checked = set()
         for request in (self.spec.invoke, observe):
-            for kind, name in {m for _, template in request.headers for m in _SECRET.findall(template)} - checked:
-                checked.add((kind, name))
-                try:
-                    _read_secret(kind, name, self.workspace, self.environ)
-                except ValueError as exc:
-                    header = next(h for h, t in request.headers if f"{{{kind}:{name}}}" in t)
-                    raise InvalidInput(f"effects.http.{request.kind}: the value of header {header} cannot be made: {exc}") from None
+            # The item's own header values, secrets read now: one that cannot be made or sent stops the item before it
+            # begins. Any key and epoch will do: a key is an id and an epoch a number, both ASCII.
+            try:
+                self._headers(request, "k", 1, [])
+            except ValueError as exc:
+                raise InvalidInput(f"effects.http.{request.kind}: {exc}") from None
 
     # -- the two calls -----------------------------------------------------------------------------
     def invoke(self, key: str, payload: Dict[str, Any], epoch: int) -> Dict[str, Any]:
@@ -555,12 +581,13 @@ class HttpAdapter:
             raise NotApplied(_scrub_text(f"{request.method} {self._shown_url(request, key, epoch)}: {exc}", secrets)) from None
         except _Lost as exc:
             raise UnknownOutcome(_scrub_text(f"{request.method} {self._shown_url(request, key, epoch)}: {exc}", secrets)) from None
-        word = outcome_of(request.statuses, reply.status)
+        retry_after = retry_after_seconds(reply.headers.get("Retry-After"))
+        word = invoke_outcome(request.statuses, reply.status, retry_after)
         if word == "receipt":
             return _scrub(self._receipt(request, reply, key, epoch), secrets)
         detail = _scrub_text(self._answered(request, reply, key, epoch), secrets)
         if word == "not-applied":
-            raise NotApplied(detail, retry_after_seconds(reply.headers.get("Retry-After")))
+            raise NotApplied(detail, retry_after)
         if word == "rejected":
             raise Rejected(detail)
         if word == "stale-epoch":
@@ -735,7 +762,8 @@ class HttpAdapter:
     def _headers(self, request: _Request, key: str, epoch: Optional[int], secrets: List[str]) -> Dict[str, str]:
         """The headers to send: placeholders filled, then ``{env:...}`` and ``{file:...}`` read now (``secrets`` gets each value).
 
-        :raises ValueError: a secret cannot be read (the message names the header, never a value).
+        :raises ValueError: a secret cannot be read, or a value holds what HTTP cannot carry (the message names the
+            header, never a value).
         """
         values = dict(self.values, key=key, epoch="" if epoch is None else int(epoch))
         out: Dict[str, str] = {}
@@ -753,6 +781,9 @@ class HttpAdapter:
             out[name] = _SECRET.sub(secret, value)
             if sensitive(name):
                 secrets.append(out[name])
+            problem = unsendable(out[name])
+            if problem:
+                raise ValueError(f"the value of header {name} cannot be sent: it holds {problem}")
         lowered = {n.lower() for n in out}
         if request.kind == "invoke":
             if self.spec.idempotency_header:
@@ -862,12 +893,18 @@ class HttpAdapter:
         if now >= end:
             self.pool.give(origin, conn)
             raise _NotSent(f"the call's {self.timeout:g}s were spent before the request was sent; nothing was sent", final=True)
+        try:
+            _compose(conn, request.method, target, headers, body)
+        except (ValueError, TypeError, http.client.HTTPException) as exc:
+            conn.close()  # it holds part of a request that will never be sent
+            raise _NotSent(f"the request cannot be written ({type(exc).__name__}); nothing was sent",
+                           final=True) from None
         sock = conn.sock
         sock.settimeout(max(0.001, end - now))
         guard = _WATCHDOG.arm(sock, end)
         try:
             try:
-                conn.request(request.method, target, body=body, headers=headers)
+                conn.endheaders(body)
                 response = conn.getresponse()
             except (OSError, http.client.HTTPException) as exc:
                 conn.close()
@@ -907,6 +944,23 @@ class HttpAdapter:
 
 class _Retry(Exception):
     pass
+
+
+def _compose(conn: "http.client.HTTPConnection", method: str, target: str, headers: Dict[str, str],
+             body: Optional[bytes]) -> None:
+    """The request line and headers, into ``conn``'s buffer: what cannot be encoded raises here, before a byte is sent.
+
+    What :meth:`http.client.HTTPConnection.request` does before it sends, split from the sending
+    (:meth:`~http.client.HTTPConnection.endheaders`) so that an error here is known to have sent nothing.
+    """
+    lowered = {name.lower() for name in headers}
+    conn.putrequest(method, target, skip_accept_encoding="accept-encoding" in lowered)
+    if body is not None:
+        conn.putheader("Content-Length", str(len(body)))
+    elif method in ("POST", "PUT", "PATCH"):
+        conn.putheader("Content-Length", "0")
+    for name, value in headers.items():
+        conn.putheader(name, value)
 
 
 def _authority(request: _Request) -> str:

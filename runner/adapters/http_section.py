@@ -11,11 +11,11 @@ that ``contract check`` can give its line.
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..commands import MANY_DEFAULT, MANY_MAX, placeholders_in
+from ..commands import MANY_DEFAULT, MANY_MAX, expand, placeholders_in
 from ..pointer import pointer_problem
 
-__all__ = ["FieldProblem", "http_problems", "sensitive", "INVOKE_METHODS", "OBSERVE_METHODS", "INVOKE_WORDS",
-           "OBSERVE_WORDS", "MANY_MAX", "PAGE_SIZE_MAX"]
+__all__ = ["FieldProblem", "http_problems", "sensitive", "unsendable", "INVOKE_METHODS", "OBSERVE_METHODS",
+           "INVOKE_WORDS", "OBSERVE_WORDS", "MANY_MAX", "PAGE_SIZE_MAX"]
 
 INVOKE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 OBSERVE_METHODS = ("GET", "HEAD")
@@ -59,6 +59,19 @@ def sensitive(name: str) -> bool:
     """True for a header whose value is a credential (``Authorization``, ``Cookie``, ``*-Api-Key``, ``*-Token``...)."""
     lowered = name.lower()
     return lowered in _SENSITIVE or lowered.endswith(_SENSITIVE_SUFFIXES)
+
+
+def unsendable(value: str) -> Optional[str]:
+    """What in a header value HTTP/1.1 cannot carry (a character outside Latin-1, a control character), or None.
+
+    The text never quotes the value: it may be a secret.
+    """
+    for c in value:
+        if ord(c) > 0xFF:
+            return "a character outside Latin-1"
+        if (ord(c) < 0x20 and c != "\t") or ord(c) == 0x7F:
+            return "a control character"
+    return None
 
 
 def _relative_path(path: str) -> bool:
@@ -111,6 +124,9 @@ def _split_url(url: str) -> Tuple[str, str, int, str]:
         raise ValueError("a fragment is never sent; leave it out")
     if any(c.isspace() for c in url):
         raise ValueError("white space must be percent-encoded")
+    if not url.isascii() or any(ord(c) < 0x20 or ord(c) == 0x7F for c in url):
+        raise ValueError("a request line is ASCII: percent-encode other characters in the path and query "
+                         "(é as %C3%A9), write a host in its xn-- form, and leave control characters out")
     import urllib.parse  # only a contract with an http section needs it; every verb imports this module
 
     parts = urllib.parse.urlsplit(f"{scheme}://{authority}")
@@ -150,6 +166,11 @@ def _header_problems(kind: str, headers: Any) -> List[FieldProblem]:
         if unknown:
             out.append(FieldProblem(here, f"effects.http.{kind}.headers: {name}: unknown placeholder {{{unknown[0]}}} "
                                           f"(allowed: {', '.join('{' + n + '}' for n in allowed)}, {{env:NAME}}, {{file:PATH}})"))
+            continue
+        literal = unsendable(expand([_SECRET.sub("", value)], {n: "" for n in allowed})[0])
+        if literal:
+            out.append(FieldProblem(here, f"effects.http.{kind}.headers: {name} holds {literal}, which an HTTP header "
+                                          "cannot carry (Latin-1 text without control characters)"))
             continue
         if sensitive(name) and not _SECRET.search(value):
             out.append(FieldProblem(here, f"effects.http.{kind}.headers: {name} holds a credential, and a literal one would be "
@@ -230,6 +251,10 @@ def _many_problems(many: Any) -> List[FieldProblem]:
         bad = [n for n in placeholders_in(inner) if n not in _URL_PLACEHOLDERS["observe"]]
         if bad:
             out.append(FieldProblem(at + ("url",), f"effects.http.observe.many.url: unknown placeholder {{{bad[0]}}}"))
+        elif not inner.isascii() or any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in inner):
+            out.append(FieldProblem(at + ("url",), "effects.http.observe.many.url: {each:...} is part of the "
+                                                   "request line, which is ASCII: percent-encode other characters "
+                                                   "and white space"))
     for name in ("match", "list"):
         if name in many:
             problem = _pointer_problem(many[name])
