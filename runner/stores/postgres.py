@@ -31,6 +31,7 @@ closes its socket and the server rolls the transaction back.
 import re
 from typing import Any, List, Optional, Tuple
 
+from ..envelope import sha256_hex
 from ..errors import InvalidInput, RunnerError, StateUnrecoverable
 from .sql import SQLStore
 
@@ -120,6 +121,24 @@ class PostgresStore(SQLStore):
 
     def _failure(self, exc: Exception) -> RunnerError:
         return StateUnrecoverable(f"run {self.task_id} in {self._where()}: PostgreSQL refused: {' '.join(str(exc).split())[:300]}")
+
+    def identity(self) -> str:
+        """What names this run however its database's URL is spelled: the database's name, the digest of the run's
+        identity record (written once, when the run was made) and the task id.
+
+        The in-flight registry names the run's folder from it (:func:`runner.inflight.registry_for`), so workers
+        that reach one database as ``localhost`` and as ``127.0.0.1`` share their calls in flight. The server's
+        ``system_identifier`` is not part of it: only some roles may read it, and a name that depends on the
+        worker's role would split the registry as the URL's spelling did.
+
+        :raises InvalidInput: the run is not in the database.
+        :raises RetryLater: the database stayed locked for ``lock_wait`` seconds.
+        """
+        query = "SELECT current_database(), identity FROM runner_runs WHERE task_id = {m}"
+        row = self._retrying(lambda: self._one(query, (self.task_id,)), write=False)
+        if row is None:
+            raise InvalidInput(f"no run {self.task_id} in {self._where()} (start one with init)")
+        return "\n".join(("postgresql", str(row[0]), sha256_hex(str(row[1]).encode("utf-8")), self.task_id))
 
     def _create_tables(self) -> None:
         # One creator at a time: concurrent CREATE TABLE IF NOT EXISTS can collide.
