@@ -42,6 +42,7 @@ from .envelope import MAX_DOCUMENT_BYTES, Ops, canonical_json, check_nesting, fo
 from .errors import AlreadyVerified, Cancelled, Failed, InvalidInput, LimitExhausted, NeedsReconciliation, RunComplete
 from .lifecycle import UNRESOLVED
 from .retry import check_attempts, check_limits, check_wait, limit
+from .stores.codec import local_maker
 from .target import describe
 
 __all__ = [
@@ -190,7 +191,7 @@ def kept_payload(payload: Optional[Dict[str, Any]], source: Optional[str] = None
 
 
 def begin_ops(state: Dict[str, Any], key: str, payload_digest: str, now: float, step: Optional[str] = None, resend: bool = False,
-              kept: Optional[Dict[str, Any]] = None) -> Ops:
+              kept: Optional[Dict[str, Any]] = None, maker: Optional[Dict[str, Any]] = None) -> Ops:
     """Commit ``started`` for ``key`` (before the target is called), or raise.
 
     The effect belongs to the running step (see :func:`_owning_step`); a gated
@@ -199,7 +200,10 @@ def begin_ops(state: Dict[str, Any], key: str, payload_digest: str, now: float, 
     :func:`kept_payload`) is stored with the record the first time, so the
     payload can be sent again or reconciled from the run alone. ``attempts`` counts
     every begin; ``deferred`` those the target answered "not now", which do
-    not count against ``max_attempts``.
+    not count against ``max_attempts``. ``begun_by`` names the host and user
+    that began this attempt (``maker``, else this process's): a runner of another
+    user on that host, who cannot see its calls in flight, refuses to touch the
+    effect while it is ``started`` (:mod:`runner.inflight`).
 
     :raises AlreadyVerified: the effect is verified: done, the target must not be called again
         (also on a cancelled or complete run); the context carries the effect.
@@ -257,6 +261,7 @@ def begin_ops(state: Dict[str, Any], key: str, payload_digest: str, now: float, 
         "evidence": None,
         "reason": None,
         "next_attempt_at": None,
+        "begun_by": dict(maker) if maker is not None else local_maker(),
     }
     if deferred:
         record["deferred"] = deferred

@@ -4,6 +4,7 @@ import unittest
 
 from runner import effects, steps
 from runner.envelope import format_time
+from runner.stores.codec import local_maker
 from runner.errors import (
     AlreadyVerified,
     AwaitingApproval,
@@ -23,7 +24,7 @@ STAMP = format_time(T0)
 
 def started(attempts: int = 1, step: str = "draft", started_at: str = STAMP, receipt: object = None) -> dict:
     return {"state": "started", "payload_digest": DIGEST, "attempts": attempts, "step": step, "started_at": started_at, "updated_at": STAMP,
-            "receipt": receipt, "evidence": None, "reason": None, "next_attempt_at": None}
+            "receipt": receipt, "evidence": None, "reason": None, "next_attempt_at": None, "begun_by": local_maker()}
 
 
 class BeginTest(unittest.TestCase):
