@@ -27,10 +27,11 @@ import sqlite3
 import subprocess
 import time
 import unittest
-from typing import List
+import urllib.parse
+from typing import Any, List, Optional
 
 from tests import _real, _util
-from runner.errors import RetryLater
+from runner.errors import RetryLater, RunnerError
 from runner.stores import create_store, open_store
 
 TASK = "db-damage"
@@ -379,6 +380,84 @@ class PostgresLockBoundTest(unittest.TestCase):
         self.addCleanup(store.close)
         records, _ = store.records_after(0)
         self.assertEqual([r["ops"] for r in records], [[["set", ["counters", "n"], 1]], [["set", ["counters", "n"], 2]]])
+
+
+@_real.needs("PostgreSQL", why_not=_util.postgres_unavailable)
+class PostgresRegistryTest(unittest.TestCase):
+    """A PostgreSQL run's calls in flight: one folder for every spelling of its URL; another user's effect refused."""
+
+    def setUp(self) -> None:
+        import uuid
+
+        self.url = os.environ[POSTGRES_ENV]
+        self.task = "calls-" + uuid.uuid4().hex[:12]
+        create_store(self.url, self.task, _util.contract_block(self.task)).close()
+        self.addCleanup(self._drop)
+
+    def _drop(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as db:
+            for table in ("runner_journal", "runner_effects", "runner_runs"):
+                db.execute(f"DELETE FROM {table} WHERE task_id = %s", (self.task,))
+
+    def open(self, url: str, task: Optional[str] = None) -> Any:
+        store = open_store(url, task or self.task)
+        self.addCleanup(store.close)
+        return store
+
+    def spellings(self) -> List[str]:
+        """The test server's URL as given, with the other name of the loopback host, and with a parameter added."""
+        parts = urllib.parse.urlsplit(self.url)
+        host = parts.hostname or ""
+        other = {"127.0.0.1": "localhost", "localhost": "127.0.0.1"}.get(host)
+        query = parts.query + ("&" if parts.query else "") + "connect_timeout=9"
+        out = [self.url, urllib.parse.urlunsplit(parts._replace(query=query))]
+        if other:
+            out.append(urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.replace(host, other, 1))))
+        return out
+
+    def test_every_spelling_of_the_url_finds_the_same_calls(self) -> None:
+        from runner import inflight
+
+        registries = [inflight.registry_for(self.open(url)) for url in self.spellings()]
+        self.assertEqual(len({r.folder for r in registries}), 1, [r.folder for r in registries])
+        self.assertEqual(os.path.dirname(registries[0].folder), os.path.join("/tmp", f"runner-calls-{os.getuid()}"))
+        call = registries[0].register("k1", "invoke", 1, 30.0)
+        self.addCleanup(registries[0].finish, call)
+        for registry in registries[1:]:
+            self.assertEqual([found.name for found, _ in registry.calls("k1")], [call.name])
+        other = "calls-other-" + self.task[-12:]
+        create_store(self.url, other, _util.contract_block(other)).close()
+        try:
+            folder = inflight.registry_for(self.open(self.url, other)).folder
+            self.assertNotEqual(folder, registries[0].folder, "another run, another folder")
+        finally:
+            import psycopg
+
+            with psycopg.connect(self.url, autocommit=True) as db:
+                for table in ("runner_journal", "runner_effects", "runner_runs"):
+                    db.execute(f"DELETE FROM {table} WHERE task_id = %s", (other,))
+
+    def test_an_effect_another_user_of_this_machine_began_is_refused_before_anything_is_written(self) -> None:
+        from runner import effects, inflight
+        from runner.run import Run
+        from runner.stores.codec import local_maker
+
+        me = local_maker()
+        run = Run(self.open(self.url))
+        run.acquire("someone", 60)
+        another = {"host": me["host"], "uid": me["uid"] + 1}
+        run._mutate(lambda s, now: effects.begin_ops(s, "k1", "sha256:" + "1" * 64, now, maker=another))
+        run.release()
+        with self.assertRaises(RunnerError) as caught:
+            inflight.registry_for(self.open(self.url))
+        self.assertIn(f"effect 'k1' was begun by uid {me['uid'] + 1} on this machine", caught.exception.message)
+        revision = self.open(self.url).revision
+        done = _util.run_cli("--store", self.url, "--task", self.task, "drive", "--owner", "w", "--json", site=True)
+        self.assertEqual(done.code, 2, done.err)
+        self.assertIn(f"was begun by uid {me['uid'] + 1} on this machine", done.err)
+        self.assertEqual(self.open(self.url).revision, revision, "nothing was written")
 
 
 if __name__ == "__main__":

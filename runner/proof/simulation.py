@@ -410,6 +410,7 @@ class Schedule:
         self.tickets = 0
         self.max_epoch = 0
         self.shared_calls: Dict[str, str] = {}
+        self.set_aside: Dict[str, str] = {}  # records the registry refused to believe (name: why): never one of its own
         self.resent: Set[str] = set()  # keys whose latest attempt is a resend (uncertain -> started)
         self.signs: Set[str] = set()  # what this schedule did that the known findings need
 
@@ -482,7 +483,8 @@ class Schedule:
         store = MemoryStore(self.ledger, self.sched.clock, observer=observer, writer=worker.owner,
                             pause=lambda window: self.window(worker, window), writable=alive)
         run = self.run_class(store, rand=worker.rand.random, observer=observer)
-        registry = MemoryRegistry(self.shared_calls, SimProcesses(self.table, worker.proc), self.sched.clock, alive)
+        registry = MemoryRegistry(self.shared_calls, SimProcesses(self.table, worker.proc), self.sched.clock, alive,
+                                  self.set_aside)
         world = SimWorld(self.sched, worker, self._begin_call, lambda w, window: self.window(w, window))
         worker.world = world
         while True:
@@ -893,6 +895,8 @@ class Schedule:
     # -- the end ----------------------------------------------------------------------------------------
     def _finish(self) -> Dict[str, Any]:
         truth = self.ledger.truth
+        for name, why in sorted(self.set_aside.items()):
+            self.violation("record-set-aside", f"the registry set its own record {name} aside: {why}")
         for key in self.keys:
             record = truth["effects"].get(key) or {}
             state = record.get("state")

@@ -45,7 +45,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 from ..envelope import canonical_json, format_time, loads_trusted, sha256_hex
 from ..executor import World
 from ..inflight import Registered, Registry
-from ..processes import Processes
+from ..processes import GONE, UNVERIFIED, VERIFIED, Processes
 from ..stores.base import Store
 from ..stores.codec import Ops, finish_transition, genesis, new_identity, prepare_transition, replay
 from ..windows import NO_OBSERVER, Observer
@@ -334,7 +334,10 @@ class ProcessTable:
 
 
 class SimProcesses(Processes):
-    """:class:`runner.processes.Processes` for one process of the simulated machine (``me``)."""
+    """:class:`runner.processes.Processes` for one process of the simulated machine (``me``).
+
+    Every process of the table is this user's; a command's group is the command alone.
+    """
 
     def __init__(self, table: ProcessTable, me: Proc) -> None:
         self.table, self.mine = table, me
@@ -349,9 +352,38 @@ class SimProcesses(Processes):
         proc = self.table.procs.get(pid)
         return pid, (self._start(proc) if proc is not None and proc.alive else None)
 
+    def can_find(self) -> bool:
+        return self.table.can_find
+
+    def ours(self, pid: int) -> bool:
+        proc = self.table.procs.get(pid)
+        return proc is not None and proc.alive
+
     def alive(self, pid: int, start: Optional[str]) -> bool:
         proc = self.table.procs.get(pid)
-        return proc is not None and proc.alive and (start is None or proc.start == start)
+        if proc is None or not proc.alive:
+            return False
+        return proc.start == start if self.table.can_find else True
+
+    def command(self, leader: int, start: Optional[str], marker: str) -> str:
+        if not self.table.can_find:
+            return UNVERIFIED if self.ours(leader) else GONE
+        return VERIFIED if self._member(leader, start, marker) is not None else GONE
+
+    def _member(self, leader: int, start: Optional[str], marker: str) -> Optional[Proc]:
+        if start is None:
+            return None
+        for proc in self.table.procs.values():
+            if proc.alive and proc.group == leader and proc.env == marker and int(proc.start) >= int(start) \
+                    and (proc.pid != leader or proc.start == start):
+                return proc
+        return None
+
+    def kill_command(self, leader: int, start: Optional[str], marker: str) -> bool:
+        if not self.table.can_find or self._member(leader, start, marker) is None or leader == self.mine.group:
+            return False  # never its own group, as the real one
+        self.table.kill_group(leader)
+        return True
 
     def find_by_environment(self, marker: str) -> Optional[Tuple[int, Optional[str]]]:
         if not self.table.can_find:
@@ -362,14 +394,6 @@ class SimProcesses(Processes):
                 return pid, proc.start
         return None
 
-    def can_find(self) -> bool:
-        return self.table.can_find
-
-    def kill_group(self, pid: int) -> None:
-        proc = self.table.procs.get(pid)
-        if proc is not None and proc.group != self.mine.group:  # never its own group, as the real one
-            self.table.kill_group(proc.group)
-
 
 # -- the in-flight registry ------------------------------------------------------------------------
 
@@ -378,33 +402,51 @@ class MemoryRegistry(Registry):
 
     Records are stored as JSON text, so each reader gets its own copy, as
     from a file. ``writable()`` is False once the writing process is dead.
+    What the registry moves aside goes to ``aside`` (name: why), which the
+    machine's workers may share: the runner's own records never belong there.
     """
 
-    def __init__(self, shared: Dict[str, str], processes: Processes, clock: Callable[[], float], writable: Callable[[], bool]) -> None:
+    def __init__(self, shared: Dict[str, str], processes: Processes, clock: Callable[[], float],
+                 writable: Callable[[], bool], aside: Optional[Dict[str, str]] = None) -> None:
         super().__init__("/nonexistent/simulated-calls", processes, clock)
         self.shared, self.writable = shared, writable
+        self.aside: Dict[str, str] = {} if aside is None else aside
 
     def _check(self) -> None:
         if not self.writable():
             raise WorkerKilled()
 
+    def _verify(self) -> bool:
+        return True
+
     def _write(self, call: Registered, new: bool = False) -> None:
         self._check()
         self.shared[call.name] = json.dumps(call.record, sort_keys=True)
 
-    def _read(self, name: str) -> Optional[Registered]:
+    def _read(self, name: str) -> Tuple[Optional[Registered], str]:
         data = self.shared.get(name)
         if data is None:
-            return None
+            return None, ""
         record = json.loads(data)
-        return Registered(name, record)
+        why = self._problem(name, record)
+        return (None, why) if why else (Registered(name, record), "")
 
-    def _names(self, prefix: str = "") -> List[str]:
-        return sorted(n for n in self.shared if n.startswith(prefix))
+    def _entries(self) -> List[str]:
+        return sorted(self.shared)
 
     def _remove(self, call: Registered, payload: bool = True) -> None:
         self._check()
         self.shared.pop(call.name, None)
+
+    def _unlink(self, name: str) -> bool:
+        self._check()
+        return self.shared.pop(name, None) is not None
+
+    def _set_aside(self, name: str, why: str) -> None:
+        self._check()
+        data = self.shared.pop(name, None)
+        if data is not None:
+            self.aside[name] = why
 
     def payload_path(self, call: Registered) -> str:
         call.payload = True
