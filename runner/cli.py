@@ -488,14 +488,18 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
+    from . import inflight
+
     if parse_store_url(_store_url(args))[0] != "file":
         # A database store checks its rows against the journal on open; what it rebuilt is a finding.
         store = _kept(args, open_store(_store_url(args), _task(args)))
-        findings = [f._asdict() for f in store.findings]
+        calls = [f._asdict() for f in inflight.findings(store)]
+        findings = [f._asdict() for f in store.findings] + calls
         repaired = [f._asdict() for f in store.repair()] if args.repair else []
-        healthy = not findings or bool(repaired)
+        healthy = (len(findings) == len(calls) or bool(repaired)) and not calls
         text = [f"{f['level']:10} {f['code']}: {f['message']}" for f in findings] + [f"repaired   {r['code']}: {r['message']}" for r in repaired]
-        text.append(f"{'healthy' if healthy else 'loadable'}: revision {store.revision}" + ("" if healthy else "; run 'doctor --repair' for lossless repairs"))
+        text.append(f"{'healthy' if healthy else 'loadable'}: revision {store.revision}"
+                    + ("" if healthy else _not_healthy(findings)))
         emit(args, {"ok": True, "healthy": healthy, "revision": store.revision, "findings": findings, "repaired": repaired}, "\n".join(text))
         return 0
     path = _run_dir(args)
@@ -507,7 +511,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         store = RunStore.open(path)  # quarantines unrecoverable state, as every verb does
         repaired = [f._asdict() for f in store.repair()]
         found = check(path)
-    problems = [f for f in found.findings if f.level != "note"]
+    calls = inflight.Registry(os.path.join(path, inflight.CALLS)).findings()
+    problems = [f for f in found.findings if f.level != "note"] + calls
     healthy = found.state is not None and not problems
     result = {
         "ok": found.state is not None,
@@ -515,19 +520,30 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         "path": path,
         "revision": found.state["revision"] if found.state else None,
         "base": found.base,
-        "findings": [f._asdict() for f in found.findings],
+        "findings": [f._asdict() for f in found.findings + calls],
         "repaired": repaired,
     }
-    text = [f"{f.level:10} {f.code}: {f.message}" for f in found.findings]
+    text = [f"{f.level:10} {f.code}: {f.message}" for f in found.findings + calls]
     text += [f"repaired   {r['code']}: {r['message']}" for r in repaired]
     if found.state is None:
         detail = "; ".join(f.message for f in found.findings if f.level == "damage")
         emit(args, {**result, "error": "state-unrecoverable", "exit_code": 7}, "\n".join(text))
         warn(f"state-unrecoverable: {detail}")
         return StateUnrecoverable.exit_code
-    text.append(f"{'healthy' if healthy else 'loadable'}: revision {result['revision']} from {found.base}" + ("" if healthy else "; run 'doctor --repair' for lossless repairs"))
+    text.append(f"{'healthy' if healthy else 'loadable'}: revision {result['revision']} from {found.base}"
+                + ("" if healthy else _not_healthy(result["findings"])))
     emit(args, result, "\n".join(text))
     return 0
+
+
+def _not_healthy(findings: List[Dict[str, str]]) -> str:
+    """What to do about the findings that keep a run from being healthy, as the end of doctor's last line."""
+    said = []
+    if any(f["level"] not in ("note", "foreign") for f in findings):
+        said.append("run 'doctor --repair' for lossless repairs")
+    if any(f["level"] == "foreign" for f in findings):
+        said.append("what is in the calls folder that is not the runner's is for a person to look at and remove")
+    return "; " + "; ".join(said) if said else ""
 
 
 def cmd_contract(args: argparse.Namespace) -> int:

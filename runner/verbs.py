@@ -27,6 +27,7 @@ from .approvals import approval_view
 from .batch import begin_payload, observes_itself
 from .envelope import read_document, validate_id
 from .errors import InvalidInput
+from .inflight import findings as calls_findings
 from .lease import DEFAULT_TTL_SECONDS, default_ttl, lease_view
 from .recovery import decide, decision_exit_code, recover as _recover
 from .run import Run
@@ -204,8 +205,9 @@ def status(run: Run) -> Dict[str, Any]:
 
 
 def brief(run: Run, max_chars: int = 2000) -> Dict[str, Any]:
-    """``{"brief", "chars"}``: the bounded Markdown brief, with the holder's decision."""
-    text = _brief(run.state, holder_decision(run), max_chars)
+    """``{"brief", "chars"}``: the bounded Markdown brief, with the holder's decision and what the calls folder holds
+    that the runner does not act on (:func:`runner.inflight.findings`)."""
+    text = _brief(run.state, holder_decision(run), max_chars, calls_findings(run.store))
     return {"brief": text, "chars": len(text)}
 
 

@@ -13,7 +13,7 @@
   worker and attempt.
 """
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .effects import FLAGS
 from .lifecycle import UNRESOLVED
@@ -83,8 +83,12 @@ def action_text(action: Dict[str, Any], decided: bool = True) -> str:
     return text
 
 
-def brief(state: Dict[str, Any], decision: Optional[Dict[str, Any]] = None, limit: int = 2000) -> str:
+def brief(state: Dict[str, Any], decision: Optional[Dict[str, Any]] = None, limit: int = 2000,
+          calls: Sequence[Any] = ()) -> str:
     """Markdown context for a model that has never seen this run, from durable facts only.
+
+    ``calls``: what :func:`runner.inflight.findings` reports of the calls folder (a refused folder,
+    entries that cannot be calls); named in one line among the effects, never by their names.
 
     The runner writes every word of it but the quotations: every value it did
     not write (the goal, ids, reasons, receipts, notes) is shown through
@@ -145,6 +149,8 @@ def brief(state: Dict[str, Any], decision: Optional[Dict[str, Any]] = None, limi
         eff.append(f"- CHECK {name(key)}: it may have a duplicate at the target; a person should look ({'; '.join(reasons)})")
     if len(flagged) > 5:
         eff.append(f"- … and {len(flagged) - 5} more to check")
+    if calls:
+        eff.append(_calls_line(calls))
     jobs = [f"- {name(k)}: {word(j['state'])}" + (f", exit {number(j['exit_code'])}" if j.get("exit_code") is not None else "")
             + f", cursor {number(j.get('cursor', 0))}" for k, j in sorted(state["jobs"].items())]
     job_part = ["", "## Jobs"] + (jobs[:5] or ["- none"])
@@ -165,6 +171,16 @@ def brief(state: Dict[str, Any], decision: Optional[Dict[str, Any]] = None, limi
     # Shown in this order; kept, when space runs out, in order of importance:
     # the goal and next action, then unresolved effects, steps, control, jobs.
     return _fit([head, steps, eff, job_part, control], [0, 2, 1, 4, 3], limit)
+
+
+def _calls_line(calls: Sequence[Any]) -> str:
+    """One line on what the calls folder holds that the runner does not act on (the runner's words and counts only)."""
+    if any(f.code == "calls-refused" for f in calls):
+        return ("- CALLS IN FLIGHT REFUSED: the calls folder is not this user's own, or others may change it, or it "
+                "holds calls another user began; nothing is called or observed until that is fixed ('doctor' says "
+                "what was found)")
+    return (f"- SET ASIDE: {number(len(calls))} item(s) in the calls folder cannot be calls of this runner; it does "
+            "not act on them ('doctor' lists them and where they were moved; a person should look)")
 
 
 def events_after(store: Any, after: int) -> Dict[str, Any]:

@@ -263,6 +263,10 @@ class RunCase(unittest.TestCase):
             json.dump(record, handle)
         return name
 
+    def doctor(self) -> Dict[str, Any]:
+        done = local(self.root, "doctor", "--json")
+        self.assertEqual(done.code, 0, done.err)
+        return json.loads(done.out)
 
 
 @unittest.skipUnless(HAS_PROC, "process groups and environments are read from /proc")
@@ -325,6 +329,9 @@ class PlantedRecordTest(RunCase):
         self.assertFalse(os.path.exists(os.path.join(self.calls, name)))
         [aside] = inflight.Registry(self.calls).set_aside()
         self.assertEqual((aside.name, aside.why), (name, MISSING_START))
+        report = self.doctor()
+        self.assertFalse(report["healthy"])
+        self.assertEqual([f["code"] for f in report["findings"] if f["level"] == "foreign"], ["call-record-set-aside"])
 
     def test_a_record_at_the_processs_start_time_without_its_token_names_no_call(self) -> None:
         start = start_time(self.victim.pid)
@@ -341,6 +348,9 @@ class GarbageTest(RunCase):
         self.start(SIMPLE_INVOKE, timeout=5)
 
     def check_set_aside(self, name: str, why: str) -> None:
+        before = self.doctor()
+        self.assertFalse(before["healthy"], "doctor reports it before any drive")
+        self.assertIn(f"{name}: {why}", "\n".join(f["message"] for f in before["findings"]))
         began = time.monotonic()
         done = self.finish(self.drive("worker"), timeout=60)
         self.assertEqual(done["code"], 10, done["err"])
@@ -348,6 +358,14 @@ class GarbageTest(RunCase):
         self.assertEqual(self.lines("ledger"), [KEY])
         [aside] = inflight.Registry(self.calls).set_aside()
         self.assertEqual((aside.name, aside.why), (name, why))
+        report = self.doctor()
+        self.assertFalse(report["healthy"])
+        [finding] = [f for f in report["findings"] if f["level"] == "foreign"]
+        self.assertEqual(finding["code"], "call-record-set-aside")
+        self.assertIn(os.path.join(self.calls, inflight.SET_ASIDE, aside.item), finding["message"])
+        brief = json.loads(local(self.root, "brief", "--json").out)["brief"]
+        self.assertIn("SET ASIDE: 1 item(s) in the calls folder cannot be calls of this runner", brief)
+        self.assertNotIn(name, brief, "the brief names no file a stranger named")
 
     def test_a_record_whose_deadline_no_call_has_is_set_aside(self) -> None:
         pid, start = Processes().me()  # a live process of this user: the old registry waited for it until the deadline
@@ -383,6 +401,11 @@ class FolderTest(RunCase):
         after = json.loads(local(self.root, "status", "--json").out)["revision"]
         self.assertEqual(after, revision, "nothing was written")
         self.assertEqual(self.lines("invoked"), [], "nothing was called")
+        report = self.doctor()
+        self.assertFalse(report["healthy"])
+        self.assertEqual([f["code"] for f in report["findings"] if f["level"] == "foreign"], ["calls-refused"])
+        brief = json.loads(local(self.root, "brief", "--json").out)["brief"]
+        self.assertIn("CALLS IN FLIGHT REFUSED", brief)
 
     def test_a_folder_others_may_write_is_refused(self) -> None:
         os.makedirs(self.calls)

@@ -458,6 +458,9 @@ class PostgresRegistryTest(unittest.TestCase):
         self.assertEqual(done.code, 2, done.err)
         self.assertIn(f"was begun by uid {me['uid'] + 1} on this machine", done.err)
         self.assertEqual(self.open(self.url).revision, revision, "nothing was written")
+        report = json.loads(_util.run_cli("--store", self.url, "--task", self.task, "doctor", "--json", site=True).out)
+        self.assertFalse(report["healthy"])
+        self.assertEqual([f["code"] for f in report["findings"]], ["calls-refused"])
 
 
 if __name__ == "__main__":
