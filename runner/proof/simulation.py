@@ -66,6 +66,8 @@ Checked during and at the end of every schedule (:data:`INVARIANTS`):
   is held by a target that keeps its settle time), a key the target
   rejected, a lookup that could not tell, or a receipt contradicted by a
   target lagging past its declared settle time;
+* ``record-set-aside``: the in-flight registry never takes a record of its
+  own for one it cannot believe and moves it aside;
 * ``crash``: no exception other than the runner's own errors leaves the
   executor; ``simulation``: the simulated world itself ran into no error.
 
@@ -128,7 +130,7 @@ _INSIDE = ("store:before-db-commit", "store:after-db-commit")
 _PASSES = {"lease:after-acquire": 2, "store:before-db-commit": 12, "store:after-db-commit": 12, "sim:lock": 12, "sim:wait": 8}
 
 INVARIANTS = ("duplicate", "call-after-receipt", "receipt-lost", "absence-over-receipt", "lost-acknowledgement", "phantom",
-              "unfenced-write", "contradiction", "unsettled", "crash", "simulation")
+              "unfenced-write", "contradiction", "unsettled", "record-set-aside", "crash", "simulation")
 
 T0 = 1_790_000_000.0
 MAX_SIM_SECONDS = 6 * 3600.0
