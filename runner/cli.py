@@ -541,7 +541,9 @@ def _not_healthy(findings: List[Dict[str, str]]) -> str:
     said = []
     if any(f["level"] not in ("note", "foreign") for f in findings):
         said.append("run 'doctor --repair' for lossless repairs")
-    if any(f["level"] == "foreign" for f in findings):
+    if any(f["code"] == "calls-refused" for f in findings):
+        said.append("nothing is called until the calls folder is as said above")
+    elif any(f["level"] == "foreign" for f in findings):
         said.append("what is in the calls folder that is not the runner's is for a person to look at and remove")
     return "; " + "; ".join(said) if said else ""
 
