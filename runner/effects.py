@@ -201,9 +201,11 @@ def begin_ops(state: Dict[str, Any], key: str, payload_digest: str, now: float, 
     payload can be sent again or reconciled from the run alone. ``attempts`` counts
     every begin; ``deferred`` those the target answered "not now", which do
     not count against ``max_attempts``. ``begun_by`` names the host and user
-    that began this attempt (``maker``, else this process's): a runner of another
-    user on that host, who cannot see its calls in flight, refuses to touch the
-    effect while it is ``started`` (:mod:`runner.inflight`).
+    that began this attempt (``maker``, else this process's), and the lease epoch
+    it was begun under: a runner of another user on that host, who cannot see
+    its calls in flight, refuses to touch the effect while it is ``started``
+    (:mod:`runner.inflight`), and a later holder knows the attempt for an earlier
+    holder's by its epoch, never by comparing times.
 
     :raises AlreadyVerified: the effect is verified: done, the target must not be called again
         (also on a cancelled or complete run); the context carries the effect.
@@ -261,7 +263,7 @@ def begin_ops(state: Dict[str, Any], key: str, payload_digest: str, now: float, 
         "evidence": None,
         "reason": None,
         "next_attempt_at": None,
-        "begun_by": dict(maker) if maker is not None else local_maker(),
+        "begun_by": dict(maker if maker is not None else local_maker(), epoch=int(state["lease"].get("epoch") or 0)),
     }
     if deferred:
         record["deferred"] = deferred

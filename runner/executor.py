@@ -720,8 +720,14 @@ def _soon_after_takeover(state: Dict[str, Any], key: str, caps: Caps, now: float
     less than a call's time and the settle time ago: worth a person's look, if it is called again."""
     effect, lease = state["effects"][key], state["lease"]
     acquired = lease.get("acquired_at")
-    if not acquired or effect["updated_at"] >= acquired:
+    if not acquired:
         return None
+    begun = (effect.get("begun_by") or {}).get("epoch")
+    if begun is not None:
+        if int(begun) >= int(lease.get("epoch") or 0):
+            return None  # this holder began it (an epoch, not a time: a takeover in the same millisecond is later)
+    elif effect["updated_at"] >= acquired:
+        return None  # a record of an older runner, which kept no epoch
     return "absent-soon-after-takeover" if now - parse_time(acquired) < caps.timeout + caps.settle else None
 
 

@@ -514,7 +514,7 @@ class RecordTest(unittest.TestCase):
         state["status"] = "active"
         ops = begin_ops(state, "k1", "sha256:" + "1" * 64, time.time())
         [record] = [op[2] for op in ops if op[1] == ["effects", "k1"]]
-        self.assertEqual(record["begun_by"], local_maker())
+        self.assertEqual(record["begun_by"], dict(local_maker(), epoch=0))
 
     def test_the_postgresql_folder_is_named_by_what_the_database_says_the_run_is_not_by_the_url(self) -> None:
         class Store:

@@ -380,6 +380,24 @@ class FlagTest(TargetCase):
         brief = json.loads(local(self.root, "brief", "--json").out)["brief"]
         self.assertIn("CHECK `manual:ticket`", brief)
 
+    def test_an_attempt_begun_in_the_millisecond_of_the_takeover_is_the_earlier_holders(self) -> None:
+        # The begin and the takeover share one timestamp: the epochs say whose attempt it was.
+        from runner import effects, lease
+        from runner.executor import _soon_after_takeover
+        from runner.lifecycle import Caps
+        from tests._ops import T0, apply, fresh, held
+
+        state = held(fresh())
+        begun = apply(state, effects.begin_ops(state, "k1", "sha256:" + "1" * 64, T0), T0)
+        broken = apply(begun, lease.break_ops(begun, "supervisor", "w1 was killed", T0), T0)
+        taken = apply(broken, lease.acquire_ops(broken, "w2", 300, T0), T0)
+        self.assertEqual(taken["effects"]["k1"]["updated_at"], taken["lease"]["acquired_at"])
+        caps = Caps(timeout=60, settle=5)
+        self.assertEqual(_soon_after_takeover(taken, "k1", caps, T0 + 1), "absent-soon-after-takeover")
+        again = apply(taken, effects.absent_ops(taken, "k1", {"seen": False}, T0 + 1), T0 + 1)
+        mine = apply(again, effects.begin_ops(again, "k1", "sha256:" + "1" * 64, T0 + 2), T0 + 2)
+        self.assertIsNone(_soon_after_takeover(mine, "k1", caps, T0 + 3), "w2 began this attempt itself")
+
     def test_an_orphan_the_registry_saw_end_is_not_flagged(self) -> None:
         self.start(["a"], invoke={"send-after": 0.5})
         first = self.spawn("drive", "--owner", "w1", "--json")

@@ -24,7 +24,7 @@ STAMP = format_time(T0)
 
 def started(attempts: int = 1, step: str = "draft", started_at: str = STAMP, receipt: object = None) -> dict:
     return {"state": "started", "payload_digest": DIGEST, "attempts": attempts, "step": step, "started_at": started_at, "updated_at": STAMP,
-            "receipt": receipt, "evidence": None, "reason": None, "next_attempt_at": None, "begun_by": local_maker()}
+            "receipt": receipt, "evidence": None, "reason": None, "next_attempt_at": None, "begun_by": dict(local_maker(), epoch=0)}
 
 
 class BeginTest(unittest.TestCase):
