@@ -85,7 +85,7 @@ OUTPUT_LIMIT = 256 * 1024
 #: Invoke exit codes other than 0 (done: the JSON object on stdout is the receipt) and the rest (unknown).
 EXIT_REFUSED = 2        # the target refused the call for good
 EXIT_STALE_EPOCH = 9    # the target refused the writer's fencing epoch
-EXIT_TEMPFAIL = 75      # EX_TEMPFAIL: the target created nothing for now (429, 503); {"retry_after": S} optional
+EXIT_TEMPFAIL = 75      # EX_TEMPFAIL: the target created nothing for now (429, a 503 naming a delay); {"retry_after": S} optional
 
 #: The longest delay an exit-75 answer may ask for (a day); a longer one is ignored for the contract's backoff.
 MAX_RETRY_AFTER = 86400.0
@@ -95,7 +95,7 @@ INVOKE_EXITS = (
     ("0", "done: the JSON object on stdout is the receipt"),
     (str(EXIT_REFUSED), "refused for good: never retried"),
     (str(EXIT_STALE_EPOCH), "the target refused a stale fencing epoch: stop, fenced"),
-    (str(EXIT_TEMPFAIL), 'created nothing for now (429, 503): retried after {"retry_after": S} on stdout, or the backoff'),
+    (str(EXIT_TEMPFAIL), 'created nothing for now (429, a 503 naming a delay): retried after {"retry_after": S} on stdout, or the backoff'),
     ("other", "unknown (also a timeout, or exit 0 without a JSON object): observed, never retried blindly"),
 )
 OBSERVE_EXITS = (("0", "present: the JSON object on stdout is the evidence"), ("1", "absent"), ("other", "unknown (also a timeout)"))

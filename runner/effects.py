@@ -68,7 +68,7 @@ EFFECT_STATES = ("planned", "started", "acknowledged", "verified", "uncertain", 
 
 #: Calls per effect that may have created it, when the contract names no limit.
 DEFAULT_MAX_ATTEMPTS = 3
-#: "Not now" answers (429, 503, exit 75) per effect, when the contract names no limit.
+#: "Not now" answers (429, a 503 naming a delay, exit 75) per effect, when the contract names no limit.
 DEFAULT_MAX_RATE_LIMITED = 10
 #: Why an effect is marked for a person to check (its record's ``flags``): it may have a duplicate at the target.
 FLAGS = {
@@ -359,7 +359,7 @@ def _flag_ops(effect: Dict[str, Any], key: str, flag: str) -> Ops:
 
 
 def deferred_ops(state: Dict[str, Any], key: str, evidence: Dict[str, Any], now: float, not_before: str) -> Ops:
-    """The target said it created nothing for now (429, 503, exit 75): absent, counted apart, next call not before ``not_before``.
+    """The target said it created nothing for now (429, a 503 naming a delay, exit 75): absent, counted apart, next call not before ``not_before``.
 
     Said of a resend of an unknown outcome (``resent``), it says nothing of the earlier call: the effect
     goes back to uncertain, not absent, so that it is observed (or resent) again, never called afresh.

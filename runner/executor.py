@@ -738,7 +738,7 @@ def _observe(adapter: Adapter, key: str, payload: Dict[str, Any]) -> Seen:
         if not isinstance(seen, Observation) or seen.status not in ("present", "absent", "unknown"):
             raise TypeError(f"observe returned {seen!r:.100}, not an Observation")
         _effects.check_document(seen.evidence, "evidence")
-    except NotApplied as exc:  # the lookup itself was refused for now (429, 503): look again later
+    except NotApplied as exc:  # the lookup itself was refused for now (429, a 503): look again later
         return Seen("later", {"not_now": str(exc)[:500], "retry_after": exc.retry_after}, 0.0)
     except Exception as exc:
         return Seen("unknown", {"error": f"{type(exc).__name__}: {exc}"[:500]}, 0.0)

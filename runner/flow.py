@@ -4,7 +4,7 @@ The executor (:mod:`runner.executor`) asks a :class:`Flow` three things:
 
 * :meth:`Flow.call_room`: may one more call start? At most ``limit`` calls
   are in flight at the target (a lookup of many keys at once is one call),
-  and fewer while the target pushes back: every "not now" answer (429, 503,
+  and fewer while the target pushes back: every "not now" answer (429, a 503 naming a delay,
   exit 75) halves the number in use, and every call that succeeds adds back
   a fraction, so it climbs back one step per round of successful calls
   (additive increase, multiplicative decrease).

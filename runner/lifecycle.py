@@ -39,7 +39,7 @@ its loop acts. The rules it keeps:
   call would reach the target within its retention counted from the first
   call's start.
 * **"Not now" is not "unknown".** A target that says it created nothing
-  (429, 503, exit 75) is recorded as such and called again after the delay
+  (429, a 503 naming a delay, exit 75) is recorded as such and called again after the delay
   it named, bounded by its own count.
 
 Times are seconds since the epoch, from the run's clock.
@@ -89,9 +89,12 @@ class Caps(NamedTuple):
 class Call(NamedTuple):
     """An earlier call of the key, as the in-flight registry sees it now.
 
-    ``killable``: the call is a process group of its own (a command), which may
-    be killed once its deadline passed; an in-process call is the process
-    that made it. ``ended_at``: when it was seen to end (None while alive).
+    ``killable``: the call is a command whose process group holds a process
+    verified to be the call's (:mod:`runner.processes`), which may be killed
+    once its deadline passed; an in-process call is the process that made it,
+    and a command none of whose processes could be verified is waited for
+    until its deadline, never killed. ``ended_at``: when it was seen to end
+    (None while alive).
     """
 
     alive: bool

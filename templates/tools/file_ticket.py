@@ -3,9 +3,11 @@
 The service's address is $TICKET_SERVICE_URL (the runner passes its own environment on). The key
 goes as the Idempotency-Key header, the epoch as X-Fencing-Epoch. Exit codes, as the runner reads
 them: 0 and the service's JSON answer on stdout (the receipt); 2 refused for good (409); 9 a stale
-epoch (412); 75 nothing was created, for now (the connection was refused, or 429/503, with
-{"retry_after": SECONDS} when the service said); 3 the outcome is unknown (a timeout or a reset
-after the request was sent, any other answer). Standard library only.
+epoch (412); 75 nothing was created, for now (the connection was refused, a 429, or a 503 that
+says when to come back, with {"retry_after": SECONDS} when the service said); 3 the outcome is
+unknown (a timeout or a reset after the request was sent, a 502, a 504 or a 503 without
+Retry-After, which a proxy answers after passing the request on, any other answer). Standard
+library only.
 """
 
 import json
@@ -32,8 +34,8 @@ def main(key: str, payload_file: str, epoch: str, run_id: str) -> int:
             return 0
     except urllib.error.HTTPError as exc:
         sys.stderr.write(f"answer {exc.code}: {exc.read()[:200]!r}\n")
-        if exc.code in (429, 503):
-            retry = exc.headers.get("Retry-After", "")
+        retry = exc.headers.get("Retry-After", "").strip()
+        if exc.code == 429 or (exc.code == 503 and retry.isdigit()):
             if retry.isdigit():
                 print(json.dumps({"retry_after": int(retry)}))
             return 75
