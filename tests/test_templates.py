@@ -239,8 +239,9 @@ class HttpExampleTest(unittest.TestCase):
 
     def test_the_wait_for_the_helpdesk_says_nothing_before_its_log_exists(self) -> None:
         # The block's background job opens helpdesk.log itself, so the first look may come before the file exists.
+        # Like the helpdesk, the stand-in goes on running once it listens (one that ended would be a helpdesk that died).
         wait = next(line for line in the_block("run-contract.http.example.md").splitlines() if line.startswith("until "))
-        script = "(sleep 0.3; echo listening > helpdesk.log) &\n" + wait + "\necho ready\n"
+        script = "(sleep 0.3; echo listening > helpdesk.log; exec sleep 60) &\n" + wait + "\necho ready\nkill $!\n"
         with scratch_dir("runner-helpdesk-") as root:
             done = subprocess.run(["sh", "-c", script], cwd=root, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, timeout=30)
