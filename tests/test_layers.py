@@ -1,5 +1,8 @@
-"""The package's layers (``tools/check_layers.py``): no import of ``runner.proof`` or an engine from the library, no import cycle, no private name of another package."""
+"""The package's layers (``tools/check_layers.py``): no import of ``runner.proof`` or an engine from the library, no
+import cycle, no private name of another package, no import against the order of the packages, no module outside
+them, and package docstrings that say what the tables say."""
 
+import ast
 import contextlib
 import io
 import os
@@ -36,7 +39,14 @@ def _part_of_runner(test: unittest.TestCase, files: Sequence[str]) -> str:
 
 
 def _empty(source: str, target: str) -> None:
-    open(target, "w", encoding="utf-8").close()
+    """Copy a module as an empty file, and a package's ``__init__`` as its docstring alone (the check reads it)."""
+    text = ""
+    if os.path.basename(source) == "__init__.py":
+        with open(source, encoding="utf-8") as handle:
+            doc = ast.get_docstring(ast.parse(handle.read()), clean=False)
+        text = f"{doc!r}\n" if doc else ""
+    with open(target, "w", encoding="utf-8") as handle:
+        handle.write(text)
 
 
 def _append(path: str, text: str) -> None:
@@ -115,7 +125,10 @@ class LayerCheckTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
         self.assertEqual(proc.stdout.splitlines()[:-1], check_layers.violations(copy))
         self.assertEqual(proc.stdout.splitlines()[-1],
-                         "layer check: 1 violation(s) (proof or engine imports, import cycles, private names of another package)")
+                         f"layer check: 1 violation(s) ({check_layers.RULES})")
+        self.assertEqual(check_layers.RULES, "proof or engine imports, import cycles, private names of another "
+                                             "package, imports against the layers, modules outside the packages, "
+                                             "package docstrings")
 
     def test_the_check_fails_on_a_planted_private_import(self) -> None:
         # Taken by name, and read as an attribute of an imported module: both are another package's private names.
@@ -160,6 +173,171 @@ class CycleFindingTest(unittest.TestCase):
         found = check_layers.violations(root)
         self.assertEqual(found, ["pkg/a.py:2: import cycle pkg.a -> pkg.sub.d -> pkg.a (pkg/a.py:2, pkg/sub/d.py:1); "
                                  "all of pkg.a, pkg.b, pkg.c, pkg.sub.d depend on each other"])
+
+
+def _small_runner(test: unittest.TestCase, files: Dict[str, str]) -> str:
+    """A small package named ``runner`` of its own: every package of the tables, each with the docstring the tables
+    give it, a few modules that import down the layers, and ``files`` (path -> text) besides."""
+    scratch = tempfile.mkdtemp(prefix="runner-layers-small-")
+    test.addCleanup(shutil.rmtree, scratch, True)
+    root = os.path.join(scratch, "runner")
+    tree = {"__init__.py": '"""A small runner."""\n__version__ = "0"\n',
+            "__main__.py": "from .surfaces import cli\nfrom .proof import demo\n",
+            "base/errors.py": "import os\n",
+            "ledger/effects.py": "from ..base import errors\n",
+            "execution/lifecycle.py": "from ..ledger import effects\nfrom ..base.errors import os\n",
+            "surfaces/cli.py": "from ..execution import lifecycle\nfrom .. import __version__\n",
+            "engines/once.py": "from ..execution import lifecycle\n",
+            "proof/demo.py": "from ..surfaces import cli\nfrom ..engines import once\n"}
+    for package in (*check_layers.LAYERS, *check_layers.SIDE):
+        sentence = check_layers.may_import(package)
+        tree[package.split(".", 1)[1] + "/__init__.py"] = f'"""One package of a small runner.\n\n{sentence}\n"""\n'
+    tree.update(files)
+    for name, text in tree.items():
+        path = os.path.join(root, *name.split("/"))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    return root
+
+
+class LayoutTest(unittest.TestCase):
+    """The tables' rules (directions, placement, docstrings) on a small package named ``runner`` of its own."""
+
+    maxDiff = None
+
+    def test_a_package_that_follows_the_tables_passes(self) -> None:
+        self.assertEqual(check_layers.violations(_small_runner(self, {})), [])
+
+    def test_an_import_of_a_later_layer_is_reported_with_what_the_package_may_import(self) -> None:
+        root = _small_runner(self, {
+            "contract/text.py": "import json\n\n\ndef _late():\n    from ..execution import lifecycle  # noqa\n",
+            "base/fs.py": "from ..ledger.effects import errors\n",
+        })
+        self.assertEqual(check_layers.violations(root), [
+            "runner/base/fs.py:1: runner.base.fs imports runner.ledger.effects "
+            "(runner.base may import the standard library only)",
+            "runner/contract/text.py:5: runner.contract.text imports runner.execution.lifecycle "
+            "(runner.contract may import runner.base)",
+        ])
+
+    def test_a_subpackage_counts_as_its_package(self) -> None:
+        server = "from ..cli import lifecycle\nfrom ...execution import lifecycle as same\nfrom ...base import errors\n"
+        ok = _small_runner(self, {"surfaces/mcp/__init__.py": "", "surfaces/mcp/server.py": server})
+        self.assertEqual(check_layers.violations(ok), [])
+        up = _small_runner(self, {"execution/world/__init__.py": "",
+                                  "execution/world/threads.py": "from ...surfaces import cli\n"})
+        self.assertEqual(check_layers.violations(up), [
+            "runner/execution/world/threads.py:1: runner.execution.world.threads imports runner.surfaces.cli "
+            "(runner.execution may import runner.base, runner.contract, runner.ledger, runner.stores, runner.calls, "
+            "runner.adapters)"])
+
+    def test_the_side_packages_import_what_their_row_names_and_no_layer_imports_them(self) -> None:
+        root = _small_runner(self, {
+            "engines/dbos_like.py": "from ..surfaces import cli\nfrom ..ledger import effects\n",
+            "execution/flow.py": "from ..engines import once\n",
+            "base/text.py": "\n\ndef _late():\n    from ..proof import demo  # noqa\n",
+        })
+        self.assertEqual(check_layers.violations(root), [
+            # The proof rule's own words, for the package and its module: the layers' rule adds nothing.
+            "runner/base/text.py:4: runner.base.text imports runner.proof",
+            "runner/base/text.py:4: runner.base.text imports runner.proof.demo",
+            "runner/engines/dbos_like.py:1: runner.engines.dbos_like imports runner.surfaces.cli "
+            "(runner.engines may import runner.base, runner.contract, runner.ledger, runner.calls, runner.execution)",
+            "runner/execution/flow.py:1: runner.execution.flow imports runner.engines.once "
+            "(runner.execution may import runner.base, runner.contract, runner.ledger, runner.stores, runner.calls, "
+            "runner.adapters)",
+        ])
+
+    def test_a_module_of_a_package_takes_only_the_version_from_the_top(self) -> None:
+        root = _small_runner(self, {"ledger/steps.py": "from .. import __version__\nfrom .. import Run  # noqa\n",
+                                    "surfaces/views.py": "import runner\n"})
+        self.assertEqual(check_layers.violations(root), [
+            "runner/ledger/steps.py:2: runner.ledger.steps imports runner.Run "
+            "(a package's module may take only __version__ from runner)",
+            "runner/surfaces/views.py:1: runner.surfaces.views imports runner "
+            "(a package's module may take only __version__ from runner)",
+        ])
+
+    def test_a_module_outside_the_packages_is_left_alone_while_the_tree_is_rearranged(self) -> None:
+        # Unplaced: a module at the top that is neither the program nor a former name, and a package of no layer.
+        files = {"effects.py": "from .surfaces import cli\n", "mcp/__init__.py": "",
+                 "mcp/server.py": "from ..effects import cli\n",
+                 "ledger/approvals.py": "from .. import effects\nfrom ..mcp import server\n"}
+        root = _small_runner(self, files)
+        self.assertEqual(check_layers.violations(root), [])
+        closed = check_layers.LAYOUT._replace(unplaced_exempt=False)
+        # Once the tree is closed, each module outside the packages is reported (the imports of it need not be).
+        self.assertEqual(check_layers.violations(root, closed), [
+            "runner/effects.py: a module of the runner belongs to one of its packages",
+            "runner/mcp/__init__.py: runner.mcp is in no package of the layers (runner.base, runner.contract, "
+            "runner.ledger, runner.stores, runner.calls, runner.adapters, runner.execution, runner.surfaces, "
+            "runner.engines, runner.proof)",
+            "runner/mcp/server.py: runner.mcp.server is in no package of the layers (runner.base, runner.contract, "
+            "runner.ledger, runner.stores, runner.calls, runner.adapters, runner.execution, runner.surfaces, "
+            "runner.engines, runner.proof)",
+        ])
+
+    def test_a_former_name_becomes_a_shim_once_its_module_exists(self) -> None:
+        shim = ('"""Former name of runner.execution.run."""\nimport sys\nfrom .execution import run as _module\n\n'
+                'sys.modules[__name__] = _module\n')
+        # Before the move, runner/run.py is an unplaced module like any other.
+        before = _small_runner(self, {"run.py": "from .surfaces import cli\n",
+                                      "ledger/lease.py": "from .. import run\n"})
+        self.assertEqual(check_layers.violations(before), [])
+        after = _small_runner(self, {"execution/run.py": "from ..ledger import effects\n", "run.py": shim})
+        self.assertEqual(check_layers.violations(after), [])
+        closed = check_layers.LAYOUT._replace(unplaced_exempt=False)
+        self.assertEqual(check_layers.violations(after, closed), [], "a shim is placed: it is at the top by right")
+        wrong = _small_runner(self, {"execution/run.py": "", "run.py": shim + "from .ledger import effects  # noqa\n",
+                                     "surfaces/verbs.py": "from ..run import Run  # noqa\n",
+                                     "ledger/lease.py": "\n\ndef _late():\n    import runner.run  # noqa\n"})
+        self.assertEqual(check_layers.violations(wrong), [
+            "runner/ledger/lease.py:4: runner.ledger.lease imports runner.run, a former name kept for harnesses "
+            "(import runner.execution.run)",
+            "runner/run.py:6: runner.run imports runner.ledger.effects "
+            "(a former name imports only runner.execution.run)",
+            "runner/surfaces/verbs.py:1: runner.surfaces.verbs imports runner.run, a former name kept for harnesses "
+            "(import runner.execution.run)",
+        ])
+
+    def test_each_package_docstring_ends_with_what_the_tables_say_it_may_import(self) -> None:
+        root = _small_runner(self, {
+            "ledger/__init__.py": '"""The ledger.\n\nMay import: runner.base."""\n',
+            "execution/__init__.py": "",
+            "proof/__init__.py": '"""What proves.\n\nMay import: any package; only runner/__main__.py imports it.\n\n'
+                                 'More."""\n',
+        })
+        self.assertEqual(check_layers.violations(root), [
+            "runner/execution/__init__.py:1: the docstring of runner.execution does not end with "
+            "'May import: runner.base, runner.contract, runner.ledger, runner.stores, runner.calls, runner.adapters.'",
+            "runner/ledger/__init__.py:1: the docstring of runner.ledger does not end with 'May import: runner.base, "
+            "runner.contract.'",
+            "runner/proof/__init__.py:1: the docstring of runner.proof does not end with "
+            "'May import: any package; only runner/__main__.py imports it.'",
+        ])
+        # A sentence wrapped over two lines reads the same.
+        wrapped = _small_runner(self, {"ledger/__init__.py":
+                                       '"""The ledger.\n\nMay import: runner.base,\n    runner.contract.\n"""\n'})
+        self.assertEqual(check_layers.violations(wrapped), [])
+
+    def test_the_sentences_say_the_tables(self) -> None:
+        self.assertEqual(check_layers.may_import("runner.base"), "May import: the standard library only.")
+        self.assertEqual(check_layers.may_import("runner.contract"), "May import: runner.base.")
+        self.assertEqual(check_layers.may_import("runner.surfaces"),
+                         "May import: runner.base, runner.contract, runner.ledger, runner.stores, runner.calls, "
+                         "runner.adapters, runner.execution.")
+        self.assertEqual(check_layers.may_import("runner.engines"),
+                         "May import: runner.base, runner.contract, runner.ledger, runner.calls, runner.execution; "
+                         "no module of the runner imports it.")
+        self.assertEqual(check_layers.may_import("runner.proof"),
+                         "May import: any package; only runner/__main__.py imports it.")
+
+    def test_a_tree_of_another_name_is_judged_by_the_first_four_rules_only(self) -> None:
+        root = _small_runner(self, {"base/fs.py": "from ..ledger.effects import errors\n", "effects.py": ""})
+        other = os.path.join(os.path.dirname(root), "pkg")
+        os.rename(root, other)
+        self.assertEqual(check_layers.violations(other, check_layers.LAYOUT._replace(unplaced_exempt=False)), [])
 
 
 class EngineModulesTest(unittest.TestCase):

@@ -22,23 +22,103 @@ sits at module level or inside a function:
   ``from M import _x`` nor by ``M._x`` on an imported module. Modules of one
   package may share such names among themselves.
 
+* **layers**: the runner's packages are stacked (:data:`LAYERS`): a module
+  of one may import a module of its own package or of a package before it,
+  never one after it; a subpackage counts as its package. The packages
+  beside the stack (:data:`SIDE`) may import what their row names, and no
+  module of the stack imports them. Anything may take ``__version__`` from
+  ``runner``, and nothing else from the top (:data:`TOP`). Reported as
+  ``runner/ledger/effects.py:12: runner.ledger.effects imports
+  runner.execution.lifecycle (runner.ledger may import runner.base,
+  runner.contract)``.
+* **placement**: a module directly under ``runner/`` is one of :data:`TOP`
+  or a former name kept for harnesses (:data:`COMPAT`), which imports only
+  the module it names and which no module of the runner imports; every other
+  module lives in a package of :data:`LAYERS` or :data:`SIDE`. While the tree
+  is being rearranged (:data:`UNPLACED_EXEMPT`), a module not yet in one of
+  those packages is exempt from this rule and the one above, as importer and
+  as imported, and a former name becomes a shim only once the module it
+  names exists.
+* **package docstrings**: the docstring of each package of :data:`LAYERS`
+  and :data:`SIDE` ends with the sentence that says what it may import, as
+  :func:`may_import` words it from the tables, so that the two cannot
+  disagree.
+
 Relative imports are resolved against the importing module's package. An
 import names the module it loads (``from P import m`` names ``P.m`` when
 ``m`` is a module of the tree, else ``P``); the parent packages that Python
-loads on the way are not counted as dependencies.
+loads on the way are not counted as dependencies. The last three rules apply
+to the tree of the package that :data:`LAYOUT` names (``runner``); the first
+four to any tree.
 """
 
 import ast
 import os
 import sys
 from collections import deque
-from typing import Dict, Iterator, List, NamedTuple, Optional, Set, Tuple
+from typing import Dict, Iterator, List, Mapping, NamedTuple, Optional, Set, Tuple, Union
 
 PROOF = "runner.proof"
 #: Modules that pull in a third-party SDK when imported.
 ENGINE_MODULES = ("runner.engines.temporal", "runner.engines.dbos")
 #: The one composition point allowed to import the proof package.
 PROGRAM = os.path.join("runner", "__main__.py")
+
+#: The runner's packages, in layer order: a module of one may import modules of its own package and of those before it.
+LAYERS = ("runner.base", "runner.contract", "runner.ledger", "runner.stores", "runner.calls",
+          "runner.adapters", "runner.execution", "runner.surfaces")
+#: Packages beside the layers and what each may import ("any": every package). No module of the layers imports
+#: them: the engines are imported by harnesses that chose one, the proof package only by the program.
+SIDE: Mapping[str, Union[str, Tuple[str, ...]]] = {
+    "runner.engines": ("runner.base", "runner.contract", "runner.ledger", "runner.calls", "runner.execution"),
+    "runner.proof": "any",
+}
+#: Former names kept for harnesses, each the module it names: a shim that imports only its target.
+COMPAT = {"runner.run": "runner.execution.run", "runner.verbs": "runner.surfaces.verbs",
+          "runner.target": "runner.calls.target", "runner.windows": "runner.base.windows",
+          "runner.recovery": "runner.execution.recovery", "runner.history": "runner.surfaces.history",
+          "runner.jobs": "runner.execution.jobs", "runner.pool": "runner.execution.pool"}
+#: The modules at the top: what a harness imports (lazily) and the program.
+TOP = ("runner", "runner.__main__")
+#: True while modules are moved into the packages: one not yet in a package of LAYERS or SIDE is left alone.
+UNPLACED_EXEMPT = True
+
+
+class Layout(NamedTuple):
+    """The tables the layer, placement and docstring rules read, for the package named first in ``top``."""
+
+    layers: Tuple[str, ...]
+    side: Mapping[str, Union[str, Tuple[str, ...]]]
+    compat: Mapping[str, str]
+    top: Tuple[str, ...]
+    unplaced_exempt: bool
+
+    @property
+    def package(self) -> str:
+        return self.top[0]
+
+    def home(self, module: str) -> Optional[str]:
+        """The package of LAYERS or SIDE that ``module`` belongs to (subpackages included), or None: unplaced."""
+        return next((package for package in (*self.layers, *self.side) if _under(module, package)), None)
+
+    def allowed(self, package: str) -> Union[str, Tuple[str, ...]]:
+        """The packages a module of ``package`` may import besides its own, or "any"."""
+        if package in self.side:
+            return self.side[package]
+        return self.layers[: self.layers.index(package)]
+
+
+LAYOUT = Layout(LAYERS, SIDE, COMPAT, TOP, UNPLACED_EXEMPT)
+
+
+def may_import(package: str, layout: Layout = LAYOUT) -> str:
+    """The sentence that ends ``package``'s docstring: what its modules may import, and for a side package who
+    imports it."""
+    allowed = layout.allowed(package)
+    if allowed == "any":
+        return f"May import: any package; only {PROGRAM.replace(os.sep, '/')} imports it."
+    listed = ", ".join(allowed) if allowed else "the standard library only"
+    return f"May import: {listed}{'; no module of the runner imports it' if package in layout.side else ''}."
 
 
 class Use(NamedTuple):
@@ -232,11 +312,82 @@ def _shortest_cycle(graph: Dict[str, Dict[str, int]], group: List[str]) -> List[
     return min((_cycle_through(graph, members, start) for start in group), key=lambda cycle: (len(cycle), cycle))
 
 
-def violations(root: str) -> List[str]:
+def _under(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def _has_own_rule(target: str) -> bool:
+    """An import the proof and engines rules already judge, wherever it is made from."""
+    return _under(target, PROOF) or any(_under(target, e) for e in ENGINE_MODULES)
+
+
+def _placement(modules: Dict[str, str], top: str, layout: Layout) -> List[str]:
+    """Each module outside the packages of the layout (unless exempt), and each shim of a former name that imports
+    anything of the runner but the module it names."""
+    bad = []
+    for module, path in modules.items():
+        rel = os.path.relpath(path, top)
+        shim = layout.compat.get(module)
+        if shim is not None and shim in modules:
+            for use in uses(path, module, set(modules)):
+                if _under(use.target, layout.package) and use.target != shim:
+                    bad.append(f"{rel}:{use.line}: {module} imports {use.target} (a former name imports only {shim})")
+        elif module in layout.top or layout.home(module) is not None or layout.unplaced_exempt:
+            continue
+        elif module.count(".") == 1 and os.path.basename(path) != "__init__.py":
+            bad.append(f"{rel}: a module of the runner belongs to one of its packages")
+        else:
+            bad.append(f"{rel}: {module} is in no package of the layers ({', '.join((*layout.layers, *layout.side))})")
+    return bad
+
+
+def _direction(module: str, rel: str, use: Use, layout: Layout, modules: Dict[str, str]) -> Optional[str]:
+    """What is wrong with ``module`` using ``use``, by the layers and the former names, or None."""
+    target = use.target
+    shim = layout.compat.get(target)
+    if shim is not None and shim in modules:
+        return f"{rel}:{use.line}: {module} imports {target}, a former name kept for harnesses (import {shim})"
+    mine, theirs = layout.home(module), layout.home(target)
+    if mine is None or _has_own_rule(target):
+        return None  # at the top, unplaced, or judged by the proof and engines rules
+    if target in layout.top:
+        if target == layout.package and use.name == "__version__":
+            return None
+        what = f"{target}.{use.name}" if use.name else target
+        return (f"{rel}:{use.line}: {module} imports {what} "
+                f"(a package's module may take only __version__ from {layout.package})")
+    if theirs is None or theirs == mine:
+        return None
+    allowed = layout.allowed(mine)
+    if allowed == "any" or theirs in allowed:
+        return None
+    said = ", ".join(allowed) if allowed else "the standard library only"
+    return f"{rel}:{use.line}: {module} imports {target} ({mine} may import {said})"
+
+
+def _docstrings(modules: Dict[str, str], top: str, layout: Layout) -> List[str]:
+    """Each package of the layout whose docstring does not end with what :func:`may_import` says of it."""
+    bad = []
+    for package in (*layout.layers, *layout.side):
+        path = modules.get(package)
+        if path is None or os.path.basename(path) != "__init__.py":
+            continue
+        with open(path, encoding="utf-8") as handle:
+            doc = ast.get_docstring(ast.parse(handle.read(), path)) or ""
+        words, sentence = " ".join(doc.split()), may_import(package, layout)
+        if words != sentence and not words.endswith(" " + sentence):
+            bad.append(f"{os.path.relpath(path, top)}:1: the docstring of {package} does not end with {sentence!r}")
+    return bad
+
+
+def violations(root: str, layout: Layout = LAYOUT) -> List[str]:
+    """Every violation of the rules in ``root``'s tree, sorted; the layout's rules only when it is the layout's
+    package."""
     root = os.path.abspath(root)
     top = os.path.dirname(root)
     modules = _modules(root)
     known = set(modules)
+    laid_out = os.path.basename(root) == layout.package
     graph: Dict[str, Dict[str, int]] = {name: {} for name in modules}
     bad = []
     for module, path in modules.items():
@@ -257,6 +408,12 @@ def violations(root: str) -> List[str]:
                 graph[module].setdefault(use.target, use.line)
             if use.name is not None and _private(use.name) and package_of(use.target, modules[use.target]) != package_of(module, path):
                 bad.append(f"{rel}:{use.line}: {module} imports the private name {use.name} of {use.target} (another package)")
+            wrong = _direction(module, rel, use, layout, modules) if laid_out and use.target != module else None
+            if wrong is not None:
+                bad.append(wrong)
+    if laid_out:
+        bad.extend(_placement(modules, top, layout))
+        bad.extend(_docstrings(modules, top, layout))
     for group in _components(graph):
         cycle = _shortest_cycle(graph, group)
         first = cycle[0]
@@ -267,11 +424,16 @@ def violations(root: str) -> List[str]:
     return sorted(set(bad))
 
 
+#: The rules, as the summary line names them.
+RULES = ("proof or engine imports, import cycles, private names of another package, imports against the layers, "
+         "modules outside the packages, package docstrings")
+
+
 def main(root: str) -> int:
     bad = violations(root)
     for line in bad:
         print(line)
-    print(f"layer check: {len(bad)} violation(s) (proof or engine imports, import cycles, private names of another package)")
+    print(f"layer check: {len(bad)} violation(s) ({RULES})")
     return 1 if bad else 0
 
 

@@ -4,4 +4,7 @@ Neither engine is a dependency: :mod:`runner.engines.temporal` imports
 ``temporalio`` and :mod:`runner.engines.dbos` imports ``dbos`` only when they
 are imported themselves, and :mod:`runner.engines.once` (what both share)
 needs the standard library alone.
+
+May import: runner.base, runner.contract, runner.ledger, runner.calls, runner.execution; no module of the runner
+imports it.
 """

@@ -3,6 +3,8 @@ crash-state explorer, the ticket service, the demo, the campaign and the benchma
 
 The library never imports this package (``tools/check_layers.py``); the program
 (``python3 -m runner``) adds its verbs to the command line.
+
+May import: any package; only runner/__main__.py imports it.
 """
 
 import os

@@ -11,6 +11,8 @@ class's methods that :class:`~runner.stores.base.Store` declares. A row's
 module is imported only when a URL of its schemes is used, so the PostgreSQL
 driver is never needed unless such a store is opened. A new backend is a
 :class:`~runner.stores.base.Store` subclass and one more row.
+
+May import: runner.base, runner.contract, runner.ledger.
 """
 
 import importlib
