@@ -24,6 +24,7 @@ state file should be is an error, never a redirection.
 import contextlib
 import errno
 import os
+import stat
 import sys
 import threading
 from typing import Dict, Iterator, List, Optional, Tuple
@@ -261,7 +262,7 @@ class OsFileSystem(FileSystem):
             st = os.lstat(path)
         except FileNotFoundError:
             return None
-        if os.path.stat.S_ISLNK(st.st_mode):
+        if stat.S_ISLNK(st.st_mode):
             raise SymlinkRefused(errno.ELOOP, "refusing to follow a symbolic link", path)
         if self._holding:
             self._seen[path] = st.st_ino

@@ -5,6 +5,7 @@ import os
 import stat
 import unittest
 from typing import Any, Dict, List, Tuple
+from unittest import mock
 
 try:
     from . import _util
@@ -12,6 +13,7 @@ except ImportError:
     import _util
 
 from runner.envelope import MAX_DOCUMENT_BYTES, MAX_ID_LENGTH
+from runner.fs import OsFileSystem, SymlinkRefused
 
 
 class SecurityCase(unittest.TestCase):
@@ -155,6 +157,20 @@ class Symlinks(SecurityCase):
                     self.assertEqual(handle.read(), data)
                 self.assertEqual(_util.quarantine_folders(run_dir), [])
 
+    def test_a_look_up_refuses_a_link_with_modules_of_its_own(self) -> None:
+        # os.path imports stat for itself; a look-up that borrowed it from there would fail wherever it does not.
+        os.mkdir(self.path("looked"))
+        real, link = self.path("looked", "journal.jsonl"), self.path("looked", "snapshot.json")
+        _util.write_file(real, b"{}\n")
+        os.symlink(real, link)
+        fs = OsFileSystem()
+        self.addCleanup(fs.close)
+        with mock.patch("runner.fs.os", _OsWithoutStatInPath()):
+            self.assertEqual(fs.stat(real), (os.lstat(real).st_ino, 3))
+            with self.assertRaises(SymlinkRefused):
+                fs.stat(link)
+            self.assertIsNone(fs.stat(self.path("looked", "run.json")))
+
     def test_a_link_to_a_fifo_is_never_opened(self) -> None:
         # Opening a FIFO for reading blocks until a writer appears: following
         # the link would hang the command (and time out the test).
@@ -171,6 +187,24 @@ class Symlinks(SecurityCase):
             with self.subTest(run=run_dir):
                 self.assert_one_line_error(result, 7)
                 self.assertIn("symbolic link", result.err)
+
+
+class _PathWithoutStat:
+    """``os.path`` without the ``stat`` module it imports for its own use."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "stat":
+            raise AttributeError(name)
+        return getattr(os.path, name)
+
+
+class _OsWithoutStatInPath:
+    """``os``, whose ``path`` lacks the ``stat`` module."""
+
+    path = _PathWithoutStat()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(os, name)
 
 
 class Modes(SecurityCase):
