@@ -23,7 +23,7 @@ try:  # CPython's own SHA-256 (see sha256)
     from _sha256 import sha256 as _short_sha256
 except ImportError:  # renamed in 3.12
     try:
-        from _sha2 import sha256 as _short_sha256  # type: ignore[no-redef]
+        from _sha2 import sha256 as _short_sha256
     except ImportError:  # a build without it: OpenSSL's for every input
         _short_sha256 = None
 
@@ -303,17 +303,17 @@ def format_time(seconds: float) -> str:
     return "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ" % (year, month, day, rest // 3600, rest // 60 % 60, rest % 60, milli)
 
 
-def parse_time(text: str) -> float:
+def parse_time(text: Optional[str]) -> float:
     """Seconds since the epoch of any time :func:`format_time` writes (of any year).
 
-    :raises ValueError: ``text`` is not such a time.
+    :raises ValueError: ``text`` is not such a time (None, or any value that is not a string, included).
     """
     match = _TIME_RE.match(text) if isinstance(text, str) else None
     if match is None:
         raise ValueError(f"{str(text)[:40]!r} is not a time written as YYYY-MM-DDTHH:MM:SS.mmmZ")
     year, month, day, hour, minute, second, milli = (int(part) for part in match.groups())
     if not (1 <= month <= 12 and 1 <= day <= 31 and hour < 24 and minute < 60 and second < 60):
-        raise ValueError(f"{text[:40]!r} is not a valid time")
+        raise ValueError(f"{match.string[:40]!r} is not a valid time")
     return float(_civil_to_days(year, month, day) * 86400 + hour * 3600 + minute * 60 + second) + milli / 1000.0
 
 
@@ -456,9 +456,10 @@ def apply_ops(state: Dict[str, Any], ops: Sequence[Op], undo: Optional[List[Any]
             raise ValueError(f"{op[0]} takes {'a value' if op[0] == 'set' else 'no value'}")
         target = state
         for part in path[:-1]:
-            target = target.get(part) if isinstance(target, dict) else None
-            if not isinstance(target, dict):
+            child = target.get(part) if isinstance(target, dict) else None
+            if not isinstance(child, dict):
                 raise ValueError(f"path {path!r:.80} does not lead to an object")
+            target = child
         key = path[-1]
         if undo is not None:
             undo.append((target, key, target.get(key, _MISSING)))

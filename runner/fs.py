@@ -246,7 +246,7 @@ class OsFileSystem(FileSystem):
     def read_from(self, path: str, offset: int) -> bytes:
         fd = self._open(path, os.O_RDONLY)
         try:
-            chunks = []
+            chunks: List[bytes] = []
             if offset:
                 os.lseek(fd, offset, os.SEEK_SET)
             while True:

@@ -48,7 +48,7 @@ class _Node:
         self.low = low
         self.high = high
         # Whether a quantifier occurs anywhere in this node, so a quantifier on top can be refused.
-        self.quantified = kind == "repeat" or any(item.quantified for item in self.items)
+        self.quantified: bool = kind == "repeat" or any(item.quantified for item in self.items)
 
 
 class _Parser:

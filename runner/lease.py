@@ -63,6 +63,7 @@ def _carries_lease(owner: Optional[str], epoch: Optional[int], lease: Dict[str, 
 
 def _advice(lease: Dict[str, Any], owner: Optional[str], now: float) -> str:
     """Which lease is live, and how ``owner`` comes to write under it, without fencing a holder that still works."""
+    epoch: Any  # an int in every lease the runner writes; int() of anything else fails as it would
     holder, epoch, expires = lease.get("owner"), lease.get("epoch"), lease.get("expires_at")
     if holder is None:
         return "nobody holds the lease: `lease acquire --owner ID` (or `recover --owner ID`) takes it and prints the epoch"

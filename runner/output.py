@@ -31,7 +31,7 @@ class BestEffort:
         self.failed = stream is None  # the process was started with the descriptor closed
 
     def write(self, text: str) -> int:
-        if not self.failed:
+        if not self.failed and self.stream is not None:  # never None unless failed
             try:
                 self.stream.write(text)
             except (OSError, ValueError):
@@ -39,7 +39,7 @@ class BestEffort:
         return len(text)
 
     def flush(self) -> None:
-        if not self.failed:
+        if not self.failed and self.stream is not None:
             try:
                 self.stream.flush()
             except (OSError, ValueError):
@@ -47,6 +47,8 @@ class BestEffort:
 
     def _give_up(self) -> None:
         self.failed = True
+        if self.stream is None:
+            return
         try:
             null = os.open(os.devnull, os.O_WRONLY)
             try:
