@@ -42,7 +42,7 @@ class Backend(NamedTuple):
 
     def load(self) -> Type[Store]:
         """The backend's class, importing its module now if it was not yet."""
-        return getattr(importlib.import_module("." + self.module, __name__), self.cls)  # type: ignore[no-any-return]
+        return getattr(importlib.import_module("." + self.module, __name__), self.cls)
 
 
 BACKENDS = (

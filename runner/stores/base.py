@@ -55,7 +55,8 @@ class Store(abc.ABC):
 
     A backend is a row of the table in :mod:`runner.stores`, which names its
     URL schemes and imports its module only when such a URL is used; the
-    ``location`` its class methods take is what :func:`runner.stores.parse_store_url`
+    ``location`` its class methods take, first and by position (each backend
+    names it as it likes), is what :func:`runner.stores.parse_store_url`
     gives for the URL (a folder for ``file:``, the whole URL for a database).
     The keyword ``options`` of :meth:`open` and :meth:`create` are the
     backend's own (its constructor's parameters); an unknown one is a ``TypeError``.
@@ -69,7 +70,8 @@ class Store(abc.ABC):
     # -- what a backend supplies ------------------------------------------------------
     @classmethod
     @abc.abstractmethod
-    def create(cls, location: str, task_id: str, plan: Dict[str, Any], workspace_base: Optional[str] = None, **options: Any) -> "Store":
+    def create(cls, location: str, /, task_id: str, plan: Dict[str, Any], workspace_base: Optional[str] = None,
+               **options: Any) -> "Store":
         """Start a new run at revision 0; refuse, changing nothing, if one is there.
 
         Of two concurrent creates of one run, exactly one succeeds.
@@ -88,7 +90,7 @@ class Store(abc.ABC):
 
     @classmethod
     @abc.abstractmethod
-    def open(cls, location: str, task_id: Optional[str] = None, **options: Any) -> "Store":
+    def open(cls, location: str, /, task_id: Optional[str] = None, **options: Any) -> "Store":
         """Load a run, checked against its journal; damage is never loaded as if it were state.
 
         :param location: where the run is kept (see the class docs).
@@ -104,7 +106,7 @@ class Store(abc.ABC):
 
     @classmethod
     @abc.abstractmethod
-    def list_runs(cls, location: str, **options: Any) -> List[str]:
+    def list_runs(cls, location: str, /, **options: Any) -> List[str]:
         """The task ids of the runs a collection holds, sorted.
 
         :param location: the collection: for a file store the folder that holds

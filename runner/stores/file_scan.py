@@ -259,9 +259,9 @@ def _scan(path: str, fs: FileSystem, thorough: bool, whole_prev: bool) -> Scan:
     snapshot_size = 0
     for name in (SNAPSHOT, BACKUP):
         if name in names:
-            def load(name: str = name) -> Dict[str, Any]:
+            def load_file(name: str = name) -> Dict[str, Any]:
                 return decode_snapshot(fs.read(join(name)))
-            candidates.append((name, load))
+            candidates.append((name, load_file))
         elif name == SNAPSHOT:
             findings.append(Finding("repairable", "snapshot-missing", "snapshot.json is missing"))
     candidates.append((IDENTITY, lambda: genesis(identity, genesis_head)))
@@ -288,7 +288,7 @@ def _scan(path: str, fs: FileSystem, thorough: bool, whole_prev: bool) -> Scan:
             findings.append(Finding("repairable", f"{name}-inconsistent", f"{name}: {error}"))
             continue
         try:
-            state = replay(base, records[start:])  # type: ignore[index]
+            state = replay(base, records[start:])
         except ValueError as exc:
             findings.append(Finding("damage", "replay", f"replaying the journal from {name} failed: {exc}"))
             return Scan(path, True, None, None, findings, current, 0, 0)

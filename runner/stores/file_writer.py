@@ -122,7 +122,8 @@ class RunStore(Store):
 
     # -- creation -------------------------------------------------------------
     @classmethod
-    def create(cls, path: str, task_id: str, plan: Dict[str, Any], workspace_base: Optional[str] = None, **options: Any) -> "RunStore":
+    def create(cls, path: str, /, task_id: str, plan: Dict[str, Any], workspace_base: Optional[str] = None,
+               **options: Any) -> "RunStore":
         """Start a new run in ``path``; refuse if the folder holds any run state.
 
         The refusal is decided once, under the folder's lock, before anything
@@ -188,7 +189,7 @@ class RunStore(Store):
 
     # -- loading --------------------------------------------------------------
     @classmethod
-    def open(cls, path: str, task_id: Optional[str] = None, **options: Any) -> "RunStore":
+    def open(cls, path: str, /, task_id: Optional[str] = None, **options: Any) -> "RunStore":
         """Load the run in ``path`` under its lock; quarantine and raise if it cannot be rebuilt exactly.
 
         Reading needs no write access: a run on a read-only file system loads.
@@ -215,7 +216,7 @@ class RunStore(Store):
         return store
 
     @classmethod
-    def list_runs(cls, location: str, **options: Any) -> List[str]:
+    def list_runs(cls, location: str, /, **options: Any) -> List[str]:
         """The names of the run folders under ``location`` (each holds a ``run.json``), sorted.
 
         :param location: the folder that holds one folder per run.

@@ -280,7 +280,8 @@ class SQLStore(Store):
 
     # -- public surface ---------------------------------------------------------------------
     @classmethod
-    def create(cls, url: str, task_id: str, plan: Dict[str, Any], workspace_base: Optional[str] = None, **options: Any) -> "SQLStore":
+    def create(cls, url: str, /, task_id: str, plan: Dict[str, Any], workspace_base: Optional[str] = None,
+               **options: Any) -> "SQLStore":
         """Start a new run; refuse if the database already holds one with this task id.
 
         :param url: the database's URL. Only ``create`` makes a database that does not exist yet.
@@ -316,7 +317,7 @@ class SQLStore(Store):
         return store
 
     @classmethod
-    def open(cls, url: str, task_id: Optional[str] = None, **options: Any) -> "SQLStore":
+    def open(cls, url: str, /, task_id: Optional[str] = None, **options: Any) -> "SQLStore":
         """Load run ``task_id`` from its rows, checked against its journal (see :meth:`_load`).
 
         :param url: the database's URL; the database must exist.
@@ -560,7 +561,7 @@ class SQLStore(Store):
         self.db.close()
 
     @classmethod
-    def list_runs(cls, url: str, **options: Any) -> List[str]:
+    def list_runs(cls, url: str, /, **options: Any) -> List[str]:
         """The task ids of the runs in the database at ``url``, sorted.
 
         :returns: the task ids; empty when the database does not exist.
