@@ -1008,7 +1008,7 @@ def skip_ops(state: Dict[str, Any], key: str, reason: str, now: float) -> Ops:
 def check_complete(state: Dict[str, Any], step: str) -> None:
     """Raise unless every item of a batch ``step`` is verified or skipped."""
     if not (state["steps"].get(step) or {}).get("batch"):
-        spec = next((s for s in state["plan"].get("steps", []) if s.get("id") == step), {})
+        spec: Dict[str, Any] = next((s for s in state["plan"].get("steps", []) if s.get("id") == step), {})
         if is_batch(spec):
             raise InvalidInput(f"step {step!r} has no frozen items: start it first")
         return

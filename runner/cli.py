@@ -66,8 +66,9 @@ def _help_width() -> int:
     except ValueError:
         columns = 0
     if columns <= 0:
+        stdout = sys.__stdout__  # None when the process was started without one
         try:
-            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+            columns = os.get_terminal_size(stdout.fileno()).columns if stdout is not None else 0
         except (AttributeError, ValueError, OSError):
             columns = 0
     return (columns if columns > 0 else 80) - 2
@@ -495,12 +496,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         store = _kept(args, open_store(_store_url(args), _task(args)))
         calls = [f._asdict() for f in inflight.findings(store)]
         findings = [f._asdict() for f in store.findings] + calls
-        repaired = [f._asdict() for f in store.repair()] if args.repair else []
-        healthy = (len(findings) == len(calls) or bool(repaired)) and not calls
-        text = [f"{f['level']:10} {f['code']}: {f['message']}" for f in findings] + [f"repaired   {r['code']}: {r['message']}" for r in repaired]
+        rebuilt = [f._asdict() for f in store.repair()] if args.repair else []
+        healthy = (len(findings) == len(calls) or bool(rebuilt)) and not calls
+        text = ([f"{f['level']:10} {f['code']}: {f['message']}" for f in findings]
+                + [f"repaired   {r['code']}: {r['message']}" for r in rebuilt])
         text.append(f"{'healthy' if healthy else 'loadable'}: revision {store.revision}"
                     + ("" if healthy else _not_healthy(findings)))
-        emit(args, {"ok": True, "healthy": healthy, "revision": store.revision, "findings": findings, "repaired": repaired}, "\n".join(text))
+        emit(args, {"ok": True, "healthy": healthy, "revision": store.revision, "findings": findings,
+                    "repaired": rebuilt}, "\n".join(text))
         return 0
     path = _run_dir(args)
     found = check(path)  # under the run's lock: a writer compacting meanwhile cannot make it look damaged
@@ -514,7 +517,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     calls = inflight.Registry(os.path.join(path, inflight.CALLS)).findings()
     problems = [f for f in found.findings if f.level != "note"] + calls
     healthy = found.state is not None and not problems
-    result = {
+    result: Dict[str, Any] = {
         "ok": found.state is not None,
         "healthy": healthy,
         "path": path,

@@ -103,8 +103,9 @@ def parse_contract_text(text: str) -> Tuple[Optional[Dict[str, Any]], List[Contr
     except json.JSONDecodeError as exc:
         return None, [ContractProblem(first + exc.lineno - 1, f"invalid JSON: {exc.msg} (column {exc.colno})")]
     except ValueError as exc:
-        number = re.search(r"number (\S+) is out of range", str(exc))
-        return None, [ContractProblem(_locate(lines, first, number.group(1)) if number else first, f"invalid JSON: {exc}")]
+        out_of_range = re.search(r"number (\S+) is out of range", str(exc))
+        at_number = _locate(lines, first, out_of_range.group(1)) if out_of_range else first
+        return None, [ContractProblem(at_number, f"invalid JSON: {exc}")]
     if not isinstance(block, dict):
         return None, [ContractProblem(first, "the block must be a JSON object")]
 
@@ -149,13 +150,13 @@ def parse_contract_text(text: str) -> Tuple[Optional[Dict[str, Any]], List[Contr
             line = _locate(lines, first, f'"{sid}"', cursor) if isinstance(sid, str) else cursor
             cursor = line + 1
             try:
-                validate_id(sid, f"step {number} id")
+                step_id = validate_id(sid, f"step {number} id")
             except InvalidInput as exc:
                 problems.append(ContractProblem(line, exc.message))
             else:
-                if sid in seen:
-                    problems.append(ContractProblem(line, f"step id {sid!r} repeats step {seen[sid]}"))
-                seen[sid] = number
+                if step_id in seen:
+                    problems.append(ContractProblem(line, f"step id {step_id!r} repeats step {seen[step_id]}"))
+                seen[step_id] = number
             for key, value in step.items():
                 kind = STEP_KEYS.get(key)
                 if kind is None:

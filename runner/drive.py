@@ -193,8 +193,9 @@ def drive(run: Any, owner: str, *, ttl: float, max_actions: Optional[int] = None
             executor.keep_lease()
             decision = decide(run.state, run.clock(), run.owner, run.epoch, refresh_jobs(run) if run.state["jobs"] else {})
     except RunnerError as exc:
-        failed = {"decision": "stop", "action": None, "reason": exc.reason, "error": exc.reason, "detail": exc.message,
-                  "observations": [], "inferences": [], "unknowns": [exc.message]}
+        failed: Dict[str, Any] = {"decision": "stop", "action": None, "reason": exc.reason, "error": exc.reason,
+                                  "detail": exc.message, "observations": [], "inferences": [],
+                                  "unknowns": [exc.message]}
         if exc.context:
             failed["context"] = exc.context
         return out(failed, EXIT_CODES.get(exc.reason, exc.exit_code))
@@ -235,7 +236,7 @@ def _first_unresolved(state: Dict[str, Any], step: str) -> int:
 
 
 def _observes_itself(state: Dict[str, Any], step: str) -> bool:
-    spec = next((s for s in state["plan"].get("steps", []) if s["id"] == step), {})
+    spec: Dict[str, Any] = next((s for s in state["plan"].get("steps", []) if s["id"] == step), {})
     return _batch.observes_itself(spec)
 
 
@@ -261,8 +262,11 @@ def _walk_items(run: Any, executor: Executor, step: str, start: int, tally: Dict
             tally["actions"] += 1
             before[key] = effect.get("state")
             adapter = adapter_for(run.state, key, runner=runner)
-            yield Job(key, lambda index=index: _batch.item_payload(run.state, step, index), adapter, step,
-                      _batch.item_values(batch["items"][index], index))
+
+            def payload(index: int = index) -> Dict[str, Any]:  # made when the item's turn comes, from the state then
+                return _batch.item_payload(run.state, step, index)
+
+            yield Job(key, payload, adapter, step, _batch.item_values(batch["items"][index], index))
 
     def settled(job: Job, record: Dict[str, Any]) -> None:
         tally["effects"] += 1

@@ -219,7 +219,7 @@ class Executor:
         self._ttl = ttl
         self.flow = flow or Flow()
         self.observer = observer if observer is not None else getattr(run, "observer", NO_OBSERVER)
-        self.rand = rand or getattr(run, "rand", _random.random)
+        self.rand: Callable[[], float] = rand if rand else getattr(run, "rand", _random.random)
         self.stop_requested = False
         self._swept = False
         self.calls_in_flight = 0  # calls started and not yet ended (a lookup of many keys is one)
@@ -586,7 +586,7 @@ class Executor:
         registry = self.registry
 
         def work() -> Any:
-            with inflight.calling(registry, call):  # type: ignore[arg-type]
+            with inflight.calling(registry, call):
                 try:
                     if kind == "observe":
                         return _observe(job.adapter, job.key, task.payload)
@@ -594,7 +594,7 @@ class Executor:
                 finally:
                     # If the loop gave up on this call (fenced), its end is written for whoever looks next, so
                     # they need not wait for this process (which may live on) until the deadline.
-                    registry.returned(call)  # type: ignore[arg-type]
+                    registry.returned(call)
 
         self.world.start(task, work)
 
@@ -604,7 +604,7 @@ class Executor:
         if isinstance(task, _Many):
             self._finished_many(task, result)
             return
-        call, kind, began = task.pending  # type: ignore[misc]
+        call, kind, began = task.pending
         task.pending = None
         now = self.run.clock()
         if isinstance(result, BaseException) and not isinstance(result, Exception):

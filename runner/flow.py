@@ -135,7 +135,7 @@ def flow_problems(effects: Mapping[str, Any]) -> List[str]:
     limit = effects.get("concurrency")
     if "concurrency" in effects and (isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_CONCURRENCY):
         out.append(f"effects: concurrency must be a whole number from 1 to {MAX_CONCURRENCY} (effects in flight at once)")
-    rate = effects.get("rate")
+    rate: Any = effects.get("rate")  # a dict once ``numbers`` holds
     if "rate" in effects:
         numbers = isinstance(rate, dict) and all(isinstance(rate.get(k, 1), (int, float)) and not isinstance(rate.get(k, 1), bool)
                                                  for k in ("per_second", "burst"))

@@ -112,7 +112,8 @@ class Approval:
         self.action = request.get("action")
         self.payload_digest = request.get("payload_digest")
         self.requested_at = at
-        self.expires_at = _time(request.get("expires_at")) if request.get("expires_at") else None
+        expires = request.get("expires_at")
+        self.expires_at = _time(expires) if expires else None
         self.state = request.get("state", "pending")
         self.by: Optional[str] = None
         self.answered_at: Optional[float] = None
@@ -276,9 +277,9 @@ def build(records: List[Dict[str, Any]], state: Dict[str, Any], gaps: Optional[L
                     target.recoveries.append((at, decision, None if reason is None else str(reason), action))
             elif source == "migrate":
                 history.marks.append((at, "migrate", f"plan changed: {entry.get('reason', '')}"))
-                for approval in history.approvals.values():
-                    if approval.state in ("pending", "granted") and approval.superseded_at is None:
-                        approval.superseded_at = at
+                for earlier in history.approvals.values():
+                    if earlier.state in ("pending", "granted") and earlier.superseded_at is None:
+                        earlier.superseded_at = at
         if lease:
             now_lease = shadow["lease"]
             owner, new_epoch = now_lease.get("owner"), int(now_lease.get("epoch") or 0)
@@ -313,9 +314,9 @@ def build(records: List[Dict[str, Any]], state: Dict[str, Any], gaps: Optional[L
                 current = open_steps.get(step)
                 if current is not None and current.end is None:
                     current.end, current.outcome = at, "interrupted"
-                attempt = StepAttempt(step, attempts, at, epoch)
-                history.steps.append(attempt)
-                open_steps[step] = attempt
+                started = StepAttempt(step, attempts, at, epoch)
+                history.steps.append(started)
+                open_steps[step] = started
             elif state_now != old.get("state") and state_now in ("done", "failed", "cancelled"):
                 attempt = open_steps.get(step)
                 if attempt is None:  # its start was compacted away

@@ -326,7 +326,8 @@ def _stop(view: _View, payload: Mapping[str, Any], now: float) -> Output:
             return _let_through("retry-later", f"a persisted backoff ends at {moment(action.get('until'))}", task)
 
     record = _read_hook_file(view.path)
-    pushed = record.get("stop") if isinstance(record.get("stop"), dict) else {}
+    stop = record.get("stop")
+    pushed = stop if isinstance(stop, dict) else {}
     pushes = int(pushed.get("pushes", 0)) if pushed.get("revision") == state["revision"] else 0
     if pushes >= MAX_PUSHES_WITHOUT_PROGRESS:
         return _let_through("no-progress", f"{pushes} pushes without a durable change since revision {number(state['revision'])}; "
@@ -354,7 +355,8 @@ def _pre_compact(view: _View, payload: Mapping[str, Any], now: float) -> Output:
     if view.state is None:
         return None
     record = _read_hook_file(view.path)
-    previous = record.get("compactions") if isinstance(record.get("compactions"), dict) else {}
+    compactions = record.get("compactions")
+    previous = compactions if isinstance(compactions, dict) else {}
     record["compactions"] = {
         "count": int(previous.get("count", 0)) + 1,
         "last": {"at": format_time(now), "owner": view.owner, "trigger": _stderr_line(payload.get("trigger") or "unknown")[:20],

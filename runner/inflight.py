@@ -306,7 +306,10 @@ class Registry:
             return "a start time is missing, which this machine knows for every process"
         if not isinstance(record.get("token"), str) or not _TOKEN.match(record["token"]):
             return "it carries no call token"
-        registered, deadline, ended = record.get("registered_at"), record.get("deadline"), record.get("ended_at")
+        # JSON values, numbers once the line below has checked them
+        registered: Any = record.get("registered_at")
+        deadline: Any = record.get("deadline")
+        ended: Any = record.get("ended_at")
         if not (_finite(registered) and _finite(deadline) and (ended is None or _finite(ended))):
             return "its times are not numbers"
         if registered > self.clock() + CLOCK_SKEW_SECONDS:

@@ -232,8 +232,8 @@ def next_move(facts: Facts) -> Move:
             return Move("kill-call", call=overdue)
         running = [c for c in live if now < c.deadline]
         if running:
-            first = min(running, key=lambda c: c.deadline)
-            return Move("wait-call", until=first.deadline, call=first)
+            soonest = min(running, key=lambda c: c.deadline)
+            return Move("wait-call", until=soonest.deadline, call=soonest)
         # Only calls past their deadline without a process of their own are left: their maker checks the
         # deadline right before it sends, so none of them sends any more (quiet_since counts them ended).
 

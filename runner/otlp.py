@@ -178,7 +178,9 @@ def trace(history: History, with_content: bool = False) -> Dict[str, Any]:
         if not path.transitions:
             continue
         start, end = path.transitions[0][0], path.transitions[-1][0]
-        events = [(at, f"runner.effect.{state_}", {"runner.epoch": epoch, "runner.reconciled": settled}) for at, state_, epoch, settled in path.transitions]
+        events: List[Tuple[float, str, Dict[str, Any]]] = [
+            (at, f"runner.effect.{state_}", {"runner.epoch": epoch, "runner.reconciled": settled})
+            for at, state_, epoch, settled in path.transitions]
         events += [(t1, "runner.retry.backoff", {"runner.retry.not_before_unix_nano": _nanos(t2)}) for t1, t2 in path.waits]
         events.sort(key=lambda e: e[0])
         final = path.state

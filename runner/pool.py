@@ -67,7 +67,7 @@ def load_handler(spec: str, what: str = "handler") -> Callable[..., Any]:
         raise InvalidInput(f"cannot load {what} {spec!r}: {exc}") from None
     if not callable(handler):
         raise InvalidInput(f"{what} {spec!r} is not callable")
-    return handler  # type: ignore[no-any-return]
+    return handler
 
 
 def worker_main(argv: List[str]) -> int:
@@ -152,10 +152,11 @@ def run_pool(store_url: str, workers: int, handler: str, *, context: Optional[Di
     check_at = time.monotonic() + ttl / 2
     while live and generation <= max_generations:
         if time.monotonic() >= check_at:
-            for worker in live.values():
-                if worker.get("claim") and not worker.get("stuck") and _stuck(worker, _lease(store_url, worker["claim"], time.time())):
-                    worker["stuck"] = True
-                    worker["proc"].kill()  # its end is read below, as any killed worker's is
+            for watched in live.values():
+                if watched.get("claim") and not watched.get("stuck") \
+                        and _stuck(watched, _lease(store_url, watched["claim"], time.time())):
+                    watched["stuck"] = True
+                    watched["proc"].kill()  # its end is read below, as any killed worker's is
             check_at = time.monotonic() + ttl / 2  # after the reads: a slow store never makes the checks run back to back
         for key, _ in sel.select(timeout=max(0.0, check_at - time.monotonic())):
             worker = live.get(key.data)

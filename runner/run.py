@@ -146,7 +146,7 @@ class Run:
 
         :raises Fenced: this object's owner and epoch do not hold the lease.
         """
-        self._mutate(lambda s, now: lease.release_ops(s, self.owner, self.epoch, now), fenced=False)  # type: ignore[arg-type]
+        self._mutate(lambda s, now: lease.release_ops(s, self.owner, self.epoch, now), fenced=False)
 
     # -- steps ---------------------------------------------------------------------------
     def step_start(self, step: str) -> Dict[str, Any]:

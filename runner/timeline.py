@@ -235,7 +235,8 @@ def _draw_lanes(svg: _Svg, axis: _Axis, history: History) -> None:
 
 
 def _draw_steps(svg: _Svg, axis: _Axis, history: History) -> None:
-    order: List[str] = [s.get("id") for s in history.state["plan"].get("steps", []) if isinstance(s, dict)]
+    # The plan's step ids, strings in every contract that passed its check.
+    order: List[Any] = [s.get("id") for s in history.state["plan"].get("steps", []) if isinstance(s, dict)]
     for attempt in history.steps:
         if attempt.step not in order:
             order.append(attempt.step)

@@ -94,7 +94,7 @@ class Session:
         allow_control: bool = False,
         clock: Callable[[], float] = time.time,
         max_message_bytes: int = jsonrpc.MAX_MESSAGE_BYTES,
-        log: Callable[[str], None] = lambda line: sys.stderr.write("runner mcp: " + line + "\n"),
+        log: Callable[[str], object] = lambda line: sys.stderr.write("runner mcp: " + line + "\n"),
     ) -> None:
         if read_only and allow_control:
             raise InvalidInput("mcp: --read-only and --allow-control exclude each other")

@@ -33,7 +33,7 @@ the brief are shown as they are: :func:`runner.recovery.decide` and
 
 import json
 import re
-from typing import Any, Callable, Dict, List, NamedTuple, Optional
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from .. import quoting, verbs
 from ..effects import EFFECT_STATES
@@ -138,7 +138,7 @@ def _mismatch(schema: Dict[str, Any], value: Any) -> Optional[str]:
     import re
 
     kind = schema.get("type")
-    kinds = kind if isinstance(kind, list) else [kind]
+    kinds: List[Any] = kind if isinstance(kind, list) else [kind]
     checks = {
         "string": lambda v: isinstance(v, str),
         "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
@@ -299,7 +299,8 @@ def outline(value: Any, lines: List[str], indent: str = "", key: str = "", rules
         wrote with quoting, shown as is; a source label to quote the value with; or the rules of a nested object.
     """
     rules = rules or {}
-    items = sorted(value.items(), key=lambda kv: str(kv[0])) if isinstance(value, dict) else list(enumerate(value))
+    items: List[Tuple[Any, Any]] = (sorted(value.items(), key=lambda kv: str(kv[0])) if isinstance(value, dict)
+                                    else list(enumerate(value)))
     for k, v in items:
         if isinstance(value, dict):
             plain = bool(isinstance(k, str) and _FIELD.match(k)) and key not in _MAPS
