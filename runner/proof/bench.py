@@ -99,7 +99,7 @@ def run_bench(transitions: int = 2000, scratch: Optional[str] = None, clock: Cal
         disk_bytes = sum(os.path.getsize(os.path.join(large.path, f)) for f in os.listdir(large.path) if os.path.isfile(os.path.join(large.path, f)))
         raw_median = statistics.median(raw)
         small_median = statistics.median(small_t)
-        result = {
+        result: Dict[str, Any] = {
             "transitions": transitions,
             "fsync_append_ms": round(raw_median * 1000, 4),
             "transition_ms_median": round(small_median * 1000, 4),

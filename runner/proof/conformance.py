@@ -148,10 +148,10 @@ class _Context:
         if status not in ("present", "absent", "unknown"):
             raise _Fail(f"observe returned {seen!r}, not an Observation with status present, absent or unknown")
         try:
-            check_document(evidence, "evidence")
+            checked = check_document(evidence, "evidence")
         except InvalidInput as exc:
             raise _Fail(f"observe returned unusable evidence: {exc.message}") from None
-        return Observation(status, evidence)
+        return Observation(status, checked)
 
     def count(self, key: str, payload: Dict[str, Any]) -> Optional[int]:
         counter = getattr(self.controls, "effect_count", None)
@@ -366,11 +366,11 @@ def run_conformance(factory: Callable[[], Any], label: Optional[str] = None) -> 
     failed), ``counts`` per status and ``checks``, a list of ``{"check",
     "status", "reason"}`` in the order of :data:`CHECKS`.
     """
-    label = label or getattr(factory, "__qualname__", repr(factory))
+    shown: str = label if label else getattr(factory, "__qualname__", repr(factory))
     try:
         made = factory()
     except Exception as exc:
-        return _summarise("?", label, [_result("factory", FAIL, f"the factory raised {type(exc).__name__}: {exc}")])
+        return _summarise("?", shown, [_result("factory", FAIL, f"the factory raised {type(exc).__name__}: {exc}")])
     adapter, controls = made if isinstance(made, tuple) and len(made) == 2 else (made, None)
     ctx = _Context(adapter, controls)
     results: List[Dict[str, str]] = []
@@ -388,8 +388,8 @@ def run_conformance(factory: Callable[[], Any], label: Optional[str] = None) -> 
         close = getattr(controls, "close", None)
         if callable(close):
             close()
-    name = getattr(adapter, "name", None)
-    return _summarise(name if isinstance(name, str) else type(adapter).__name__, label, results)
+    named = getattr(adapter, "name", None)
+    return _summarise(named if isinstance(named, str) else type(adapter).__name__, shown, results)
 
 
 def format_report(report: Dict[str, Any]) -> str:
@@ -418,7 +418,7 @@ def load_factory(spec: str) -> Callable[[], Any]:
         target = getattr(target, part, None)
     if not callable(target):
         raise InvalidInput(f"{spec} is not a callable factory")
-    return target  # type: ignore[no-any-return]
+    return target
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -50,7 +50,7 @@ which loses acknowledged records and must stop the run (``losses_probed``,
 import bisect
 import random
 import time
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from ..errors import InvalidInput, StateUnrecoverable
 from ..stores.file import RunStore
@@ -307,7 +307,7 @@ def explore(
     violations = 0
     kinds: Dict[str, int] = {}
     examples: List[Dict[str, Any]] = []
-    seen_kinds = set()
+    seen_kinds: Set[str] = set()
     for index, point in enumerate(explorer.points):
         at = bisect.bisect_left(changes, point.log_len)
         upto = changes[at] if at < len(changes) else len(log)

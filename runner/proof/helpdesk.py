@@ -48,7 +48,7 @@ import threading
 import time
 import urllib.parse
 from email.utils import formatdate
-from typing import Any, Callable, Deque, Dict, List, Mapping, NamedTuple, Optional, Set, Tuple
+from typing import Any, Callable, Deque, Dict, List, Mapping, NamedTuple, Optional, Protocol, Set, Tuple
 
 __all__ = ["Faults", "Helpdesk", "HelpdeskServer", "conformance_factory", "main"]
 
@@ -81,6 +81,13 @@ class Answer(NamedTuple):
     headers: Tuple[Tuple[str, str], ...] = ()
     drop: bool = False
     hold: bool = False
+
+
+class _Headers(Protocol):
+    """A request's headers, as the HTTP server's message or a plain mapping gives them."""
+
+    def get(self, name: str) -> Optional[str]:
+        ...
 
 
 class Helpdesk:
@@ -146,7 +153,7 @@ class Helpdesk:
         self._cond.notify_all()
 
     # -- requests -------------------------------------------------------------------------------
-    def handle(self, method: str, path: str, headers: Mapping[str, str], body: bytes) -> Answer:
+    def handle(self, method: str, path: str, headers: _Headers, body: bytes) -> Answer:
         """The answer to one request (the issue is created inside; latency and holding are the server's to wait)."""
         parts = urllib.parse.urlsplit(path)
         if parts.path == "/admin/issues" and method == "GET":

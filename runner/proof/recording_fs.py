@@ -12,7 +12,7 @@ import functools
 import os
 import posixpath
 import random
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple, Type
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple, Type
 
 from ..fs import FileSystem
 from .crash_model import CrashSpace, Tree, _Change, _content_options, _Dir, _File, _Node
@@ -127,7 +127,7 @@ class RecordingFileSystem(FileSystem):
         """The states a power loss now could leave (see the module's persistence model)."""
         rng = rng or random.Random(0)
         dirs: Dict[int, Tuple[Dict[str, int], List[_Change]]] = {}
-        named = set()  # inodes some crash state can reach: named durably or by a pending change
+        named: Set[int] = set()  # inodes some crash state can reach: named durably or by a pending change
         for ino, node in self._nodes.items():
             if isinstance(node, _Dir):
                 dirs[ino] = (dict(node.durable), list(node.changes))

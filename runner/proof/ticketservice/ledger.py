@@ -287,7 +287,8 @@ class TicketLedger:
                 "INSERT INTO tickets (idem_key, payload, payload_digest, marker, run_scope, epoch, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (key, text, digest, marker, scope, epoch, now),
             )
-            seq = int(cursor.lastrowid)
+            rowid: Any = cursor.lastrowid  # an int after an insert; int() of anything else fails as it would
+            seq = int(rowid)
             if key is not None:
                 self.db.execute("INSERT INTO idempotency_keys (idem_key, seq, payload_digest, registered_at) VALUES (?, ?, ?, ?)", (key, seq, digest, now))
                 self.db.execute("DELETE FROM forgotten_keys WHERE idem_key = ?", (key,))

@@ -12,8 +12,9 @@ processes that talk to the service. Any HTTP/1.x client (the runner's
 each answer carries a ``Content-Length`` and closes the connection.
 """
 
+import io
 import socket
-from typing import BinaryIO, Dict, NamedTuple, Optional, Tuple
+from typing import Dict, NamedTuple, Optional, Tuple
 
 __all__ = ["NotSent", "Lost", "BadRequestLine", "Request", "exchange", "read_request", "answer"]
 
@@ -109,7 +110,7 @@ def _parse_answer(data: bytes) -> Tuple[int, bytes]:
 
 # -- the server side ----------------------------------------------------------------------------
 
-def read_request(rfile: BinaryIO) -> Optional[Request]:
+def read_request(rfile: io.BufferedIOBase) -> Optional[Request]:
     """The head of the request on ``rfile`` (a binary file of the connection); None when it closed first.
 
     :raises BadRequestLine: a line too long, too many header lines, or a malformed request or header line.
@@ -137,7 +138,7 @@ def read_request(rfile: BinaryIO) -> Optional[Request]:
     raise BadRequestLine(f"more than {MAX_HEADERS} header lines")
 
 
-def answer(wfile: BinaryIO, status: int, body: bytes, *, server: str = "TicketService/1") -> None:
+def answer(wfile: io.BufferedIOBase, status: int, body: bytes, *, server: str = "TicketService/1") -> None:
     """Write a whole JSON answer to ``wfile``; the connection is then closed by its handler."""
     head = (f"HTTP/1.0 {status} {_REASONS.get(status, 'Status')}\r\nServer: {server}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n")
