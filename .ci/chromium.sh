@@ -7,7 +7,7 @@
 # PATH (and this shell is root with apt-get), then prints the browser's
 # version. Any failure prints one line saying why there is no browser, and
 # returns 0: this script never stops CI by itself. The test looks for
-# chromium itself (tests/_browser.py); in the real suite that CI runs it then
+# chromium itself (tests/support/browser.py); in the real suite that CI runs it then
 # fails, saying why.
 
 # shellcheck source=.ci/lib.sh

@@ -2,15 +2,15 @@
 
 ``python3 -m unittest`` is the offline suite; the tests against real clients
 and servers run only when ``RUNNER_REAL_TESTS`` asks for them
-(``tests/_real.py``). Many tests start Python child processes (workers to
+(``tests/support/real.py``). Many tests start Python child processes (workers to
 kill, the ticket service, CLI calls). So that each compiles the runner once
 rather than on every start, even where the environment forbids writing
 bytecode beside the sources, children share one bytecode folder in the temp
 folder, removed when the suite ends. Discovery of the whole package shares
-the modules out between processes (``tests/_parallel.py``).
+the modules out between processes (``tests/support/parallel.py``).
 
 This module is imported by every child that imports a helper of the suite
-(``python -m tests._http_drive_child``, the recovery workers), so it imports
+(``python -m tests.support.scripts.http_drive_child``, the recovery workers), so it imports
 next to nothing itself.
 """
 
@@ -33,7 +33,7 @@ if not os.environ.get("RUNNER_TESTS_PYCACHE"):
 
 
 def load_tests(loader: "unittest.TestLoader", standard_tests: "unittest.TestSuite", pattern: str) -> "unittest.TestSuite":
-    """Discovery of the whole package: see :func:`tests._parallel.load_tests`."""
-    from tests._parallel import load_tests as share_out
+    """Discovery of the whole package: see :func:`tests.support.parallel.load_tests`."""
+    from tests.support.parallel import load_tests as share_out
 
     return share_out(loader, standard_tests, pattern)

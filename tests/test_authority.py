@@ -25,9 +25,9 @@ import unittest
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 try:
-    from . import _util
+    from .support import util as _util
 except ImportError:
-    import _util
+    from support import util as _util
 
 from runner import approvals, retry
 from runner.contract import load_contract

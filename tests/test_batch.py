@@ -9,8 +9,8 @@ import os
 import unittest
 
 from runner.contract import parse_contract_text
-from tests._batch import batch_contract, init_run, local, recorded, recorder_commands, script, status
-from tests._util import contract_markdown, scratch_dir
+from tests.support.batch import batch_contract, init_run, local, recorded, recorder_commands, script, status
+from tests.support.util import contract_markdown, scratch_dir
 
 SLOW = r'''
 import os, sys, time
@@ -53,7 +53,7 @@ class BatchTest(unittest.TestCase):
         self.assertTrue(os.path.isdir(self.out))
 
     def test_a_glob_change_after_start_is_observed_and_never_used(self) -> None:
-        from tests._batch import make_documents
+        from tests.support.batch import make_documents
 
         make_documents(self.root, 3)
         init_run(self.root, self._contract())
@@ -78,7 +78,7 @@ class BatchTest(unittest.TestCase):
         # A recorded change of plan, then a new start of the step, freezes the list the source holds now.
         block = self._contract()
         block["goal"] = "File one ticket per document, each exactly once, including documents added late."
-        from tests._util import write_contract
+        from tests.support.util import write_contract
 
         write_contract(os.path.join(self.root, "contract-2.md"), block)
         writer = ["--owner", "agent", "--epoch", str(json.loads(local(self.root, "lease", "acquire", "--owner", "agent", "--json").out)["epoch"])]

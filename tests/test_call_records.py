@@ -27,8 +27,8 @@ from runner.effects import begin_ops
 from runner.errors import InvalidInput
 from runner.processes import GONE, UNVERIFIED, VERIFIED, Processes, start_time
 from runner.stores.codec import local_maker
-from tests._batch import batch_contract, init_run, local
-from tests._util import child_env, python, scratch_dir
+from tests.support.batch import batch_contract, init_run, local
+from tests.support.util import child_env, python, scratch_dir
 
 #: Seconds any one condition may take before a test fails.
 PATIENCE = 30.0
@@ -506,7 +506,7 @@ class RecordTest(unittest.TestCase):
                 registry.check()
 
     def test_a_begin_records_who_began_it(self) -> None:
-        from tests._util import contract_block
+        from tests.support.util import contract_block
         from runner.envelope import new_envelope
 
         block = contract_block("begun-by")

@@ -5,9 +5,9 @@ import unittest
 from typing import Callable, Dict, List, Tuple
 
 try:
-    from . import _util
+    from .support import util as _util
 except ImportError:
-    import _util
+    from support import util as _util
 
 TEMPLATE_TASK = "weekly-post-2026-48"
 

@@ -12,9 +12,9 @@ import unittest
 from typing import Any, Dict
 
 try:
-    from . import _util
+    from .support import util as _util
 except ImportError:
-    import _util
+    from support import util as _util
 
 from runner.errors import AlreadyRunning
 from runner.run import Run

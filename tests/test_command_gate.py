@@ -13,7 +13,7 @@ import sys
 import time
 import unittest
 
-from tests._util import child_env, python, scratch_dir
+from tests.support.util import child_env, python, scratch_dir
 
 #: A runner that starts a call's command and dies (SIGKILL) the instant it learns the command's pid.
 DIES_BEFORE_REGISTERING = r'''

@@ -11,9 +11,9 @@ import random
 import unittest
 
 try:
-    from . import _util
+    from .support import util as _util
 except ImportError:
-    import _util
+    from support import util as _util
 
 from runner.proof.damage import DAMAGES, OUTCOMES, PASSING, build_sources, damage_copy, judge_copy, run_damage_campaign
 

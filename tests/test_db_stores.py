@@ -15,7 +15,7 @@
   transaction delays the next writer by at most the store's ``lock_hold``
   bound (plus the waiter's retry step), proved with real processes; the
   stopped worker's transaction never commits what it decided before it was
-  stopped. A real-system test (``tests/_real.py``): PostgreSQL runs when
+  stopped. A real-system test (``tests/support/real.py``): PostgreSQL runs when
   ``RUNNER_REAL_TESTS`` asks for it.
 """
 
@@ -30,12 +30,12 @@ import unittest
 import urllib.parse
 from typing import Any, List, Optional
 
-from tests import _real, _util
+from tests.support import real as _real, util as _util
 from runner.errors import RetryLater, RunnerError
 from runner.stores import create_store, open_store
 
 TASK = "db-damage"
-WORKER = os.path.join(_util.HERE, "_db_worker.py")
+WORKER = os.path.join(_util.SCRIPTS, "db_worker.py")
 POSTGRES_ENV = _util.POSTGRES_ENV
 
 
@@ -46,7 +46,7 @@ def _contract(folder: str) -> str:
 
 
 class _Worker:
-    """A child running ``tests/_db_worker.py``; lines read with a deadline."""
+    """A child running ``tests/support/scripts/db_worker.py``; lines read with a deadline."""
 
     def __init__(self, *args: str) -> None:
         self.proc = subprocess.Popen(_util.python(WORKER, *args, site=True), cwd=_util.REPO_ROOT, env=_util.child_env(),

@@ -20,7 +20,7 @@ import unittest
 from typing import Any, Dict, List, Tuple
 
 from runner.proof.demo import run_demo
-from tests._util import child_env, run_cli, scratch_dir
+from tests.support.util import child_env, run_cli, scratch_dir
 
 BAR = re.compile(r"\] (\d+)/(\d+) documents \| crashes (\d+) \| recoveries (\d+) \|")
 

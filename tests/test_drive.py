@@ -5,8 +5,8 @@ import os
 import unittest
 
 from runner.proof.demo_cli import run_demo_cli
-from tests._batch import batch_contract, init_run, local, recorder_commands, script, status
-from tests._util import scratch_dir
+from tests.support.batch import batch_contract, init_run, local, recorder_commands, script, status
+from tests.support.util import scratch_dir
 
 
 CANCEL_ON_B = r'''
@@ -86,7 +86,7 @@ class DriveTest(unittest.TestCase):
 
 
     def test_a_cancel_between_items_stops_drive_before_the_next_effect(self) -> None:
-        from tests._util import REPO_ROOT
+        from tests.support.util import REPO_ROOT
 
         canceller = script(self.root, "cancel_on_b.py", CANCEL_ON_B)
         self.commands["invoke"] = canceller + [REPO_ROOT, os.path.join(self.root, ".run"), "{key}"] + self.commands["invoke"]

@@ -22,9 +22,9 @@ from runner.run import Run
 from runner.proof.ticketcommands import WINDOWS, have_curl, write_commands
 from runner.proof.ticketservice import TicketServiceProcess
 from runner.stores.file import RunStore
-from tests._batch import batch_contract, cli, init_run, kill_env, local, make_documents
-from tests._util import FULL_TESTS as FULL
-from tests._util import in_parallel, scratch_dir
+from tests.support.batch import batch_contract, cli, init_run, kill_env, local, make_documents
+from tests.support.util import FULL_TESTS as FULL
+from tests.support.util import in_parallel, scratch_dir
 
 #: What the ledger and the service hold when the runner dies at each window: (effect state, tickets).
 AT_KILL = {

@@ -1,7 +1,7 @@
 """Crash windows of one external effect, with real worker processes and a real ticket service.
 
 Each window test drives three keys with worker processes
-(tests/effect_worker.py): the first key completes, then a worker is
+(tests/support/scripts/effect_worker.py): the first key completes, then a worker is
 SIGKILLed at the window for each of the other two. After each kill the test
 checks that the ledger and the service are in the state that window
 implies; the next worker takes the lease at a higher epoch and resumes. The
@@ -31,11 +31,11 @@ from runner.errors import Fenced, NeedsReconciliation
 from runner.run import Run
 from runner.stores.file import RunStore
 from runner.proof.ticketservice import TicketServiceProcess
-from tests.effect_worker import payload_for  # the payloads must be exactly the worker's
+from tests.support.scripts.effect_worker import payload_for  # the payloads must be exactly the worker's
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-WORKER = os.path.join(HERE, "effect_worker.py")
+WORKER = os.path.join(HERE, "support", "scripts", "effect_worker.py")
 
 KEYS_PER_WINDOW = 3
 

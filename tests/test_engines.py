@@ -1,8 +1,8 @@
 """Level C on real engines: Temporal's dev server and DBOS, with worker processes killed at the commit windows.
 
-Real-system tests of the longest kind (``tests/_real.py``): they run when
+Real-system tests of the longest kind (``tests/support/real.py``): they run when
 ``RUNNER_REAL_TESTS=all`` asks for them. The engines' packages are installed
-into a venv in the real tests' cache (``tests/_venv.py``) and run in child
+into a venv in the real tests' cache (``tests/support/engine_venv.py``) and run in child
 processes; this process needs neither. Each test uses the
 ticket service started without idempotency (``--no-idempotency``), where
 only a lookup by marker finds a ticket, so a second call is a second ticket:
@@ -31,11 +31,11 @@ import time
 import unittest
 from typing import Any, Dict, List
 
-from tests import _real, _util, _venv
+from tests.support import real as _real, util as _util, engine_venv as _venv
 from runner.proof.ticketservice import TicketServiceProcess
 
-TEMPORAL_JOB = os.path.join(_util.HERE, "_temporal_job.py")
-DBOS_JOB = os.path.join(_util.HERE, "_dbos_job.py")
+TEMPORAL_JOB = os.path.join(_util.SCRIPTS, "temporal_job.py")
+DBOS_JOB = os.path.join(_util.SCRIPTS, "dbos_job.py")
 WINDOWS = ("before-invoke", "after-invoke", "after-verify")
 #: Seconds without a heartbeat after which Temporal gives a dead worker's activity to another.
 HEARTBEAT = 1.0

@@ -20,8 +20,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from runner.commands import OUTPUT_LIMIT, run_command
 from runner.envelope import parse_time
-from tests._batch import batch_contract, cli, init_run, local
-from tests._util import child_env, in_parallel, python, scratch_dir
+from tests.support.batch import batch_contract, cli, init_run, local
+from tests.support.util import child_env, in_parallel, python, scratch_dir
 
 TARGET = r'''
 # target.sh invoke|observe LEDGER KEY [OPTION VALUE]...: a target that never deduplicates.
@@ -385,7 +385,7 @@ class FlagTest(TargetCase):
         from runner import effects, lease
         from runner.executor import _soon_after_takeover
         from runner.lifecycle import Caps
-        from tests._ops import T0, apply, fresh, held
+        from tests.support.ops import T0, apply, fresh, held
 
         state = held(fresh())
         begun = apply(state, effects.begin_ops(state, "k1", "sha256:" + "1" * 64, T0), T0)

@@ -18,7 +18,7 @@ from runner.flow import Flow
 from runner.run import Run
 from runner.stores.file import RunStore
 from runner.target import Observation, Rejected
-from tests._util import scratch_dir
+from tests.support.util import scratch_dir
 
 
 class CountingTarget:

@@ -14,7 +14,7 @@ from typing import List, Tuple
 from runner import errors
 from runner.errors import EXIT_CODES, EXIT_TABLE, RunnerError
 
-from . import _util
+from .support import util as _util
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README_HEADER = ("exit", "reason", "meaning")

@@ -5,7 +5,7 @@ import unittest
 from runner.contract import parse_contract_text
 from runner.flow import Flow, TokenBucket, flow_problems
 
-from tests._util import contract_block, contract_markdown
+from tests.support.util import contract_block, contract_markdown
 
 import json
 

@@ -31,7 +31,7 @@ from runner.envelope import content_digest
 from runner.run import Run
 from runner.stores.file import RunStore
 
-from . import _util
+from .support import util as _util
 
 POST = {"title": "Week 48", "body": "first draft"}
 SECOND = {"title": "Week 48", "body": "second draft"}

@@ -1,6 +1,6 @@
 """The plugin installed into the real Claude Code and Codex CLIs (``tools/harness_check.py``).
 
-A real-system test (``tests/_real.py``): it runs when ``RUNNER_REAL_TESTS``
+A real-system test (``tests/support/real.py``): it runs when ``RUNNER_REAL_TESTS``
 asks for it and then fails, saying why, when the clients cannot be had. They
 come from ``$RUNNER_TEST_HARNESS_CLIENTS`` (``.ci/harness.sh`` installs them
 once per CI run); without it, from ``harness-clients`` in the real tests'
@@ -15,8 +15,8 @@ import subprocess
 import tempfile
 import unittest
 
-from tests import _real
-from tests._util import REPO_ROOT
+from tests.support import real as _real
+from tests.support.util import REPO_ROOT
 
 from tools.harness_check import CheckFailed, Clients, check_claude, check_codex, harness_check
 

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from runner.adapters.http import retry_after_seconds
 from runner.proof import conformance
 from runner.proof.helpdesk import Faults, Helpdesk, HelpdeskServer, conformance_factory
-from tests._util import child_env, python
+from tests.support.util import child_env, python
 
 TOKEN = "desk-token-5e0c41"
 ISSUE = {"external_ref": "report-1", "title": "Printer", "body": "On fire."}

@@ -22,7 +22,7 @@ import time
 import unittest
 from typing import Any, Dict, List, Optional, Tuple
 
-from tests._util import REPO_ROOT, TEMPLATE, child_env, contract_block, write_contract
+from tests.support.util import REPO_ROOT, TEMPLATE, child_env, contract_block, write_contract
 
 from runner import hooks
 from runner.contract import load_contract

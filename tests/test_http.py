@@ -1,6 +1,6 @@
 """The HTTP adapter (``effects.http``): the contract's section, what each answer means, and the connections.
 
-Every call goes to a real server on loopback: a scripted one (``tests/_http.py``)
+Every call goes to a real server on loopback: a scripted one (``tests/support/fake_http.py``)
 where a test needs an exact answer, a closed port for a target that is down, a
 server speaking TLS with a certificate made by ``openssl``, and a CONNECT proxy.
 """
@@ -23,8 +23,8 @@ from runner.contract import check_contract
 from runner.errors import InvalidInput
 from runner.proof.helpdesk import Helpdesk, HelpdeskServer
 from runner.target import NotApplied, Rejected, StaleEpoch, UnknownOutcome
-from tests._http import ConnectProxy, Reply, ScriptedServer, free_port, have_openssl, make_certificates
-from tests._util import REPO_ROOT
+from tests.support.fake_http import ConnectProxy, Reply, ScriptedServer, free_port, have_openssl, make_certificates
+from tests.support.util import REPO_ROOT
 
 SECRET = "tok-4f1c9a7e2b6d8035"
 TEMPLATE = os.path.join(REPO_ROOT, "templates", "run-contract.http.example.md")

@@ -23,9 +23,9 @@ from runner.mcp import jsonrpc
 from runner.proof.helpdesk import Faults, Helpdesk, HelpdeskServer
 from runner.run import Run
 from runner.stores.file import RunStore
-from tests._batch import cli, local
-from tests._http import free_port, wait_until
-from tests._util import REPO_ROOT, child_env, in_process_cli, python, run, scratch_dir, write_contract
+from tests.support.batch import cli, local
+from tests.support.fake_http import free_port, wait_until
+from tests.support.util import REPO_ROOT, child_env, in_process_cli, python, run, scratch_dir, write_contract
 
 TEMPLATE = os.path.join(REPO_ROOT, "templates", "run-contract.http.example.md")
 HOOKS = os.path.join(REPO_ROOT, "hooks")
@@ -81,7 +81,7 @@ class KillAtEachWindowTest(unittest.TestCase):
         with scratch_dir("runner-http-kills-") as root, HelpdeskServer(desk) as served:
             make_workspace(root, served.url, reports, settle=0.3)
             for turn, window in enumerate(WINDOWS):
-                killed = run(python("-m", "tests._http_drive_child", os.path.join(root, ".run"), f"driver-{turn}", window),
+                killed = run(python("-m", "tests.support.scripts.http_drive_child", os.path.join(root, ".run"), f"driver-{turn}", window),
                              cwd=root, env=child_env(), timeout=120)
                 self.assertEqual(killed.code, -signal.SIGKILL, f"not killed at {window}: {killed.out} {killed.err[-800:]}")
                 left = unresolved(root)
@@ -193,7 +193,7 @@ class SecretsNeverInTheRunTest(unittest.TestCase):
                     self.assertEqual(result.code, expect, f"{args}: {result.err[-1500:]}")
 
             runner("init", "--contract", "contract.md")
-            killed = run(python("-m", "tests._http_drive_child", folder, "first", "effect:after-call"), cwd=root, env=env, timeout=120)
+            killed = run(python("-m", "tests.support.scripts.http_drive_child", folder, "first", "effect:after-call"), cwd=root, env=env, timeout=120)
             self.assertEqual(killed.code, -signal.SIGKILL, killed.err[-800:])
             written.append(("killed drive", killed.out.encode() + killed.err.encode()))
             written.extend(_files(folder, "run folder at the kill"))

@@ -17,7 +17,7 @@ import unittest
 from runner import inflight
 from runner.run import Run
 from runner.stores import create_store, open_store
-from tests._util import child_env, contract_block, python, scratch_dir
+from tests.support.util import child_env, contract_block, python, scratch_dir
 from tests.test_conformance import MemoryAdapter
 
 TASK = "inflight-folders"

@@ -17,9 +17,9 @@ import unittest
 from typing import Any, Dict, List
 
 try:
-    from . import _util
+    from .support import util as _util
 except ImportError:
-    import _util
+    from support import util as _util
 
 from runner.contract import key_allowed, parse_contract_text
 from runner.envelope import MAX_DURATION_SECONDS, MAX_JSON_DEPTH, format_time, loads_strict, one_line, parse_time

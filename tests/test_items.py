@@ -24,8 +24,8 @@ from unittest import mock
 from runner import batch
 from runner.envelope import content_digest, validate_id
 from runner.errors import InvalidInput
-from tests._batch import batch_contract, cli, init_run, local, script, status
-from tests._util import Result, child_env, contract_markdown, python, run, scratch_dir, write_contract
+from tests.support.batch import batch_contract, cli, init_run, local, script, status
+from tests.support.util import Result, child_env, contract_markdown, python, run, scratch_dir, write_contract
 
 #: invoke KEY PAYLOAD_FILE OUT: keeps the payload the target received as OUT/KEY.json; observe KEY OUT: present when kept.
 TARGET = r'''#!/bin/sh

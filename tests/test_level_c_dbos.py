@@ -16,9 +16,9 @@ store and the ticket service's ledger in one temporary folder:
    effect verified by observation, no second ``invoke``.
 
 The children run in a venv that holds DBOS, in the real tests' cache
-(``tests/_venv.py``), so this process needs none; like the other engine
+(``tests/support/engine_venv.py``), so this process needs none; like the other engine
 tests, the class runs when ``RUNNER_REAL_TESTS=all`` asks for it
-(``tests/_real.py``).
+(``tests/support/real.py``).
 """
 
 import json
@@ -33,9 +33,9 @@ import unittest
 from typing import Any, Dict, List
 
 if __name__ == "__main__":  # a child in the DBOS venv, where this folder is the first on sys.path
-    import _real
+    from support import real as _real
 else:
-    from tests import _real
+    from tests.support import real as _real
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(HERE)
@@ -150,7 +150,7 @@ class DBOSWorkedExampleTest(unittest.TestCase):
             sys.path.insert(0, REPO_ROOT)
         from runner.stores import create_store
         from runner.proof.ticketservice import TicketServiceProcess
-        from tests import _venv
+        from tests.support import engine_venv as _venv
 
         cls.python = _venv.tool_python("dbos", _venv.DBOS_REQUIREMENTS, maximum=_venv.DBOS_NEWEST_PYTHON)
         cls.folder = tempfile.mkdtemp(prefix="level-c-dbos-")

@@ -21,8 +21,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, List, Optional, Tuple
 
 from runner.adapters.http import POOL
-from tests._batch import cli, local
-from tests._util import in_process_cli, scratch_dir, write_contract
+from tests.support.batch import cli, local
+from tests.support.util import in_process_cli, scratch_dir, write_contract
 
 #: What the stand-in's proxy says when the service's connection broke after it received the request (Envoy's words).
 ENVOY_503 = b"upstream connect error or disconnect/reset before headers. reset reason: connection termination"

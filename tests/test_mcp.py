@@ -18,7 +18,7 @@ import time
 import unittest
 from typing import Any, Dict, List, Optional
 
-from tests import _real, _util
+from tests.support import real as _real, util as _util
 
 from runner.contract import load_contract
 from runner.errors import InvalidInput
@@ -582,7 +582,7 @@ class McpOfficialClientTest(unittest.TestCase):
             # The client's own packages keep their installed bytecode; the server shares the suite's folder.
             env["RUNNER_SERVER_PYCACHE"] = env.pop("PYTHONPYCACHEPREFIX")
             proc = subprocess.run(
-                [client_python, os.path.join(_util.HERE, "mcp_client_check.py"), sys.executable, _util.REPO_ROOT, path, target],
+                [client_python, os.path.join(_util.SCRIPTS, "mcp_client_check.py"), sys.executable, _util.REPO_ROOT, path, target],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 env=env,

@@ -15,8 +15,8 @@ from typing import Any, Dict, List
 from runner.batch import effects_problems
 from runner.commands import CommandAdapter, Outcome, many_problems
 from runner.target import NotApplied
-from tests._batch import batch_contract, cli, init_run
-from tests._util import scratch_dir
+from tests.support.batch import batch_contract, cli, init_run
+from tests.support.util import scratch_dir
 
 MANY = {"command": ["find-many", "--run", "{run_id}", "{each}"], "match": "/ref", "value": "{slug}"}
 

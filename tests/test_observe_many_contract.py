@@ -16,8 +16,8 @@ import sys
 import unittest
 from typing import Any, Dict, List, Tuple
 
-from tests._batch import cli, local, script
-from tests._util import in_process_cli, scratch_dir, write_contract
+from tests.support.batch import cli, local, script
+from tests.support.util import in_process_cli, scratch_dir, write_contract
 
 #: The target: ``invoke``, ``observe`` and ``many`` (the lookup of many keys) over ``filings``, a
 #: shell script (a Python target would start an interpreter for each of the suite's hundred calls).

@@ -6,7 +6,7 @@ from runner import approvals, effects
 from runner.envelope import format_time
 from runner.errors import AwaitingApproval, InvalidInput
 
-from ._ops import DIGEST, OTHER, T0, apply, at_publish, granted, plan, fresh, then
+from .support.ops import DIGEST, OTHER, T0, apply, at_publish, granted, plan, fresh, then
 
 ACTION = "effect:publish:weekly-48"
 STAMP = format_time(T0)

@@ -17,7 +17,7 @@ from runner.errors import (
     RunComplete,
 )
 
-from ._ops import DIGEST, OTHER, T0, apply, at_publish, begun, fresh, granted, plan, then, through
+from .support.ops import DIGEST, OTHER, T0, apply, at_publish, begun, fresh, granted, plan, then, through
 
 STAMP = format_time(T0)
 

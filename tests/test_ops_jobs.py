@@ -19,9 +19,9 @@ from typing import Any, Dict, Optional
 from unittest import mock
 
 try:
-    from . import _util
+    from .support import util as _util
 except ImportError:
-    import _util
+    from support import util as _util
 
 from runner import jobs
 from runner.envelope import apply_ops, canonical_json, format_time, new_envelope

@@ -11,9 +11,9 @@ import unittest
 from typing import Any, Dict, Optional
 
 try:
-    from . import _util
+    from .support import util as _util
 except ImportError:
-    import _util
+    from support import util as _util
 
 from runner import lease
 from runner.envelope import apply_ops, format_time, new_envelope

@@ -7,7 +7,7 @@ from runner.envelope import format_time
 from runner.errors import EXIT_CODES
 from runner.recovery import decide, decision_exit_code
 
-from ._ops import DIGEST, T0, apply, at_publish, begun, fresh, granted, held, plan, then, through
+from .support.ops import DIGEST, T0, apply, at_publish, begun, fresh, granted, held, plan, then, through
 
 ACTION = "effect:publish:weekly-48"
 

@@ -7,7 +7,7 @@ from runner import retry, steps
 from runner.envelope import format_time
 from runner.errors import Cancelled, InvalidInput, LimitExhausted, NeedsReconciliation, RetryLater, RunComplete
 
-from ._ops import EVIDENCE, T0, apply, at_publish, begun, fresh, plan, then, through
+from .support.ops import EVIDENCE, T0, apply, at_publish, begun, fresh, plan, then, through
 
 STAMP = format_time(T0)
 

@@ -3,7 +3,7 @@
 By hand: one line and one trace per run, hex ids of the right length, every
 parent present, the same run giving the same file, crashes, refusals and
 denials as ERROR status, content (receipts, evidence, reasons) only with
-``--with-content``. Officially, in the real suite only (``tests/_real.py``):
+``--with-content``. Officially, in the real suite only (``tests/support/real.py``):
 ``opentelemetry-proto``, installed by this test into a virtual environment in
 the real tests' cache shared by every Python that runs the suite, parses each
 line into an ``ExportTraceServiceRequest``.
@@ -18,9 +18,9 @@ import unittest
 import venv
 from typing import Any, Dict, List, Optional, Tuple
 
-from tests import _real
-from tests._timeline_runs import UNCERTAIN_KEY, crashed_run, small_run
-from tests._util import REPO_ROOT, run_cli, scratch_dir
+from tests.support import real as _real
+from tests.support.timeline_runs import UNCERTAIN_KEY, crashed_run, small_run
+from tests.support.util import REPO_ROOT, run_cli, scratch_dir
 
 _PARSE = r"""
 import base64, json, sys

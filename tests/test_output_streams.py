@@ -7,9 +7,9 @@ import unittest
 from typing import Any, Dict, List, Optional
 
 try:
-    from . import _util
+    from .support import util as _util
 except ImportError:
-    import _util
+    from support import util as _util
 
 
 def _contract(items: List[str]) -> Dict[str, Any]:

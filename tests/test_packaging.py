@@ -19,7 +19,7 @@ import tempfile
 import unittest
 from typing import Any, Dict, List
 
-from tests._util import REPO_ROOT, TEMPLATE, child_env
+from tests.support.util import REPO_ROOT, TEMPLATE, child_env
 
 import runner
 from runner import hooks

@@ -14,9 +14,9 @@ import time
 import unittest
 from typing import Any, Callable, Dict, List
 
-from tests._batch import local, status
-from tests._http import wait_until
-from tests._util import in_parallel
+from tests.support.batch import local, status
+from tests.support.fake_http import wait_until
+from tests.support.util import in_parallel
 from tests.test_executor import TargetCase
 
 #: Put in front of a contract command: at its window, SIGKILL the runner that started it (its parent), at the Nth passage.

@@ -3,7 +3,7 @@
 The handler is called as ``handler(store, owner, ttl, context)``; a observer
 factory named by ``module:function`` is loaded in each worker and sees the
 commit windows of every store it opens, which is how a worker is killed
-here (``tests/pool_worker.py``); the supervisor breaks a dead worker's
+here (``tests/support/scripts/pool_worker.py``); the supervisor breaks a dead worker's
 leases, starts another in its place and tells ``on_exit``.
 """
 
@@ -14,16 +14,16 @@ import unittest
 from typing import Any, Dict, List, Tuple
 
 from runner.pool import run_pool
-from tests import _util
+from tests.support import util as _util
 from runner.stores import create_store, list_runs, open_store, run_url
 
 try:
-    from . import _util
+    from .support import util as _util
 except ImportError:
-    import _util
+    from support import util as _util
 
-HANDLER = "tests.pool_worker:handle"
-OBSERVER = "tests.pool_worker:kill_once"
+HANDLER = "tests.support.scripts.pool_worker:handle"
+OBSERVER = "tests.support.scripts.pool_worker:kill_once"
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -107,7 +107,7 @@ class PoolTest(unittest.TestCase):
         url = "file:" + os.path.join(self.root, "runs")
         self.make_runs(url, 1)
         exits: List[Tuple[str, int]] = []
-        tally = run_pool(url, 1, "tests.pool_worker:hang_once", ttl=2, seed=4, context={"marker": os.path.join(self.root, "hung"), "hang": 20},
+        tally = run_pool(url, 1, "tests.support.scripts.pool_worker:hang_once", ttl=2, seed=4, context={"marker": os.path.join(self.root, "hung"), "hang": 20},
                          on_exit=lambda owner, code: exits.append((owner, code)))
         self.assertEqual((tally["stuck"], tally["crashes"], tally["workers"], tally["errors"]), (1, 1, 2, []))
         self.assertEqual([code for _, code in exits], [-signal.SIGKILL, 0], "killed, then its replacement finished")
@@ -132,7 +132,7 @@ class PoolTest(unittest.TestCase):
         with open(os.path.join(project, "my_agent", "__init__.py"), "w", encoding="utf-8") as handle:
             handle.write("")
         with open(os.path.join(project, "my_agent", "worker.py"), "w", encoding="utf-8") as handle:
-            handle.write("from tests.pool_worker import handle  # noqa: F401\n")
+            handle.write("from tests.support.scripts.pool_worker import handle  # noqa: F401\n")
         url = "sqlite:" + os.path.join(project, "runs.db")
         self.make_runs(url, 2)
         # No PYTHONPATH: the handler's module is found in the working folder, as `python3 -m` would find it.
@@ -146,7 +146,7 @@ class PoolTest(unittest.TestCase):
         url = "file:" + os.path.join(self.root, "runs")
         self.make_runs(url, 1)
         before = self.states(url)
-        argv = _util.python("-m", "runner", "--store", url, "work", "--handler", HANDLER, "--observer", "tests.pool_worker:no_such")
+        argv = _util.python("-m", "runner", "--store", url, "work", "--handler", HANDLER, "--observer", "tests.support.scripts.pool_worker:no_such")
         result = _util.run(argv, cwd=REPO)
         self.assertEqual(result.code, 2, result.err)
         self.assertIn("cannot load observer factory", result.err)

@@ -20,9 +20,9 @@ from typing import Any, Dict, Tuple
 from runner.proof.campaign import KILL_POINTS
 from runner.proof.demo import run_demo, run_draft_scenario
 from runner.timeline import MAX_SECTIONS
-from tests._page import Elements, assert_inert, parse
-from tests._util import FULL_TESTS as FULL
-from tests._util import run_cli
+from tests.support.page import Elements, assert_inert, parse
+from tests.support.util import FULL_TESTS as FULL
+from tests.support.util import run_cli
 
 
 class DemoTest(unittest.TestCase):

@@ -36,8 +36,8 @@ import unittest
 from typing import Any, Dict, List, Optional, Tuple
 from unittest import mock
 
-from tests import _util
-from tests._batch import batch_contract, cli, init_run, local, script
+from tests.support import util as _util
+from tests.support.batch import batch_contract, cli, init_run, local, script
 
 from runner import hooks, quoting
 from runner.approvals import payload_source

@@ -1,6 +1,6 @@
 """Recovery claims of the runner, proved with real processes.
 
-A worker driving the minute-37 contract (``tests/_recovery.py``: its world,
+A worker driving the minute-37 contract (``tests/support/recovery.py``: its world,
 agent and child workers) is killed at named points; recovery always happens
 in another process, which starts with ``recover --owner NEW --json`` and then
 follows ``next`` alone. Every scenario ends with each step run once and the
@@ -17,13 +17,13 @@ import warnings
 from typing import Any, Callable, Dict, List, Tuple
 
 try:
-    from . import _util
-    from ._recovery import Agent, Child, PATCH_KEY, STEPS, TAKEOVER_TTL, World, contract_block, inprocess_cli, process_gone, wait_until
-    from ._recovery_case import RecoveryCase
+    from .support import util as _util
+    from .support.recovery import Agent, Child, PATCH_KEY, STEPS, TAKEOVER_TTL, World, contract_block, inprocess_cli, process_gone, wait_until
+    from .support.recovery_case import RecoveryCase
 except ImportError:  # run from inside tests/
-    import _util  # type: ignore[no-redef]
-    from _recovery import Agent, Child, PATCH_KEY, STEPS, TAKEOVER_TTL, World, contract_block, inprocess_cli, process_gone, wait_until  # type: ignore[no-redef]
-    from _recovery_case import RecoveryCase  # type: ignore[no-redef]
+    from support import util as _util  # type: ignore[no-redef]
+    from support.recovery import Agent, Child, PATCH_KEY, STEPS, TAKEOVER_TTL, World, contract_block, inprocess_cli, process_gone, wait_until  # type: ignore[no-redef]
+    from support.recovery_case import RecoveryCase  # type: ignore[no-redef]
 
 from runner.contract import load_contract
 from runner.envelope import content_digest

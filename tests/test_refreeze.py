@@ -13,8 +13,8 @@ import unittest
 from typing import Any, Dict, List
 
 from runner.envelope import content_digest
-from tests._batch import cli, local
-from tests._util import Result, scratch_dir, write_contract
+from tests.support.batch import cli, local
+from tests.support.util import Result, scratch_dir, write_contract
 from tests.test_authority import durable
 
 HOST = "http://127.0.0.1:9"

@@ -19,8 +19,8 @@ import threading
 import unittest
 from typing import Any, Dict, List, Optional
 
-from tests._batch import batch_contract, make_documents, recorder_commands
-from tests._util import REPO_ROOT, TEMPLATE, child_env, in_process_cli, write_contract
+from tests.support.batch import batch_contract, make_documents, recorder_commands
+from tests.support.util import REPO_ROOT, TEMPLATE, child_env, in_process_cli, write_contract
 
 from runner.mcp.tools import TOOLS
 

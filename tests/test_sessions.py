@@ -2,7 +2,7 @@
 
 Each CLI is installed as ``.ci/harness.sh`` installs it, in a scratch ``HOME``
 where the plugin is added by the CLI's own ``plugin`` commands; its model is
-a server on 127.0.0.1 (``tests/_scripted_model.py``) whose script plays the
+a server on 127.0.0.1 (``tests/support/scripted_model.py``) whose script plays the
 model's part. What is checked is what the CLI and the plugin do around it:
 
 * (a) the run's brief reaches the first model request;
@@ -44,9 +44,9 @@ import unittest
 import uuid
 from typing import Any, Dict, List, NamedTuple, Optional
 
-from tests import _util
-from tests._scripted_model import Exchange, MessagesModel, ResponsesModel, ScriptedModel, ToolCall, Turn
-from tests._util import REPO_ROOT, write_contract
+from tests.support import util as _util
+from tests.support.scripted_model import Exchange, MessagesModel, ResponsesModel, ScriptedModel, ToolCall, Turn
+from tests.support.util import REPO_ROOT, write_contract
 
 from runner import hooks as runner_hooks
 
@@ -714,7 +714,7 @@ class _WholeSessions:
     # (g) ----------------------------------------------------------------------------------------
     def test_a_killed_session_is_resumed_and_the_stop_hook_carries_it_to_one_effect_per_item(self) -> None:
         from runner.proof.ticketservice import TicketServiceProcess
-        from tests._batch import make_documents
+        from tests.support.batch import make_documents
 
         cli, tc = self.cli, self  # type: ignore[attr-defined]
         self.expect("resumed_items", "resumed_dup")

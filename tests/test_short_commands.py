@@ -13,8 +13,8 @@ import unittest
 from typing import Set
 
 from runner.envelope import SHORT_INPUT_BYTES, sha256, sha256_hex, sha256_stream
-from tests._batch import batch_contract, init_run
-from tests._util import child_env, python, run, scratch_dir
+from tests.support.batch import batch_contract, init_run
+from tests.support.util import child_env, python, run, scratch_dir
 
 #: Never loaded by a command that runs no target command: OpenSSL's hashes, shutil (with bz2 and lzma: argparse asks
 #: it for the terminal's width), the HTTP client, what a running command is started and waited with.

@@ -16,7 +16,7 @@ from runner.proof.simulation import INVARIANTS, KILL_WINDOWS, VARIANTS, Params, 
 from runner.proof.simworld import Ledger, MemoryRegistry, MemoryStore, ProcessTable, SimProcesses, WorkerKilled
 from runner.run import Run
 
-from tests._util import CLOCK_START, child_env, one_json, run_cli
+from tests.support.util import CLOCK_START, child_env, one_json, run_cli
 
 SEED, SCHEDULES = 1, 200
 #: Invariants about receipts: what hiding a receipt from the lifecycle could break.

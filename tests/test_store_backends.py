@@ -11,9 +11,9 @@ import subprocess
 import unittest
 
 try:
-    from . import _util
+    from .support import util as _util
 except ImportError:
-    import _util
+    from support import util as _util
 
 from runner.errors import InvalidInput
 from runner.run import Run

@@ -5,7 +5,7 @@ class below supplies one store (``file:`` a temporary folder per run,
 ``sqlite:`` a temporary database file, ``postgresql://`` the server named by
 ``RUNNER_TEST_POSTGRES_URL``) and the same methods run against it. Every test
 uses fresh task ids, so the PostgreSQL class can share one database; it is
-a real-system test (``tests/_real.py``), run when ``RUNNER_REAL_TESTS`` asks.
+a real-system test (``tests/support/real.py``), run when ``RUNNER_REAL_TESTS`` asks.
 
 Claims that need other processes start real ones: this file is also the
 worker program (``python test_store_conformance.py count|serve URL TASK
@@ -27,10 +27,10 @@ import uuid
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 try:
-    from . import _real, _util
+    from .support import real as _real, util as _util
 except ImportError:
-    import _real
-    import _util
+    from support import real as _real
+    from support import util as _util
 
 from runner.envelope import canonical_json, sha256_hex
 from runner.errors import AlreadyRunning, Fenced, InvalidInput, RunnerError

@@ -7,7 +7,7 @@ acknowledges a revision only after the store call returned. Another process
 then loads the run and must find a revision between the last acknowledged
 and the last attempted one, with exactly the effects computed for it.
 
-The child program is ``_crash_child.py``.
+The child program is ``tests/support/scripts/crash_child.py``.
 """
 
 import json
@@ -18,11 +18,11 @@ import unittest
 from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 try:
-    from . import _util
+    from .support import util as _util
 except ImportError:
-    import _util
+    from support import util as _util
 
-CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_crash_child.py")
+CHILD = os.path.join(_util.SCRIPTS, "crash_child.py")
 
 
 class Transcript:

@@ -17,9 +17,9 @@ import unittest
 from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 try:
-    from . import _util
+    from .support import util as _util
 except ImportError:
-    import _util
+    from support import util as _util
 
 from runner.errors import StateUnrecoverable
 from runner.stores.file import STATE_FILES, RunStore

@@ -19,9 +19,9 @@ import unittest
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 try:
-    from . import _util
+    from .support import util as _util
 except ImportError:
-    import _util
+    from support import util as _util
 
 from runner.fs import FileSystem, OsFileSystem
 from runner.stores.file import RunStore, check, scan

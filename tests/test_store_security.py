@@ -8,9 +8,9 @@ from typing import Any, Dict, List, Tuple
 from unittest import mock
 
 try:
-    from . import _util
+    from .support import util as _util
 except ImportError:
-    import _util
+    from support import util as _util
 
 from runner.envelope import MAX_DOCUMENT_BYTES, MAX_ID_LENGTH
 from runner.fs import OsFileSystem, SymlinkRefused

@@ -16,9 +16,9 @@ import unittest
 from typing import Dict
 
 try:
-    from . import _util
+    from .support import util as _util
 except ImportError:
-    import _util
+    from support import util as _util
 
 from runner.errors import StateUnrecoverable
 from runner.stores import file as file_store

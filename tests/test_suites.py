@@ -1,13 +1,13 @@
 """The suite's own machinery: the gate of the real tests and the queue that shares modules between two processes.
 
-* ``tests/_real.py``: without ``RUNNER_REAL_TESTS`` a real test is skipped,
+* ``tests/support/real.py``: without ``RUNNER_REAL_TESTS`` a real test is skipped,
   saying how to run it, and its check of the real part is never made; with
   ``1`` it runs, and a part that cannot be had, or any skip inside it, fails
   it; the engines' tests need ``all``; an unknown value fails every real test.
-* ``tests/_parallel.py``: two real processes reading the queue take every
+* ``tests/support/parallel.py``: two real processes reading the queue take every
   module exactly once between them, and every test file is in the queue.
 * The package itself: a child that imports a helper of the suite (the
-  recovery workers, ``python -m tests._http_drive_child``) loads none of
+  recovery workers, ``python -m tests.support.scripts.http_drive_child``) loads none of
   ``unittest``.
 """
 
@@ -19,8 +19,8 @@ import unittest
 from typing import Callable, Dict, List, Optional, Tuple
 from unittest import mock
 
-from tests import _real, _util
-from tests._parallel import ModuleQueue, _Recorder, _replay, _SplitSuite, module_names
+from tests.support import real as _real, util as _util
+from tests.support.parallel import ModuleQueue, _Recorder, _replay, _SplitSuite, module_names
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -130,7 +130,7 @@ class RealGateTest(unittest.TestCase):
         self.assertEqual(asked["skipped"], [])
         self.assertEqual(len(asked["failed"]), 4, asked)
         for reason in ("set-up found no client", "no client binary", "decorated away", "the client would not install"):
-            self.assertTrue(any(reason in f and f.startswith("tests._real.RealPartMissing") for f in asked["failed"]), (reason, asked))
+            self.assertTrue(any(reason in f and f.startswith("tests.support.real.RealPartMissing") for f in asked["failed"]), (reason, asked))
         unasked = _outcome(make, None)
         self.assertEqual((len(unasked["skipped"]), unasked["failed"]), (5, []))
 
@@ -304,7 +304,7 @@ class ModuleQueueTest(unittest.TestCase):
 class PackageImportTest(unittest.TestCase):
     def test_a_child_that_imports_a_helper_of_the_suite_loads_no_unittest(self) -> None:
         """The suite starts hundreds of children; ``unittest`` would add tens of milliseconds to each that imports a helper."""
-        code = "import sys, tests._recovery, tests._http_drive_child; print(sorted(m for m in sys.modules if m.split('.')[0] == 'unittest'))"
+        code = "import sys, tests.support.recovery, tests.support.scripts.http_drive_child; print(sorted(m for m in sys.modules if m.split('.')[0] == 'unittest'))"
         done = subprocess.run(_util.python("-c", code), cwd=_util.REPO_ROOT, env=_util.child_env(), capture_output=True, text=True, timeout=60)
         self.assertEqual((done.returncode, done.stdout.strip()), (0, "[]"), done.stderr)
 

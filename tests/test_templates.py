@@ -31,8 +31,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 from runner import history
 from runner.contract import check_contract
 from runner.stores.file import RunStore
-from tests._batch import local
-from tests._util import REPO_ROOT, child_env, scratch_dir
+from tests.support.batch import local
+from tests.support.util import REPO_ROOT, child_env, scratch_dir
 
 T = TypeVar("T")
 

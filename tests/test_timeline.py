@@ -22,11 +22,11 @@ import sys
 import unittest
 from typing import Any, Dict, List, Tuple
 
-from tests import _real
-from tests._browser import blankness, find_chromium, load_pages
-from tests._page import assert_inert, parse
-from tests._timeline_runs import SMALL_KEYS, UNCERTAIN_KEY, crashed_run, small_contract, small_run
-from tests._util import CLOCK_START, REPO_ROOT, in_process_cli, one_json, run_cli, scratch_dir
+from tests.support import real as _real
+from tests.support.browser import blankness, find_chromium, load_pages
+from tests.support.page import assert_inert, parse
+from tests.support.timeline_runs import SMALL_KEYS, UNCERTAIN_KEY, crashed_run, small_contract, small_run
+from tests.support.util import CLOCK_START, REPO_ROOT, in_process_cli, one_json, run_cli, scratch_dir
 
 from runner import history, timeline
 from runner.envelope import apply_ops, content_digest, format_time, new_envelope

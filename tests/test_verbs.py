@@ -16,9 +16,9 @@ import unittest
 from typing import Any, Dict, List, Sequence
 
 try:
-    from . import _util
+    from .support import util as _util
 except ImportError:
-    import _util
+    from support import util as _util
 
 from runner import verbs
 from runner.cli import build_parser

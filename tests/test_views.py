@@ -1,4 +1,4 @@
-"""The views a fresh model or an observer reads, on runs of the minute-37 contract (``tests/_recovery.py``).
+"""The views a fresh model or an observer reads, on runs of the minute-37 contract (``tests/support/recovery.py``).
 
 * ``brief`` stays within its bound, whatever the bound, on a run of 10,000
   effects, and names the unresolved effects and the next action;
@@ -23,13 +23,13 @@ import warnings
 from typing import Any, Dict, List
 
 try:
-    from . import _util
-    from ._recovery import Child, DEADLINE, PATCH_KEY, STEPS, TASK_ID, World, process_gone, wait_until
-    from ._recovery_case import RecoveryCase
+    from .support import util as _util
+    from .support.recovery import Child, DEADLINE, PATCH_KEY, STEPS, TASK_ID, World, process_gone, wait_until
+    from .support.recovery_case import RecoveryCase
 except ImportError:  # run from inside tests/
-    import _util  # type: ignore[no-redef]
-    from _recovery import Child, DEADLINE, PATCH_KEY, STEPS, TASK_ID, World, process_gone, wait_until  # type: ignore[no-redef]
-    from _recovery_case import RecoveryCase  # type: ignore[no-redef]
+    from support import util as _util  # type: ignore[no-redef]
+    from support.recovery import Child, DEADLINE, PATCH_KEY, STEPS, TASK_ID, World, process_gone, wait_until  # type: ignore[no-redef]
+    from support.recovery_case import RecoveryCase  # type: ignore[no-redef]
 
 from runner.contract import load_contract
 from runner.envelope import content_digest, format_time, parse_time
@@ -299,7 +299,7 @@ class ViewsAgreeTest(unittest.TestCase):
         self.addCleanup(case.doCleanups)
         case.start(["a", "b", "c", "d", "e", "f"], invoke={"send-after": 0.2},
                    before=[{"id": "notes", "checks": {"ok": ["true"]}, "next": "file-tickets"}])
-        from tests._batch import local as cli
+        from tests.support.batch import local as cli
 
         def views(owner: str, epoch: int) -> Dict[str, Any]:
             status = json.loads(cli(case.root, "status", "--json").out)
@@ -338,7 +338,7 @@ class ViewsAgreeTest(unittest.TestCase):
 
     def test_step_start_prints_the_next_action_next_names(self) -> None:
         from tests.test_executor import TargetCase
-        from tests._batch import local as cli
+        from tests.support.batch import local as cli
 
         case = TargetCase()
         case.setUp()

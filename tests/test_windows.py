@@ -23,9 +23,9 @@ from runner.stores.sqlite import SQLiteStore
 from runner.windows import NO_OBSERVER, WINDOW_NAMES, WINDOWS, Observer
 
 try:
-    from . import _util
+    from .support import util as _util
 except ImportError:
-    import _util
+    from support import util as _util
 
 NAMES = [name for name, _, _ in WINDOWS]
 PLAN = {"contract": 1, "task_id": "windows", "goal": "pass every window", "steps": [{"id": "one"}, {"id": "two"}]}

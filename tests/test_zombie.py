@@ -13,13 +13,13 @@ it (a host paused as a whole: a supervisor that runs on kills a worker that
 keeps a lapsed lease), kept stopped past its lease's expiry while a worker of
 pool B takes the run over at a higher epoch and finishes it, and then
 continued with SIGCONT, its supervisor after it. What the continued worker
-does is fixed by ``tests/zombie_worker.py``: it goes on with what it was
+does is fixed by ``tests/support/scripts/zombie_worker.py``: it goes on with what it was
 doing, and once refused, tries one more store write and one more ticket call
 with its old epoch. Every one of those late writes must be refused, by the
 store (``Fenced``) and by the service (412, stale epoch); the run must end
 complete with one ticket for its key, and the journal must show the takeover
 and no record written at the old epoch after it. A real-system test
-(``tests/_real.py``): it runs when ``RUNNER_REAL_TESTS`` asks for it.
+(``tests/support/real.py``): it runs when ``RUNNER_REAL_TESTS`` asks for it.
 """
 
 import contextlib
@@ -41,16 +41,17 @@ from runner.proof.ticketservice import TicketServiceProcess
 from runner.stores import create_store, open_store
 
 try:
-    from . import _real, _util, zombie_worker
+    from .support import real as _real, util as _util
+    from .support.scripts import zombie_worker
 except ImportError:
-    import _real
-    import _util
-    import zombie_worker
+    from support import real as _real
+    from support import util as _util
+    from support.scripts import zombie_worker
 
 POSTGRES_ENV = _util.POSTGRES_ENV
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HANDLER = "tests.zombie_worker:handle"
-OBSERVER = "tests.zombie_worker:observer"
+HANDLER = "tests.support.scripts.zombie_worker:handle"
+OBSERVER = "tests.support.scripts.zombie_worker:observer"
 STEP = "file-ticket"
 #: Seconds any one condition may take before the test fails (the whole test takes a few seconds).
 PATIENCE = 30.0

@@ -1,6 +1,6 @@
 """The child program of ``test_store_crash``: run the store until a chosen commit window kills it.
 
-``python _crash_child.py --child --dir D --contract C --phase commit --window
+``python crash_child.py --child --dir D --contract C --phase commit --window
 store:after-rename --occurrence 2`` starts a run and commits transitions until
 the store passes that window for the second time, then dies by SIGKILL
 (without ``--window`` it commits 30 transitions and exits). ``--tear`` (with
@@ -17,11 +17,13 @@ import os
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
-import _util
-from runner.contract import load_contract
-from runner.proof.faults import KillAt, die
-from runner.stores.file import RunStore, scan
-from runner.windows import Observer
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+
+from runner.contract import load_contract  # noqa: E402
+from runner.proof.faults import KillAt, die  # noqa: E402
+from runner.stores.file import RunStore, scan  # noqa: E402
+from runner.windows import Observer  # noqa: E402
+from tests.support import util as _util  # noqa: E402
 
 #: Transitions a child commits at most; every kill point is reached well before.
 MAX_TRANSITIONS = 30
@@ -175,4 +177,4 @@ if __name__ == "__main__":
         sys.exit(child_main(sys.argv[2:]))
     if sys.argv[1:2] == ["--verify"]:
         sys.exit(verify_main(sys.argv[2:]))
-    sys.exit("usage: _crash_child.py --child ARGS | --verify [--init CONTRACT] DIR...")
+    sys.exit("usage: crash_child.py --child ARGS | --verify [--init CONTRACT] DIR...")

@@ -343,7 +343,7 @@ def module_names(here: str, pattern: Optional[str] = None) -> List[str]:
 
 def load_tests(loader: unittest.TestLoader, standard_tests: unittest.TestSuite, pattern: str) -> unittest.TestSuite:
     """Discovery of the whole package: the modules shared out between two processes when that helps."""
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # tests/, above this support/ folder
     top = os.path.dirname(here)
     if top not in sys.path:
         sys.path.insert(0, top)

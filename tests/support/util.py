@@ -14,10 +14,12 @@ import sys
 import threading
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, TypeVar
 
+#: tests/support/, the suite's helpers; the programs the tests start by path are in its scripts/.
 HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPTS = os.path.join(HERE, "scripts")
 #: Held by an in-process command line call, which changes this process's stdout, stderr and environment.
 _IN_PROCESS = threading.RLock()
-REPO_ROOT = os.path.dirname(HERE)
+REPO_ROOT = os.path.dirname(os.path.dirname(HERE))
 RUNNER_PKG = os.path.join(REPO_ROOT, "runner")
 TEMPLATE = os.path.join(REPO_ROOT, "templates", "run-contract.example.md")
 
@@ -72,7 +74,9 @@ def _bytecode_cache() -> str:
         sys.pycache_prefix = _BYTECODE
         try:
             compileall.compile_dir(RUNNER_PKG, quiet=2)
-            compileall.compile_file(os.path.join(HERE, "_util.py"), quiet=2)
+            # What the crash test's child program imports of the suite.
+            for source in (os.path.join(REPO_ROOT, "tests", "__init__.py"), os.path.join(HERE, "__init__.py"), __file__):
+                compileall.compile_file(source, quiet=2)
         finally:
             sys.pycache_prefix = saved
     return _BYTECODE

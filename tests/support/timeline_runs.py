@@ -15,7 +15,7 @@ import signal
 import subprocess
 from typing import Any, Dict, List
 
-from tests._util import CLOCK_START, child_env, python, run_cli
+from tests.support.util import CLOCK_START, child_env, python, run_cli
 
 from runner.target import NotApplied, Observation, Rejected, UnknownOutcome
 from runner.errors import Failed

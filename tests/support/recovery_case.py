@@ -1,6 +1,6 @@
 """The test case the recovery and view tests share: worlds of the minute-37 contract, removed at clean-up.
 
-Apart from ``tests/_recovery.py`` because the recovery workers import that module in child
+Apart from ``tests/support/recovery.py`` because the recovery workers import that module in child
 processes, which need none of ``unittest``.
 """
 
@@ -17,11 +17,11 @@ from typing import Any, Callable, Dict, Optional, Tuple
 from runner.run import Run
 
 try:
-    from . import _util
-    from ._recovery import DEADLINE, DECISION_KEYS, PATCH_KEY, STEPS, Child, World, inprocess_cli, process_gone
+    from . import util as _util
+    from .recovery import DEADLINE, DECISION_KEYS, PATCH_KEY, STEPS, Child, World, inprocess_cli, process_gone
 except ImportError:  # run from inside tests/
-    import _util  # type: ignore[no-redef]
-    from _recovery import DEADLINE, DECISION_KEYS, PATCH_KEY, STEPS, Child, World, inprocess_cli, process_gone  # type: ignore[no-redef]
+    import util as _util  # type: ignore[no-redef]
+    from recovery import DEADLINE, DECISION_KEYS, PATCH_KEY, STEPS, Child, World, inprocess_cli, process_gone  # type: ignore[no-redef]
 
 
 class RecoveryCase(unittest.TestCase):

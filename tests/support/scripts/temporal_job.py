@@ -1,6 +1,6 @@
 """The Temporal side of ``tests/test_engines.py``, run by an interpreter that has ``temporalio``.
 
-``python _temporal_job.py COMMAND JSON`` where JSON holds ``address`` and ``queue`` and:
+``python temporal_job.py COMMAND JSON`` where JSON holds ``address`` and ``queue`` and:
 
 * ``worker``: serve :class:`runner.engines.temporal.TicketJob` against the ticket service at
   ``service`` (``marker`` lookups when the service keeps no idempotency keys), with the helper
@@ -21,7 +21,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 
 from temporalio import activity  # noqa: E402
 from temporalio.client import Client  # noqa: E402

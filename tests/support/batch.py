@@ -5,7 +5,7 @@ import os
 import sys
 from typing import Any, Dict, List, Optional
 
-from tests._util import Result, child_env, in_process_cli, python, run, write_contract
+from tests.support.util import Result, child_env, in_process_cli, python, run, write_contract
 
 TASK = "batch-tickets"
 
@@ -79,11 +79,11 @@ def script(root: str, name: str, text: str) -> List[str]:
 
 
 def recorder_commands(root: str) -> Dict[str, List[str]]:
-    """The contract's ``invoke`` and ``observe`` commands over the recording target (``tests/_batch_scripts.py``).
+    """The contract's ``invoke`` and ``observe`` commands over the recording target (``tests/support/batch_scripts.py``).
 
     The target keeps its effects as files in ``ROOT/out``, which the caller makes.
     """
-    from tests._batch_scripts import RECORDER
+    from tests.support.batch_scripts import RECORDER
 
     recorder = script(root, "recorder.sh", RECORDER)
     out = os.path.join(root, "out")

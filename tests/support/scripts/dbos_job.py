@@ -1,6 +1,6 @@
 """The DBOS side of ``tests/test_engines.py``, run by an interpreter that has ``dbos``.
 
-``python _dbos_job.py COMMAND JSON`` where JSON holds ``system_db`` (a ``sqlite:///`` or
+``python dbos_job.py COMMAND JSON`` where JSON holds ``system_db`` (a ``sqlite:///`` or
 ``postgresql://`` URL) and ``workflow_id``:
 
 * ``run``: launch DBOS (which also recovers this executor's unfinished workflows), start
@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Any, Dict
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 
 from dbos import DBOS, DBOSClient, SetWorkflowID  # noqa: E402
 

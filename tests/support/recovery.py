@@ -32,9 +32,9 @@ import traceback
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 try:
-    from . import _util
+    from . import util as _util
 except ImportError:  # run from inside tests/
-    import _util  # type: ignore[no-redef]
+    import util as _util  # type: ignore[no-redef]
 
 from runner.contract import load_contract
 from runner.envelope import content_digest
@@ -70,7 +70,7 @@ for shard in range(cursor, 4):
 print("tests passed", flush=True)
 """
 
-CHILD_MAIN = "import sys; from tests._recovery import worker_main; sys.exit(worker_main(sys.argv[1]))"
+CHILD_MAIN = "import sys; from tests.support.recovery import worker_main; sys.exit(worker_main(sys.argv[1]))"
 
 
 def contract_block(rerun_vanished: bool = False, extra_step: bool = False) -> Dict[str, Any]:
