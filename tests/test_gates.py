@@ -32,6 +32,7 @@ from runner.run import Run
 from runner.stores.file import RunStore
 
 from .support import util as _util
+from .support.cli import RunnerCli
 
 POST = {"title": "Week 48", "body": "first draft"}
 SECOND = {"title": "Week 48", "body": "second draft"}
@@ -54,30 +55,20 @@ class GateCase(unittest.TestCase):
         return path
 
     def make_run(self, block: Dict[str, Any], name: str = "run") -> str:
+        """A run of ``block`` in ``TMP/NAME`` whose lease w1 holds at epoch 1; ``cli`` writes to it as w1, ``control``
+        as the operator, each with ``--json``."""
         path = os.path.join(self.tmp, name)
         RunStore.create(path, block["task_id"], block).fs.close()  # type: ignore[attr-defined]
         run = self.library(path)
         run.acquire("w1", 3600)
+        self.runner = RunnerCli(self, root=self.tmp, run_dir=path)
+        self.control, self.cli = self.runner.json, self.runner.writer("w1", 1).json
         return path
 
     def library(self, path: Optional[str] = None) -> Run:
         run = Run.open(path or self.path, "w1", 1)
         self.addCleanup(run.store.fs.close)  # type: ignore[attr-defined]
         return run
-
-    def cli(self, *args: str, code: int, reason: Optional[str] = None, path: Optional[str] = None) -> Dict[str, Any]:
-        result = _util.in_process_cli(["--dir", path or self.path, "--json", *args, "--owner", "w1", "--epoch", "1"])
-        self.assertEqual(result.code, code, f"{args}: stdout {result.out!r} stderr {result.err!r}")
-        body = _util.one_json(result)
-        if reason is not None:
-            self.assertEqual(body["error"], reason, body)
-            self.assertEqual(len(result.err.splitlines()), 1, result.err)
-        return body
-
-    def control(self, *args: str, code: int = 0) -> Dict[str, Any]:
-        result = _util.in_process_cli(["--dir", self.path, "--json", *args])
-        self.assertEqual(result.code, code, result.err)
-        return _util.one_json(result)
 
     def to(self, *step_ids: str, running: Optional[str] = None) -> None:
         evidence = {"draft": {"file_sha256": "a" * 64}, "review": {"exit_code": 0}}
@@ -195,9 +186,7 @@ class ApprovalListTest(GateCase):
                          {"step": "publish", "action": ACTION, "payload_digest": content_digest(POST), "payload_file": self.post, "payload_head": head,
                           "state": "superseded", "superseded_by": second, "current": False})
         self.assertEqual((listed[second]["state"], listed[second]["payload_file"], listed[second]["current"]), ("pending", self.second, True))
-        text = _util.in_process_cli(["--dir", self.path, "approval", "list"])
-        self.assertEqual(text.code, 0, text.err)
-        lines = text.out.splitlines()
+        lines = self.runner("approval", "list").out.splitlines()
         self.assertEqual(len(lines), 2)
         self.assertIn(f"{first}  superseded by {second}  step publish  {ACTION}  {content_digest(POST)}  from {self.post} {json.dumps(head)}", lines[0])
         body = self.cli("effect", "begin", KEY, "--payload", self.post, code=4, reason="awaiting-approval")

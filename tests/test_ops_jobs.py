@@ -20,8 +20,10 @@ from unittest import mock
 
 try:
     from .support import util as _util
+    from .support.cli import RunnerCli
 except ImportError:
     from support import util as _util
+    from support.cli import RunnerCli
 
 from runner import jobs
 from runner.envelope import apply_ops, canonical_json, format_time, new_envelope
@@ -314,41 +316,31 @@ def _wait_until(condition: Any, timeout: float = 30.0) -> None:
 class RealJobTest(unittest.TestCase):
     """The forged exit file of defect 10 against a real running job, through the command line."""
 
-    def cli(self, *argv: str) -> Any:
-        return _util.in_process_cli(["--dir", self.run, *argv])
-
     def test_a_forged_exit_file_does_not_finish_a_running_job(self) -> None:
-        tmp = _util.scratch_dir()
-        self.addCleanup(tmp.cleanup)
-        self.run = os.path.join(tmp.name, "run")
-        self.assertEqual(self.cli("init", "--contract", _util.TEMPLATE).code, 0)
-        self.assertEqual(self.cli("lease", "acquire", "--owner", "w1", "--ttl", "600").code, 0)
-        result = self.cli("--json", "job", "submit", "j1", "--owner", "w1", "--epoch", "1", "--", sys.executable, "-S", "-c",
-                          "import time; time.sleep(120)")
-        job = _util.one_json(result)
+        cli = RunnerCli(self)
+        cli("init", "--contract", _util.TEMPLATE)
+        cli("lease", "acquire", "--owner", "w1", "--ttl", "600")
+        w1 = cli.writer("w1", 1)
+        job = w1.json("job", "submit", "j1", "--", sys.executable, "-S", "-c", "import time; time.sleep(120)",
+                      code=None)
         self.addCleanup(self._kill, job["pid"])
         self.assertEqual(job["state"], "running")
-        folder = os.path.join(self.run, job["dir"])
+        folder = os.path.join(cli.run_dir, job["dir"])
         with open(os.path.join(folder, "exit.json"), "w") as handle:
             handle.write('{"exit_code": 0}')
-        for argv in (["--json", "job", "status", "j1"], ["--json", "next", "--owner", "w1", "--epoch", "1"]):
-            result = self.cli(*argv)
-            self.assertEqual(result.code, 0, result)
+        for result in (cli("--json", "job", "status", "j1"), w1("--json", "next")):
             self.assertIn("exit.json", result.err)
             self.assertIn("not believed", result.err)
-        status = _util.one_json(self.cli("--json", "job", "status", "j1"))
+        status = cli.json("job", "status", "j1", code=None)
         self.assertEqual((status["state"], status["observed"], status["exit_code"]), ("running", "running", None))
-        decision = _util.one_json(self.cli("--json", "next", "--owner", "w1", "--epoch", "1"))
-        self.assertEqual(decision["action"]["kind"], "wait-job")
-        result = self.cli("--json", "recover", "--owner", "w2", "--ttl", "600")
-        self.assertEqual(result.code, 3, result)  # w1's lease is live: w2 may not take over
+        self.assertEqual(w1.json("next", code=None)["action"]["kind"], "wait-job")
+        # w1's lease is live: w2 may not take over
+        result = cli("--json", "recover", "--owner", "w2", "--ttl", "600", code=3)
         self.assertIn("exit.json", result.err)
-        self.assertEqual(_util.one_json(self.cli("--json", "job", "status", "j1"))["state"], "running")
+        self.assertEqual(cli.json("job", "status", "j1", code=None)["state"], "running")
         os.unlink(os.path.join(folder, "exit.json"))
         os.mkfifo(os.path.join(folder, "exit.json"))
-        result = _util.run(_util.python("-m", "runner", "--dir", self.run, "--json", "next", "--owner", "w1", "--epoch", "1"), timeout=30)
-        self.assertEqual(result.code, 0, result)
-        self.assertIn("not a regular file", result.err)
+        self.assertIn("not a regular file", w1.child("--json", "next", timeout=30).err)
 
     @staticmethod
     def _kill(pid: Optional[int]) -> None:

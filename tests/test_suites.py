@@ -9,6 +9,8 @@
 * The package itself: a child that imports a helper of the suite (the
   recovery workers, ``python -m tests.support.scripts.http_drive_child``) loads none of
   ``unittest``.
+* ``tests/support/cli.py``: the command-line fixture fails a test whose call ends with another code or
+  reason than it says, and puts the options it adds before a ``--``.
 """
 
 import json
@@ -20,6 +22,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 from unittest import mock
 
 from tests.support import real as _real, util as _util
+from tests.support.cli import RunnerCli
 from tests.support.parallel import ModuleQueue, _Recorder, _replay, _SplitSuite, module_names
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -299,6 +302,38 @@ class ModuleQueueTest(unittest.TestCase):
         self.assertIn("test_suites", names)
         sizes = [os.path.getsize(os.path.join(HERE, name + ".py")) for name in names]
         self.assertEqual(sizes, sorted(sizes, reverse=True))
+
+
+class RunnerCliTest(unittest.TestCase):
+    """The fixture's own checks: each can fail."""
+
+    def setUp(self) -> None:
+        self.cli = RunnerCli(self, _util.contract_block())
+
+    def test_a_call_that_ends_otherwise_than_it_says_fails_the_test(self) -> None:
+        self.assertEqual(self.cli("status").code, 0)
+        self.assertEqual(self.cli("step", "start", "only", code=9, reason="fenced").code, 9)  # no lease is held
+        with self.assertRaises(self.failureException):
+            self.cli("step", "start", "only")
+        with self.assertRaises(self.failureException):
+            self.cli("step", "start", "only", code=9, reason="invalid-input")
+        with self.assertRaises(self.failureException):
+            self.cli.json("status", code=3)
+        with self.assertRaises(self.failureException):
+            self.cli.json("step", "start", "only", code=9, reason="fenced-not")
+        with self.assertRaises(self.failureException):
+            self.cli.child("step", "start", "only")
+        self.assertEqual(self.cli.json("step", "start", "only", code=9, reason="fenced")["exit_code"], 9)
+        self.assertEqual(self.cli("step", "start", "only", code=None).code, 9)
+
+    def test_a_writer_adds_its_owner_and_epoch_and_json_comes_before_a_double_dash(self) -> None:
+        epoch = self.cli.json("lease", "acquire", "--owner", "w1")["epoch"]
+        writer = self.cli.writer("w1", epoch)
+        self.assertEqual(writer.argv(["job", "submit", "j1", "--", "true", "--json"]),
+                         ["--dir", self.cli.run_dir, "job", "submit", "j1", "--owner", "w1", "--epoch", str(epoch),
+                          "--", "true", "--json"])
+        self.assertEqual(writer.json("step", "start", "only")["state"], "running")
+        self.assertEqual(self.cli.child("--json", "status").json["steps"]["only"]["state"], "running")
 
 
 class PackageImportTest(unittest.TestCase):

@@ -17,8 +17,10 @@ from typing import Any, Dict, List, Sequence
 
 try:
     from .support import util as _util
+    from .support.cli import RunnerCli
 except ImportError:
     from support import util as _util
+    from support.cli import RunnerCli
 
 from runner import verbs
 from runner.cli import build_parser
@@ -126,17 +128,12 @@ class CommandLineTakesWhatTheVerbTakes(unittest.TestCase):
     def setUp(self) -> None:
         self.tmp = _util.scratch_dir()
         self.addCleanup(self.tmp.cleanup)
-        self.dir = os.path.join(self.tmp.name, "run")
-        init = _util.in_process_cli(["--dir", self.dir, "init", "--contract", _util.TEMPLATE])
-        self.assertEqual(init.code, 0, init.err)
-        took = _util.in_process_cli(["--dir", self.dir, "--json", "lease", "acquire", "--owner", "w1"])
-        self.epoch = str(json.loads(took.out)["epoch"])
-
-    def cli(self, *argv: str) -> _util.Result:
-        return _util.in_process_cli(["--dir", self.dir, *argv])
+        self.cli = RunnerCli(self, root=self.tmp.name, run_dir=os.path.join(self.tmp.name, "run"))
+        self.cli("init", "--contract", _util.TEMPLATE)
+        self.writer = self.cli.writer("w1", self.cli.json("lease", "acquire", "--owner", "w1")["epoch"])
 
     def revision(self) -> int:
-        return int(json.loads(self.cli("--json", "status").out)["revision"])
+        return int(self.cli.json("status")["revision"])
 
     def test_refused_and_nothing_changes(self) -> None:
         before = self.revision()
@@ -150,27 +147,24 @@ class CommandLineTakesWhatTheVerbTakes(unittest.TestCase):
         ]
         for argv, line in cases:
             with self.subTest(argv=argv):
-                result = self.cli(*argv, "--owner", "w1", "--epoch", self.epoch) if argv[0] in ("effect", "step") else self.cli(*argv)
-                self.assertEqual(result.code, 2, result.err)
-                self.assertEqual(len(_util.stderr_lines(result)), 1, result.err)
+                cli = self.writer if argv[0] in ("effect", "step") else self.cli
+                result = cli(*argv, code=2, reason="invalid-input")
                 if line is not None:
                     self.assertEqual(result.err.strip(), line)
         self.assertEqual(self.revision(), before)
 
     def test_reconciled_and_limits_on_the_command_line(self) -> None:
-        owner = ["--owner", "w1", "--epoch", self.epoch]
-        self.assertEqual(self.cli("step", "start", "draft", *owner).code, 0)
+        self.writer("step", "start", "draft")
         for key in ("k1", "k2", "k3"):
             path = os.path.join(self.tmp.name, f"{key}.json")
             with open(path, "w", encoding="utf-8") as handle:
                 json.dump({"key": key}, handle)
-            self.assertEqual(self.cli("effect", "begin", key, "--payload", path, *owner).code, 0)
-        verified = self.cli("--json", "effect", "verify", "k1", "--evidence", "{}", "--reconciled", *owner)
-        self.assertEqual(verified.code, 0, verified.err)
-        listed = json.loads(self.cli("--json", "effect", "list", "--limit", "2").out)
+            self.writer("effect", "begin", key, "--payload", path)
+        self.writer.json("effect", "verify", "k1", "--evidence", "{}", "--reconciled")
+        listed = self.cli.json("effect", "list", "--limit", "2")
         self.assertEqual((listed["count"], sorted(listed["effects"]), listed["more"]), (3, ["k1", "k2"], True))
-        self.assertEqual(json.loads(self.cli("--json", "report").out)["reconciled_effects"], 1)
-        events = json.loads(self.cli("--json", "events", "--after", "0", "--limit", "2").out)
+        self.assertEqual(self.cli.json("report")["reconciled_effects"], 1)
+        events = self.cli.json("events", "--after", "0", "--limit", "2")
         self.assertEqual((len(events["events"]), events["more"], events["last"]), (2, True, events["events"][-1]["seq"]))
 
 

@@ -46,6 +46,11 @@ class Result(NamedTuple):
     out: str
     err: str
 
+    @property
+    def json(self) -> Dict[str, Any]:
+        """The single JSON object a ``--json`` command printed (see :func:`one_json`)."""
+        return one_json(self)
+
 
 _BYTECODE: Optional[str] = None
 
