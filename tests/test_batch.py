@@ -9,7 +9,8 @@ import os
 import unittest
 
 from runner.contract import parse_contract_text
-from tests.support.batch import batch_contract, init_run, local, recorded, recorder_commands, script, status
+from tests.support.batch import batch_contract, recorded, recorder_commands, script
+from tests.support.cli import RunnerCli
 from tests.support.util import contract_markdown, scratch_dir
 
 SLOW = r'''
@@ -29,6 +30,7 @@ class BatchTest(unittest.TestCase):
         self.tmp = scratch_dir("runner-batch-")
         self.addCleanup(self.tmp.cleanup)
         self.root = self.tmp.name
+        self.cli = RunnerCli(self, root=self.root)
         self.out = os.path.join(self.root, "out")
         os.mkdir(self.out)
         self.commands = recorder_commands(self.root)
@@ -38,13 +40,13 @@ class BatchTest(unittest.TestCase):
         return batch_contract(self.commands, **options)
 
     def drive(self, *extra: str):
-        return local(self.root, "drive", "--owner", "agent", "--json", *extra)
+        return self.cli("drive", "--owner", "agent", "--json", *extra, code=None)
 
     def test_an_item_with_shell_syntax_reaches_the_command_as_one_argument(self) -> None:
         nasty = "it's a \"quoted\" $(touch PWNED) `touch PWNED2`; rm -rf ./out\nsecond line * ?"
         block = self._contract(items=[nasty, "plain"], payload={"template": {"item": "{item}"}})
         block["steps"][0]["key"] = "t-{index}"
-        init_run(self.root, block)
+        self.cli.init(block)
         result = self.drive()
         self.assertEqual(result.code, 10, result.err)
         self.assertEqual(recorded(self.out, "t-0"), ["invoke", nasty, "t-0", self.out], "the item is one argument, byte for byte")
@@ -56,13 +58,14 @@ class BatchTest(unittest.TestCase):
         from tests.support.batch import make_documents
 
         make_documents(self.root, 3)
-        init_run(self.root, self._contract())
+        self.cli.init(self._contract())
         self.assertEqual(self.drive("--max-actions", "2").code, 0)  # step start and the first item
         os.unlink(os.path.join(self.root, "docs", "doc-00002.txt"))
         with open(os.path.join(self.root, "docs", "late.txt"), "w") as handle:
             handle.write("Added after the start\n")
-        epoch = str(json.loads(local(self.root, "lease", "acquire", "--owner", "agent", "--json").out)["epoch"])  # drive gave it back
-        decision = json.loads(local(self.root, "next", "--json", "--owner", "agent", "--epoch", epoch).out)
+        # drive gave the lease back
+        epoch = str(self.cli("lease", "acquire", "--owner", "agent", "--json", code=None).json["epoch"])
+        decision = self.cli("next", "--json", "--owner", "agent", "--epoch", epoch, code=None).json
         changed = [o for o in decision["observations"] if o["source"].startswith("items of step `file-tickets`")]
         self.assertEqual(len(changed), 1, decision["observations"])
         self.assertEqual((changed[0]["added"], changed[0]["removed"]), (1, 1))
@@ -73,7 +76,7 @@ class BatchTest(unittest.TestCase):
         self.assertEqual(stopped.code, 2, stopped.err)
         self.assertIn("doc-00002.txt", json.loads(stopped.out)["detail"])
         self.assertEqual((json.loads(stopped.out)["error"], json.loads(stopped.out)["exit_code"]), ("invalid-input", 2))
-        self.assertNotIn("late:ticket", status(self.root)["steps"]["file-tickets"]["batch"]["items"])
+        self.assertNotIn("late:ticket", self.cli.status()["steps"]["file-tickets"]["batch"]["items"])
         self.assertFalse(os.path.exists(os.path.join(self.out, "late:ticket.args")))
         # A recorded change of plan, then a new start of the step, freezes the list the source holds now.
         block = self._contract()
@@ -81,80 +84,81 @@ class BatchTest(unittest.TestCase):
         from tests.support.util import write_contract
 
         write_contract(os.path.join(self.root, "contract-2.md"), block)
-        writer = ["--owner", "agent", "--epoch", str(json.loads(local(self.root, "lease", "acquire", "--owner", "agent", "--json").out)["epoch"])]
-        migrated = local(self.root, "migrate", "--contract", os.path.join(self.root, "contract-2.md"), "--reason", "a late document", *writer)
-        self.assertEqual(migrated.code, 0, migrated.err)
-        self.assertEqual(local(self.root, "step", "start", "file-tickets", *writer).code, 0)
-        self.assertEqual(status(self.root)["steps"]["file-tickets"]["batch"]["items"], ["docs/doc-00000.txt", "docs/doc-00001.txt", "docs/late.txt"])
+        taken = self.cli("lease", "acquire", "--owner", "agent", "--json", code=None).json
+        writer = ["--owner", "agent", "--epoch", str(taken["epoch"])]
+        self.cli("migrate", "--contract", os.path.join(self.root, "contract-2.md"), "--reason", "a late document",
+                 *writer)
+        self.cli("step", "start", "file-tickets", *writer)
+        self.assertEqual(self.cli.status()["steps"]["file-tickets"]["batch"]["items"],
+                         ["docs/doc-00000.txt", "docs/doc-00001.txt", "docs/late.txt"])
         self.assertEqual(self.drive().code, 10)
         self.assertEqual(sorted(os.listdir(self.out)), ["doc-00000:ticket.args", "doc-00001:ticket.args", "late:ticket.args"])
 
     def test_next_names_each_item_and_done_needs_every_item(self) -> None:
-        init_run(self.root, self._contract(items=["a.md", "b.md", "c.md"], payload={"template": {"name": "{stem}"}}))
-        self.assertEqual(local(self.root, "lease", "acquire", "--owner", "agent").code, 0)
-        epoch = str(status(self.root)["lease"]["epoch"])
+        self.cli.init(self._contract(items=["a.md", "b.md", "c.md"], payload={"template": {"name": "{stem}"}}))
+        self.cli("lease", "acquire", "--owner", "agent")
+        epoch = str(self.cli.status()["lease"]["epoch"])
         writer = ["--owner", "agent", "--epoch", epoch]
-        self.assertEqual(local(self.root, "step", "start", "file-tickets", *writer).code, 0)
-        action = json.loads(local(self.root, "next", "--json", *writer).out)["action"]
+        self.cli("step", "start", "file-tickets", *writer)
+        action = self.cli("next", "--json", *writer, code=None).json["action"]
         self.assertEqual({k: action[k] for k in ("kind", "step", "item", "key", "index", "remaining")},
                          {"kind": "effect", "step": "file-tickets", "item": "a.md", "key": "a:ticket", "index": 0, "remaining": 3})
-        self.assertEqual(local(self.root, "effect", "run", "a:ticket", *writer).code, 0)
-        refused = local(self.root, "step", "done", "file-tickets", *writer)
-        self.assertEqual(refused.code, 2)
+        self.cli("effect", "run", "a:ticket", *writer)
+        refused = self.cli("step", "done", "file-tickets", *writer, code=2)
         self.assertIn("2 of 3 items", refused.err)
-        self.assertEqual(local(self.root, "effect", "skip", "b:ticket", "--reason", "withdrawn by its author", *writer).code, 0)
-        action = json.loads(local(self.root, "next", "--json", *writer).out)["action"]
+        self.cli("effect", "skip", "b:ticket", "--reason", "withdrawn by its author", *writer)
+        action = self.cli("next", "--json", *writer, code=None).json["action"]
         self.assertEqual((action["key"], action["remaining"]), ("c:ticket", 1))
-        self.assertEqual(local(self.root, "effect", "run", "c:ticket", *writer).code, 0)
-        self.assertEqual(local(self.root, "step", "done", "file-tickets", *writer).code, 0)
-        report = json.loads(local(self.root, "report", "--json").out)
+        self.cli("effect", "run", "c:ticket", *writer)
+        self.cli("step", "done", "file-tickets", *writer)
+        report = self.cli("report", "--json", code=None).json
         self.assertEqual((report["items"], report["items_verified"], report["items_skipped"], report["status"]), (3, 2, 1, "complete"))
-        self.assertIn("items 2 verified + 1 skipped of 3", json.loads(local(self.root, "brief", "--json").out)["brief"])
+        self.assertIn("items 2 verified + 1 skipped of 3", self.cli("brief", "--json", code=None).json["brief"])
 
     def test_effect_run_with_inline_commands_and_a_payload_file(self) -> None:
         block = self._contract(items=["a.md"], payload={"template": {"name": "{item}"}})
         del block["effects"]["invoke"], block["effects"]["observe"]
         block["steps"].insert(0, {"id": "setup", "next": "file-tickets"})
-        init_run(self.root, block)
-        self.assertEqual(local(self.root, "lease", "acquire", "--owner", "agent").code, 0)
-        writer = ["--owner", "agent", "--epoch", str(status(self.root)["lease"]["epoch"])]
-        self.assertEqual(local(self.root, "step", "start", "setup", *writer).code, 0)
+        self.cli.init(block)
+        self.cli("lease", "acquire", "--owner", "agent")
+        writer = ["--owner", "agent", "--epoch", str(self.cli.status()["lease"]["epoch"])]
+        self.cli("step", "start", "setup", *writer)
         with open(os.path.join(self.root, "p.json"), "w") as handle:
             handle.write('{"title": "release notes"}')
         inline = ["--"] + self.commands["invoke"] + ["--observe", "--"] + self.commands["observe"]
-        missing = local(self.root, "effect", "run", "notes:post", "--payload", os.path.join(self.root, "p.json"), *writer)
-        self.assertEqual(missing.code, 2)
+        payload = os.path.join(self.root, "p.json")
+        missing = self.cli("effect", "run", "notes:post", "--payload", payload, *writer, code=2)
         self.assertIn("needs an invoke and an observe command", missing.err)
-        done = local(self.root, "effect", "run", "notes:post", "--payload", os.path.join(self.root, "p.json"), "--json", *writer, *inline)
-        self.assertEqual(done.code, 0, done.err)
+        done = self.cli("effect", "run", "notes:post", "--payload", payload, "--json", *writer, *inline)
         self.assertEqual((json.loads(done.out)["state"], json.loads(done.out)["step"]), ("verified", "setup"))
         self.assertEqual(recorded(self.out, "notes:post")[1], "{item}", "a placeholder with no value is left as written")
 
     def test_a_key_outside_the_key_pattern_refuses_the_start(self) -> None:
         block = self._contract(items=["a.md", "B.md"], payload={"template": {"name": "{item}"}})
         block["effects"]["key_pattern"] = "[a-z]+:ticket"
-        init_run(self.root, block)
-        before = status(self.root)["revision"]
+        self.cli.init(block)
+        before = self.cli.status()["revision"]
         result = self.drive()
         self.assertEqual(result.code, 2, result.err)
         self.assertIn("'B:ticket' of item 1 does not match", json.loads(result.out)["detail"])
-        self.assertEqual(status(self.root)["steps"], {}, "the step did not start")
-        self.assertLessEqual(status(self.root)["revision"], before + 3, "only the lease, taken and given back, and the recovery intent were written")
+        self.assertEqual(self.cli.status()["steps"], {}, "the step did not start")
+        self.assertLessEqual(self.cli.status()["revision"], before + 3,
+                             "only the lease, taken and given back, and the recovery intent were written")
 
     def test_a_timeout_is_uncertain_never_failed(self) -> None:
         slow = script(self.root, "slow.py", SLOW)
         self.commands = {"invoke": slow + ["invoke"], "observe": slow + ["observe"]}
-        init_run(self.root, self._contract(items=["only.md"], payload={"template": {"name": "{item}"}}, timeout=0.5))
+        self.cli.init(self._contract(items=["only.md"], payload={"template": {"name": "{item}"}}, timeout=0.5))
         result = self.drive()
         self.assertEqual(result.code, 8, result.err)
-        effect = status(self.root)["effects"]
+        effect = self.cli.status()["effects"]
         self.assertEqual(effect, {"uncertain": 1})
         # Once the target can be seen to hold it, the next drive observes it and is done; it never invokes again.
         open(os.path.join(self.root, "seen"), "w").close()
         again = self.drive()
         self.assertEqual(again.code, 10, again.err)
         self.assertEqual(json.loads(again.out)["drive"]["reconciled"], 1)
-        self.assertEqual(json.loads(local(self.root, "effect", "show", "only:ticket", "--json").out)["attempts"], 1)
+        self.assertEqual(self.cli("effect", "show", "only:ticket", "--json", code=None).json["attempts"], 1)
 
 
 class ObservedEvidenceTest(unittest.TestCase):
@@ -162,41 +166,41 @@ class ObservedEvidenceTest(unittest.TestCase):
         self.tmp = scratch_dir("runner-evidence-")
         self.addCleanup(self.tmp.cleanup)
         self.root = self.tmp.name
+        self.cli = RunnerCli(self, root=self.root)
         check = script(self.root, "check.py", "import os, sys\nsys.exit(0 if os.path.exists('report.txt') else 1)\n")
         block = {"contract": 1, "task_id": "evidence", "goal": "Write a checked report.", "workspace": self.root,
                  "steps": [{"id": "write", "checks": {"report-exists": check}, "artifacts": ["report.txt"], "next": "claim"},
                            {"id": "claim", "evidence": ["file_sha256"], "next": "done"}]}
-        init_run(self.root, block)
-        self.assertEqual(local(self.root, "lease", "acquire", "--owner", "agent").code, 0)
-        self.writer = ["--owner", "agent", "--epoch", str(status(self.root)["lease"]["epoch"])]
+        self.cli.init(block)
+        self.cli("lease", "acquire", "--owner", "agent")
+        self.writer = ["--owner", "agent", "--epoch", str(self.cli.status()["lease"]["epoch"])]
 
     def test_a_failing_check_refuses_done_and_a_claim_is_shown_as_claimed(self) -> None:
-        self.assertEqual(local(self.root, "step", "start", "write", *self.writer).code, 0)
-        before = status(self.root)["revision"]
-        refused = local(self.root, "step", "done", "write", *self.writer, "--json")
-        self.assertEqual(refused.code, 2)
+        self.cli("step", "start", "write", *self.writer)
+        before = self.cli.status()["revision"]
+        refused = self.cli("step", "done", "write", *self.writer, "--json", code=2)
         self.assertIn("check 'report-exists' exited 1", json.loads(refused.out)["message"])
-        self.assertEqual(status(self.root)["revision"], before, "a refused done records nothing")
+        self.assertEqual(self.cli.status()["revision"], before, "a refused done records nothing")
         with open(os.path.join(self.root, "report.txt"), "w") as handle:
             handle.write("all good\n")
-        self.assertEqual(local(self.root, "step", "done", "write", *self.writer).code, 0)
-        observed = status(self.root)["evidence"]["write"]["observed"]
+        self.cli("step", "done", "write", *self.writer)
+        observed = self.cli.status()["evidence"]["write"]["observed"]
         import hashlib
 
         self.assertEqual(observed["artifacts"]["report.txt"]["sha256"], hashlib.sha256(b"all good\n").hexdigest())
         self.assertEqual(observed["checks"]["report-exists"]["exit_code"], 0)
-        self.assertEqual(local(self.root, "step", "start", "claim", *self.writer).code, 0)
-        self.assertEqual(local(self.root, "step", "done", "claim", *self.writer, "--evidence", '{"file_sha256": "v1"}').code, 0)
-        shown = status(self.root)["evidence"]["claim"]
+        self.cli("step", "start", "claim", *self.writer)
+        self.cli("step", "done", "claim", *self.writer, "--evidence", '{"file_sha256": "v1"}')
+        shown = self.cli.status()["evidence"]["claim"]
         self.assertEqual(shown, {"claimed": {"file_sha256": "v1"}})
-        brief = json.loads(local(self.root, "brief", "--json").out)["brief"]
+        brief = self.cli("brief", "--json", code=None).json["brief"]
         self.assertIn("claimed (not checked)", brief)
         self.assertIn("observed by the runner", brief)
-        decision = json.loads(local(self.root, "next", "--json").out)
+        decision = self.cli("next", "--json", code=None).json
         sources = [o["source"] for o in decision["observations"]]
         self.assertIn("step `claim`: claimed by the agent", sources)
         self.assertIn("step `write`: observed by the runner", sources)
-        report = json.loads(local(self.root, "report", "--json").out)
+        report = self.cli("report", "--json", code=None).json
         self.assertEqual((report["steps_evidence_observed"], report["steps_evidence_claimed"]), (1, 1))
 
 

@@ -27,7 +27,8 @@ from runner.effects import begin_ops
 from runner.errors import InvalidInput
 from runner.processes import GONE, UNVERIFIED, VERIFIED, Processes, start_time
 from runner.stores.codec import local_maker
-from tests.support.batch import batch_contract, init_run, local
+from tests.support.batch import batch_contract
+from tests.support.cli import RunnerCli
 from tests.support.util import child_env, python, scratch_dir
 
 #: Seconds any one condition may take before a test fails.
@@ -217,6 +218,7 @@ class RunCase(unittest.TestCase):
         tmp = scratch_dir("runner-call-records-")
         self.addCleanup(tmp.cleanup)
         self.root = tmp.name
+        self.cli = RunnerCli(self, root=self.root)
         self.run_dir = os.path.join(self.root, ".run")
         self.calls = os.path.join(self.run_dir, inflight.CALLS)
         self.spawned = Spawned(self)
@@ -230,7 +232,7 @@ class RunCase(unittest.TestCase):
                                items=["a"], payload={"template": {"item": "{item}"}}, timeout=timeout)
         block["steps"][0]["key"] = "{item}:ticket"
         block["effects"]["key_pattern"] = "[a-z0-9]+:ticket"
-        init_run(self.root, block)
+        self.cli.init(block)
 
     def drive(self, owner: str) -> "subprocess.Popen[bytes]":
         argv = python("-m", "runner", "--dir", self.run_dir, "drive", "--owner", owner, "--json")
@@ -251,8 +253,7 @@ class RunCase(unittest.TestCase):
             return []
 
     def effect(self) -> Dict[str, Any]:
-        shown = local(self.root, "effect", "show", KEY, "--json")
-        self.assertEqual(shown.code, 0, shown.err)
+        shown = self.cli("effect", "show", KEY, "--json")
         return json.loads(shown.out)
 
     def plant(self, record: Dict[str, Any], pid: int) -> str:
@@ -264,8 +265,7 @@ class RunCase(unittest.TestCase):
         return name
 
     def doctor(self) -> Dict[str, Any]:
-        done = local(self.root, "doctor", "--json")
-        self.assertEqual(done.code, 0, done.err)
+        done = self.cli("doctor", "--json")
         return json.loads(done.out)
 
 
@@ -280,8 +280,7 @@ class KilledDriveTest(RunCase):
         first.kill()  # SIGKILL: the drive is gone, its command's leader dies at its next report
         first.wait()
         wait_for("the command's leader to die", lambda: gone(leader))
-        broken = local(self.root, "lease", "break", "--by", "supervisor", "--reason", "worker-a was killed")
-        self.assertEqual(broken.code, 0, broken.err)
+        self.cli("lease", "break", "--by", "supervisor", "--reason", "worker-a was killed")
         second = self.drive("worker-b")
         with open(os.path.join(self.root, "resumed"), "w"):
             pass  # the helper files the ticket a second from now, while the successor runs
@@ -363,7 +362,7 @@ class GarbageTest(RunCase):
         [finding] = [f for f in report["findings"] if f["level"] == "foreign"]
         self.assertEqual(finding["code"], "call-record-set-aside")
         self.assertIn(os.path.join(self.calls, inflight.SET_ASIDE, aside.item), finding["message"])
-        brief = json.loads(local(self.root, "brief", "--json").out)["brief"]
+        brief = self.cli("brief", "--json", code=None).json["brief"]
         self.assertIn("SET ASIDE: 1 item(s) in the calls folder cannot be calls of this runner", brief)
         self.assertNotIn(name, brief, "the brief names no file a stranger named")
 
@@ -393,18 +392,18 @@ class FolderTest(RunCase):
         self.start(SIMPLE_INVOKE, timeout=5)
 
     def refused(self, problem: str) -> None:
-        revision = json.loads(local(self.root, "status", "--json").out)["revision"]
+        revision = self.cli("status", "--json", code=None).json["revision"]
         done = self.finish(self.drive("worker"))
         self.assertEqual(done["code"], 2, done["err"])
         [line] = done["err"].splitlines()
         self.assertIn(f"refusing the calls-in-flight folder {self.calls}: {problem}", line)
-        after = json.loads(local(self.root, "status", "--json").out)["revision"]
+        after = self.cli("status", "--json", code=None).json["revision"]
         self.assertEqual(after, revision, "nothing was written")
         self.assertEqual(self.lines("invoked"), [], "nothing was called")
         report = self.doctor()
         self.assertFalse(report["healthy"])
         self.assertEqual([f["code"] for f in report["findings"] if f["level"] == "foreign"], ["calls-refused"])
-        brief = json.loads(local(self.root, "brief", "--json").out)["brief"]
+        brief = self.cli("brief", "--json", code=None).json["brief"]
         self.assertIn("CALLS IN FLIGHT REFUSED", brief)
 
     def test_a_folder_others_may_write_is_refused(self) -> None:

@@ -5,7 +5,8 @@ import os
 import unittest
 
 from runner.proof.demo_cli import run_demo_cli
-from tests.support.batch import batch_contract, init_run, local, recorder_commands, script, status
+from tests.support.batch import batch_contract, recorder_commands, script
+from tests.support.cli import RunnerCli
 from tests.support.util import scratch_dir
 
 
@@ -25,6 +26,7 @@ class DriveTest(unittest.TestCase):
         self.tmp = scratch_dir("runner-drive-")
         self.addCleanup(self.tmp.cleanup)
         self.root = self.tmp.name
+        self.cli = RunnerCli(self, root=self.root)
         self.out = os.path.join(self.root, "out")
         os.mkdir(self.out)
         self.commands = recorder_commands(self.root)
@@ -37,33 +39,29 @@ class DriveTest(unittest.TestCase):
         block = self._block()
         block["steps"][0]["next"] = "review"
         block["steps"].append({"id": "review", "evidence": ["verdict"], "next": "done"})
-        init_run(self.root, block)
-        result = local(self.root, "drive", "--owner", "agent", "--json")
-        self.assertEqual(result.code, 0, result.err)
+        self.cli.init(block)
+        result = self.cli("drive", "--owner", "agent", "--json")
         out = json.loads(result.out)
         self.assertEqual((out["decision"], out["action"]["kind"], out["action"]["step"], out["drive"]["handed_over"]),
                          ("act", "start-step", "review", True))
         self.assertEqual(out["drive"]["effects"], 3)
-        self.assertEqual(status(self.root)["completed_steps"], ["file-tickets"])
+        self.assertEqual(self.cli.status()["completed_steps"], ["file-tickets"])
 
     def test_max_actions_and_the_progress_line(self) -> None:
-        init_run(self.root, self._block())
-        first = local(self.root, "drive", "--owner", "agent", "--max-actions", "2")
-        self.assertEqual(first.code, 0, first.err)
+        self.cli.init(self._block())
+        first = self.cli("drive", "--owner", "agent", "--max-actions", "2")
         self.assertIn('"key": "b:ticket"', first.out)  # the next action, as 'next' prints it
         self.assertIn("drive: file-tickets 1/3 items", first.err)
-        self.assertEqual(status(self.root)["effects"], {"verified": 1})
-        rest = local(self.root, "drive", "--owner", "agent", "--json")
-        self.assertEqual(rest.code, 10, rest.err)
+        self.assertEqual(self.cli.status()["effects"], {"verified": 1})
+        rest = self.cli("drive", "--owner", "agent", "--json", code=10)
         self.assertEqual(rest.err, "", "quiet with --json")
         self.assertEqual(json.loads(rest.out)["drive"]["effects"], 2)
 
     def test_a_gated_effect_stops_drive_awaiting_approval(self) -> None:
         block = self._block()
         block["effects"]["approval"] = ["b:*"]
-        init_run(self.root, block)
-        result = local(self.root, "drive", "--owner", "agent", "--json")
-        self.assertEqual(result.code, 4, result.err)
+        self.cli.init(block)
+        result = self.cli("drive", "--owner", "agent", "--json", code=4)
         self.assertEqual(json.loads(result.out)["reason"], "awaiting-approval")
         self.assertEqual(sorted(os.listdir(self.out)), ["a:ticket.args"], "nothing after the gated item was called")
 
@@ -72,17 +70,15 @@ class DriveTest(unittest.TestCase):
         block = self._block()
         block["steps"][0]["next"] = "index"
         block["steps"].append({"id": "index", "checks": {"index": check}, "artifacts": ["index.json"], "next": "done"})
-        init_run(self.root, block)
-        waiting = local(self.root, "drive", "--owner", "agent", "--json")
-        self.assertEqual(waiting.code, 0, waiting.err)
+        self.cli.init(block)
+        waiting = self.cli("drive", "--owner", "agent", "--json")
         out = json.loads(waiting.out)
         self.assertEqual((out["action"]["kind"], out["drive"]["handed_over"]), ("finish-step", True))
         self.assertIn("check 'index' exited 1", out["detail"])
         with open(os.path.join(self.root, "index.json"), "w") as handle:
             handle.write("{}\n")
-        done = local(self.root, "drive", "--owner", "agent", "--json")
-        self.assertEqual(done.code, 10, done.err)
-        self.assertEqual(status(self.root)["evidence"]["index"]["observed"]["checks"]["index"]["exit_code"], 0)
+        self.cli("drive", "--owner", "agent", "--json", code=10)
+        self.assertEqual(self.cli.status()["evidence"]["index"]["observed"]["checks"]["index"]["exit_code"], 0)
 
 
     def test_a_cancel_between_items_stops_drive_before_the_next_effect(self) -> None:
@@ -90,23 +86,21 @@ class DriveTest(unittest.TestCase):
 
         canceller = script(self.root, "cancel_on_b.py", CANCEL_ON_B)
         self.commands["invoke"] = canceller + [REPO_ROOT, os.path.join(self.root, ".run"), "{key}"] + self.commands["invoke"]
-        init_run(self.root, self._block())
-        result = local(self.root, "drive", "--owner", "agent", "--json")
-        self.assertEqual(result.code, 5, result.err)
-        state = status(self.root)
+        self.cli.init(self._block())
+        self.cli("drive", "--owner", "agent", "--json", code=5)
+        state = self.cli.status()
         self.assertEqual((state["status"], state["effects"]), ("cancelled", {"verified": 2}), "the effect in flight was still settled")
         self.assertEqual(sorted(os.listdir(self.out)), ["a:ticket.args", "b:ticket.args"])
 
     def test_until_stop_waits_out_a_persisted_backoff(self) -> None:
         block = self._block(retry={"base_seconds": 0.2, "cap_seconds": 0.2})
-        init_run(self.root, block)
-        self.assertEqual(local(self.root, "lease", "acquire", "--owner", "agent").code, 0)
-        writer = ["--owner", "agent", "--epoch", str(status(self.root)["lease"]["epoch"])]
-        self.assertEqual(local(self.root, "step", "start", "file-tickets", *writer).code, 0)
-        self.assertEqual(local(self.root, "step", "fail", "file-tickets", "--class", "transient", "--error", "the disk was full", *writer).code, 0)
-        result = local(self.root, "drive", "--owner", "agent", "--until-stop", "--json")
-        self.assertEqual(result.code, 10, result.err)
-        self.assertEqual(status(self.root)["steps"]["file-tickets"]["attempts"], 2)
+        self.cli.init(block)
+        self.cli("lease", "acquire", "--owner", "agent")
+        writer = ["--owner", "agent", "--epoch", str(self.cli.status()["lease"]["epoch"])]
+        self.cli("step", "start", "file-tickets", *writer)
+        self.cli("step", "fail", "file-tickets", "--class", "transient", "--error", "the disk was full", *writer)
+        self.cli("drive", "--owner", "agent", "--until-stop", "--json", code=10)
+        self.assertEqual(self.cli.status()["steps"]["file-tickets"]["attempts"], 2)
 
 
 class DemoViaCliTest(unittest.TestCase):

@@ -20,7 +20,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from runner.commands import OUTPUT_LIMIT, run_command
 from runner.envelope import parse_time
-from tests.support.batch import batch_contract, cli, init_run, local
+from tests.support.batch import batch_contract
+from tests.support.cli import RunnerCli
 from tests.support.util import child_env, in_parallel, python, scratch_dir
 
 TARGET = r'''
@@ -82,6 +83,7 @@ class TargetCase(unittest.TestCase):
         self.tmp = scratch_dir("runner-executor-")
         self.addCleanup(self.tmp.cleanup)
         self.root = self.tmp.name
+        self.cli = RunnerCli(self, root=self.root)
         with open(os.path.join(self.root, "target.sh"), "w", encoding="utf-8") as handle:
             handle.write(TARGET)
         self.ledger = os.path.join(self.root, "ledger")
@@ -132,7 +134,7 @@ class TargetCase(unittest.TestCase):
                 block.pop(section, None)
             else:
                 block.setdefault(section, {}).update(values)
-        init_run(self.root, block)
+        self.cli.init(block)
 
     def spawn(self, *args: str) -> "subprocess.Popen[bytes]":
         argv = python("-m", "runner", "--dir", os.path.join(self.root, ".run"), *args)
@@ -190,8 +192,7 @@ class TargetCase(unittest.TestCase):
         raise AssertionError("no invoke came in flight")
 
     def effect(self, key: str) -> Dict[str, Any]:
-        result = local(self.root, "effect", "show", key, "--json")
-        self.assertEqual(result.code, 0, result.err)
+        result = self.cli("effect", "show", key, "--json")
         return json.loads(result.out)
 
 
@@ -207,9 +208,9 @@ class ReceiptTest(TargetCase):
         again = self.finish(self.spawn("drive", "--owner", "w", "--json"))
         self.assertEqual(again["code"], 8, again["err"])
         self.assertIsNone(again["lease"]["owner"], "drive gave its lease back at the stop")
-        taken = json.loads(local(self.root, "lease", "acquire", "--owner", "w", "--json").out)
-        refused = local(self.root, "effect", "absent", "a:ticket", "--evidence", '{"looked": true}', "--owner", "w",
-                        "--epoch", str(taken["epoch"]))
+        taken = self.cli("lease", "acquire", "--owner", "w", "--json", code=None).json
+        refused = self.cli("effect", "absent", "a:ticket", "--evidence", '{"looked": true}', "--owner", "w",
+                           "--epoch", str(taken["epoch"]), code=None)
         self.assertEqual(refused.code, 8, "an absence is never recorded over a receipt")
         self.assertEqual((self.lines("a:ticket"), self.calls()), (1, 1))
 
@@ -254,8 +255,7 @@ class CallsInFlightTest(TargetCase):
         call = self.wait_for_call_in_flight()
         first.kill()
         first.wait()
-        broken = local(self.root, "lease", "break", "--by", "supervisor", "--reason", "worker-1 was killed")
-        self.assertEqual(broken.code, 0, broken.err)
+        self.cli("lease", "break", "--by", "supervisor", "--reason", "worker-1 was killed")
         os.kill(call["child"][0], 0)  # the orphaned call is still on its way
         self.assertEqual(self.lines(), 0)
         second = self.finish(self.spawn("drive", "--owner", "worker-2", "--json"))
@@ -336,17 +336,18 @@ class KeptPayloadTest(TargetCase):
         payload = os.path.join(self.root, "p.json")
         with open(payload, "w", encoding="utf-8") as handle:
             json.dump({"note": "sent by the first session"}, handle)
-        taken = json.loads(local(self.root, "lease", "acquire", "--owner", "s1", "--json").out)
-        self.assertEqual(local(self.root, "effect", "begin", "adhoc:ticket", "--payload", payload, "--owner", "s1", "--epoch", str(taken["epoch"])).code, 0)
-        self.assertEqual(local(self.root, "lease", "release", "--owner", "s1", "--epoch", str(taken["epoch"])).code, 0)
+        taken = self.cli("lease", "acquire", "--owner", "s1", "--json", code=None).json
+        s1 = ["--owner", "s1", "--epoch", str(taken["epoch"])]
+        self.cli("effect", "begin", "adhoc:ticket", "--payload", payload, *s1)
+        self.cli("lease", "release", *s1)
         os.unlink(payload)  # the second session has nothing but the run
         kept = self.effect("adhoc:ticket")
         self.assertEqual(kept["payload"], {"note": "sent by the first session"})
-        taken = json.loads(local(self.root, "lease", "acquire", "--owner", "s2", "--json").out)
+        taken = self.cli("lease", "acquire", "--owner", "s2", "--json", code=None).json
         target = ["sh", os.path.join(self.root, "target.sh")]
-        ran = local(self.root, "effect", "run", "adhoc:ticket", "--owner", "s2", "--epoch", str(taken["epoch"]), "--json",
-                    "--", *target, "invoke", self.ledger, "{key}", "--observe", "--", *target, "observe", self.ledger, "{key}")
-        self.assertEqual(ran.code, 0, ran.err)
+        ran = self.cli("effect", "run", "adhoc:ticket", "--owner", "s2", "--epoch", str(taken["epoch"]), "--json",
+                       "--", *target, "invoke", self.ledger, "{key}",
+                       "--observe", "--", *target, "observe", self.ledger, "{key}")
         self.assertEqual((json.loads(ran.out)["state"], self.lines("adhoc:ticket")), ("verified", 1))
 
 
@@ -356,9 +357,9 @@ class FlagTest(TargetCase):
         payload = os.path.join(self.root, "p.json")
         with open(payload, "w", encoding="utf-8") as handle:
             json.dump({"note": "an agent's own call"}, handle)
-        taken = json.loads(local(self.root, "lease", "acquire", "--owner", "agent", "--json").out)
+        taken = self.cli("lease", "acquire", "--owner", "agent", "--json", code=None).json
         creds = ["--owner", "agent", "--epoch", str(taken["epoch"])]
-        self.assertEqual(local(self.root, "effect", "begin", "manual:ticket", "--payload", payload, *creds).code, 0)
+        self.cli("effect", "begin", "manual:ticket", "--payload", payload, *creds)
         begun = parse_time(self.effect("manual:ticket")["updated_at"])
         # The agent called the target itself (nothing the registry saw), then its session ended without a release.
         # The takeover comes a while after the begin, as in life. The absence is believed at the call's deadline
@@ -366,18 +367,17 @@ class FlagTest(TargetCase):
         # true whenever the takeover is later after the begin than the lookup after the deadline takes, however busy the machine.
         while time.time() < begun + 0.5:
             time.sleep(0.05)
-        ran = cli(self.root, "lease", "break", "--by", "supervisor", "--reason", "the agent's session ended")
-        self.assertEqual(ran.code, 0, ran.err)
-        taken = json.loads(local(self.root, "lease", "acquire", "--owner", "next", "--json").out)
+        ran = self.cli.child("lease", "break", "--by", "supervisor", "--reason", "the agent's session ended")
+        taken = self.cli("lease", "acquire", "--owner", "next", "--json", code=None).json
         target = ["sh", os.path.join(self.root, "target.sh")]
-        ran = local(self.root, "effect", "run", "manual:ticket", "--owner", "next", "--epoch", str(taken["epoch"]), "--json",
-                    "--", *target, "invoke", self.ledger, "{key}", "--observe", "--", *target, "observe", self.ledger, "{key}")
-        self.assertEqual(ran.code, 0, ran.err)
+        ran = self.cli("effect", "run", "manual:ticket", "--owner", "next", "--epoch", str(taken["epoch"]), "--json",
+                       "--", *target, "invoke", self.ledger, "{key}",
+                       "--observe", "--", *target, "observe", self.ledger, "{key}")
         record = json.loads(ran.out)
         self.assertEqual((record["state"], record["flags"]), ("verified", ["absent-soon-after-takeover"]))
-        report = json.loads(local(self.root, "report", "--json").out)
+        report = self.cli("report", "--json", code=None).json
         self.assertEqual(report["possible_duplicates"], 1)
-        brief = json.loads(local(self.root, "brief", "--json").out)["brief"]
+        brief = self.cli("brief", "--json", code=None).json["brief"]
         self.assertIn("CHECK `manual:ticket`", brief)
 
     def test_an_attempt_begun_in_the_millisecond_of_the_takeover_is_the_earlier_holders(self) -> None:
@@ -404,7 +404,7 @@ class FlagTest(TargetCase):
         self.wait_for_call_in_flight()
         first.kill()
         first.wait()
-        self.assertEqual(local(self.root, "lease", "break", "--by", "supervisor", "--reason", "killed").code, 0)
+        self.cli("lease", "break", "--by", "supervisor", "--reason", "killed")
         done = self.finish(self.spawn("drive", "--owner", "w2", "--json"))
         self.assertEqual(done["code"], 10, done["err"])
         self.assertNotIn("flags", self.effect("a:ticket"))

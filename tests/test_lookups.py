@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, List, Optional, Tuple
 
 from runner.adapters.http import POOL
-from tests.support.batch import cli, local
+from tests.support.cli import RunnerCli
 from tests.support.util import in_process_cli, scratch_dir, write_contract
 
 #: What the stand-in's proxy says when the service's connection broke after it received the request (Envoy's words).
@@ -141,6 +141,7 @@ class LookupCase(unittest.TestCase):
         folder = scratch_dir("runner-lookups-")
         self.addCleanup(folder.cleanup)
         self.root = folder.name
+        self.cli = RunnerCli(self, root=self.root)
         self.desk = Helpdesk()
         self.addCleanup(self.desk.stop)
 
@@ -174,13 +175,12 @@ class LookupCase(unittest.TestCase):
                 handle.write(f"# Report {name}\n\nbody\n")
         block = self.contract(many, headers, concurrency, settle)
         contract = write_contract(os.path.join(self.root, "contract.md"), block)
-        started = local(self.root, "init", "--contract", contract)
-        self.assertEqual(started.code, 0, started.err)
+        self.cli("init", "--contract", contract)
         return slugs
 
     def drive(self, expect: int) -> None:
         """``drive`` in a child process, which exits ``expect``."""
-        done = cli(self.root, "drive", "--owner", "w", "--json", timeout=60)
+        done = self.cli.child("drive", "--owner", "w", "--json", timeout=60, code=None)
         self.assertEqual(done.code, expect, done.out[-1500:] + done.err[-1500:])
 
     def leave_unresolved(self, slugs: List[str]) -> int:
@@ -193,16 +193,14 @@ class LookupCase(unittest.TestCase):
             self.desk.post.setdefault(name, ["drop"])
         # In this process (the pass under test is a child's): every report is sent before the first stop.
         self.addCleanup(POOL.clear)
-        first = local(self.root, "drive", "--owner", "w", "--json", "--parallel", str(len(slugs)))
-        self.assertEqual(first.code, 8, first.err)
+        self.cli("drive", "--owner", "w", "--json", "--parallel", str(len(slugs)), code=8)
         effects = self.effects()
         self.assertEqual(({e["state"] for e in effects.values()}, len(effects)), ({"uncertain"}, len(slugs)))
         self.desk.lists = "ok"
         return len(self.desk.log)
 
     def effects(self) -> Dict[str, Dict[str, Any]]:
-        listed = local(self.root, "effect", "list", "--limit", "100", "--json")
-        self.assertEqual(listed.code, 0, listed.err)
+        listed = self.cli("effect", "list", "--limit", "100", "--json")
         return json.loads(listed.out)["effects"]
 
     def assert_one_issue_each_verified(self, slugs: List[str]) -> None:
@@ -287,15 +285,14 @@ class AfterDeliveryTest(LookupCase):
         self.assertEqual(len(posts), 2)
         between = [refs for method, refs, _ in self.desk.log[posts[0]:posts[1]] if method == "GET" and busy in refs]
         self.assertEqual(between, [], "called again after the delay, without a lookup")
-        report = json.loads(local(self.root, "report", "--json").out)
+        report = self.cli("report", "--json", code=None).json
         self.assertEqual((report["possible_duplicates"], report["reconciled_effects"]), (0, 4))
 
 
 class UnsendableHeaderTest(LookupCase):
     def test_a_secret_outside_latin_1_stops_drive_before_the_effect_begins(self) -> None:
         self.start(2, headers={"Authorization": "Bearer {env:DESK_TOKEN}"})
-        done = cli(self.root, "drive", "--owner", "w", env={"DESK_TOKEN": "s3cret\u20actoken"}, timeout=60)
-        self.assertEqual(done.code, 2, done.err)
+        done = self.cli.child("drive", "--owner", "w", env={"DESK_TOKEN": "s3cret\u20actoken"}, timeout=60, code=2)
         self.assertIn("header Authorization cannot be sent: it holds a character outside Latin-1", done.err)
         self.assertNotIn("s3cret", done.err)
         self.assertEqual((self.effects(), self.desk.log), ({}, []))

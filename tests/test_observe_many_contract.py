@@ -16,7 +16,8 @@ import sys
 import unittest
 from typing import Any, Dict, List, Tuple
 
-from tests.support.batch import cli, local, script
+from tests.support.batch import script
+from tests.support.cli import RunnerCli
 from tests.support.util import in_process_cli, scratch_dir, write_contract
 
 #: The target: ``invoke``, ``observe`` and ``many`` (the lookup of many keys) over ``filings``, a
@@ -94,6 +95,7 @@ class ObserveManyCase(unittest.TestCase):
         tmp = scratch_dir("runner-observe-many-")
         self.addCleanup(tmp.cleanup)
         self.root = tmp.name
+        self.cli = RunnerCli(self, root=self.root)
         self.target = os.path.join(self.root, "target")
         os.makedirs(os.path.join(self.root, "docs"))
         os.makedirs(self.target)
@@ -132,15 +134,15 @@ class ObserveManyCase(unittest.TestCase):
         with open(os.path.join(self.target, "plan"), "w", encoding="utf-8") as handle:
             handle.writelines(lines)
         contract = write_contract(os.path.join(self.root, "contract.md"), self.contract())
-        started = local(self.root, "init", "--contract", contract)
-        self.assertEqual(started.code, 0, started.err)
+        self.cli("init", "--contract", contract)
         return items
 
     def drive_to_completion(self, runs: int = 6) -> Tuple[List[int], Dict[str, Any]]:
         """``drive --parallel 4`` in a child, again after a stop for an unknown outcome, until the run is complete."""
         codes: List[int] = []
         for _ in range(runs):
-            result = cli(self.root, "drive", "--owner", "w", "--parallel", "4", "--until-stop", "--json", timeout=60)
+            result = self.cli.child("drive", "--owner", "w", "--parallel", "4", "--until-stop", "--json", timeout=60,
+                                    code=None)
             codes.append(result.code)
             self.assertIn(result.code, (8, 10), f"drive exits {codes}: {result.err}")
             if result.code == 10:
@@ -179,7 +181,7 @@ class ObserveManyCase(unittest.TestCase):
 
     def assert_each_filed_once_and_verified(self, items: List[str]) -> None:
         self.assertEqual(self.filings(), {item: 1 for item in items}, "each item filed exactly once")
-        state = json.loads(local(self.root, "status", "--json").out)
+        state = self.cli("status", "--json", code=None).json
         self.assertEqual((state["status"], state["effects"]), ("complete", {"verified": len(items)}))
 
     def assert_called_again_only_after_an_absence(self) -> None:

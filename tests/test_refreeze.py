@@ -14,6 +14,7 @@ from typing import Any, Dict, List
 
 from runner.envelope import content_digest
 from tests.support.batch import cli, local
+from tests.support.cli import RunnerCli
 from tests.support.util import Result, scratch_dir, write_contract
 from tests.test_authority import durable
 
@@ -43,6 +44,7 @@ class RefreezeTest(unittest.TestCase):
         self.tmp = scratch_dir("runner-refreeze-")
         self.addCleanup(self.tmp.cleanup)
         self.root = self.tmp.name
+        self.cli = RunnerCli(self, root=self.root)
         self.run_dir = os.path.join(self.root, ".run")
         for name, text in (("file.sh", FILE), ("find.sh", FIND), ("refuse.sh", REFUSE)):
             with open(os.path.join(self.root, name), "w", encoding="utf-8") as handle:
@@ -109,7 +111,7 @@ class RefreezeTest(unittest.TestCase):
         message = json.loads(refused.out)["message"]
         for named in ("'doc-0'", "'docs/b.md'", "'docs/a.md'", "verified"):
             self.assertIn(named, message)
-        self.assertEqual(cli(self.root, "lease", "release", *writer).code, 0)
+        self.cli.child("lease", "release", *writer)
         # The frozen list is still the one used: d is filed and nothing twice; a waits for a list that keeps the keys.
         self.assertEqual(self.drive(call=cli).code, 10)
         self.assertEqual(self.filed(), ["docs/b.md", "docs/c.md", "docs/d.md"])
@@ -120,9 +122,8 @@ class RefreezeTest(unittest.TestCase):
         self.documents("docs/e.md")  # sorts last: the keys held stay with their items
         writer = self.writer()
         self.migrate(contract(GLOB, goal=LATER), writer)
-        started = local(self.root, "step", "start", STEP, *writer)
-        self.assertEqual(started.code, 0, started.err)
-        self.assertEqual(local(self.root, "lease", "release", *writer).code, 0)
+        self.cli("step", "start", STEP, *writer)
+        self.cli("lease", "release", *writer)
         self.assertEqual(self.drive().code, 10)
         self.assertEqual(self.filed(), ["docs/b.md", "docs/c.md", "docs/d.md", "docs/e.md"])
 
@@ -130,11 +131,11 @@ class RefreezeTest(unittest.TestCase):
         self.documents("docs/b.md", "docs/c.md", "docs/d.md")
         self.start_and_file(contract(GLOB), "1")  # the start only: no effect yet
         writer = self.writer()
-        self.assertEqual(local(self.root, "effect", "skip", "doc-2", "--reason", "d is withdrawn", *writer).code, 0)
+        self.cli("effect", "skip", "doc-2", "--reason", "d is withdrawn", *writer)
         self.documents("docs/a.md")  # no key is held, so the shift is taken; d's skip must stay d's
         self.migrate(contract(GLOB, goal=LATER), writer)
-        self.assertEqual(local(self.root, "step", "start", STEP, *writer).code, 0)
-        self.assertEqual(local(self.root, "lease", "release", *writer).code, 0)
+        self.cli("step", "start", STEP, *writer)
+        self.cli("lease", "release", *writer)
         self.assertEqual(self.drive().code, 10)
         self.assertEqual(self.filed(), ["docs/a.md", "docs/b.md", "docs/c.md"])
 
@@ -147,7 +148,7 @@ class RefreezeTest(unittest.TestCase):
         message = json.loads(self.refused_start(writer).out)["message"]
         for named in ("'doc-{index}'", "'doc-{slug}'", "2 effect(s)", "'docs/b.md'", "'doc-b'"):
             self.assertIn(named, message)
-        self.assertEqual(local(self.root, "lease", "release", *writer).code, 0)
+        self.cli("lease", "release", *writer)
         self.assertEqual(self.drive().code, 10)
         self.assertEqual(self.filed(), ["docs/b.md", "docs/c.md", "docs/d.md"])
 
@@ -156,28 +157,28 @@ class RefreezeTest(unittest.TestCase):
         # b's only call is refused by the target (exit 2): failed, nothing created; c is never begun.
         self.init(contract(GLOB, invoke="refuse.sh"))
         self.assertEqual(self.drive().code, 12)
-        self.assertEqual(json.loads(local(self.root, "effect", "show", "doc-0", "--json").out)["state"], "failed")
+        self.assertEqual(self.cli("effect", "show", "doc-0", "--json", code=None).json["state"], "failed")
         writer = self.writer()
         self.migrate(contract(GLOB, key="doc-{slug}"), writer)
-        self.assertEqual(local(self.root, "step", "start", STEP, *writer).code, 0)
-        self.assertEqual(local(self.root, "lease", "release", *writer).code, 0)
+        self.cli("step", "start", STEP, *writer)
+        self.cli("lease", "release", *writer)
         self.assertEqual(self.drive().code, 10)
         self.assertEqual(self.filed(), ["docs/b.md", "docs/c.md"])
-        self.assertEqual(json.loads(local(self.root, "effect", "show", "doc-b", "--json").out)["state"], "verified")
+        self.assertEqual(self.cli("effect", "show", "doc-b", "--json", code=None).json["state"], "verified")
 
     # -- keys held for items no longer listed, and for other steps ---------------------------------
     def test_a_key_held_for_a_dropped_item_comes_back_only_with_that_item(self) -> None:
         self.start_and_file(contract(["a/x.md", "a/y.md"], key="doc-{slug}"), "2")  # a/x.md filed as doc-x
         writer = self.writer()
         self.migrate(contract(["a/y.md"], key="doc-{slug}"), writer)  # a/x.md dropped: doc-x is kept with it
-        self.assertEqual(local(self.root, "step", "start", STEP, *writer).code, 0)
+        self.cli("step", "start", STEP, *writer)
         self.migrate(contract(["b/x.md", "a/y.md"], key="doc-{slug}"), writer)  # another document with the slug x
         message = json.loads(self.refused_start(writer).out)["message"]
         self.assertIn("'doc-x' holds an effect (verified) of item 'a/x.md'", message)
         self.assertIn("'b/x.md'", message)
         self.migrate(contract(["a/x.md", "a/y.md"], key="doc-{slug}"), writer)  # the same document back
-        self.assertEqual(local(self.root, "step", "start", STEP, *writer).code, 0)
-        self.assertEqual(local(self.root, "lease", "release", *writer).code, 0)
+        self.cli("step", "start", STEP, *writer)
+        self.cli("lease", "release", *writer)
         self.assertEqual(self.drive().code, 10)
         self.assertEqual(self.filed(), ["a/x.md", "a/y.md"])
 
@@ -188,8 +189,7 @@ class RefreezeTest(unittest.TestCase):
         self.start_and_file(block, "3")  # s1 started, its item filed, s1 done
         writer = self.writer()
         before = durable(self.run_dir)
-        started = local(self.root, "step", "start", "s2", "--json", *writer)
-        self.assertEqual(started.code, 2, started.out)
+        started = self.cli("step", "start", "s2", "--json", *writer, code=2)
         message = json.loads(started.out)["message"]
         for named in ("'two/a.md'", "'one/a.md'", "'doc-a'", "'s1'"):
             self.assertIn(named, message)
@@ -212,7 +212,7 @@ class RefreezeTest(unittest.TestCase):
         self.assertEqual(self.filed(), [])
 
     def check(self, block: Dict[str, Any]) -> Result:
-        return local(self.root, "contract", "check", self.write("checked.md", block))
+        return self.cli("contract", "check", self.write("checked.md", block), code=None)
 
     def test_two_inline_items_with_one_lookup_are_refused_at_contract_check(self) -> None:
         items = ["a/notes.md", "b/notes.md"]
