@@ -392,12 +392,12 @@ class FolderTest(RunCase):
         self.start(SIMPLE_INVOKE, timeout=5)
 
     def refused(self, problem: str) -> None:
-        revision = self.cli("status", "--json", code=None).json["revision"]
+        revision = self.cli.status()["revision"]
         done = self.finish(self.drive("worker"))
         self.assertEqual(done["code"], 2, done["err"])
         [line] = done["err"].splitlines()
         self.assertIn(f"refusing the calls-in-flight folder {self.calls}: {problem}", line)
-        after = self.cli("status", "--json", code=None).json["revision"]
+        after = self.cli.status()["revision"]
         self.assertEqual(after, revision, "nothing was written")
         self.assertEqual(self.lines("invoked"), [], "nothing was called")
         report = self.doctor()

@@ -9,7 +9,6 @@ per key. The default suite runs ``effect run`` with the Python client and
 ``drive`` with curl (or Python); ``RUNNER_FULL_TESTS=1`` runs every pairing.
 """
 
-import json
 import os
 import signal
 import time
@@ -22,7 +21,8 @@ from runner.run import Run
 from runner.proof.ticketcommands import WINDOWS, have_curl, write_commands
 from runner.proof.ticketservice import TicketServiceProcess
 from runner.stores.file import RunStore
-from tests.support.batch import batch_contract, cli, init_run, kill_env, local, make_documents
+from tests.support.batch import batch_contract, kill_env, make_documents
+from tests.support.cli import RunnerCli
 from tests.support.util import FULL_TESTS as FULL
 from tests.support.util import in_parallel, scratch_dir
 
@@ -48,11 +48,11 @@ def _run(root: str) -> Run:
 class KillAtEveryWindowTest(unittest.TestCase):
     """Each pairing gets its own workspace and service; the pairings run side by side."""
 
-    def _start(self, root: str, service: TicketServiceProcess, client: str, documents: int) -> None:
-        commands = write_commands(root, service.url, client, killable=True)
+    def _start(self, cli: RunnerCli, service: TicketServiceProcess, client: str, documents: int) -> None:
+        commands = write_commands(cli.root, service.url, client, killable=True)
         block = batch_contract(commands, payload={"command": commands["payload"]})
-        make_documents(root, documents)
-        init_run(root, block)
+        make_documents(cli.root, documents)
+        cli.init(block)
 
     def _audit(self, root: str, service: TicketServiceProcess, documents: int) -> None:
         for n in range(documents):
@@ -64,36 +64,33 @@ class KillAtEveryWindowTest(unittest.TestCase):
     def _killed(self, result, window: str) -> None:
         self.assertEqual(result.code, -signal.SIGKILL, f"the runner was not killed at {window}: {result.code} {result.err[-500:]}")
 
-    def _effect_run(self, root: str, service: TicketServiceProcess, client: str) -> None:
-        documents = 2 * len(WINDOWS)
-        self._start(root, service, client, documents)
-        epoch = str(_run(root).acquire("agent", 60)["epoch"])
-        self.assertEqual(local(root, "step", "start", "file-tickets", "--owner", "agent", "--epoch", epoch).code, 0)
+    def _effect_run(self, cli: RunnerCli, service: TicketServiceProcess, client: str) -> None:
+        root, documents = cli.root, 2 * len(WINDOWS)
+        self._start(cli, service, client, documents)
+        agent = cli.writer("agent", _run(root).acquire("agent", 60)["epoch"])
+        agent("step", "start", "file-tickets")
         for n in range(documents):
             window = WINDOWS[n % len(WINDOWS)]
             key = f"doc-{n:05d}:ticket"
-            killed = cli(root, "effect", "run", key, "--owner", "agent", "--epoch", epoch, env=kill_env(root, window))
-            self._killed(killed, window)
+            self._killed(agent.child("effect", "run", key, env=kill_env(root, window), code=None), window)
             effect = _run(root).state["effects"].get(key)
             self.assertEqual(((effect or {}).get("state"), len(service.tickets_for_key(key))), AT_KILL[window], window)
             # Another process (this one) takes the lease (the same owner id, a higher epoch) and runs the effect again.
-            epoch = str(_run(root).acquire("agent", 60)["epoch"])
-            resumed = local(root, "effect", "run", key, "--owner", "agent", "--epoch", epoch, "--json")
-            self.assertEqual(resumed.code, 0, resumed.err)
-            self.assertEqual(json.loads(resumed.out)["state"], "verified")
+            agent = cli.writer("agent", _run(root).acquire("agent", 60)["epoch"])
+            resumed = agent.json("effect", "run", key)
+            self.assertEqual(resumed["state"], "verified")
             if n == 0:
-                again = local(root, "effect", "run", key, "--owner", "agent", "--epoch", epoch, "--json")
-                self.assertEqual((again.code, json.loads(again.out)["attempts"]), (0, json.loads(resumed.out)["attempts"]),
-                                 "a verified effect runs nothing again")
-        self.assertEqual(local(root, "step", "done", "file-tickets", "--owner", "agent", "--epoch", epoch).code, 0)
+                again = agent.json("effect", "run", key)
+                self.assertEqual(again["attempts"], resumed["attempts"], "a verified effect runs nothing again")
+        agent("step", "done", "file-tickets")
         self._audit(root, service, documents)
 
-    def _drive(self, root: str, service: TicketServiceProcess, client: str) -> None:
-        documents = 3 * len(WINDOWS)
-        self._start(root, service, client, documents)
+    def _drive(self, cli: RunnerCli, service: TicketServiceProcess, client: str) -> None:
+        root, documents = cli.root, 3 * len(WINDOWS)
+        self._start(cli, service, client, documents)
         for turn in range(2 * len(WINDOWS)):
             window = WINDOWS[turn % len(WINDOWS)]
-            killed = cli(root, "drive", "--owner", f"driver-{turn}", "--json", env=kill_env(root, window))
+            killed = cli.child("drive", "--owner", f"driver-{turn}", "--json", env=kill_env(root, window), code=None)
             self._killed(killed, window)
             # The supervisor saw the process end, so the next driver need not wait out the lease.
             _run(root).break_lease("supervisor", f"driver-{turn} was killed")
@@ -101,9 +98,7 @@ class KillAtEveryWindowTest(unittest.TestCase):
                 decision = decide(_run(root).state, time.time())
                 self.assertEqual((decision["action"]["kind"], decision["action"]["step"]), ("reconcile", "file-tickets"), decision)
                 self.assertIn("effect run", decision["action"]["why"])
-        final = cli(root, "drive", "--owner", "driver-last", "--json")
-        self.assertEqual(final.code, 10, final.err)
-        self.assertEqual(json.loads(final.out)["reason"], "complete")
+        self.assertEqual(cli.child("drive", "--owner", "driver-last", "--json", code=10).json["reason"], "complete")
         self._audit(root, service, documents)
         report = views.report(_run(root).state)
         self.assertEqual((report["items"], report["items_verified"], report["recoveries"]), (documents, documents, 2 * len(WINDOWS)))
@@ -111,7 +106,7 @@ class KillAtEveryWindowTest(unittest.TestCase):
     def _pairing(self, verb: str, client: str) -> None:
         with scratch_dir(f"runner-{verb}-{client}-") as root:
             with TicketServiceProcess(os.path.join(root, "tickets.db")) as service:
-                (self._effect_run if verb == "effect-run" else self._drive)(root, service, client)
+                (self._effect_run if verb == "effect-run" else self._drive)(RunnerCli(self, root=root), service, client)
 
     def test_effect_run_and_drive_killed_twice_at_each_window(self) -> None:
         in_parallel([lambda verb=verb, client=client: self._pairing(verb, client) for verb, client in PAIRS], workers=2)

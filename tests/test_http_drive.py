@@ -23,7 +23,7 @@ from runner.mcp import jsonrpc
 from runner.proof.helpdesk import Faults, Helpdesk, HelpdeskServer
 from runner.run import Run
 from runner.stores.file import RunStore
-from tests.support.batch import cli, local
+from tests.support.cli import RunnerCli
 from tests.support.fake_http import free_port, wait_until
 from tests.support.util import REPO_ROOT, child_env, in_process_cli, python, run, scratch_dir, write_contract
 
@@ -50,7 +50,7 @@ def make_workspace(root: str, url: str, reports: int, settle: float, **effects: 
     block["effects"] = dict(block["effects"], http=http, settle_seconds=settle, **effects)
     block["retry"] = {"base_seconds": 0.2, "cap_seconds": 0.4}
     contract = write_contract(os.path.join(root, "contract.md"), block)
-    result = local(root, "init", "--contract", contract)
+    result = in_process_cli(["--dir", os.path.join(root, ".run"), "init", "--contract", contract])
     if result.code != 0:
         raise AssertionError(result.err)
     return block
@@ -110,9 +110,8 @@ class KillAtEachWindowTest(unittest.TestCase):
             left = unresolved(root)
             self.assertEqual(([s for _, s in left], [desk.by_ref().get(k.split(":")[0]) for k, _ in left]), (["started"], [1]))
             open_run(root).break_lease("supervisor", "driver-held was killed")
-            final = cli(root, "drive", "--owner", "driver-last", "--json")
-            self.assertEqual(final.code, 10, final.err[-2000:])
-            self.assertEqual(json.loads(final.out)["reason"], "complete")
+            final = RunnerCli(self, root=root).child("drive", "--owner", "driver-last", "--json", code=10)
+            self.assertEqual(final.json["reason"], "complete")
             audit(self, root, desk, reports)
             self.assertGreaterEqual(desk.count("rate-limited"), 1, desk.log)
             self.assertGreaterEqual(desk.count("dropped"), 1)
@@ -153,8 +152,7 @@ class MissingSecretTest(unittest.TestCase):
         with scratch_dir("runner-http-nosecret-") as root, HelpdeskServer(desk) as served:
             make_workspace(root, served.url, 2, settle=0.1)
             os.unlink(os.path.join(root, ".helpdesk-token"))
-            result = local(root, "drive", "--owner", "d")
-            self.assertEqual(result.code, 2, result.err)
+            result = RunnerCli(self, root=root)("drive", "--owner", "d", code=2)
             self.assertIn("header Authorization cannot be made: cannot open .helpdesk-token", result.err)
             self.assertEqual((open_run(root).state["effects"], desk.log), ({}, []))
 
@@ -182,12 +180,12 @@ class SecretsNeverInTheRunTest(unittest.TestCase):
             os.rename(os.path.join(root, ".run"), os.path.join(root, "old-run"))
             folder = os.path.join(root, ".run")
 
+            cli = RunnerCli(self, root=root)
+
             def runner(*args: str, expect: Optional[int] = 0, here: bool = False) -> None:
                 """The command line in a child (or, for a verb that calls no target, in this process); its output is kept."""
-                if here:
-                    result = in_process_cli(["--dir", folder, *args])
-                else:
-                    result = run(python("-m", "runner", "--dir", folder, *args), cwd=root, env=env, timeout=120)
+                env_secret = {"DESK_SECRET": self.ENV_SECRET}
+                result = cli(*args, code=None) if here else cli.child(*args, env=env_secret, code=None)
                 written.append((" ".join(args), result.out.encode() + result.err.encode()))
                 if expect is not None:
                     self.assertEqual(result.code, expect, f"{args}: {result.err[-1500:]}")

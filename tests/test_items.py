@@ -24,7 +24,8 @@ from unittest import mock
 from runner import batch
 from runner.envelope import content_digest, validate_id
 from runner.errors import InvalidInput
-from tests.support.batch import batch_contract, cli, init_run, local, script, status
+from tests.support.batch import batch_contract, script
+from tests.support.cli import RunnerCli
 from tests.support.util import Result, child_env, contract_markdown, python, run, scratch_dir, write_contract
 
 #: invoke KEY PAYLOAD_FILE OUT: keeps the payload the target received as OUT/KEY.json; observe KEY OUT: present when kept.
@@ -46,6 +47,7 @@ class Workspace(unittest.TestCase):
         self.addCleanup(self.tmp.cleanup)
         self.root = self.tmp.name
         self.ws = os.path.join(self.root, "ws")
+        self.cli = RunnerCli(self, root=self.ws)
         self.out = os.path.join(self.root, "out")
         os.makedirs(os.path.join(self.ws, "docs"))
         os.mkdir(self.out)
@@ -67,15 +69,12 @@ class Workspace(unittest.TestCase):
 
     def init(self, block: Dict[str, Any]) -> None:
         """The contract in the workspace (its ``workspace`` is ``.``), the run in ``ws/.run``."""
-        init_run(self.ws, block)
-
-    def cli(self, *args: str) -> Result:
-        return local(self.ws, *args)
+        self.cli.init(block)
 
     def writer(self) -> List[str]:
-        if status(self.ws)["lease"]["owner"] is None:
-            self.assertEqual(self.cli("lease", "acquire", "--owner", "agent").code, 0)
-        return ["--owner", "agent", "--epoch", str(status(self.ws)["lease"]["epoch"])]
+        if self.cli.status()["lease"]["owner"] is None:
+            self.cli("lease", "acquire", "--owner", "agent")
+        return ["--owner", "agent", "--epoch", str(self.cli.status()["lease"]["epoch"])]
 
     def sent(self) -> str:
         """Every payload the target received, as one text."""
@@ -88,13 +87,12 @@ class Workspace(unittest.TestCase):
     def assert_refused_start(self, *needles: str) -> None:
         """``step start`` exits 2 with one line naming ``needles``, and the step is not started."""
         writer = self.writer()
-        before = status(self.ws)
-        result = self.cli("step", "start", "file-tickets", *writer)
-        self.assertEqual(result.code, 2, result)
+        before = self.cli.status()
+        result = self.cli("step", "start", "file-tickets", *writer, code=2)
         self.assertEqual(len(result.err.splitlines()), 1, result.err)
         for needle in needles:
             self.assertIn(needle, result.err)
-        after = status(self.ws)
+        after = self.cli.status()
         self.assertEqual((after["revision"], after["steps"]), (before["revision"], {}), "a refused start records nothing")
 
 
@@ -172,9 +170,8 @@ class StartConfinementTest(Workspace):
         self.write("docs/b.md", "# Second\n")
         os.symlink(os.path.join(self.ws, "real", "a.md"), os.path.join(self.ws, "docs", "a.md"))
         self.init(self.contract(items={"glob": "docs/*.md"}))
-        result = local(self.ws, "drive", "--owner", "agent", "--json")
-        self.assertEqual(result.code, 10, result)
-        self.assertEqual(status(self.ws)["steps"]["file-tickets"]["batch"]["items"], ["docs/a.md", "docs/b.md"])
+        self.cli("drive", "--owner", "agent", "--json", code=10)
+        self.assertEqual(self.cli.status()["steps"]["file-tickets"]["batch"]["items"], ["docs/a.md", "docs/b.md"])
         self.assertIn('"title":"# First"', self.sent())
 
 
@@ -183,21 +180,19 @@ class ReadTimeTest(Workspace):
         for name in ("a", "b", "c"):
             self.write(f"docs/{name}.md", f"# {name}\n")
         self.init(self.contract(items={"glob": "docs/*.md"}))
-        self.assertEqual(local(self.ws, "drive", "--owner", "agent", "--max-actions", "2").code, 0)  # the start and item a
+        self.cli("drive", "--owner", "agent", "--max-actions", "2")  # the start and item a
         os.unlink(os.path.join(self.ws, "docs", "b.md"))
         os.symlink(self.secret, os.path.join(self.ws, "docs", "b.md"))
-        stopped = local(self.ws, "drive", "--owner", "agent", "--json")
-        self.assertEqual(stopped.code, 2, stopped)
+        stopped = self.cli("drive", "--owner", "agent", "--json", code=2)
         self.assertIn("leads outside the workspace", json.loads(stopped.out)["detail"])
         self.assertNotIn("SECRET", self.sent())
         self.assertEqual(sorted(os.listdir(self.out)), ["a:ticket.json"])
         writer = self.writer()
         for verb in (("effect", "run", "b:ticket"), ("effect", "begin", "b:ticket")):
             with self.subTest(verb=verb):
-                refused = self.cli(*verb, *writer)
-                self.assertEqual(refused.code, 2, refused)
+                refused = self.cli(*verb, *writer, code=2)
                 self.assertIn("leads outside the workspace", refused.err)
-        self.assertNotIn("b:ticket", json.loads(self.cli("effect", "list", "--json").out)["effects"])
+        self.assertNotIn("b:ticket", self.cli("effect", "list", "--json", code=None).json["effects"])
         self.assertNotIn("SECRET", self.sent())
 
     def test_an_item_that_is_a_fifo_is_refused_rather_than_waited_on(self) -> None:
@@ -218,21 +213,22 @@ class GlobTest(Workspace):
         self.write("docs/sub/b.md", "# b\n")
         block = self.contract(items={"glob": "docs/**/*.md"})
         self.init(block)
-        self.assertEqual(local(self.ws, "drive", "--owner", "agent", "--max-actions", "1").code, 0)  # started, frozen
+        self.cli("drive", "--owner", "agent", "--max-actions", "1")  # started, frozen
         os.symlink(".", os.path.join(self.ws, "docs", "x"))
         os.symlink("..", os.path.join(self.ws, "docs", "y"))
         os.symlink(self.root, os.path.join(self.ws, "docs", "z"))
         self.assertEqual(batch.glob_files(self.ws, "docs/**/*.md"), ["docs/a.md", "docs/sub/b.md"])
-        epoch = str(json.loads(local(self.ws, "lease", "acquire", "--owner", "agent", "--json").out)["epoch"])  # drive gave it back
+        # drive gave the lease back
+        epoch = str(self.cli("lease", "acquire", "--owner", "agent", "--json", code=None).json["epoch"])
         for verb in (("brief",), ("next", "--owner", "agent", "--epoch", epoch), ("drive", "--owner", "agent")):
             with self.subTest(verb=verb[0]):
-                result = cli(self.ws, *verb, "--json", timeout=30)  # a hang fails here after 30 s
+                result = self.cli.child(*verb, "--json", timeout=30, code=None)  # a hang fails here after 30 s
                 decision = json.loads(result.out)
                 self.assertNotIn("cannot be listed", result.out)
                 if verb[0] == "next":
                     self.assertEqual(decision["action"]["total"], 2)
                     self.assertFalse([o for o in decision["observations"] if str(o.get("source", "")).startswith("items of step")])
-        self.assertEqual(status(self.ws)["status"], "complete")
+        self.assertEqual(self.cli.status()["status"], "complete")
 
     def test_the_listing_matches_glob_for_trees_without_links(self) -> None:
         rnd = random.Random(20240521)
@@ -280,9 +276,9 @@ class GlobTest(Workspace):
         with mock.patch.object(batch, "MAX_LISTED_ENTRIES", 20):
             self.assert_refused_start("visits more than 20 entries")
         writer = self.writer()
-        self.assertEqual(self.cli("step", "start", "file-tickets", *writer).code, 0)
+        self.cli("step", "start", "file-tickets", *writer)
         with mock.patch.object(batch, "MAX_ITEMS", 10):
-            decision = json.loads(self.cli("next", "--json", *writer).out)
+            decision = self.cli("next", "--json", *writer, code=None).json
         changed = [o for o in decision["observations"] if str(o.get("source", "")).startswith("items of step")]
         self.assertEqual(len(changed), 1, decision["observations"])
         self.assertIn("lists more than 10 items", changed[0]["what"])
@@ -315,8 +311,7 @@ class SlugTest(Workspace):
         block["steps"][0]["key"] = "{slug}:issue"
         block["effects"]["key_pattern"] = "[a-z0-9-]+:issue"
         self.init(block)
-        result = local(self.ws, "drive", "--owner", "agent", "--json")
-        self.assertEqual(result.code, 10, result)
+        self.cli("drive", "--owner", "agent", "--json", code=10)
         self.assertEqual(sorted(os.listdir(self.out)), ["report-013-customer-s-copy:issue.json", "report-014:issue.json"])
         with open(os.path.join(self.out, "report-013-customer-s-copy:issue.json"), encoding="utf-8") as handle:
             self.assertEqual(json.load(handle), {"external_ref": "report-013-customer-s-copy", "title": "Printer on fire"})
@@ -356,8 +351,7 @@ class DocumentTest(Workspace):
     def test_a_document_payload_reaches_the_target(self) -> None:
         self.write("inbox/one.md", "# Printer on fire\n\nIt is on fire again.\n\"Quoted\" and \\ backslash.\n")
         self.init(self.contract(items={"glob": "inbox/*.md"}, payload={"template": {"title": "{heading}", "body": "{body}", "text": "{text}"}}))
-        result = local(self.ws, "drive", "--owner", "agent", "--json")
-        self.assertEqual(result.code, 10, result)
+        self.cli("drive", "--owner", "agent", "--json", code=10)
         with open(os.path.join(self.out, "one:ticket.json"), encoding="utf-8") as handle:
             sent = json.load(handle)
         self.assertEqual(sent, {"title": "Printer on fire", "body": "It is on fire again.\n\"Quoted\" and \\ backslash.",
@@ -369,15 +363,13 @@ class DocumentTest(Workspace):
             handle.write(b"# Latin-1 caf\xe9\n")
         self.write("inbox/c.md", "# big\n" + "x" * batch.MAX_TEXT_BYTES)
         self.init(self.contract(items={"glob": "inbox/*.md"}, payload={"template": {"title": "{heading}"}}))
-        stopped = local(self.ws, "drive", "--owner", "agent", "--json")
-        self.assertEqual(stopped.code, 2, stopped)
+        stopped = self.cli("drive", "--owner", "agent", "--json", code=2)
         detail = json.loads(stopped.out)["detail"]
         self.assertIn("'inbox/b.md'", detail)
         self.assertIn("is not UTF-8 (byte 13)", detail)
         writer = self.writer()
-        self.assertEqual(self.cli("effect", "skip", "b:ticket", "--reason", "not UTF-8", *writer).code, 0)
-        stopped = local(self.ws, "drive", "--owner", "agent", "--json")
-        self.assertEqual(stopped.code, 2, stopped)
+        self.cli("effect", "skip", "b:ticket", "--reason", "not UTF-8", *writer)
+        stopped = self.cli("drive", "--owner", "agent", "--json", code=2)
         self.assertIn(f"larger than {batch.MAX_TEXT_BYTES:,} bytes", json.loads(stopped.out)["detail"])
         self.assertEqual(sorted(os.listdir(self.out)), ["a:ticket.json"], "nothing cut short or garbled was sent")
 
@@ -462,35 +454,31 @@ class BeginPayloadTest(Workspace):
         del block["effects"]["invoke"], block["effects"]["observe"]
         self.init(block)
         self.writer_args = self.writer()
-        self.assertEqual(self.cli("step", "start", "file-tickets", *self.writer_args).code, 0)
+        self.cli("step", "start", "file-tickets", *self.writer_args)
 
     def test_begin_without_a_payload_records_the_templates(self) -> None:
-        action = json.loads(self.cli("next", "--json", *self.writer_args).out)["action"]
+        action = self.cli("next", "--json", *self.writer_args, code=None).json["action"]
         self.assertNotIn("--payload", action["why"])
         begun = self.cli("effect", "begin", "a:ticket", "--json", *self.writer_args)
-        self.assertEqual(begun.code, 0, begun)
         self.assertEqual(json.loads(begun.out)["payload_digest"], content_digest({"title": "Alpha", "key": "a:ticket"}))
         self.assertEqual(json.loads(begun.out)["payload"], {"title": "Alpha", "key": "a:ticket"}, "shown, so the caller sends exactly it")
 
     def test_begin_with_another_payload_is_refused_with_both_digests(self) -> None:
         other = self.write(os.path.join(self.root, "other.json"), json.dumps({"title": "Something else", "key": "b:ticket"}))
         same = self.write(os.path.join(self.root, "same.json"), json.dumps({"key": "b:ticket", "title": "Beta"}))
-        before = status(self.ws)["revision"]
-        refused = self.cli("effect", "begin", "b:ticket", "--payload", other, "--json", *self.writer_args)
-        self.assertEqual(refused.code, 2, refused)
+        before = self.cli.status()["revision"]
+        refused = self.cli("effect", "begin", "b:ticket", "--payload", other, "--json", *self.writer_args, code=2)
         body = json.loads(refused.out)
         want, got = content_digest({"title": "Beta", "key": "b:ticket"}), content_digest({"title": "Something else", "key": "b:ticket"})
         self.assertIn(want, body["message"])
         self.assertIn(got, body["message"])
         self.assertEqual(len(refused.err.splitlines()), 1)
-        self.assertEqual(status(self.ws)["revision"], before, "nothing recorded")
+        self.assertEqual(self.cli.status()["revision"], before, "nothing recorded")
         accepted = self.cli("effect", "begin", "b:ticket", "--payload", same, "--json", *self.writer_args)
-        self.assertEqual(accepted.code, 0, accepted)
         self.assertEqual(json.loads(accepted.out)["payload_digest"], want)
 
     def test_a_key_that_is_no_item_still_needs_a_payload(self) -> None:
-        refused = self.cli("effect", "begin", "notes:post", *self.writer_args)
-        self.assertEqual(refused.code, 2, refused)
+        refused = self.cli("effect", "begin", "notes:post", *self.writer_args, code=2)
         self.assertIn("--payload FILE is required", refused.err)
 
 

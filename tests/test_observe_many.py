@@ -15,8 +15,8 @@ from typing import Any, Dict, List
 from runner.batch import effects_problems
 from runner.commands import CommandAdapter, Outcome, many_problems
 from runner.target import NotApplied
-from tests.support.batch import batch_contract, cli, init_run
-from tests.support.util import scratch_dir
+from tests.support.batch import batch_contract
+from tests.support.cli import RunnerCli
 
 MANY = {"command": ["find-many", "--run", "{run_id}", "{each}"], "match": "/ref", "value": "{slug}"}
 
@@ -128,9 +128,8 @@ esac
 
 class DriveTest(unittest.TestCase):
     def test_drive_parallel_verifies_by_lookups_of_many_keys_and_files_each_item_once(self) -> None:
-        folder = scratch_dir("runner-observe-many-")
-        self.addCleanup(folder.cleanup)
-        root = folder.name
+        cli = RunnerCli(self)
+        root = cli.root
         with open(os.path.join(root, "target.sh"), "w", encoding="utf-8") as handle:
             handle.write(TARGET)
         ledger = os.path.join(root, "ledger")
@@ -142,13 +141,12 @@ class DriveTest(unittest.TestCase):
         block["effects"]["key_pattern"] = "[a-z0-9]+:ticket"
         block["effects"]["observe_many"] = {"command": target + ["many", ledger, "{each}"], "list": "/tickets", "match": "/ref",
                                             "value": "{key}", "max": 6}
-        init_run(root, block)
-        done = cli(root, "drive", "--owner", "w1", "--parallel", "8", "--json")
-        self.assertEqual(done.code, 10, done.err)
+        cli.init(block)
+        cli.child("drive", "--owner", "w1", "--parallel", "8", "--json", code=10)
         with open(ledger) as handle:
             filed = handle.read().split()
         self.assertEqual(sorted(filed), sorted(f"{i}:ticket" for i in items), "one ticket per item, none twice")
-        listed = json.loads(cli(root, "effect", "list", "--limit", "100", "--json").out)
+        listed = cli.child("effect", "list", "--limit", "100", "--json", code=None).json
         states: Dict[str, int] = {}
         for effect in listed["effects"].values():
             states[effect["state"]] = states.get(effect["state"], 0) + 1

@@ -181,7 +181,7 @@ class ObserveManyCase(unittest.TestCase):
 
     def assert_each_filed_once_and_verified(self, items: List[str]) -> None:
         self.assertEqual(self.filings(), {item: 1 for item in items}, "each item filed exactly once")
-        state = self.cli("status", "--json", code=None).json
+        state = self.cli.status()
         self.assertEqual((state["status"], state["effects"]), ("complete", {"verified": len(items)}))
 
     def assert_called_again_only_after_an_absence(self) -> None:

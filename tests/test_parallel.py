@@ -14,7 +14,6 @@ import time
 import unittest
 from typing import Any, Callable, Dict, List
 
-from tests.support.batch import local, status
 from tests.support.fake_http import wait_until
 from tests.support.util import in_parallel
 from tests.test_executor import TargetCase
@@ -112,7 +111,7 @@ class KilledWithCallsInFlightTest(unittest.TestCase):
                 case.start(items, invoke={"send-after": 0.05, "jitter": 0.3}, timeout=10, wrapper=case.killer(window, nth=nth))
                 first = case.finish(case.spawn("drive", "--owner", "w1", "--parallel", "8", "--json"))
                 in_flight_at_kill = len([n for n in os.listdir(os.path.join(case.root, ".run", "calls")) if n.endswith(".json")])
-                broken = local(case.root, "lease", "break", "--by", "supervisor", "--reason", "w1 was killed")
+                broken = case.cli("lease", "break", "--by", "supervisor", "--reason", "w1 was killed", code=None)
                 second = case.finish(case.spawn("drive", "--owner", "w2", "--parallel", "8", "--json"))
                 counts = {key: case.lines(key + ":ticket") for key in items}
                 return {"window": window, "first": first["code"], "broken": broken.code, "second": second["code"], "err": second["err"],
@@ -136,15 +135,15 @@ class StopsWithCallsInFlightTest(ParallelCase):
         self.start(items, invoke={"hold-until": self.gate()}, timeout=40)
         drive = self.spawn("drive", "--owner", "w", "--parallel", "32", "--json")
         self.wait_in_flight(32)
-        cancelled = local(self.root, "cancel", "--by", "operator", "--reason", "no longer needed", "--json")  # another process than the drive's
-        self.assertEqual(cancelled.code, 0, cancelled.err)
-        begun = sum(status(self.root)["effects"].values())
+        # another process than the drive's
+        self.cli("cancel", "--by", "operator", "--reason", "no longer needed", "--json")
+        begun = sum(self.cli.status()["effects"].values())
         began = time.monotonic()
         self.open_gate()
         result = self.finish(drive)
         self.assertEqual(result["code"], 5, result["err"])
         self.assertLess(time.monotonic() - began, 10, "within one call's timeout")
-        after = status(self.root)
+        after = self.cli.status()
         self.assertLessEqual(sum(after["effects"].values()), begun, "no effect began after the cancel was recorded")
         self.assertEqual(self.calls(), self.lines(), "every call that went out is on the target once")
         self.assertEqual(after["status"], "cancelled")
@@ -160,7 +159,7 @@ class StopsWithCallsInFlightTest(ParallelCase):
         self.open_gate()
         result = self.finish(drive)
         self.assertEqual((result["code"], result["reason"]), (15, "stopped"), result["err"])
-        after = status(self.root)
+        after = self.cli.status()
         self.assertIsNone(after["lease"]["owner"], "the lease was released")
         self.assertEqual(set(after["effects"]), {"verified"}, "the calls in flight were recorded and observed")
         self.assertEqual(os.listdir(os.path.join(self.root, ".run", "calls")), [])
@@ -194,7 +193,8 @@ class StopsWithCallsInFlightTest(ParallelCase):
         first.send_signal(signal.SIGINT)  # stops at once: the 8 calls stay at the target, held
         first.wait(20)
         second = self.spawn("drive", "--owner", "w", "--parallel", "8", "--json")
-        self.assertTrue(wait_until(lambda: status(self.root)["lease"]["epoch"] == 2, 30), "the second drive took the lease")
+        self.assertTrue(wait_until(lambda: self.cli.status()["lease"]["epoch"] == 2, 30),
+                        "the second drive took the lease")
         # Time enough for a drive that ignored them to send 8 more.
         self.assertFalse(wait_until(lambda: self.calls() > 8, 1.5), "no new call while the 8 left at the target fill the 8 slots")
         self.open_gate()
@@ -208,13 +208,13 @@ class StopsWithCallsInFlightTest(ParallelCase):
         self.start(["a"], invoke={"exits": "75", "retry-after": 120}, timeout=10, lease={"ttl_seconds": 300})
         drive = self.spawn("drive", "--owner", "w", "--json")
         # The target said "not now, in 120 s": nothing runs.
-        self.assertTrue(wait_until(lambda: status(self.root)["effects"] == {"absent": 1}, 30), "the 429 was recorded")
+        self.assertTrue(wait_until(lambda: self.cli.status()["effects"] == {"absent": 1}, 30), "the 429 was recorded")
         drive.send_signal(signal.SIGTERM)
         result = self.finish(drive, timeout=30)  # well before the 100 s to the lease's renewal, or the 120 s of the wait
         self.assertEqual((result["code"], result["reason"]), (15, "stopped"), result["err"])
         self.assertIn("stopping on SIGTERM", result["err"])
         self.assertEqual(self.calls(), 1, "no call after the signal")
-        after = status(self.root)
+        after = self.cli.status()
         self.assertEqual((after["effects"], after["lease"]["owner"]), ({"absent": 1}, None))
 
     def test_a_signal_during_a_steps_check_finishes_it_and_starts_nothing_after(self) -> None:
@@ -227,7 +227,7 @@ class StopsWithCallsInFlightTest(ParallelCase):
         self.open_gate()
         result = self.finish(drive)
         self.assertEqual((result["code"], result["reason"]), (15, "stopped"), result["err"])
-        after = status(self.root)
+        after = self.cli.status()
         self.assertEqual(after["completed_steps"], ["prepare"], "the check in hand was finished and recorded")
         self.assertNotIn("file-tickets", after["steps"], "the next step never started")
         self.assertEqual((self.calls(), after["lease"]["owner"]), (0, None))

@@ -37,7 +37,8 @@ from typing import Any, Dict, List, Optional, Tuple
 from unittest import mock
 
 from tests.support import util as _util
-from tests.support.batch import batch_contract, cli, init_run, local, script
+from tests.support.batch import batch_contract, script
+from tests.support.cli import RunnerCli
 
 from runner import hooks, quoting
 from runner.approvals import payload_source
@@ -112,13 +113,13 @@ def collect(project: str) -> Outputs:
     """Every output of the run in ``project/.run`` that a model reads, and the structured answers beside them."""
     path = os.path.join(project, ".run")
     got = Outputs()
-    brief = local(project, "brief", "--json")
+    brief = _util.in_process_cli(["--dir", path, "brief", "--json"])
     assert brief.code == 0, brief.err
     got.texts["brief"] = json.loads(brief.out)["brief"]
     lease = Run.open(path).state["lease"]
     holder = lease["owner"] if isinstance(lease.get("owner"), str) and re.match(r"[A-Za-z0-9][A-Za-z0-9._:@+=-]*\Z", lease["owner"]) else None
     as_holder = ["--owner", holder, "--epoch", str(lease["epoch"])] if holder else []
-    nxt = json.loads(local(project, "next", "--json", *as_holder).out)
+    nxt = json.loads(_util.in_process_cli(["--dir", path, "next", "--json", *as_holder]).out)
     got.json["next"] = nxt
     prose = [nxt.get("detail") or ""] + list(nxt.get("inferences", [])) + list(nxt.get("unknowns", []))
     prose += [o.get("source", "") + ": " + o.get("what", "") for o in nxt.get("observations", [])]
@@ -292,17 +293,14 @@ class HostileTextTest(ContainmentCheck):
         observe = script(root, "observe.py", "import os, sys\nseen = os.path.exists('observed')\nopen('observed', 'w').close()\nsys.exit(2 if seen else 1)\n")
         block = batch_contract({"invoke": invoke, "observe": observe}, payload={"template": {"doc": "{item}"}})
         block["steps"][0]["key"] = "doc-{index}:ticket"
-        init_run(root, block)
-        started = local(root, "recover", "--owner", OWNER, "--json")
-        self.assertEqual(started.code, 0, started.err)
-        epoch = str(json.loads(started.out)["lease"]["epoch"])
-        begun = cli(root, "step", "start", "file-tickets", "--owner", OWNER, "--epoch", epoch)  # from the workspace, as its glob is
-        self.assertEqual(begun.code, 0, begun.err)
+        cli = RunnerCli(self, block, root=root)
+        agent = cli.writer(OWNER, cli.json("recover", "--owner", OWNER)["lease"]["epoch"])
+        agent.child("step", "start", "file-tickets")  # from the workspace, as its glob is
         got = self.assert_run(root, "ITEMMARK", ["brief", "SessionStart", "Stop", "PreCompact", "next --json prose", "mcp next"])
         self.assertEqual(got.json["next"]["action"]["item"], "docs/" + item, "the structured item stays exact")
 
-        ran = cli(root, "effect", "run", "doc-0:ticket", "--owner", OWNER, "--epoch", str(Run.open(os.path.join(root, ".run")).state["lease"]["epoch"]))
-        self.assertEqual(ran.code, EXIT_CODES["needs-reconciliation"], ran.err)
+        epoch = Run.open(cli.run_dir).state["lease"]["epoch"]
+        cli.writer(OWNER, epoch).child("effect", "run", "doc-0:ticket", code=EXIT_CODES["needs-reconciliation"])
         reason = Run.open(os.path.join(root, ".run")).state["effects"]["doc-0:ticket"]["reason"]
         self.assertIn("OUTPUTMARK", reason, "the target's output is in the recorded reason")
         self.assert_run(root, "OUTPUTMARK", ["brief", "SessionStart", "next --json prose", "mcp next", "mcp effect_show doc-0:ticket"])

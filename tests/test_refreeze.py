@@ -13,7 +13,6 @@ import unittest
 from typing import Any, Dict, List
 
 from runner.envelope import content_digest
-from tests.support.batch import cli, local
 from tests.support.cli import RunnerCli
 from tests.support.util import Result, scratch_dir, write_contract
 from tests.test_authority import durable
@@ -68,52 +67,53 @@ class RefreezeTest(unittest.TestCase):
         with open(path, encoding="utf-8") as handle:
             return sorted(handle.read().split())
 
-    def writer(self, call: Any = local) -> List[str]:
-        acquired = call(self.root, "lease", "acquire", "--owner", "agent", "--json")
-        self.assertEqual(acquired.code, 0, acquired.err)
-        return ["--owner", "agent", "--epoch", str(json.loads(acquired.out)["epoch"])]
+    def via(self, child: bool) -> Any:
+        """The command line in a child process, as an agent runs it, or in this process."""
+        return self.cli.child if child else self.cli
 
-    def migrate(self, block: Dict[str, Any], writer: List[str], call: Any = local) -> None:
+    def writer(self, child: bool = False) -> List[str]:
+        acquired = self.via(child)("lease", "acquire", "--owner", "agent", "--json")
+        return ["--owner", "agent", "--epoch", str(acquired.json["epoch"])]
+
+    def migrate(self, block: Dict[str, Any], writer: List[str], child: bool = False) -> None:
         name = f"contract-{content_digest(block)[-8:]}.md"
-        migrated = call(self.root, "migrate", "--contract", self.write(name, block), "--reason", "a new list", *writer)
-        self.assertEqual(migrated.code, 0, migrated.err)
+        self.via(child)("migrate", "--contract", self.write(name, block), "--reason", "a new list", *writer)
 
-    def refused_start(self, writer: List[str], call: Any = local) -> Result:
+    def refused_start(self, writer: List[str], child: bool = False) -> Result:
         """``step start`` refused with exit 2 and the run left as it was."""
         before = durable(self.run_dir)
-        started = call(self.root, "step", "start", STEP, "--json", *writer)
-        self.assertEqual((started.code, json.loads(started.out)["error"]), (2, "invalid-input"), started.err)
+        started = self.via(child)("step", "start", STEP, "--json", *writer, code=2)
+        self.assertEqual(started.json["error"], "invalid-input", started.err)
         self.assertEqual(len([line for line in started.err.splitlines() if line.strip()]), 1, started.err)
         self.assertEqual(durable(self.run_dir), before, "a refused start changes nothing")
         return started
 
-    def drive(self, *extra: str, call: Any = local) -> Result:
-        return call(self.root, "drive", "--owner", "agent", "--json", *extra)
+    def drive(self, *extra: str, child: bool = False) -> Result:
+        return self.via(child)("drive", "--owner", "agent", "--json", *extra, code=None)
 
-    def init(self, block: Dict[str, Any], call: Any = local) -> None:
-        initialised = call(self.root, "init", "--contract", self.write("contract.md", block))
-        self.assertEqual(initialised.code, 0, initialised.err)
+    def init(self, block: Dict[str, Any], child: bool = False) -> None:
+        self.via(child)("init", "--contract", self.write("contract.md", block))
 
-    def start_and_file(self, block: Dict[str, Any], actions: str, call: Any = local) -> None:
+    def start_and_file(self, block: Dict[str, Any], actions: str, child: bool = False) -> None:
         """``init`` the run, then ``drive`` for ``actions`` actions (the start, then one item each)."""
-        self.init(block, call)
-        self.assertEqual(self.drive("--max-actions", actions, call=call).code, 0)
+        self.init(block, child)
+        self.assertEqual(self.drive("--max-actions", actions, child=child).code, 0)
 
     # -- a new list under {index} keys -----------------------------------------------------------
     def test_a_document_added_in_front_of_index_keys_is_refused_and_nothing_is_filed_twice(self) -> None:
         self.documents("docs/b.md", "docs/c.md", "docs/d.md")
-        self.start_and_file(contract(GLOB), "3", call=cli)  # the start; b and c filed
+        self.start_and_file(contract(GLOB), "3", child=True)  # the start; b and c filed
         self.assertEqual(self.filed(), ["docs/b.md", "docs/c.md"])
         self.documents("docs/a.md")  # sorts first: every {index} would shift
-        writer = self.writer(cli)
-        self.migrate(contract(GLOB, goal=LATER), writer, call=cli)
-        refused = self.refused_start(writer, call=cli)
+        writer = self.writer(child=True)
+        self.migrate(contract(GLOB, goal=LATER), writer, child=True)
+        refused = self.refused_start(writer, child=True)
         message = json.loads(refused.out)["message"]
         for named in ("'doc-0'", "'docs/b.md'", "'docs/a.md'", "verified"):
             self.assertIn(named, message)
         self.cli.child("lease", "release", *writer)
         # The frozen list is still the one used: d is filed and nothing twice; a waits for a list that keeps the keys.
-        self.assertEqual(self.drive(call=cli).code, 10)
+        self.assertEqual(self.drive(child=True).code, 10)
         self.assertEqual(self.filed(), ["docs/b.md", "docs/c.md", "docs/d.md"])
 
     def test_items_added_after_the_keyed_ones_are_frozen_and_each_filed_once(self) -> None:

@@ -13,7 +13,8 @@ import unittest
 from typing import Set
 
 from runner.envelope import SHORT_INPUT_BYTES, sha256, sha256_hex, sha256_stream
-from tests.support.batch import batch_contract, init_run
+from tests.support.batch import batch_contract
+from tests.support.cli import RunnerCli
 from tests.support.util import child_env, python, run, scratch_dir
 
 #: Never loaded by a command that runs no target command: OpenSSL's hashes, shutil (with bz2 and lzma: argparse asks
@@ -61,7 +62,7 @@ class LoadedModulesTest(unittest.TestCase):
                 handle.write(f"{name}\n")
         invoke = ["sh", "-c", 'echo filed > "$1.filed" && echo "{}"', "invoke", "{key}"]
         observe = ["sh", "-c", 'test -e "$1.filed" && echo "{}"', "observe", "{key}"]
-        init_run(self.root, batch_contract({"invoke": invoke, "observe": observe}))
+        RunnerCli(self, root=self.root).init(batch_contract({"invoke": invoke, "observe": observe}))
 
     def loaded(self, *args: str) -> Set[str]:
         """The modules ``python -m runner --dir ROOT/.run ARGS`` imports, run from the workspace; its exit code must be 0 or 10."""

@@ -31,8 +31,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 from runner import history
 from runner.contract import check_contract
 from runner.stores.file import RunStore
-from tests.support.batch import local
-from tests.support.util import REPO_ROOT, child_env, scratch_dir
+from tests.support.util import REPO_ROOT, child_env, in_process_cli, scratch_dir
 
 T = TypeVar("T")
 
@@ -76,7 +75,7 @@ def make_project(root: str, template: str, folder: str, files: List[str], port: 
 
 def run_report(root: str) -> Dict[str, Any]:
     """``report --json`` of the run in ``root``, with ``crashes_drawn``: the crashes its timeline draws."""
-    report = json.loads(local(root, "report", "--json").out)
+    report = json.loads(in_process_cli(["--dir", os.path.join(root, ".run"), "report", "--json"]).out)
     store = RunStore.open(os.path.join(root, ".run"))
     try:
         report["crashes_drawn"] = len(history.load(store).crashes)

@@ -299,12 +299,10 @@ class ViewsAgreeTest(unittest.TestCase):
         self.addCleanup(case.doCleanups)
         case.start(["a", "b", "c", "d", "e", "f"], invoke={"send-after": 0.2},
                    before=[{"id": "notes", "checks": {"ok": ["true"]}, "next": "file-tickets"}])
-        from tests.support.batch import local as cli
-
         def views(owner: str, epoch: int) -> Dict[str, Any]:
-            status = json.loads(cli(case.root, "status", "--json").out)
-            nxt = json.loads(cli(case.root, "next", "--owner", owner, "--epoch", str(epoch), "--json").out)
-            brief = json.loads(cli(case.root, "brief", "--json").out)["brief"]
+            status = case.cli.status()
+            nxt = case.cli("next", "--owner", owner, "--epoch", str(epoch), "--json", code=None).json
+            brief = case.cli("brief", "--json", code=None).json["brief"]
             return {"status": status, "next": nxt, "brief": brief}
 
         first = case.spawn("drive", "--owner", "w1", "--json")
@@ -313,8 +311,8 @@ class ViewsAgreeTest(unittest.TestCase):
             time.sleep(0.02)
         first.kill()
         first.wait()
-        self.assertEqual(cli(case.root, "lease", "break", "--by", "supervisor", "--reason", "w1 was killed").code, 0)
-        taken = json.loads(cli(case.root, "recover", "--owner", "w2", "--json").out)
+        case.cli("lease", "break", "--by", "supervisor", "--reason", "w1 was killed")
+        taken = case.cli("recover", "--owner", "w2", "--json", code=None).json
         epoch = taken["lease"]["epoch"]
         seen = views("w2", epoch)
         decided = seen["next"]
@@ -322,14 +320,14 @@ class ViewsAgreeTest(unittest.TestCase):
         self.assertEqual(seen["status"]["next"]["action"], decided["action"], "status shows the decision next makes")
         self.assertIn(action_text(decided["action"]).split(":")[0], seen["brief"])
         self.assertEqual(taken["action"], decided["action"], "recover persisted the same decision")
-        self.assertEqual(seen["status"]["revision"], json.loads(cli(case.root, "status", "--json").out)["revision"])
+        self.assertEqual(seen["status"]["revision"], case.cli.status()["revision"])
 
         done = case.finish(case.spawn("drive", "--owner", "w2", "--json"))
         self.assertEqual(done["code"], 10, done["err"])
-        state = json.loads(cli(case.root, "status", "--json").out)
+        state = case.cli.status()
         self.assertEqual(state["next"]["decision"], "stop")
         self.assertEqual(state["next"]["reason"], "complete")
-        report = json.loads(cli(case.root, "report", "--json").out)
+        report = case.cli("report", "--json", code=None).json
         history = load(RunStore.open(os.path.join(case.root, ".run")))
         self.assertEqual(report["recoveries"], sum(1 for h in history.holdings if h.takeover), "report and the timeline agree")
         self.assertEqual(report["recoveries"], len(history.crashes))
@@ -338,25 +336,23 @@ class ViewsAgreeTest(unittest.TestCase):
 
     def test_step_start_prints_the_next_action_next_names(self) -> None:
         from tests.test_executor import TargetCase
-        from tests.support.batch import local as cli
-
         case = TargetCase()
         case.setUp()
         self.addCleanup(case.doCleanups)
         case.start(["a", "b"])
-        taken = json.loads(cli(case.root, "lease", "acquire", "--owner", "w", "--json").out)
+        taken = case.cli("lease", "acquire", "--owner", "w", "--json", code=None).json
         creds = ["--owner", "w", "--epoch", str(taken["epoch"])]
-        started = json.loads(cli(case.root, "step", "start", "file-tickets", *creds, "--json").out)
-        nxt = json.loads(cli(case.root, "next", *creds, "--json").out)
+        started = case.cli("step", "start", "file-tickets", *creds, "--json", code=None).json
+        nxt = case.cli("next", *creds, "--json", code=None).json
         self.assertEqual(started["next"]["action"], nxt["action"])
         self.assertEqual((nxt["action"]["kind"], nxt["action"]["index"]), ("effect", 0))
-        status = json.loads(cli(case.root, "status", "--json").out)
+        status = case.cli.status()
         self.assertEqual(status["next"]["action"], nxt["action"])
         # The intent the state keeps (here finish-step, written before any item was done) is no next action.
         for view in (started, status):
             self.assertNotIn("next_action", view)
             self.assertEqual(view["recorded_intent"], {"kind": "finish-step", "step": "file-tickets"})
-        printed = cli(case.root, "step", "start", "file-tickets", *creds)
+        printed = case.cli("step", "start", "file-tickets", *creds, code=None)
         self.assertIn("next effect", printed.out.replace("`", ""))
 
 

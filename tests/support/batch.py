@@ -1,11 +1,11 @@
-"""Shared set-up of the batch tests: a workspace of documents, a batch contract, the command line in a child or in this process."""
+"""Shared set-up of the batch tests: a workspace of documents, a batch contract, the commands it runs.
 
-import json
+The command line on such a run is :class:`tests.support.cli.RunnerCli`.
+"""
+
 import os
 import sys
 from typing import Any, Dict, List, Optional
-
-from tests.support.util import Result, child_env, in_process_cli, python, run, write_contract
 
 TASK = "batch-tickets"
 
@@ -39,35 +39,11 @@ def batch_contract(commands: Dict[str, List[str]], *, items: Any = None, payload
     return block
 
 
-def init_run(root: str, block: Dict[str, Any]) -> str:
-    """Write the contract into ``root`` and start the run in ``root/.run``; return the run folder."""
-    contract = write_contract(os.path.join(root, "contract.md"), block)
-    result = local(root, "init", "--contract", contract)
-    if result.code != 0:
-        raise AssertionError(f"init failed: {result.err}")
-    return os.path.join(root, ".run")
-
-
-def cli(root: str, *args: str, env: Optional[Dict[str, str]] = None, timeout: float = 120) -> Result:
-    """``python -m runner --dir ROOT/.run ARGS`` in a child, from the workspace ``root``."""
-    return run(python("-m", "runner", "--dir", os.path.join(root, ".run"), *args), cwd=root, env=child_env(**(env or {})), timeout=timeout)
-
-
 def kill_env(root: str, window: str, nth: int = 1) -> Dict[str, str]:
     counter = os.path.join(root, f"kill-count-{window}")
     if os.path.exists(counter):
         os.unlink(counter)
     return {"RUNNER_KILL_AT": window, "RUNNER_KILL_NTH": str(nth), "RUNNER_KILL_COUNT": counter}
-
-
-def status(root: str) -> Dict[str, Any]:
-    """``status --json`` of the run, read in this process."""
-    return json.loads(local(root, "status", "--json").out)
-
-
-def local(root: str, *args: str, env: Optional[Dict[str, str]] = None) -> Result:
-    """``--dir ROOT/.run ARGS`` through the command line's entry point in this process, with ``env`` set for the call."""
-    return in_process_cli(["--dir", os.path.join(root, ".run"), *args], env=env)
 
 
 def script(root: str, name: str, text: str) -> List[str]:
