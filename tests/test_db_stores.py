@@ -31,6 +31,7 @@ import urllib.parse
 from typing import Any, List, Optional
 
 from tests.support import real as _real, util as _util
+from tests.support.cli import RunnerCli
 from runner.errors import RetryLater, RunnerError
 from runner.stores import create_store, open_store
 
@@ -87,31 +88,23 @@ class SQLiteRowDamageTest(unittest.TestCase):
         self.addCleanup(scratch.cleanup)
         self.dir = scratch.name
         self.db = os.path.join(self.dir, "runs.db")
-        self.store = ["--store", "sqlite:" + self.db, "--task", TASK]
-        self.env = {"RUNNER_OWNER": "w1", "RUNNER_EPOCH": "1"}
+        self.cli = RunnerCli(self, root=self.dir, store="sqlite:" + self.db, task=TASK,
+                             env={"RUNNER_OWNER": "w1", "RUNNER_EPOCH": "1"})
         for name, payload in (("p1.json", {"n": 1}), ("p2.json", {"n": 2})):
             with open(os.path.join(self.dir, name), "w", encoding="utf-8") as handle:
                 json.dump(payload, handle)
-        self.ok("init", "--contract", _contract(self.dir))
-        self.ok("lease", "acquire", "--owner", "w1", "--ttl", "600")
-        self.ok("step", "start", "only")
-        self.ok("effect", "begin", "e1", "--payload", self.p("p1.json"))
+        self.cli("init", "--contract", _contract(self.dir))
+        self.cli("lease", "acquire", "--owner", "w1", "--ttl", "600")
+        self.cli("step", "start", "only")
+        self.cli("effect", "begin", "e1", "--payload", self.p("p1.json"))
 
     def p(self, name: str) -> str:
         return os.path.join(self.dir, name)
-
-    def cli(self, *args: str) -> _util.Result:
-        return _util.in_process_cli([*self.store, *args], env=self.env)
 
     @staticmethod
     def ended() -> None:
         """Close what the verbs run so far left open, as the end of their processes would (SQLite's connections)."""
         gc.collect()
-
-    def ok(self, *args: str) -> _util.Result:
-        result = self.cli(*args)
-        self.assertEqual(result.code, 0, result.err)
-        return result
 
     def sql(self, *statements: str) -> None:
         db = sqlite3.connect(self.db)
@@ -129,11 +122,9 @@ class SQLiteRowDamageTest(unittest.TestCase):
     def assertRebuiltAndGuarded(self) -> None:
         """The e1 record is back as the journal has it, and a different payload under e1 is refused."""
         shown = self.cli("--json", "effect", "show", "e1")
-        self.assertEqual(shown.code, 0, shown.err)
         self.assertIn("rows-rebuilt", shown.err)
         self.assertEqual(json.loads(shown.out)["state"], "started")
-        other = self.cli("effect", "begin", "e1", "--payload", self.p("p2.json"))
-        self.assertEqual(other.code, 2, other.err)
+        other = self.cli("effect", "begin", "e1", "--payload", self.p("p2.json"), code=2)
         self.assertIn("refusing a different payload", other.err)
         self.assertNoTraceback(other)
 
@@ -152,7 +143,6 @@ class SQLiteRowDamageTest(unittest.TestCase):
     def test_an_edited_envelope_row_is_rebuilt_from_the_journal(self) -> None:
         self.sql("UPDATE runner_runs SET envelope = replace(envelope, '\"status\":\"active\"', '\"status\":\"complete\"')")
         status = self.cli("--json", "status")
-        self.assertEqual(status.code, 0, status.err)
         self.assertEqual(json.loads(status.out)["status"], "active")
 
     def test_rows_rolled_back_are_rolled_forward_and_a_retried_cost_counts_once(self) -> None:
@@ -163,8 +153,8 @@ class SQLiteRowDamageTest(unittest.TestCase):
         finally:
             db.close()
         for key in ("n1", "n2", "n3"):
-            self.ok("effect", "begin", key, "--payload", self.p("p1.json"))
-        newest = json.loads(self.ok("--json", "status").out)["revision"]
+            self.cli("effect", "begin", key, "--payload", self.p("p1.json"))
+        newest = self.cli("--json", "status").json["revision"]
         db = sqlite3.connect(self.db)
         db.execute("UPDATE runner_runs SET envelope = ?, revision = ?, head = ?, rows_digest = ?", old)
         db.execute("DELETE FROM runner_effects")
@@ -172,35 +162,33 @@ class SQLiteRowDamageTest(unittest.TestCase):
         db.commit()
         db.close()
         doctor = self.cli("--json", "doctor")
-        self.assertEqual(doctor.code, 0, doctor.err)
         report = json.loads(doctor.out)
         self.assertFalse(report["healthy"])
         self.assertEqual(report["revision"], newest)
         self.assertEqual([f["code"] for f in report["findings"]], ["rows-rebuilt"])
-        self.ok("cost", "--add", "money=1")
-        after = json.loads(self.ok("--json", "status").out)
+        self.cli("cost", "--add", "money=1")
+        after = self.cli("--json", "status").json
         self.assertEqual(after["revision"], newest + 1)
-        self.assertEqual(sorted(json.loads(self.ok("--json", "effect", "list").out)["effects"]), ["e1", "n1", "n2", "n3"])
-        healthy = json.loads(self.ok("--json", "doctor").out)
+        self.assertEqual(sorted(self.cli("--json", "effect", "list").json["effects"]), ["e1", "n1", "n2", "n3"])
+        healthy = self.cli("--json", "doctor").json
         self.assertTrue(healthy["healthy"], healthy)
 
     def test_doctor_repair_rewrites_the_rows_once(self) -> None:
         self.sql("DELETE FROM runner_effects WHERE key = 'e1'")
-        repaired = json.loads(self.ok("--json", "doctor", "--repair").out)
+        repaired = self.cli("--json", "doctor", "--repair").json
         self.assertEqual([r["code"] for r in repaired["repaired"]], ["rows-rebuilt"])
         again = self.cli("--json", "doctor")
-        self.assertEqual(again.code, 0, again.err)
         self.assertTrue(json.loads(again.out)["healthy"])
         self.assertEqual(again.err, "")
 
     def test_a_journal_that_lost_acknowledged_records_is_unrecoverable(self) -> None:
-        self.ok("effect", "begin", "n1", "--payload", self.p("p1.json"))
+        self.cli("effect", "begin", "n1", "--payload", self.p("p1.json"))
         self.ended()
         before = _util.contents(self.dir)
         self.sql("DELETE FROM runner_journal WHERE rev = (SELECT MAX(rev) FROM runner_journal)",
                  "UPDATE runner_runs SET rows_digest = 'x'")
         for argv in (("status",), ("effect", "begin", "n1", "--payload", self.p("p2.json")), ("doctor",)):
-            result = self.cli(*argv)
+            result = self.cli(*argv, code=None)
             self.assertEqual(result.code, 7, (argv, result.err))
             self.assertIn("journal proves only", result.err)
             self.assertNoTraceback(result)
@@ -209,8 +197,7 @@ class SQLiteRowDamageTest(unittest.TestCase):
 
     def test_a_dropped_journal_table_is_unrecoverable(self) -> None:
         self.sql("DROP TABLE runner_journal")
-        result = self.cli("status")
-        self.assertEqual(result.code, 7, result.err)
+        result = self.cli("status", code=7)
         self.assertNoTraceback(result)
 
 

@@ -87,21 +87,6 @@ class TargetCase(unittest.TestCase):
         with open(os.path.join(self.root, "target.sh"), "w", encoding="utf-8") as handle:
             handle.write(TARGET)
         self.ledger = os.path.join(self.root, "ledger")
-        self.children: List["subprocess.Popen[bytes]"] = []
-        self.addCleanup(self._reap)
-
-    def _reap(self) -> None:
-        for child in self.children:
-            if child.poll() is None:
-                try:
-                    os.kill(child.pid, signal.SIGCONT)
-                    child.kill()
-                except OSError:
-                    pass
-            child.wait()
-            for stream in (child.stdout, child.stderr):
-                if stream:
-                    stream.close()
 
     def gate(self) -> str:
         """A file whose creation lets every held call go on (the target's ``hold-until``)."""
@@ -135,12 +120,6 @@ class TargetCase(unittest.TestCase):
             else:
                 block.setdefault(section, {}).update(values)
         self.cli.init(block)
-
-    def spawn(self, *args: str) -> "subprocess.Popen[bytes]":
-        argv = python("-m", "runner", "--dir", os.path.join(self.root, ".run"), *args)
-        child = subprocess.Popen(argv, cwd=self.root, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        self.children.append(child)
-        return child
 
     def finish(self, child: "subprocess.Popen[bytes]", timeout: float = 60) -> Dict[str, Any]:
         out, err = child.communicate(timeout=timeout)
@@ -200,12 +179,12 @@ class ReceiptTest(TargetCase):
     def test_an_acknowledged_effect_whose_lookup_lags_is_never_called_again(self) -> None:
         """The documented 'run drive again' after exit 8 must not call the target a second time."""
         self.start(["a"], observe={"lag": 30})
-        first = self.finish(self.spawn("drive", "--owner", "w", "--json"))
+        first = self.finish(self.cli.spawn("drive", "--owner", "w", "--json"))
         self.assertEqual(first["code"], 8, first["err"])
         self.assertIn("receipt", first["detail"])
         record = self.effect("a:ticket")
         self.assertEqual((record["state"], record["receipt"]), ("uncertain", {"ticket": "a:ticket"}))
-        again = self.finish(self.spawn("drive", "--owner", "w", "--json"))
+        again = self.finish(self.cli.spawn("drive", "--owner", "w", "--json"))
         self.assertEqual(again["code"], 8, again["err"])
         self.assertIsNone(again["lease"]["owner"], "drive gave its lease back at the stop")
         taken = self.cli("lease", "acquire", "--owner", "w", "--json", code=None).json
@@ -216,7 +195,7 @@ class ReceiptTest(TargetCase):
 
     def test_a_lookup_that_lags_is_looked_at_again_and_verified_before_the_settle_time_is_out(self) -> None:
         self.start(["a"], observe={"lag": 1.0}, effects={"settle_seconds": 30})
-        done = self.finish(self.spawn("drive", "--owner", "w", "--json"))
+        done = self.finish(self.cli.spawn("drive", "--owner", "w", "--json"))
         self.assertEqual(done["code"], 10, done["err"])
         record = self.effect("a:ticket")
         self.assertEqual(record["state"], "verified")
@@ -229,12 +208,12 @@ class ReceiptTest(TargetCase):
 class CallsInFlightTest(TargetCase):
     def test_the_lease_lives_through_a_call_longer_than_its_ttl(self) -> None:
         self.start(["a"], invoke={"hold-until": self.gate()}, lease={"ttl_seconds": 1.5}, timeout=40)
-        first = self.spawn("drive", "--owner", "worker-a", "--json")
+        first = self.cli.spawn("drive", "--owner", "worker-a", "--json")
         self.wait_for_call_in_flight()
         lapse = time.time() + 1.8
         while time.time() < lapse:  # past the lease's ttl, the call still held: only renewals during the call keep it
             time.sleep(0.05)
-        second = self.finish(self.spawn("drive", "--owner", "worker-b", "--json"))
+        second = self.finish(self.cli.spawn("drive", "--owner", "worker-b", "--json"))
         self.open_gate()
         self.assertEqual(second["code"], 3, second["err"])
         self.assertEqual(self.finish(first)["code"], 10)
@@ -242,34 +221,34 @@ class CallsInFlightTest(TargetCase):
 
     def test_a_second_drive_of_the_same_owner_waits_for_the_call_in_flight(self) -> None:
         self.start(["a", "b"], invoke={"send-after": 1.0})
-        first = self.spawn("drive", "--owner", "agent-1", "--json")
+        first = self.cli.spawn("drive", "--owner", "agent-1", "--json")
         self.wait_for_call_in_flight()
-        second = self.finish(self.spawn("drive", "--owner", "agent-1", "--json"))
+        second = self.finish(self.cli.spawn("drive", "--owner", "agent-1", "--json"))
         self.assertEqual(second["code"], 10, second["err"])
         self.assertEqual(self.finish(first)["code"], 9, "the first is fenced by the second's epoch")
         self.assertEqual((self.lines("a:ticket"), self.lines("b:ticket")), (1, 1))
 
     def test_a_killed_drive_whose_call_is_still_on_its_way_then_a_broken_lease_and_a_drive_at_once(self) -> None:
         self.start(["a", "b"], invoke={"send-after": 1.5})
-        first = self.spawn("drive", "--owner", "worker-1", "--json")
+        first = self.cli.spawn("drive", "--owner", "worker-1", "--json")
         call = self.wait_for_call_in_flight()
         first.kill()
         first.wait()
         self.cli("lease", "break", "--by", "supervisor", "--reason", "worker-1 was killed")
         os.kill(call["child"][0], 0)  # the orphaned call is still on its way
         self.assertEqual(self.lines(), 0)
-        second = self.finish(self.spawn("drive", "--owner", "worker-2", "--json"))
+        second = self.finish(self.cli.spawn("drive", "--owner", "worker-2", "--json"))
         self.assertEqual(second["code"], 10, second["err"])
         self.assertEqual((self.lines("a:ticket"), self.lines("b:ticket")), (1, 1))
         self.assertEqual(os.listdir(os.path.join(self.root, ".run", "calls")), [], "no record or payload of a call is left behind")
 
     def test_a_stopped_drive_whose_lease_lapsed_is_fenced_and_its_call_waited_for(self) -> None:
         self.start(["a", "b"], invoke={"send-after": 2.5}, lease={"ttl_seconds": 1})
-        first = self.spawn("drive", "--owner", "worker-1", "--json")
+        first = self.cli.spawn("drive", "--owner", "worker-1", "--json")
         self.wait_for_call_in_flight()
         os.kill(first.pid, signal.SIGSTOP)
         time.sleep(1.2)  # the stopped holder's lease lapses; its call's own process runs on
-        second = self.finish(self.spawn("drive", "--owner", "worker-2", "--json"))
+        second = self.finish(self.cli.spawn("drive", "--owner", "worker-2", "--json"))
         self.assertEqual(second["code"], 10, second["err"])
         os.kill(first.pid, signal.SIGCONT)
         self.assertEqual(self.finish(first)["code"], 9)
@@ -277,7 +256,7 @@ class CallsInFlightTest(TargetCase):
 
     def test_two_drives_of_one_owner_started_together(self) -> None:
         self.start(["a", "b", "c", "d"], invoke={"send-after": 0.3})
-        drives = [self.spawn("drive", "--owner", "agent-1", "--json") for _ in range(2)]
+        drives = [self.cli.spawn("drive", "--owner", "agent-1", "--json") for _ in range(2)]
         results = in_parallel([lambda d=d: self.finish(d) for d in drives])  # type: ignore[misc]
         self.assertIn(10, [r["code"] for r in results])
         self.assertTrue(all(r["code"] in (9, 10) for r in results), results)
@@ -287,26 +266,26 @@ class CallsInFlightTest(TargetCase):
 class CommandProtocolTest(TargetCase):
     def test_not_now_is_retried_after_the_delay_and_bounded_by_its_own_count(self) -> None:
         self.start(["a"], invoke={"exits": "75,75", "retry-after": 0.2}, effects={"max_rate_limited": 3})
-        done = self.finish(self.spawn("drive", "--owner", "w", "--json"))
+        done = self.finish(self.cli.spawn("drive", "--owner", "w", "--json"))
         self.assertEqual(done["code"], 10, done["err"])
         record = self.effect("a:ticket")
         self.assertEqual((record["attempts"], record["deferred"], self.calls(), self.lines()), (3, 2, 3, 1))
 
     def test_not_now_past_its_bound_is_a_spent_limit(self) -> None:
         self.start(["a"], invoke={"exits": "75,75,75,75", "retry-after": 0}, effects={"max_rate_limited": 2})
-        done = self.finish(self.spawn("drive", "--owner", "w", "--json"))
+        done = self.finish(self.cli.spawn("drive", "--owner", "w", "--json"))
         self.assertEqual((done["code"], done["context"]["limit"]), (6, "max_rate_limited"), done)
         self.assertEqual((self.calls(), self.lines()), (2, 0))
 
     def test_exit_9_stops_fenced_and_calls_nothing_more(self) -> None:
         self.start(["a", "b"], invoke={"exits": "9"})
-        done = self.finish(self.spawn("drive", "--owner", "w", "--json"))
+        done = self.finish(self.cli.spawn("drive", "--owner", "w", "--json"))
         self.assertEqual(done["code"], 9, done["err"])
         self.assertEqual((self.calls(), self.lines()), (1, 0))
 
     def test_attempts_are_bounded_by_default_and_spaced_by_the_backoff(self) -> None:
         self.start(["a"], invoke={"answer": "none"}, observe={"lag": 3600}, limits=None, retry={"base_seconds": 0.2, "cap_seconds": 0.2})
-        done = self.finish(self.spawn("drive", "--owner", "w", "--json"), timeout=30)
+        done = self.finish(self.cli.spawn("drive", "--owner", "w", "--json"), timeout=30)
         self.assertEqual((done["code"], done["context"]["limit"]), (6, "max_effect_attempts"), done)
         self.assertEqual(self.calls(), 3)
         # From the journal: each absence set a time no later than the cap after it, and the next attempt began no earlier
@@ -400,12 +379,12 @@ class FlagTest(TargetCase):
 
     def test_an_orphan_the_registry_saw_end_is_not_flagged(self) -> None:
         self.start(["a"], invoke={"send-after": 0.5})
-        first = self.spawn("drive", "--owner", "w1", "--json")
+        first = self.cli.spawn("drive", "--owner", "w1", "--json")
         self.wait_for_call_in_flight()
         first.kill()
         first.wait()
         self.cli("lease", "break", "--by", "supervisor", "--reason", "killed")
-        done = self.finish(self.spawn("drive", "--owner", "w2", "--json"))
+        done = self.finish(self.cli.spawn("drive", "--owner", "w2", "--json"))
         self.assertEqual(done["code"], 10, done["err"])
         self.assertNotIn("flags", self.effect("a:ticket"))
 

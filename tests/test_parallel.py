@@ -109,10 +109,10 @@ class KilledWithCallsInFlightTest(unittest.TestCase):
                 nth = 33 if window == "before-started" else 9
                 items = case.items(nth + 3 if window == "before-started" else 2 * nth)
                 case.start(items, invoke={"send-after": 0.05, "jitter": 0.3}, timeout=10, wrapper=case.killer(window, nth=nth))
-                first = case.finish(case.spawn("drive", "--owner", "w1", "--parallel", "8", "--json"))
+                first = case.finish(case.cli.spawn("drive", "--owner", "w1", "--parallel", "8", "--json"))
                 in_flight_at_kill = len([n for n in os.listdir(os.path.join(case.root, ".run", "calls")) if n.endswith(".json")])
                 broken = case.cli("lease", "break", "--by", "supervisor", "--reason", "w1 was killed", code=None)
-                second = case.finish(case.spawn("drive", "--owner", "w2", "--parallel", "8", "--json"))
+                second = case.finish(case.cli.spawn("drive", "--owner", "w2", "--parallel", "8", "--json"))
                 counts = {key: case.lines(key + ":ticket") for key in items}
                 return {"window": window, "first": first["code"], "broken": broken.code, "second": second["code"], "err": second["err"],
                         "counts": counts, "at_kill": in_flight_at_kill, "left": os.listdir(os.path.join(case.root, ".run", "calls"))}
@@ -133,7 +133,7 @@ class StopsWithCallsInFlightTest(ParallelCase):
     def test_a_cancel_with_32_in_flight_stops_new_calls_at_once_and_ends_reconciled(self) -> None:
         items = self.items(96)
         self.start(items, invoke={"hold-until": self.gate()}, timeout=40)
-        drive = self.spawn("drive", "--owner", "w", "--parallel", "32", "--json")
+        drive = self.cli.spawn("drive", "--owner", "w", "--parallel", "32", "--json")
         self.wait_in_flight(32)
         # another process than the drive's
         self.cli("cancel", "--by", "operator", "--reason", "no longer needed", "--json")
@@ -153,7 +153,7 @@ class StopsWithCallsInFlightTest(ParallelCase):
     def test_sigterm_settles_the_calls_in_flight_releases_the_lease_and_exits_15(self) -> None:
         items = self.items(16)  # 8 in flight at the signal, 8 left for the next drive
         self.start(items, invoke={"hold-until": self.gate()}, timeout=40)
-        drive = self.spawn("drive", "--owner", "w", "--parallel", "8", "--json")
+        drive = self.cli.spawn("drive", "--owner", "w", "--parallel", "8", "--json")
         self.wait_in_flight(8)
         drive.send_signal(signal.SIGTERM)
         self.open_gate()
@@ -163,14 +163,14 @@ class StopsWithCallsInFlightTest(ParallelCase):
         self.assertIsNone(after["lease"]["owner"], "the lease was released")
         self.assertEqual(set(after["effects"]), {"verified"}, "the calls in flight were recorded and observed")
         self.assertEqual(os.listdir(os.path.join(self.root, ".run", "calls")), [])
-        again = self.finish(self.spawn("drive", "--owner", "w2", "--parallel", "8", "--json"))
+        again = self.finish(self.cli.spawn("drive", "--owner", "w2", "--parallel", "8", "--json"))
         self.assertEqual(again["code"], 10, again["err"])
         self.assert_one_each(items)
 
     def test_a_second_signal_stops_at_once_and_the_next_drive_settles_what_was_in_flight(self) -> None:
         items = self.items(16)
         self.start(items, invoke={"hold-until": self.gate()}, timeout=40)
-        drive = self.spawn("drive", "--owner", "w", "--parallel", "8", "--json")
+        drive = self.cli.spawn("drive", "--owner", "w", "--parallel", "8", "--json")
         self.wait_in_flight(8)
         drive.send_signal(signal.SIGINT)
         time.sleep(0.05)
@@ -179,20 +179,20 @@ class StopsWithCallsInFlightTest(ParallelCase):
         self.assertEqual(drive.returncode, -signal.SIGINT)
         self.assertGreaterEqual(self.in_flight(), 1, "the calls it left are still on their way")
         self.open_gate()
-        again = self.finish(self.spawn("drive", "--owner", "w", "--parallel", "8", "--json"))
+        again = self.finish(self.cli.spawn("drive", "--owner", "w", "--parallel", "8", "--json"))
         self.assertEqual(again["code"], 10, again["err"])
         self.assert_one_each(items)
 
     def test_calls_a_stopped_drive_left_at_the_target_count_against_the_next_drives_concurrency(self) -> None:
         items = self.items(16)
         self.start(items, invoke={"hold-until": self.gate(), "spans": 1}, timeout=40)
-        first = self.spawn("drive", "--owner", "w", "--parallel", "8", "--json")
+        first = self.cli.spawn("drive", "--owner", "w", "--parallel", "8", "--json")
         self.wait_in_flight(8)
         first.send_signal(signal.SIGINT)
         time.sleep(0.05)
         first.send_signal(signal.SIGINT)  # stops at once: the 8 calls stay at the target, held
         first.wait(20)
-        second = self.spawn("drive", "--owner", "w", "--parallel", "8", "--json")
+        second = self.cli.spawn("drive", "--owner", "w", "--parallel", "8", "--json")
         self.assertTrue(wait_until(lambda: self.cli.status()["lease"]["epoch"] == 2, 30),
                         "the second drive took the lease")
         # Time enough for a drive that ignored them to send 8 more.
@@ -206,7 +206,7 @@ class StopsWithCallsInFlightTest(ParallelCase):
     def test_sigterm_while_waiting_out_a_retry_after_ends_the_wait_and_calls_nothing_more(self) -> None:
         # Nothing wakes the runner before the 120 s are up, not even its lease (renewed a third of the way into 300 s).
         self.start(["a"], invoke={"exits": "75", "retry-after": 120}, timeout=10, lease={"ttl_seconds": 300})
-        drive = self.spawn("drive", "--owner", "w", "--json")
+        drive = self.cli.spawn("drive", "--owner", "w", "--json")
         # The target said "not now, in 120 s": nothing runs.
         self.assertTrue(wait_until(lambda: self.cli.status()["effects"] == {"absent": 1}, 30), "the 429 was recorded")
         drive.send_signal(signal.SIGTERM)
@@ -221,7 +221,7 @@ class StopsWithCallsInFlightTest(ParallelCase):
         started, gate = os.path.join(self.root, "check.started"), self.gate()
         held = ["sh", "-c", 'touch "$0"; while [ ! -e "$1" ]; do sleep 0.02; done', started, gate]
         self.start(["a"], before=[{"id": "prepare", "checks": {"held": held}, "next": "file-tickets"}])
-        drive = self.spawn("drive", "--owner", "w", "--json")
+        drive = self.cli.spawn("drive", "--owner", "w", "--json")
         self.assertTrue(wait_until(lambda: os.path.exists(started), 30), "the check began")
         drive.send_signal(signal.SIGINT)
         self.open_gate()
@@ -244,7 +244,7 @@ class RateLimitTest(ParallelCase):
             return [sys.executable, "-S", limited, self.root, "8", "--"] if role == "invoke" else []
 
         self.start(items, timeout=10, wrapper=wrapper, effects={"max_rate_limited": 50})
-        result = self.finish(self.spawn("drive", "--owner", "w", "--parallel", "16", "--json"), timeout=120)
+        result = self.finish(self.cli.spawn("drive", "--owner", "w", "--parallel", "16", "--json"), timeout=120)
         self.assertEqual(result["code"], 10, result["err"])
         self.assertGreater(result["drive"]["not_now"], 0, "the target pushed back")
         self.assert_one_each(items)

@@ -18,11 +18,13 @@ from typing import Any, Callable, Dict, List, Tuple
 
 try:
     from .support import util as _util
-    from .support.recovery import Agent, Child, PATCH_KEY, STEPS, TAKEOVER_TTL, World, contract_block, inprocess_cli, process_gone, wait_until
+    from .support.recovery import (Agent, Child, PATCH_KEY, STEPS, TAKEOVER_TTL, World, contract_block, process_gone,
+                                   wait_until)
     from .support.recovery_case import RecoveryCase
 except ImportError:  # run from inside tests/
     from support import util as _util  # type: ignore[no-redef]
-    from support.recovery import Agent, Child, PATCH_KEY, STEPS, TAKEOVER_TTL, World, contract_block, inprocess_cli, process_gone, wait_until  # type: ignore[no-redef]
+    from support.recovery import (Agent, Child, PATCH_KEY, STEPS, TAKEOVER_TTL, World,  # type: ignore[no-redef]
+                                  contract_block, process_gone, wait_until)
     from support.recovery_case import RecoveryCase  # type: ignore[no-redef]
 
 from runner.contract import load_contract
@@ -57,7 +59,7 @@ class NextDrivenRunTest(RecoveryCase):
         """The agent in this process, from ``lease acquire`` to ``complete``."""
         world = self.world()
         world.open_gate()
-        agent = Agent(world, inprocess_cli, "agent-1", poll=0.05)
+        agent = Agent(world, _util.in_process_cli, "agent-1", poll=0.05)
         agent.acquire(TAKEOVER_TTL)
         first_code, first = agent.next()
         self.assertEqual(first_code, 0)
@@ -220,14 +222,15 @@ class Minute37Test(RecoveryCase):
         epoch = str(done["epoch"])
         before = _util.contents(world.run)
         writer = ("--owner", "worker-2", "--epoch", epoch)
-        next_code, again = self.cli(world, "next", *writer)
-        self.assertEqual((next_code, again["reason"]), (8, "needs-reconciliation"))
+        self.assertEqual(self.cli(world).json("next", *writer, code=8)["reason"], "needs-reconciliation")
         (submit_code, refused), (deliver_code, _), (claim_code, _) = [
-            (r.code, _util.one_json(r))
+            (r.code, r.json)
             for r in (
-                inprocess_cli(["--dir", world.run, "--json", "job", *writer, "submit", "tests", "--", *world.job_command()]),
-                inprocess_cli(["--dir", world.run, "--json", "step", *writer, "start", "deliver"]),
-                inprocess_cli(["--dir", world.run, "--json", "step", *writer, "done", "tests", "--evidence", json.dumps({"claim": "the tests passed"})]),
+                _util.in_process_cli(["--dir", world.run, "--json", "job", *writer, "submit", "tests", "--",
+                                      *world.job_command()]),
+                _util.in_process_cli(["--dir", world.run, "--json", "step", *writer, "start", "deliver"]),
+                _util.in_process_cli(["--dir", world.run, "--json", "step", *writer, "done", "tests",
+                                      "--evidence", json.dumps({"claim": "the tests passed"})]),
             )
         ]
         self.assertEqual((submit_code, refused["error"]), (8, "needs-reconciliation"))
@@ -330,10 +333,12 @@ class StopReasonTest(RecoveryCase):
         expected = {"already-running": 3, "awaiting-approval": 4, "cancelled": 5, "limit-exhausted": 6, "state-unrecoverable": 7, "needs-reconciliation": 8, "fenced": 9, "complete": 10,
                     "failed": 12}
         self.assertEqual(set(cases), set(expected))
-        results = _util.in_parallel([lambda w=w, a=a: self.cli(w, "next", *a) for w, a in cases.values()], workers=4)  # type: ignore[misc]
-        for (reason, (world, _args)), (code, decision) in zip(cases.items(), results):
+        calls = [lambda w=w, a=a: self.cli(w)("next", *a, "--json", code=None) for w, a in cases.values()]
+        results = _util.in_parallel(calls, workers=4)  # type: ignore[misc]
+        for (reason, (world, _args)), result in zip(cases.items(), results):
+            decision = result.json
             with self.subTest(reason=reason):
-                self.assertEqual(code, expected[reason], decision)
+                self.assertEqual(result.code, expected[reason], decision)
                 self.assertEqual(EXIT_CODES[reason], expected[reason])
                 self.assert_decision_shape(decision)
                 self.assertEqual((decision["decision"], decision["action"], decision["reason"]), ("stop", None, reason))
@@ -363,28 +368,26 @@ class PlanChangeTest(RecoveryCase):
         run.step_start("analysis")
         writer = ("--owner", "worker-1", "--epoch", "1")
         before = _util.contents(world.run)
-        (next_code, next_out), (recover_code, recover_out) = _util.in_parallel([
-            lambda: self.cli(world, "next", *writer, "--contract", changed),
-            lambda: self.cli(world, "recover", "--owner", "worker-2", "--contract", changed),
+        cli = self.cli(world)
+        _, recover_out = _util.in_parallel([
+            lambda: cli.json("next", *writer, "--contract", changed, code=2, reason="invalid-input"),
+            lambda: cli.json("recover", "--owner", "worker-2", "--contract", changed, code=2, reason="invalid-input"),
         ])
-        self.assertEqual((next_code, next_out["error"]), (2, "invalid-input"))
-        self.assertEqual((recover_code, recover_out["error"]), (2, "invalid-input"))
         self.assertIn("migrate", recover_out["message"])
         self.assertEqual(_util.contents(world.run), before)
 
-        code, migrated = self.cli(world, "migrate", *writer, "--contract", changed, "--reason", "a person must review the diff before delivery")
-        self.assertEqual(code, 0, migrated)
+        migrated = cli.json("migrate", *writer, "--contract", changed,
+                            "--reason", "a person must review the diff before delivery")
         new_digest = content_digest(load_contract(changed))
         self.assertEqual(migrated["plan_digest"], new_digest)
-        (next_code, decision), (old_code, old_out) = _util.in_parallel([
-            lambda: self.cli(world, "next", *writer, "--contract", changed),
-            lambda: self.cli(world, "next", *writer, "--contract", world.contract),
+        decision, _ = _util.in_parallel([
+            lambda: cli.json("next", *writer, "--contract", changed),
+            lambda: cli.json("next", *writer, "--contract", world.contract, code=2, reason="invalid-input"),
         ])
         # worker-1 started analysis under the lease it still holds: it is told to finish it.
-        self.assertEqual((next_code, decision["action"]["kind"], decision["action"]["step"]), (0, "finish-step", "analysis"))
-        self.assertEqual((old_code, old_out["error"]), (2, "invalid-input"))
-        recover_code, recovered = self.cli(world, "recover", "--owner", "worker-1", "--contract", changed)
-        self.assertEqual((recover_code, recovered["action"]["kind"], recovered["lease"]["epoch"]), (0, "resume-step", 2))
+        self.assertEqual((decision["action"]["kind"], decision["action"]["step"]), ("finish-step", "analysis"))
+        recovered = cli.json("recover", "--owner", "worker-1", "--contract", changed)
+        self.assertEqual((recovered["action"]["kind"], recovered["lease"]["epoch"]), ("resume-step", 2))
         state = world.state()
         self.assertEqual(state["plan_digest"], new_digest)
         migrations = [o for o in state["observations"]["authorization"].values() if o.get("source") == "migrate"]
@@ -408,8 +411,8 @@ class CompletionTest(RecoveryCase):
             run.step_start(step)
             run.step_done(step, {"sha256": "e" * 64, "applied": {}, "exit_code": 0, "log_sha256": "f" * 64})
         run.effect_verify("notify:start", {"message_id": "m-1"})
-        code, decision = self.cli(world, "next", "--owner", "worker-1", "--epoch", "1")
-        self.assertEqual((code, decision["reason"]), (10, "complete"), decision)
+        decision = self.cli(world).json("next", "--owner", "worker-1", "--epoch", "1", code=10)
+        self.assertEqual(decision["reason"], "complete", decision)
 
 
 class JobOptionsTest(RecoveryCase):
@@ -424,17 +427,16 @@ class JobOptionsTest(RecoveryCase):
     def test_submit_with_options_after_the_key(self) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ResourceWarning)  # the runner detaches the job's wrapper on purpose
-            result = inprocess_cli(["--dir", self.w.run, "job", "submit", "tests", "--owner", "worker-1", "--epoch", "1", "--json", "--", *self.command])
-        self.assertEqual(result.code, 0, result.out + result.err)
-        self.assertEqual(_util.one_json(result)["command"], self.command)
+            result = self.cli(self.w)("job", "submit", "tests", "--owner", "worker-1", "--epoch", "1", "--json",
+                                      "--", *self.command)
+        self.assertEqual(result.json["command"], self.command)
 
     def test_shard_with_done_after_the_key(self) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ResourceWarning)  # the runner detaches the job's wrapper on purpose
             submit_job(self.run_, "tests", self.command)
-        result = inprocess_cli(["--dir", self.w.run, "--json", "job", "shard", "tests", "--done", "2", "--owner", "worker-1", "--epoch", "1"])
-        self.assertEqual(result.code, 0, result.out + result.err)
-        self.assertEqual(_util.one_json(result)["cursor"], 2)
+        shard = self.cli(self.w).json("job", "shard", "tests", "--done", "2", "--owner", "worker-1", "--epoch", "1")
+        self.assertEqual(shard["cursor"], 2)
 
 
 if __name__ == "__main__":

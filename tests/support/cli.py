@@ -1,6 +1,6 @@
 """The command line on one run, as the tests call it: in this process, in a child, or left running.
 
-Every call names the run (``--dir ROOT/.run``) and asserts its exit code (0
+Every call names the run (``--dir ROOT/.run``, or a store URL) and asserts its exit code (0
 unless it says another; None asserts nothing) and, for a refusal, its reason;
 what a call printed is a :class:`Result`, whose ``json`` is the one object a
 ``--json`` command prints. The folder is
@@ -23,12 +23,13 @@ class RunnerCli:
     :param contract: a contract block: written to ``ROOT/contract.md`` and the run started with ``init``.
     :param root: the project folder; by default a scratch folder removed with the test.
     :param run_dir: the run's folder, when it is not ``ROOT/.run``.
+    :param store: a store's URL, named with ``--store`` (and ``task`` with ``--task``) in place of ``--dir``.
     :param env: variables set for every call (None removes one).
     """
 
     def __init__(self, test: unittest.TestCase, contract: Optional[Dict[str, Any]] = None, *,
-                 root: Optional[str] = None, run_dir: Optional[str] = None,
-                 env: Optional[Dict[str, Optional[str]]] = None) -> None:
+                 root: Optional[str] = None, run_dir: Optional[str] = None, store: Optional[str] = None,
+                 task: Optional[str] = None, env: Optional[Dict[str, Optional[str]]] = None) -> None:
         self.test = test
         if root is None:
             scratch = scratch_dir("runner-cli-")
@@ -36,6 +37,7 @@ class RunnerCli:
             root = scratch.name
         self.root = root
         self.run_dir = run_dir or os.path.join(root, ".run")
+        self._where = ["--store", store, *(["--task", task] if task else [])] if store else ["--dir", self.run_dir]
         self.env: Dict[str, Optional[str]] = dict(env or {})
         self._writer: List[str] = []
         if contract is not None:
@@ -50,14 +52,14 @@ class RunnerCli:
     def writer(self, owner: str, epoch: Any) -> "RunnerCli":
         """The same run, with ``--owner OWNER --epoch EPOCH`` added to every call (before a ``--``)."""
         other = RunnerCli(self.test, root=self.root, run_dir=self.run_dir, env=self.env)
-        other._writer = ["--owner", owner, "--epoch", str(epoch)]
+        other._where, other._writer = self._where, ["--owner", owner, "--epoch", str(epoch)]
         return other
 
     def argv(self, args: Sequence[str]) -> List[str]:
-        """The whole command line of a call: the run's folder, ``args``, and the writer's options before any ``--``."""
+        """The whole command line of a call: where the run is, ``args``, and the writer's options before any ``--``."""
         args = list(args)
         cut = args.index("--") if "--" in args else len(args)
-        return ["--dir", self.run_dir, *args[:cut], *self._writer, *args[cut:]]
+        return [*self._where, *args[:cut], *self._writer, *args[cut:]]
 
     def __call__(self, *args: str, code: Optional[int] = 0, reason: Optional[str] = None,
                  env: Optional[Dict[str, Optional[str]]] = None) -> Result:

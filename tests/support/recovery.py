@@ -198,11 +198,6 @@ class World:
 CLI = Callable[[Sequence[str]], _util.Result]
 
 
-def inprocess_cli(argv: Sequence[str]) -> _util.Result:
-    """The command line's ``main`` with ``argv``, its stdout and stderr captured (calls from several threads take turns)."""
-    return _util.in_process_cli(argv)
-
-
 class AgentError(AssertionError):
     pass
 
@@ -444,10 +439,11 @@ def worker_main(spec_text: str) -> int:
             return _report_worker(spec)
         world = World(spec["root"], spec["rerun_vanished"])
         if spec["mode"] == "work":
-            agent = Agent(world, inprocess_cli, spec["owner"], pause_at=spec.get("pause_at", ()), emit=_emit, heartbeat=WORKER_TTL, commit_shards=spec.get("commit_shards", False))
+            agent = Agent(world, _util.in_process_cli, spec["owner"], pause_at=spec.get("pause_at", ()), emit=_emit,
+                          heartbeat=WORKER_TTL, commit_shards=spec.get("commit_shards", False))
             agent.acquire(WORKER_TTL)
         else:
-            agent = Agent(world, inprocess_cli, spec["owner"], emit=_emit)
+            agent = Agent(world, _util.in_process_cli, spec["owner"], emit=_emit)
             if spec.get("peek"):
                 _emit("PEEK", agent.peek())
             code, decision = agent.recover()

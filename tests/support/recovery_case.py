@@ -12,16 +12,16 @@ import signal
 import tempfile
 import time
 import unittest
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional
 
 from runner.run import Run
 
 try:
-    from . import util as _util
-    from .recovery import DEADLINE, DECISION_KEYS, PATCH_KEY, STEPS, Child, World, inprocess_cli, process_gone
+    from .cli import RunnerCli
+    from .recovery import DEADLINE, DECISION_KEYS, PATCH_KEY, STEPS, Child, World, process_gone
 except ImportError:  # run from inside tests/
-    import util as _util  # type: ignore[no-redef]
-    from recovery import DEADLINE, DECISION_KEYS, PATCH_KEY, STEPS, Child, World, inprocess_cli, process_gone  # type: ignore[no-redef]
+    from cli import RunnerCli  # type: ignore[no-redef]
+    from recovery import DEADLINE, DECISION_KEYS, PATCH_KEY, STEPS, Child, World, process_gone  # type: ignore[no-redef]
 
 
 class RecoveryCase(unittest.TestCase):
@@ -70,10 +70,9 @@ class RecoveryCase(unittest.TestCase):
         self.addCleanup(run.store.fs.close)  # type: ignore[attr-defined]
         return run
 
-    def cli(self, world: World, *args: str) -> Tuple[int, Dict[str, Any]]:
-        """The command line's ``main`` in this process: ``--dir RUN --json ARGS``."""
-        result = inprocess_cli(["--dir", world.run, "--json", *args])
-        return result.code, _util.one_json(result)
+    def cli(self, world: World) -> RunnerCli:
+        """The command line on ``world``'s run."""
+        return RunnerCli(self, root=world.root, run_dir=world.run)
 
     # -- checks shared by the scenarios ----------------------------------------------------
     def assert_decision_shape(self, decision: Dict[str, Any]) -> None:
