@@ -8,7 +8,9 @@ flight, asked to stop by a signal, or pushed back by a rate limit.
 
 import json
 import os
+import select
 import signal
+import subprocess
 import sys
 import time
 import unittest
@@ -17,6 +19,25 @@ from typing import Any, Callable, Dict, List
 from tests.support.fake_http import wait_until
 from tests.support.util import in_parallel
 from tests.test_executor import TargetCase
+
+
+def interrupt_twice(drive: "subprocess.Popen[bytes]", seconds: float = 20) -> None:
+    """SIGINT ``drive``, wait until it says it is stopping, then SIGINT it again.
+
+    A second signal sent before the first was handled would be merged with it (a pending signal is not
+    queued twice), so the second is sent only once the handler's line is on stderr.
+    """
+    drive.send_signal(signal.SIGINT)
+    deadline, said = time.monotonic() + seconds, b""
+    while b"drive: stopping on SIGINT" not in said:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([drive.stderr], [], [], left)[0]:
+            raise AssertionError(f"drive did not say it was stopping within {seconds:g} s: {said[-500:]!r}")
+        chunk = os.read(drive.stderr.fileno(), 65536)  # type: ignore[union-attr]
+        if not chunk:
+            raise AssertionError(f"drive ended before it said it was stopping: {said[-500:]!r}")
+        said += chunk
+    drive.send_signal(signal.SIGINT)
 
 #: Put in front of a contract command: at its window, SIGKILL the runner that started it (its parent), at the Nth passage.
 KILLER = r'''
@@ -172,9 +193,7 @@ class StopsWithCallsInFlightTest(ParallelCase):
         self.start(items, invoke={"hold-until": self.gate()}, timeout=40)
         drive = self.cli.spawn("drive", "--owner", "w", "--parallel", "8", "--json")
         self.wait_in_flight(8)
-        drive.send_signal(signal.SIGINT)
-        time.sleep(0.05)
-        drive.send_signal(signal.SIGINT)
+        interrupt_twice(drive)
         drive.wait(20)  # every call is held: an exit now did not wait for one of them
         self.assertEqual(drive.returncode, -signal.SIGINT)
         self.assertGreaterEqual(self.in_flight(), 1, "the calls it left are still on their way")
@@ -188,9 +207,7 @@ class StopsWithCallsInFlightTest(ParallelCase):
         self.start(items, invoke={"hold-until": self.gate(), "spans": 1}, timeout=40)
         first = self.cli.spawn("drive", "--owner", "w", "--parallel", "8", "--json")
         self.wait_in_flight(8)
-        first.send_signal(signal.SIGINT)
-        time.sleep(0.05)
-        first.send_signal(signal.SIGINT)  # stops at once: the 8 calls stay at the target, held
+        interrupt_twice(first)  # stops at once: the 8 calls stay at the target, held
         first.wait(20)
         second = self.cli.spawn("drive", "--owner", "w", "--parallel", "8", "--json")
         self.assertTrue(wait_until(lambda: self.cli.status()["lease"]["epoch"] == 2, 30),
