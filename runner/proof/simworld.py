@@ -12,10 +12,18 @@ machine:
   the next event. The schedule is therefore a function of the seed alone,
   whatever the threads' timing.
 * :class:`ProcessTable` and :class:`SimProcesses`: pids, start times, alive,
-  stopped or dead, environments and process groups, behind the
-  :class:`runner.processes.Processes` seam.
+  stopped or dead, users, environments and process groups (a command's
+  helper is a process of its group), behind the
+  :class:`runner.processes.Processes` seam. :class:`LeaderOnlyProcesses` and
+  :class:`TrustingProcesses` stand in for it as the runner's did before it
+  counted every process of a call's group, and before it believed a record
+  only of processes carrying the call's token.
 * :class:`MemoryRegistry`: the in-flight registry's storage in a dict shared
-  by every worker (its logic is :class:`runner.inflight.Registry`'s own).
+  by every worker that names the run alike (its logic is
+  :class:`runner.inflight.Registry`'s own); the dict may also hold what the
+  runner never wrote (a record naming another process, a deadline days away,
+  a FIFO). :func:`registry_room` names a worker's dict as the runner names a
+  database run's registry folder.
 * :class:`Ledger` and :class:`MemoryStore`: the run's committed records,
   shared, surviving any worker; each worker's store holds its own view and
   catches up by replaying records (:mod:`runner.stores.codec`), one
@@ -50,7 +58,8 @@ from ..stores.base import Store
 from ..stores.codec import Ops, finish_transition, genesis, new_identity, prepare_transition, replay
 from ..windows import NO_OBSERVER, Observer
 
-__all__ = ["WorkerKilled", "CallIntroduced", "Worker", "Scheduler", "ProcessTable", "SimProcesses", "MemoryRegistry", "Ledger",
+__all__ = ["WorkerKilled", "CallIntroduced", "Worker", "Scheduler", "ProcessTable", "SimProcesses",
+           "LeaderOnlyProcesses", "TrustingProcesses", "MemoryRegistry", "FIFO", "registry_room", "Ledger",
            "MemoryStore", "SimWorld"]
 
 #: Picks at one simulated instant after which the schedule is taken to be stuck (no worker lets time pass).
@@ -62,12 +71,16 @@ class WorkerKilled(BaseException):
 
 
 class CallIntroduced(BaseException):
-    """Raised by a simulated adapter when a call's body first runs: which call this is."""
+    """Raised by a simulated adapter when a call's body first runs: which call this is.
+
+    ``items``: a lookup of many keys' ``(key, payload)`` pairs (its ``key`` and ``payload`` are the first's).
+    """
 
     def __init__(self, kind: str, key: str, payload: Dict[str, Any], epoch: Optional[int], current: Optional[Tuple[Registry, Registered]],
-                 adapter: Any) -> None:
+                 adapter: Any, items: Optional[List[Tuple[str, Dict[str, Any]]]] = None) -> None:
         super().__init__(kind)
         self.kind, self.key, self.payload, self.epoch, self.current, self.adapter = kind, key, payload, epoch, current, adapter
+        self.items = items if items is not None else [(key, payload)]
 
 
 class Worker:
@@ -239,7 +252,7 @@ class Scheduler:
                 self._picks += 1
                 if self._picks > MAX_PICKS_AT_ONE_INSTANT:
                     self.stuck = True
-                    self._abort()
+                    self.abort()
                     continue
                 return ready[0] if len(ready) == 1 else ready[self.rng.randrange(len(ready))]
             times = [w.wake_at for w in self.live if not w.stopped and w.wake_at is not None]
@@ -248,13 +261,13 @@ class Scheduler:
             if not times:
                 if self.live:
                     self.errors.append("no worker can run and nothing is scheduled: " + ", ".join(w.name for w in self.live))
-                    self._abort()
+                    self.abort()
                     continue
                 return None
             when = min(times)
             if when > self.max_time:
                 self.timed_out = True
-                self._abort()
+                self.abort()
                 continue
             self.now = max(self.now, when)
             while self._heap and self._heap[0][0] <= self.now:
@@ -264,7 +277,7 @@ class Scheduler:
                 except Exception as exc:  # a fault of the simulation itself, reported as such
                     self.errors.append(f"event {getattr(fn, '__name__', fn)}: {type(exc).__name__}: {exc}")
 
-    def _abort(self) -> None:
+    def abort(self) -> None:
         """End the schedule: every worker is killed and no event runs."""
         self._heap.clear()
         for worker in self.live:
@@ -275,12 +288,13 @@ class Scheduler:
 # -- processes ------------------------------------------------------------------------------------
 
 class Proc:
-    """One process of the table."""
+    """One process of the table: ``kind`` worker, command, helper (a process a command started in its group) or
+    foreign (none of the run's); ``mine``: it runs as this user."""
 
-    __slots__ = ("pid", "start", "state", "env", "group", "kind")
+    __slots__ = ("pid", "start", "state", "env", "group", "kind", "mine")
 
-    def __init__(self, pid: int, start: str, env: str, group: int, kind: str) -> None:
-        self.pid, self.start, self.env, self.group, self.kind = pid, start, env, group, kind
+    def __init__(self, pid: int, start: str, env: str, group: int, kind: str, mine: bool = True) -> None:
+        self.pid, self.start, self.env, self.group, self.kind, self.mine = pid, start, env, group, kind, mine
         self.state = "running"
 
     @property
@@ -292,20 +306,26 @@ class ProcessTable:
     """Every process of the simulated machine.
 
     Workers get pids of their own that are never reused within a schedule;
-    commands get pids from a small range that wraps, so a dead command's pid
-    comes back with another start time (the start-time check of
-    :meth:`runner.processes.Processes.alive` is what tells them apart).
-    ``can_find``: whether processes' environments can be searched (Linux's
-    ``/proc``); without it, start times are unknown too.
+    commands and their helpers get pids from a small range that wraps, so a
+    dead command's pid comes back with another start time (the start-time
+    check of :meth:`runner.processes.Processes.alive` is what tells them
+    apart). Foreign processes (this user's shell, another user's program)
+    have pids of their own too. ``can_find``: whether processes'
+    environments can be searched (Linux's ``/proc``); without it, start times
+    are unknown too. ``on_kill(group, marker, victims)`` is told of every
+    group a runner kills, with the call's token it acted for.
     """
 
     COMMAND_PIDS = (300, 364)
+    FOREIGN_PIDS = 5000
 
-    def __init__(self, clock: Callable[[], float], can_find: bool) -> None:
-        self.clock, self.can_find = clock, can_find
+    def __init__(self, clock: Callable[[], float], can_find: bool,
+                 on_kill: Optional[Callable[[int, str, List[Proc]], None]] = None) -> None:
+        self.clock, self.can_find, self.on_kill = clock, can_find, on_kill
         self.procs: Dict[int, Proc] = {}
         self._next_worker = 1000
         self._next_command = self.COMMAND_PIDS[0]
+        self._next_foreign = self.FOREIGN_PIDS
 
     def _start_time(self) -> str:
         return str(int(self.clock() * 100))  # clock ticks, as /proc/PID/stat counts them
@@ -317,26 +337,51 @@ class ProcessTable:
         return proc
 
     def new_command(self, env: str) -> Proc:
+        """A command, the leader of a process group of its own."""
+        pid = self._free_command_pid()
+        proc = self.procs[pid] = Proc(pid, self._start_time(), env, pid, "command")
+        return proc
+
+    def new_helper(self, leader: Proc) -> Proc:
+        """A process ``leader`` starts in its group, its environment inherited (the call's token with it)."""
+        pid = self._free_command_pid()
+        proc = self.procs[pid] = Proc(pid, self._start_time(), leader.env, leader.group, "helper")
+        return proc
+
+    def new_foreign(self, mine: bool) -> Proc:
+        """A process that is none of the run's, the leader of its own group: this user's (``mine``) or another's."""
+        pid = self._next_foreign
+        self._next_foreign += 1
+        proc = self.procs[pid] = Proc(pid, self._start_time(), "", pid, "foreign", mine)
+        return proc
+
+    def _free_command_pid(self) -> int:
         low, high = self.COMMAND_PIDS
         for _ in range(high - low):
             pid = self._next_command
             self._next_command = low if pid + 1 >= high else pid + 1
             old = self.procs.get(pid)
             if old is None or not old.alive:
-                proc = self.procs[pid] = Proc(pid, self._start_time(), env, pid, "command")
-                return proc
+                return pid
         raise RuntimeError("the simulated machine ran out of command pids")
 
-    def kill_group(self, group: int) -> None:
-        for proc in self.procs.values():
-            if proc.group == group:
-                proc.state = "dead"
+    def members(self, group: int) -> List[Proc]:
+        """The live processes of ``group``."""
+        return [proc for proc in self.procs.values() if proc.group == group and proc.alive]
+
+    def kill_group(self, group: int, marker: Optional[str] = None) -> None:
+        """SIGKILL every process of ``group``; ``marker``: a runner kills it for the call with that token."""
+        victims = self.members(group)
+        for proc in victims:
+            proc.state = "dead"
+        if marker is not None and self.on_kill is not None:
+            self.on_kill(group, marker, victims)
 
 
 class SimProcesses(Processes):
-    """:class:`runner.processes.Processes` for one process of the simulated machine (``me``).
-
-    Every process of the table is this user's; a command's group is the command alone.
+    """:class:`runner.processes.Processes` for one process of the simulated machine (``me``), as the runner reads
+    ``/proc``: a caller is believed alive only as this user's process at its recorded start time; a command's call
+    lives while any process of its group is this user's, started no earlier than the leader and carrying the token.
     """
 
     def __init__(self, table: ProcessTable, me: Proc) -> None:
@@ -357,11 +402,11 @@ class SimProcesses(Processes):
 
     def ours(self, pid: int) -> bool:
         proc = self.table.procs.get(pid)
-        return proc is not None and proc.alive
+        return proc is not None and proc.alive and proc.mine
 
     def alive(self, pid: int, start: Optional[str]) -> bool:
         proc = self.table.procs.get(pid)
-        if proc is None or not proc.alive:
+        if proc is None or not proc.alive or not proc.mine:
             return False
         return proc.start == start if self.table.can_find else True
 
@@ -371,10 +416,12 @@ class SimProcesses(Processes):
         return VERIFIED if self._member(leader, start, marker) is not None else GONE
 
     def _member(self, leader: int, start: Optional[str], marker: str) -> Optional[Proc]:
+        """The leader itself (whatever its group now) or a process of its group, believed to be the call's."""
         if start is None:
             return None
-        for proc in self.table.procs.values():
-            if proc.alive and proc.group == leader and proc.env == marker and int(proc.start) >= int(start) \
+        named = self.table.procs.get(leader)
+        for proc in ([named] if named is not None and named.alive else []) + self.table.members(leader):
+            if proc.mine and proc.env == marker and int(proc.start) >= int(start) \
                     and (proc.pid != leader or proc.start == start):
                 return proc
         return None
@@ -382,7 +429,7 @@ class SimProcesses(Processes):
     def kill_command(self, leader: int, start: Optional[str], marker: str) -> bool:
         if not self.table.can_find or self._member(leader, start, marker) is None or leader == self.mine.group:
             return False  # never its own group, as the real one
-        self.table.kill_group(leader)
+        self.table.kill_group(leader, marker)
         return True
 
     def find_by_environment(self, marker: str) -> Optional[Tuple[int, Optional[str]]]:
@@ -390,12 +437,63 @@ class SimProcesses(Processes):
             return None
         for pid in sorted(self.table.procs):
             proc = self.table.procs[pid]
-            if proc.alive and proc.env == marker and pid != self.mine.pid:
+            if proc.alive and proc.mine and proc.env == marker and pid != self.mine.pid:
                 return pid, proc.start
         return None
 
 
+class LeaderOnlyProcesses(SimProcesses):
+    """Broken, as the runner was before it counted a call's whole group: a command's call lives only while its
+    leader runs at its recorded start time, so a helper the leader left behind is not seen."""
+
+    def _member(self, leader: int, start: Optional[str], marker: str) -> Optional[Proc]:
+        proc = self.table.procs.get(leader)
+        if start is None or proc is None or not proc.alive or not proc.mine:
+            return None
+        if proc.start != start or proc.env != marker:
+            return None
+        return proc
+
+
+class TrustingProcesses(SimProcesses):
+    """Broken, as the runner was before it treated a call record as untrusted: a recorded process is the call's
+    whenever a process with its pid runs (at the recorded start time, or at any if none is recorded), whoever's
+    it is and whatever it carries, and its group is killed past the call's deadline (another user's group only
+    refuses the signal: the runner does not run as root)."""
+
+    def ours(self, pid: int) -> bool:
+        proc = self.table.procs.get(pid)
+        return proc is not None and proc.alive
+
+    def alive(self, pid: int, start: Optional[str]) -> bool:
+        proc = self.table.procs.get(pid)
+        if proc is None or not proc.alive:
+            return False
+        return start is None or proc.start == start or not self.table.can_find
+
+    def command(self, leader: int, start: Optional[str], marker: str) -> str:
+        return VERIFIED if self.alive(leader, start) else GONE
+
+    def kill_command(self, leader: int, start: Optional[str], marker: str) -> bool:
+        if not self.alive(leader, start) or leader == self.mine.group or not self.table.procs[leader].mine:
+            return False
+        self.table.kill_group(leader, marker)
+        return True
+
+
 # -- the in-flight registry ------------------------------------------------------------------------
+
+#: What a registry's dict holds in place of a file's text for an entry that is a FIFO.
+FIFO = "\0fifo"
+
+
+def registry_room(location: str, run: str) -> str:
+    """The registry a worker uses that reached the run ``run`` (its identity in the database, as
+    :meth:`runner.stores.postgres.PostgresStore.identity` says it) at ``location``: named from the run's identity
+    alone, as :mod:`runner.inflight` names a PostgreSQL run's folder of calls, so that workers that spell the
+    location differently find the same one. ``location`` is what a worker was given; nothing here reads it."""
+    return sha256_hex(run.encode())[:24]
+
 
 class MemoryRegistry(Registry):
     """The in-flight registry with its records in a dict shared by the machine's workers.
@@ -404,6 +502,8 @@ class MemoryRegistry(Registry):
     from a file. ``writable()`` is False once the writing process is dead.
     What the registry moves aside goes to ``aside`` (name: why), which the
     machine's workers may share: the runner's own records never belong there.
+    An entry whose text is :data:`FIFO` is a FIFO, which the runner reads as
+    no file at all.
     """
 
     def __init__(self, shared: Dict[str, str], processes: Processes, clock: Callable[[], float],
@@ -427,7 +527,12 @@ class MemoryRegistry(Registry):
         data = self.shared.get(name)
         if data is None:
             return None, ""
-        record = json.loads(data)
+        if data == FIFO:
+            return None, "it is a FIFO, not a file"  # as Registry._read finds it, without opening it
+        try:
+            record = json.loads(data)
+        except ValueError:
+            return None, "it is not a JSON call record"
         why = self._problem(name, record)
         return (None, why) if why else (Registered(name, record), "")
 
