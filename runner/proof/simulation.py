@@ -678,7 +678,8 @@ class Schedule:
             self.trace.append(f"{self.sched.now - T0:10.3f} {text}")
 
     def violation(self, kind: str, detail: str, key: Optional[str] = None) -> None:
-        """Record a broken invariant; of ``key``, outside the runner's promise (:meth:`beyond`), only count it."""
+        """Record a broken invariant; of a ``key`` (or item) outside the runner's promise (:meth:`beyond`), only count
+        it."""
         why = self.outside.get(key) if key is not None else None
         if why is not None and kind in _BEYOND_KINDS:
             self.count("beyond_promise")
@@ -687,12 +688,14 @@ class Schedule:
         self.violations.append((kind, detail))
         self.log(f"VIOLATION {kind}: {detail}")
 
-    def beyond(self, key: str, why: str, sign: str) -> None:
-        """The world broke its contract with the runner for ``key``: what follows is counted, not a violation."""
+    def beyond(self, key: str, item: str, why: str, sign: str) -> None:
+        """The world broke its contract with the runner for ``key`` and its ``item`` (whatever key the item has later):
+        what follows is counted, not a violation."""
         if key not in self.outside:
-            self.outside[key] = why
             self.count(f"outside:{sign}")
             self.log(f"{key} is outside the runner's promise from now: {why}")
+        self.outside.setdefault(key, why)
+        self.outside.setdefault(item, why)
         self.signs.add(sign)
 
     # -- the list, when the keys are a batch step's items ---------------------------------------------
@@ -1319,8 +1322,8 @@ class Schedule:
                 # references/batch-and-drive.md, section 7: where processes cannot be read, a command whose pid runs is
                 # waited for until its deadline and never killed; one that outlives it may land after the runner has
                 # looked. (A helper whose leader is gone is not that: the runner looked before the deadline.)
-                self.beyond(key, "a command sent past its deadline where processes cannot be read",
-                            "unread-command-past-its-deadline")
+                self.beyond(key, call.payload.get("item", key), "a command sent past its deadline where processes "
+                            "cannot be read", "unread-command-past-its-deadline")
         if self._storm() or rng.random() < p.not_now:
             self.count("answers_not_now")
             if key in self.resent:
@@ -1367,7 +1370,7 @@ class Schedule:
                     self.count("duplicates_beyond_contract")
                 else:
                     calls = ", ".join(e[3] for e in of_item)
-                    self.violation("duplicate", f"{item} holds {len(of_item)} effects, from calls {calls}", key)
+                    self.violation("duplicate", f"{item} holds {len(of_item)} effects, from calls {calls}", item)
         if rng.random() < p.drop:
             self.count("answers_dropped")
             return None
@@ -1376,7 +1379,7 @@ class Schedule:
             return ("proxied", f"{self.shape_rng.choice((502, 503, 504))} from a proxy; the target applied the call")
         if p.lies and self.shape_rng.random() < p.lies:
             self.count("not_now_after_delivery")
-            self.beyond(key, "the target answered 'not now' after it applied a call", "not-now-after-delivery")
+            self.beyond(key, item, "the target answered 'not now' after it applied a call", "not-now-after-delivery")
             return ("not-applied", round(self.shape_rng.uniform(0.1, 10.0), 3) if p.retry_after else None)
         return ("receipt", receipt)
 
