@@ -8,9 +8,9 @@ the first of seeds 1 to 10,000 that catches it, and the real code must pass
 the schedule that does. Each shape of the world that once broke the runner
 is also shown in its smallest world, where the real code keeps its promise
 and the variant that does what the runner did before its fix breaks it.
-Five scenarios found by the simulation in the real code close the module,
-each reduced to one key and the faults that matter; they failed until the
-runner was fixed.
+The flaws the simulation found in the real code close the module, each
+reduced to one key and the faults that matter; they failed until the runner
+was fixed.
 """
 
 import unittest
