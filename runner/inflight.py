@@ -30,7 +30,7 @@ by ``doctor`` and ``brief`` until a person removes it (:func:`findings`):
 anything that is not a regular file of this user's, a name the runner does
 not give, unreadable JSON (but the empty record of a live writer, see
 :meth:`Registry.sweep`), a key that does not match its name, a missing token,
-a missing start time where start times can be read, a deadline later than
+a missing start time where start times can be read, another machine's name, a deadline later than
 its registration plus :data:`MAX_CALL_SECONDS` and :data:`GRACE_SECONDS`, or a
 registration more than :data:`CLOCK_SKEW_SECONDS` in the future.
 
@@ -112,6 +112,9 @@ _MAX_RECORD_BYTES = 1 << 16
 #: The names the runner gives a call's files: ``PREFIX.PID-COUNT-RANDOM`` and a suffix.
 _NAME = re.compile(r"^[0-9a-f]{20}\.([0-9]{1,10})-[0-9]{1,12}-[0-9a-f]{6}(\.json|\.json\.new|\.payload)$")
 _TOKEN = re.compile(r"^[0-9a-f]{24}$")
+#: This machine's name, written into each record: a record written elsewhere (a run folder copied with its
+#: ``calls/``) names processes of that machine, never of this one.
+_HOST = local_maker()["host"]
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 #: What :meth:`Registry._read` says of an empty record (its writer is writing it, or died after creating it).
 _EMPTY = "empty"
@@ -146,7 +149,7 @@ class Registered:
         """The call as :func:`runner.lifecycle.next_move` weighs it (``killable``: a process of it was verified)."""
         child = self.record.get("child")
         return Call(alive, float(self.record["deadline"]), killable, self.record.get("ended_at"),
-                    int((child or self.record["caller"])[0]), str(self.record.get("kind", "invoke")))
+                    int((child or self.record["caller"])[0]), str(self.record.get("kind", "invoke")), child is not None)
 
 
 class SetAside(NamedTuple):
@@ -318,6 +321,8 @@ class Registry:
             return f"its deadline is more than {MAX_CALL_SECONDS + GRACE_SECONDS:g} s after its registration"
         if caller[0] != int(named.group(1)):
             return "its caller is not the process its name gives"
+        if "host" in record and record["host"] != _HOST:
+            return f"it was written on another machine ({str(record['host'])[:60]!r}), whose processes these are not"
         return None
 
     def _entries(self) -> List[str]:
@@ -473,6 +478,7 @@ class Registry:
             "key": key, "kind": kind, "attempt": attempt, "owner": owner, "epoch": epoch,
             "caller": [pid, start], "child": None, "token": os.urandom(12).hex(),
             "registered_at": now, "deadline": now + float(timeout) + GRACE_SECONDS, "ended_at": None,
+            "host": _HOST,
         })
         self._write(call, new=True)
         return call

@@ -13,10 +13,12 @@ its loop acts. The rules it keeps:
 * **Nothing is observed or called while an earlier call of the key may be in
   progress**, whichever of the key's calls that is. A call that is alive is
   waited for until its deadline; after it, a call with a process group of its
-  own (a command) is killed and waited for; a call without one (an in-process
-  call, or a command not started yet) counts as over at its deadline, because
-  the process that made it checks that deadline right before it sends or
-  starts its command, and sends nothing once it has passed.
+  own (a command) is killed and waited for, or, where none of its processes
+  can be verified to be the call's (no ``/proc``), stops the run for a person
+  while it runs; a call without one (an in-process call, or a command not
+  started yet) counts as over at its deadline, because the process that made
+  it checks that deadline right before it sends or starts its command, and
+  sends nothing once it has passed.
 * **An absence is an observation only when no earlier call can still land.**
   A lookup that found nothing sooner than ``settle`` seconds after the last
   call ended is not believed: wait, observe again. A presence is believed at
@@ -93,8 +95,9 @@ class Call(NamedTuple):
     verified to be the call's (:mod:`runner.processes`), which may be killed
     once its deadline passed; an in-process call is the process that made it,
     and a command none of whose processes could be verified is waited for
-    until its deadline, never killed. ``ended_at``: when it was seen to end
-    (None while alive).
+    until its deadline, never killed. ``command``: the call started a
+    process group of its own (``pid`` leads it). ``ended_at``: when it was
+    seen to end (None while alive).
     """
 
     alive: bool
@@ -103,6 +106,7 @@ class Call(NamedTuple):
     ended_at: Optional[float]
     pid: int = 0
     kind: str = "invoke"
+    command: bool = False
 
 
 class Seen(NamedTuple):
@@ -234,6 +238,14 @@ def next_move(facts: Facts) -> Move:
         if running:
             soonest = min(running, key=lambda c: c.deadline)
             return Move("wait-call", until=soonest.deadline, call=soonest)
+        stuck = next((c for c in live if c.command and c.kind == "invoke"), None)
+        if stuck is not None:
+            # A command past its deadline that could be neither verified nor ended may still send: nothing is
+            # looked at or called while it runs.
+            return Move("stop", call=stuck, error=NeedsReconciliation(
+                f"effect {key!r}: the command of an earlier call (process group {stuck.pid}) still runs past its "
+                "deadline, and this machine can neither tell that it is the call's nor end it; once that process "
+                "group has ended (end it, or see that it did), run again", key=key, process_group=stuck.pid))
         # Only calls past their deadline without a process of their own are left: their maker checks the
         # deadline right before it sends, so none of them sends any more (quiet_since counts them ended).
 

@@ -25,9 +25,12 @@ A process of this user at the recorded start time whose environment cannot
 be read (a set-user-id program the command ran) is *unverified*: counted in
 flight until the call's deadline, never killed.
 
-Where ``/proc`` is missing (macOS), start times, groups and environments are
-unknown: a pid that exists and may be signalled by this user is counted as
-alive (the registry bounds that by the call's deadline), and nothing is killed.
+Where ``/proc`` is missing (macOS), start times, group members and environments
+are unknown: a command's call is counted as alive while its leader, or a
+process of its group, exists and may be signalled by this user; nothing is
+killed; and a command that still runs past its deadline stops the run for a
+person (:func:`runner.lifecycle.next_move`), since it can be neither verified
+nor ended.
 
 :class:`Processes` bundles these behind one object, so that a simulation can
 stand in for the operating system (``runner/proof/simworld.py``).
@@ -152,11 +155,13 @@ class Processes:
 
         :returns: :data:`VERIFIED` (a member of the group is believed to be the call's, see the module),
             :data:`UNVERIFIED` (no member is, but the leader runs as this user at the recorded start time and
-            its environment cannot be read; or start times cannot be read here and the pid runs as this
-            user's), or :data:`GONE`.
+            its environment cannot be read; or start times cannot be read here and the leader, or a process
+            of its group, runs as this user's), or :data:`GONE`.
         """
         if not self.can_find():
-            return UNVERIFIED if _signalable(leader) else GONE
+            # A group id is not given to another group while this one has a member: a helper the leader left
+            # behind keeps it, and with it the call, alive.
+            return UNVERIFIED if _signalable(leader) or _group_signalable(leader) else GONE
         return GONE if start is None else self._member(leader, start, marker)[0]
 
     def _member(self, leader: int, start: str, marker: str) -> Tuple[str, Optional[int]]:
@@ -229,6 +234,17 @@ def _signalable(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except OSError:  # gone, or another user's
+        return False
+    return True
+
+
+def _group_signalable(group: int) -> bool:
+    """Whether a process group ``group`` exists with a member this user may signal (where nothing else can be read)."""
+    if not isinstance(group, int) or isinstance(group, bool) or group <= 1:
+        return False
+    try:
+        os.killpg(group, 0)
+    except OSError:  # no such group, or none of its members is this user's
         return False
     return True
 

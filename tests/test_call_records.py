@@ -98,6 +98,19 @@ class Spawned:
 
 
 @unittest.skipUnless(HAS_PROC, "process groups and environments are read from /proc")
+class Blind(Processes):
+    """A machine without /proc: no start times, groups or environments."""
+
+    def can_find(self) -> bool:
+        return False
+
+    def me(self) -> Any:
+        return os.getpid(), None
+
+    def identity(self, pid: int) -> Any:
+        return pid, None
+
+
 class ProcessesTest(unittest.TestCase):
     """What :class:`runner.processes.Processes` believes of real processes."""
 
@@ -157,18 +170,6 @@ class ProcessesTest(unittest.TestCase):
         self.assertFalse(self.processes.alive(pid, str(int(start) + 1)))
 
     def test_where_nothing_can_be_read_a_live_pid_counts_until_its_deadline_and_nothing_is_killed(self) -> None:
-        class Blind(Processes):
-            """A machine without /proc: no start times, groups or environments."""
-
-            def can_find(self) -> bool:
-                return False
-
-            def me(self) -> Any:
-                return os.getpid(), None
-
-            def identity(self, pid: int) -> Any:
-                return pid, None
-
         victim = self.spawned.start(["sleep", "60"], start_new_session=True)
         blind = Blind()
         self.assertEqual(blind.command(victim.pid, None, self.marker), UNVERIFIED)
@@ -182,6 +183,19 @@ class ProcessesTest(unittest.TestCase):
             [(_, view)] = registry.calls(KEY)
             self.assertEqual((view.alive, view.killable), (True, False), "waited for until its deadline, never killed")
             self.assertEqual(registry.set_aside(), [], "a record without start times is what this machine writes")
+
+    def test_where_nothing_can_be_read_a_helper_keeps_its_gone_leaders_call_alive(self) -> None:
+        found = self.group("sleep 60")
+        leader = found["leader"]
+        leader.stdin.close()  # the leader exits; its helper goes on, in the leader's group
+        leader.wait(PATIENCE)
+        blind = Blind()
+        self.assertEqual(blind.command(leader.pid, None, self.marker), UNVERIFIED, "its group still has a member")
+        self.assertFalse(blind.kill_command(leader.pid, None, self.marker))
+        self.assertFalse(gone(found["member"]))
+        os.kill(found["member"], signal.SIGKILL)
+        wait_for("the helper to end", lambda: gone(found["member"]))
+        wait_for("the group to be gone", lambda: blind.command(leader.pid, None, self.marker) == GONE)
 
 
 #: The invoke command of the killed-drive test: a helper of its process group files the ticket, once the
@@ -458,6 +472,7 @@ class RecordTest(unittest.TestCase):
             FAR_DEADLINE: dict(good, deadline=good["registered_at"] + inflight.MAX_CALL_SECONDS + 60),
             "its times are not numbers": dict(good, deadline="soon"),
             "it is not a JSON object": [good],
+            "it was written on another machine ('elsewhere'), whose processes these are not": dict(good, host="elsewhere"),
         }
         if HAS_PROC:
             cases[MISSING_START] = dict(good, caller=[good["caller"][0], None])

@@ -52,6 +52,18 @@ class CallsInFlightTest(unittest.TestCase):
         self.assertEqual(move(effect("started"), calls=(in_process,)).kind, "observe")
         self.assertEqual(quiet_since(Facts(KEY, effect("started"), (in_process,))), T0 + 50)
 
+    def test_past_its_deadline_a_command_that_could_not_be_verified_stops_the_run_while_it_runs(self) -> None:
+        # No /proc (or a set-user-id command): it can be neither told to be the call's nor ended, and may still send.
+        unverified = Call(True, T0 + 50, False, None, 42, "invoke", True)
+        got = move(effect("started"), calls=(unverified,))
+        self.assertEqual((got.kind, got.call, type(got.error).__name__), ("stop", unverified, "NeedsReconciliation"))
+        self.assertIn("process group 42", got.error.message)  # type: ignore[union-attr]
+        self.assertEqual(got.error.context["process_group"], 42)  # type: ignore[union-attr]
+        self.assertEqual(move(effect("started"), calls=(unverified._replace(deadline=T0 + 150),)).kind, "wait-call")
+        self.assertEqual(move(effect("started"), calls=(unverified._replace(alive=False, ended_at=T0 + 60),)).kind, "observe")
+        lookup = unverified._replace(kind="observe")  # a lookup's command creates nothing
+        self.assertEqual(move(effect("started"), calls=(lookup,)).kind, "observe")
+
     def test_every_live_call_of_the_key_is_weighed_not_the_first_listed(self) -> None:
         held = Call(True, T0 + 50, False, None, 41)  # past its deadline, its maker alive
         running = Call(True, T0 + 150, True, None, 42)
