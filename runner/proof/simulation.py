@@ -945,7 +945,8 @@ class Schedule:
         except RunnerError as exc:
             worker.detail = exc.message
             if exc.reason == "needs-reconciliation":
-                kind = "receipt-contradiction" if "observed" in exc.context else "ledger-refusal" if "state" in exc.context else "unknown-outcome"
+                kind = ("receipt-contradiction" if "observed" in exc.context else "ledger-refusal" if "state" in exc.context
+                        else "unverifiable-command" if "process_group" in exc.context else "unknown-outcome")
                 self.count(f"needs-reconciliation:{kind}")
                 if kind == "receipt-contradiction" and not p.over_lag:
                     self.violation("contradiction", f"{worker.name}: {exc.message[:300]}", exc.context.get("key"))
@@ -1318,12 +1319,6 @@ class Schedule:
         if call.past_deadline(now):
             self.count("calls_sent_past_deadline")
             self.signs.add("call-sent-past-its-deadline")
-            if call.proc is not None and call.proc.alive and not p.can_find:
-                # references/batch-and-drive.md, section 7: where processes cannot be read, a command whose pid runs is
-                # waited for until its deadline and never killed; one that outlives it may land after the runner has
-                # looked. (A helper whose leader is gone is not that: the runner looked before the deadline.)
-                self.beyond(key, call.payload.get("item", key), "a command sent past its deadline where processes "
-                            "cannot be read", "unread-command-past-its-deadline")
         if self._storm() or rng.random() < p.not_now:
             self.count("answers_not_now")
             if key in self.resent:
@@ -1350,6 +1345,12 @@ class Schedule:
         remembered = [e for e in held if p.retention is None or e[0] > now - p.retention]
         if p.deduplicates and held and not remembered and key in self.resent:
             self.signs.add("a-resend-past-the-retention")
+            if call.past_deadline(now) and not p.can_find:
+                # references/batch-and-drive.md, section 7: where processes cannot be read, a command that outlives
+                # its deadline is neither verified nor ended; the runner stops for a person while it runs, but what it
+                # sends after the target forgot the key is a second effect no runner can prevent.
+                self.beyond(key, item, "a resend that a command sent past its deadline, where processes cannot be read, "
+                            "reached the target after its retention", "unread-resend-past-the-retention")
         if p.deduplicates and remembered:
             self.count("deduplicated")
             receipt = {"ticket": remembered[0][2], "key": key}
@@ -1538,6 +1539,8 @@ class Schedule:
                 "the last lookup of every open key answered"
         if ending == "needs-reconciliation:receipt-contradiction":
             return "" if self.p.over_lag else "the target kept its settle time, yet an absence contradicted a receipt"
+        if ending == "needs-reconciliation:unverifiable-command":
+            return "" if not self.p.can_find else "processes can be read here, yet a command was taken for one that cannot be verified"
         if ending == "needs-reconciliation:ledger-refusal":
             return "the ledger refused what the lifecycle proposed"
         return f"no fault explains {ending}"

@@ -412,7 +412,8 @@ class SimProcesses(Processes):
 
     def command(self, leader: int, start: Optional[str], marker: str) -> str:
         if not self.table.can_find:
-            return UNVERIFIED if self.ours(leader) else GONE
+            # As the real one: the leader, or a process of its group, of this user's.
+            return UNVERIFIED if self.ours(leader) or any(p.mine for p in self.table.members(leader)) else GONE
         return VERIFIED if self._member(leader, start, marker) is not None else GONE
 
     def _member(self, leader: int, start: Optional[str], marker: str) -> Optional[Proc]:
