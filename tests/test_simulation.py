@@ -440,6 +440,19 @@ class FindingsTest(unittest.TestCase):
         self.assertEqual((result["ending"], result["counts"].get("effects")), ("settled", 1), trace)
         self.assertEqual((result["signs"], result["violations"]), ([], []), trace)
 
+    def test_a_helper_that_outlives_its_leader_where_processes_cannot_be_read_is_never_called_over(self) -> None:
+        # No /proc. w1 starts k1's command, whose leader leaves a helper in its group, and is killed; the leader dies of
+        # SIGPIPE. w2 counted the call ended with its leader, observed absent and called: the helper's call landed too.
+        # Now the call lives while its group has a member; past its deadline, unverifiable and unkillable, it stops w2
+        # for a person, and the next worker finds the helper's effect.
+        result = run_schedule(34, params=quiet(commands=1.0, can_find=False, helpers=1.0, slow_commands=0.5, timeout=3.0,
+                                               kill_window="sim:in-flight", kill_pass=1), trace=True)
+        trace = "\n".join(result["trace"])
+        self.assertIn("w2 exits: needs-reconciliation:unverifiable-command", trace)
+        self.assertIn("c1 helper pid 301 acts after its leader exited", trace)
+        self.assertEqual((result["ending"], result["counts"].get("effects")), ("settled", 1), trace)
+        self.assertEqual(result["violations"], [], trace)
+
     def test_a_not_now_answer_to_a_resend_keeps_the_earlier_outcome_unknown(self) -> None:
         # A deduplicating target that remembers a key for 20 s. The first call is applied and its answer lost; the lookup
         # cannot tell, so the same key is sent again, and the target answers 429 (a storm from 4.5 s to 24.5 s). The ledger
