@@ -12,7 +12,7 @@ tools are reached by their own modules.
 import importlib
 from typing import Any
 
-from .lazy import lazy_exports
+from .base.lazy import lazy_exports
 
 #: Where each exported name lives. A name is imported on first use (PEP 562), so a process that needs one
 #: module of the runner (a job's launcher, a hook, a worker) does not pay for importing all of them.
@@ -20,9 +20,9 @@ _HOMES = {
     **dict.fromkeys(("SCHEMA_VERSION", "canonical_json", "content_digest"), "envelope"),
     **dict.fromkeys(("EXIT_CODES", "RunnerError", "InvalidInput", "AlreadyRunning", "AwaitingApproval", "Cancelled",
                      "LimitExhausted", "StateUnrecoverable", "NeedsReconciliation", "Fenced", "RunComplete", "RetryLater",
-                     "Failed", "ProofFailed", "AlreadyVerified"), "errors"),
+                     "Failed", "ProofFailed", "AlreadyVerified"), "base.errors"),
     **dict.fromkeys(("Adapter", "Observation", "UnknownOutcome", "NotApplied", "Rejected", "StaleEpoch"), "target"),
-    **dict.fromkeys(("FileSystem", "OsFileSystem"), "fs"),
+    **dict.fromkeys(("FileSystem", "OsFileSystem"), "base.fs"),
     **dict.fromkeys(("decide", "recover"), "recovery"),
     **dict.fromkeys(("Run", "submit_job"), "run"),
     **dict.fromkeys(("create_store", "open_store"), "stores"),

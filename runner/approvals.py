@@ -5,7 +5,7 @@ A request records the task id, the plan digest, the step, the action
 digest, and an expiry. A gated effect may begin only when a *granted*
 request matches every one of those fields and has not expired. Anything else
 (no request, a pending or denied one, an expired one, a different payload or
-step, a plan that changed since) is :class:`~runner.errors.AwaitingApproval`.
+step, a plan that changed since) is :class:`~runner.base.errors.AwaitingApproval`.
 
 A grant is single-use: the first effect it lets begin consumes it, recording
 the effect key. A later attempt of that same effect with the same payload
@@ -26,7 +26,7 @@ its first bytes), so a person can tell which draft a grant covers.
 from typing import Any, Dict, List, Optional, Tuple
 
 from .envelope import Ops, format_time, parse_time, validate_id
-from .errors import AwaitingApproval, InvalidInput
+from .base.errors import AwaitingApproval, InvalidInput
 
 __all__ = [
     "request_ops", "answer_ops", "find_grant", "require_grant", "approval_view", "newest_requests", "request_order", "payload_source", "HEAD_BYTES",

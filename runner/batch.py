@@ -17,7 +17,7 @@ payload as a JSON object (its arguments may hold the key placeholders,
 
 The document placeholders read at most :data:`MAX_TEXT_BYTES` of the file and
 need UTF-8 (a leading byte order mark is dropped): a larger file, or one that
-is not UTF-8, is refused with :class:`~runner.errors.InvalidInput` naming the
+is not UTF-8, is refused with :class:`~runner.base.errors.InvalidInput` naming the
 item, never cut short or sent with replacement characters. ``{first_line}``
 keeps its older rule (the first line of any file, undecodable bytes replaced).
 
@@ -80,7 +80,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from .commands import PLACEHOLDERS, expand, many_problems, placeholders_in, run_command
 from .lifecycle import UNRESOLVED
 from .envelope import MAX_DOCUMENT_BYTES, content_digest, format_time, sha256_stream, validate_id
-from .errors import InvalidInput, NeedsReconciliation
+from .base.errors import InvalidInput, NeedsReconciliation
 
 __all__ = [
     "KEY_PLACEHOLDERS",

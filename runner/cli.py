@@ -4,7 +4,7 @@
 are accepted before or after the verb. With ``--json`` a verb prints exactly
 one JSON object on stdout (an error object on failure); diagnostics go to
 stderr as single lines; no verb prompts, and an expected error never prints a
-traceback. Exit codes are those of :mod:`runner.errors`.
+traceback. Exit codes are those of :mod:`runner.base.errors`.
 """
 
 import argparse
@@ -22,9 +22,9 @@ from .commands import INVOKE_EXITS, OBSERVE_EXITS, PLACEHOLDERS
 from .contract import check_contract, load_contract
 from .effects import EFFECT_STATES
 from .envelope import MAX_DOCUMENT_BYTES, MAX_DURATION_SECONDS, loads_strict, read_document
-from .output import best_effort
-from .errors import EXIT_TABLE as EXIT_ROWS
-from .errors import InvalidInput, RunnerError, StateUnrecoverable
+from .base.output import best_effort
+from .base.errors import EXIT_TABLE as EXIT_ROWS
+from .base.errors import InvalidInput, RunnerError, StateUnrecoverable
 from .recovery import decision_exit_code, stop_for_error
 from .run import Run
 from .stores import create_store, open_store, parse_store_url
@@ -33,7 +33,7 @@ from .views import status_view
 
 __all__ = ["main", "build_parser"]
 
-#: The ``--help`` epilog, generated from :data:`runner.errors.EXIT_TABLE`.
+#: The ``--help`` epilog, generated from :data:`runner.base.errors.EXIT_TABLE`.
 EXIT_TABLE = "exit codes: " + ", ".join(f"{row.code} {row.reason}" for row in EXIT_ROWS)
 
 #: What ``effect run`` takes and what its commands' exit codes mean (:mod:`runner.commands`).
@@ -909,7 +909,7 @@ def split_command(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
 
 
 def main(argv: Optional[Sequence[str]] = None, extensions: Sequence[Callable[[Callable[..., argparse.ArgumentParser]], None]] = ()) -> int:
-    """Run one verb; return its exit code. What it prints is best effort (:mod:`runner.output`): a stream
+    """Run one verb; return its exit code. What it prints is best effort (:mod:`runner.base.output`): a stream
     nobody reads never ends a verb, nor changes its code."""
     streams = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = best_effort(sys.stdout), best_effort(sys.stderr)

@@ -42,8 +42,8 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from .envelope import canonical_json, loads_strict, sha256_hex
-from .errors import InvalidInput
-from .pointer import MISSING, matched, parse_pointer, pointer_problem, resolve_pointer, shown
+from .base.errors import InvalidInput
+from .base.pointer import MISSING, matched, parse_pointer, pointer_problem, resolve_pointer, shown
 from .target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 
 # subprocess, selectors, shutil, tempfile and runner.inflight are imported where a command runs: every verb imports this module

@@ -5,7 +5,7 @@ info string is ``json run-contract``. That block is the plan: ``init`` stores
 it in the run, and its canonical digest is the run's plan digest, so any
 change to it is a change of plan. :func:`check_contract` reports every
 problem with the file's line number; :func:`load_contract` returns the block
-or raises :class:`~runner.errors.InvalidInput` with the first problem.
+or raises :class:`~runner.base.errors.InvalidInput` with the first problem.
 """
 
 import fnmatch
@@ -17,7 +17,7 @@ from .envelope import MAX_DURATION_SECONDS, MAX_ID_LENGTH, check_duration, loads
 from .batch import effects_problems as batch_effects_problems
 from .batch import shared_lookup as batch_shared_lookup
 from .batch import step_problems as batch_step_problems
-from .errors import InvalidInput
+from .base.errors import InvalidInput
 from .flow import flow_problems
 from .lease import MAX_TTL_SECONDS
 
@@ -187,7 +187,7 @@ def parse_contract_text(text: str) -> Tuple[Optional[Dict[str, Any]], List[Contr
         pattern = effects.get("key_pattern")
         if isinstance(pattern, str):
             try:
-                from .keypattern import compile_pattern  # here: most runs have no key pattern
+                from .base.keypattern import compile_pattern  # here: most runs have no key pattern
 
                 compile_pattern(pattern)
             except InvalidInput as exc:
@@ -272,7 +272,7 @@ def key_allowed(plan: Dict[str, Any], key: str) -> bool:
     """True when the contract's ``effects.key_pattern`` (if any) matches the whole key.
 
     Matching takes time linear in the key, which is at most :data:`MAX_ID_LENGTH`
-    characters, so it is safe under the run's lock (see :mod:`runner.keypattern`).
+    characters, so it is safe under the run's lock (see :mod:`runner.base.keypattern`).
 
     :raises InvalidInput: the stored pattern is outside the bounded subset (a run
         started before patterns were checked); a migration to a valid contract fixes it.
@@ -281,7 +281,7 @@ def key_allowed(plan: Dict[str, Any], key: str) -> bool:
     if pattern is None:
         return True
     try:
-        from .keypattern import compile_pattern  # here: most runs have no key pattern
+        from .base.keypattern import compile_pattern  # here: most runs have no key pattern
 
         compiled = compile_pattern(pattern)
     except InvalidInput as exc:

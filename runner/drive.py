@@ -28,11 +28,11 @@ from typing import IO, Any, Callable, Dict, Iterator, Optional, Sequence
 from . import batch as _batch
 from .commands import DEFAULT_TIMEOUT, CommandAdapter
 from .envelope import content_digest, parse_time
-from .errors import EXIT_CODES, InvalidInput, RunnerError, Stopped
+from .base.errors import EXIT_CODES, InvalidInput, RunnerError, Stopped
 from .executor import Executor, Job, ThreadWorld
 from .flow import flow_for
 from .lifecycle import UNRESOLVED
-from .quoting import name, number
+from .base.quoting import name, number
 from .recovery import decide, decision_exit_code, recover, refresh_jobs
 from .target import Adapter
 

@@ -39,7 +39,7 @@ from typing import Any, Callable, Dict, List, Optional
 from .approvals import require_grant
 from .contract import effect_needs_approval, key_allowed
 from .envelope import MAX_DOCUMENT_BYTES, Ops, canonical_json, check_nesting, format_time, one_line, validate_id
-from .errors import AlreadyVerified, Cancelled, Failed, InvalidInput, LimitExhausted, NeedsReconciliation, RunComplete
+from .base.errors import AlreadyVerified, Cancelled, Failed, InvalidInput, LimitExhausted, NeedsReconciliation, RunComplete
 from .lifecycle import UNRESOLVED
 from .retry import check_attempts, check_limits, check_wait, limit
 from .stores.codec import local_maker

@@ -17,7 +17,7 @@ import math
 import re
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-from .errors import InvalidInput
+from .base.errors import InvalidInput
 
 try:  # CPython's own SHA-256 (see sha256)
     from _sha256 import sha256 as _short_sha256

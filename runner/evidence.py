@@ -20,8 +20,8 @@ from typing import Any, Dict, List, Optional
 from . import batch as _batch
 from .commands import expand, run_command
 from .envelope import format_time, sha256_stream
-from .errors import InvalidInput
-from . import quoting
+from .base.errors import InvalidInput
+from .base import quoting
 
 #: Seconds a check may run unless its step says otherwise (``timeout_seconds``): long enough for a test suite.
 CHECK_TIMEOUT = 600.0

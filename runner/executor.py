@@ -53,12 +53,12 @@ from . import effects as _effects
 from . import inflight
 from . import retry
 from .envelope import content_digest, format_time, parse_time
-from .errors import Fenced, RunnerError, Stopped
+from .base.errors import Fenced, RunnerError, Stopped
 from .flow import Flow
 from .lease import default_ttl
 from .lifecycle import UNRESOLVED, Answer, Call, Caps, Facts, Move, Seen, next_move
 from .target import Adapter, NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
-from .windows import NO_OBSERVER, Observer
+from .base.windows import NO_OBSERVER, Observer
 
 __all__ = ["Executor", "Job", "World", "ThreadWorld", "caps_for", "DEFAULT_TIMEOUT"]
 
@@ -206,7 +206,7 @@ class Executor:
 
     ``stop_requested`` (set by a signal handler, then :meth:`World.interrupt`)
     ends the loop as a stop does: no new call begins, calls in flight settle,
-    then :class:`~runner.errors.Stopped` is raised.
+    then :class:`~runner.base.errors.Stopped` is raised.
     """
 
     def __init__(self, run: Any, *, registry: Optional[inflight.Registry] = None, world: Optional[World] = None,

@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .lifecycle import UNRESOLVED
 from .envelope import parse_time
-from .errors import RunnerError
+from .base.errors import RunnerError
 from .views import report
 
 __all__ = ["History", "Holding", "StepAttempt", "EffectPath", "Approval", "build", "load", "Recorder", "EXCEPTIONAL"]

@@ -10,7 +10,7 @@ The invariants every hook keeps:
   :func:`runner.stores.file.scan`, which never writes, never locks and never
   quarantines. The only file a hook writes in the run folder is its own
   ``hooks.json`` (the Stop hook's push counter and the compaction record),
-  replaced atomically through :func:`runner.fs.replace_durably`. The one
+  replaced atomically through :func:`runner.base.fs.replace_durably`. The one
   durable transition a hook makes is SessionEnd releasing the lease held by
   this session's own owner id.
 * **Fails open.** Any error of the hook's own, including running past
@@ -20,7 +20,7 @@ The invariants every hook keeps:
   few short lines; every reason is one line of at most :data:`MAX_LINE` characters.
 * **Quoted provenance.** Every text a hook prints that the runner did not
   write (the goal, ids, reasons, paths, damage reports) is a labelled
-  quotation or an id in backticks (:mod:`runner.quoting`); the actions and
+  quotation or an id in backticks (:mod:`runner.base.quoting`); the actions and
   commands it names are built from structured fields.
 
 The session's owner id is ``<harness>-<session id>``: a session resumed
@@ -59,10 +59,10 @@ from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from . import verbs
 from .envelope import canonical_json, format_time
-from .errors import InvalidInput, RunnerError
-from .fs import OsFileSystem, replace_durably
+from .base.errors import InvalidInput, RunnerError
+from .base.fs import OsFileSystem, replace_durably
 from .lease import lease_view
-from .quoting import MESSAGE, NOTICE_SHORT, PATH, fit, moment, name, number, quote, word
+from .base.quoting import MESSAGE, NOTICE_SHORT, PATH, fit, moment, name, number, quote, word
 from .run import Run
 from .stores.codec import decode_identity, local_maker
 from .stores.file_layout import IDENTITY

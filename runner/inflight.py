@@ -52,7 +52,7 @@ so that no other user can take its name meanwhile).
 **The folders are this user's own.** The registry makes its folders with
 mode 0700, and on every use checks, without following links, that its folder
 (and a database run's root) is a folder owned by this user that neither group
-nor others may write, and refuses otherwise (:class:`~runner.errors.InvalidInput`,
+nor others may write, and refuses otherwise (:class:`~runner.base.errors.InvalidInput`,
 naming the folder, its owner and its mode), so that no other user can remove
 or replace a record while its call is in flight. Workers of two users on one run therefore never miss each other's
 calls: a shared folder is refused to the second user, and a PostgreSQL run,
@@ -78,7 +78,7 @@ import time
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from .envelope import format_time, sha256_hex
-from .errors import InvalidInput
+from .base.errors import InvalidInput
 from .lifecycle import Call
 from .processes import GONE, OS_PROCESSES, VERIFIED, Processes
 from .stores.codec import local_maker

@@ -42,8 +42,8 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .envelope import Ops, canonical_json, format_time, loads_strict, parse_time, sha256_hex, sha256_stream, validate_id
-from .errors import InvalidInput, NeedsReconciliation
-from .fs import OsFileSystem, replace_durably
+from .base.errors import InvalidInput, NeedsReconciliation
+from .base.fs import OsFileSystem, replace_durably
 
 # subprocess is imported where a job is started: every verb imports this module (recovery reads the jobs) and most
 # start none, so it would only lengthen each start.

@@ -11,7 +11,7 @@ Semantics:
   lease expired, or the caller is the holder; it always takes
   ``epoch + 1``. Re-acquiring under the same owner id therefore fences any
   older process that used that id. A live holder other than the caller gets
-  :class:`~runner.errors.AlreadyRunning`. Taking the lease from a holder
+  :class:`~runner.base.errors.AlreadyRunning`. Taking the lease from a holder
   that did not release it counts as a recovery, whether the holder's lease
   expired, was broken, or the same owner id takes it again (a restart).
 * ``renew`` extends the expiry only while owner and epoch match and the lease
@@ -32,7 +32,7 @@ rest on them, since a stale writer is refused by its epoch, not by the time.
 from typing import Any, Dict, Optional
 
 from .envelope import Ops, check_duration, format_time, one_line, parse_time, validate_id
-from .errors import AlreadyRunning, Fenced
+from .base.errors import AlreadyRunning, Fenced
 
 __all__ = ["acquire_ops", "renew_ops", "release_ops", "break_ops", "check_fence", "lease_view", "default_ttl", "MAX_TTL_SECONDS",
            "DEFAULT_TTL_SECONDS"]

@@ -9,7 +9,7 @@ carry its moves out and call it again, as tenacity's ``iter()`` decides and
 its loop acts. The rules it keeps:
 
 * **Verified is done.** A verified effect is never called again; a failed one
-  stops with :class:`~runner.errors.Failed`.
+  stops with :class:`~runner.base.errors.Failed`.
 * **Nothing is observed or called while an earlier call of the key may be in
   progress**, whichever of the key's calls that is. A call that is alive is
   waited for until its deadline; after it, a call with a process group of its
@@ -50,7 +50,7 @@ Times are seconds since the epoch, from the run's clock.
 from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 from .envelope import parse_time
-from .errors import Failed, Fenced, NeedsReconciliation, RunnerError
+from .base.errors import Failed, Fenced, NeedsReconciliation, RunnerError
 from .target import describe
 
 __all__ = ["Caps", "Call", "Seen", "Answer", "Facts", "Move", "next_move", "quiet_since", "UNRESOLVED", "LOOK_AGAIN_SECONDS"]

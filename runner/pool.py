@@ -16,7 +16,7 @@ dead worker. A handler is ``module:function`` called as ``handler(store, owner,
 ttl, context)`` for each claimed run and returning an outcome word. A observer
 factory (``module:function``, called as ``factory(context, seed)`` once in
 each worker) gives the observer every store the worker opens is handed, so it
-sees each commit window (:mod:`runner.windows`); ``on_line`` sees every line
+sees each commit window (:mod:`runner.base.windows`); ``on_line`` sees every line
 a worker prints and ``on_exit`` every worker that ended. The pool itself
 neither injects faults nor judges the results: that is its caller's business.
 """
@@ -32,12 +32,12 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
-from .errors import InvalidInput, RunnerError
+from .base.errors import InvalidInput, RunnerError
 from .lease import lease_view
 from .run import Run
 from .stores import list_runs, open_store, run_url
 from .stores.codec import local_maker
-from .windows import NO_OBSERVER, Observer
+from .base.windows import NO_OBSERVER, Observer
 
 # selectors and subprocess are imported where the supervisor uses them: a worker, started once per process the
 # pool runs, needs neither.

@@ -24,7 +24,7 @@ The decision separates ``observations`` (what was read, with its source and
 digest), ``inferences`` (what follows from them) and ``unknowns`` (what no
 observation settled). Those strings, ``detail`` and an action's ``why`` are
 prose for a model: every value in them that the runner did not write (ids,
-reasons, notes, times read from the run) goes through :mod:`runner.quoting`,
+reasons, notes, times read from the run) goes through :mod:`runner.base.quoting`,
 and every command in them is built from structured fields, in backticks.
 
 :func:`recover` takes the lease, reconciles through adapters where given,
@@ -41,9 +41,9 @@ from .approvals import find_grant, newest_requests, request_order
 from .lifecycle import UNRESOLVED
 from .target import Adapter
 from .envelope import content_digest, format_time, parse_time
-from .errors import EXIT_CODES, LimitExhausted, NeedsReconciliation, RunnerError
+from .base.errors import EXIT_CODES, LimitExhausted, NeedsReconciliation, RunnerError
 from .lease import lease_view
-from .quoting import ITEMS, MESSAGE, PERSON, RECORD, WORKER_OR_TARGET, digest, joined, moment, name, number, quote, word
+from .base.quoting import ITEMS, MESSAGE, PERSON, RECORD, WORKER_OR_TARGET, digest, joined, moment, name, number, quote, word
 from .retry import check_limits
 from .steps import plan_steps, started_by_holder
 from .stores.codec import local_maker
@@ -297,7 +297,7 @@ def recover(run: Any, owner: str, ttl: float, adapters: Optional[Dict[str, Adapt
     key still in flight and never calls the target to make the effect;
     observes jobs, decides, and commits the decision as ``next_action``.
     """
-    from .errors import AlreadyRunning
+    from .base.errors import AlreadyRunning
 
     try:
         run.acquire(owner, ttl)

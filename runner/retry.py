@@ -18,7 +18,7 @@ import random as _random
 from typing import Any, Callable, Dict, List, Optional
 
 from .envelope import format_time, parse_time
-from .errors import InvalidInput, LimitExhausted, RetryLater
+from .base.errors import InvalidInput, LimitExhausted, RetryLater
 
 __all__ = [
     "backoff_delay",

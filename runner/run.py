@@ -3,7 +3,7 @@
 Every mutating method runs as one store transaction. Fenced methods first
 check, under the store's lock and against the latest durable state, that
 this object's owner and epoch still hold the lease; a stale or expired
-holder gets :class:`~runner.errors.Fenced` and nothing is written. Control
+holder gets :class:`~runner.base.errors.Fenced` and nothing is written. Control
 methods (``cancel``, ``approval_grant``, ``approval_deny``) come from
 outside the run, from a person or a supervisor, and need no lease.
 
@@ -19,11 +19,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from . import approvals, batch, effects, jobs, lease, retry, steps
 from .envelope import MAX_DURATION_SECONDS, Ops, apply_ops, check_duration, content_digest, format_time, one_line, undo_ops
 from .evidence import observe_step, observed_ops
-from .errors import InvalidInput, LimitExhausted, RunnerError
+from .base.errors import InvalidInput, LimitExhausted, RunnerError
 from .target import Adapter
 from .stores import backend_of, open_store
 from .stores.base import CommitThenRaise, Store
-from .windows import NO_OBSERVER, Observer
+from .base.windows import NO_OBSERVER, Observer
 
 __all__ = ["Run", "submit_job"]
 
@@ -37,12 +37,12 @@ class Run:
     :param epoch: the fencing epoch of ``owner``'s lease.
     :param rand: draws the jitter of retry delays (a seeded one makes them replayable).
     :param observer: receives the step, lease, effect and job windows
-        (:mod:`runner.windows`); by default the store's own observer.
+        (:mod:`runner.base.windows`); by default the store's own observer.
 
-    Every fenced method raises :class:`~runner.errors.Fenced` when this
+    Every fenced method raises :class:`~runner.base.errors.Fenced` when this
     object's owner and epoch no longer hold a live lease, and writes nothing
     then; every method that writes may raise :class:`OSError` when the store
-    cannot commit, and :class:`~runner.errors.StateUnrecoverable` when it finds
+    cannot commit, and :class:`~runner.base.errors.StateUnrecoverable` when it finds
     the run damaged (the damage is quarantined, never replaced).
     """
 
@@ -295,7 +295,7 @@ class Run:
 
         Each change is a function of the state (as the changes before it left
         it) and the time, returning its operations. The fence is checked once:
-        if this object no longer holds the lease, :class:`~runner.errors.Fenced`
+        if this object no longer holds the lease, :class:`~runner.base.errors.Fenced`
         is raised and nothing is written. A change that raises a runner error
         is left out and its error returned in its place; a spent limit is
         still recorded (the run becomes ``blocked``), as a single change would.

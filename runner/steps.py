@@ -27,7 +27,7 @@ from .contract import parse_contract_text
 from .effects import _check_open, cancelled_ops, check_document
 from .lifecycle import UNRESOLVED
 from .envelope import Ops, content_digest, format_time, one_line, validate_id
-from .errors import InvalidInput, NeedsReconciliation, RunComplete
+from .base.errors import InvalidInput, NeedsReconciliation, RunComplete
 from .retry import check_attempts, check_limits, check_wait, limit, next_attempt_at
 
 __all__ = ["start_ops", "done_ops", "fail_ops", "cancel_ops", "migrate_ops", "blocked_ops", "step_failed_ops", "plan_steps", "started_by_holder"]

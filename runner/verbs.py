@@ -26,7 +26,7 @@ from . import jobs as _jobs
 from .approvals import approval_view
 from .batch import begin_payload, observes_itself
 from .envelope import read_document, validate_id
-from .errors import InvalidInput
+from .base.errors import InvalidInput
 from .inflight import findings as calls_findings
 from .lease import DEFAULT_TTL_SECONDS, default_ttl, lease_view
 from .recovery import decide, decision_exit_code, recover as _recover

@@ -5,7 +5,7 @@
   artifacts and hashes, jobs, unresolved effects, failures, and the next
   action. It is what a harness injects when a new session starts, so every
   text in it that the runner did not write is a labelled quotation
-  (:mod:`runner.quoting`).
+  (:mod:`runner.base.quoting`).
 * :func:`events` returns journal records after a sequence number (the
   revision), so an observer that disconnects resumes where it left off. An
   observer only reads: its disconnecting never affects the run.
@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from .effects import FLAGS
 from .lifecycle import UNRESOLVED
 from .envelope import parse_time
-from .quoting import APPROVAL, CONTRACT, EVIDENCE, ITEMS, NOTICE, PERSON, RECORD, TARGET, WORKER, WORKER_OR_TARGET, fit, moment, name, number, quote, word
+from .base.quoting import APPROVAL, CONTRACT, EVIDENCE, ITEMS, NOTICE, PERSON, RECORD, TARGET, WORKER, WORKER_OR_TARGET, fit, moment, name, number, quote, word
 from .steps import plan_steps
 from .batch import progress as batch_progress
 from .evidence import evidence_view
@@ -92,7 +92,7 @@ def brief(state: Dict[str, Any], decision: Optional[Dict[str, Any]] = None, limi
 
     The runner writes every word of it but the quotations: every value it did
     not write (the goal, ids, reasons, receipts, notes) is shown through
-    :mod:`runner.quoting`, after a line that says what quotations are. The
+    :mod:`runner.base.quoting`, after a line that says what quotations are. The
     next action and the stop are built from ``decision``'s fields and its
     prose (``detail``, ``why``), which :func:`runner.recovery.decide` writes
     the same way.

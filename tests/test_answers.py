@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from runner.engines import once
 from runner import executor
-from runner.errors import InvalidInput, NeedsReconciliation, RunnerError
+from runner.base.errors import InvalidInput, NeedsReconciliation, RunnerError
 from runner.lifecycle import Answer, Seen
 from runner.target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 

@@ -32,7 +32,7 @@ except ImportError:
 from runner import approvals, retry
 from runner.contract import load_contract
 from runner.envelope import content_digest, format_time, parse_time
-from runner.errors import AlreadyRunning, Fenced, LimitExhausted, RetryLater
+from runner.base.errors import AlreadyRunning, Fenced, LimitExhausted, RetryLater
 from runner.recovery import recover
 from runner.run import Run
 from runner.stores.file import RunStore

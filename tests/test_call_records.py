@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, List
 
 from runner import inflight
 from runner.effects import begin_ops
-from runner.errors import InvalidInput
+from runner.base.errors import InvalidInput
 from runner.processes import GONE, UNVERIFIED, VERIFIED, Processes, start_time
 from runner.stores.codec import local_maker
 from tests.support.batch import batch_contract

@@ -16,7 +16,7 @@ try:
 except ImportError:
     from support import util as _util
 
-from runner.errors import AlreadyRunning
+from runner.base.errors import AlreadyRunning
 from runner.run import Run
 
 HANDLER = "tests.test_cli_work:handler"

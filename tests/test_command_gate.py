@@ -66,7 +66,7 @@ class GateTest(unittest.TestCase):
     def test_a_registered_command_runs_and_a_missing_program_is_refused_as_before(self) -> None:
         from runner import inflight
         from runner.commands import run_command
-        from runner.errors import InvalidInput
+        from runner.base.errors import InvalidInput
 
         with scratch_dir() as root:
             registry = inflight.Registry(os.path.join(root, "calls"))

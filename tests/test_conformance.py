@@ -13,7 +13,7 @@ from runner.adapters import artifact
 from runner.proof import conformance, ticketservice
 from runner.target import Observation, Rejected, StaleEpoch
 from runner.envelope import content_digest
-from runner.errors import InvalidInput
+from runner.base.errors import InvalidInput
 from runner.run import Run
 from runner.stores.file import RunStore
 from runner.proof.ticketservice import TicketAdapter, TicketServiceProcess

@@ -32,7 +32,7 @@ from typing import Any, List, Optional
 
 from tests.support import real as _real, util as _util
 from tests.support.cli import RunnerCli
-from runner.errors import RetryLater, RunnerError
+from runner.base.errors import RetryLater, RunnerError
 from runner.stores import create_store, open_store
 
 TASK = "db-damage"

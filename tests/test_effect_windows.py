@@ -27,7 +27,7 @@ import uuid
 from typing import Any, Dict, List, Optional, Tuple
 
 from runner.target import StaleEpoch
-from runner.errors import Fenced, NeedsReconciliation
+from runner.base.errors import Fenced, NeedsReconciliation
 from runner.run import Run
 from runner.stores.file import RunStore
 from runner.proof.ticketservice import TicketServiceProcess

@@ -321,7 +321,7 @@ class DBOSOnSQLiteTest(_DBOSEngine, unittest.TestCase):
         self.children.append(runner)
         deadline = time.monotonic() + 120
         while self.call("waiting")["waiting"] != f"effect:{self.key('g2')}":
-            self.assertLess(time.monotonic(), deadline, "the workflow never reached the gate: " + runner.errors())
+            self.assertLess(time.monotonic(), deadline, "the workflow never reached the gate: " + runner.base.errors())
             time.sleep(0.2)
         plan = _plan_digest(job)
         self.call("send", record=_grant(self.workflow_id, plan, "file-tickets", self.key("g2"), {"marker": "g2", "title": "another draft"}))

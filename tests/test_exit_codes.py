@@ -1,4 +1,4 @@
-"""One exit table: ``runner.errors.EXIT_TABLE`` is the single source of codes and reasons.
+"""One exit table: ``runner.base.errors.EXIT_TABLE`` is the single source of codes and reasons.
 
 ``--help`` is generated from it; README.md's exit table must repeat it row for row (code,
 reason, meaning) and SKILL.md's must list the same codes and reasons, each with what the agent
@@ -11,8 +11,8 @@ import re
 import unittest
 from typing import List, Tuple
 
-from runner import errors
-from runner.errors import EXIT_CODES, EXIT_TABLE, RunnerError
+from runner.base import errors
+from runner.base.errors import EXIT_CODES, EXIT_TABLE, RunnerError
 
 from .support import util as _util
 

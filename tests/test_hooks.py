@@ -26,7 +26,7 @@ from tests.support.util import REPO_ROOT, TEMPLATE, child_env, contract_block, w
 
 from runner import hooks
 from runner.contract import load_contract
-from runner.errors import AlreadyRunning
+from runner.base.errors import AlreadyRunning
 from runner.recovery import recover
 from runner.run import Run
 from runner.stores.file import RunStore

@@ -23,8 +23,8 @@ except ImportError:
 
 from runner.contract import key_allowed, parse_contract_text
 from runner.envelope import MAX_DURATION_SECONDS, MAX_JSON_DEPTH, format_time, loads_strict, one_line, parse_time
-from runner.errors import InvalidInput
-from runner.keypattern import KeyPattern, compile_pattern
+from runner.base.errors import InvalidInput
+from runner.base.keypattern import KeyPattern, compile_pattern
 from runner.run import Run
 
 BLOCK: Dict[str, Any] = {

@@ -23,7 +23,7 @@ from unittest import mock
 
 from runner import batch
 from runner.envelope import content_digest, validate_id
-from runner.errors import InvalidInput
+from runner.base.errors import InvalidInput
 from tests.support.batch import batch_contract, script
 from tests.support.cli import RunnerCli
 from tests.support.util import Result, child_env, contract_markdown, python, run, scratch_dir, write_contract

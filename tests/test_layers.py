@@ -112,15 +112,15 @@ class LayerCheckTest(unittest.TestCase):
 
     def test_the_check_fails_on_a_planted_import_cycle(self) -> None:
         # lease imports errors at module level; errors importing lease back, inside a function, closes a cycle.
-        plant = {"errors.py": "\n\ndef _late():\n    from .lease import lease_view  # noqa\n"}
-        added = _planted(self, ["errors.py", "lease.py"], plant)
+        plant = {"base/errors.py": "\n\ndef _late():\n    from ..lease import lease_view  # noqa\n"}
+        added = _planted(self, ["base/errors.py", "lease.py"], plant)
         self.assertEqual(len(added), 1, added)
-        self.assertRegex(added[0], r"^runner/errors\.py:\d+: import cycle runner\.errors -> runner\.lease -> runner\.errors "
-                                   r"\(runner/errors\.py:\d+, runner/lease\.py:\d+\)")
+        self.assertRegex(added[0], r"^runner/base/errors\.py:\d+: import cycle runner\.base\.errors -> runner\.lease -> "
+                                   r"runner\.base\.errors \(runner/base/errors\.py:\d+, runner/lease\.py:\d+\)")
 
     def test_the_command_exits_1_and_prints_what_it_found(self) -> None:
-        copy = _part_of_runner(self, ["errors.py", "lease.py"])
-        _append(os.path.join(copy, "errors.py"), "\n\ndef _late():\n    from .lease import lease_view  # noqa\n")
+        copy = _part_of_runner(self, ["base/errors.py", "lease.py"])
+        _append(os.path.join(copy, "base", "errors.py"), "\n\ndef _late():\n    from ..lease import lease_view  # noqa\n")
         proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "check_layers.py"), copy], capture_output=True, text=True)
         self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
         self.assertEqual(proc.stdout.splitlines()[:-1], check_layers.violations(copy))

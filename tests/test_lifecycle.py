@@ -5,7 +5,7 @@ from typing import Any, Dict, Optional
 
 from runner.envelope import format_time
 from runner.executor import caps_for
-from runner.errors import Failed, Fenced, NeedsReconciliation
+from runner.base.errors import Failed, Fenced, NeedsReconciliation
 from runner.lifecycle import LOOK_AGAIN_SECONDS, Answer, Call, Caps, Facts, Move, Seen, next_move, quiet_since
 
 T0 = 1_790_000_000.0

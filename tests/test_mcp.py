@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional
 from tests.support import real as _real, util as _util
 
 from runner.contract import load_contract
-from runner.errors import InvalidInput
+from runner.base.errors import InvalidInput
 from runner.mcp import jsonrpc
 from runner.mcp.server import Session
 from runner.mcp.tools import TOOLS, _mismatch, text_form, tool_listing

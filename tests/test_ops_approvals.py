@@ -4,7 +4,7 @@ import unittest
 
 from runner import approvals, effects
 from runner.envelope import format_time
-from runner.errors import AwaitingApproval, InvalidInput
+from runner.base.errors import AwaitingApproval, InvalidInput
 
 from .support.ops import DIGEST, OTHER, T0, apply, at_publish, granted, plan, fresh, then
 

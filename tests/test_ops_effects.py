@@ -5,7 +5,7 @@ import unittest
 from runner import effects, steps
 from runner.envelope import format_time
 from runner.stores.codec import local_maker
-from runner.errors import (
+from runner.base.errors import (
     AlreadyVerified,
     AwaitingApproval,
     Cancelled,

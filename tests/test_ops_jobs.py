@@ -27,7 +27,7 @@ except ImportError:
 
 from runner import jobs
 from runner.envelope import apply_ops, canonical_json, format_time, new_envelope
-from runner.errors import InvalidInput, NeedsReconciliation
+from runner.base.errors import InvalidInput, NeedsReconciliation
 
 NOW = _util.CLOCK_START
 PLAN = {"contract": 1, "task_id": "job-ops", "goal": "g", "steps": [{"id": "a"}]}

@@ -17,7 +17,7 @@ except ImportError:
 
 from runner import lease
 from runner.envelope import apply_ops, format_time, new_envelope
-from runner.errors import AlreadyRunning, Fenced, InvalidInput
+from runner.base.errors import AlreadyRunning, Fenced, InvalidInput
 
 NOW = _util.CLOCK_START
 PLAN = {"contract": 1, "task_id": "lease-ops", "goal": "g", "steps": [{"id": "a"}]}

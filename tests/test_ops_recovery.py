@@ -4,7 +4,7 @@ import unittest
 
 from runner import approvals, effects, lease, steps
 from runner.envelope import format_time
-from runner.errors import EXIT_CODES
+from runner.base.errors import EXIT_CODES
 from runner.recovery import decide, decision_exit_code
 
 from .support.ops import DIGEST, T0, apply, at_publish, begun, fresh, granted, held, plan, then, through

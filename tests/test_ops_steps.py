@@ -5,7 +5,7 @@ import unittest
 
 from runner import retry, steps
 from runner.envelope import format_time
-from runner.errors import Cancelled, InvalidInput, LimitExhausted, NeedsReconciliation, RetryLater, RunComplete
+from runner.base.errors import Cancelled, InvalidInput, LimitExhausted, NeedsReconciliation, RetryLater, RunComplete
 
 from .support.ops import EVIDENCE, T0, apply, at_publish, begun, fresh, plan, then, through
 

@@ -13,7 +13,7 @@ import unittest
 from typing import Any, Callable, Dict, List, Optional, Set
 
 from runner.proof.crashcheck import VARIANTS, CrashSpace, RecordingFileSystem, explore
-from runner.fs import FileSystem, OsFileSystem
+from runner.base.fs import FileSystem, OsFileSystem
 from runner.stores.file import RunStore, scan
 
 # Sizes that keep the whole file to a few seconds.

@@ -40,11 +40,12 @@ from tests.support import util as _util
 from tests.support.batch import batch_contract, script
 from tests.support.cli import RunnerCli
 
-from runner import hooks, quoting
+from runner import hooks
+from runner.base import quoting
 from runner.approvals import payload_source
 from runner.contract import load_contract
 from runner.envelope import SCHEMA_VERSION, canonical_json, content_digest, sha256_hex
-from runner.errors import EXIT_CODES
+from runner.base.errors import EXIT_CODES
 from runner.mcp import jsonrpc
 from runner.mcp.server import Session
 from runner.recovery import recover

@@ -29,7 +29,7 @@ except ImportError:  # run from inside tests/
 
 from runner.contract import load_contract
 from runner.envelope import content_digest
-from runner.errors import EXIT_CODES
+from runner.base.errors import EXIT_CODES
 from runner.jobs import observe_job
 from runner.run import Run, submit_job
 from runner.stores.file import JOURNAL

@@ -179,7 +179,7 @@ class ShownCommandsTest(unittest.TestCase):
         self.assertGreater(seen, 25)
 
     def test_a_wrong_command_is_caught(self) -> None:
-        from runner.errors import InvalidInput
+        from runner.base.errors import InvalidInput
 
         with self.assertRaises(InvalidInput):
             build_parser().parse_args(shlex.split("effect begn KEY --payload p.json"))

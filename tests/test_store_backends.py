@@ -15,7 +15,7 @@ try:
 except ImportError:
     from support import util as _util
 
-from runner.errors import InvalidInput
+from runner.base.errors import InvalidInput
 from runner.run import Run
 from runner.stores import BACKENDS, backend_of, create_store, list_runs, open_store, parse_store_url, run_url
 from runner.stores.base import Store

@@ -33,7 +33,7 @@ except ImportError:
     from support import util as _util
 
 from runner.envelope import canonical_json, sha256_hex
-from runner.errors import AlreadyRunning, Fenced, InvalidInput, RunnerError
+from runner.base.errors import AlreadyRunning, Fenced, InvalidInput, RunnerError
 from runner.run import Run
 from runner.stores import create_store, list_runs, open_store
 from runner.stores.file import CommitThenRaise

@@ -21,7 +21,7 @@ try:
 except ImportError:
     from support import util as _util
 
-from runner.errors import StateUnrecoverable
+from runner.base.errors import StateUnrecoverable
 from runner.stores.file import STATE_FILES, RunStore
 from runner.stores.file_layout import decode_snapshot, encode_snapshot
 

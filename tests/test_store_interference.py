@@ -23,7 +23,7 @@ try:
 except ImportError:
     from support import util as _util
 
-from runner.fs import FileSystem, OsFileSystem
+from runner.base.fs import FileSystem, OsFileSystem
 from runner.stores.file import RunStore, check, scan
 from tests.test_authority import CliServer
 

@@ -13,7 +13,7 @@ except ImportError:
     from support import util as _util
 
 from runner.envelope import MAX_DOCUMENT_BYTES, MAX_ID_LENGTH
-from runner.fs import OsFileSystem, SymlinkRefused
+from runner.base.fs import OsFileSystem, SymlinkRefused
 
 
 class SecurityCase(unittest.TestCase):
@@ -165,7 +165,7 @@ class Symlinks(SecurityCase):
         os.symlink(real, link)
         fs = OsFileSystem()
         self.addCleanup(fs.close)
-        with mock.patch("runner.fs.os", _OsWithoutStatInPath()):
+        with mock.patch("runner.base.fs.os", _OsWithoutStatInPath()):
             self.assertEqual(fs.stat(real), (os.lstat(real).st_ino, 3))
             with self.assertRaises(SymlinkRefused):
                 fs.stat(link)

@@ -20,7 +20,7 @@ try:
 except ImportError:
     from support import util as _util
 
-from runner.errors import StateUnrecoverable
+from runner.base.errors import StateUnrecoverable
 from runner.stores import file as file_store
 from runner.stores.file import RunStore, scan
 

@@ -1,4 +1,4 @@
-"""The window table of ``runner.windows`` against the code: what an observer receives, in order.
+"""The window table of ``runner.base.windows`` against the code: what an observer receives, in order.
 
 A :class:`runner.proof.faults.Recorder` is handed to the store (and through
 it to ``Run`` and ``drive_effect``); one transition that compacts, one
@@ -20,7 +20,7 @@ from runner.proof.faults import KillAt, Recorder, kill_point
 from runner.run import Run, submit_job
 from runner.stores.file import RunStore
 from runner.stores.sqlite import SQLiteStore
-from runner.windows import NO_OBSERVER, WINDOW_NAMES, WINDOWS, Observer
+from runner.base.windows import NO_OBSERVER, WINDOW_NAMES, WINDOWS, Observer
 
 try:
     from .support import util as _util

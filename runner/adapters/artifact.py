@@ -39,8 +39,8 @@ from typing import Any, Dict, Optional, Tuple
 
 from ..target import NotApplied, Observation, Rejected, UnknownOutcome
 from ..envelope import sha256_hex, validate_id
-from ..errors import InvalidInput
-from ..fs import OsFileSystem
+from ..base.errors import InvalidInput
+from ..base.fs import OsFileSystem
 
 __all__ = ["ArtifactAdapter", "payload_for"]
 

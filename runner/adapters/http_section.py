@@ -12,7 +12,7 @@ import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..commands import MANY_DEFAULT, MANY_MAX, expand, placeholders_in
-from ..pointer import pointer_problem
+from ..base.pointer import pointer_problem
 
 __all__ = ["FieldProblem", "http_problems", "sensitive", "unsendable", "INVOKE_METHODS", "OBSERVE_METHODS",
            "INVOKE_WORDS", "OBSERVE_WORDS", "MANY_MAX", "PAGE_SIZE_MAX"]

@@ -28,7 +28,7 @@ import time
 from typing import Any, Callable, Dict, Optional
 
 from ..envelope import content_digest, format_time, validate_id
-from ..errors import Failed, Fenced, NeedsReconciliation
+from ..base.errors import Failed, Fenced, NeedsReconciliation
 from ..lifecycle import Answer, Caps, Facts, Seen, next_move
 from ..target import Adapter, NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 

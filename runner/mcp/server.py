@@ -24,7 +24,7 @@ Invariants the session keeps:
   :func:`~runner.mcp.tools.text_form` of its structured content (which stays
   exact), not that content's JSON, and the resources are the brief and the
   status as an outline, so every text the runner did not write reaches a
-  model as a labelled quotation (:mod:`runner.quoting`).
+  model as a labelled quotation (:mod:`runner.base.quoting`).
 """
 
 import os
@@ -34,7 +34,7 @@ import traceback
 from typing import Any, BinaryIO, Callable, Dict, Optional
 
 from .. import __version__, verbs
-from ..errors import Fenced, InvalidInput, RunnerError, StateUnrecoverable
+from ..base.errors import Fenced, InvalidInput, RunnerError, StateUnrecoverable
 from ..hooks import owner_for
 from ..run import Run
 from ..stores import open_store, parse_store_url

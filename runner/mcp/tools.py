@@ -17,14 +17,14 @@ ends something for good (a permanent step failure, a denial, a cancellation, a
 broken lease). The journal itself is append-only, so no tool erases history.
 
 Every structured result has ``ok``, ``reason`` and ``exit_code``: the reason
-names and codes of :data:`runner.errors.EXIT_CODES`, as the command line
+names and codes of :data:`runner.base.errors.EXIT_CODES`, as the command line
 reports them (``reason`` is null on success; for ``recover`` and ``next`` it is
 the decision's stop reason). A refusal is a tool error carrying that reason.
 
 The structured result is exact, for a harness. :func:`text_form` is what a
 model that reads only text gets instead of its JSON: the same fields as an
 outline, with every value the runner did not write (ids, reasons, receipts,
-notes, error messages) quoted by :mod:`runner.quoting`. Only the prose a
+notes, error messages) quoted by :mod:`runner.base.quoting`. Only the prose a
 decision was built with (``detail``, an action's ``why`` and ``approval``,
 the observations, inferences and unknowns of ``recover`` and ``next``) and
 the brief are shown as they are: :func:`runner.recovery.decide` and
@@ -35,11 +35,12 @@ import json
 import re
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
-from .. import quoting, verbs
+from ..base import quoting
+from .. import verbs
 from ..effects import EFFECT_STATES
-from ..errors import EXIT_CODES, InvalidInput
+from ..base.errors import EXIT_CODES, InvalidInput
 from ..lease import MAX_TTL_SECONDS
-from ..quoting import APPROVAL, CONTRACT, EVIDENCE, ITEMS, MESSAGE, NOTICE, PATH, RECORD, TARGET, WORKER, WORKER_OR_TARGET, WORDS
+from ..base.quoting import APPROVAL, CONTRACT, EVIDENCE, ITEMS, MESSAGE, NOTICE, PATH, RECORD, TARGET, WORKER, WORKER_OR_TARGET, WORDS
 from ..views import status_view
 
 __all__ = ["Tool", "TOOLS", "REASONS", "check_arguments", "tool_listing", "summary", "text_form", "outline", "in_tool_words"]
@@ -292,7 +293,7 @@ def outline(value: Any, lines: List[str], indent: str = "", key: str = "", rules
     """Append ``value`` (an object or a list) to ``lines`` as a Markdown outline: fields by name, recorded text quoted.
 
     Field names the runner writes are shown plain; keys of an id map
-    (:data:`_MAPS`) and any unusual key by :func:`runner.quoting.name`. A
+    (:data:`_MAPS`) and any unusual key by :func:`runner.base.quoting.name`. A
     document someone else wrote (a receipt, evidence) is one quotation.
 
     :param rules: per field name (``"*"`` for a list's items and an id map's values): ``True`` for prose the runner

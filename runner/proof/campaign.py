@@ -26,19 +26,19 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..target import Adapter
-from ..errors import RunnerError
+from ..base.errors import RunnerError
 from ..history import Recorder
 from ..recovery import recover
 from ..run import Run, submit_job
 from ..stores.file import RunStore
 from ..timeline import write as write_timeline
-from ..windows import NO_OBSERVER, Observer
+from ..base.windows import NO_OBSERVER, Observer
 from .faults import kill_point, lose_next_answer
 from .ticketservice import TicketAdapter, TicketServiceProcess
 
 __all__ = ["KILL_POINTS", "run_campaign"]
 
-#: Where a worker is told to die: a window of :mod:`runner.windows`, alone or
+#: Where a worker is told to die: a window of :mod:`runner.base.windows`, alone or
 #: with the fault that comes with it (``/torn``: half the record is written;
 #: ``/answer-lost``: the service commits and drops its answer). Grouped by layer.
 KILL_POINTS = (

@@ -3,7 +3,7 @@
 They exist to prove or demonstrate the runner, so they live apart from the
 verbs users run; ``python3 -m runner`` adds them to the parser through
 :func:`runner.cli.build_parser`'s ``extensions``. Each prints its whole report
-and exits with :class:`~runner.errors.ProofFailed`'s code when the proof found
+and exits with :class:`~runner.base.errors.ProofFailed`'s code when the proof found
 a violation, so a failed proof is never confused with the runner failing.
 """
 
@@ -13,7 +13,7 @@ import sys
 from typing import Any, Callable
 
 from ..cli import emit, output_file, positive, warn
-from ..errors import InvalidInput, ProofFailed
+from ..base.errors import InvalidInput, ProofFailed
 
 __all__ = ["add_proof_verbs"]
 

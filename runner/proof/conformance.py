@@ -61,7 +61,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from ..effects import check_document
 from ..target import Observation, Rejected, StaleEpoch, UnknownOutcome
 from ..adapters.artifact import ArtifactAdapter
-from ..errors import InvalidInput
+from ..base.errors import InvalidInput
 
 __all__ = ["CHECKS", "run_conformance", "format_report", "load_factory", "ResponseLosingAdapter", "main"]
 

@@ -10,7 +10,7 @@ import hashlib
 from typing import Any, Callable, Dict, NamedTuple, Optional
 
 from ..envelope import canonical_json
-from ..errors import InvalidInput, RunnerError
+from ..base.errors import InvalidInput, RunnerError
 from ..stores.codec import decode_identity
 from ..stores.file import HEAD, RunStore, decode_head, scan
 from .crash_model import Tree

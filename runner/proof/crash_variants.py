@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple, Type
 from ..stores.codec import decode_identity, decode_record
 from ..stores.file_layout import HEAD
 from ..stores.file_witness import encode_head
-from ..windows import NO_OBSERVER, Observer
+from ..base.windows import NO_OBSERVER, Observer
 from .recording_fs import RecordingFileSystem
 
 __all__ = ["VARIANTS"]

@@ -24,7 +24,7 @@ acknowledged, ``RunStore.open`` must succeed with a revision r, A <= r <= T,
 whose content is exactly the workload's state at revision r, and
 ``runner.stores.file.scan`` must agree. Under this model a store that keeps its
 write protocol loses at most unacknowledged data, so any
-:class:`~runner.errors.StateUnrecoverable` there is a violation. Before
+:class:`~runner.base.errors.StateUnrecoverable` there is a violation. Before
 ``init`` is acknowledged a load may report "no run" (and a new ``init`` must
 then succeed) or give revision 0. For a sample of states the explorer also
 commits once more after the load and reloads, because some write paths break
@@ -52,9 +52,9 @@ import random
 import time
 from typing import Any, Dict, List, NamedTuple, Optional, Set, Tuple
 
-from ..errors import InvalidInput, StateUnrecoverable
+from ..base.errors import InvalidInput, StateUnrecoverable
 from ..stores.file import RunStore
-from ..windows import Observer
+from ..base.windows import Observer
 from .crash_load import _RUN, _digest, _load, _Outcome, _tick_clock, _tree_key
 from .crash_model import DIR_COMBO_LIMIT, CrashSpace, Tree
 from .crash_variants import VARIANTS, _Variant, _variant
@@ -259,7 +259,7 @@ def explore(
     invariant; ``violation_kinds`` counts them by invariant), the witness's
     figures (``false_alarms``, ``head_states``, ``losses_probed``,
     ``losses_caught``; see the module docs) and ``examples``, each naming the
-    operation and the store window (:mod:`runner.windows`) its crash point follows.
+    operation and the store window (:mod:`runner.base.windows`) its crash point follows.
     """
     if transitions < 3:
         raise ValueError("the workload needs at least 3 transitions")

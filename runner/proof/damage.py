@@ -78,7 +78,7 @@ _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 _CHILD = (
     "import json, sys, types\n"
     "pkg = types.ModuleType('runner'); pkg.__path__ = [sys.argv[1] + '/runner']; sys.modules['runner'] = pkg\n"
-    "from runner.errors import RunnerError\n"
+    "from runner.base.errors import RunnerError\n"
     "from runner.stores.file import RunStore\n"
     "from runner.envelope import canonical_json, sha256_hex\n"
     "try:\n"

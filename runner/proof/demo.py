@@ -34,16 +34,16 @@ import time
 from typing import Any, Callable, Dict, IO, List, Optional
 
 from ..envelope import content_digest, sha256_hex
-from ..errors import Cancelled, RunnerError
+from ..base.errors import Cancelled, RunnerError
 from ..recovery import recover
 from ..run import Run
-from ..errors import InvalidInput
+from ..base.errors import InvalidInput
 from ..history import Recorder
 from ..history import load as load_history
 from ..timeline import write as write_timeline
 from ..stores import create_store, list_runs, open_store, parse_store_url, run_url
 from ..stores.file import RunStore
-from ..windows import NO_OBSERVER, Observer
+from ..base.windows import NO_OBSERVER, Observer
 from . import PACKAGE_PARENT
 from .campaign import KILL_POINTS
 from .faults import KillAfterSeconds, die, kill_point, lose_next_answer

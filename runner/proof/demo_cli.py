@@ -38,7 +38,7 @@ __all__ = ["run_demo_cli", "format_cli_table", "demo_contract", "http_contract",
 
 #: How the contract calls the service.
 CLIENTS = ("curl", "python", "http")
-#: The windows an in-process call passes (runner.windows), where ``effects.http`` drivers are killed.
+#: The windows an in-process call passes (runner.base.windows), where ``effects.http`` drivers are killed.
 HTTP_WINDOWS = ("effect:before-started", "effect:after-started", "effect:after-call", "effect:after-ack", "effect:before-verify")
 
 TASK = "demo-documents-cli"

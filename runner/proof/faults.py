@@ -2,7 +2,7 @@
 
 Every crash proof of the project (the campaign, the demo and its worker
 pool, the crash children of the test suite) kills its process through the
-objects here, handed to the core as ``observer=`` (see :mod:`runner.windows`).
+objects here, handed to the core as ``observer=`` (see :mod:`runner.base.windows`).
 Nothing here knows a file name or a private method: a window is chosen by
 name, a pass by its number and, when needed, by the facts the core reports
 with it (``key`` of an effect, for instance).
@@ -15,7 +15,7 @@ import sys
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ..windows import Observer, check_window
+from ..base.windows import Observer, check_window
 
 __all__ = ["die", "KillAt", "KillAfterSeconds", "LoseAnswerThenKill", "Recorder", "Chain", "kill_point", "lose_next_answer"]
 

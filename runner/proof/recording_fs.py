@@ -1,4 +1,4 @@
-"""The recording file system: the store's :class:`~runner.fs.FileSystem`, in memory, under the persistence model.
+"""The recording file system: the store's :class:`~runner.base.fs.FileSystem`, in memory, under the persistence model.
 
 It keeps, beside what a process would read, what the disk is guaranteed to
 hold (:mod:`runner.proof.crash_model`), and logs every durable operation, so
@@ -14,7 +14,7 @@ import posixpath
 import random
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple, Type
 
-from ..fs import FileSystem
+from ..base.fs import FileSystem
 from .crash_model import CrashSpace, Tree, _Change, _content_options, _Dir, _File, _Node
 
 __all__ = ["LogEntry", "RecordingFileSystem"]
@@ -60,7 +60,7 @@ def _parts(path: str) -> Tuple[str, ...]:
 
 
 class RecordingFileSystem(FileSystem):
-    """An in-memory :class:`~runner.fs.FileSystem` that records durable operations.
+    """An in-memory :class:`~runner.base.fs.FileSystem` that records durable operations.
 
     It behaves as the operating system does for everything the store uses:
     missing paths raise ``FileNotFoundError``, exclusive creation of an

@@ -155,13 +155,13 @@ from typing import IO, Any, Callable, Dict, List, NamedTuple, Optional, Set, Tup
 from .. import batch, inflight, steps
 from ..commands import expand
 from ..envelope import parse_time, sha256_hex
-from ..errors import AlreadyRunning, RunnerError
+from ..base.errors import AlreadyRunning, RunnerError
 from ..executor import Executor, Job
 from ..lifecycle import UNRESOLVED, Facts, Move, next_move
 from ..run import Run
 from ..target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 from ..flow import Flow
-from ..windows import Observer
+from ..base.windows import Observer
 from .simworld import (FIFO, CallIntroduced, LeaderOnlyProcesses, Ledger, MemoryRegistry, MemoryStore, Proc,
                        ProcessTable, Scheduler, SimProcesses, SimWorld, TrustingProcesses, Worker, WorkerKilled,
                        registry_room)
@@ -169,7 +169,7 @@ from .simworld import (FIFO, CallIntroduced, LeaderOnlyProcesses, Ledger, Memory
 __all__ = ["KILL_WINDOWS", "INVARIANTS", "VARIANTS", "Params", "draw_params", "Schedule", "run_schedule", "simulate", "format_report",
            "replay_command"]
 
-#: Where a worker may be killed: the executor's and the lease's windows (:mod:`runner.windows`), the store's commit
+#: Where a worker may be killed: the executor's and the lease's windows (:mod:`runner.base.windows`), the store's commit
 #: windows, and the simulation's own points: before a transaction takes the lock, at every ``World.wait``, between a
 #: command's spawn and its registration as the call's child, and at a random instant while a call is on its way.
 KILL_WINDOWS = (

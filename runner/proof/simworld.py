@@ -56,7 +56,7 @@ from ..inflight import Registered, Registry
 from ..processes import GONE, UNVERIFIED, VERIFIED, Processes
 from ..stores.base import Store
 from ..stores.codec import Ops, finish_transition, genesis, new_identity, prepare_transition, replay
-from ..windows import NO_OBSERVER, Observer
+from ..base.windows import NO_OBSERVER, Observer
 
 __all__ = ["WorkerKilled", "CallIntroduced", "Worker", "Scheduler", "ProcessTable", "SimProcesses",
            "LeaderOnlyProcesses", "TrustingProcesses", "MemoryRegistry", "FIFO", "registry_room", "Ledger",

@@ -18,7 +18,7 @@ May import: runner.base, runner.contract, runner.ledger.
 import importlib
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple, Type
 
-from ..errors import InvalidInput
+from ..base.errors import InvalidInput
 from .base import Store
 
 __all__ = ["Backend", "BACKENDS", "backend_of", "parse_store_url", "open_store", "create_store", "run_url", "list_runs"]

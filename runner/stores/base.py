@@ -21,7 +21,7 @@ import abc
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from ..envelope import format_time
-from ..errors import StateUnrecoverable
+from ..base.errors import StateUnrecoverable
 from .codec import Ops
 
 __all__ = ["Store", "CommitThenRaise", "Finding"]

@@ -38,7 +38,7 @@ from ..envelope import (
     undo_ops,
     validate_id,
 )
-from ..errors import InvalidInput
+from ..base.errors import InvalidInput
 
 __all__ = [
     "IDENTITY_FORMAT",

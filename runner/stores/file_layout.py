@@ -26,7 +26,7 @@ import re
 from typing import Any, Dict
 
 from ..envelope import canonical_json, loads_trusted, sha256_hex, validate_envelope
-from ..fs import DIR_MODE, FILE_MODE
+from ..base.fs import DIR_MODE, FILE_MODE
 
 __all__ = ["IDENTITY", "SNAPSHOT", "BACKUP", "JOURNAL", "PREV_JOURNAL", "HEAD", "LOCK", "HOOKS", "QUARANTINE", "DISPLACED", "TMP_SUFFIX",
            "STATE_FILES", "RUN_FILES", "HEAD_SIZE", "SNAPSHOT_FORMAT", "FILE_MODE", "DIR_MODE", "encode_snapshot", "decode_snapshot"]

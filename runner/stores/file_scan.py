@@ -9,7 +9,7 @@ Loading never guesses. A torn final journal line (an append that was never
 acknowledged) is dropped and the drop is recorded. Any other damage is
 rebuilt exactly from another base (the snapshot, the backup, or ``run.json``,
 each continued by the journal) or reported as damage, on which the writer
-stops the run with :class:`~runner.errors.StateUnrecoverable` after moving its
+stops the run with :class:`~runner.base.errors.StateUnrecoverable` after moving its
 files into ``quarantine/``. A journal that ends before the revision the head
 witness names (:mod:`runner.stores.file_witness`) is damage too.
 """
@@ -18,8 +18,8 @@ import os
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..envelope import SchemaMismatch, sha256_hex
-from ..errors import InvalidInput
-from ..fs import FileSystem, OsFileSystem
+from ..base.errors import InvalidInput
+from ..base.fs import FileSystem, OsFileSystem
 from .base import Finding
 from .codec import decode_identity, decode_record, genesis, replay
 from .file_layout import BACKUP, HEAD, IDENTITY, JOURNAL, PREV_JOURNAL, QUARANTINE, SNAPSHOT, STATE_FILES, TMP_SUFFIX, decode_snapshot

@@ -15,7 +15,7 @@ Invariants the store keeps:
   which the journal rebuilds the last acknowledged revision.
 * A load is a :func:`~runner.stores.file_scan.scan` under the lock; what it
   cannot rebuild exactly is moved into ``quarantine/`` (never deleted) and the
-  run stops with :class:`~runner.errors.StateUnrecoverable`. Lossless repairs
+  run stops with :class:`~runner.base.errors.StateUnrecoverable`. Lossless repairs
   it found are made by the next writer. A new run is never created over
   existing or damaged state.
 
@@ -31,9 +31,9 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..envelope import sha256_hex, undo_ops, validate_id
-from ..errors import InvalidInput, StateUnrecoverable
-from ..fs import FileSystem, OsFileSystem, replace_durably
-from ..windows import NO_OBSERVER, Observer
+from ..base.errors import InvalidInput, StateUnrecoverable
+from ..base.fs import FileSystem, OsFileSystem, replace_durably
+from ..base.windows import NO_OBSERVER, Observer
 from .base import Finding, Store
 from .codec import Ops, finish_transition, genesis, new_identity, prepare_transition, replay
 from .file_layout import (BACKUP, DISPLACED, HEAD, HOOKS, IDENTITY, JOURNAL, LOCK, PREV_JOURNAL, QUARANTINE, RUN_FILES, SNAPSHOT, TMP_SUFFIX,
@@ -71,14 +71,14 @@ class RunStore(Store):
         """The options of :meth:`open` and :meth:`create`.
 
         :param path: the run's folder (made absolute, unless ``fs`` is given).
-        :param fs: the file system the store reads and writes through (:mod:`runner.fs`).
+        :param fs: the file system the store reads and writes through (:mod:`runner.base.fs`).
         :param clock: wall clock (seconds since the epoch) for record times.
         :param durability: one of :data:`DURABILITY_MODES`.
         :param compact_min_bytes: the journal size below which no compaction
             happens; above it, the journal is compacted once it reaches a quarter
             of the snapshot's size, which keeps both loading and compaction cost
             proportional to the state, not to its history.
-        :param observer: receives the store's commit windows (see :mod:`runner.windows`).
+        :param observer: receives the store's commit windows (see :mod:`runner.base.windows`).
         :raises InvalidInput: ``durability`` is not one of the modes.
         """
         if durability not in DURABILITY_MODES:

@@ -32,7 +32,7 @@ import re
 from typing import Any, List, Optional, Tuple
 
 from ..envelope import sha256_hex
-from ..errors import InvalidInput, RunnerError, StateUnrecoverable
+from ..base.errors import InvalidInput, RunnerError, StateUnrecoverable
 from .sql import SQLStore
 
 __all__ = ["PostgresStore"]

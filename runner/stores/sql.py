@@ -29,8 +29,8 @@ import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..envelope import canonical_json, format_time, loads_trusted, sha256, sha256_hex, validate_envelope, validate_id
-from ..errors import InvalidInput, RetryLater, RunnerError, StateUnrecoverable
-from ..windows import NO_OBSERVER, Observer
+from ..base.errors import InvalidInput, RetryLater, RunnerError, StateUnrecoverable
+from ..base.windows import NO_OBSERVER, Observer
 from .base import Finding, Store
 from .codec import Ops, decode_identity, decode_record, finish_transition, genesis, new_identity, prepare_transition, replay
 
@@ -122,7 +122,7 @@ class SQLStore(Store):
         :param jobs_root: the local folder under which the run's job files are kept
             (by default beside a SQLite file, else ``.runner-jobs`` in the working folder).
         :param creating: the database may be created (``init``); every other use needs it to exist.
-        :param observer: receives the store's commit windows (see :mod:`runner.windows`).
+        :param observer: receives the store's commit windows (see :mod:`runner.base.windows`).
         """
         self.url = url
         self.observer = observer if observer is not None else NO_OBSERVER

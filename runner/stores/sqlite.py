@@ -11,7 +11,7 @@ import sqlite3
 import urllib.parse
 from typing import Any, List
 
-from ..errors import InvalidInput, RunnerError, StateUnrecoverable
+from ..base.errors import InvalidInput, RunnerError, StateUnrecoverable
 from .sql import SQLStore
 
 __all__ = ["SQLiteStore"]

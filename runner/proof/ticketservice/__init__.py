@@ -67,7 +67,7 @@ implement :class:`runner.target.Adapter`. :class:`TicketServiceProcess`
 starts and stops a service in a child process for tests and demos.
 """
 
-from ...lazy import lazy_exports
+from ...base.lazy import lazy_exports
 
 #: Where each exported name lives. Each is imported on first use: the service's own process needs the
 #: server and the ledger, not the client's HTTP stack, and a worker needs the client alone.

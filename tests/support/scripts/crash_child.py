@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirna
 from runner.contract import load_contract  # noqa: E402
 from runner.proof.faults import KillAt, die  # noqa: E402
 from runner.stores.file import RunStore, scan  # noqa: E402
-from runner.windows import Observer  # noqa: E402
+from runner.base.windows import Observer  # noqa: E402
 from tests.support import util as _util  # noqa: E402
 
 #: Transitions a child commits at most; every kill point is reached well before.

@@ -25,11 +25,11 @@ import os
 import sys
 from typing import Any, Callable, Dict, List, Optional
 
-from runner.errors import RunnerError
+from runner.base.errors import RunnerError
 from runner.proof.faults import KillAt, LoseAnswerThenKill, lose_next_answer
 from runner.proof.ticketservice import TicketAdapter
 from runner.run import Run
-from runner.windows import Observer
+from runner.base.windows import Observer
 
 
 def payload_for(key: str) -> Dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any, Dict
 from runner.proof.faults import KillAt
 from runner.recovery import recover
 from runner.run import Run
-from runner.windows import NO_OBSERVER, Observer
+from runner.base.windows import NO_OBSERVER, Observer
 
 
 def handle(store: Any, owner: str, ttl: float, context: Dict[str, Any]) -> str:

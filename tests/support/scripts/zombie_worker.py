@@ -29,11 +29,11 @@ import time
 from typing import Any, Dict, List, Optional
 
 from runner.target import StaleEpoch
-from runner.errors import Fenced
+from runner.base.errors import Fenced
 from runner.proof.ticketservice import TicketAdapter
 from runner.recovery import recover
 from runner.run import Run
-from runner.windows import Observer, check_window
+from runner.base.windows import Observer, check_window
 
 #: Seconds a paused worker waits for the go file before it gives up (the test failed meanwhile).
 PAUSE_LIMIT = 120.0

@@ -142,7 +142,7 @@ def replace_durably(fs: FileSystem, path: str, data: bytes, sync: bool = True, o
 
     With ``sync`` false the fsyncs are skipped: the replace is still atomic
     for other processes, but survives only the death of a process.
-    ``observer`` is told the store windows between the steps (:mod:`runner.windows`).
+    ``observer`` is told the store windows between the steps (:mod:`runner.base.windows`).
     """
     tmp = path + ".tmp"
     fs.write_file(tmp, data)

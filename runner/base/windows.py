@@ -68,7 +68,7 @@ WINDOW_NAMES = frozenset(name for name, _, _ in WINDOWS)
 def check_window(name: str) -> str:
     """``name`` if it is a window of the table; else ``ValueError`` (so a misspelt window fails, never waits forever)."""
     if name not in WINDOW_NAMES:
-        raise ValueError(f"unknown window {name!r}; see runner.windows.WINDOWS")
+        raise ValueError(f"unknown window {name!r}; see runner.base.windows.WINDOWS")
     return name
 
 
