@@ -25,7 +25,9 @@ its first bytes), so a person can tell which draft a grant covers.
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from .envelope import Ops, format_time, parse_time, validate_id
+from .envelope import Ops
+from .base.values import validate_id
+from .base.times import format_time, parse_time
 from .base.errors import AwaitingApproval, InvalidInput
 
 __all__ = [

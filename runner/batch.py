@@ -79,7 +79,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .commands import PLACEHOLDERS, expand, many_problems, placeholders_in, run_command
 from .lifecycle import UNRESOLVED
-from .envelope import MAX_DOCUMENT_BYTES, content_digest, format_time, sha256_stream, validate_id
+from .base.values import validate_id
+from .base.times import format_time
+from .base.canonical import MAX_DOCUMENT_BYTES, content_digest, sha256_stream
 from .base.errors import InvalidInput, NeedsReconciliation
 
 __all__ = [
@@ -739,7 +741,7 @@ def slug(item: str) -> str:
 
     Accents are dropped (``Café`` gives ``cafe``), no ``-`` leads or ends, and
     at most :data:`MAX_SLUG_CHARS` characters are kept, so a non-empty slug
-    always passes :func:`runner.envelope.validate_id`. It is empty when the
+    always passes :func:`runner.base.values.validate_id`. It is empty when the
     stem has no letter or digit that folds to ASCII; ``step start`` refuses
     a key built from such a slug. Two stems may give one slug (``a b`` and
     ``a-b``); the start refuses their equal keys.

@@ -21,8 +21,10 @@ from .batch import run_workspace
 from .commands import INVOKE_EXITS, OBSERVE_EXITS, PLACEHOLDERS
 from .contract import check_contract, load_contract
 from .effects import EFFECT_STATES
-from .envelope import MAX_DOCUMENT_BYTES, MAX_DURATION_SECONDS, loads_strict, read_document
+from .base.values import MAX_DURATION_SECONDS
+from .base.canonical import MAX_DOCUMENT_BYTES, loads_strict, read_document
 from .base.output import best_effort
+from .base.paths import PACKAGE_PARENT
 from .base.errors import EXIT_TABLE as EXIT_ROWS
 from .base.errors import InvalidInput, RunnerError, StateUnrecoverable
 from .recovery import decision_exit_code, stop_for_error
@@ -346,7 +348,7 @@ def warn(message: str) -> None:
 #: The run folder a project keeps, found from the current folder as git finds ``.git``.
 RUN_FOLDER = ".run"
 #: The folder that holds this ``runner/`` package: the skill's (or the installed plugin's) root.
-_PROGRAM_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_PROGRAM_ROOT = PACKAGE_PARENT
 
 
 def search_folders(env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None) -> List[str]:
@@ -558,7 +560,7 @@ def cmd_contract(args: argparse.Namespace) -> int:
         for problem in problems:
             sys.stderr.write(problem + "\n")
         return InvalidInput.exit_code
-    from .envelope import content_digest
+    from .base.canonical import content_digest
 
     assert block is not None
     emit(args, {"ok": True, "file": args.file, "task_id": block["task_id"], "plan_digest": content_digest(block), "steps": [s["id"] for s in block["steps"]]},

@@ -41,7 +41,7 @@ import signal
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from .envelope import canonical_json, loads_strict, sha256_hex
+from .base.canonical import canonical_json, loads_strict, sha256_hex
 from .base.errors import InvalidInput
 from .base.pointer import MISSING, matched, parse_pointer, pointer_problem, resolve_pointer, shown
 from .target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome

@@ -13,7 +13,8 @@ import json
 import re
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
-from .envelope import MAX_DURATION_SECONDS, MAX_ID_LENGTH, check_duration, loads_strict, read_document, validate_id
+from .base.values import MAX_DURATION_SECONDS, MAX_ID_LENGTH, check_duration, validate_id
+from .base.canonical import loads_strict, read_document
 from .batch import effects_problems as batch_effects_problems
 from .batch import shared_lookup as batch_shared_lookup
 from .batch import step_problems as batch_step_problems

@@ -27,7 +27,8 @@ from typing import IO, Any, Callable, Dict, Iterator, Optional, Sequence
 
 from . import batch as _batch
 from .commands import DEFAULT_TIMEOUT, CommandAdapter
-from .envelope import content_digest, parse_time
+from .base.times import parse_time
+from .base.canonical import content_digest
 from .base.errors import EXIT_CODES, InvalidInput, RunnerError, Stopped
 from .executor import Executor, Job, ThreadWorld
 from .flow import flow_for

@@ -38,12 +38,15 @@ from typing import Any, Callable, Dict, List, Optional
 
 from .approvals import require_grant
 from .contract import effect_needs_approval, key_allowed
-from .envelope import MAX_DOCUMENT_BYTES, Ops, canonical_json, check_nesting, format_time, one_line, validate_id
+from .envelope import Ops
+from .base.values import one_line, validate_id
+from .base.times import format_time
+from .base.canonical import canonical_json, check_document
 from .base.errors import AlreadyVerified, Cancelled, Failed, InvalidInput, LimitExhausted, NeedsReconciliation, RunComplete
 from .lifecycle import UNRESOLVED
 from .retry import check_attempts, check_limits, check_wait, limit
 from .stores.codec import local_maker
-from .target import describe
+from .base.quoting import describe
 
 __all__ = [
     "EFFECT_STATES",
@@ -57,7 +60,6 @@ __all__ = [
     "deferred_ops",
     "uncertain_ops",
     "failed_ops",
-    "check_document",
     "effect_caps",
     "kept_payload",
     "KEPT_PAYLOAD_BYTES",
@@ -82,20 +84,6 @@ KEPT_PAYLOAD_BYTES = 64 * 1024
 
 
 # -- pure transitions ---------------------------------------------------------------
-
-def check_document(value: Any, what: str) -> Dict[str, Any]:
-    """A receipt, evidence or payload: a JSON object within the size limit."""
-    if not isinstance(value, dict):
-        raise InvalidInput(f"{what} must be a JSON object")
-    try:
-        check_nesting(value)
-        size = len(canonical_json(value))
-    except (TypeError, ValueError) as exc:
-        raise InvalidInput(f"{what} is not valid JSON: {exc}") from None
-    if size > MAX_DOCUMENT_BYTES:
-        raise InvalidInput(f"{what} is {size} bytes; the limit is {MAX_DOCUMENT_BYTES}")
-    return value
-
 
 def _effect(state: Dict[str, Any], key: str) -> Dict[str, Any]:
     effect = state["effects"].get(key)

@@ -19,7 +19,8 @@ from typing import Any, Dict, List, Optional
 
 from . import batch as _batch
 from .commands import expand, run_command
-from .envelope import format_time, sha256_stream
+from .base.times import format_time
+from .base.canonical import sha256_stream
 from .base.errors import InvalidInput
 from .base import quoting
 
@@ -103,7 +104,7 @@ def evidence_view(record: Dict[str, Any]) -> Dict[str, Any]:
 
 def evidence_observations(state: Dict[str, Any]) -> List[Dict[str, Any]]:
     """``next``'s observations of each done step's evidence, labelled by who established it."""
-    from .envelope import content_digest
+    from .base.canonical import content_digest
 
     out: List[Dict[str, Any]] = []
     for spec in state["plan"].get("steps", []):

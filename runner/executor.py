@@ -52,7 +52,8 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Op
 from . import effects as _effects
 from . import inflight
 from . import retry
-from .envelope import content_digest, format_time, parse_time
+from .base.times import format_time, parse_time
+from .base.canonical import check_document, content_digest
 from .base.errors import Fenced, RunnerError, Stopped
 from .flow import Flow
 from .lease import default_ttl
@@ -175,7 +176,7 @@ class _Task:
 
     def __init__(self, job: Job, payload: Dict[str, Any], caps: Caps) -> None:
         self.job, self.payload, self.caps = job, payload, caps
-        self.digest = content_digest(_effects.check_document(payload, "payload"))
+        self.digest = content_digest(check_document(payload, "payload"))
         self.seen: Optional[Seen] = None
         self.answer: Optional[Answer] = None
         self.calls: Optional[List[Tuple[inflight.Registered, Call]]] = None  # the registry's view, read once, then while waiting
@@ -703,7 +704,7 @@ def _observe_many(adapter: Any, items: List[Tuple[str, Dict[str, Any], Adapter]]
         for seen in found:
             if not isinstance(seen, Observation) or seen.status not in _MANY_STATUSES:
                 raise TypeError(f"observe_many returned {seen!r:.100}, not an Observation")
-            _effects.check_document(seen.evidence, "evidence")
+            check_document(seen.evidence, "evidence")
             out.append(Seen(seen.status, seen.evidence, 0.0))
         return out, False
     except NotApplied as exc:
@@ -737,7 +738,7 @@ def _observe(adapter: Adapter, key: str, payload: Dict[str, Any]) -> Seen:
         seen = adapter.observe(key, payload)
         if not isinstance(seen, Observation) or seen.status not in ("present", "absent", "unknown"):
             raise TypeError(f"observe returned {seen!r:.100}, not an Observation")
-        _effects.check_document(seen.evidence, "evidence")
+        check_document(seen.evidence, "evidence")
     except NotApplied as exc:  # the lookup itself was refused for now (429, a 503): look again later
         return Seen("later", {"not_now": str(exc)[:500], "retry_after": exc.retry_after}, 0.0)
     except Exception as exc:
@@ -762,7 +763,7 @@ def _invoke(adapter: Adapter, key: str, payload: Dict[str, Any], epoch: Optional
     except Exception as exc:  # an adapter that crashed mid-call: whether the target got it is unknown
         return Answer("unknown", f"{type(exc).__name__}: {exc}")
     try:
-        _effects.check_document(receipt, "receipt")
+        check_document(receipt, "receipt")
     except RunnerError as exc:
         return Answer("unknown", f"the call returned, but its receipt is unusable: {exc.message}")
     return Answer("receipt", receipt=receipt)

@@ -25,7 +25,7 @@ import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .lifecycle import UNRESOLVED
-from .envelope import parse_time
+from .base.times import parse_time
 from .base.errors import RunnerError
 from .views import report
 

@@ -58,9 +58,11 @@ import time
 from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from . import verbs
-from .envelope import canonical_json, format_time
+from .base.times import format_time
+from .base.canonical import canonical_json
 from .base.errors import InvalidInput, RunnerError
 from .base.fs import OsFileSystem, replace_durably
+from .base.paths import PACKAGE_PARENT
 from .lease import lease_view
 from .base.quoting import MESSAGE, NOTICE_SHORT, PATH, fit, moment, name, number, quote, word
 from .run import Run
@@ -92,7 +94,7 @@ Clock = Callable[[], float]
 Output = Optional[Dict[str, Any]]
 
 _RUNNER_DIR_ENV = "RUNNER_DIR"
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_ROOT = PACKAGE_PARENT
 
 
 class _OutOfTime(Exception):

@@ -77,7 +77,8 @@ import threading
 import time
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
-from .envelope import format_time, sha256_hex
+from .base.times import format_time
+from .base.canonical import sha256_hex
 from .base.errors import InvalidInput
 from .lifecycle import Call
 from .processes import GONE, OS_PROCESSES, VERIFIED, Processes

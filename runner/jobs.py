@@ -41,7 +41,10 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .envelope import Ops, canonical_json, format_time, loads_strict, parse_time, sha256_hex, sha256_stream, validate_id
+from .envelope import Ops
+from .base.values import validate_id
+from .base.times import format_time, parse_time
+from .base.canonical import canonical_json, loads_strict, sha256_hex, sha256_stream
 from .base.errors import InvalidInput, NeedsReconciliation
 from .base.fs import OsFileSystem, replace_durably
 
@@ -158,11 +161,12 @@ def spawn(run_path: str, key: str, job: Dict[str, Any]) -> Tuple[int, Optional[s
     """
     import subprocess
 
+    from .base.paths import PACKAGE_PARENT
+
     folder = os.path.join(run_path, job["dir"])
     os.makedirs(folder, mode=0o700, exist_ok=True)
     env = dict(os.environ, RUNNER_JOB_KEY=key, RUNNER_JOB_CURSOR=str(job.get("cursor", 0)))
-    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = package_parent + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONPATH"] = PACKAGE_PARENT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     launcher = subprocess.run(
         # -S: the launcher and the wrapper import only this package (standard library only, found through PYTHONPATH),
         # and site's start-up can cost more than all the rest of theirs.

@@ -31,7 +31,9 @@ rest on them, since a stale writer is refused by its epoch, not by the time.
 
 from typing import Any, Dict, Optional
 
-from .envelope import Ops, check_duration, format_time, one_line, parse_time, validate_id
+from .envelope import Ops
+from .base.values import check_duration, one_line, validate_id
+from .base.times import format_time, parse_time
 from .base.errors import AlreadyRunning, Fenced
 
 __all__ = ["acquire_ops", "renew_ops", "release_ops", "break_ops", "check_fence", "lease_view", "default_ttl", "MAX_TTL_SECONDS",

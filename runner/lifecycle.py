@@ -49,9 +49,9 @@ Times are seconds since the epoch, from the run's clock.
 
 from typing import Any, Dict, NamedTuple, Optional, Tuple
 
-from .envelope import parse_time
+from .base.times import parse_time
 from .base.errors import Failed, Fenced, NeedsReconciliation, RunnerError
-from .target import describe
+from .base.quoting import describe
 
 __all__ = ["Caps", "Call", "Seen", "Answer", "Facts", "Move", "next_move", "quiet_since", "UNRESOLVED", "LOOK_AGAIN_SECONDS"]
 

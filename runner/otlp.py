@@ -27,7 +27,7 @@ the same run always gives the same trace.
 import json
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .envelope import sha256_hex
+from .base.canonical import sha256_hex
 from .history import History, Holding, StepAttempt
 
 __all__ = ["trace", "write", "trace_id"]

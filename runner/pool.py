@@ -101,8 +101,9 @@ def worker_main(argv: List[str]) -> int:
 def _spawn(opts: Dict[str, Any]) -> "subprocess.Popen[str]":
     import subprocess
 
+    from .base.paths import PACKAGE_PARENT as parent
+
     env = dict(os.environ)
-    parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = parent + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return subprocess.Popen([sys.executable, "-m", "runner.pool", "--worker", json.dumps(opts)], stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)

@@ -40,7 +40,8 @@ from . import jobs as _jobs
 from .approvals import find_grant, newest_requests, request_order
 from .lifecycle import UNRESOLVED
 from .target import Adapter
-from .envelope import content_digest, format_time, parse_time
+from .base.times import format_time, parse_time
+from .base.canonical import content_digest
 from .base.errors import EXIT_CODES, LimitExhausted, NeedsReconciliation, RunnerError
 from .lease import lease_view
 from .base.quoting import ITEMS, MESSAGE, PERSON, RECORD, WORKER_OR_TARGET, digest, joined, moment, name, number, quote, word

@@ -17,7 +17,10 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from . import approvals, batch, effects, jobs, lease, retry, steps
-from .envelope import MAX_DURATION_SECONDS, Ops, apply_ops, check_duration, content_digest, format_time, one_line, undo_ops
+from .envelope import Ops, apply_ops, undo_ops
+from .base.values import MAX_DURATION_SECONDS, check_duration, one_line
+from .base.times import format_time
+from .base.canonical import check_document, content_digest
 from .evidence import observe_step, observed_ops
 from .base.errors import InvalidInput, LimitExhausted, RunnerError
 from .target import Adapter
@@ -224,7 +227,7 @@ class Run:
         :raises LimitExhausted: its attempts or a limit of the run are spent (the run is recorded as blocked).
         :raises RetryLater: the backoff after an observed absence has not passed.
         """
-        digest = content_digest(effects.check_document(payload, "payload"))
+        digest = content_digest(check_document(payload, "payload"))
         kept = effects.kept_payload(payload, source)
         return self._mutate(lambda s, now: effects.begin_ops(s, key, digest, now, step, resend, kept))["effects"][key]
 
@@ -349,7 +352,7 @@ class Run:
         :raises InvalidInput: a bad step, action, payload or time to live.
         """
         ttl = check_duration(ttl, "ttl", MAX_DURATION_SECONDS)
-        digest = content_digest(effects.check_document(payload, "payload"))
+        digest = content_digest(check_document(payload, "payload"))
         box: Dict[str, str] = {}
 
         def decide(s: Dict[str, Any], now: float) -> Ops:

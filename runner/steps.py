@@ -24,9 +24,13 @@ limit named.
 from typing import Any, Dict, List, Optional
 
 from .contract import parse_contract_text
-from .effects import _check_open, cancelled_ops, check_document
+from .effects import _check_open, cancelled_ops
+from .base.canonical import check_document
 from .lifecycle import UNRESOLVED
-from .envelope import Ops, content_digest, format_time, one_line, validate_id
+from .envelope import Ops
+from .base.values import one_line, validate_id
+from .base.times import format_time
+from .base.canonical import content_digest
 from .base.errors import InvalidInput, NeedsReconciliation, RunComplete
 from .retry import check_attempts, check_limits, check_wait, limit, next_attempt_at
 

@@ -24,8 +24,9 @@ What each outcome means for the next move:
   writer stops (fenced) and calls nothing more.
 """
 
-import json
 from typing import Any, Dict, NamedTuple, Optional, Protocol
+
+from .base.quoting import describe
 
 __all__ = ["Adapter", "Observation", "UnknownOutcome", "NotApplied", "Rejected", "StaleEpoch", "describe"]
 
@@ -103,10 +104,3 @@ class Adapter(Protocol):
     def observe(self, key: str, payload: Dict[str, Any]) -> Observation:
         """Look at the target: is the effect for ``key`` there? Never performs it."""
         ...
-
-
-def describe(value: Any, limit: int = 160) -> str:
-    """A short one-line form of a receipt or evidence, for reasons recorded in the ledger."""
-    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -25,7 +25,8 @@ from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tu
 from . import jobs as _jobs
 from .approvals import approval_view
 from .batch import begin_payload, observes_itself
-from .envelope import read_document, validate_id
+from .base.values import validate_id
+from .base.canonical import read_document
 from .base.errors import InvalidInput
 from .inflight import findings as calls_findings
 from .lease import DEFAULT_TTL_SECONDS, default_ttl, lease_view

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .effects import FLAGS
 from .lifecycle import UNRESOLVED
-from .envelope import parse_time
+from .base.times import parse_time
 from .base.quoting import APPROVAL, CONTRACT, EVIDENCE, ITEMS, NOTICE, PERSON, RECORD, TARGET, WORKER, WORKER_OR_TARGET, fit, moment, name, number, quote, word
 from .steps import plan_steps
 from .batch import progress as batch_progress

@@ -31,7 +31,8 @@ except ImportError:
 
 from runner import approvals, retry
 from runner.contract import load_contract
-from runner.envelope import content_digest, format_time, parse_time
+from runner.base.times import format_time, parse_time
+from runner.base.canonical import content_digest
 from runner.base.errors import AlreadyRunning, Fenced, LimitExhausted, RetryLater
 from runner.recovery import recover
 from runner.run import Run

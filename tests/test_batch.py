@@ -209,7 +209,7 @@ class PayloadTemplateTest(unittest.TestCase):
         import hashlib
 
         from runner import batch
-        from runner.envelope import content_digest
+        from runner.base.canonical import content_digest
 
         with scratch_dir("runner-payload-") as root:
             data = b"Title line\r\n" + b"x" * (3 << 20)

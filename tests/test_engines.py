@@ -371,13 +371,13 @@ def tearDownModule() -> None:
 
 
 def _plan_digest(job: Dict[str, Any]) -> str:
-    from runner.envelope import content_digest
+    from runner.base.canonical import content_digest
 
     return content_digest(job)
 
 
 def _grant(task: str, plan_digest: str, step: str, key: str, payload: Dict[str, Any]) -> Dict[str, Any]:
-    from runner.envelope import content_digest
+    from runner.base.canonical import content_digest
 
     return {"task": task, "plan_digest": plan_digest, "step": step, "action": f"effect:{key}", "payload_digest": content_digest(payload), "by": "tests"}
 

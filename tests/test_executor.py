@@ -19,7 +19,7 @@ import unittest
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from runner.commands import OUTPUT_LIMIT, run_command
-from runner.envelope import parse_time
+from runner.base.times import parse_time
 from tests.support.batch import batch_contract
 from tests.support.cli import RunnerCli
 from tests.support.util import child_env, in_parallel, python, scratch_dir

@@ -27,7 +27,7 @@ import unittest
 from typing import Any, Dict, Optional
 
 from runner.contract import load_contract
-from runner.envelope import content_digest
+from runner.base.canonical import content_digest
 from runner.run import Run
 from runner.stores.file import RunStore
 

@@ -22,7 +22,9 @@ except ImportError:
     from support import util as _util
 
 from runner.contract import key_allowed, parse_contract_text
-from runner.envelope import MAX_DURATION_SECONDS, MAX_JSON_DEPTH, format_time, loads_strict, one_line, parse_time
+from runner.base.values import MAX_DURATION_SECONDS, one_line
+from runner.base.times import format_time, parse_time
+from runner.base.canonical import MAX_JSON_DEPTH, loads_strict
 from runner.base.errors import InvalidInput
 from runner.base.keypattern import KeyPattern, compile_pattern
 from runner.run import Run

@@ -22,7 +22,8 @@ from typing import Any, Dict, List
 from unittest import mock
 
 from runner import batch
-from runner.envelope import content_digest, validate_id
+from runner.base.values import validate_id
+from runner.base.canonical import content_digest
 from runner.base.errors import InvalidInput
 from tests.support.batch import batch_contract, script
 from tests.support.cli import RunnerCli

@@ -3,7 +3,7 @@
 import unittest
 from typing import Any, Dict, Optional
 
-from runner.envelope import format_time
+from runner.base.times import format_time
 from runner.executor import caps_for
 from runner.base.errors import Failed, Fenced, NeedsReconciliation
 from runner.lifecycle import LOOK_AGAIN_SECONDS, Answer, Call, Caps, Facts, Move, Seen, next_move, quiet_since

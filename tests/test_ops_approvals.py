@@ -3,7 +3,7 @@
 import unittest
 
 from runner import approvals, effects
-from runner.envelope import format_time
+from runner.base.times import format_time
 from runner.base.errors import AwaitingApproval, InvalidInput
 
 from .support.ops import DIGEST, OTHER, T0, apply, at_publish, granted, plan, fresh, then

@@ -16,7 +16,8 @@ except ImportError:
     from support import util as _util
 
 from runner import lease
-from runner.envelope import apply_ops, format_time, new_envelope
+from runner.envelope import apply_ops, new_envelope
+from runner.base.times import format_time
 from runner.base.errors import AlreadyRunning, Fenced, InvalidInput
 
 NOW = _util.CLOCK_START

@@ -3,7 +3,7 @@
 import unittest
 
 from runner import approvals, effects, lease, steps
-from runner.envelope import format_time
+from runner.base.times import format_time
 from runner.base.errors import EXIT_CODES
 from runner.recovery import decide, decision_exit_code
 

@@ -4,7 +4,7 @@ import json
 import unittest
 
 from runner import retry, steps
-from runner.envelope import format_time
+from runner.base.times import format_time
 from runner.base.errors import Cancelled, InvalidInput, LimitExhausted, NeedsReconciliation, RetryLater, RunComplete
 
 from .support.ops import EVIDENCE, T0, apply, at_publish, begun, fresh, plan, then, through

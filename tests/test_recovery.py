@@ -28,7 +28,7 @@ except ImportError:  # run from inside tests/
     from support.recovery_case import RecoveryCase  # type: ignore[no-redef]
 
 from runner.contract import load_contract
-from runner.envelope import content_digest
+from runner.base.canonical import content_digest
 from runner.base.errors import EXIT_CODES
 from runner.jobs import observe_job
 from runner.run import Run, submit_job

@@ -12,7 +12,7 @@ import os
 import unittest
 from typing import Any, Dict, List
 
-from runner.envelope import content_digest
+from runner.base.canonical import content_digest
 from tests.support.cli import RunnerCli
 from tests.support.util import Result, scratch_dir, write_contract
 from tests.test_authority import durable

@@ -12,7 +12,7 @@ import os
 import unittest
 from typing import Set
 
-from runner.envelope import SHORT_INPUT_BYTES, sha256, sha256_hex, sha256_stream
+from runner.base.canonical import SHORT_INPUT_BYTES, sha256, sha256_hex, sha256_stream
 from tests.support.batch import batch_contract
 from tests.support.cli import RunnerCli
 from tests.support.util import child_env, python, run, scratch_dir

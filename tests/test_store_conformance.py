@@ -32,7 +32,7 @@ except ImportError:
     from support import real as _real
     from support import util as _util
 
-from runner.envelope import canonical_json, sha256_hex
+from runner.base.canonical import canonical_json, sha256_hex
 from runner.base.errors import AlreadyRunning, Fenced, InvalidInput, RunnerError
 from runner.run import Run
 from runner.stores import create_store, list_runs, open_store

@@ -12,7 +12,8 @@ try:
 except ImportError:
     from support import util as _util
 
-from runner.envelope import MAX_DOCUMENT_BYTES, MAX_ID_LENGTH
+from runner.base.values import MAX_ID_LENGTH
+from runner.base.canonical import MAX_DOCUMENT_BYTES
 from runner.base.fs import OsFileSystem, SymlinkRefused
 
 

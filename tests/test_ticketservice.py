@@ -19,7 +19,7 @@ import uuid
 from typing import Any, Dict, List, Optional, Tuple
 
 from runner.target import NotApplied, Rejected, StaleEpoch, UnknownOutcome
-from runner.envelope import content_digest
+from runner.base.canonical import content_digest
 from runner.proof.ticketservice import Faults, MarkerTicketAdapter, TicketAdapter, TicketServiceProcess, parse_command_line
 
 

@@ -29,7 +29,9 @@ from tests.support.timeline_runs import SMALL_KEYS, UNCERTAIN_KEY, crashed_run, 
 from tests.support.util import CLOCK_START, REPO_ROOT, in_process_cli, one_json, run_cli, scratch_dir
 
 from runner import history, timeline
-from runner.envelope import apply_ops, content_digest, format_time, new_envelope
+from runner.envelope import apply_ops, new_envelope
+from runner.base.times import format_time
+from runner.base.canonical import content_digest
 from runner.recovery import recover
 from runner.run import Run
 from runner.stores.file import RunStore

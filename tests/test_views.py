@@ -32,7 +32,8 @@ except ImportError:  # run from inside tests/
     from support.recovery_case import RecoveryCase  # type: ignore[no-redef]
 
 from runner.contract import load_contract
-from runner.envelope import content_digest, format_time, parse_time
+from runner.base.times import format_time, parse_time
+from runner.base.canonical import content_digest
 from runner.jobs import observe_job
 from runner.recovery import decide, recover, refresh_jobs
 from runner.views import brief as render_brief

@@ -15,7 +15,7 @@ import unittest
 from typing import Any, Dict, List
 
 from runner.target import Observation
-from runner.envelope import content_digest
+from runner.base.canonical import content_digest
 from runner.proof.faults import KillAt, Recorder, kill_point
 from runner.run import Run, submit_job
 from runner.stores.file import RunStore

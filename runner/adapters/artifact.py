@@ -38,7 +38,8 @@ import os
 from typing import Any, Dict, Optional, Tuple
 
 from ..target import NotApplied, Observation, Rejected, UnknownOutcome
-from ..envelope import sha256_hex, validate_id
+from ..base.values import validate_id
+from ..base.canonical import sha256_hex
 from ..base.errors import InvalidInput
 from ..base.fs import OsFileSystem
 

@@ -92,7 +92,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, NamedTuple
 
 from .. import inflight
 from ..commands import MANY_DEFAULT, MAX_RETRY_AFTER, expand
-from ..envelope import MAX_DOCUMENT_BYTES, canonical_json, check_nesting, loads_strict, sha256_hex
+from ..base.canonical import MAX_DOCUMENT_BYTES, canonical_json, check_nesting, loads_strict, sha256_hex
 from ..base.errors import InvalidInput
 from ..base.pointer import MISSING, matched, parse_pointer, resolve_pointer, shown
 from ..target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome

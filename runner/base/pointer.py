@@ -12,7 +12,7 @@ what evidence keeps of a value found.
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..envelope import canonical_json, sha256_hex
+from .canonical import canonical_json, sha256_hex
 
 __all__ = ["MISSING", "VALUE_LIMIT", "parse_pointer", "resolve_pointer", "pointer_problem", "matched", "shown"]
 

@@ -30,6 +30,9 @@ The invariant every function here keeps, whatever its input: its result is
 one line with no control or invisible format character, and any ``<`` or
 ``>`` in it belongs to a quotation's own tags. :func:`fit` cuts a line
 without cutting a quotation in two.
+
+:func:`describe` is the short one-line form of a receipt or evidence that
+reasons recorded in the ledger carry (not a quotation: the ledger is data).
 """
 
 import json
@@ -60,6 +63,7 @@ __all__ = [
     "RECORD",
     "MESSAGE",
     "PATH",
+    "describe",
 ]
 
 # Where quoted text came from: the label a quotation carries.
@@ -270,3 +274,10 @@ def joined(values: Iterable[Any], source: str, empty: str = "none", sep: str = "
     if most is not None and len(items) > most:
         shown.append(f"and {len(items) - most} more")
     return sep.join(shown) or empty
+
+
+def describe(value: Any, limit: int = 160) -> str:
+    """A short one-line form of a receipt or evidence, for reasons recorded in the ledger."""
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -35,7 +35,7 @@ except ImportError as exc:
     raise ImportError(f"runner.engines.dbos needs DBOS (pip install dbos): {exc}") from exc
 
 from ..target import Adapter, NotApplied
-from ..envelope import content_digest
+from ..base.canonical import content_digest
 from .once import EffectUncertain, effect_key, observe_once, perform_once
 
 __all__ = ["use_adapter", "perform_effect", "observe_effect", "run_effect", "settle", "grant_record", "grant_matches",

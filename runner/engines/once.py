@@ -27,7 +27,9 @@ act there without patching anything.
 import time
 from typing import Any, Callable, Dict, Optional
 
-from ..envelope import content_digest, format_time, validate_id
+from ..base.values import validate_id
+from ..base.times import format_time
+from ..base.canonical import content_digest
 from ..base.errors import Failed, Fenced, NeedsReconciliation
 from ..lifecycle import Answer, Caps, Facts, Seen, next_move
 from ..target import Adapter, NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome

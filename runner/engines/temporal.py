@@ -46,7 +46,7 @@ except ImportError as exc:
 
 with workflow.unsafe.imports_passed_through():
     from ..target import Adapter
-    from ..envelope import content_digest
+    from ..base.canonical import content_digest
     from .once import EffectConflict, EffectUncertain, effect_key, observe_once, perform_once
 
 __all__ = [

@@ -7,7 +7,6 @@ The library never imports this package (``tools/check_layers.py``); the program
 May import: any package; only runner/__main__.py imports it.
 """
 
-import os
+from ..base.paths import PACKAGE_PARENT
 
-#: The folder that holds the ``runner`` package: what a child process needs on its path.
-PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+__all__ = ["PACKAGE_PARENT"]

@@ -25,7 +25,7 @@ import tempfile
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from ..envelope import sha256_hex
+from ..base.canonical import sha256_hex
 from ..stores.file import RunStore
 
 __all__ = ["run_bench", "run_store_bench", "TARGETS"]

@@ -58,7 +58,7 @@ import tempfile
 import uuid
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..effects import check_document
+from ..base.canonical import check_document
 from ..target import Observation, Rejected, StaleEpoch, UnknownOutcome
 from ..adapters.artifact import ArtifactAdapter
 from ..base.errors import InvalidInput

@@ -9,7 +9,7 @@ succeed).
 import hashlib
 from typing import Any, Callable, Dict, NamedTuple, Optional
 
-from ..envelope import canonical_json
+from ..base.canonical import canonical_json
 from ..base.errors import InvalidInput, RunnerError
 from ..stores.codec import decode_identity
 from ..stores.file import HEAD, RunStore, decode_head, scan

@@ -54,10 +54,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
-from ..envelope import canonical_json, sha256_hex
+from ..base.canonical import canonical_json, sha256_hex
 from ..run import Run
 from ..stores.codec import prepare_transition
 from ..stores.file import RUN_FILES, RunStore
+from . import PACKAGE_PARENT
 
 __all__ = ["DAMAGES", "OUTCOMES", "PASSING", "Source", "build_sources", "damage_copy", "judge_copy", "run_damage_campaign"]
 
@@ -71,7 +72,7 @@ OUTCOMES = (
 )
 PASSING = ("exact", "torn_tail_dropped", "quarantined", "refused")
 
-_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_REPO = PACKAGE_PARENT
 #: The child program. The package's ``__init__`` imports the whole library;
 #: the child registers the package without it and imports only the store, the
 #: same code every verb loads with, so that each of thousands of children starts fast.
@@ -80,7 +81,7 @@ _CHILD = (
     "pkg = types.ModuleType('runner'); pkg.__path__ = [sys.argv[1] + '/runner']; sys.modules['runner'] = pkg\n"
     "from runner.base.errors import RunnerError\n"
     "from runner.stores.file import RunStore\n"
-    "from runner.envelope import canonical_json, sha256_hex\n"
+    "from runner.base.canonical import canonical_json, sha256_hex\n"
     "try:\n"
     "    store = RunStore.open(sys.argv[2])\n"
     "except RunnerError as exc:\n"

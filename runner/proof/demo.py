@@ -33,7 +33,7 @@ import tempfile
 import time
 from typing import Any, Callable, Dict, IO, List, Optional
 
-from ..envelope import content_digest, sha256_hex
+from ..base.canonical import content_digest, sha256_hex
 from ..base.errors import Cancelled, RunnerError
 from ..recovery import recover
 from ..run import Run

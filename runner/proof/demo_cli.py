@@ -31,6 +31,7 @@ import time
 from typing import IO, Any, Dict, List, Optional
 
 from ..stores.file import RunStore
+from . import PACKAGE_PARENT
 from .ticketcommands import WINDOWS, have_curl, write_commands
 from .ticketservice import TicketServiceProcess
 
@@ -42,7 +43,7 @@ CLIENTS = ("curl", "python", "http")
 HTTP_WINDOWS = ("effect:before-started", "effect:after-started", "effect:after-call", "effect:after-ack", "effect:before-verify")
 
 TASK = "demo-documents-cli"
-_PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_PACKAGE_PARENT = PACKAGE_PARENT
 
 
 def demo_contract(commands: Dict[str, List[str]]) -> Dict[str, Any]:

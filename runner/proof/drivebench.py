@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from ..commands import Outcome
 from ..drive import drive
-from ..envelope import sha256_hex
+from ..base.canonical import sha256_hex
 from ..run import Run
 from ..stores.file import RunStore
 

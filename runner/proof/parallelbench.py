@@ -32,12 +32,13 @@ import time
 from typing import Any, Dict, List, Optional
 
 from ..contract import load_contract
+from . import PACKAGE_PARENT
 from .helpdesk import Faults, Helpdesk, HelpdeskServer
 
 __all__ = ["run_parallel_bench"]
 
 TOKEN = "bench-token-61f0a9"
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_ROOT = PACKAGE_PARENT
 TEMPLATE = os.path.join(_ROOT, "templates", "run-contract.http.example.md")
 
 INVOKE_SH = r'''#!/bin/sh

@@ -154,7 +154,8 @@ from typing import IO, Any, Callable, Dict, List, NamedTuple, Optional, Set, Tup
 
 from .. import batch, inflight, steps
 from ..commands import expand
-from ..envelope import parse_time, sha256_hex
+from ..base.times import parse_time
+from ..base.canonical import sha256_hex
 from ..base.errors import AlreadyRunning, RunnerError
 from ..executor import Executor, Job
 from ..lifecycle import UNRESOLVED, Facts, Move, next_move

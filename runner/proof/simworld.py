@@ -50,7 +50,8 @@ import threading
 from collections import deque
 from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
-from ..envelope import canonical_json, format_time, loads_trusted, sha256_hex
+from ..base.times import format_time
+from ..base.canonical import canonical_json, loads_trusted, sha256_hex
 from ..executor import World
 from ..inflight import Registered, Registry
 from ..processes import GONE, UNVERIFIED, VERIFIED, Processes

@@ -20,7 +20,7 @@ three steps the loop is made of (like filelock's ``BaseFileLock`` with
 import abc
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
-from ..envelope import format_time
+from ..base.times import format_time
 from ..base.errors import StateUnrecoverable
 from .codec import Ops
 
@@ -77,7 +77,7 @@ class Store(abc.ABC):
         Of two concurrent creates of one run, exactly one succeeds.
 
         :param location: where the run is kept (see the class docs).
-        :param task_id: the run's id (see :func:`runner.envelope.validate_id`).
+        :param task_id: the run's id (see :func:`runner.base.values.validate_id`).
         :param plan: the run's plan, a JSON object, kept in its identity.
         :param workspace_base: the absolute folder a relative ``workspace`` resolves
             against, kept in the run's identity (see :func:`runner.stores.codec.new_identity`).

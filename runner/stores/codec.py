@@ -24,20 +24,9 @@ import os
 import re
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from ..envelope import (
-    SCHEMA_VERSION,
-    Ops,
-    apply_ops,
-    canonical_json,
-    check_shape,
-    content_digest,
-    loads_strict,
-    loads_trusted,
-    new_envelope,
-    sha256_hex,
-    undo_ops,
-    validate_id,
-)
+from ..envelope import SCHEMA_VERSION, Ops, apply_ops, check_shape, new_envelope, undo_ops
+from ..base.values import validate_id
+from ..base.canonical import canonical_json, content_digest, loads_strict, loads_trusted, sha256_hex
 from ..base.errors import InvalidInput
 
 __all__ = [

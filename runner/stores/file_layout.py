@@ -25,7 +25,8 @@ and the writer (:mod:`runner.stores.file_writer`) use the codec here.
 import re
 from typing import Any, Dict
 
-from ..envelope import canonical_json, loads_trusted, sha256_hex, validate_envelope
+from ..envelope import validate_envelope
+from ..base.canonical import canonical_json, loads_trusted, sha256_hex
 from ..base.fs import DIR_MODE, FILE_MODE
 
 __all__ = ["IDENTITY", "SNAPSHOT", "BACKUP", "JOURNAL", "PREV_JOURNAL", "HEAD", "LOCK", "HOOKS", "QUARANTINE", "DISPLACED", "TMP_SUFFIX",

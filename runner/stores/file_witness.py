@@ -49,7 +49,7 @@ writes a deliberately early one with :func:`encode_head`.
 import re
 from typing import Any, Dict, Optional, Sequence, Tuple
 
-from ..envelope import sha256_hex
+from ..base.canonical import sha256_hex
 from .file_layout import HEAD, HEAD_SIZE
 
 __all__ = ["encode_head", "decode_head", "seal_key", "head_problem"]

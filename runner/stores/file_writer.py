@@ -30,7 +30,9 @@ import os
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..envelope import sha256_hex, undo_ops, validate_id
+from ..envelope import undo_ops
+from ..base.values import validate_id
+from ..base.canonical import sha256_hex
 from ..base.errors import InvalidInput, StateUnrecoverable
 from ..base.fs import FileSystem, OsFileSystem, replace_durably
 from ..base.windows import NO_OBSERVER, Observer

@@ -31,7 +31,7 @@ closes its socket and the server rolls the transaction back.
 import re
 from typing import Any, List, Optional, Tuple
 
-from ..envelope import sha256_hex
+from ..base.canonical import sha256_hex
 from ..base.errors import InvalidInput, RunnerError, StateUnrecoverable
 from .sql import SQLStore
 

@@ -28,7 +28,10 @@ import random
 import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from ..envelope import canonical_json, format_time, loads_trusted, sha256, sha256_hex, validate_envelope, validate_id
+from ..envelope import validate_envelope
+from ..base.values import validate_id
+from ..base.times import format_time
+from ..base.canonical import canonical_json, loads_trusted, sha256, sha256_hex
 from ..base.errors import InvalidInput, RetryLater, RunnerError, StateUnrecoverable
 from ..base.windows import NO_OBSERVER, Observer
 from .base import Finding, Store

@@ -9,7 +9,9 @@ import copy
 from typing import Any, Callable, Dict, List, Optional
 
 from runner import approvals, effects, lease, steps
-from runner.envelope import apply_ops, content_digest, format_time, new_envelope, parse_time
+from runner.envelope import apply_ops, new_envelope
+from runner.base.times import format_time, parse_time
+from runner.base.canonical import content_digest
 
 #: A fixed instant, on a whole millisecond, so persisted times are exact.
 T0 = parse_time("2026-06-01T12:00:00.000Z")

@@ -37,7 +37,7 @@ except ImportError:  # run from inside tests/
     import util as _util  # type: ignore[no-redef]
 
 from runner.contract import load_contract
-from runner.envelope import content_digest
+from runner.base.canonical import content_digest
 from runner.run import Run, submit_job
 from runner.stores.file import RunStore
 

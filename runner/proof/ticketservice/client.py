@@ -6,7 +6,7 @@ import urllib.parse
 from typing import Any, Dict, Optional, Tuple
 
 from ...target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
-from ...envelope import content_digest
+from ...base.canonical import content_digest
 from .wire import Lost, NotSent, exchange
 
 
