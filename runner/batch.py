@@ -253,7 +253,7 @@ def effects_problems(effects: Dict[str, Any]) -> List[str]:
         if "observe" not in effects:
             out.append("effects: observe_many looks keys up with a command: it comes with the invoke and observe commands "
                        "(effects.http has observe.many)")
-    from .adapters.http_section import http_problems  # here: a process that never checks a contract does not import it
+    from .contract.http import http_problems  # here: a process that never checks a contract does not import it
 
     out.extend(http_problems(effects))
     timeout = effects.get("timeout_seconds")

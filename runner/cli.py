@@ -19,7 +19,7 @@ from . import __version__, verbs
 from .approvals import payload_source
 from .batch import run_workspace
 from .commands import INVOKE_EXITS, OBSERVE_EXITS, PLACEHOLDERS
-from .contract import check_contract, load_contract
+from .contract.text import check_contract, load_contract
 from .effects import EFFECT_STATES
 from .base.values import MAX_DURATION_SECONDS
 from .base.canonical import MAX_DOCUMENT_BYTES, loads_strict, read_document

@@ -37,7 +37,7 @@ The functions named ``*_ops`` are pure: ``(state, ...) -> ops`` or raise.
 from typing import Any, Callable, Dict, List, Optional
 
 from .approvals import require_grant
-from .contract import effect_needs_approval, key_allowed
+from .contract.text import effect_needs_approval, key_allowed
 from .envelope import Ops
 from .base.values import one_line, validate_id
 from .base.times import format_time

@@ -23,7 +23,7 @@ limit named.
 
 from typing import Any, Dict, List, Optional
 
-from .contract import parse_contract_text
+from .contract.text import parse_contract_text
 from .effects import _check_open, cancelled_ops
 from .base.canonical import check_document
 from .lifecycle import UNRESOLVED

@@ -30,7 +30,7 @@ except ImportError:
     from support import util as _util
 
 from runner import approvals, retry
-from runner.contract import load_contract
+from runner.contract.text import load_contract
 from runner.base.times import format_time, parse_time
 from runner.base.canonical import content_digest
 from runner.base.errors import AlreadyRunning, Fenced, LimitExhausted, RetryLater

@@ -8,7 +8,7 @@ import json
 import os
 import unittest
 
-from runner.contract import parse_contract_text
+from runner.contract.text import parse_contract_text
 from tests.support.batch import batch_contract, recorded, recorder_commands, script
 from tests.support.cli import RunnerCli
 from tests.support.util import contract_markdown, scratch_dir
@@ -247,7 +247,7 @@ class BatchContractTest(unittest.TestCase):
                 self.assertTrue(any(expected in p for p in found), found)
 
     def test_the_filled_batch_example_is_valid(self) -> None:
-        from runner.contract import check_contract
+        from runner.contract.text import check_contract
 
         here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         block, problems = check_contract(os.path.join(here, "templates", "run-contract.batch.example.md"))

@@ -2,7 +2,7 @@
 
 import unittest
 
-from runner.contract import parse_contract_text
+from runner.contract.text import parse_contract_text
 from runner.flow import Flow, TokenBucket, flow_problems
 
 from tests.support.util import contract_block, contract_markdown

@@ -26,7 +26,7 @@ import tempfile
 import unittest
 from typing import Any, Dict, Optional
 
-from runner.contract import load_contract
+from runner.contract.text import load_contract
 from runner.base.canonical import content_digest
 from runner.run import Run
 from runner.stores.file import RunStore

@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from tests.support.util import REPO_ROOT, TEMPLATE, child_env, contract_block, write_contract
 
 from runner import hooks
-from runner.contract import load_contract
+from runner.contract.text import load_contract
 from runner.base.errors import AlreadyRunning
 from runner.recovery import recover
 from runner.run import Run

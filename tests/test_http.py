@@ -19,7 +19,7 @@ from unittest import mock
 from runner import inflight
 from runner.adapters.http import (BODY_LIMIT, ConnectionPool, HttpAdapter, http_problems, parse_pointer, resolve_pointer,
                                   retry_after_seconds)
-from runner.contract import check_contract
+from runner.contract.text import check_contract
 from runner.base.errors import InvalidInput
 from runner.proof.helpdesk import Helpdesk, HelpdeskServer
 from runner.target import NotApplied, Rejected, StaleEpoch, UnknownOutcome

@@ -18,7 +18,7 @@ import urllib.request
 from typing import Any, Dict, List, Optional, Tuple
 
 from runner.batch import slug
-from runner.contract import load_contract
+from runner.contract.text import load_contract
 from runner.mcp import jsonrpc
 from runner.proof.helpdesk import Faults, Helpdesk, HelpdeskServer
 from runner.run import Run

@@ -21,7 +21,7 @@ try:
 except ImportError:
     from support import util as _util
 
-from runner.contract import key_allowed, parse_contract_text
+from runner.contract.text import key_allowed, parse_contract_text
 from runner.base.values import MAX_DURATION_SECONDS, one_line
 from runner.base.times import format_time, parse_time
 from runner.base.canonical import MAX_JSON_DEPTH, loads_strict

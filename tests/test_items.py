@@ -100,7 +100,7 @@ class Workspace(unittest.TestCase):
 class ContractCheckTest(unittest.TestCase):
     def problems(self, step: Dict[str, Any]) -> List[str]:
         block = {"contract": 1, "task_id": "t", "goal": "g", "steps": [dict({"id": "s", "key": "{stem}"}, **step)]}
-        from runner.contract import parse_contract_text
+        from runner.contract.text import parse_contract_text
 
         return [p.message for p in parse_contract_text(contract_markdown(json.dumps(block, indent=2)))[1]]
 

@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Optional
 
 from tests.support import real as _real, util as _util
 
-from runner.contract import load_contract
+from runner.contract.text import load_contract
 from runner.base.errors import InvalidInput
 from runner.mcp import jsonrpc
 from runner.mcp.server import Session

@@ -43,7 +43,7 @@ from tests.support.cli import RunnerCli
 from runner import hooks
 from runner.base import quoting
 from runner.approvals import payload_source
-from runner.contract import load_contract
+from runner.contract.text import load_contract
 from runner.envelope import SCHEMA_VERSION
 from runner.base.canonical import canonical_json, content_digest, sha256_hex
 from runner.base.errors import EXIT_CODES

@@ -27,7 +27,7 @@ except ImportError:  # run from inside tests/
                                   contract_block, process_gone, wait_until)
     from support.recovery_case import RecoveryCase  # type: ignore[no-redef]
 
-from runner.contract import load_contract
+from runner.contract.text import load_contract
 from runner.base.canonical import content_digest
 from runner.base.errors import EXIT_CODES
 from runner.jobs import observe_job

@@ -203,7 +203,7 @@ class TemplatesTest(unittest.TestCase):
                         self.assertRegex(text[:2000], r"(?im)^#+ (table of )?contents")
 
     def test_example_contract_is_accepted_and_blank_template_is_well_formed(self) -> None:
-        from runner.contract import check_contract
+        from runner.contract.text import check_contract
 
         block, problems = check_contract(os.path.join(ROOT, "templates", "run-contract.example.md"))
         self.assertEqual(problems, [])

@@ -29,7 +29,7 @@ import urllib.request
 from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
 from runner import history
-from runner.contract import check_contract
+from runner.contract.text import check_contract
 from runner.stores.file import RunStore
 from tests.support.util import REPO_ROOT, child_env, in_process_cli, scratch_dir
 

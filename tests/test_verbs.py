@@ -24,7 +24,7 @@ except ImportError:
 
 from runner import verbs
 from runner.cli import build_parser
-from runner.contract import load_contract
+from runner.contract.text import load_contract
 from runner.mcp.server import Session
 from runner.mcp import jsonrpc
 from runner.mcp.tools import TOOLS, Tool, in_tool_words

@@ -31,7 +31,7 @@ except ImportError:  # run from inside tests/
     from support.recovery import Child, DEADLINE, PATCH_KEY, STEPS, TASK_ID, World, process_gone, wait_until  # type: ignore[no-redef]
     from support.recovery_case import RecoveryCase  # type: ignore[no-redef]
 
-from runner.contract import load_contract
+from runner.contract.text import load_contract
 from runner.base.times import format_time, parse_time
 from runner.base.canonical import content_digest
 from runner.jobs import observe_job

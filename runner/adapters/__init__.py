@@ -1,5 +1,5 @@
-"""Targets the runner calls, which users may reuse: the HTTP requests a contract declares (http, with the checks of
-its section in http_section) and a file artifact written once under its key (artifact).
+"""Targets the runner calls, which users may reuse: the HTTP requests a contract declares (http, whose section
+runner.contract.http checks) and a file artifact written once under its key (artifact).
 
 May import: runner.base, runner.contract, runner.ledger, runner.stores, runner.calls.
 """

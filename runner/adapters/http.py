@@ -10,7 +10,7 @@ The contract names two requests instead of two commands::
       "idempotency_header": "Idempotency-Key", "epoch_header": "X-Fencing-Epoch"
     }
 
-:func:`~runner.adapters.http_section.http_problems` checks that section for
+:func:`~runner.contract.http.http_problems` checks that section for
 ``contract check``; :class:`HttpAdapter` is the :class:`runner.target.Adapter`
 that makes the calls. What the answers mean (each overridable per request by ``statuses``,
 a map from a status, ``"409"``, or a class, ``"5xx"``, to an outcome word):
@@ -96,7 +96,7 @@ from ..base.canonical import MAX_DOCUMENT_BYTES, canonical_json, check_nesting, 
 from ..base.errors import InvalidInput
 from ..base.pointer import MISSING, matched, parse_pointer, resolve_pointer, shown
 from ..target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
-from .http_section import (_EACH, _SECRET, INVOKE_METHODS, OBSERVE_METHODS, FieldProblem, _split_url, http_problems,
+from ..contract.http import (EACH, SECRET, INVOKE_METHODS, OBSERVE_METHODS, FieldProblem, split_url, http_problems,
                            sensitive, unsendable)
 
 # http.client, ssl, socket, urllib.request and email.utils are imported where a call needs them: a driver imports
@@ -196,7 +196,7 @@ class _Spec(NamedTuple):
 
 
 def _compile_request(kind: str, spec: Dict[str, Any]) -> _Request:
-    scheme, host, port, rest = _split_url(spec["url"])
+    scheme, host, port, rest = split_url(spec["url"])
     method = spec.get("method", INVOKE_METHODS[0] if kind == "invoke" else OBSERVE_METHODS[0])
     statuses = dict(INVOKE_DEFAULTS if kind == "invoke" else OBSERVE_DEFAULTS)
     pointer = spec.get("pointer")
@@ -222,8 +222,8 @@ def _compile(spec: Dict[str, Any]) -> _Spec:
     many = None
     if "many" in spec["observe"]:
         found = spec["observe"]["many"]
-        each = _EACH.search(found["url"]).group(1)  # type: ignore[union-attr]
-        request = _compile_request("observe", {"url": _EACH.sub("{each}", found["url"]), "headers": spec["observe"].get("headers") or {}})
+        each = EACH.search(found["url"]).group(1)  # type: ignore[union-attr]
+        request = _compile_request("observe", {"url": EACH.sub("{each}", found["url"]), "headers": spec["observe"].get("headers") or {}})
         many = _Many(request, each, parse_pointer(found.get("list", "")), parse_pointer(found["match"]), found["value"],
                      int(found.get("max", MANY_DEFAULT)), found.get("page_size"),
                      parse_pointer(found["next"]) if "next" in found else None)
@@ -778,7 +778,7 @@ class HttpAdapter:
                 secrets.append(found)
                 return found
 
-            out[name] = _SECRET.sub(secret, value)
+            out[name] = SECRET.sub(secret, value)
             if sensitive(name):
                 secrets.append(out[name])
             problem = unsendable(out[name])

@@ -25,7 +25,7 @@ import tempfile
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from ..contract import load_contract
+from ..contract.text import load_contract
 from ..mcp import jsonrpc
 from ..run import Run
 from ..stores.file import RunStore

@@ -31,7 +31,7 @@ import tempfile
 import time
 from typing import Any, Dict, List, Optional
 
-from ..contract import load_contract
+from ..contract.text import load_contract
 from . import PACKAGE_PARENT
 from .helpdesk import Faults, Helpdesk, HelpdeskServer
 

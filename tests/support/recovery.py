@@ -36,7 +36,7 @@ try:
 except ImportError:  # run from inside tests/
     import util as _util  # type: ignore[no-redef]
 
-from runner.contract import load_contract
+from runner.contract.text import load_contract
 from runner.base.canonical import content_digest
 from runner.run import Run, submit_job
 from runner.stores.file import RunStore

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 
-from runner.contract import load_contract  # noqa: E402
+from runner.contract.text import load_contract  # noqa: E402
 from runner.proof.faults import KillAt, die  # noqa: E402
 from runner.stores.file import RunStore, scan  # noqa: E402
 from runner.base.windows import Observer  # noqa: E402

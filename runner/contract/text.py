@@ -13,14 +13,14 @@ import json
 import re
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
-from .base.values import MAX_DURATION_SECONDS, MAX_ID_LENGTH, check_duration, validate_id
-from .base.canonical import loads_strict, read_document
-from .batch import effects_problems as batch_effects_problems
-from .batch import shared_lookup as batch_shared_lookup
-from .batch import step_problems as batch_step_problems
-from .base.errors import InvalidInput
-from .flow import flow_problems
-from .lease import MAX_TTL_SECONDS
+from ..base.values import MAX_DURATION_SECONDS, MAX_ID_LENGTH, check_duration, validate_id
+from ..base.canonical import loads_strict, read_document
+from ..batch import effects_problems as batch_effects_problems
+from ..batch import shared_lookup as batch_shared_lookup
+from ..batch import step_problems as batch_step_problems
+from ..base.errors import InvalidInput
+from ..flow import flow_problems
+from ..lease import MAX_TTL_SECONDS
 
 __all__ = [
     "CONTRACT_VERSION", "ContractProblem", "check_contract", "load_contract", "parse_contract_text", "effect_needs_approval", "key_allowed",
@@ -188,7 +188,7 @@ def parse_contract_text(text: str) -> Tuple[Optional[Dict[str, Any]], List[Contr
         pattern = effects.get("key_pattern")
         if isinstance(pattern, str):
             try:
-                from .base.keypattern import compile_pattern  # here: most runs have no key pattern
+                from ..base.keypattern import compile_pattern  # here: most runs have no key pattern
 
                 compile_pattern(pattern)
             except InvalidInput as exc:
@@ -282,7 +282,7 @@ def key_allowed(plan: Dict[str, Any], key: str) -> bool:
     if pattern is None:
         return True
     try:
-        from .base.keypattern import compile_pattern  # here: most runs have no key pattern
+        from ..base.keypattern import compile_pattern  # here: most runs have no key pattern
 
         compiled = compile_pattern(pattern)
     except InvalidInput as exc:

@@ -1,6 +1,6 @@
 """What the contract's ``effects.http`` section may say: :func:`http_problems`, for ``contract check``.
 
-The contract's checks (:mod:`runner.contract`, through :mod:`runner.batch`)
+The contract's checks (:mod:`runner.contract.text`, through :mod:`runner.batch`)
 use this module, and every verb imports them, so it holds only the checks and
 what they need: the calls are made by :mod:`runner.adapters.http`, which
 compiles a section only once these checks find nothing. Each problem is a
@@ -14,8 +14,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from ..commands import MANY_DEFAULT, MANY_MAX, expand, placeholders_in
 from ..base.pointer import pointer_problem
 
-__all__ = ["FieldProblem", "http_problems", "sensitive", "unsendable", "INVOKE_METHODS", "OBSERVE_METHODS",
-           "INVOKE_WORDS", "OBSERVE_WORDS", "MANY_MAX", "PAGE_SIZE_MAX"]
+__all__ = ["FieldProblem", "http_problems", "sensitive", "unsendable", "split_url", "INVOKE_METHODS", "OBSERVE_METHODS",
+           "INVOKE_WORDS", "OBSERVE_WORDS", "MANY_MAX", "PAGE_SIZE_MAX", "EACH", "SECRET"]
 
 INVOKE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 OBSERVE_METHODS = ("GET", "HEAD")
@@ -31,7 +31,7 @@ _MANY_KEYS = ("url", "list", "match", "value", "max", "page_size", "next")
 #: The largest ``observe.many.page_size`` a contract may declare.
 PAGE_SIZE_MAX = 100000
 #: ``{each:TEMPLATE}`` in a lookup of many keys: TEMPLATE filled for each key, the parts joined with ``&``.
-_EACH = re.compile(r"\{each:([^{}]*(?:\{[a-z_]+\}[^{}]*)*)\}")
+EACH = re.compile(r"\{each:([^{}]*(?:\{[a-z_]+\}[^{}]*)*)\}")
 _HTTP_KEYS = ("invoke", "observe", "idempotency_header", "epoch_header", "deduplicates", "retention_seconds", "ca_file")
 #: Headers whose value is a credential: a literal value is refused.
 _SENSITIVE = ("authorization", "proxy-authorization", "cookie")
@@ -39,7 +39,7 @@ _SENSITIVE_SUFFIXES = ("-api-key", "-token")
 #: Headers the adapter itself writes.
 _MANAGED = ("host", "content-length", "transfer-encoding", "connection", "te", "upgrade", "trailer", "keep-alive")
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-_SECRET = re.compile(r"\{(env|file):([^{}]*)\}")
+SECRET = re.compile(r"\{(env|file):([^{}]*)\}")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _STATUS_KEY = re.compile(r"^(?:[1-5][0-9][0-9]|[1-5]xx)$")
 
@@ -80,7 +80,7 @@ def _relative_path(path: str) -> bool:
 
 
 def _secret_problem(value: str) -> Optional[str]:
-    for kind, name in _SECRET.findall(value):
+    for kind, name in SECRET.findall(value):
         if kind == "env" and not _ENV_NAME.match(name):
             return f"{{env:{name}}} must name an environment variable (letters, digits, _)"
         if kind == "file" and not _relative_path(name):
@@ -92,7 +92,7 @@ def _url_problems(kind: str, url: Any) -> List[FieldProblem]:
     at = ("http", kind, "url")
     if not isinstance(url, str) or not url:
         return [FieldProblem(at, f"effects.http.{kind}.url must be a string: http:// or https://, a host, and a path")]
-    if _SECRET.search(url):
+    if SECRET.search(url):
         return [FieldProblem(at, f"effects.http.{kind}.url: {{env:...}} and {{file:...}} go in header values only; "
                                  "a URL is recorded with the run")]
     allowed = _URL_PLACEHOLDERS[kind]
@@ -101,13 +101,13 @@ def _url_problems(kind: str, url: Any) -> List[FieldProblem]:
         return [FieldProblem(at, f"effects.http.{kind}.url: unknown placeholder {{{unknown[0]}}} "
                                  f"(allowed: {', '.join('{' + n + '}' for n in allowed)})")]
     try:
-        _split_url(url)
+        split_url(url)
     except ValueError as exc:
         return [FieldProblem(at, f"effects.http.{kind}.url: {exc}")]
     return []
 
 
-def _split_url(url: str) -> Tuple[str, str, int, str]:
+def split_url(url: str) -> Tuple[str, str, int, str]:
     """``(scheme, host, port, rest)`` of a URL template whose origin is literal; ``rest`` starts with ``/``.
 
     :raises ValueError: not http(s), a placeholder or credentials in the origin, a fragment, a bad port.
@@ -167,12 +167,12 @@ def _header_problems(kind: str, headers: Any) -> List[FieldProblem]:
             out.append(FieldProblem(here, f"effects.http.{kind}.headers: {name}: unknown placeholder {{{unknown[0]}}} "
                                           f"(allowed: {', '.join('{' + n + '}' for n in allowed)}, {{env:NAME}}, {{file:PATH}})"))
             continue
-        literal = unsendable(expand([_SECRET.sub("", value)], {n: "" for n in allowed})[0])
+        literal = unsendable(expand([SECRET.sub("", value)], {n: "" for n in allowed})[0])
         if literal:
             out.append(FieldProblem(here, f"effects.http.{kind}.headers: {name} holds {literal}, which an HTTP header "
                                           "cannot carry (Latin-1 text without control characters)"))
             continue
-        if sensitive(name) and not _SECRET.search(value):
+        if sensitive(name) and not SECRET.search(value):
             out.append(FieldProblem(here, f"effects.http.{kind}.headers: {name} holds a credential, and a literal one would be "
                                           "recorded with the run: write {env:NAME} or {file:PATH} for the secret part"))
     return out
@@ -243,11 +243,11 @@ def _many_problems(many: Any) -> List[FieldProblem]:
     out = [FieldProblem(at + (name,), f"effects.http.observe.many: unknown field {name!r} (allowed: {', '.join(_MANY_KEYS)})")
            for name in many if name not in _MANY_KEYS]
     url = many["url"]
-    if not isinstance(url, str) or len(_EACH.findall(url)) != 1 or "?" not in url or url.index("?") > url.index("{each:"):
+    if not isinstance(url, str) or len(EACH.findall(url)) != 1 or "?" not in url or url.index("?") > url.index("{each:"):
         out.append(FieldProblem(at + ("url",), "effects.http.observe.many.url must hold {each:NAME=TEMPLATE} once, in its query"))
     else:
-        out.extend(FieldProblem(at + ("url",), p) for p in _url_problems("observe", _EACH.sub("x", url)))
-        inner = _EACH.search(url).group(1)  # type: ignore[union-attr]
+        out.extend(FieldProblem(at + ("url",), p) for p in _url_problems("observe", EACH.sub("x", url)))
+        inner = EACH.search(url).group(1)  # type: ignore[union-attr]
         bad = [n for n in placeholders_in(inner) if n not in _URL_PLACEHOLDERS["observe"]]
         if bad:
             out.append(FieldProblem(at + ("url",), f"effects.http.observe.many.url: unknown placeholder {{{bad[0]}}}"))
