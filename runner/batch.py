@@ -4,7 +4,7 @@ A contract step may declare ``items``: an inline list, ``{"glob": PATTERN}``
 relative to the contract's ``workspace``, or ``{"file": PATH}`` holding one
 item per line; and ``key``, the effect key template of one item, built from
 ``{item}``, ``{stem}`` (the item's file name without its extension),
-``{slug}`` (the stem in a key-safe form, see :func:`slug`) and ``{index}``
+``{slug}`` (the stem in a key-safe form, see :func:`~runner.contract.templates.slug`) and ``{index}``
 (its place in the list, ``{index:05d}`` padded), and nothing random.
 ``payload`` says what each item's effect sends: ``{"template": {...}}``, whose
 strings may hold ``{item}``, ``{stem}``, ``{slug}``, ``{index}``, ``{key}``,
@@ -15,7 +15,7 @@ after that line, trimmed); or ``{"command": [ARGV]}`` whose stdout is the
 payload as a JSON object (its arguments may hold the key placeholders,
 ``{key}``, ``{workspace}`` and ``{run_id}``).
 
-The document placeholders read at most :data:`MAX_TEXT_BYTES` of the file and
+The document placeholders read at most :data:`~runner.contract.templates.MAX_TEXT_BYTES` of the file and
 need UTF-8 (a leading byte order mark is dropped): a larger file, or one that
 is not UTF-8, is refused with :class:`~runner.base.errors.InvalidInput` naming the
 item, never cut short or sent with replacement characters. ``{first_line}``
@@ -61,7 +61,7 @@ Invariants kept here:
 * Two items are never looked up at the target by one value: a list whose
   items would share the observe request or command, or ``observe_many``'s
   ``value``, is refused at start (and an inline list by ``contract check``),
-  see :func:`shared_lookup`. A lookup built from ``{payload_file}`` is the
+  see :func:`~runner.contract.lookups.shared_lookup`. A lookup built from ``{payload_file}`` is the
   contract's to keep apart: only the items' payloads tell.
 * A batch step is done only when every item's effect is verified or skipped
   with a recorded reason (:func:`check_complete`).
@@ -74,10 +74,13 @@ import fnmatch
 import os
 import re
 import stat
-import unicodedata
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .commands import PLACEHOLDERS, expand, many_problems, placeholders_in, run_command
+from .base.workspace import item_problem
+from .commands import run_command
+from .contract.lookups import shared_lookup
+from .contract.templates import (DOCUMENT_PLACEHOLDERS, FILE_PLACEHOLDERS, document_values, expand, fill, item_keys, item_values,
+                                 placeholders_in, slug, strings_in)
 from .lifecycle import UNRESOLVED
 from .base.values import validate_id
 from .base.times import format_time
@@ -85,16 +88,11 @@ from .base.canonical import MAX_DOCUMENT_BYTES, content_digest, sha256_stream
 from .base.errors import InvalidInput, NeedsReconciliation
 
 __all__ = [
-    "KEY_PLACEHOLDERS",
-    "PAYLOAD_PLACEHOLDERS",
-    "step_problems",
-    "effects_problems",
     "performs_effects",
     "is_batch",
     "observes_itself",
     "workspace_root",
     "run_workspace",
-    "item_problem",
     "resolve_inside",
     "check_inside",
     "glob_files",
@@ -102,14 +100,9 @@ __all__ = [
     "freeze",
     "freeze_ops",
     "bindings",
-    "lookups",
-    "shared_lookup",
     "keys_of",
     "owner_of",
-    "slug",
-    "item_values",
     "item_payload",
-    "document_values",
     "begin_payload",
     "progress",
     "next_item",
@@ -120,169 +113,19 @@ __all__ = [
     "check_complete",
 ]
 
-KEY_PLACEHOLDERS = ("item", "stem", "slug", "index")
-#: Placeholders filled from the item's file when a payload template names them.
-FILE_PLACEHOLDERS = ("first_line", "sha256", "text", "heading", "body")
-DOCUMENT_PLACEHOLDERS = ("text", "heading", "body")
-PAYLOAD_PLACEHOLDERS = KEY_PLACEHOLDERS + ("key",) + FILE_PLACEHOLDERS
-PAYLOAD_COMMAND_PLACEHOLDERS = KEY_PLACEHOLDERS + ("key", "workspace", "run_id")
-CHECK_PLACEHOLDERS = ("workspace", "run_id")
 #: The most items a step's source may list.
 MAX_ITEMS = 100000
 #: The most directory entries one glob listing may visit (a bound on its time, whatever the tree holds).
 MAX_LISTED_ENTRIES = 1000000
-#: The most bytes of an item's file that ``{text}``, ``{heading}`` and ``{body}`` read.
-MAX_TEXT_BYTES = 64 * 1024
-#: The longest ``{slug}``, so that a key built from it stays within the id limit.
-MAX_SLUG_CHARS = 100
-
 Ops = List[List[Any]]
 
 
 # -- the contract's fields ---------------------------------------------------------------
 
-def _argv_problem(argv: Any, what: str, allowed: Sequence[str]) -> Optional[str]:
-    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv) or not argv[0]:
-        return f"{what} must be a non-empty list of strings (a program and its arguments; no shell)"
-    unknown = sorted({n for a in argv for n in placeholders_in(a) if n not in allowed})
-    if unknown:
-        return f"{what}: unknown placeholder {{{unknown[0]}}} (allowed: {', '.join('{' + n + '}' for n in allowed)})"
-    return None
-
-
-def _relative(path: Any) -> bool:
-    return isinstance(path, str) and bool(path) and item_problem(path) is None
-
-
-def item_problem(item: str) -> Optional[str]:
-    """Why ``item`` cannot name a path inside the workspace whatever the file system holds, or None.
-
-    An absolute path, a ``..`` component (``/`` or ``\\`` separated) or a NUL
-    character is refused; everything else is checked against the file
-    system by :func:`resolve_inside`.
-    """
-    if "\0" in item:
-        return "holds a NUL character"
-    if os.path.isabs(item) or item.startswith(("/", "\\")):
-        return "is an absolute path"
-    if ".." in item.replace("\\", "/").split("/"):
-        return "holds a '..' component"
-    return None
-
-
-def step_problems(step: Dict[str, Any]) -> List[str]:
-    """Every problem with a step's batch, check and artifact fields (empty when fine)."""
-    out: List[str] = []
-    items = step.get("items")
-    if "items" in step:
-        if isinstance(items, list):
-            if not items or not all(isinstance(i, str) and i for i in items):
-                out.append("items must be a non-empty list of non-empty strings, {\"glob\": PATTERN} or {\"file\": PATH}")
-            elif len(set(items)) != len(items):
-                out.append("items repeat an item")
-            else:
-                for index, item in enumerate(items):
-                    problem = item_problem(item)
-                    if problem:
-                        out.append(f"item {index} {item[:80]!r} {problem}; items are paths inside the workspace")
-                        break
-        elif isinstance(items, dict):
-            if len(items) != 1 or next(iter(items)) not in ("glob", "file") or not _relative(next(iter(items.values()))):
-                out.append("items must be {\"glob\": PATTERN} or {\"file\": PATH}, relative to the workspace and without '..'")
-        else:
-            out.append("items must be a list, {\"glob\": PATTERN} or {\"file\": PATH}")
-        key = step.get("key")
-        if not isinstance(key, str):
-            out.append("a step with items needs \"key\": the effect key template, e.g. \"doc-{stem}:ticket\"")
-        else:
-            names = placeholders_in(key)
-            bad = [n for n in names if n not in KEY_PLACEHOLDERS]
-            if bad:
-                out.append(f"key: unknown placeholder {{{bad[0]}}} (allowed: {{item}}, {{stem}}, {{slug}}, {{index}}; nothing random)")
-            elif not names:
-                out.append("key must hold {item}, {stem}, {slug} or {index}, or every item would share one key")
-    elif "key" in step or "payload" in step:
-        out.append("\"key\" and \"payload\" belong to a step with \"items\"")
-    payload = step.get("payload")
-    if payload is not None:
-        if not isinstance(payload, dict) or len(payload) != 1 or next(iter(payload)) not in ("template", "command"):
-            out.append("payload must be {\"template\": {...}} or {\"command\": [ARGV]}")
-        elif "template" in payload:
-            if not isinstance(payload["template"], dict):
-                out.append("payload template must be a JSON object")
-            else:
-                bad = sorted({n for s in _strings(payload["template"]) for n in placeholders_in(s) if n not in PAYLOAD_PLACEHOLDERS})
-                if bad:
-                    out.append(f"payload template: unknown placeholder {{{bad[0]}}} (allowed: {', '.join('{' + n + '}' for n in PAYLOAD_PLACEHOLDERS)})")
-        else:
-            problem = _argv_problem(payload["command"], "payload command", PAYLOAD_COMMAND_PLACEHOLDERS)
-            if problem:
-                out.append(problem)
-    checks = step.get("checks")
-    if checks is not None:
-        if not isinstance(checks, dict) or not checks:
-            out.append("checks must be an object naming each check's command: {\"tests\": [\"python3\", \"-m\", \"unittest\"]}")
-        else:
-            for name, argv in checks.items():
-                if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
-                    out.append(f"check name {name!r} may hold only letters, digits and . _ -")
-                problem = _argv_problem(argv, f"check {name!r}", CHECK_PLACEHOLDERS)
-                if problem:
-                    out.append(problem)
-    timeout = step.get("timeout_seconds")
-    if "timeout_seconds" in step and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400):
-        out.append("timeout_seconds (of the step's checks) must be a positive number of seconds, at most a day")
-    artifacts = step.get("artifacts")
-    if artifacts is not None and (not isinstance(artifacts, list) or not artifacts or not all(_relative(a) for a in artifacts)):
-        out.append("artifacts must list paths relative to the workspace, without '..'")
-    return out
-
-
-def effects_problems(effects: Dict[str, Any]) -> List[str]:
-    """Problems with the effects section's ``invoke``, ``observe``, ``timeout_seconds``, ``settle_seconds`` and bounds."""
-    out: List[str] = []
-    for name in ("invoke", "observe"):
-        if name in effects:
-            problem = _argv_problem(effects[name], f"effects: {name}", PLACEHOLDERS)
-            if problem:
-                out.append(problem)
-    if ("invoke" in effects) != ("observe" in effects):
-        out.append("effects: invoke and observe come together: an effect the runner performs must be one it can observe")
-    if "observe_many" in effects:
-        out.extend(many_problems(effects["observe_many"]))
-        if "observe" not in effects:
-            out.append("effects: observe_many looks keys up with a command: it comes with the invoke and observe commands "
-                       "(effects.http has observe.many)")
-    from .contract.http import http_problems  # here: a process that never checks a contract does not import it
-
-    out.extend(http_problems(effects))
-    timeout = effects.get("timeout_seconds")
-    if "timeout_seconds" in effects and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400):
-        out.append("effects: timeout_seconds must be a positive number of seconds (at most a day)")
-    settle = effects.get("settle_seconds")
-    if "settle_seconds" in effects and (isinstance(settle, bool) or not isinstance(settle, (int, float)) or not 0 <= settle <= 86400):
-        out.append("effects: settle_seconds must be a number of seconds from 0 to a day (how long the target may not yet show a call)")
-    for name in ("max_attempts", "max_rate_limited"):
-        value = effects.get(name)
-        if isinstance(value, int) and not isinstance(value, bool) and value < (1 if name == "max_attempts" else 0):
-            out.append(f"effects: {name} must be {'at least 1' if name == 'max_attempts' else 'zero or more'}")
-    return out
-
-
 def performs_effects(plan: Dict[str, Any]) -> bool:
     """True when the contract says how the runner calls and observes the target itself: commands or ``effects.http``."""
     effects = plan.get("effects", {})
     return "invoke" in effects or "http" in effects
-
-
-def _strings(value: Any) -> List[str]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, dict):
-        return [s for v in value.values() for s in _strings(v)]
-    if isinstance(value, list):
-        return [s for v in value for s in _strings(v)]
-    return []
 
 
 # -- resolving and freezing ------------------------------------------------------------------
@@ -506,70 +349,13 @@ def _frozen_batches(state: Dict[str, Any]) -> List[Tuple[str, Dict[str, Any]]]:
     return out
 
 
-def lookups(effects: Dict[str, Any]) -> List[Tuple[str, List[str]]]:
-    """The lookups by which the runner finds an item's effect at the target, each named, with its templates.
-
-    The HTTP observe request's URL and headers, ``observe.many``'s ``value``;
-    or the observe command's arguments and ``observe_many``'s ``value``. A
-    lookup holding ``{key}`` is left out, as keys are told apart already; so
-    is one holding ``{payload_file}``, which only the items' payloads tell
-    apart (the contract's author must see to it). Secrets (``{env:..}``,
-    ``{file:..}``) stay as written.
-    """
-    out: List[Tuple[str, List[str]]] = []
-    http = effects.get("http")
-    if isinstance(http, dict):
-        observe = http.get("observe") or {}
-        headers = observe.get("headers") or {}
-        fields = [f"{name}: {headers[name]}" for name in sorted(headers, key=str.lower)]
-        out.append(("effects.http.observe", [observe.get("url", "")] + fields))
-        if isinstance(observe.get("many"), dict):
-            out.append(("effects.http.observe.many.value", [observe["many"]["value"]]))
-    elif "observe" in effects:
-        out.append(("effects.observe", list(effects["observe"])))
-        if isinstance(effects.get("observe_many"), dict):
-            out.append(("effects.observe_many.value", [effects["observe_many"]["value"]]))
-    told_apart = {"key", "payload_file"}
-    return [(name, parts) for name, parts in out if not told_apart & {n for p in parts for n in placeholders_in(p)}]
-
-
-def shared_lookup(plan: Dict[str, Any], lists: Sequence[Tuple[str, Sequence[str]]], run_id: str) -> Optional[str]:
-    """Why two items of ``lists`` (each a step id and its items) cannot be told apart at the target, or None.
-
-    Each lookup of :func:`lookups` is filled with every item's placeholders;
-    two items with one value would each find the other's effect, so one
-    would be recorded verified without ever being sent. One pass and one
-    dict per lookup: O(items).
-    """
-    # A part that names no item placeholder is the same for every item: only the others can tell items apart.
-    found = [(name, [p for p in parts if set(placeholders_in(p)) & set(KEY_PLACEHOLDERS)] or parts)
-             for name, parts in lookups(plan.get("effects") or {})]
-    if not found:
-        return None
-    values = _values_for([p for _, parts in found for p in parts])
-    seen: List[Dict[str, Tuple[str, str]]] = [{} for _ in found]
-    for step, items in lists:
-        for index, item in enumerate(items):
-            filled = dict(values(item, index), run_id=run_id)
-            for (name, parts), earlier in zip(found, seen):
-                value = "\n".join(expand(parts, filled))
-                first = earlier.setdefault(value, (step, item))
-                if first != (step, item):
-                    where = f"step {step!r}" if first[0] == step else f"steps {first[0]!r} and {step!r}"
-                    shown = value.replace(chr(10), " ")[:200]
-                    return (f"items {first[1][:60]!r} and {item[:60]!r} of {where} are looked up at the target by one "
-                            f"value ({name}: {shown}), so each would find the other's effect: a lookup must tell items "
-                            "apart; build it from {key}, or from a placeholder the two items differ in")
-    return None
-
-
 def freeze(state: Dict[str, Any], step: str, cwd: Optional[str] = None) -> Optional[Dict[str, Any]]:
     """What ``step start`` freezes for ``step`` (outside any lock; reads the file system), or None.
 
     A step that was frozen under the run's present plan keeps its frozen
     list; only the workspace root is returned for it. A new list gives each
     item a key no other item has, in this step or in another step's frozen
-    list, and a lookup at the target no other item shares (:func:`shared_lookup`).
+    list, and a lookup at the target no other item shares (:func:`~runner.contract.lookups.shared_lookup`).
     What the ledger already holds is checked under the run's lock, by :func:`freeze_ops`.
 
     :raises InvalidInput: the list cannot be made, or two items share a key or a lookup (both named).
@@ -595,7 +381,7 @@ def freeze(state: Dict[str, Any], step: str, cwd: Optional[str] = None) -> Optio
                 if not slug(item):
                     raise InvalidInput(f"item {index} {item[:60]!r} of step {step!r} has no letter or digit to make {{slug}} of; "
                                        "put {index} in the key as well")
-        keys = _keys(spec["key"], items)
+        keys = item_keys(spec["key"], items)
         seen: Dict[str, int] = {}
         pattern = state["plan"].get("effects", {}).get("key_pattern")
         others = [(other, batch) for other, batch in _frozen_batches(state) if other != step]
@@ -730,52 +516,6 @@ def _check_bindings(effects: Dict[str, Any], step: str, before: Dict[str, str], 
 _KEY_CACHE: Dict[Tuple[str, str], Tuple[List[str], Dict[str, int]]] = {}
 
 
-def _stem(item: str) -> str:
-    base = os.path.basename(item.rstrip("/")) or item
-    stem, _ = os.path.splitext(base)
-    return stem or base
-
-
-def slug(item: str) -> str:
-    """A key-safe form of the item's stem: lower case ASCII letters and digits, each run of anything else one ``-``.
-
-    Accents are dropped (``Café`` gives ``cafe``), no ``-`` leads or ends, and
-    at most :data:`MAX_SLUG_CHARS` characters are kept, so a non-empty slug
-    always passes :func:`runner.base.values.validate_id`. It is empty when the
-    stem has no letter or digit that folds to ASCII; ``step start`` refuses
-    a key built from such a slug. Two stems may give one slug (``a b`` and
-    ``a-b``); the start refuses their equal keys.
-    """
-    folded = "".join(c for c in unicodedata.normalize("NFKD", _stem(item)) if not unicodedata.combining(c)).casefold()
-    return re.sub(r"[^a-z0-9]+", "-", folded).strip("-")[:MAX_SLUG_CHARS].rstrip("-")
-
-
-def item_values(item: str, index: int) -> Dict[str, Any]:
-    """The key placeholders of one item: ``item``, ``stem``, ``slug`` and ``index``."""
-    return {"item": item, "stem": _stem(item), "slug": slug(item), "index": index}
-
-
-def _values_for(templates: Sequence[str]) -> Callable[[str, int], Dict[str, Any]]:
-    """:func:`item_values` of only the names ``templates`` hold: ``{slug}`` is the costly one, made only when named."""
-    names = {n for t in templates for n in placeholders_in(t)}
-    want_stem, want_slug = "stem" in names, "slug" in names
-
-    def values(item: str, index: int) -> Dict[str, Any]:
-        out: Dict[str, Any] = {"item": item, "index": index}
-        if want_stem:
-            out["stem"] = _stem(item)
-        if want_slug:
-            out["slug"] = slug(item)
-        return out
-
-    return values
-
-
-def _keys(template: str, items: Sequence[str]) -> List[str]:
-    values = _values_for([template])
-    return [expand([template], values(item, i))[0] for i, item in enumerate(items)]
-
-
 def _remember_keys(batch: Dict[str, Any], keys: List[str], index_of: Dict[str, int]) -> None:
     """Seed :func:`keys_of`'s cache with keys just made for ``batch``, so the start does not make them twice."""
     if len(_KEY_CACHE) > 8:
@@ -788,7 +528,7 @@ def keys_of(batch: Dict[str, Any]) -> Tuple[List[str], Dict[str, int]]:
     cache_key = (batch["digest"], batch["key"])
     found = _KEY_CACHE.get(cache_key)
     if found is None:
-        keys = _keys(batch["key"], batch["items"])
+        keys = item_keys(batch["key"], batch["items"])
         found = (keys, {k: i for i, k in enumerate(keys)})
         _remember_keys(batch, *found)
     return found
@@ -821,10 +561,10 @@ def item_payload(state: Dict[str, Any], step: str, index: int) -> Dict[str, Any]
             raise InvalidInput(f"the payload command for {key} did not print a JSON object (exit {outcome.exit_code}): {outcome.tail()}")
         return payload
     template = how["template"]
-    wanted = {n for s in _strings(template) for n in placeholders_in(s)}
+    wanted = {n for s in strings_in(template) for n in placeholders_in(s)}
     if wanted & set(FILE_PLACEHOLDERS):
         values.update(_file_values(root, item, f"item {item[:80]!r} of step {step!r}", wanted))
-    return _fill(template, values)
+    return fill(template, values)
 
 
 def _file_values(root: str, item: str, what: str, wanted: Any) -> Dict[str, str]:
@@ -843,26 +583,6 @@ def _file_values(root: str, item: str, what: str, wanted: Any) -> Dict[str, str]
     if wanted & set(DOCUMENT_PLACEHOLDERS):
         out.update(document_values(head, what))
     return out
-
-
-def document_values(data: bytes, what: str = "the item's file") -> Dict[str, str]:
-    """``text``, ``heading`` and ``body`` of a document's bytes (see the module docstring).
-
-    :raises InvalidInput: ``data`` is longer than :data:`MAX_TEXT_BYTES` or is not UTF-8.
-    """
-    if len(data) > MAX_TEXT_BYTES:
-        raise InvalidInput(f"{what}: the file is larger than {MAX_TEXT_BYTES:,} bytes, the most {{text}}, {{heading}} and {{body}} read; "
-                           "skip the item (`effect skip KEY --reason TEXT`) or send {item} for the target to read")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidInput(f"{what}: the file is not UTF-8 (byte {exc.start}); {{text}}, {{heading}} and {{body}} need UTF-8 text") from None
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    lines = text.split("\n")
-    first = next((n for n, line in enumerate(lines) if line.strip()), len(lines))
-    heading = lines[first].strip().lstrip("#").strip() if first < len(lines) else ""
-    return {"text": text, "heading": heading, "body": "\n".join(lines[first + 1:]).strip()}
 
 
 def begin_payload(state: Dict[str, Any], key: str, given: Optional[Dict[str, Any]]) -> Dict[str, Any]:
@@ -890,16 +610,6 @@ def begin_payload(state: Dict[str, Any], key: str, given: Optional[Dict[str, Any
             raise InvalidInput(f"{key!r} is item {index} of step {step!r}, whose template makes the payload {want}; the payload given is {got}. "
                                "Leave out --payload to send the template's", key=key, expected=want, given=got)
     return expected
-
-
-def _fill(value: Any, values: Dict[str, Any]) -> Any:
-    if isinstance(value, str):
-        return expand([value], values)[0]
-    if isinstance(value, dict):
-        return {k: _fill(v, values) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_fill(v, values) for v in value]
-    return value
 
 
 # -- progress and the next item ----------------------------------------------------------------

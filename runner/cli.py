@@ -18,7 +18,8 @@ from typing import AbstractSet, Any, Callable, Dict, List, Optional, Sequence, T
 from . import __version__, verbs
 from .approvals import payload_source
 from .batch import run_workspace
-from .commands import INVOKE_EXITS, OBSERVE_EXITS, PLACEHOLDERS
+from .commands import INVOKE_EXITS, OBSERVE_EXITS
+from .contract.templates import PLACEHOLDERS
 from .contract.text import check_contract, load_contract
 from .effects import EFFECT_STATES
 from .base.values import MAX_DURATION_SECONDS
@@ -283,7 +284,7 @@ def output_file(text: str) -> str:
 
 
 def _concurrency(text: str) -> int:
-    from .flow import MAX_CONCURRENCY
+    from .contract.effects import MAX_CONCURRENCY
 
     value = positive(text)
     if value > MAX_CONCURRENCY:

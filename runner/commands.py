@@ -3,7 +3,7 @@
 A contract names the command that performs an effect, the one that observes
 it, the checks of a step and the command that makes a payload, each as a
 list of arguments such as ``["python3", "tools/file.py", "{key}",
-"{payload_file}"]``. :func:`expand` replaces each ``{name}`` that names a
+"{payload_file}"]``. :func:`~runner.contract.templates.expand` replaces each ``{name}`` that names a
 known placeholder inside one argument and nothing else, so a value (an item
 named ``a "$(rm -rf ~)"\\nb``) always reaches the program as part of exactly
 one argument: no shell ever reads it. :func:`run_command` runs the result
@@ -36,14 +36,16 @@ failure of the command.
 """
 
 import os
-import re
 import signal
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from .base.canonical import canonical_json, loads_strict, sha256_hex
 from .base.errors import InvalidInput
-from .base.pointer import MISSING, matched, parse_pointer, pointer_problem, resolve_pointer, shown
+from .base.pointer import MISSING, matched, parse_pointer, resolve_pointer, shown
+from .contract.effects import EACH
+from .contract.lookups import MANY_DEFAULT
+from .contract.templates import expand
 from .target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 
 # subprocess, selectors, shutil, tempfile and runner.inflight are imported where a command runs: every verb imports this module
@@ -52,29 +54,14 @@ if TYPE_CHECKING:
     import subprocess
 
 __all__ = [
-    "PLACEHOLDERS",
-    "placeholders_in",
-    "expand",
     "Outcome",
     "run_command",
     "CommandAdapter",
-    "many_problems",
     "DEFAULT_TIMEOUT",
     "OUTPUT_LIMIT",
     "INVOKE_EXITS",
     "OBSERVE_EXITS",
 ]
-
-#: Every name a command argument may hold in braces.
-PLACEHOLDERS = ("key", "payload_file", "epoch", "run_id", "item", "stem", "slug", "index", "workspace")
-#: What the ``observe_many`` section holds, and what its command's arguments and each key's ``value`` may name.
-MANY_FIELDS = ("command", "list", "match", "value", "max")
-MANY_PLACEHOLDERS = ("run_id", "workspace")
-MANY_VALUE_PLACEHOLDERS = ("key", "item", "stem", "slug", "index")
-#: The argument of the ``observe_many`` command that becomes one argument per key.
-EACH = "{each}"
-#: Keys one lookup of many keys asks for at most (``max``), and by default: ``observe_many`` here, ``effects.http.observe.many``.
-MANY_MAX, MANY_DEFAULT = 200, 50
 
 #: Seconds a command may take unless the contract says otherwise.
 DEFAULT_TIMEOUT = 60.0
@@ -99,33 +86,6 @@ INVOKE_EXITS = (
     ("other", "unknown (also a timeout, or exit 0 without a JSON object): observed, never retried blindly"),
 )
 OBSERVE_EXITS = (("0", "present: the JSON object on stdout is the evidence"), ("1", "absent"), ("other", "unknown (also a timeout)"))
-
-_PLACEHOLDER = re.compile(r"\{([a-z_][a-z0-9_]*)(?::(0?[1-9][0-9]?)d)?\}")
-
-
-def placeholders_in(text: str) -> List[str]:
-    """The placeholder names ``text`` holds (known or not), in order."""
-    return [m.group(1) for m in _PLACEHOLDER.finditer(text)]
-
-
-def expand(argv: Sequence[str], values: Mapping[str, Any]) -> List[str]:
-    """``argv`` with every ``{name}`` (or ``{index:05d}``) of ``values`` replaced, one argument each.
-
-    A brace that names no value is left as it is, so literal JSON in an
-    argument survives. The number of arguments never changes.
-    """
-
-    def one(match: "re.Match[str]") -> str:
-        name, width = match.group(1), match.group(2)
-        if name not in values:
-            return match.group(0)
-        value = values[name]
-        if width and isinstance(value, int):
-            return format(value, f"0{int(width)}d")
-        return str(value)
-
-    return [_PLACEHOLDER.sub(one, arg) for arg in argv]
-
 
 class Outcome(NamedTuple):
     """What one command did: its exit code (None on a timeout), bounded output and digests."""
@@ -318,7 +278,7 @@ class CommandAdapter:
                  cwd: Optional[str] = None, timeout: float = DEFAULT_TIMEOUT, runner: Optional[Callable[..., Outcome]] = None,
                  many: Optional[Mapping[str, Any]] = None) -> None:
         """``runner`` runs one argument list (default :func:`run_command`); a benchmark may pass a stand-in.
-        ``many``: the contract's ``observe_many`` section, checked by :func:`many_problems`."""
+        ``many``: the contract's ``observe_many`` section, checked by :func:`~runner.contract.effects.many_problems`."""
         if not invoke or not observe:
             raise InvalidInput("an effect run needs both an invoke and an observe command")
         self.invoke_argv, self.observe_argv = list(invoke), list(observe)
@@ -440,39 +400,6 @@ class CommandAdapter:
                 seen["reason"] = 'the answer does not say "complete": true, so it may leave keys out'
             out.append(Observation("present" if matches else "absent" if complete else "unseen", seen))
         return out
-
-
-def many_problems(many: Any) -> List[str]:
-    """Problems of the effects section's ``observe_many`` (empty when fine)."""
-    shape = ('effects: observe_many must be {"command": [..., "{each}"], "match": "/external_ref", "value": "{slug}"} '
-             '(optional: "list", a pointer to the answer\'s list; "max", keys per lookup)')
-    if not isinstance(many, dict) or not {"command", "match", "value"} <= set(many):
-        return [shape]
-    out = [f"effects: observe_many: unknown field {name!r} (allowed: {', '.join(MANY_FIELDS)})" for name in many if name not in MANY_FIELDS]
-    command = many["command"]
-    if not isinstance(command, list) or not command or not all(isinstance(a, str) and a for a in command) or command.count(EACH) != 1 \
-            or command[0] == EACH:
-        out.append('effects: observe_many.command must be a list of arguments holding "{each}" once, as an argument of its own '
-                   "(it becomes one argument per key)")
-    else:
-        unknown = sorted({n for a in command if a != EACH for n in placeholders_in(a) if n not in MANY_PLACEHOLDERS})
-        if unknown:
-            out.append(f"effects: observe_many.command may name {{run_id}} and {{workspace}}, not {{{unknown[0]}}} "
-                       "(a key's own values go in through {each})")
-    for name in ("list", "match"):
-        if name in many:
-            problem = pointer_problem(many[name], f"effects: observe_many.{name}")
-            if problem:
-                out.append(problem)
-    value = many["value"]
-    names = placeholders_in(value) if isinstance(value, str) else []
-    if not names or any(n not in MANY_VALUE_PLACEHOLDERS for n in names):
-        out.append('effects: observe_many.value must be a template of the key, such as "{slug}" (names: '
-                   + ", ".join("{" + n + "}" for n in MANY_VALUE_PLACEHOLDERS) + ")")
-    limit = many.get("max", MANY_DEFAULT)
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 2 <= limit <= MANY_MAX:
-        out.append(f"effects: observe_many.max must be a whole number from 2 to {MANY_MAX}")
-    return out
 
 
 def _retry_after(answer: Optional[Dict[str, Any]]) -> Optional[float]:

@@ -27,6 +27,7 @@ from typing import IO, Any, Callable, Dict, Iterator, Optional, Sequence
 
 from . import batch as _batch
 from .commands import DEFAULT_TIMEOUT, CommandAdapter
+from .contract.templates import item_values
 from .base.times import parse_time
 from .base.canonical import content_digest
 from .base.errors import EXIT_CODES, InvalidInput, RunnerError, Stopped
@@ -54,7 +55,7 @@ def adapter_for(state: Dict[str, Any], key: str, invoke: Optional[Sequence[str]]
         step, index = found
         record = state["steps"][step]
         root = record.get("workspace") or root
-        values.update(_batch.item_values(record["batch"]["items"][index], index))
+        values.update(item_values(record["batch"]["items"][index], index))
     timeout = float(effects.get("timeout_seconds", DEFAULT_TIMEOUT))
     if not invoke and not observe and "http" in effects:
         from .adapters.http import HttpAdapter  # here: a contract with commands need not import the HTTP client
@@ -267,7 +268,7 @@ def _walk_items(run: Any, executor: Executor, step: str, start: int, tally: Dict
             def payload(index: int = index) -> Dict[str, Any]:  # made when the item's turn comes, from the state then
                 return _batch.item_payload(run.state, step, index)
 
-            yield Job(key, payload, adapter, step, _batch.item_values(batch["items"][index], index))
+            yield Job(key, payload, adapter, step, item_values(batch["items"][index], index))
 
     def settled(job: Job, record: Dict[str, Any]) -> None:
         tally["effects"] += 1

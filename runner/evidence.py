@@ -18,7 +18,8 @@ import time
 from typing import Any, Dict, List, Optional
 
 from . import batch as _batch
-from .commands import expand, run_command
+from .commands import run_command
+from .contract.templates import expand
 from .base.times import format_time
 from .base.canonical import sha256_stream
 from .base.errors import InvalidInput

@@ -25,21 +25,16 @@ simulation drives it with simulated time.
 """
 
 import re
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional
 
-__all__ = ["Flow", "TokenBucket", "flow_for", "flow_problems", "GROUP_PLACEHOLDERS", "MAX_CONCURRENCY"]
+from .contract.effects import GROUP_FIELD as _FIELD
 
-#: The most calls one executor keeps in flight.
-MAX_CONCURRENCY = 256
+__all__ = ["Flow", "TokenBucket", "flow_for"]
+
 #: Effects taken on per call in flight (see :meth:`Flow.room`).
 ROOM_PER_CALL = 4
 #: The pause after a "not now" that named no delay: long enough that the answers of calls already out arrive in it.
 MIN_PAUSE_SECONDS = 0.1
-
-#: What a ``concurrency_key`` may name: the item's placeholders, the key, and ``payload.FIELD``.
-GROUP_PLACEHOLDERS = ("item", "stem", "slug", "index", "key")
-_FIELD = re.compile(r"\{(payload\.[A-Za-z0-9_]+|[a-z_][a-z0-9_]*)\}")
-
 
 class TokenBucket:
     """``per_second`` tokens a second, at most ``burst`` saved; each call takes one."""
@@ -127,32 +122,6 @@ class Flow:
     def take_group(self, group: Optional[str], delta: int) -> None:
         if group is not None:
             self.counts[group] = self.counts.get(group, 0) + delta
-
-
-def flow_problems(effects: Mapping[str, Any]) -> List[str]:
-    """Problems with the effects section's ``concurrency``, ``rate`` and ``concurrency_key`` (empty when fine)."""
-    out: List[str] = []
-    limit = effects.get("concurrency")
-    if "concurrency" in effects and (isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_CONCURRENCY):
-        out.append(f"effects: concurrency must be a whole number from 1 to {MAX_CONCURRENCY} (effects in flight at once)")
-    rate: Any = effects.get("rate")  # a dict once ``numbers`` holds
-    if "rate" in effects:
-        numbers = isinstance(rate, dict) and all(isinstance(rate.get(k, 1), (int, float)) and not isinstance(rate.get(k, 1), bool)
-                                                 for k in ("per_second", "burst"))
-        if not numbers or set(rate) - {"per_second", "burst"} or not 0 < rate.get("per_second", 0) <= 100000 or not 1 <= rate.get("burst", 1) <= 100000:
-            out.append('effects: rate must be {"per_second": R, "burst": B}: R above 0 calls a second, B at least 1 (calls saved up)')
-    group = effects.get("concurrency_key")
-    if "concurrency_key" in effects:
-        if not isinstance(group, dict) or set(group) != {"key", "limit"} or not isinstance(group.get("key"), str) \
-                or isinstance(group.get("limit"), bool) or not isinstance(group.get("limit"), int) or group["limit"] < 1:
-            out.append('effects: concurrency_key must be {"key": TEMPLATE, "limit": N}, e.g. {"key": "{payload.customer}", "limit": 1}')
-        else:
-            unknown = sorted({m.group(1) for m in _FIELD.finditer(group["key"])
-                              if not m.group(1).startswith("payload.") and m.group(1) not in GROUP_PLACEHOLDERS})
-            if unknown or not _FIELD.search(group["key"]):
-                out.append("effects: concurrency_key's key must name {item}, {stem}, {slug}, {index}, {key} or {payload.FIELD}"
-                           + (f", not {{{unknown[0]}}}" if unknown else ""))
-    return out
 
 
 def flow_for(plan: Mapping[str, Any], parallel: Optional[int], now: float) -> Flow:

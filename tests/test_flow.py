@@ -3,7 +3,8 @@
 import unittest
 
 from runner.contract.text import parse_contract_text
-from runner.flow import Flow, TokenBucket, flow_problems
+from runner.flow import Flow, TokenBucket
+from runner.contract.effects import flow_problems
 
 from tests.support.util import contract_block, contract_markdown
 

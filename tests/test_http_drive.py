@@ -17,7 +17,7 @@ import unittest
 import urllib.request
 from typing import Any, Dict, List, Optional, Tuple
 
-from runner.batch import slug
+from runner.contract.templates import slug
 from runner.contract.text import load_contract
 from runner.mcp import jsonrpc
 from runner.proof.helpdesk import Faults, Helpdesk, HelpdeskServer

@@ -22,6 +22,7 @@ from typing import Any, Dict, List
 from unittest import mock
 
 from runner import batch
+from runner.contract import templates
 from runner.base.values import validate_id
 from runner.base.canonical import content_digest
 from runner.base.errors import InvalidInput
@@ -293,17 +294,17 @@ class SlugTest(Workspace):
             "Café Déjà-Vu.txt": "cafe-deja-vu",
             "--Straße__Nr.7--.md": "strasse-nr-7",
             "docs/README": "readme",
-            "x" * 300 + ".md": "x" * batch.MAX_SLUG_CHARS,
+            "x" * 300 + ".md": "x" * templates.MAX_SLUG_CHARS,
             "日本語.md": "",
             "###.md": "",
         }
         for item, expected in cases.items():
             with self.subTest(item=item):
-                self.assertEqual(batch.slug(item), expected)
+                self.assertEqual(templates.slug(item), expected)
                 if expected:
-                    validate_id(batch.slug(item) + ":issue")
+                    validate_id(templates.slug(item) + ":issue")
         long = "a-" * 60 + ".md"
-        self.assertFalse(batch.slug(long).endswith("-"), "a cut never leaves a trailing '-'")
+        self.assertFalse(templates.slug(long).endswith("-"), "a cut never leaves a trailing '-'")
 
     def test_a_file_name_with_spaces_and_quotes_gives_a_valid_key(self) -> None:
         self.write("inbox/report 013 (customer's copy).md", "# Printer on fire\n\nIt is on fire again.\n")
@@ -345,7 +346,7 @@ class DocumentTest(Workspace):
         ]
         for data, expected in cases:
             with self.subTest(data=data[:20]):
-                values = batch.document_values(data)
+                values = templates.document_values(data)
                 self.assertEqual({k: values[k] for k in ("heading", "body")}, expected)
                 self.assertEqual(values["text"], data.decode("utf-8-sig"))
 
@@ -362,7 +363,7 @@ class DocumentTest(Workspace):
         self.write("inbox/a.md", "# fine\n")
         with open(os.path.join(self.ws, "inbox", "b.md"), "wb") as handle:
             handle.write(b"# Latin-1 caf\xe9\n")
-        self.write("inbox/c.md", "# big\n" + "x" * batch.MAX_TEXT_BYTES)
+        self.write("inbox/c.md", "# big\n" + "x" * templates.MAX_TEXT_BYTES)
         self.init(self.contract(items={"glob": "inbox/*.md"}, payload={"template": {"title": "{heading}"}}))
         stopped = self.cli("drive", "--owner", "agent", "--json", code=2)
         detail = json.loads(stopped.out)["detail"]
@@ -371,7 +372,7 @@ class DocumentTest(Workspace):
         writer = self.writer()
         self.cli("effect", "skip", "b:ticket", "--reason", "not UTF-8", *writer)
         stopped = self.cli("drive", "--owner", "agent", "--json", code=2)
-        self.assertIn(f"larger than {batch.MAX_TEXT_BYTES:,} bytes", json.loads(stopped.out)["detail"])
+        self.assertIn(f"larger than {templates.MAX_TEXT_BYTES:,} bytes", json.loads(stopped.out)["detail"])
         self.assertEqual(sorted(os.listdir(self.out)), ["a:ticket.json"], "nothing cut short or garbled was sent")
 
 

@@ -12,8 +12,9 @@ import os
 import unittest
 from typing import Any, Dict, List
 
-from runner.batch import effects_problems
-from runner.commands import CommandAdapter, Outcome, many_problems
+from runner.contract.effects import effects_problems
+from runner.commands import CommandAdapter, Outcome
+from runner.contract.effects import many_problems
 from runner.target import NotApplied
 from tests.support.batch import batch_contract
 from tests.support.cli import RunnerCli

@@ -91,7 +91,9 @@ import urllib.parse
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from .. import inflight
-from ..commands import MANY_DEFAULT, MAX_RETRY_AFTER, expand
+from ..commands import MAX_RETRY_AFTER
+from ..contract.lookups import MANY_DEFAULT
+from ..contract.templates import expand
 from ..base.canonical import MAX_DOCUMENT_BYTES, canonical_json, check_nesting, loads_strict, sha256_hex
 from ..base.errors import InvalidInput
 from ..base.pointer import MISSING, matched, parse_pointer, resolve_pointer, shown

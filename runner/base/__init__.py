@@ -1,8 +1,8 @@
 """What every part of the runner stands on: the error classes and the exit table (errors), canonical JSON, digests
 and size checks (canonical), time stamps (times), checked ids and one-line texts (values), the file-system seam
 (fs) and its commit windows (windows), quoting of text the runner did not write (quoting), output that never stops
-work (output), names a package exports lazily (lazy), key patterns (keypattern), JSON pointers (pointer), and where
-this package lies (paths).
+work (output), names a package exports lazily (lazy), key patterns (keypattern), JSON pointers (pointer), paths
+kept inside a workspace (workspace), and where this package lies (paths).
 
 May import: the standard library only.
 """

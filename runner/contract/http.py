@@ -11,7 +11,8 @@ that ``contract check`` can give its line.
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..commands import MANY_DEFAULT, MANY_MAX, expand, placeholders_in
+from .lookups import MANY_DEFAULT, MANY_MAX
+from .templates import expand, placeholders_in
 from ..base.pointer import pointer_problem
 
 __all__ = ["FieldProblem", "http_problems", "sensitive", "unsendable", "split_url", "INVOKE_METHODS", "OBSERVE_METHODS",

@@ -15,11 +15,10 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 from ..base.values import MAX_DURATION_SECONDS, MAX_ID_LENGTH, check_duration, validate_id
 from ..base.canonical import loads_strict, read_document
-from ..batch import effects_problems as batch_effects_problems
-from ..batch import shared_lookup as batch_shared_lookup
-from ..batch import step_problems as batch_step_problems
+from .effects import effects_problems, flow_problems
+from .lookups import shared_lookup
+from .steps import step_problems
 from ..base.errors import InvalidInput
-from ..flow import flow_problems
 from ..lease import MAX_TTL_SECONDS
 
 __all__ = [
@@ -167,7 +166,7 @@ def parse_contract_text(text: str) -> Tuple[Optional[Dict[str, Any]], List[Contr
             evidence = step.get("evidence")
             if isinstance(evidence, list) and not all(isinstance(name, str) and name.strip() for name in evidence):
                 problems.append(ContractProblem(line, f"step {sid!r}: 'evidence' must list the names of the evidence (non-empty strings)"))
-            problems.extend(ContractProblem(line, f"step {sid!r}: {message}") for message in batch_step_problems(step))
+            problems.extend(ContractProblem(line, f"step {sid!r}: {message}") for message in step_problems(step))
         for step in steps:
             if isinstance(step, dict) and isinstance(step.get("next"), str) and step["next"] not in seen and step["next"] != "done":
                 line = _locate(lines, first, f'"{step["next"]}"', steps_line)
@@ -195,7 +194,7 @@ def parse_contract_text(text: str) -> Tuple[Optional[Dict[str, Any]], List[Contr
                 problems.append(ContractProblem(at("key_pattern"), f"effects: {exc.message}"))
         if isinstance(effects.get("approval"), list) and not all(isinstance(p, str) and p for p in effects["approval"]):
             problems.append(ContractProblem(at("approval"), "effects: approval must list key patterns (globs)"))
-        for message in batch_effects_problems(effects):
+        for message in effects_problems(effects):
             line = at("effects")
             for field in getattr(message, "path", ()):  # a problem of effects.http names the fields that lead to it
                 found = _locate(lines, first, f'"{field}"', line)
@@ -219,7 +218,7 @@ def parse_contract_text(text: str) -> Tuple[Optional[Dict[str, Any]], List[Contr
     if not problems and isinstance(steps, list) and isinstance(effects, dict):
         # Inline items are known now; a glob or an item file is listed, and checked alike, by `step start`.
         inline = [(s["id"], s["items"]) for s in steps if isinstance(s.get("items"), list)]
-        shared = batch_shared_lookup(block, inline, block["task_id"]) if inline else None
+        shared = shared_lookup(block, inline, block["task_id"]) if inline else None
         if shared:
             problems.append(ContractProblem(at("observe"), shared))
     jobs = block.get("jobs")

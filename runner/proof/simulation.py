@@ -153,7 +153,7 @@ import time
 from typing import IO, Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from .. import batch, inflight, steps
-from ..commands import expand
+from ..contract.templates import expand, item_values
 from ..base.times import parse_time
 from ..base.canonical import sha256_hex
 from ..base.errors import AlreadyRunning, RunnerError
@@ -714,7 +714,7 @@ class Schedule:
         added = ["d0.md", f"d{n + 1}.md"]
         self.command_items |= {item for item in added if key_rng.random() < self.p.commands}
         for item in self.items + added:
-            self.value_of[item] = batch.item_values(item, 0)["stem"]
+            self.value_of[item] = item_values(item, 0)["stem"]
 
     def _migrated_plan(self) -> Dict[str, Any]:
         """The plan after the schedule's migration: an item in front, one at the end, or keys from the stem."""
@@ -782,7 +782,7 @@ class Schedule:
         if frozen and frozen["plan_digest"] == state["plan_digest"]:
             return batch.keys_of(frozen)[0]
         spec = state["plan"]["steps"][0]
-        return [expand([spec["key"]], batch.item_values(item, index))[0] for index, item in enumerate(spec["items"])]
+        return [expand([spec["key"]], item_values(item, index))[0] for index, item in enumerate(spec["items"])]
 
     def _item_of(self, state: Dict[str, Any], key: str) -> str:
         """The item ``key`` names in ``state``: as the step's frozen list (or the items it no longer lists) binds it,
