@@ -35,11 +35,11 @@ from .envelope import Ops
 from .base.values import check_duration, one_line, validate_id
 from .base.times import format_time, parse_time
 from .base.errors import AlreadyRunning, Fenced
+from .contract.text import MAX_TTL_SECONDS
 
 __all__ = ["acquire_ops", "renew_ops", "release_ops", "break_ops", "check_fence", "lease_view", "default_ttl", "MAX_TTL_SECONDS",
            "DEFAULT_TTL_SECONDS"]
 
-MAX_TTL_SECONDS = 7 * 24 * 3600
 #: The lease's time to live when neither the caller nor the contract (``lease.ttl_seconds``) gives one.
 DEFAULT_TTL_SECONDS = 300.0
 

@@ -98,8 +98,8 @@ from ..base.canonical import MAX_DOCUMENT_BYTES, canonical_json, check_nesting, 
 from ..base.errors import InvalidInput
 from ..base.pointer import MISSING, matched, parse_pointer, resolve_pointer, shown
 from ..target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
-from ..contract.http import (EACH, SECRET, INVOKE_METHODS, OBSERVE_METHODS, FieldProblem, split_url, http_problems,
-                           sensitive, unsendable)
+from ..contract.http import (EACH, SECRET, INVOKE_DEFAULTS, INVOKE_METHODS, OBSERVE_DEFAULTS, OBSERVE_METHODS, FieldProblem,
+                           split_url, http_problems, sensitive, unsendable)
 
 # http.client, ssl, socket, urllib.request and email.utils are imported where a call needs them: a driver imports
 # this module whatever its target, and those modules would add tens of milliseconds to each start.
@@ -131,20 +131,6 @@ SECRET_FILE_LIMIT = 16 * 1024
 #: Idle connections kept per origin.
 IDLE_PER_ORIGIN = 16
 
-#: What an invoke answer means unless the contract says otherwise: exact statuses first, then classes; any status
-#: neither names is unknown, but a 503 with a ``Retry-After`` (:func:`invoke_outcome`). 408 is unknown: a proxy
-#: answers it after it passed the whole request on and the service sent nothing back in time (Envoy's stream idle
-#: timeout).
-INVOKE_DEFAULTS: Dict[str, str] = {
-    "2xx": "receipt",
-    "429": "not-applied",
-    "401": "not-applied", "403": "not-applied", "407": "not-applied",
-    "408": "unknown",
-    "412": "stale-epoch",
-    "4xx": "rejected",
-}
-#: What an observe answer means unless the contract says otherwise; any status not listed is unknown.
-OBSERVE_DEFAULTS: Dict[str, str] = {"200": "present", "404": "absent"}
 #: Answers of a lookup that said "not now" or that a proxy gave: asked again within the call's time (a lookup
 #: creates nothing).
 _LOOK_AGAIN = (408, 429, 502, 503, 504)

@@ -1,6 +1,8 @@
 """The run contract, read in one place. text finds the block of a contract file and reports every problem with its
-line. steps, effects, http and lookups hold the checks of each section. templates holds the placeholders a contract
-may use.
+line. spec turns a checked block into frozen specs (Contract, StepSpec, EffectsSpec, HttpSpec, Limits, RetryPolicy,
+LeaseSpec, JobsSpec) that carry their defaults, and contract_of(state) returns the run's specs, cached by plan digest.
+steps, effects, http and lookups hold the checks of each section. templates holds the placeholders a contract may
+use.
 
 May import: runner.base.
 """

@@ -16,12 +16,28 @@ from .templates import expand, placeholders_in
 from ..base.pointer import pointer_problem
 
 __all__ = ["FieldProblem", "http_problems", "sensitive", "unsendable", "split_url", "INVOKE_METHODS", "OBSERVE_METHODS",
-           "INVOKE_WORDS", "OBSERVE_WORDS", "MANY_MAX", "PAGE_SIZE_MAX", "EACH", "SECRET"]
+           "INVOKE_WORDS", "OBSERVE_WORDS", "INVOKE_DEFAULTS", "OBSERVE_DEFAULTS", "MANY_MAX", "PAGE_SIZE_MAX",
+           "EACH", "SECRET"]
 
 INVOKE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 OBSERVE_METHODS = ("GET", "HEAD")
 INVOKE_WORDS = ("receipt", "rejected", "not-applied", "stale-epoch", "unknown")
 OBSERVE_WORDS = ("present", "absent", "unknown")
+
+#: What an invoke answer means unless the contract says otherwise: exact statuses first, then classes; any status
+#: neither names is unknown, but a 503 with a ``Retry-After`` (:func:`runner.adapters.http.invoke_outcome`). 408
+#: is unknown: a proxy answers it after it passed the whole request on and the service sent nothing back in time
+#: (Envoy's stream idle timeout).
+INVOKE_DEFAULTS: Dict[str, str] = {
+    "2xx": "receipt",
+    "429": "not-applied",
+    "401": "not-applied", "403": "not-applied", "407": "not-applied",
+    "408": "unknown",
+    "412": "stale-epoch",
+    "4xx": "rejected",
+}
+#: What an observe answer means unless the contract says otherwise; any status not listed is unknown.
+OBSERVE_DEFAULTS: Dict[str, str] = {"200": "present", "404": "absent"}
 
 _URL_PLACEHOLDERS = {"invoke": ("key", "item", "stem", "slug", "index", "run_id", "epoch"),
                      "observe": ("key", "item", "stem", "slug", "index", "run_id")}

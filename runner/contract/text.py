@@ -19,10 +19,10 @@ from .effects import effects_problems, flow_problems
 from .lookups import shared_lookup
 from .steps import step_problems
 from ..base.errors import InvalidInput
-from ..lease import MAX_TTL_SECONDS
 
 __all__ = [
     "CONTRACT_VERSION", "ContractProblem", "check_contract", "load_contract", "parse_contract_text", "effect_needs_approval", "key_allowed",
+    "MAX_TTL_SECONDS",
 ]
 
 CONTRACT_VERSION = 1
@@ -54,6 +54,8 @@ EFFECT_KEYS = {"key_pattern": str, "approval": list, "adapter": str, "verificati
 LIMIT_KEYS = ("max_step_attempts", "max_effect_attempts", "max_elapsed_seconds", "max_cost", "max_steps", "no_progress_seconds")
 RETRY_KEYS = ("base_seconds", "cap_seconds", "deadline_seconds")
 LEASE_KEYS = ("ttl_seconds",)
+#: The longest lease a contract or a caller may ask for (``lease.ttl_seconds``, ``--ttl``): a week.
+MAX_TTL_SECONDS = 7 * 24 * 3600
 #: The largest value of each field that is a duration; every other number only has to be positive (and finite).
 DURATION_BOUNDS = {
     "max_elapsed_seconds": MAX_DURATION_SECONDS,

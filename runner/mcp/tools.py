@@ -39,7 +39,7 @@ from ..base import quoting
 from .. import verbs
 from ..effects import EFFECT_STATES
 from ..base.errors import EXIT_CODES, InvalidInput
-from ..lease import MAX_TTL_SECONDS
+from ..contract.text import MAX_TTL_SECONDS
 from ..base.quoting import APPROVAL, CONTRACT, EVIDENCE, ITEMS, MESSAGE, NOTICE, PATH, RECORD, TARGET, WORKER, WORKER_OR_TARGET, WORDS
 from ..views import status_view
 

@@ -1,0 +1,458 @@
+"""A checked contract as frozen specs that carry their defaults: what every other module will read instead of the
+plan's dict.
+
+:func:`read_contract` turns a block whose checks found nothing (see
+:mod:`runner.contract.text`) into a :class:`Contract`; it checks nothing again
+and reads nothing but the block. Each default is the value the runner uses
+when the contract leaves the field out. :func:`contract_of` gives a run's
+contract, read once per plan: cached by the plan's digest, so a reader on a
+hot path (one adapter per item, one begin per effect) never parses again.
+
+The bounds a check holds a field to stay with the check (the specs import
+them, never the reverse), so a check never loads the specs.
+"""
+
+import fnmatch
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+from ..base.errors import InvalidInput
+from ..base.pointer import parse_pointer
+from ..base.values import MAX_ID_LENGTH
+from .http import EACH, INVOKE_DEFAULTS, INVOKE_METHODS, OBSERVE_DEFAULTS, OBSERVE_METHODS, split_url
+from .lookups import MANY_DEFAULT
+
+__all__ = [
+    "DEFAULT_CALL_TIMEOUT",
+    "Contract",
+    "StepSpec",
+    "ItemsSpec",
+    "PayloadSpec",
+    "EffectsSpec",
+    "Rate",
+    "ConcurrencyKey",
+    "ManyCommand",
+    "HttpSpec",
+    "HttpRequest",
+    "HttpMany",
+    "Limits",
+    "RetryPolicy",
+    "LeaseSpec",
+    "JobsSpec",
+    "read_contract",
+    "contract_of",
+]
+
+#: Seconds one call of the target may take unless ``effects.timeout_seconds`` says otherwise.
+DEFAULT_CALL_TIMEOUT = 60.0
+#: Seconds a step's checks may run unless its ``timeout_seconds`` says otherwise: long enough for a test suite.
+CHECK_TIMEOUT = 600.0
+#: The payload of a batch item whose step declares none.
+DEFAULT_PAYLOAD_TEMPLATE = {"item": "{item}", "key": "{key}"}
+
+Pairs = Tuple[Tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class ItemsSpec:
+    """Where a batch step's items come from: exactly one of an inline list, a glob and an item file."""
+
+    inline: Optional[Tuple[str, ...]] = None
+    glob: Optional[str] = None
+    file: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class PayloadSpec:
+    """What each item's effect sends: a JSON template, or a command whose stdout is the payload."""
+
+    template: Optional[Any] = None
+    command: Optional[Tuple[str, ...]] = None
+
+
+@dataclass(frozen=True)
+class StepSpec:
+    """One step of the plan. ``artifact`` and ``check`` are prose for people."""
+
+    id: str
+    artifact: Optional[str] = None
+    check: Optional[str] = None
+    next: Optional[str] = None
+    approval: bool = False
+    evidence: Tuple[str, ...] = ()
+    items: Optional[ItemsSpec] = None
+    key: Optional[str] = None
+    #: None for a step without ``payload``: a batch item then sends :data:`DEFAULT_PAYLOAD_TEMPLATE`.
+    payload: Optional[PayloadSpec] = None
+    checks: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()
+    artifacts: Tuple[str, ...] = ()
+    timeout_seconds: float = CHECK_TIMEOUT
+
+    @property
+    def is_batch(self) -> bool:
+        return self.items is not None
+
+    @property
+    def observes_itself(self) -> bool:
+        """True when the runner can establish the step's completion alone (no claimed evidence needed)."""
+        return (self.is_batch or bool(self.checks) or bool(self.artifacts)) and not self.evidence and not self.approval
+
+
+@dataclass(frozen=True)
+class Rate:
+    """``effects.rate``: calls a second, and how many may be saved up."""
+
+    per_second: float
+    burst: float = 1.0
+
+
+@dataclass(frozen=True)
+class ConcurrencyKey:
+    """``effects.concurrency_key``: at most ``limit`` effects of one group (the filled ``key``) in flight."""
+
+    key: str
+    limit: int
+
+
+@dataclass(frozen=True)
+class ManyCommand:
+    """``effects.observe_many``: one command that looks many keys up at once (pointers as the contract writes them)."""
+
+    command: Tuple[str, ...]
+    match: str
+    value: str
+    list: str = ""
+    max: int = MANY_DEFAULT
+
+
+@dataclass(frozen=True)
+class HttpMany:
+    """``effects.http.observe.many``: the request (its ``{each:...}`` made ``{each}``), how its list is matched back to
+    keys, and how an answer says it is the last page (``page_size``, ``next``; neither: it never says)."""
+
+    request: "HttpRequest"
+    each: str
+    list: Tuple[str, ...]
+    match: Tuple[str, ...]
+    value: str
+    most: int = MANY_DEFAULT
+    page_size: Optional[int] = None
+    next: Optional[Tuple[str, ...]] = None
+
+
+@dataclass(frozen=True)
+class HttpRequest:
+    """One request of ``effects.http``: its URL split, and its statuses (the defaults of its kind, then the
+    contract's)."""
+
+    kind: str
+    method: str
+    url: str
+    scheme: str
+    host: str
+    port: int
+    rest: str
+    headers: Pairs = ()
+    statuses: Pairs = ()
+    pointer: Optional[Tuple[str, ...]] = None
+    receipt_headers: Tuple[str, ...] = ("Location",)
+    many: Optional[HttpMany] = None
+
+
+@dataclass(frozen=True)
+class HttpSpec:
+    """``effects.http``: the invoke and observe requests and what the target promises."""
+
+    invoke: HttpRequest
+    observe: HttpRequest
+    idempotency_header: Optional[str] = None
+    epoch_header: Optional[str] = None
+    deduplicates: bool = False
+    retention_seconds: Optional[float] = None
+    ca_file: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class EffectsSpec:
+    """The ``effects`` section. ``adapter`` and ``verification`` are prose for people."""
+
+    key_pattern: Optional[str] = None
+    approval: Tuple[str, ...] = ()
+    adapter: Optional[str] = None
+    verification: Optional[str] = None
+    max_attempts: int = 3
+    several_approvals: bool = False
+    invoke: Optional[Tuple[str, ...]] = None
+    observe: Optional[Tuple[str, ...]] = None
+    http: Optional[HttpSpec] = None
+    timeout_seconds: float = DEFAULT_CALL_TIMEOUT
+    settle_seconds: float = 0.0
+    max_rate_limited: int = 10
+    concurrency: int = 1
+    rate: Optional[Rate] = None
+    concurrency_key: Optional[ConcurrencyKey] = None
+    observe_many: Optional[ManyCommand] = None
+
+    @property
+    def performs_effects(self) -> bool:
+        """True when the contract says how the runner calls and observes the target itself: commands or HTTP."""
+        return self.invoke is not None or self.http is not None
+
+    def key_allowed(self, key: str) -> bool:
+        """True when ``key_pattern`` (if any) matches the whole key, in time linear in the key.
+
+        :raises InvalidInput: the pattern is outside the bounded subset (a run started before patterns were
+            checked); a migration to a valid contract fixes it.
+        """
+        if self.key_pattern is None:
+            return True
+        try:
+            from ..base.keypattern import compile_pattern  # here: most runs have no key pattern
+
+            compiled = compile_pattern(self.key_pattern)
+        except InvalidInput as exc:
+            raise InvalidInput(
+                f"the run's contract has an unsafe {exc.message}; migrate to a contract that passes "
+                "`contract check FILE`"
+            ) from None
+        return len(key) <= MAX_ID_LENGTH and bool(compiled.fullmatch(key))
+
+    def needs_approval(self, key: str) -> bool:
+        """True when an ``approval`` glob matches the key."""
+        return any(fnmatch.fnmatchcase(key, pattern) for pattern in self.approval)
+
+    def timeout_for(self, adapter: Any) -> float:
+        """Seconds one call of ``adapter`` may take: the adapter's own ``timeout``, else the contract's."""
+        return float(getattr(adapter, "timeout", None) or self.timeout_seconds)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The ``limits`` section; None where the contract sets no limit."""
+
+    max_step_attempts: Optional[float] = None
+    max_effect_attempts: Optional[float] = None
+    max_elapsed_seconds: Optional[float] = None
+    max_cost: Optional[float] = None
+    max_steps: Optional[float] = None
+    no_progress_seconds: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """The ``retry`` section: the backoff between attempts (``deadline_seconds`` is accepted and read by nothing)."""
+
+    base_seconds: float = 1.0
+    cap_seconds: float = 60.0
+    deadline_seconds: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class LeaseSpec:
+    """The ``lease`` section."""
+
+    ttl_seconds: float = 300.0
+
+
+@dataclass(frozen=True)
+class JobsSpec:
+    """The ``jobs`` section."""
+
+    rerun_vanished: bool = False
+
+
+@dataclass(frozen=True)
+class Contract:
+    """A checked contract. ``goal``, ``non_goals`` and the actions are prose for people and the model."""
+
+    task_id: str
+    goal: str
+    steps: Tuple[StepSpec, ...]
+    version: int = 1
+    non_goals: Tuple[str, ...] = ()
+    allowed_actions: Tuple[str, ...] = ()
+    forbidden_actions: Tuple[str, ...] = ()
+    completion_evidence: Tuple[str, ...] = ()
+    effects: EffectsSpec = EffectsSpec()
+    limits: Limits = Limits()
+    retry: RetryPolicy = RetryPolicy()
+    lease: LeaseSpec = LeaseSpec()
+    jobs: JobsSpec = JobsSpec()
+    workspace: str = "."
+
+    def step(self, step_id: str) -> Optional[StepSpec]:
+        """The step named ``step_id``, or None."""
+        return next((step for step in self.steps if step.id == step_id), None)
+
+    def workspace_root(self, base: Optional[str] = None, cwd: Optional[str] = None) -> str:
+        """The absolute workspace: ``workspace`` against ``base``, else ``cwd`` (default: the current folder)."""
+        return os.path.abspath(os.path.join(base or cwd or os.getcwd(), self.workspace))
+
+
+def _strings(value: Any) -> Tuple[str, ...]:
+    return tuple(value or ())
+
+
+def _step(block: Mapping[str, Any]) -> StepSpec:
+    items = block.get("items")
+    source = None
+    if isinstance(items, list):
+        source = ItemsSpec(inline=tuple(items))
+    elif isinstance(items, dict):
+        source = ItemsSpec(glob=items.get("glob"), file=items.get("file"))
+    payload = block.get("payload")
+    how = None
+    if payload is not None:
+        how = (
+            PayloadSpec(command=tuple(payload["command"]))
+            if "command" in payload
+            else PayloadSpec(template=payload["template"])
+        )
+    return StepSpec(
+        id=block["id"],
+        artifact=block.get("artifact"),
+        check=block.get("check"),
+        next=block.get("next"),
+        approval=bool(block.get("approval", False)),
+        evidence=_strings(block.get("evidence")),
+        items=source,
+        key=block.get("key"),
+        payload=how,
+        checks=tuple((name, tuple(argv)) for name, argv in (block.get("checks") or {}).items()),
+        artifacts=_strings(block.get("artifacts")),
+        timeout_seconds=float(block.get("timeout_seconds", CHECK_TIMEOUT)),
+    )
+
+
+def _request(kind: str, block: Mapping[str, Any], many: Optional[HttpMany] = None) -> HttpRequest:
+    scheme, host, port, rest = split_url(block["url"])
+    statuses = dict(INVOKE_DEFAULTS if kind == "invoke" else OBSERVE_DEFAULTS)
+    statuses.update(block.get("statuses") or {})
+    pointer = block.get("pointer")
+    return HttpRequest(
+        kind=kind,
+        method=block.get("method", INVOKE_METHODS[0] if kind == "invoke" else OBSERVE_METHODS[0]),
+        url=block["url"],
+        scheme=scheme,
+        host=host,
+        port=port,
+        rest=rest,
+        headers=tuple((block.get("headers") or {}).items()),
+        statuses=tuple(statuses.items()),
+        pointer=parse_pointer(pointer) if pointer is not None else None,
+        receipt_headers=tuple(block.get("receipt_headers", ["Location"])),
+        many=many,
+    )
+
+
+def _http(block: Mapping[str, Any]) -> HttpSpec:
+    observe = block["observe"]
+    many = None
+    if "many" in observe:
+        found = observe["many"]
+        match = EACH.search(found["url"])
+        request = _request(
+            "observe", {"url": EACH.sub("{each}", found["url"]), "headers": observe.get("headers") or {}}
+        )
+        many = HttpMany(
+            request=request,
+            each=match.group(1) if match else "",
+            list=parse_pointer(found.get("list", "")),
+            match=parse_pointer(found["match"]),
+            value=found["value"],
+            most=int(found.get("max", MANY_DEFAULT)),
+            page_size=found.get("page_size"),
+            next=parse_pointer(found["next"]) if "next" in found else None,
+        )
+    return HttpSpec(
+        invoke=_request("invoke", block["invoke"]),
+        observe=_request("observe", observe, many),
+        idempotency_header=block.get("idempotency_header"),
+        epoch_header=block.get("epoch_header"),
+        deduplicates=bool(block.get("deduplicates", False)),
+        retention_seconds=block.get("retention_seconds"),
+        ca_file=block.get("ca_file"),
+    )
+
+
+def _effects(block: Mapping[str, Any]) -> EffectsSpec:
+    rate, group, many = block.get("rate"), block.get("concurrency_key"), block.get("observe_many")
+    return EffectsSpec(
+        key_pattern=block.get("key_pattern"),
+        approval=_strings(block.get("approval")),
+        adapter=block.get("adapter"),
+        verification=block.get("verification"),
+        max_attempts=int(block.get("max_attempts", 3)),
+        several_approvals=bool(block.get("several_approvals", False)),
+        invoke=tuple(block["invoke"]) if "invoke" in block else None,
+        observe=tuple(block["observe"]) if "observe" in block else None,
+        http=_http(block["http"]) if "http" in block else None,
+        timeout_seconds=float(block.get("timeout_seconds", DEFAULT_CALL_TIMEOUT)),
+        settle_seconds=float(block.get("settle_seconds", 0.0)),
+        max_rate_limited=int(block.get("max_rate_limited", 10)),
+        concurrency=int(block.get("concurrency", 1)),
+        rate=Rate(float(rate["per_second"]), float(rate.get("burst", 1))) if rate else None,
+        concurrency_key=ConcurrencyKey(group["key"], int(group["limit"])) if group else None,
+        observe_many=ManyCommand(
+            command=tuple(many["command"]),
+            match=many["match"],
+            value=many["value"],
+            list=many.get("list", ""),
+            max=int(many.get("max", MANY_DEFAULT)),
+        )
+        if many
+        else None,
+    )
+
+
+def read_contract(block: Mapping[str, Any]) -> Contract:
+    """The specs of a contract block whose checks found nothing (:func:`runner.contract.text.parse_contract_text`).
+
+    Pure: it reads only ``block`` and checks nothing again, so a block that
+    did not pass the checks may raise anything.
+    """
+    limits, retry, lease, jobs = (block.get(name) or {} for name in ("limits", "retry", "lease", "jobs"))
+    return Contract(
+        task_id=block["task_id"],
+        goal=block["goal"],
+        steps=tuple(_step(step) for step in block["steps"]),
+        version=int(block.get("contract", 1)),
+        non_goals=_strings(block.get("non_goals")),
+        allowed_actions=_strings(block.get("allowed_actions")),
+        forbidden_actions=_strings(block.get("forbidden_actions")),
+        completion_evidence=_strings(block.get("completion_evidence")),
+        effects=_effects(block.get("effects") or {}),
+        limits=Limits(**{name: limits.get(name) for name in Limits.__dataclass_fields__}),
+        retry=RetryPolicy(
+            float(retry.get("base_seconds", 1.0)), float(retry.get("cap_seconds", 60.0)), retry.get("deadline_seconds")
+        ),
+        lease=LeaseSpec(float(lease.get("ttl_seconds", 300.0))),
+        jobs=JobsSpec(bool(jobs.get("rerun_vanished", False))),
+        workspace=block.get("workspace", "."),
+    )
+
+
+#: Contracts read, by plan digest: at most :data:`_MOST_KEPT`, then the cache starts again.
+_READ: Dict[str, Contract] = {}
+_READ_LOCK = threading.Lock()
+_MOST_KEPT = 16
+
+
+def contract_of(state: Mapping[str, Any]) -> Contract:
+    """The run's contract (its ``plan``), read once per plan digest.
+
+    :param state: a run's envelope: its ``plan`` was checked when the run began or migrated.
+    """
+    digest = state["plan_digest"]
+    with _READ_LOCK:
+        found = _READ.get(digest)
+    if found is not None:
+        return found
+    made = read_contract(state["plan"])
+    with _READ_LOCK:
+        if len(_READ) >= _MOST_KEPT:
+            _READ.clear()
+        _READ[digest] = made
+    return made
