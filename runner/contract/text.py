@@ -11,7 +11,7 @@ or raises :class:`~runner.base.errors.InvalidInput` with the first problem.
 import fnmatch
 import json
 import re
-from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from ..base.values import MAX_DURATION_SECONDS, MAX_ID_LENGTH, check_duration, validate_id
 from ..base.canonical import loads_strict, read_document
@@ -84,36 +84,66 @@ def _locate(lines: List[str], first: int, needle: str, after: int = 0) -> int:
     return first
 
 
+#: Where a key of the block is: ``at(key, after=0)`` is the file line of the first block line at or after ``after``
+#: that holds ``"key"`` (the block's first line when none does).
+_At = Callable[..., int]
+
+
 def parse_contract_text(text: str) -> Tuple[Optional[Dict[str, Any]], List[ContractProblem]]:
     """Find, parse and validate the contract block; return it (or None) and every problem."""
-    problems: List[ContractProblem] = []
+    block, lines, first, problems = _find_block(text)
+    if block is None:
+        return None, problems
+
+    def at(key: str, after: int = 0) -> int:
+        return _locate(lines, first, f'"{key}"', after)
+
+    problems = _top_problems(block, first, at)
+    steps, effects = block.get("steps"), block.get("effects")
+    if isinstance(steps, list):
+        problems.extend(_steps_problems(steps, lines, first, at))
+    if isinstance(effects, dict):
+        problems.extend(_effects_problems(effects, lines, first, at))
+    problems.extend(_number_problems(block, at))
+    if not problems and isinstance(steps, list) and isinstance(effects, dict):
+        problems.extend(_shared_lookup_problem(block, steps, at))
+    problems.extend(_jobs_problems(block, at))
+    return (block if not problems else None), sorted(problems)
+
+
+def _find_block(text: str) -> Tuple[Optional[Dict[str, Any]], List[str], int, List[ContractProblem]]:
+    """The contract block of a file's ``text``: its JSON object, its lines and the file line of its first line, with no
+    problem; or None with the one problem that stops the reading (no block or a second one, a block never closed,
+    invalid JSON, a value that is not an object)."""
     all_lines = text.splitlines()
     starts = [i for i, line in enumerate(all_lines) if _FENCE.match(line.strip())]
     if not starts:
-        return None, [ContractProblem(1, "no ```json run-contract block found")]
+        return None, [], 1, [ContractProblem(1, "no ```json run-contract block found")]
     if len(starts) > 1:
-        return None, [ContractProblem(starts[1] + 1, "a second ```json run-contract block; a contract has exactly one")]
+        return None, [], 1, [ContractProblem(starts[1] + 1, "a second ```json run-contract block; a contract has exactly one")]
     start = starts[0]
     fence = _FENCE.match(all_lines[start].strip()).group(1)  # type: ignore[union-attr]
     end = next((i for i in range(start + 1, len(all_lines)) if all_lines[i].strip() == fence), None)
     if end is None:
-        return None, [ContractProblem(start + 1, "the run-contract block is never closed")]
+        return None, [], 1, [ContractProblem(start + 1, "the run-contract block is never closed")]
     lines = all_lines[start + 1 : end]
     first = start + 2  # file line number of the block's first line
     try:
         block = loads_strict("\n".join(lines))
     except json.JSONDecodeError as exc:
-        return None, [ContractProblem(first + exc.lineno - 1, f"invalid JSON: {exc.msg} (column {exc.colno})")]
+        return None, lines, first, [ContractProblem(first + exc.lineno - 1, f"invalid JSON: {exc.msg} (column {exc.colno})")]
     except ValueError as exc:
         out_of_range = re.search(r"number (\S+) is out of range", str(exc))
         at_number = _locate(lines, first, out_of_range.group(1)) if out_of_range else first
-        return None, [ContractProblem(at_number, f"invalid JSON: {exc}")]
+        return None, lines, first, [ContractProblem(at_number, f"invalid JSON: {exc}")]
     if not isinstance(block, dict):
-        return None, [ContractProblem(first, "the block must be a JSON object")]
+        return None, lines, first, [ContractProblem(first, "the block must be a JSON object")]
+    return block, lines, first, []
 
-    def at(key: str, after: int = 0) -> int:
-        return _locate(lines, first, f'"{key}"', after)
 
+def _top_problems(block: Dict[str, Any], first: int, at: _At) -> List[ContractProblem]:
+    """The top level: required and unknown fields and their types, the version, the task id, the goal, the lists."""
+    problems: List[ContractProblem] = []
     for key in REQUIRED:
         if key not in block:
             problems.append(ContractProblem(first, f"missing required field {key!r}"))
@@ -136,74 +166,87 @@ def parse_contract_text(text: str) -> Tuple[Optional[Dict[str, Any]], List[Contr
     for key in ("non_goals", "allowed_actions", "forbidden_actions", "completion_evidence"):
         if isinstance(block.get(key), list) and not all(isinstance(item, str) and item.strip() for item in block[key]):
             problems.append(ContractProblem(at(key), f"{key!r} must list non-empty strings"))
+    return problems
 
-    steps = block.get("steps")
-    if isinstance(steps, list):
-        if not steps:
-            problems.append(ContractProblem(at("steps"), "steps must not be empty"))
-        seen: Dict[str, int] = {}
-        steps_line = at("steps")
-        cursor = steps_line  # each step's id is looked for after the previous step's
-        for number, step in enumerate(steps, 1):
-            if not isinstance(step, dict):
-                problems.append(ContractProblem(steps_line, f"step {number} must be an object"))
-                continue
-            sid = step.get("id")
-            line = _locate(lines, first, f'"{sid}"', cursor) if isinstance(sid, str) else cursor
-            cursor = line + 1
-            try:
-                step_id = validate_id(sid, f"step {number} id")
-            except InvalidInput as exc:
-                problems.append(ContractProblem(line, exc.message))
-            else:
-                if step_id in seen:
-                    problems.append(ContractProblem(line, f"step id {step_id!r} repeats step {seen[step_id]}"))
-                seen[step_id] = number
-            for key, value in step.items():
-                kind = STEP_KEYS.get(key)
-                if kind is None:
-                    problems.append(ContractProblem(line, f"step {sid!r}: unknown field {key!r} (allowed: {', '.join(sorted(STEP_KEYS))})"))
-                elif not isinstance(value, kind):
-                    problems.append(ContractProblem(line, f"step {sid!r}: {key!r} must be {_kind(kind)}"))
-            evidence = step.get("evidence")
-            if isinstance(evidence, list) and not all(isinstance(name, str) and name.strip() for name in evidence):
-                problems.append(ContractProblem(line, f"step {sid!r}: 'evidence' must list the names of the evidence (non-empty strings)"))
-            problems.extend(ContractProblem(line, f"step {sid!r}: {message}") for message in step_problems(step))
-        for step in steps:
-            if isinstance(step, dict) and isinstance(step.get("next"), str) and step["next"] not in seen and step["next"] != "done":
-                line = _locate(lines, first, f'"{step["next"]}"', steps_line)
-                problems.append(ContractProblem(line, f"step {step.get('id')!r}: next step {step['next']!r} is not a step id (or 'done')"))
-        cycle = _next_cycle(steps)
-        if cycle:
-            line = _locate(lines, first, f'"{cycle[0]}"', steps_line)
-            problems.append(ContractProblem(line, f"steps: 'next' runs in a circle ({' -> '.join(cycle)}), so the run could never finish"))
 
-    effects = block.get("effects")
-    if isinstance(effects, dict):
-        for key, value in effects.items():
-            kind = EFFECT_KEYS.get(key)
+def _steps_problems(steps: List[Any], lines: List[str], first: int, at: _At) -> List[ContractProblem]:
+    """The steps: each one's id (valid, not repeated), fields and evidence names, its batch fields, where each ``next``
+    leads, and a circle of ``next`` links; each problem on its step's line."""
+    problems: List[ContractProblem] = []
+    if not steps:
+        problems.append(ContractProblem(at("steps"), "steps must not be empty"))
+    seen: Dict[str, int] = {}
+    steps_line = at("steps")
+    cursor = steps_line  # each step's id is looked for after the previous step's
+    for number, step in enumerate(steps, 1):
+        if not isinstance(step, dict):
+            problems.append(ContractProblem(steps_line, f"step {number} must be an object"))
+            continue
+        sid = step.get("id")
+        line = _locate(lines, first, f'"{sid}"', cursor) if isinstance(sid, str) else cursor
+        cursor = line + 1
+        try:
+            step_id = validate_id(sid, f"step {number} id")
+        except InvalidInput as exc:
+            problems.append(ContractProblem(line, exc.message))
+        else:
+            if step_id in seen:
+                problems.append(ContractProblem(line, f"step id {step_id!r} repeats step {seen[step_id]}"))
+            seen[step_id] = number
+        for key, value in step.items():
+            kind = STEP_KEYS.get(key)
             if kind is None:
-                problems.append(ContractProblem(at(key), f"effects: unknown field {key!r} (allowed: {', '.join(sorted(EFFECT_KEYS))})"))
-            elif not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-                problems.append(ContractProblem(at(key), f"effects: {key!r} must be {_kind(kind)}"))
-        pattern = effects.get("key_pattern")
-        if isinstance(pattern, str):
-            try:
-                from ..base.keypattern import compile_pattern  # here: most runs have no key pattern
+                problems.append(ContractProblem(line, f"step {sid!r}: unknown field {key!r} (allowed: {', '.join(sorted(STEP_KEYS))})"))
+            elif not isinstance(value, kind):
+                problems.append(ContractProblem(line, f"step {sid!r}: {key!r} must be {_kind(kind)}"))
+        evidence = step.get("evidence")
+        if isinstance(evidence, list) and not all(isinstance(name, str) and name.strip() for name in evidence):
+            problems.append(ContractProblem(line, f"step {sid!r}: 'evidence' must list the names of the evidence (non-empty strings)"))
+        problems.extend(ContractProblem(line, f"step {sid!r}: {message}") for message in step_problems(step))
+    for step in steps:
+        if isinstance(step, dict) and isinstance(step.get("next"), str) and step["next"] not in seen and step["next"] != "done":
+            line = _locate(lines, first, f'"{step["next"]}"', steps_line)
+            problems.append(ContractProblem(line, f"step {step.get('id')!r}: next step {step['next']!r} is not a step id (or 'done')"))
+    cycle = _next_cycle(steps)
+    if cycle:
+        line = _locate(lines, first, f'"{cycle[0]}"', steps_line)
+        problems.append(ContractProblem(line, f"steps: 'next' runs in a circle ({' -> '.join(cycle)}), so the run could never finish"))
+    return problems
 
-                compile_pattern(pattern)
-            except InvalidInput as exc:
-                problems.append(ContractProblem(at("key_pattern"), f"effects: {exc.message}"))
-        if isinstance(effects.get("approval"), list) and not all(isinstance(p, str) and p for p in effects["approval"]):
-            problems.append(ContractProblem(at("approval"), "effects: approval must list key patterns (globs)"))
-        for message in effects_problems(effects):
-            line = at("effects")
-            for field in getattr(message, "path", ()):  # a problem of effects.http names the fields that lead to it
-                found = _locate(lines, first, f'"{field}"', line)
-                line = found if found >= line and f'"{field}"' in lines[found - first] else line
-            problems.append(ContractProblem(line, message))
-        problems.extend(ContractProblem(at("effects"), message) for message in flow_problems(effects))
 
+def _effects_problems(effects: Dict[str, Any], lines: List[str], first: int, at: _At) -> List[ContractProblem]:
+    """The effects section: its fields and their types, the key pattern, the approval globs, and the checks of
+    :mod:`runner.contract.effects` (a problem of ``effects.http`` on the line of the field it names)."""
+    problems: List[ContractProblem] = []
+    for key, value in effects.items():
+        kind = EFFECT_KEYS.get(key)
+        if kind is None:
+            problems.append(ContractProblem(at(key), f"effects: unknown field {key!r} (allowed: {', '.join(sorted(EFFECT_KEYS))})"))
+        elif not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            problems.append(ContractProblem(at(key), f"effects: {key!r} must be {_kind(kind)}"))
+    pattern = effects.get("key_pattern")
+    if isinstance(pattern, str):
+        try:
+            from ..base.keypattern import compile_pattern  # here: most runs have no key pattern
+
+            compile_pattern(pattern)
+        except InvalidInput as exc:
+            problems.append(ContractProblem(at("key_pattern"), f"effects: {exc.message}"))
+    if isinstance(effects.get("approval"), list) and not all(isinstance(p, str) and p for p in effects["approval"]):
+        problems.append(ContractProblem(at("approval"), "effects: approval must list key patterns (globs)"))
+    for message in effects_problems(effects):
+        line = at("effects")
+        for field in getattr(message, "path", ()):  # a problem of effects.http names the fields that lead to it
+            found = _locate(lines, first, f'"{field}"', line)
+            line = found if found >= line and f'"{field}"' in lines[found - first] else line
+        problems.append(ContractProblem(line, message))
+    problems.extend(ContractProblem(at("effects"), message) for message in flow_problems(effects))
+    return problems
+
+
+def _number_problems(block: Dict[str, Any], at: _At) -> List[ContractProblem]:
+    """The numbers of ``limits``, ``retry`` and ``lease``: known fields, positive, a duration within its bound."""
+    problems: List[ContractProblem] = []
     for section, keys in (("limits", LIMIT_KEYS), ("retry", RETRY_KEYS), ("lease", LEASE_KEYS)):
         value = block.get(section)
         if isinstance(value, dict):
@@ -217,12 +260,20 @@ def parse_contract_text(text: str) -> Tuple[Optional[Dict[str, Any]], List[Contr
                         check_duration(number, f"{section}: {key!r}", DURATION_BOUNDS[key])
                     except InvalidInput as exc:
                         problems.append(ContractProblem(at(key), exc.message))
-    if not problems and isinstance(steps, list) and isinstance(effects, dict):
-        # Inline items are known now; a glob or an item file is listed, and checked alike, by `step start`.
-        inline = [(s["id"], s["items"]) for s in steps if isinstance(s.get("items"), list)]
-        shared = shared_lookup(block, inline, block["task_id"]) if inline else None
-        if shared:
-            problems.append(ContractProblem(at("observe"), shared))
+    return problems
+
+
+def _shared_lookup_problem(block: Dict[str, Any], steps: List[Any], at: _At) -> List[ContractProblem]:
+    """Two inline items looked up at the target by one value (checked once everything else passed)."""
+    # Inline items are known now; a glob or an item file is listed, and checked alike, by `step start`.
+    inline = [(s["id"], s["items"]) for s in steps if isinstance(s.get("items"), list)]
+    shared = shared_lookup(block, inline, block["task_id"]) if inline else None
+    return [ContractProblem(at("observe"), shared)] if shared else []
+
+
+def _jobs_problems(block: Dict[str, Any], at: _At) -> List[ContractProblem]:
+    """The ``jobs`` section: known fields, each a boolean."""
+    problems: List[ContractProblem] = []
     jobs = block.get("jobs")
     if isinstance(jobs, dict):
         for key, value in jobs.items():
@@ -230,7 +281,7 @@ def parse_contract_text(text: str) -> Tuple[Optional[Dict[str, Any]], List[Contr
                 problems.append(ContractProblem(at(key), f"jobs: unknown field {key!r} (allowed: {', '.join(JOB_KEYS)})"))
             elif not isinstance(value, JOB_KEYS[key]):
                 problems.append(ContractProblem(at(key), f"jobs: {key!r} must be a boolean"))
-    return (block if not problems else None), sorted(problems)
+    return problems
 
 
 def _next_cycle(steps: List[Any]) -> List[str]:
