@@ -45,7 +45,7 @@ from .base.canonical import canonical_json, check_document
 from .base.errors import AlreadyVerified, Cancelled, Failed, InvalidInput, LimitExhausted, NeedsReconciliation, RunComplete
 from .lifecycle import UNRESOLVED
 from .retry import check_attempts, check_limits, check_wait, limit
-from .stores.codec import local_maker
+from .base.host import local_maker
 from .base.quoting import describe
 
 __all__ = [

@@ -66,7 +66,8 @@ from .base.paths import PACKAGE_PARENT
 from .lease import lease_view
 from .base.quoting import MESSAGE, NOTICE_SHORT, PATH, fit, moment, name, number, quote, word
 from .run import Run
-from .stores.codec import decode_identity, local_maker
+from .stores.codec import decode_identity
+from .base.host import local_maker
 from .stores.file_layout import IDENTITY
 from .stores.file_scan import scan
 from .views import action_text, brief
@@ -170,7 +171,7 @@ def made_by(path: str) -> Any:
 def adoption(made: Any, state: Dict[str, Any], me: Dict[str, Any]) -> Tuple[str, str]:
     """``(verdict, description)``: whether the run made by ``made`` (:func:`made_by`) in ``state`` is the user's ``me``.
 
-    ``me`` is :func:`runner.stores.codec.local_maker`. ``made`` when it was
+    ``me`` is :func:`runner.base.host.local_maker`. ``made`` when it was
     made on this host by this user id; ``adopted`` when a ``recover`` on this
     host by this user id has run on it; ``foreign`` when someone else made
     it; ``unrecorded`` when it names no maker and was not adopted. Only

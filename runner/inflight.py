@@ -82,7 +82,7 @@ from .base.canonical import sha256_hex
 from .base.errors import InvalidInput
 from .lifecycle import Call
 from .processes import GONE, OS_PROCESSES, VERIFIED, Processes
-from .stores.codec import local_maker
+from .base.host import local_maker
 
 __all__ = ["Registry", "Registered", "SetAside", "registry_for", "findings", "current", "calling", "TOKEN_VARIABLE",
            "GRACE_SECONDS", "MAX_CALL_SECONDS", "CLOCK_SKEW_SECONDS", "CALLS", "SET_ASIDE"]

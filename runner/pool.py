@@ -36,7 +36,7 @@ from .base.errors import InvalidInput, RunnerError
 from .lease import lease_view
 from .run import Run
 from .stores import list_runs, open_store, run_url
-from .stores.codec import local_maker
+from .base.host import local_maker
 from .base.windows import NO_OBSERVER, Observer
 
 # selectors and subprocess are imported where the supervisor uses them: a worker, started once per process the

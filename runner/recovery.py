@@ -47,7 +47,7 @@ from .lease import lease_view
 from .base.quoting import ITEMS, MESSAGE, PERSON, RECORD, WORKER_OR_TARGET, digest, joined, moment, name, number, quote, word
 from .retry import check_limits
 from .steps import plan_steps, started_by_holder
-from .stores.codec import local_maker
+from .base.host import local_maker
 from . import batch as _batch
 from .evidence import evidence_observations
 

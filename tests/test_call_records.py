@@ -26,7 +26,7 @@ from runner import inflight
 from runner.effects import begin_ops
 from runner.base.errors import InvalidInput
 from runner.processes import GONE, UNVERIFIED, VERIFIED, Processes, start_time
-from runner.stores.codec import local_maker
+from runner.base.host import local_maker
 from tests.support.batch import batch_contract
 from tests.support.cli import RunnerCli
 from tests.support.util import child_env, python, scratch_dir

@@ -4,7 +4,7 @@ import unittest
 
 from runner import effects, steps
 from runner.base.times import format_time
-from runner.stores.codec import local_maker
+from runner.base.host import local_maker
 from runner.base.errors import (
     AlreadyVerified,
     AwaitingApproval,

@@ -52,7 +52,8 @@ from runner.mcp.server import Session
 from runner.recovery import recover
 from runner.run import Run
 from runner.stores import create_store, open_store
-from runner.stores.codec import IDENTITY_FORMAT, local_maker
+from runner.stores.codec import IDENTITY_FORMAT
+from runner.base.host import local_maker
 from runner.stores.file import RunStore, check
 
 HOOKS_DIR = os.path.join(_util.REPO_ROOT, "hooks")

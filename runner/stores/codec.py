@@ -28,12 +28,12 @@ from ..envelope import SCHEMA_VERSION, Ops, apply_ops, check_shape, new_envelope
 from ..base.values import validate_id
 from ..base.canonical import canonical_json, content_digest, loads_strict, loads_trusted, sha256_hex
 from ..base.errors import InvalidInput
+from ..base.host import local_maker
 
 __all__ = [
     "IDENTITY_FORMAT",
     "Ops",
     "Prepared",
-    "local_maker",
     "new_identity",
     "decode_identity",
     "genesis",
@@ -52,16 +52,6 @@ _RECORD_KEYS = {"at", "epoch", "ops", "prev", "rev"}
 
 
 # -- identity -----------------------------------------------------------------------
-
-def local_maker() -> Dict[str, Any]:
-    """Who makes a run from this process: the host's name and the process's user id (None where there is none)."""
-    uid = os.getuid() if hasattr(os, "getuid") else None
-    if hasattr(os, "uname"):  # the name gethostname() gives, without importing socket (whose constants cost a start more)
-        return {"host": os.uname().nodename, "uid": uid}
-    import socket
-
-    return {"host": socket.gethostname(), "uid": uid}
-
 
 def new_identity(task_id: str, plan: Dict[str, Any], created_at: str, workspace_base: Optional[str] = None) -> Tuple[Dict[str, Any], bytes]:
     """The identity record of a new run and its bytes (canonical JSON and a newline), naming this process as its maker.
