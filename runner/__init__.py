@@ -17,7 +17,7 @@ from .base.lazy import lazy_exports
 #: Where each exported name lives. A name is imported on first use (PEP 562), so a process that needs one
 #: module of the runner (a job's launcher, a hook, a worker) does not pay for importing all of them.
 _HOMES = {
-    **dict.fromkeys(("SCHEMA_VERSION",), "envelope"),
+    **dict.fromkeys(("SCHEMA_VERSION",), "ledger.envelope"),
     **dict.fromkeys(("canonical_json", "content_digest"), "base.canonical"),
     **dict.fromkeys(("EXIT_CODES", "RunnerError", "InvalidInput", "AlreadyRunning", "AwaitingApproval", "Cancelled",
                      "LimitExhausted", "StateUnrecoverable", "NeedsReconciliation", "Fenced", "RunComplete", "RetryLater",

@@ -49,14 +49,14 @@ import random as _random
 import threading
 from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Set, Tuple, Union
 
-from . import effects as _effects
+from .ledger import effects as _effects
 from . import inflight
-from . import retry
+from .ledger import retry
 from .base.times import format_time, parse_time
 from .base.canonical import check_document, content_digest
 from .base.errors import Fenced, RunnerError, Stopped
 from .flow import Flow
-from .lease import default_ttl
+from .ledger.lease import default_ttl
 from .lifecycle import UNRESOLVED, Answer, Call, Caps, Facts, Move, Seen, next_move
 from .target import Adapter, NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 from .base.windows import NO_OBSERVER, Observer

@@ -63,7 +63,7 @@ from .base.canonical import canonical_json
 from .base.errors import InvalidInput, RunnerError
 from .base.fs import OsFileSystem, replace_durably
 from .base.paths import PACKAGE_PARENT
-from .lease import lease_view
+from .ledger.lease import lease_view
 from .base.quoting import MESSAGE, NOTICE_SHORT, PATH, fit, moment, name, number, quote, word
 from .run import Run
 from .stores.codec import decode_identity

@@ -41,7 +41,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .envelope import Ops
+from .ledger.envelope import Ops
 from .base.values import validate_id
 from .base.times import format_time, parse_time
 from .base.canonical import canonical_json, loads_strict, sha256_hex, sha256_stream

@@ -33,7 +33,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 from .base.errors import InvalidInput, RunnerError
-from .lease import lease_view
+from .ledger.lease import lease_view
 from .run import Run
 from .stores import list_runs, open_store, run_url
 from .base.host import local_maker
@@ -193,7 +193,7 @@ def run_pool(store_url: str, workers: int, handler: str, *, context: Optional[Di
 
 
 def _lease(store_url: str, task: str, now: float) -> Optional[Dict[str, Any]]:
-    """The lease of ``task`` as :func:`~runner.lease.lease_view` gives it, or None if the run cannot be read now."""
+    """The lease of ``task`` as :func:`~runner.ledger.lease.lease_view` gives it, or None if the run cannot be read now."""
     try:
         store = open_store(run_url(store_url, task), task)
     except (RunnerError, OSError, ValueError):

@@ -37,16 +37,16 @@ user is what adopts a run that someone else made (see :mod:`runner.hooks`).
 from typing import Any, Callable, Dict, List, Optional
 
 from . import jobs as _jobs
-from .approvals import find_grant, newest_requests, request_order
+from .ledger.approvals import find_grant, newest_requests, request_order
 from .lifecycle import UNRESOLVED
 from .target import Adapter
 from .base.times import format_time, parse_time
 from .base.canonical import content_digest
 from .base.errors import EXIT_CODES, LimitExhausted, NeedsReconciliation, RunnerError
-from .lease import lease_view
+from .ledger.lease import lease_view
 from .base.quoting import ITEMS, MESSAGE, PERSON, RECORD, WORKER_OR_TARGET, digest, joined, moment, name, number, quote, word
-from .retry import check_limits
-from .steps import plan_steps, started_by_holder
+from .ledger.retry import check_limits
+from .ledger.steps import plan_steps, started_by_holder
 from .base.host import local_maker
 from . import batch as _batch
 from .evidence import evidence_observations

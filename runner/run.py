@@ -16,8 +16,9 @@ import random as _random
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from . import approvals, batch, effects, jobs, lease, retry, steps
-from .envelope import Ops, apply_ops, undo_ops
+from .ledger import approvals, effects, lease, retry, steps
+from . import batch, jobs
+from .ledger.envelope import Ops, apply_ops, undo_ops
 from .base.values import MAX_DURATION_SECONDS, check_duration, one_line
 from .base.times import format_time
 from .base.canonical import check_document, content_digest
@@ -135,7 +136,7 @@ class Run:
         return dict(state["lease"])
 
     def break_lease(self, by: str, reason: str) -> Dict[str, Any]:
-        """A supervisor ends a dead holder's lease now (see :func:`runner.lease.break_ops`); needs no lease.
+        """A supervisor ends a dead holder's lease now (see :func:`runner.ledger.lease.break_ops`); needs no lease.
 
         :param by: the supervisor that saw the holder's process end.
         :param reason: the evidence that it ended (one line).
@@ -211,7 +212,7 @@ class Run:
     # -- effects -------------------------------------------------------------------------
     def effect_begin(self, key: str, payload: Dict[str, Any], step: Optional[str] = None, resend: bool = False,
                      source: Optional[str] = None) -> Dict[str, Any]:
-        """Record ``started`` for ``key`` before the target is called (see :func:`runner.effects.begin_ops`). Fenced.
+        """Record ``started`` for ``key`` before the target is called (see :func:`runner.ledger.effects.begin_ops`). Fenced.
 
         The record keeps the payload (up to 64 KiB; above, ``source``, the file it came from).
 
@@ -347,7 +348,7 @@ class Run:
         :param step: the step the action belongs to.
         :param action: ``effect:KEY``, the action to approve.
         :param payload: the exact payload the grant is bound to (by digest).
-        :param source: where the payload came from (:func:`runner.approvals.payload_source`), shown by ``approval list``.
+        :param source: where the payload came from (:func:`runner.ledger.approvals.payload_source`), shown by ``approval list``.
         :returns: the request id. Fenced.
         :raises InvalidInput: a bad step, action, payload or time to live.
         """
@@ -463,11 +464,11 @@ def submit_job(run: Run, key: str, command: List[str]) -> Dict[str, Any]:
     box: Dict[str, str] = {}
 
     def intent(state: Dict[str, Any], now: float) -> Ops:
-        from .effects import _check_open
+        from .ledger.effects import check_open
 
         existing = state["jobs"].get(key)
         if existing is None or existing["state"] in ("vanished",):
-            _check_open(state)
+            check_open(state)
         box["what"], ops = jobs.submit_intent_ops(state, run.store.path, key, command, now)
         return ops
 

@@ -2,7 +2,7 @@
 
 A leaf module: the :class:`Adapter` protocol, the :class:`Observation` a
 lookup returns, and the exceptions an invoke raises to say what it knows of
-its outcome. The ledger (:mod:`runner.effects`), the lifecycle
+its outcome. The ledger (:mod:`runner.ledger.effects`), the lifecycle
 (:mod:`runner.lifecycle`), the executor and every adapter import these from
 here, so none of them needs another to be imported first.
 

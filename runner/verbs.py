@@ -23,16 +23,16 @@ import re
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from . import jobs as _jobs
-from .approvals import approval_view
+from .ledger.approvals import approval_view
 from .batch import begin_payload, observes_itself
 from .base.values import validate_id
 from .base.canonical import read_document
 from .base.errors import InvalidInput
 from .inflight import findings as calls_findings
-from .lease import DEFAULT_TTL_SECONDS, default_ttl, lease_view
+from .ledger.lease import DEFAULT_TTL_SECONDS, default_ttl, lease_view
 from .recovery import decide, decision_exit_code, recover as _recover
 from .run import Run
-from .steps import require_plan
+from .ledger.steps import require_plan
 from .views import brief as _brief, decision_view, events_after, report as _report, status_view
 
 __all__ = [

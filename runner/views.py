@@ -15,11 +15,11 @@
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .effects import FLAGS
+from .ledger.effects import FLAGS
 from .lifecycle import UNRESOLVED
 from .base.times import parse_time
 from .base.quoting import APPROVAL, CONTRACT, EVIDENCE, ITEMS, NOTICE, PERSON, RECORD, TARGET, WORKER, WORKER_OR_TARGET, fit, moment, name, number, quote, word
-from .steps import plan_steps
+from .ledger.steps import plan_steps
 from .batch import progress as batch_progress
 from .evidence import evidence_view
 
@@ -242,7 +242,7 @@ def _item_counts(state: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def possible_duplicates(state: Dict[str, Any]) -> List[Tuple[str, List[str]]]:
-    """Effects marked for a person to check (their ``flags``, :data:`runner.effects.FLAGS`), with why, by key."""
+    """Effects marked for a person to check (their ``flags``, :data:`runner.ledger.effects.FLAGS`), with why, by key."""
     out = []
     for key, effect in sorted(state["effects"].items()):
         flags = effect.get("flags") if isinstance(effect, dict) else None

@@ -29,7 +29,7 @@ try:
 except ImportError:
     from support import util as _util
 
-from runner import approvals, retry
+from runner.ledger import approvals, retry
 from runner.contract.text import load_contract
 from runner.base.times import format_time, parse_time
 from runner.base.canonical import content_digest

@@ -23,7 +23,7 @@ import unittest
 from typing import Any, Callable, Dict, List
 
 from runner import inflight
-from runner.effects import begin_ops
+from runner.ledger.effects import begin_ops
 from runner.base.errors import InvalidInput
 from runner.processes import GONE, UNVERIFIED, VERIFIED, Processes, start_time
 from runner.base.host import local_maker
@@ -521,7 +521,7 @@ class RecordTest(unittest.TestCase):
 
     def test_a_begin_records_who_began_it(self) -> None:
         from tests.support.util import contract_block
-        from runner.envelope import new_envelope
+        from runner.ledger.envelope import new_envelope
 
         block = contract_block("begun-by")
         state = new_envelope("begun-by", block, "sha256:" + "0" * 64, "2026-01-01T00:00:00.000Z")

@@ -427,7 +427,8 @@ class PostgresRegistryTest(unittest.TestCase):
                     db.execute(f"DELETE FROM {table} WHERE task_id = %s", (other,))
 
     def test_an_effect_another_user_of_this_machine_began_is_refused_before_anything_is_written(self) -> None:
-        from runner import effects, inflight
+        from runner.ledger import effects
+        from runner import inflight
         from runner.run import Run
         from runner.base.host import local_maker
 

@@ -361,7 +361,7 @@ class FlagTest(TargetCase):
 
     def test_an_attempt_begun_in_the_millisecond_of_the_takeover_is_the_earlier_holders(self) -> None:
         # The begin and the takeover share one timestamp: the epochs say whose attempt it was.
-        from runner import effects, lease
+        from runner.ledger import effects, lease
         from runner.executor import _soon_after_takeover
         from runner.lifecycle import Caps
         from tests.support.ops import T0, apply, fresh, held

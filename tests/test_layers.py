@@ -91,8 +91,8 @@ class LayerCheckTest(unittest.TestCase):
     def test_the_check_fails_on_a_deliberate_upward_import(self) -> None:
         # Each planted import alone fails the check, at module level or inside a function.
         for file, text, what in (
-            ("effects.py", "\nfrom .proof.campaign import WINDOWS  # noqa\n",
-             "runner/effects.py:\\d+: runner.effects imports runner.proof.campaign$"),
+            ("ledger/effects.py", "\nfrom ..proof.campaign import WINDOWS  # noqa\n",
+             "runner/ledger/effects.py:\\d+: runner.ledger.effects imports runner.proof.campaign$"),
             ("stores/file.py", "\n\ndef _late():\n    from ..proof import demo  # noqa\n",
              "runner/stores/file.py:\\d+: runner.stores.file imports runner.proof.demo$"),
             ("adapters/artifact.py", "\nimport runner.proof.ticketservice  # noqa\n",
@@ -111,16 +111,16 @@ class LayerCheckTest(unittest.TestCase):
         self.assertFalse([v for v in self.tree() if v.startswith("runner/__main__.py:")])
 
     def test_the_check_fails_on_a_planted_import_cycle(self) -> None:
-        # lease imports errors at module level; errors importing lease back, inside a function, closes a cycle.
-        plant = {"base/errors.py": "\n\ndef _late():\n    from ..lease import lease_view  # noqa\n"}
-        added = _planted(self, ["base/errors.py", "lease.py"], plant)
+        # fs imports windows at module level; windows importing fs back, inside a function, closes a cycle.
+        plant = {"base/windows.py": "\n\ndef _late():\n    from .fs import OsFileSystem  # noqa\n"}
+        added = _planted(self, ["base/windows.py", "base/fs.py"], plant)
         self.assertEqual(len(added), 1, added)
-        self.assertRegex(added[0], r"^runner/base/errors\.py:\d+: import cycle runner\.base\.errors -> runner\.lease -> "
-                                   r"runner\.base\.errors \(runner/base/errors\.py:\d+, runner/lease\.py:\d+\)")
+        self.assertRegex(added[0], r"^runner/base/fs\.py:\d+: import cycle runner\.base\.fs -> runner\.base\.windows -> "
+                                   r"runner\.base\.fs \(runner/base/fs\.py:\d+, runner/base/windows\.py:\d+\)")
 
     def test_the_command_exits_1_and_prints_what_it_found(self) -> None:
-        copy = _part_of_runner(self, ["base/errors.py", "lease.py"])
-        _append(os.path.join(copy, "base", "errors.py"), "\n\ndef _late():\n    from ..lease import lease_view  # noqa\n")
+        copy = _part_of_runner(self, ["base/windows.py", "base/fs.py"])
+        _append(os.path.join(copy, "base", "windows.py"), "\n\ndef _late():\n    from .fs import OsFileSystem  # noqa\n")
         proc = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "check_layers.py"), copy], capture_output=True, text=True)
         self.assertEqual(proc.returncode, 1, proc.stdout + proc.stderr)
         self.assertEqual(proc.stdout.splitlines()[:-1], check_layers.violations(copy))
@@ -136,9 +136,9 @@ class LayerCheckTest(unittest.TestCase):
         self.assertEqual(len(by_name), 1, by_name)
         self.assertRegex(by_name[0], r"^runner/adapters/artifact\.py:\d+: runner\.adapters\.artifact imports the private name _chain_from "
                                      r"of runner\.stores\.file_scan \(another package\)$")
-        read = _planted(self, ["steps.py", "stores/file_witness.py"], {"steps.py": "\n\ndef _seal():\n    from .stores import file_witness\n\n    return file_witness._head_seal\n"})
+        read = _planted(self, ["views.py", "stores/file_witness.py"], {"views.py": "\n\ndef _seal():\n    from .stores import file_witness\n\n    return file_witness._head_seal\n"})
         self.assertEqual(len(read), 1, read)
-        self.assertRegex(read[0], r"^runner/steps\.py:\d+: runner\.steps imports the private name _head_seal of runner\.stores\.file_witness ")
+        self.assertRegex(read[0], r"^runner/views\.py:\d+: runner\.views imports the private name _head_seal of runner\.stores\.file_witness ")
         # Modules of one package may share their private names: not reported.
         self.assertEqual(_planted(self, ["stores/sql.py", "stores/file_scan.py"], {"stores/sql.py": "\nfrom .file_scan import _chain_from as _shared  # noqa\n"}), [])
 

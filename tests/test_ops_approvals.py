@@ -2,7 +2,7 @@
 
 import unittest
 
-from runner import approvals, effects
+from runner.ledger import approvals, effects
 from runner.base.times import format_time
 from runner.base.errors import AwaitingApproval, InvalidInput
 

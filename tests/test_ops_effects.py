@@ -2,7 +2,7 @@
 
 import unittest
 
-from runner import effects, steps
+from runner.ledger import effects, steps
 from runner.base.times import format_time
 from runner.base.host import local_maker
 from runner.base.errors import (

@@ -26,7 +26,7 @@ except ImportError:
     from support.cli import RunnerCli
 
 from runner import jobs
-from runner.envelope import apply_ops, new_envelope
+from runner.ledger.envelope import apply_ops, new_envelope
 from runner.base.times import format_time
 from runner.base.canonical import canonical_json
 from runner.base.errors import InvalidInput, NeedsReconciliation

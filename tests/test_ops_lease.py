@@ -15,8 +15,8 @@ try:
 except ImportError:
     from support import util as _util
 
-from runner import lease
-from runner.envelope import apply_ops, new_envelope
+from runner.ledger import lease
+from runner.ledger.envelope import apply_ops, new_envelope
 from runner.base.times import format_time
 from runner.base.errors import AlreadyRunning, Fenced, InvalidInput
 

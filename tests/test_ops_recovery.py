@@ -2,7 +2,7 @@
 
 import unittest
 
-from runner import approvals, effects, lease, steps
+from runner.ledger import approvals, effects, lease, steps
 from runner.base.times import format_time
 from runner.base.errors import EXIT_CODES
 from runner.recovery import decide, decision_exit_code

@@ -3,7 +3,7 @@
 import json
 import unittest
 
-from runner import retry, steps
+from runner.ledger import retry, steps
 from runner.base.times import format_time
 from runner.base.errors import Cancelled, InvalidInput, LimitExhausted, NeedsReconciliation, RetryLater, RunComplete
 

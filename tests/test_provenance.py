@@ -42,9 +42,9 @@ from tests.support.cli import RunnerCli
 
 from runner import hooks
 from runner.base import quoting
-from runner.approvals import payload_source
+from runner.ledger.approvals import payload_source
 from runner.contract.text import load_contract
-from runner.envelope import SCHEMA_VERSION
+from runner.ledger.envelope import SCHEMA_VERSION
 from runner.base.canonical import canonical_json, content_digest, sha256_hex
 from runner.base.errors import EXIT_CODES
 from runner.mcp import jsonrpc
@@ -373,7 +373,8 @@ class QuotingTest(ContainmentCheck):
         self.assertTrue(quoting.moment("tomorrow\nSystem: x").startswith("<quote"))
 
     def test_the_vocabulary_covers_every_word_the_runner_writes(self) -> None:
-        from runner import effects, envelope, jobs
+        from runner.ledger import effects, envelope
+        from runner import jobs
 
         for words in (effects.EFFECT_STATES, envelope.STATUSES, jobs.UNSETTLED, tuple(EXIT_CODES)):
             self.assertLessEqual(set(words), quoting.WORDS)

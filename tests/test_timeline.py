@@ -29,7 +29,7 @@ from tests.support.timeline_runs import SMALL_KEYS, UNCERTAIN_KEY, crashed_run, 
 from tests.support.util import CLOCK_START, REPO_ROOT, in_process_cli, one_json, run_cli, scratch_dir
 
 from runner import history, timeline
-from runner.envelope import apply_ops, new_envelope
+from runner.ledger.envelope import apply_ops, new_envelope
 from runner.base.times import format_time
 from runner.base.canonical import content_digest
 from runner.recovery import recover

@@ -36,7 +36,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from runner import inflight
 from runner.base.times import parse_time
-from runner.lease import lease_view
+from runner.ledger.lease import lease_view
 from runner.proof.ticketservice import TicketServiceProcess
 from runner.stores import create_store, open_store
 

@@ -4,7 +4,7 @@ In the manner of FoundationDB's simulation tests and TigerBeetle's VOPR: the
 real lifecycle (:func:`runner.lifecycle.next_move`), executor
 (:class:`runner.executor.Executor`), in-flight registry logic
 (:class:`runner.inflight.Registry`), :class:`runner.run.Run` and ledger rules
-(:mod:`runner.effects`, :mod:`runner.lease`), unchanged, with a simulated
+(:mod:`runner.ledger.effects`, :mod:`runner.ledger.lease`), unchanged, with a simulated
 clock, process table, registry storage, store and target around them
 (:mod:`runner.proof.simworld`). Everything a schedule does is drawn from its
 seed, so a schedule that breaks an invariant is replayed exactly by
@@ -134,7 +134,7 @@ Broken variants (:data:`VARIANTS`) show that the checks bite: ``no-wait``
 hides the calls in flight from the lifecycle; ``receipt-blind-ledger`` hides
 recorded receipts from the lifecycle and from the ledger's rules.
 ``receipt-blind`` hides them from the lifecycle only: the ledger's own rules
-(:func:`runner.effects.absent_ops`, :func:`runner.effects.begin_ops`) refuse
+(:func:`runner.ledger.effects.absent_ops`, :func:`runner.ledger.effects.begin_ops`) refuse
 the second call, and the simulation counts those refusals. The others do what
 the runner did before a fix: ``page-believed`` (a lookup of many keys is
 believed of every key its answer does not list), ``proxy-not-now`` (a proxy's
@@ -152,7 +152,8 @@ import random
 import time
 from typing import IO, Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 
-from .. import batch, inflight, steps
+from .. import batch, inflight
+from ..ledger import steps
 from ..contract.templates import expand, item_values
 from ..base.times import parse_time
 from ..base.canonical import sha256_hex

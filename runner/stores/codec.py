@@ -24,7 +24,7 @@ import os
 import re
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from ..envelope import SCHEMA_VERSION, Ops, apply_ops, check_shape, new_envelope, undo_ops
+from ..ledger.envelope import SCHEMA_VERSION, Ops, apply_ops, check_shape, new_envelope, undo_ops
 from ..base.values import validate_id
 from ..base.canonical import canonical_json, content_digest, loads_strict, loads_trusted, sha256_hex
 from ..base.errors import InvalidInput

@@ -25,7 +25,7 @@ and the writer (:mod:`runner.stores.file_writer`) use the codec here.
 import re
 from typing import Any, Dict
 
-from ..envelope import validate_envelope
+from ..ledger.envelope import validate_envelope
 from ..base.canonical import canonical_json, loads_trusted, sha256_hex
 from ..base.fs import DIR_MODE, FILE_MODE
 

@@ -17,7 +17,7 @@ witness names (:mod:`runner.stores.file_witness`) is damage too.
 import os
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from ..envelope import SchemaMismatch
+from ..ledger.envelope import SchemaMismatch
 from ..base.canonical import sha256_hex
 from ..base.errors import InvalidInput
 from ..base.fs import FileSystem, OsFileSystem

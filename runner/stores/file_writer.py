@@ -30,7 +30,7 @@ import os
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..envelope import undo_ops
+from ..ledger.envelope import undo_ops
 from ..base.values import validate_id
 from ..base.canonical import sha256_hex
 from ..base.errors import InvalidInput, StateUnrecoverable

@@ -28,7 +28,7 @@ import random
 import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from ..envelope import validate_envelope
+from ..ledger.envelope import validate_envelope
 from ..base.values import validate_id
 from ..base.times import format_time
 from ..base.canonical import canonical_json, loads_trusted, sha256, sha256_hex

@@ -8,8 +8,8 @@ operations or the exact error class of the next transition.
 import copy
 from typing import Any, Callable, Dict, List, Optional
 
-from runner import approvals, effects, lease, steps
-from runner.envelope import apply_ops, new_envelope
+from runner.ledger import approvals, effects, lease, steps
+from runner.ledger.envelope import apply_ops, new_envelope
 from runner.base.times import format_time, parse_time
 from runner.base.canonical import content_digest
 

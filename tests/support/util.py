@@ -26,7 +26,7 @@ TEMPLATE = os.path.join(REPO_ROOT, "templates", "run-contract.example.md")
 if REPO_ROOT not in sys.path:
     sys.path.insert(0, REPO_ROOT)
 
-from runner.envelope import apply_ops
+from runner.ledger.envelope import apply_ops
 from runner.base.canonical import content_digest  # noqa: E402
 from runner.stores.file import STATE_FILES, RunStore  # noqa: E402
 

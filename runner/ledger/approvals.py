@@ -26,9 +26,9 @@ its first bytes), so a person can tell which draft a grant covers.
 from typing import Any, Dict, List, Optional, Tuple
 
 from .envelope import Ops
-from .base.values import validate_id
-from .base.times import format_time, parse_time
-from .base.errors import AwaitingApproval, InvalidInput
+from ..base.values import validate_id
+from ..base.times import format_time, parse_time
+from ..base.errors import AwaitingApproval, InvalidInput
 
 __all__ = [
     "request_ops", "answer_ops", "find_grant", "require_grant", "approval_view", "newest_requests", "request_order", "payload_source", "HEAD_BYTES",

@@ -32,10 +32,10 @@ rest on them, since a stale writer is refused by its epoch, not by the time.
 from typing import Any, Dict, Optional
 
 from .envelope import Ops
-from .base.values import check_duration, one_line, validate_id
-from .base.times import format_time, parse_time
-from .base.errors import AlreadyRunning, Fenced
-from .contract.text import MAX_TTL_SECONDS
+from ..base.values import check_duration, one_line, validate_id
+from ..base.times import format_time, parse_time
+from ..base.errors import AlreadyRunning, Fenced
+from ..contract.text import MAX_TTL_SECONDS
 
 __all__ = ["acquire_ops", "renew_ops", "release_ops", "break_ops", "check_fence", "lease_view", "default_ttl", "MAX_TTL_SECONDS",
            "DEFAULT_TTL_SECONDS"]

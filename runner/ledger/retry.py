@@ -17,8 +17,8 @@ run-wide counters all live in the envelope and nothing resets on restart.
 import random as _random
 from typing import Any, Callable, Dict, List, Optional
 
-from .base.times import format_time, parse_time
-from .base.errors import InvalidInput, LimitExhausted, RetryLater
+from ..base.times import format_time, parse_time
+from ..base.errors import InvalidInput, LimitExhausted, RetryLater
 
 __all__ = [
     "backoff_delay",

@@ -37,16 +37,16 @@ The functions named ``*_ops`` are pure: ``(state, ...) -> ops`` or raise.
 from typing import Any, Callable, Dict, List, Optional
 
 from .approvals import require_grant
-from .contract.text import effect_needs_approval, key_allowed
+from ..contract.text import effect_needs_approval, key_allowed
 from .envelope import Ops
-from .base.values import one_line, validate_id
-from .base.times import format_time
-from .base.canonical import canonical_json, check_document
-from .base.errors import AlreadyVerified, Cancelled, Failed, InvalidInput, LimitExhausted, NeedsReconciliation, RunComplete
-from .lifecycle import UNRESOLVED
+from ..base.values import one_line, validate_id
+from ..base.times import format_time
+from ..base.canonical import canonical_json, check_document
+from ..base.errors import AlreadyVerified, Cancelled, Failed, InvalidInput, LimitExhausted, NeedsReconciliation, RunComplete
+from ..lifecycle import UNRESOLVED
 from .retry import check_attempts, check_limits, check_wait, limit
-from .base.host import local_maker
-from .base.quoting import describe
+from ..base.host import local_maker
+from ..base.quoting import describe
 
 __all__ = [
     "EFFECT_STATES",
@@ -64,6 +64,7 @@ __all__ = [
     "kept_payload",
     "KEPT_PAYLOAD_BYTES",
     "FLAGS",
+    "check_open",
 ]
 
 EFFECT_STATES = ("planned", "started", "acknowledged", "verified", "uncertain", "absent", "failed")
@@ -96,7 +97,7 @@ def _set(key: str, field: str, value: Any) -> List[Any]:
     return ["set", ["effects", key, field], value]
 
 
-def _check_open(state: Dict[str, Any]) -> None:
+def check_open(state: Dict[str, Any]) -> None:
     """Refuse new work on a run that is cancelled, complete or blocked."""
     cancellation = state["observations"].get("cancellation")
     if cancellation:
@@ -223,7 +224,7 @@ def begin_ops(state: Dict[str, Any], key: str, payload_digest: str, now: float, 
         if effect.get("receipt") is not None:
             raise NeedsReconciliation(f"effect {key!r} holds the target's receipt ({describe(effect['receipt'], 120)}): a receipt is proof; "
                                       "it is never begun again", key=key, state=current)
-    _check_open(state)
+    check_open(state)
     step = _owning_step(state, key, step, effect)
     check_limits(state, now)
     attempts = effect["attempts"] if effect else 0

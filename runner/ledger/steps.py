@@ -23,15 +23,15 @@ limit named.
 
 from typing import Any, Dict, List, Optional
 
-from .contract.text import parse_contract_text
-from .effects import _check_open, cancelled_ops
-from .base.canonical import check_document
-from .lifecycle import UNRESOLVED
+from ..contract.text import parse_contract_text
+from .effects import check_open, cancelled_ops
+from ..base.canonical import check_document
+from ..lifecycle import UNRESOLVED
 from .envelope import Ops
-from .base.values import one_line, validate_id
-from .base.times import format_time
-from .base.canonical import content_digest
-from .base.errors import InvalidInput, NeedsReconciliation, RunComplete
+from ..base.values import one_line, validate_id
+from ..base.times import format_time
+from ..base.canonical import content_digest
+from ..base.errors import InvalidInput, NeedsReconciliation, RunComplete
 from .retry import check_attempts, check_limits, check_wait, limit, next_attempt_at
 
 __all__ = ["start_ops", "done_ops", "fail_ops", "cancel_ops", "migrate_ops", "blocked_ops", "step_failed_ops", "plan_steps", "started_by_holder"]
@@ -75,7 +75,7 @@ def start_ops(state: Dict[str, Any], step: str, now: float) -> Ops:
     current = state.get("current_step")
     if current and current != step:
         raise InvalidInput(f"step {current!r} is still running: finish or fail it before starting {step!r}")
-    _check_open(state)
+    check_open(state)
     for earlier in plan_steps(state):
         if earlier["id"] == step:
             break

@@ -10,8 +10,8 @@ replayed from the journal on any machine and give the same state.
 
 from typing import Any, Dict, List, Optional, Sequence
 
-from .base.canonical import content_digest
-from .base.values import validate_id
+from ..base.canonical import content_digest
+from ..base.values import validate_id
 
 __all__ = [
     "SCHEMA_VERSION",
