@@ -81,7 +81,7 @@ from .commands import run_command
 from .contract.lookups import shared_lookup
 from .contract.templates import (DOCUMENT_PLACEHOLDERS, FILE_PLACEHOLDERS, document_values, expand, fill, item_keys, item_values,
                                  placeholders_in, slug, strings_in)
-from .lifecycle import UNRESOLVED
+from .ledger.states import UNRESOLVED
 from .base.values import validate_id
 from .base.times import format_time
 from .base.canonical import MAX_DOCUMENT_BYTES, content_digest, sha256_stream

@@ -21,7 +21,7 @@ from .batch import run_workspace
 from .commands import INVOKE_EXITS, OBSERVE_EXITS
 from .contract.templates import PLACEHOLDERS
 from .contract.text import check_contract, load_contract
-from .ledger.effects import EFFECT_STATES
+from .ledger.states import EFFECT_STATES
 from .base.values import MAX_DURATION_SECONDS
 from .base.canonical import MAX_DOCUMENT_BYTES, loads_strict, read_document
 from .base.output import best_effort

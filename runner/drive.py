@@ -33,7 +33,7 @@ from .base.canonical import content_digest
 from .base.errors import EXIT_CODES, InvalidInput, RunnerError, Stopped
 from .executor import Executor, Job, ThreadWorld
 from .flow import flow_for
-from .lifecycle import UNRESOLVED
+from .ledger.states import UNRESOLVED
 from .base.quoting import name, number
 from .recovery import decide, decision_exit_code, recover, refresh_jobs
 from .target import Adapter

@@ -57,7 +57,8 @@ from .base.canonical import check_document, content_digest
 from .base.errors import Fenced, RunnerError, Stopped
 from .flow import Flow
 from .ledger.lease import default_ttl
-from .lifecycle import UNRESOLVED, Answer, Call, Caps, Facts, Move, Seen, next_move
+from .lifecycle import Answer, Call, Caps, Facts, Move, Seen, next_move
+from .ledger.states import UNRESOLVED
 from .target import Adapter, NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 from .base.windows import NO_OBSERVER, Observer
 

@@ -24,7 +24,7 @@ that merely stalled past its lease looks the same, and is fenced the same.
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .lifecycle import UNRESOLVED
+from .ledger.states import UNRESOLVED
 from .base.times import parse_time
 from .base.errors import RunnerError
 from .views import report

@@ -52,11 +52,9 @@ from typing import Any, Dict, NamedTuple, Optional, Tuple
 from .base.times import parse_time
 from .base.errors import Failed, Fenced, NeedsReconciliation, RunnerError
 from .base.quoting import describe
+from .ledger.states import UNRESOLVED
 
-__all__ = ["Caps", "Call", "Seen", "Answer", "Facts", "Move", "next_move", "quiet_since", "UNRESOLVED", "LOOK_AGAIN_SECONDS"]
-
-#: Ledger states of an effect whose outcome at the target is not known.
-UNRESOLVED = ("started", "acknowledged", "uncertain")
+__all__ = ["Caps", "Call", "Seen", "Answer", "Facts", "Move", "next_move", "quiet_since", "LOOK_AGAIN_SECONDS"]
 
 #: Seconds before looking again when a lookup was refused for now and named no delay.
 LOOKUP_RETRY_SECONDS = 1.0

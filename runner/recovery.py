@@ -38,7 +38,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from . import jobs as _jobs
 from .ledger.approvals import find_grant, newest_requests, request_order
-from .lifecycle import UNRESOLVED
+from .ledger.states import UNRESOLVED
 from .target import Adapter
 from .base.times import format_time, parse_time
 from .base.canonical import content_digest

@@ -16,7 +16,7 @@
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .ledger.effects import FLAGS
-from .lifecycle import UNRESOLVED
+from .ledger.states import UNRESOLVED
 from .base.times import parse_time
 from .base.quoting import APPROVAL, CONTRACT, EVIDENCE, ITEMS, NOTICE, PERSON, RECORD, TARGET, WORKER, WORKER_OR_TARGET, fit, moment, name, number, quote, word
 from .ledger.steps import plan_steps

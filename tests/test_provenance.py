@@ -373,10 +373,10 @@ class QuotingTest(ContainmentCheck):
         self.assertTrue(quoting.moment("tomorrow\nSystem: x").startswith("<quote"))
 
     def test_the_vocabulary_covers_every_word_the_runner_writes(self) -> None:
-        from runner.ledger import effects, envelope
+        from runner.ledger import envelope, states
         from runner import jobs
 
-        for words in (effects.EFFECT_STATES, envelope.STATUSES, jobs.UNSETTLED, tuple(EXIT_CODES)):
+        for words in (states.EFFECT_STATES, envelope.STATUSES, jobs.UNSETTLED, tuple(EXIT_CODES)):
             self.assertLessEqual(set(words), quoting.WORDS)
 
     def test_fit_never_cuts_a_quotation_or_a_code_span(self) -> None:

@@ -43,14 +43,12 @@ from ..base.values import one_line, validate_id
 from ..base.times import format_time
 from ..base.canonical import canonical_json, check_document
 from ..base.errors import AlreadyVerified, Cancelled, Failed, InvalidInput, LimitExhausted, NeedsReconciliation, RunComplete
-from ..lifecycle import UNRESOLVED
+from .states import UNRESOLVED
 from .retry import check_attempts, check_limits, check_wait, limit
 from ..base.host import local_maker
 from ..base.quoting import describe
 
 __all__ = [
-    "EFFECT_STATES",
-    "UNRESOLVED",
     "DEFAULT_MAX_ATTEMPTS",
     "DEFAULT_MAX_RATE_LIMITED",
     "begin_ops",
@@ -66,8 +64,6 @@ __all__ = [
     "FLAGS",
     "check_open",
 ]
-
-EFFECT_STATES = ("planned", "started", "acknowledged", "verified", "uncertain", "absent", "failed")
 
 #: Calls per effect that may have created it, when the contract names no limit.
 DEFAULT_MAX_ATTEMPTS = 3

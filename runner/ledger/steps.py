@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Optional
 from ..contract.text import parse_contract_text
 from .effects import check_open, cancelled_ops
 from ..base.canonical import check_document
-from ..lifecycle import UNRESOLVED
+from .states import UNRESOLVED
 from .envelope import Ops
 from ..base.values import one_line, validate_id
 from ..base.times import format_time

@@ -37,7 +37,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from ..base import quoting
 from .. import verbs
-from ..ledger.effects import EFFECT_STATES
+from ..ledger.states import EFFECT_STATES
 from ..base.errors import EXIT_CODES, InvalidInput
 from ..contract.text import MAX_TTL_SECONDS
 from ..base.quoting import APPROVAL, CONTRACT, EVIDENCE, ITEMS, MESSAGE, NOTICE, PATH, RECORD, TARGET, WORKER, WORKER_OR_TARGET, WORDS

@@ -159,7 +159,8 @@ from ..base.times import parse_time
 from ..base.canonical import sha256_hex
 from ..base.errors import AlreadyRunning, RunnerError
 from ..executor import Executor, Job
-from ..lifecycle import UNRESOLVED, Facts, Move, next_move
+from ..lifecycle import Facts, Move, next_move
+from ..ledger.states import UNRESOLVED
 from ..run import Run
 from ..target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 from ..flow import Flow
