@@ -17,7 +17,7 @@ from typing import AbstractSet, Any, Callable, Dict, List, Optional, Sequence, T
 
 from . import __version__, verbs
 from .ledger.approvals import payload_source
-from .batch import run_workspace
+from .ledger.batch import run_workspace
 from .commands import INVOKE_EXITS, OBSERVE_EXITS
 from .contract.templates import PLACEHOLDERS
 from .contract.text import check_contract, load_contract

@@ -25,7 +25,7 @@ limits and the fence under the store's lock.
 import time
 from typing import IO, Any, Callable, Dict, Iterator, Optional, Sequence
 
-from . import batch as _batch
+from .ledger import batch as _batch
 from .commands import DEFAULT_TIMEOUT, CommandAdapter
 from .contract.templates import item_values
 from .base.times import parse_time

@@ -17,7 +17,7 @@ import os
 import time
 from typing import Any, Dict, List, Optional
 
-from . import batch as _batch
+from .ledger import batch as _batch
 from .commands import run_command
 from .contract.templates import expand
 from .base.times import format_time

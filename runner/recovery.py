@@ -48,7 +48,7 @@ from .base.quoting import ITEMS, MESSAGE, PERSON, RECORD, WORKER_OR_TARGET, dige
 from .ledger.retry import check_limits
 from .ledger.steps import plan_steps, started_by_holder
 from .base.host import local_maker
-from . import batch as _batch
+from .ledger import batch as _batch
 from .evidence import evidence_observations
 
 __all__ = ["decide", "recover", "decision_exit_code"]

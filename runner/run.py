@@ -17,7 +17,8 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .ledger import approvals, effects, lease, retry, steps
-from . import batch, jobs
+from .ledger import batch
+from . import jobs
 from .ledger.envelope import Ops, apply_ops, undo_ops
 from .base.values import MAX_DURATION_SECONDS, check_duration, one_line
 from .base.times import format_time
@@ -154,7 +155,7 @@ class Run:
 
     # -- steps ---------------------------------------------------------------------------
     def step_start(self, step: str) -> Dict[str, Any]:
-        """Start ``step``, in plan order; a batch step's items are frozen with it (see :mod:`runner.batch`). Fenced.
+        """Start ``step``, in plan order; a batch step's items are frozen with it (see :mod:`runner.ledger.batch`). Fenced.
 
         :returns: the step's record (``state`` running, ``attempts``).
         :raises InvalidInput: no such step, another step is running, the step is done, or its items cannot be listed.

@@ -20,7 +20,7 @@ from .ledger.states import UNRESOLVED
 from .base.times import parse_time
 from .base.quoting import APPROVAL, CONTRACT, EVIDENCE, ITEMS, NOTICE, PERSON, RECORD, TARGET, WORKER, WORKER_OR_TARGET, fit, moment, name, number, quote, word
 from .ledger.steps import plan_steps
-from .batch import progress as batch_progress
+from .ledger.batch import progress as batch_progress
 from .evidence import evidence_view
 
 __all__ = ["brief", "action_text", "report", "events_after", "status_view", "decision_view", "possible_duplicates"]

@@ -208,7 +208,7 @@ class PayloadTemplateTest(unittest.TestCase):
     def test_the_template_fills_the_first_line_and_the_digest_of_the_whole_file(self) -> None:
         import hashlib
 
-        from runner import batch
+        from runner.ledger import batch
         from runner.base.canonical import content_digest
 
         with scratch_dir("runner-payload-") as root:

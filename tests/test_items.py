@@ -21,7 +21,7 @@ import unittest
 from typing import Any, Dict, List
 from unittest import mock
 
-from runner import batch
+from runner.ledger import batch
 from runner.contract import templates
 from runner.base.values import validate_id
 from runner.base.canonical import content_digest

@@ -16,7 +16,7 @@ def item_problem(item: str) -> Optional[str]:
 
     An absolute path, a ``..`` component (``/`` or ``\\`` separated) or a NUL
     character is refused; everything else is checked against the file
-    system by :func:`runner.batch.resolve_inside`.
+    system by :func:`runner.ledger.batch.resolve_inside`.
     """
     if "\0" in item:
         return "holds a NUL character"

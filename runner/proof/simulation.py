@@ -152,7 +152,8 @@ import random
 import time
 from typing import IO, Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 
-from .. import batch, inflight
+from ..ledger import batch
+from .. import inflight
 from ..ledger import steps
 from ..contract.templates import expand, item_values
 from ..base.times import parse_time
@@ -258,8 +259,8 @@ class _ReceiptBlindRun(Run):
 class _ListRun(Run):
     """Broken at ``step start``, as the runner was before it checked a list's lookups (``sees_lookups`` False: two
     items looked up by one value are taken) or, when freezing a list anew, the ledger (``sees_ledger`` False: a key
-    the ledger holds may be given to another item). What is checked is :func:`runner.batch.freeze` and
-    :func:`runner.batch.freeze_ops` themselves, each shown less of the run."""
+    the ledger holds may be given to another item). What is checked is :func:`runner.ledger.batch.freeze` and
+    :func:`runner.ledger.batch.freeze_ops` themselves, each shown less of the run."""
 
     sees_lookups = True
     sees_ledger = True

@@ -76,16 +76,16 @@ import re
 import stat
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .base.workspace import item_problem
-from .commands import run_command
-from .contract.lookups import shared_lookup
-from .contract.templates import (DOCUMENT_PLACEHOLDERS, FILE_PLACEHOLDERS, document_values, expand, fill, item_keys, item_values,
+from ..base.workspace import item_problem
+from ..commands import run_command
+from ..contract.lookups import shared_lookup
+from ..contract.templates import (DOCUMENT_PLACEHOLDERS, FILE_PLACEHOLDERS, document_values, expand, fill, item_keys, item_values,
                                  placeholders_in, slug, strings_in)
-from .ledger.states import UNRESOLVED
-from .base.values import validate_id
-from .base.times import format_time
-from .base.canonical import MAX_DOCUMENT_BYTES, content_digest, sha256_stream
-from .base.errors import InvalidInput, NeedsReconciliation
+from .states import UNRESOLVED
+from ..base.values import validate_id
+from ..base.times import format_time
+from ..base.canonical import MAX_DOCUMENT_BYTES, content_digest, sha256_stream
+from ..base.errors import InvalidInput, NeedsReconciliation
 
 __all__ = [
     "performs_effects",
