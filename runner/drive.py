@@ -28,6 +28,7 @@ from typing import IO, Any, Callable, Dict, Iterator, Optional, Sequence
 from .ledger import batch as _batch
 from .commands import DEFAULT_TIMEOUT, CommandAdapter
 from .contract.templates import item_values
+from .execution.payloads import begin_payload, item_payload
 from .base.times import parse_time
 from .base.canonical import content_digest
 from .base.errors import EXIT_CODES, InvalidInput, RunnerError, Stopped
@@ -84,7 +85,7 @@ def perform_effect(run: Any, key: str, payload: Optional[Dict[str, Any]] = None,
     state = run.state
     found = _batch.owner_of(state, key)
     step = found[0] if found else None
-    payload = _batch.begin_payload(state, key, payload)
+    payload = begin_payload(state, key, payload)
     adapter = adapter_for(state, key, invoke, observe, runner)
     return dict(Executor(run, world=ThreadWorld(sleep)).perform(key, payload, adapter, step))
 
@@ -266,7 +267,7 @@ def _walk_items(run: Any, executor: Executor, step: str, start: int, tally: Dict
             adapter = adapter_for(run.state, key, runner=runner)
 
             def payload(index: int = index) -> Dict[str, Any]:  # made when the item's turn comes, from the state then
-                return _batch.item_payload(run.state, step, index)
+                return item_payload(run.state, step, index)
 
             yield Job(key, payload, adapter, step, item_values(batch["items"][index], index))
 

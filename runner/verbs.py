@@ -24,7 +24,8 @@ from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tu
 
 from . import jobs as _jobs
 from .ledger.approvals import approval_view
-from .ledger.batch import begin_payload, observes_itself
+from .ledger.batch import observes_itself
+from .execution.payloads import begin_payload
 from .base.values import validate_id
 from .base.canonical import read_document
 from .base.errors import InvalidInput

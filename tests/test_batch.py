@@ -208,8 +208,9 @@ class PayloadTemplateTest(unittest.TestCase):
     def test_the_template_fills_the_first_line_and_the_digest_of_the_whole_file(self) -> None:
         import hashlib
 
-        from runner.ledger import batch
         from runner.base.canonical import content_digest
+        from runner.execution.payloads import item_payload
+        from runner.ledger import batch
 
         with scratch_dir("runner-payload-") as root:
             data = b"Title line\r\n" + b"x" * (3 << 20)
@@ -220,7 +221,7 @@ class PayloadTemplateTest(unittest.TestCase):
             state = {"plan": plan, "plan_digest": content_digest(plan), "steps": {}, "effects": {}, "task_id": "t"}
             frozen = batch.freeze(state, "s")
             state["steps"]["s"] = {"workspace": frozen["workspace"], "batch": frozen["batch"]}
-            payload = batch.item_payload(state, "s", 0)
+            payload = item_payload(state, "s", 0)
         self.assertEqual(payload, {"title": "Title line", "sha256": hashlib.sha256(data).hexdigest(), "n": "000", "k": "big:t"})
 
 

@@ -22,6 +22,7 @@ from typing import Any, Dict, List
 from unittest import mock
 
 from runner.ledger import batch
+from runner.base import workspace
 from runner.contract import templates
 from runner.base.values import validate_id
 from runner.base.canonical import content_digest
@@ -219,7 +220,7 @@ class GlobTest(Workspace):
         os.symlink(".", os.path.join(self.ws, "docs", "x"))
         os.symlink("..", os.path.join(self.ws, "docs", "y"))
         os.symlink(self.root, os.path.join(self.ws, "docs", "z"))
-        self.assertEqual(batch.glob_files(self.ws, "docs/**/*.md"), ["docs/a.md", "docs/sub/b.md"])
+        self.assertEqual(workspace.glob_files(self.ws, "docs/**/*.md"), ["docs/a.md", "docs/sub/b.md"])
         # drive gave the lease back
         epoch = str(self.cli("lease", "acquire", "--owner", "agent", "--json", code=None).json["epoch"])
         for verb in (("brief",), ("next", "--owner", "agent", "--epoch", epoch), ("drive", "--owner", "agent")):
@@ -259,27 +260,27 @@ class GlobTest(Workspace):
             with self.subTest(pattern=pattern):
                 hits = glob.glob(os.path.join(glob.escape(tree), pattern), recursive=True)
                 expected = sorted({os.path.relpath(p, tree) for p in hits if os.path.isfile(p)})
-                self.assertEqual(batch.glob_files(tree, pattern), expected)
+                self.assertEqual(workspace.glob_files(tree, pattern), expected)
                 compared += bool(expected)
         self.assertGreater(compared, 22, "most patterns matched something")
 
     def test_the_listing_is_bounded_in_entries_and_items(self) -> None:
         for n in range(30):
             self.write(f"docs/d{n % 3}/f{n:02d}.md", "x\n")
-        self.assertEqual(len(batch.glob_files(self.ws, "docs/**/*.md")), 30)
+        self.assertEqual(len(workspace.glob_files(self.ws, "docs/**/*.md")), 30)
         with self.assertRaises(InvalidInput) as caught:
-            batch.glob_files(self.ws, "docs/**/*.md", max_entries=20)
+            workspace.glob_files(self.ws, "docs/**/*.md", max_entries=20)
         self.assertIn("visits more than 20 entries", caught.exception.message)
         with self.assertRaises(InvalidInput) as caught:
-            batch.glob_files(self.ws, "docs/**/*.md", max_items=29)
+            workspace.glob_files(self.ws, "docs/**/*.md", max_items=29)
         self.assertIn("lists more than 29 items", caught.exception.message)
         # Through the command line: one line, exit 2, nothing started; and a view reports it instead of failing.
         self.init(self.contract(items={"glob": "docs/**/*.md"}))
-        with mock.patch.object(batch, "MAX_LISTED_ENTRIES", 20):
+        with mock.patch.object(workspace, "MAX_LISTED_ENTRIES", 20):
             self.assert_refused_start("visits more than 20 entries")
         writer = self.writer()
         self.cli("step", "start", "file-tickets", *writer)
-        with mock.patch.object(batch, "MAX_ITEMS", 10):
+        with mock.patch.object(workspace, "MAX_ITEMS", 10):
             decision = self.cli("next", "--json", *writer, code=None).json
         changed = [o for o in decision["observations"] if str(o.get("source", "")).startswith("items of step")]
         self.assertEqual(len(changed), 1, decision["observations"])

@@ -1,6 +1,6 @@
 """What the contract's ``effects.http`` section may say: :func:`http_problems`, for ``contract check``.
 
-The contract's checks (:mod:`runner.contract.text`, through :mod:`runner.ledger.batch`)
+The contract's checks (:mod:`runner.contract.text`, through :mod:`runner.contract.effects`)
 use this module, and every verb imports them, so it holds only the checks and
 what they need: the calls are made by :mod:`runner.adapters.http`, which
 compiles a section only once these checks find nothing. Each problem is a

@@ -36,8 +36,8 @@ Invariants kept here:
   payload, so a link changed after the freeze cannot make a file outside the
   workspace reach a target.
 * A glob never follows a directory symbolic link and visits at most
-  :data:`MAX_LISTED_ENTRIES` directory entries and returns at most
-  :data:`MAX_ITEMS` items; past either bound the listing is refused with one
+  :data:`~runner.base.workspace.MAX_LISTED_ENTRIES` directory entries and returns at most
+  :data:`~runner.base.workspace.MAX_ITEMS` items; past either bound the listing is refused with one
   line. Otherwise it keeps :func:`glob.glob`'s rules: ``*``, ``?`` and
   ``[...]`` within one name, ``**`` as a whole component for any depth, names
   starting with ``.`` matched only by a pattern component that starts with
@@ -70,21 +70,17 @@ Per-item lookups (key to index) are cached by the frozen digest, so the
 loop over 20,000 items does not rebuild them for each item.
 """
 
-import fnmatch
 import os
 import re
-import stat
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
-from ..base.workspace import item_problem
-from ..commands import run_command
+from ..base.workspace import MAX_ITEMS, check_inside, glob_files, read_bounded, resolve_inside
 from ..contract.lookups import shared_lookup
-from ..contract.templates import (DOCUMENT_PLACEHOLDERS, FILE_PLACEHOLDERS, document_values, expand, fill, item_keys, item_values,
-                                 placeholders_in, slug, strings_in)
+from ..contract.templates import item_keys, placeholders_in, slug
 from .states import UNRESOLVED
 from ..base.values import validate_id
 from ..base.times import format_time
-from ..base.canonical import MAX_DOCUMENT_BYTES, content_digest, sha256_stream
+from ..base.canonical import content_digest
 from ..base.errors import InvalidInput, NeedsReconciliation
 
 __all__ = [
@@ -93,17 +89,12 @@ __all__ = [
     "observes_itself",
     "workspace_root",
     "run_workspace",
-    "resolve_inside",
-    "check_inside",
-    "glob_files",
     "list_items",
     "freeze",
     "freeze_ops",
     "bindings",
     "keys_of",
     "owner_of",
-    "item_payload",
-    "begin_payload",
     "progress",
     "next_item",
     "next_action",
@@ -113,10 +104,6 @@ __all__ = [
     "check_complete",
 ]
 
-#: The most items a step's source may list.
-MAX_ITEMS = 100000
-#: The most directory entries one glob listing may visit (a bound on its time, whatever the tree holds).
-MAX_LISTED_ENTRIES = 1000000
 Ops = List[List[Any]]
 
 
@@ -153,142 +140,10 @@ def run_workspace(state: Dict[str, Any], cwd: Optional[str] = None) -> str:
     return workspace_root(state["plan"], cwd, state.get("workspace_base"))
 
 
-def _inside(root_real: str, real: str) -> bool:
-    return real == root_real or real.startswith(root_real.rstrip(os.sep) + os.sep)
-
-
-def resolve_inside(root: str, item: str, what: Optional[str] = None) -> str:
-    """The real path of ``item`` under the workspace ``root``, every link followed; it must stay inside.
-
-    :raises InvalidInput: the item is absolute, holds ``..`` or a NUL, or
-        leads outside the workspace through a symbolic link.
-    """
-    what = what or f"item {item[:80]!r}"
-    problem = item_problem(item)
-    if problem:
-        raise InvalidInput(f"{what} {problem}; items are paths inside the workspace {root}")
-    root_real = os.path.realpath(root)
-    real = os.path.realpath(os.path.join(root_real, item))
-    if not _inside(root_real, real):
-        raise InvalidInput(f"{what} leads outside the workspace {root} (to {real[:200]}) through a symbolic link; "
-                           "items must stay inside it after links are followed")
-    return real
-
-
-def _open_regular(real: str, what: str) -> int:
-    """A read-only descriptor of the regular file at ``real`` (no link at its last component, never a FIFO's wait)."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(real, flags)
-    except OSError as exc:
-        raise InvalidInput(f"{what}: cannot read {real}: {exc.strerror or exc}") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise InvalidInput(f"{what}: {real} is not a regular file")
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def glob_files(root: str, pattern: str, max_entries: Optional[int] = None, max_items: Optional[int] = None) -> List[str]:
-    """The files under ``root`` that ``pattern`` matches, as sorted relative paths; no directory link is followed.
-
-    The rules are :func:`glob.glob`'s with ``recursive=True`` (see the module
-    docstring), except that a symbolic link to a directory is never entered,
-    so a link to ``.`` or ``..`` cannot make the listing endless.
-
-    :raises InvalidInput: the listing would visit more than ``max_entries``
-        directory entries (default :data:`MAX_LISTED_ENTRIES`) or return more
-        than ``max_items`` files (default :data:`MAX_ITEMS`).
-    """
-    max_entries = MAX_LISTED_ENTRIES if max_entries is None else max_entries
-    max_items = MAX_ITEMS if max_items is None else max_items
-    if pattern.endswith(("/", os.sep)):
-        return []  # a pattern for folders only lists no file
-    parts: List[str] = []
-    for part in pattern.replace(os.sep, "/").split("/"):
-        if part in ("", ".") or (part == "**" and parts and parts[-1] == "**"):
-            continue
-        parts.append(part)
-    if not parts:
-        return []
-    fold = os.path.normcase if os.path.normcase("A") != "A" else None
-    matchers = [None if p == "**" or not any(c in p for c in "*?[") else re.compile(fnmatch.translate(os.path.normcase(p))).match for p in parts]
-    found: set = set()
-    visited = 0
-    seen: set = set()
-    stack: List[Tuple[str, int]] = [("", 0)]
-
-    def too_many() -> InvalidInput:
-        return InvalidInput(f"the glob {pattern!r} visits more than {max_entries:,} entries under {root}; narrow the pattern or list the items in a file")
-
-    def add(rel: str) -> None:
-        found.add(rel)
-        if len(found) > max_items:
-            raise InvalidInput(f"the glob {pattern!r} lists more than {max_items:,} items under {root}; the limit is {max_items:,}")
-
-    while stack:
-        rel, index = stack.pop()
-        if (rel, index) in seen:
-            continue
-        seen.add((rel, index))
-        part, last = parts[index], index == len(parts) - 1
-        here = os.path.join(root, rel) if rel else root
-        prefix = rel + os.sep if rel else ""
-        if matchers[index] is None and part != "**":
-            visited += 1
-            if visited > max_entries:
-                raise too_many()
-            path = os.path.join(here, part)
-            try:
-                mode = os.lstat(path).st_mode
-            except (OSError, ValueError):
-                continue
-            if last:
-                if stat.S_ISREG(mode) or (stat.S_ISLNK(mode) and os.path.isfile(path)):
-                    add(prefix + part)
-            elif stat.S_ISDIR(mode):
-                stack.append((prefix + part, index + 1))
-            continue
-        if part == "**" and not last:
-            stack.append((rel, index + 1))  # '**' matches no folder at all, too
-        match, hidden_ok, recurse = matchers[index], part.startswith("."), part == "**"
-        try:
-            with os.scandir(here) as entries:
-                for entry in entries:
-                    visited += 1
-                    if visited > max_entries:
-                        raise too_many()
-                    name = entry.name
-                    # As glob.glob: a wildcard does not match a name starting with '.' unless the pattern component does.
-                    if (name[0] == "." and not hidden_ok) or (match is not None and not match(fold(name) if fold else name)):
-                        continue
-                    if entry.is_dir(follow_symlinks=False):
-                        if recurse:
-                            stack.append((prefix + name, index))
-                        elif not last:
-                            stack.append((prefix + name, index + 1))
-                    elif last and entry.is_file():
-                        add(prefix + name)
-        except OSError:
-            continue  # an unreadable folder lists nothing, as with glob.glob
-    return sorted(found)
-
-
-def _read_bounded(real: str, what: str, limit: int) -> bytes:
-    fd = _open_regular(real, what)
-    with os.fdopen(fd, "rb") as handle:
-        data = handle.read(limit + 1)
-    if len(data) > limit:
-        raise InvalidInput(f"{what}: {real} is larger than {limit:,} bytes")
-    return data
-
-
 def list_items(spec: Dict[str, Any], root: str) -> Tuple[List[str], Dict[str, Any]]:
     """The items the step's source lists now, in a stable order, and the source.
 
-    A glob is listed by :func:`glob_files` (bounded, no directory link
+    A glob is listed by :func:`~runner.base.workspace.glob_files` (bounded, no directory link
     followed); an item file must itself resolve inside the workspace. The
     items are not checked here: :func:`freeze` resolves each one.
 
@@ -301,7 +156,7 @@ def list_items(spec: Dict[str, Any], root: str) -> Tuple[List[str], Dict[str, An
         pattern = items["glob"]
         return glob_files(root, pattern), {"glob": pattern}
     what = f"the item file {items['file'][:200]!r}"
-    data = _read_bounded(resolve_inside(root, items["file"], what), what, 64 * 1024 * 1024)
+    data = read_bounded(resolve_inside(root, items["file"], what), what, 64 * 1024 * 1024)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -310,33 +165,6 @@ def list_items(spec: Dict[str, Any], root: str) -> Tuple[List[str], Dict[str, An
     if len(listed) > MAX_ITEMS:
         raise InvalidInput(f"{what} lists {len(listed):,} items; the limit is {MAX_ITEMS:,}")
     return listed, {"file": items["file"]}
-
-
-def check_inside(root: str, items: Sequence[str], what: str) -> None:
-    """Refuse unless every item resolves inside the workspace ``root`` with every link followed.
-
-    The same test as :func:`resolve_inside`, with each item's folder resolved
-    once, so a list of 100,000 items costs about one ``lstat`` per item.
-
-    :raises InvalidInput: naming the first item that is absolute, holds ``..``
-        or a NUL, or leads outside.
-    """
-    root_real = os.path.realpath(root)
-    folders: Dict[str, str] = {}
-    for index, item in enumerate(items):
-        problem = item_problem(item)
-        if problem:
-            raise InvalidInput(f"item {index} {item[:80]!r} of {what} {problem}; items are paths inside the workspace {root}")
-        head, name = os.path.split(item)
-        folder = folders.get(head)
-        if folder is None:
-            folder = folders[head] = os.path.realpath(os.path.join(root_real, head))
-        real = folder if name in ("", ".") else os.path.join(folder, name)
-        if real != folder and os.path.islink(real):
-            real = os.path.realpath(real)
-        if not _inside(root_real, real):
-            raise InvalidInput(f"item {index} {item[:80]!r} of {what} leads outside the workspace {root} (to {real[:200]}) "
-                               "through a symbolic link; items must stay inside it after links are followed")
 
 
 def _frozen_batches(state: Dict[str, Any]) -> List[Tuple[str, Dict[str, Any]]]:
@@ -543,73 +371,6 @@ def owner_of(state: Dict[str, Any], key: str) -> Optional[Tuple[str, int]]:
             if index is not None:
                 return spec["id"], index
     return None
-
-
-def item_payload(state: Dict[str, Any], step: str, index: int) -> Dict[str, Any]:
-    """The payload of item ``index`` of ``step``: from its template or command; the same on every rerun."""
-    spec = next(s for s in state["plan"]["steps"] if s["id"] == step)
-    record = state["steps"][step]
-    batch, root = record["batch"], record["workspace"]
-    item = batch["items"][index]
-    key = keys_of(batch)[0][index]
-    values: Dict[str, Any] = dict(item_values(item, index), key=key)
-    how = spec.get("payload") or {"template": {"item": "{item}", "key": "{key}"}}
-    if "command" in how:
-        outcome = run_command(expand(how["command"], dict(values, workspace=root, run_id=state["task_id"])), cwd=root)
-        payload = outcome.json_object()
-        if outcome.exit_code != 0 or payload is None:
-            raise InvalidInput(f"the payload command for {key} did not print a JSON object (exit {outcome.exit_code}): {outcome.tail()}")
-        return payload
-    template = how["template"]
-    wanted = {n for s in strings_in(template) for n in placeholders_in(s)}
-    if wanted & set(FILE_PLACEHOLDERS):
-        values.update(_file_values(root, item, f"item {item[:80]!r} of step {step!r}", wanted))
-    return fill(template, values)
-
-
-def _file_values(root: str, item: str, what: str, wanted: Any) -> Dict[str, str]:
-    """The file placeholders ``wanted`` of one item, read from its file after checking where it leads now."""
-    real = resolve_inside(root, item, what)
-    out: Dict[str, str] = {}
-    with os.fdopen(_open_regular(real, what), "rb") as handle:
-        head = handle.read(1 << 20)
-        if "sha256" in wanted:
-            digest = sha256_stream()
-            digest.update(head)
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-            out["sha256"] = digest.hexdigest()
-    out["first_line"] = head.split(b"\n", 1)[0][:MAX_DOCUMENT_BYTES // 4].decode("utf-8", "replace").rstrip("\r")
-    if wanted & set(DOCUMENT_PLACEHOLDERS):
-        out.update(document_values(head, what))
-    return out
-
-
-def begin_payload(state: Dict[str, Any], key: str, given: Optional[Dict[str, Any]]) -> Dict[str, Any]:
-    """The payload ``effect begin KEY`` records: for an item of a started batch step, the one its template makes;
-    for another key, the one given, else the one the run kept when the effect was first begun.
-
-    :param given: the payload passed (``--payload``), or None.
-    :raises InvalidInput: no payload is given for a key that is not such an
-        item, or the one given differs from the item's (both digests named).
-    """
-    found = owner_of(state, key)
-    if found is None:
-        kept = (state["effects"].get(key) or {}).get("payload")
-        if given is None and kept is not None:
-            return kept  # begun before, by this session or another: the run kept what it sent
-        if given is None:
-            raise InvalidInput(f"--payload FILE is required (a JSON file, or - for stdin): {key!r} is not the key of an item of a started batch step"
-                               " and the run keeps no payload for it")
-        return given
-    step, index = found
-    expected = item_payload(state, step, index)
-    if given is not None:
-        want, got = content_digest(expected), content_digest(given)
-        if want != got:
-            raise InvalidInput(f"{key!r} is item {index} of step {step!r}, whose template makes the payload {want}; the payload given is {got}. "
-                               "Leave out --payload to send the template's", key=key, expected=want, given=got)
-    return expected
 
 
 # -- progress and the next item ----------------------------------------------------------------
