@@ -34,7 +34,7 @@ The functions named ``*_ops`` are pure: ``(state, ...) -> ops`` or raise.
 :mod:`runner.executor` carries it out against a target.
 """
 
-from typing import Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 from .approvals import require_grant
 from ..contract.text import effect_needs_approval, key_allowed
@@ -47,6 +47,9 @@ from .states import UNRESOLVED
 from .retry import check_attempts, check_limits, check_wait, limit
 from ..base.host import local_maker
 from ..base.quoting import describe
+
+if TYPE_CHECKING:  # the records are types only: nothing of them is loaded to run
+    from .records import EffectRecord
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
@@ -82,8 +85,8 @@ KEPT_PAYLOAD_BYTES = 64 * 1024
 
 # -- pure transitions ---------------------------------------------------------------
 
-def _effect(state: Dict[str, Any], key: str) -> Dict[str, Any]:
-    effect = state["effects"].get(key)
+def _effect(state: Dict[str, Any], key: str) -> "EffectRecord":
+    effect: Optional["EffectRecord"] = state["effects"].get(key)
     if effect is None:
         raise InvalidInput(f"no effect {key!r} in the ledger (begin it first)")
     return effect
@@ -135,7 +138,8 @@ def _settle_ops(state: Dict[str, Any], key: str) -> Ops:
     return cancelled_ops(state) if cancelled else [["set", ["status"], "complete"], ["set", ["next_action"], None]]
 
 
-def _owning_step(state: Dict[str, Any], key: str, step: Optional[str], effect: Optional[Dict[str, Any]]) -> Optional[str]:
+def _owning_step(state: Dict[str, Any], key: str, step: Optional[str],
+                 effect: Optional["EffectRecord"]) -> Optional[str]:
     """The step an effect begun now belongs to: the running step, and no other.
 
     ``step`` (the caller's ``--step``) may only name the running step. With no
@@ -203,7 +207,7 @@ def begin_ops(state: Dict[str, Any], key: str, payload_digest: str, now: float, 
     validate_id(key, "effect key")
     if not key_allowed(state["plan"], key):
         raise InvalidInput(f"effect key {key!r} does not match the contract's key_pattern {state['plan']['effects']['key_pattern']!r}")
-    effect = state["effects"].get(key)
+    effect: Optional["EffectRecord"] = state["effects"].get(key)
     if effect is not None:
         if effect["payload_digest"] != payload_digest:
             raise InvalidInput(
@@ -338,7 +342,7 @@ def absent_ops(state: Dict[str, Any], key: str, evidence: Dict[str, Any], now: f
     return ops
 
 
-def _flag_ops(effect: Dict[str, Any], key: str, flag: str) -> Ops:
+def _flag_ops(effect: "EffectRecord", key: str, flag: str) -> Ops:
     flags = list(effect.get("flags") or [])
     return [] if flag in flags else [_set(key, "flags", flags + [flag])]
 

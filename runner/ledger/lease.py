@@ -29,13 +29,16 @@ processes sharing a run must agree to well within the TTL; safety does not
 rest on them, since a stale writer is refused by its epoch, not by the time.
 """
 
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional
 
 from .envelope import Ops
 from ..base.values import check_duration, one_line, validate_id
 from ..base.times import format_time, parse_time
 from ..base.errors import AlreadyRunning, Fenced
 from ..contract.text import MAX_TTL_SECONDS
+
+if TYPE_CHECKING:  # the records are types only: nothing of them is loaded to run
+    from .records import Lease
 
 __all__ = ["acquire_ops", "renew_ops", "release_ops", "break_ops", "check_fence", "lease_view", "default_ttl", "MAX_TTL_SECONDS",
            "DEFAULT_TTL_SECONDS"]
@@ -56,14 +59,14 @@ def _ttl(ttl: float) -> float:
     return check_duration(ttl, "ttl", MAX_TTL_SECONDS)
 
 
-def _carries_lease(owner: Optional[str], epoch: Optional[int], lease: Dict[str, Any], now: float) -> None:
+def _carries_lease(owner: Optional[str], epoch: Optional[int], lease: "Lease", now: float) -> None:
     """Refuse a write that names no owner or no epoch, saying which lease is live and how to take it."""
     if owner is None or epoch is None:
         raise Fenced(f"this write must carry the lease: pass --owner ID --epoch N (or $RUNNER_OWNER and $RUNNER_EPOCH); {_advice(lease, owner, now)}",
                      owner=lease.get("owner"), epoch=lease.get("epoch"))
 
 
-def _advice(lease: Dict[str, Any], owner: Optional[str], now: float) -> str:
+def _advice(lease: "Lease", owner: Optional[str], now: float) -> str:
     """Which lease is live, and how ``owner`` comes to write under it, without fencing a holder that still works."""
     epoch: Any  # an int in every lease the runner writes; int() of anything else fails as it would
     holder, epoch, expires = lease.get("owner"), lease.get("epoch"), lease.get("expires_at")
@@ -79,7 +82,7 @@ def _advice(lease: Dict[str, Any], owner: Optional[str], now: float) -> str:
             "or at once after a supervisor's `lease break` if that holder is gone")
 
 
-def _expired(lease: Dict[str, Any], now: float) -> bool:
+def _expired(lease: Mapping[str, Any], now: float) -> bool:
     expires = lease.get("expires_at")
     return expires is None or parse_time(expires) <= now
 
@@ -122,7 +125,7 @@ def check_fence(state: Dict[str, Any], owner: Optional[str], epoch: Optional[int
                      epoch=lease.get("epoch"))
 
 
-def _holds(lease: Dict[str, Any], owner: str, epoch: int, now: float) -> None:
+def _holds(lease: "Lease", owner: str, epoch: int, now: float) -> None:
     """Raise :class:`Fenced`, saying why, unless ``owner`` at ``epoch`` is the lease's holder (live or not)."""
     current = int(lease.get("epoch", 0))
     if int(epoch) < current:  # whoever holds it now, or nobody: a fenced writer is never told how to write again

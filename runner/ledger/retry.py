@@ -15,7 +15,7 @@ run-wide counters all live in the envelope and nothing resets on restart.
 """
 
 import random as _random
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from ..base.times import format_time, parse_time
 from ..base.errors import InvalidInput, LimitExhausted, RetryLater
@@ -55,7 +55,7 @@ def next_attempt_at(state: Dict[str, Any], attempts: int, now: float, rand: Call
     return format_time(now + delay)
 
 
-def check_wait(record: Dict[str, Any], now: float, what: str) -> None:
+def check_wait(record: Mapping[str, Any], now: float, what: str) -> None:
     """Refuse an attempt before its persisted earliest time (a restart does not skip the wait).
 
     :raises RetryLater: carrying ``retry_at`` (the persisted time) and ``wait_seconds``.
