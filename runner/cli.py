@@ -18,7 +18,7 @@ from typing import AbstractSet, Any, Callable, Dict, List, Optional, Sequence, T
 from . import __version__, verbs
 from .ledger.approvals import payload_source
 from .ledger.batch import run_workspace
-from .commands import INVOKE_EXITS, OBSERVE_EXITS
+from .calls.commands import INVOKE_EXITS, OBSERVE_EXITS
 from .contract.templates import PLACEHOLDERS
 from .contract.text import check_contract, load_contract
 from .ledger.states import EFFECT_STATES
@@ -492,7 +492,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from . import inflight
+    from .calls import inflight
 
     if parse_store_url(_store_url(args))[0] != "file":
         # A database store checks its rows against the journal on open; what it rebuilt is a finding.

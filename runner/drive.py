@@ -26,7 +26,7 @@ import time
 from typing import IO, Any, Callable, Dict, Iterator, Optional, Sequence
 
 from .ledger import batch as _batch
-from .commands import DEFAULT_TIMEOUT, CommandAdapter
+from .calls.commands import DEFAULT_TIMEOUT, CommandAdapter
 from .contract.templates import item_values
 from .execution.payloads import begin_payload, item_payload
 from .base.times import parse_time
@@ -37,7 +37,7 @@ from .flow import flow_for
 from .ledger.states import UNRESOLVED
 from .base.quoting import name, number
 from .recovery import decide, decision_exit_code, recover, refresh_jobs
-from .target import Adapter
+from .calls.target import Adapter
 
 __all__ = ["perform_effect", "adapter_for", "drive"]
 

@@ -18,7 +18,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from .ledger import batch as _batch
-from .commands import run_command
+from .calls.commands import run_command
 from .contract.templates import expand
 from .base.times import format_time
 from .base.canonical import sha256_stream

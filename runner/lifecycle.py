@@ -53,6 +53,7 @@ from .base.times import parse_time
 from .base.errors import Failed, Fenced, NeedsReconciliation, RunnerError
 from .base.quoting import describe
 from .ledger.states import UNRESOLVED
+from .calls.inflight import Call
 
 __all__ = ["Caps", "Call", "Seen", "Answer", "Facts", "Move", "next_move", "quiet_since", "LOOK_AGAIN_SECONDS"]
 
@@ -84,27 +85,6 @@ class Caps(NamedTuple):
     invoke: bool = True
     max_later: int = 10
     look_early: bool = True
-
-
-class Call(NamedTuple):
-    """An earlier call of the key, as the in-flight registry sees it now.
-
-    ``killable``: the call is a command whose process group holds a process
-    verified to be the call's (:mod:`runner.processes`), which may be killed
-    once its deadline passed; an in-process call is the process that made it,
-    and a command none of whose processes could be verified is waited for
-    until its deadline, never killed. ``command``: the call started a
-    process group of its own (``pid`` leads it). ``ended_at``: when it was
-    seen to end (None while alive).
-    """
-
-    alive: bool
-    deadline: float
-    killable: bool
-    ended_at: Optional[float]
-    pid: int = 0
-    kind: str = "invoke"
-    command: bool = False
 
 
 class Seen(NamedTuple):

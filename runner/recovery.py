@@ -39,7 +39,7 @@ from typing import Any, Callable, Dict, List, Optional
 from . import jobs as _jobs
 from .ledger.approvals import find_grant, newest_requests, request_order
 from .ledger.states import UNRESOLVED
-from .target import Adapter
+from .calls.target import Adapter
 from .base.times import format_time, parse_time
 from .base.canonical import content_digest
 from .base.errors import EXIT_CODES, LimitExhausted, NeedsReconciliation, RunnerError

@@ -25,7 +25,7 @@ from .base.times import format_time
 from .base.canonical import check_document, content_digest
 from .evidence import observe_step, observed_ops
 from .base.errors import InvalidInput, LimitExhausted, RunnerError
-from .target import Adapter
+from .calls.target import Adapter
 from .stores import backend_of, open_store
 from .stores.base import CommitThenRaise, Store
 from .base.windows import NO_OBSERVER, Observer

@@ -29,7 +29,7 @@ from .execution.payloads import begin_payload
 from .base.values import validate_id
 from .base.canonical import read_document
 from .base.errors import InvalidInput
-from .inflight import findings as calls_findings
+from .calls.inflight import findings as calls_findings
 from .ledger.lease import DEFAULT_TTL_SECONDS, default_ttl, lease_view
 from .recovery import decide, decision_exit_code, recover as _recover
 from .run import Run
@@ -208,7 +208,7 @@ def status(run: Run) -> Dict[str, Any]:
 
 def brief(run: Run, max_chars: int = 2000) -> Dict[str, Any]:
     """``{"brief", "chars"}``: the bounded Markdown brief, with the holder's decision and what the calls folder holds
-    that the runner does not act on (:func:`runner.inflight.findings`)."""
+    that the runner does not act on (:func:`runner.calls.inflight.findings`)."""
     text = _brief(run.state, holder_decision(run), max_chars, calls_findings(run.store))
     return {"brief": text, "chars": len(text)}
 

@@ -87,7 +87,7 @@ def brief(state: Dict[str, Any], decision: Optional[Dict[str, Any]] = None, limi
           calls: Sequence[Any] = ()) -> str:
     """Markdown context for a model that has never seen this run, from durable facts only.
 
-    ``calls``: what :func:`runner.inflight.findings` reports of the calls folder (a refused folder,
+    ``calls``: what :func:`runner.calls.inflight.findings` reports of the calls folder (a refused folder,
     entries that cannot be calls); named in one line among the effects, never by their names.
 
     The runner writes every word of it but the quotations: every value it did

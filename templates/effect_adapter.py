@@ -11,7 +11,7 @@ plain failure.
 
 from typing import Any, Dict, Optional
 
-from runner.target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
+from runner.calls.target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 
 
 class MyTargetAdapter:

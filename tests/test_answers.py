@@ -17,7 +17,7 @@ from runner.engines import once
 from runner import executor
 from runner.base.errors import InvalidInput, NeedsReconciliation, RunnerError
 from runner.lifecycle import Answer, Seen
-from runner.target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
+from runner.calls.target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 
 KEY = "doc-1:ticket"
 PAYLOAD = {"title": "one"}

@@ -1,4 +1,4 @@
-"""Calls in flight as untrusted input (``runner.inflight``, ``runner.processes``), with real processes.
+"""Calls in flight as untrusted input (``runner.calls.inflight``, ``runner.calls.processes``), with real processes.
 
 A call record may have come with a copied run folder, from another machine or
 from another user. The runner waits for a record's processes, or kills them,
@@ -22,10 +22,10 @@ import time
 import unittest
 from typing import Any, Callable, Dict, List
 
-from runner import inflight
+from runner.calls import inflight
 from runner.ledger.effects import begin_ops
 from runner.base.errors import InvalidInput
-from runner.processes import GONE, UNVERIFIED, VERIFIED, Processes, start_time
+from runner.calls.processes import GONE, UNVERIFIED, VERIFIED, Processes, start_time
 from runner.base.host import local_maker
 from tests.support.batch import batch_contract
 from tests.support.cli import RunnerCli
@@ -112,7 +112,7 @@ class Blind(Processes):
 
 
 class ProcessesTest(unittest.TestCase):
-    """What :class:`runner.processes.Processes` believes of real processes."""
+    """What :class:`runner.calls.processes.Processes` believes of real processes."""
 
     def setUp(self) -> None:
         self.spawned = Spawned(self)

@@ -18,8 +18,8 @@ from tests.support.util import child_env, python, scratch_dir
 #: A runner that starts a call's command and dies (SIGKILL) the instant it learns the command's pid.
 DIES_BEFORE_REGISTERING = r'''
 import os, signal, sys
-from runner import inflight
-from runner.commands import run_command
+from runner.calls import inflight
+from runner.calls.commands import run_command
 
 root, marker = sys.argv[1:3]
 
@@ -64,8 +64,8 @@ class GateTest(unittest.TestCase):
             self.assertFalse(os.path.exists(marker), "the command ran although its process was never registered")
 
     def test_a_registered_command_runs_and_a_missing_program_is_refused_as_before(self) -> None:
-        from runner import inflight
-        from runner.commands import run_command
+        from runner.calls import inflight
+        from runner.calls.commands import run_command
         from runner.base.errors import InvalidInput
 
         with scratch_dir() as root:

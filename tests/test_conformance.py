@@ -11,7 +11,7 @@ from typing import Any, Dict, Set, Tuple
 
 from runner.adapters import artifact
 from runner.proof import conformance, ticketservice
-from runner.target import Observation, Rejected, StaleEpoch
+from runner.calls.target import Observation, Rejected, StaleEpoch
 from runner.base.canonical import content_digest
 from runner.base.errors import InvalidInput
 from runner.run import Run

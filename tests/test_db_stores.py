@@ -405,7 +405,7 @@ class PostgresRegistryTest(unittest.TestCase):
         return out
 
     def test_every_spelling_of_the_url_finds_the_same_calls(self) -> None:
-        from runner import inflight
+        from runner.calls import inflight
 
         registries = [inflight.registry_for(self.open(url)) for url in self.spellings()]
         self.assertEqual(len({r.folder for r in registries}), 1, [r.folder for r in registries])
@@ -428,7 +428,7 @@ class PostgresRegistryTest(unittest.TestCase):
 
     def test_an_effect_another_user_of_this_machine_began_is_refused_before_anything_is_written(self) -> None:
         from runner.ledger import effects
-        from runner import inflight
+        from runner.calls import inflight
         from runner.run import Run
         from runner.base.host import local_maker
 

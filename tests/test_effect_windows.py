@@ -26,7 +26,7 @@ import unittest
 import uuid
 from typing import Any, Dict, List, Optional, Tuple
 
-from runner.target import StaleEpoch
+from runner.calls.target import StaleEpoch
 from runner.base.errors import Fenced, NeedsReconciliation
 from runner.run import Run
 from runner.stores.file import RunStore

@@ -18,7 +18,7 @@ import time
 import unittest
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from runner.commands import OUTPUT_LIMIT, run_command
+from runner.calls.commands import OUTPUT_LIMIT, run_command
 from runner.base.times import parse_time
 from tests.support.batch import batch_contract
 from tests.support.cli import RunnerCli
@@ -393,9 +393,9 @@ class HeldUpCallTest(unittest.TestCase):
     def test_a_command_whose_deadline_passed_before_it_started_is_not_run(self) -> None:
         # The process was stopped between registering the call and starting its command: whoever took over may
         # already have counted the call as never made, so it must not be made now.
-        from runner import inflight
-        from runner.commands import CommandAdapter
-        from runner.target import NotApplied
+        from runner.calls import inflight
+        from runner.calls.commands import CommandAdapter
+        from runner.calls.target import NotApplied
         with scratch_dir() as root:
             now = [1_790_000_000.0]
             registry = inflight.Registry(os.path.join(root, "calls"), clock=lambda: now[0])
@@ -450,7 +450,7 @@ class OutputTest(unittest.TestCase):
         """With RLIMIT_FSIZE at 1 MB, a command whose output went to a file would be killed by SIGXFSZ."""
         code = ("import resource, json, sys\n"
                 "resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))\n"
-                "from runner.commands import run_command\n"
+                "from runner.calls.commands import run_command\n"
                 "o = run_command([sys.executable, '-S', '-c', 'import sys\\nfor _ in range(64): sys.stdout.write(\"x\" * (1 << 20))\\nsys.exit(3)'])\n"
                 "print(json.dumps({'exit': o.exit_code, 'kept': len(o.stdout)}))\n")
         done = subprocess.run(python("-c", code), env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
@@ -469,7 +469,7 @@ class OutputTest(unittest.TestCase):
 #: A runner that dies between creating its new call record and writing it: ``os.write`` never returns.
 HALF_REGISTERED = r'''
 import os, sys, time
-from runner import inflight
+from runner.calls import inflight
 inflight.os.write = lambda fd, data: (print("created", flush=True), time.sleep(600))
 inflight.Registry(sys.argv[1]).register("a:ticket", "invoke", 1, 5.0)
 '''
@@ -477,7 +477,7 @@ inflight.Registry(sys.argv[1]).register("a:ticket", "invoke", 1, 5.0)
 
 class AbandonedRecordTest(unittest.TestCase):
     def test_a_record_left_empty_by_a_killed_writer_is_swept_once_the_writer_is_dead(self) -> None:
-        from runner import inflight
+        from runner.calls import inflight
 
         with scratch_dir() as root:
             folder = os.path.join(root, "calls")

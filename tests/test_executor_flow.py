@@ -17,7 +17,7 @@ from runner.executor import Executor, Job, World
 from runner.flow import Flow
 from runner.run import Run
 from runner.stores.file import RunStore
-from runner.target import Observation, Rejected
+from runner.calls.target import Observation, Rejected
 from tests.support.util import scratch_dir
 
 

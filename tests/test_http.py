@@ -16,13 +16,13 @@ import unittest
 from typing import Any, Dict, List
 from unittest import mock
 
-from runner import inflight
+from runner.calls import inflight
 from runner.adapters.http import (BODY_LIMIT, ConnectionPool, HttpAdapter, http_problems, parse_pointer, resolve_pointer,
                                   retry_after_seconds)
 from runner.contract.text import check_contract
 from runner.base.errors import InvalidInput
 from runner.proof.helpdesk import Helpdesk, HelpdeskServer
-from runner.target import NotApplied, Rejected, StaleEpoch, UnknownOutcome
+from runner.calls.target import NotApplied, Rejected, StaleEpoch, UnknownOutcome
 from tests.support.fake_http import ConnectProxy, Reply, ScriptedServer, free_port, have_openssl, make_certificates
 from tests.support.util import REPO_ROOT
 

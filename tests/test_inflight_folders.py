@@ -1,4 +1,4 @@
-"""Where a database run keeps its calls in flight (``runner.inflight.registry_for``).
+"""Where a database run keeps its calls in flight (``runner.calls.inflight.registry_for``).
 
 A SQLite run keeps them beside its database file, in a folder named from the
 file's real path: every spelling of the path (relative, ``./``, ``../`` from
@@ -14,7 +14,7 @@ import signal
 import subprocess
 import unittest
 
-from runner import inflight
+from runner.calls import inflight
 from runner.run import Run
 from runner.stores import create_store, open_store
 from tests.support.util import child_env, contract_block, python, scratch_dir
@@ -25,7 +25,7 @@ TASK = "inflight-folders"
 #: A process that registers a call of ``k:1`` on the run at ARGV[1] (as spelled there, from its working folder) and waits.
 _CALLER = """
 import sys
-from runner import inflight
+from runner.calls import inflight
 from runner.stores import open_store
 store = open_store(sys.argv[1], sys.argv[2])
 inflight.registry_for(store).register("k:1", "invoke", 1, 600.0)

@@ -13,9 +13,9 @@ import unittest
 from typing import Any, Dict, List
 
 from runner.contract.effects import effects_problems
-from runner.commands import CommandAdapter, Outcome
+from runner.calls.commands import CommandAdapter, Outcome
 from runner.contract.effects import many_problems
-from runner.target import NotApplied
+from runner.calls.target import NotApplied
 from tests.support.batch import batch_contract
 from tests.support.cli import RunnerCli
 

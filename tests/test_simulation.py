@@ -16,8 +16,8 @@ was fixed.
 import unittest
 from typing import Any, Dict, Tuple
 
-from runner.inflight import Registered
-from runner.processes import GONE, VERIFIED
+from runner.calls.inflight import Registered
+from runner.calls.processes import GONE, VERIFIED
 from runner.proof.simulation import (GARBAGE, INVARIANTS, KILL_WINDOWS, SHAPES, SPELLINGS, VARIANTS, Params,
                                      draw_params, replay_command, run_schedule, simulate)
 from runner.proof.simworld import (FIFO, Ledger, LeaderOnlyProcesses, MemoryRegistry, MemoryStore, ProcessTable,

@@ -18,7 +18,7 @@ import unittest
 import uuid
 from typing import Any, Dict, List, Optional, Tuple
 
-from runner.target import NotApplied, Rejected, StaleEpoch, UnknownOutcome
+from runner.calls.target import NotApplied, Rejected, StaleEpoch, UnknownOutcome
 from runner.base.canonical import content_digest
 from runner.proof.ticketservice import Faults, MarkerTicketAdapter, TicketAdapter, TicketServiceProcess, parse_command_line
 

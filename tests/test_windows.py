@@ -14,7 +14,7 @@ import sys
 import unittest
 from typing import Any, Dict, List
 
-from runner.target import Observation
+from runner.calls.target import Observation
 from runner.base.canonical import content_digest
 from runner.proof.faults import KillAt, Recorder, kill_point
 from runner.run import Run, submit_job

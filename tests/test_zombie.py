@@ -34,7 +34,7 @@ import unittest
 import urllib.parse
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from runner import inflight
+from runner.calls import inflight
 from runner.base.times import parse_time
 from runner.ledger.lease import lease_view
 from runner.proof.ticketservice import TicketServiceProcess

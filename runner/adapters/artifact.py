@@ -37,7 +37,7 @@ import errno
 import os
 from typing import Any, Dict, Optional, Tuple
 
-from ..target import NotApplied, Observation, Rejected, UnknownOutcome
+from ..calls.target import NotApplied, Observation, Rejected, UnknownOutcome
 from ..base.values import validate_id
 from ..base.canonical import sha256_hex
 from ..base.errors import InvalidInput

@@ -90,14 +90,14 @@ import time
 import urllib.parse
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from .. import inflight
-from ..commands import MAX_RETRY_AFTER
+from ..calls import inflight
+from ..calls.commands import MAX_RETRY_AFTER
 from ..contract.lookups import MANY_DEFAULT
 from ..contract.templates import expand
 from ..base.canonical import MAX_DOCUMENT_BYTES, canonical_json, check_nesting, loads_strict, sha256_hex
 from ..base.errors import InvalidInput
 from ..base.pointer import MISSING, matched, parse_pointer, resolve_pointer, shown
-from ..target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
+from ..calls.target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 from ..contract.http import (EACH, SECRET, INVOKE_DEFAULTS, INVOKE_METHODS, OBSERVE_DEFAULTS, OBSERVE_METHODS, FieldProblem,
                            split_url, http_problems, sensitive, unsendable)
 

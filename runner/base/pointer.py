@@ -1,7 +1,7 @@
 """JSON pointers (RFC 6901): where a lookup's answer holds what it found.
 
 Lookups of the target, through HTTP (:mod:`runner.adapters.http`) or a
-command (:mod:`runner.commands`), name the part of the answer that matters by
+command (:mod:`runner.calls.commands`), name the part of the answer that matters by
 a pointer such as ``"/0/id"``: :func:`parse_pointer` turns it into tokens
 once, :func:`resolve_pointer` follows them, and :func:`pointer_problem` is the
 contract check's word on one. :func:`matched` sorts a lookup of many keys'

@@ -34,7 +34,7 @@ try:  # the SDK is this module's reason to exist, and nothing else in the runner
 except ImportError as exc:
     raise ImportError(f"runner.engines.dbos needs DBOS (pip install dbos): {exc}") from exc
 
-from ..target import Adapter, NotApplied
+from ..calls.target import Adapter, NotApplied
 from ..base.canonical import content_digest
 from .once import EffectUncertain, effect_key, observe_once, perform_once
 

@@ -45,7 +45,7 @@ except ImportError as exc:
     raise ImportError(f"runner.engines.temporal needs the Temporal SDK (pip install temporalio): {exc}") from exc
 
 with workflow.unsafe.imports_passed_through():
-    from ..target import Adapter
+    from ..calls.target import Adapter
     from ..base.canonical import content_digest
     from .once import EffectConflict, EffectUncertain, effect_key, observe_once, perform_once
 

@@ -3,7 +3,7 @@
 An item's payload is the same on every rerun: made from the frozen item,
 its key and the file it names (read again, and refused if it now leads
 outside the workspace), or printed by the step's payload command, which runs
-here (:func:`runner.commands.run_command`).
+here (:func:`runner.calls.commands.run_command`).
 """
 
 import os
@@ -12,7 +12,7 @@ from typing import Any, Dict, Optional
 from ..base.canonical import MAX_DOCUMENT_BYTES, content_digest, sha256_stream
 from ..base.errors import InvalidInput
 from ..base.workspace import open_regular, resolve_inside
-from ..commands import run_command
+from ..calls.commands import run_command
 from ..contract.templates import (DOCUMENT_PLACEHOLDERS, FILE_PLACEHOLDERS, document_values, expand, fill, item_values,
                                   placeholders_in, strings_in)
 from ..ledger.batch import keys_of, owner_of

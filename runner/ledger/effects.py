@@ -193,7 +193,7 @@ def begin_ops(state: Dict[str, Any], key: str, payload_digest: str, now: float, 
     that began this attempt (``maker``, else this process's), and the lease epoch
     it was begun under: a runner of another user on that host, who cannot see
     its calls in flight, refuses to touch the effect while it is ``started``
-    (:mod:`runner.inflight`), and a later holder knows the attempt for an earlier
+    (:mod:`runner.calls.inflight`), and a later holder knows the attempt for an earlier
     holder's by its epoch, never by comparing times.
 
     :raises AlreadyVerified: the effect is verified: done, the target must not be called again

@@ -25,7 +25,7 @@ import tempfile
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ..target import Adapter
+from ..calls.target import Adapter
 from ..base.errors import RunnerError
 from ..history import Recorder
 from ..recovery import recover

@@ -23,7 +23,7 @@ them: give each factory call a fresh scope. ``controls`` may offer any of:
 
 ``lose_next_response()``
     The next ``invoke`` performs the effect but its answer is lost, so it
-    must raise :class:`~runner.target.UnknownOutcome`. Without it the kit
+    must raise :class:`~runner.calls.target.UnknownOutcome`. Without it the kit
     simulates the loss by discarding a receipt.
 ``effect_count(key, payload) -> int``
     How many effects the target holds for this key (or business marker),
@@ -39,7 +39,7 @@ Declared facts read from the adapter: ``name``, ``key_scope``,
 ``retention_seconds``, ``conflicting_payload``, ``verification``,
 ``deduplicates`` and, optionally, ``enforces_fencing`` (absent: False). A
 ``conflicting_payload`` that starts with "refused" or "rejected" declares
-that the adapter raises :class:`~runner.target.Rejected` for a known key
+that the adapter raises :class:`~runner.calls.target.Rejected` for a known key
 with another payload.
 
 The checks: ``declared_facts``, ``never_invoked_is_absent``,
@@ -59,7 +59,7 @@ import uuid
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..base.canonical import check_document
-from ..target import Observation, Rejected, StaleEpoch, UnknownOutcome
+from ..calls.target import Observation, Rejected, StaleEpoch, UnknownOutcome
 from ..adapters.artifact import ArtifactAdapter
 from ..base.errors import InvalidInput
 

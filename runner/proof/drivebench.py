@@ -24,7 +24,7 @@ import tempfile
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from ..commands import Outcome
+from ..calls.commands import Outcome
 from ..drive import drive
 from ..base.canonical import sha256_hex
 from ..run import Run

@@ -3,7 +3,7 @@
 In the manner of FoundationDB's simulation tests and TigerBeetle's VOPR: the
 real lifecycle (:func:`runner.lifecycle.next_move`), executor
 (:class:`runner.executor.Executor`), in-flight registry logic
-(:class:`runner.inflight.Registry`), :class:`runner.run.Run` and ledger rules
+(:class:`runner.calls.inflight.Registry`), :class:`runner.run.Run` and ledger rules
 (:mod:`runner.ledger.effects`, :mod:`runner.ledger.lease`), unchanged, with a simulated
 clock, process table, registry storage, store and target around them
 (:mod:`runner.proof.simworld`). Everything a schedule does is drawn from its
@@ -153,7 +153,7 @@ import time
 from typing import IO, Any, Callable, Dict, List, NamedTuple, Optional, Set, Tuple
 
 from ..ledger import batch
-from .. import inflight
+from ..calls import inflight
 from ..ledger import steps
 from ..contract.templates import expand, item_values
 from ..base.times import parse_time
@@ -163,7 +163,7 @@ from ..executor import Executor, Job
 from ..lifecycle import Facts, Move, next_move
 from ..ledger.states import UNRESOLVED
 from ..run import Run
-from ..target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
+from ..calls.target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 from ..flow import Flow
 from ..base.windows import Observer
 from .simworld import (FIFO, CallIntroduced, LeaderOnlyProcesses, Ledger, MemoryRegistry, MemoryStore, Proc,
@@ -526,7 +526,8 @@ class SimAdapter:
     What the target sent back becomes what the adapter returns or raises here, as the runner's adapters read it:
     a proxy's 502, 503 or 504 after delivery is an unknown outcome; a key a lookup of many keys did not list is
     absent only in an answer that cannot be one page of several, and unseen otherwise; a refused lookup of many
-    keys (414) raises :class:`~runner.target.Rejected`. ``flaw`` reads them as the adapters did before their fixes.
+    keys (414) raises :class:`~runner.calls.target.Rejected`. ``flaw`` reads them as the adapters did before their
+    fixes.
     """
 
     name = "simulated target"
@@ -1181,7 +1182,7 @@ class Schedule:
         if call.delivered:
             return  # its worker was stopped past the call's timeout: the call ended before its process began
         if call.kind == "invoke" and call.past_deadline(self.sched.now):
-            # runner.commands.CommandAdapter.invoke checks the deadline before it starts the command.
+            # runner.calls.commands.CommandAdapter.invoke checks the deadline before it starts the command.
             self.count("sends_past_deadline_refused")
             self._deliver(call, ("not-applied", None))
             return
@@ -1204,7 +1205,7 @@ class Schedule:
     def _record_child(self, call: SimCall) -> None:
         if call.proc.alive:
             call.registry.spawned(call.registered, call.proc.pid)  # type: ignore[union-attr]
-            call.gate_open = True  # runner.commands writes "go" to the gate right after registering
+            call.gate_open = True  # runner.calls.commands writes "go" to the gate right after registering
             if self.p.helpers and self.shape_rng.random() < self.p.helpers:
                 self._start_helper(call)
 

@@ -14,13 +14,13 @@ machine:
 * :class:`ProcessTable` and :class:`SimProcesses`: pids, start times, alive,
   stopped or dead, users, environments and process groups (a command's
   helper is a process of its group), behind the
-  :class:`runner.processes.Processes` seam. :class:`LeaderOnlyProcesses` and
+  :class:`runner.calls.processes.Processes` seam. :class:`LeaderOnlyProcesses` and
   :class:`TrustingProcesses` stand in for it as the runner's did before it
   counted every process of a call's group, and before it believed a record
   only of processes carrying the call's token.
 * :class:`MemoryRegistry`: the in-flight registry's storage in a dict shared
   by every worker that names the run alike (its logic is
-  :class:`runner.inflight.Registry`'s own); the dict may also hold what the
+  :class:`runner.calls.inflight.Registry`'s own); the dict may also hold what the
   runner never wrote (a record naming another process, a deadline days away,
   a FIFO). :func:`registry_room` names a worker's dict as the runner names a
   database run's registry folder.
@@ -53,8 +53,8 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 from ..base.times import format_time
 from ..base.canonical import canonical_json, loads_trusted, sha256_hex
 from ..executor import World
-from ..inflight import Registered, Registry
-from ..processes import GONE, UNVERIFIED, VERIFIED, Processes
+from ..calls.inflight import Registered, Registry
+from ..calls.processes import GONE, UNVERIFIED, VERIFIED, Processes
 from ..stores.base import Store
 from ..stores.codec import Ops, finish_transition, genesis, new_identity, prepare_transition, replay
 from ..base.windows import NO_OBSERVER, Observer
@@ -309,7 +309,7 @@ class ProcessTable:
     Workers get pids of their own that are never reused within a schedule;
     commands and their helpers get pids from a small range that wraps, so a
     dead command's pid comes back with another start time (the start-time
-    check of :meth:`runner.processes.Processes.alive` is what tells them
+    check of :meth:`runner.calls.processes.Processes.alive` is what tells them
     apart). Foreign processes (this user's shell, another user's program)
     have pids of their own too. ``can_find``: whether processes'
     environments can be searched (Linux's ``/proc``); without it, start times
@@ -380,7 +380,7 @@ class ProcessTable:
 
 
 class SimProcesses(Processes):
-    """:class:`runner.processes.Processes` for one process of the simulated machine (``me``), as the runner reads
+    """:class:`runner.calls.processes.Processes` for one process of the simulated machine (``me``), as the runner reads
     ``/proc``: a caller is believed alive only as this user's process at its recorded start time; a command's call
     lives while any process of its group is this user's, started no earlier than the leader and carrying the token.
     """
@@ -492,7 +492,7 @@ FIFO = "\0fifo"
 def registry_room(location: str, run: str) -> str:
     """The registry a worker uses that reached the run ``run`` (its identity in the database, as
     :meth:`runner.stores.postgres.PostgresStore.identity` says it) at ``location``: named from the run's identity
-    alone, as :mod:`runner.inflight` names a PostgreSQL run's folder of calls, so that workers that spell the
+    alone, as :mod:`runner.calls.inflight` names a PostgreSQL run's folder of calls, so that workers that spell the
     location differently find the same one. ``location`` is what a worker was given; nothing here reads it."""
     return sha256_hex(run.encode())[:24]
 

@@ -126,7 +126,7 @@ class PostgresStore(SQLStore):
         """What names this run however its database's URL is spelled: the database's name, the digest of the run's
         identity record (written once, when the run was made) and the task id.
 
-        The in-flight registry names the run's folder from it (:func:`runner.inflight.registry_for`), so workers
+        The in-flight registry names the run's folder from it (:func:`runner.calls.inflight.registry_for`), so workers
         that reach one database as ``localhost`` and as ``127.0.0.1`` share their calls in flight. The server's
         ``system_identifier`` is not part of it: only some roles may read it, and a name that depends on the
         worker's role would split the registry as the URL's spelling did.

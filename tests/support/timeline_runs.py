@@ -17,7 +17,7 @@ from typing import Any, Dict, List
 
 from tests.support.util import CLOCK_START, child_env, python, run_cli
 
-from runner.target import NotApplied, Observation, Rejected, UnknownOutcome
+from runner.calls.target import NotApplied, Observation, Rejected, UnknownOutcome
 from runner.base.errors import Failed
 from runner.run import Run
 from runner.stores.file import RunStore

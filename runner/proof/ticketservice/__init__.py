@@ -63,7 +63,7 @@ cancels pending overrides.
 
 The client side: :class:`TicketAdapter` (dedup and lookup by key) and
 :class:`MarkerTicketAdapter` (no keys; lookup by the payload's ``marker``)
-implement :class:`runner.target.Adapter`. :class:`TicketServiceProcess`
+implement :class:`runner.calls.target.Adapter`. :class:`TicketServiceProcess`
 starts and stops a service in a child process for tests and demos.
 """
 

@@ -1,11 +1,11 @@
-"""The client side: adapters that call the ticket service (:class:`runner.target.Adapter`).
+"""The client side: adapters that call the ticket service (:class:`runner.calls.target.Adapter`).
 """
 
 import json
 import urllib.parse
 from typing import Any, Dict, Optional, Tuple
 
-from ...target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
+from ...calls.target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 from ...base.canonical import content_digest
 from .wire import Lost, NotSent, exchange
 

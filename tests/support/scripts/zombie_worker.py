@@ -28,7 +28,7 @@ import signal
 import time
 from typing import Any, Dict, List, Optional
 
-from runner.target import StaleEpoch
+from runner.calls.target import StaleEpoch
 from runner.base.errors import Fenced
 from runner.proof.ticketservice import TicketAdapter
 from runner.recovery import recover

@@ -26,7 +26,7 @@ What each outcome means for the next move:
 
 from typing import Any, Dict, NamedTuple, Optional, Protocol
 
-from .base.quoting import describe
+from ..base.quoting import describe
 
 __all__ = ["Adapter", "Observation", "UnknownOutcome", "NotApplied", "Rejected", "StaleEpoch", "describe"]
 
@@ -77,8 +77,8 @@ class Adapter(Protocol):
     within retention, returns the original receipt and makes no second effect.
 
     An adapter that starts processes should start them with
-    :func:`runner.commands.run_command`, so that each is registered as the
-    call in flight (:mod:`runner.inflight`) and can be waited for by whoever
+    :func:`runner.calls.commands.run_command`, so that each is registered as the
+    call in flight (:mod:`runner.calls.inflight`) and can be waited for by whoever
     takes over after a crash.
 
     An adapter may also look many keys up in one call: ``batch_key`` (adapters

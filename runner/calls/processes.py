@@ -1,6 +1,6 @@
 """Processes of this machine: whether a recorded process is still the call's, and how to end a call's command.
 
-A call record (:mod:`runner.inflight`) is untrusted input: it may have come
+A call record (:mod:`runner.calls.inflight`) is untrusted input: it may have come
 with a copied run folder, from another machine, or from anyone who could
 write it. This module is the one place that decides whether a live process
 is the one a record names. On Linux, from ``/proc``:

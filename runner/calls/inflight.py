@@ -3,7 +3,7 @@
 Before the executor observes or invokes a key, it registers the call: the
 key, the attempt, the kind of call, the calling process (pid and start
 time), a random token and a deadline. A command the call starts
-(:func:`runner.commands.run_command`) adds its own process, the leader of
+(:func:`runner.calls.commands.run_command`) adds its own process, the leader of
 a process group of its own, as soon as it exists, and carries the token
 in its environment (``RUNNER_CALL``), so that even a command started in the
 instant before its caller died can be found. Before a later process observes
@@ -21,7 +21,7 @@ or invokes the same key it reads these records (:meth:`Registry.calls`):
 
 **A record is untrusted input.** It may have come with a copied run folder,
 from another machine or from another user. The runner waits for a record's
-processes, or kills them, only when :mod:`runner.processes` believes them to
+processes, or kills them, only when :mod:`runner.calls.processes` believes them to
 be the call's: this user's, at a known start time that matches, carrying the
 call's token. What cannot be a record this runner wrote is moved aside into
 the folder's ``set-aside/`` by a rename (never opened in a way that can block,
@@ -77,15 +77,14 @@ import threading
 import time
 from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
-from .base.times import format_time
-from .base.canonical import sha256_hex
-from .base.errors import InvalidInput
-from .lifecycle import Call
+from ..base.times import format_time
+from ..base.canonical import sha256_hex
+from ..base.errors import InvalidInput
 from .processes import GONE, OS_PROCESSES, VERIFIED, Processes
-from .base.host import local_maker
+from ..base.host import local_maker
 
-__all__ = ["Registry", "Registered", "SetAside", "registry_for", "findings", "current", "calling", "TOKEN_VARIABLE",
-           "GRACE_SECONDS", "MAX_CALL_SECONDS", "CLOCK_SKEW_SECONDS", "CALLS", "SET_ASIDE"]
+__all__ = ["Call", "Registry", "Registered", "SetAside", "registry_for", "findings", "current", "calling",
+           "TOKEN_VARIABLE", "GRACE_SECONDS", "MAX_CALL_SECONDS", "CLOCK_SKEW_SECONDS", "CALLS", "SET_ASIDE"]
 
 #: The environment variable that carries a call's token into the processes it starts.
 TOKEN_VARIABLE = "RUNNER_CALL"
@@ -119,6 +118,27 @@ _HOST = local_maker()["host"]
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 #: What :meth:`Registry._read` says of an empty record (its writer is writing it, or died after creating it).
 _EMPTY = "empty"
+
+
+class Call(NamedTuple):
+    """An earlier call of the key, as the in-flight registry sees it now.
+
+    ``killable``: the call is a command whose process group holds a process
+    verified to be the call's (:mod:`runner.calls.processes`), which may be killed
+    once its deadline passed; an in-process call is the process that made it,
+    and a command none of whose processes could be verified is waited for
+    until its deadline, never killed. ``command``: the call started a
+    process group of its own (``pid`` leads it). ``ended_at``: when it was
+    seen to end (None while alive).
+    """
+
+    alive: bool
+    deadline: float
+    killable: bool
+    ended_at: Optional[float]
+    pid: int = 0
+    kind: str = "invoke"
+    command: bool = False
 
 
 class Registered:
@@ -410,7 +430,7 @@ class Registry:
         """What ``doctor`` and ``brief`` report, each a :class:`runner.stores.base.Finding` of level ``foreign``: a
         refused folder, entries that cannot be calls (still in place, or moved aside). Changes nothing, and never
         raises for what it finds."""
-        from .stores.base import Finding
+        from ..stores.base import Finding
 
         try:
             self.check()
@@ -543,7 +563,7 @@ class Registry:
         return out
 
     def _alive(self, call: Registered) -> Tuple[bool, bool]:
-        """``(alive, killable)`` of a call now: its processes as :mod:`runner.processes` believes them."""
+        """``(alive, killable)`` of a call now: its processes as :mod:`runner.calls.processes` believes them."""
         record = call.record
         if record.get("ended_at") is not None:
             return False, False
@@ -725,7 +745,7 @@ def _locate(store: Any, clock: Optional[Callable[[], float]]) -> Optional[Regist
 
     :raises InvalidInput: a PostgreSQL run is gone from its database.
     """
-    from .stores.file import RunStore
+    from ..stores.file import RunStore
 
     clock = clock or store.clock
     if isinstance(store, RunStore):
@@ -748,7 +768,7 @@ def _locate(store: Any, clock: Optional[Callable[[], float]]) -> Optional[Regist
 def findings(store: Any) -> List[Any]:
     """What ``doctor`` and ``brief`` report of the calls in flight of the run ``store`` holds (see
     :meth:`Registry.findings`); nothing for a store that keeps no calls here."""
-    from .stores.base import Finding
+    from ..stores.base import Finding
 
     try:
         registry = _locate(store, None)
@@ -773,7 +793,7 @@ def current() -> Optional[Tuple[Registry, Registered]]:
 
 @contextlib.contextmanager
 def calling(registry: Registry, call: Registered) -> Iterator[None]:
-    """Within this block, processes started by :func:`runner.commands.run_command` register as ``call``."""
+    """Within this block, processes started by :func:`runner.calls.commands.run_command` register as ``call``."""
     token = _CURRENT.set((registry, call))
     try:
         yield

@@ -11,7 +11,7 @@ with a timeout and bounded output; a timeout is reported as such, never as a
 failure of the command.
 
 :class:`CommandAdapter` turns an invoke and an observe command into a
-:class:`runner.target.Adapter`, whose calls the executor
+:class:`runner.calls.target.Adapter`, whose calls the executor
 (:mod:`runner.executor`) makes like any other target's:
 
 * invoke: exit 0 with a JSON object on stdout is the receipt; 2, refused for
@@ -40,16 +40,17 @@ import signal
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
-from .base.canonical import canonical_json, loads_strict, sha256_hex
-from .base.errors import InvalidInput
-from .base.pointer import MISSING, matched, parse_pointer, resolve_pointer, shown
-from .contract.effects import EACH
-from .contract.lookups import MANY_DEFAULT
-from .contract.templates import expand
+from ..base.canonical import canonical_json, loads_strict, sha256_hex
+from ..base.errors import InvalidInput
+from ..base.pointer import MISSING, matched, parse_pointer, resolve_pointer, shown
+from ..contract.effects import EACH
+from ..contract.lookups import MANY_DEFAULT
+from ..contract.templates import expand
 from .target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 
-# subprocess, selectors, shutil, tempfile and runner.inflight are imported where a command runs: every verb imports this module
-# (for its placeholders and exit tables) and most run no command, so they would only lengthen each start.
+# subprocess, selectors, shutil, tempfile and runner.calls.inflight are imported where a command runs: every verb
+# imports this module (for its placeholders and exit tables) and most run no command, so they would only lengthen
+# each start.
 if TYPE_CHECKING:
     import subprocess
 
@@ -133,7 +134,7 @@ def run_command(argv: Sequence[str], *, cwd: Optional[str] = None, timeout: floa
     command exits, whatever it left running in its group is killed, so that a
     call that returned has nothing of it still on its way. On a timeout the
     whole group is killed and ``exit_code`` is None: the caller must treat
-    that as an unknown outcome. Inside :func:`runner.inflight.calling`, the
+    that as an unknown outcome. Inside :func:`runner.calls.inflight.calling`, the
     process is registered as the call in flight before the command starts:
     it waits at a gate (``/bin/sh`` reading one line, then ``exec "$@"``)
     until the registration is written, so a runner killed in between leaves
@@ -262,7 +263,7 @@ class CommandAdapter:
     and ``epoch`` (which each call supplies). The payload is written as
     canonical JSON to a private file for each call and removed after it:
     inside a registered call, beside the call's record in the run's folder
-    (:meth:`runner.inflight.Registry.payload_path`), so a killed runner's
+    (:meth:`runner.calls.inflight.Registry.payload_path`), so a killed runner's
     payloads are removed by the next; elsewhere, in a private temporary
     folder. Never deduplicates: an unknown outcome is settled by observing.
     """
