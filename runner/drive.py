@@ -26,7 +26,7 @@ import time
 from typing import IO, Any, Callable, Dict, Iterator, Optional, Sequence
 
 from .ledger import batch as _batch
-from .calls.commands import DEFAULT_TIMEOUT, CommandAdapter
+from .adapters.factory import adapter_for
 from .contract.templates import item_values
 from .execution.payloads import begin_payload, item_payload
 from .base.times import parse_time
@@ -37,40 +37,8 @@ from .flow import flow_for
 from .ledger.states import UNRESOLVED
 from .base.quoting import name, number
 from .recovery import decide, decision_exit_code, recover, refresh_jobs
-from .calls.target import Adapter
 
-__all__ = ["perform_effect", "adapter_for", "drive"]
-
-
-def adapter_for(state: Dict[str, Any], key: str, invoke: Optional[Sequence[str]] = None,
-                observe: Optional[Sequence[str]] = None, runner: Optional[Callable[..., Any]] = None) -> Adapter:
-    """The adapter for ``key``: inline commands, else the contract's ``effects.http``, else its commands; item placeholders filled.
-
-    :raises InvalidInput: nothing says how to call the target, or a header's secret cannot be read now.
-    """
-    effects = state["plan"].get("effects", {})
-    values: Dict[str, Any] = {"run_id": state["task_id"]}
-    root = _batch.run_workspace(state)
-    found = _batch.owner_of(state, key)
-    if found is not None:
-        step, index = found
-        record = state["steps"][step]
-        root = record.get("workspace") or root
-        values.update(item_values(record["batch"]["items"][index], index))
-    timeout = float(effects.get("timeout_seconds", DEFAULT_TIMEOUT))
-    if not invoke and not observe and "http" in effects:
-        from .adapters.http import HttpAdapter  # here: a contract with commands need not import the HTTP client
-
-        return HttpAdapter(effects["http"], values=values, workspace=root, timeout=timeout)
-    inline = bool(invoke or observe)
-    invoke = list(invoke) if invoke else effects.get("invoke")
-    observe = list(observe) if observe else effects.get("observe")
-    if not invoke or not observe:
-        raise InvalidInput("effect run needs an invoke and an observe command: the contract's effects.invoke and effects.observe, "
-                           "or '-- COMMAND ... --observe -- COMMAND ...'")
-    values["workspace"] = root
-    return CommandAdapter(invoke, observe, values=values, cwd=root, timeout=timeout, runner=runner,
-                          many=None if inline else effects.get("observe_many"))
+__all__ = ["perform_effect", "drive"]
 
 
 def perform_effect(run: Any, key: str, payload: Optional[Dict[str, Any]] = None, invoke: Optional[Sequence[str]] = None,

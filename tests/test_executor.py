@@ -394,7 +394,7 @@ class HeldUpCallTest(unittest.TestCase):
         # The process was stopped between registering the call and starting its command: whoever took over may
         # already have counted the call as never made, so it must not be made now.
         from runner.calls import inflight
-        from runner.calls.commands import CommandAdapter
+        from runner.adapters.commands import CommandAdapter
         from runner.calls.target import NotApplied
         with scratch_dir() as root:
             now = [1_790_000_000.0]

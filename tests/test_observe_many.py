@@ -13,7 +13,8 @@ import unittest
 from typing import Any, Dict, List
 
 from runner.contract.effects import effects_problems
-from runner.calls.commands import CommandAdapter, Outcome
+from runner.adapters.commands import CommandAdapter
+from runner.calls.commands import Outcome
 from runner.contract.effects import many_problems
 from runner.calls.target import NotApplied
 from tests.support.batch import batch_contract

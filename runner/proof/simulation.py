@@ -1182,7 +1182,7 @@ class Schedule:
         if call.delivered:
             return  # its worker was stopped past the call's timeout: the call ended before its process began
         if call.kind == "invoke" and call.past_deadline(self.sched.now):
-            # runner.calls.commands.CommandAdapter.invoke checks the deadline before it starts the command.
+            # runner.adapters.commands.CommandAdapter.invoke checks the deadline before it starts the command.
             self.count("sends_past_deadline_refused")
             self._deliver(call, ("not-applied", None))
             return

@@ -17,7 +17,7 @@ the programs the proofs use against :mod:`runner.proof.ticketservice`:
 
 :func:`write_commands` writes them into a folder and returns the argument
 lists with the runner's placeholders. Exit codes follow
-:class:`runner.calls.commands.CommandAdapter`: invoke 0 with the receipt, 2
+:class:`runner.adapters.commands.CommandAdapter`: invoke 0 with the receipt, 2
 refused for good (409), 9 a stale epoch (412), 75 nothing created (a refused
 connection, 429, 503), else unknown (a timeout or a reset after sending, any
 other answer); observe 0 present, 1 never seen, else unknown.

@@ -1,0 +1,48 @@
+"""The adapter a contract names for one effect key: commands given inline, else its ``effects.http``, else its
+``effects.invoke`` and ``effects.observe`` commands, with the key's item placeholders filled.
+
+The HTTP adapter is imported only when a contract names ``effects.http``, so a drive of commands never loads the
+HTTP client.
+"""
+
+from typing import Any, Callable, Dict, Optional, Sequence
+
+from ..base.errors import InvalidInput
+from ..calls.commands import DEFAULT_TIMEOUT
+from ..calls.target import Adapter
+from ..contract.templates import item_values
+from ..ledger import batch as _batch
+from .commands import CommandAdapter
+
+__all__ = ["adapter_for"]
+
+
+def adapter_for(state: Dict[str, Any], key: str, invoke: Optional[Sequence[str]] = None,
+                observe: Optional[Sequence[str]] = None, runner: Optional[Callable[..., Any]] = None) -> Adapter:
+    """The adapter for ``key``: inline commands, else the contract's ``effects.http``, else its commands; item placeholders filled.
+
+    :raises InvalidInput: nothing says how to call the target, or a header's secret cannot be read now.
+    """
+    effects = state["plan"].get("effects", {})
+    values: Dict[str, Any] = {"run_id": state["task_id"]}
+    root = _batch.run_workspace(state)
+    found = _batch.owner_of(state, key)
+    if found is not None:
+        step, index = found
+        record = state["steps"][step]
+        root = record.get("workspace") or root
+        values.update(item_values(record["batch"]["items"][index], index))
+    timeout = float(effects.get("timeout_seconds", DEFAULT_TIMEOUT))
+    if not invoke and not observe and "http" in effects:
+        from .http import HttpAdapter  # here: a contract with commands need not import the HTTP client
+
+        return HttpAdapter(effects["http"], values=values, workspace=root, timeout=timeout)
+    inline = bool(invoke or observe)
+    invoke = list(invoke) if invoke else effects.get("invoke")
+    observe = list(observe) if observe else effects.get("observe")
+    if not invoke or not observe:
+        raise InvalidInput("effect run needs an invoke and an observe command: the contract's effects.invoke and effects.observe, "
+                           "or '-- COMMAND ... --observe -- COMMAND ...'")
+    values["workspace"] = root
+    return CommandAdapter(invoke, observe, values=values, cwd=root, timeout=timeout, runner=runner,
+                          many=None if inline else effects.get("observe_many"))
