@@ -20,7 +20,7 @@ from tests.support.util import REPO_ROOT
 
 from tools.harness_check import CheckFailed, Clients, check_claude, check_codex, harness_check
 
-LINE = re.compile(r"^harness-check: claude=\d+\.\d+\.\d+\S* codex=\d+\.\d+\.\d+\S* skills=[1-9]\d* "
+LINE = re.compile(r"^harness-check: claude=\d+\.\d+\.\d+\S* codex=\d+\.\d+\.\d+\S* skills=[1-9]\d* skill_tokens=\d+ "
                   r"hooks=SessionStart,Stop,SessionEnd,PreCompact validate=ok$")
 
 

@@ -133,6 +133,28 @@ class FrontmatterTest(unittest.TestCase):
                 self.assertTrue(any(expected in p for p in problems), problems)
 
 
+class LoadedSizeTest(unittest.TestCase):
+    """The skill stays near 5,000 tokens when loaded; the real client's estimate is checked by tools/harness_check.py."""
+
+    # ``claude plugin details`` (2.1.197) estimated a 25,209-character SKILL.md at ~6.1k tokens: about 4.1 characters a
+    # token. 20,500 characters keeps the body under 5,000 by that rate, so a change that would fail the real check
+    # fails here first, offline.
+    MAX_CHARACTERS = 20500
+
+    def test_the_skill_is_small_enough_to_load_whole(self) -> None:
+        self.assertLessEqual(len(_load(SKILL)), self.MAX_CHARACTERS)
+
+    def test_the_token_estimate_is_read_from_the_clients_table(self) -> None:
+        from tools.harness_check import CheckFailed, skill_tokens
+
+        table = "Per-component (rounded)\n  component  always-on  on-invoke\n  long-running-agent-sessions       ~190      {}\n"
+        self.assertEqual(skill_tokens(table.format("~6.1k")), 6100)
+        self.assertEqual(skill_tokens(table.format("~4,460")), 4460)
+        self.assertEqual(skill_tokens(table.format("~980")), 980)
+        with self.assertRaises(CheckFailed):
+            skill_tokens("Per-component (rounded)\n  another-skill  ~190  ~6.1k\n")
+
+
 class ChecklistTraceabilityTest(unittest.TestCase):
     """Every checklist item names tests that exist in the default suite and are not skipped."""
 

@@ -10,7 +10,8 @@ throwaway ``HOME`` the check runs
 * ``claude plugin validate --strict`` on the marketplace and the plugin,
   ``claude plugin marketplace add CHECKOUT``, ``claude plugin install
   long-running-agent-sessions@long-running-agent-sessions``, ``claude plugin
-  details``, which must list the skill, the four hooks and the MCP server, and
+  details``, which must list the skill (at most 5,000 tokens when loaded), the
+  four hooks and the MCP server, and
   ``claude mcp list`` in a project without a run, which must show that server
   connected;
 * ``codex plugin marketplace add CHECKOUT``, ``codex plugin add ...`` and
@@ -23,7 +24,7 @@ throwaway ``HOME`` the check runs
 * ``agentskills validate`` on the skill folder (under its own name, as the
   specification requires);
 
-and prints one line, ``harness-check: claude=V codex=V skills=N hooks=E,...
+and prints one line, ``harness-check: claude=V codex=V skills=N skill_tokens=T hooks=E,...
 validate=ok``, exiting 0; any failure prints the reason and exits 1. No
 client is given a model or an account: these commands work offline.
 """
@@ -45,8 +46,24 @@ HOOK_EVENTS = ("SessionStart", "Stop", "SessionEnd", "PreCompact")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+# What the skill may cost each time it fires: its body goes into the model's context whole.
+MAX_SKILL_TOKENS = 5000
+
+
 class CheckFailed(Exception):
     pass
+
+
+def skill_tokens(details: str) -> int:
+    """The on-invoke token estimate ``claude plugin details`` prints for the skill (``~4.5k`` reads 4500).
+
+    :raises CheckFailed: the per-component table has no row for the skill.
+    """
+    row = re.search(rf"^\s*{re.escape(NAME)}\s+~?([\d.,]+)(k?)\s+~?([\d.,]+)(k?)\s*$", details, re.M)
+    if not row:
+        raise CheckFailed(f"claude plugin details gives no token estimate for the skill {NAME}: {details!r}")
+    number, thousands = float(row.group(3).replace(",", "")), row.group(4) == "k"
+    return int(round(number * 1000)) if thousands else int(number)
 
 
 class Clients:
@@ -107,6 +124,9 @@ def check_claude(clients: Clients, checkout: str, transcript: Optional[List[str]
         raise CheckFailed(f"claude plugin details lists hooks {events}, not {list(HOOK_EVENTS)}")
     if not servers or NAME not in servers.group(2):
         raise CheckFailed(f"claude plugin details lists no MCP server {NAME}: {details!r}")
+    loaded = skill_tokens(details)
+    if loaded > MAX_SKILL_TOKENS:
+        raise CheckFailed(f"claude plugin details estimates the skill at {loaded} tokens when loaded, over {MAX_SKILL_TOKENS}")
     # Claude Code starts the plugin's MCP server to report its health: it must start in a project that has no run yet.
     project = os.path.join(clients.home, "mcp-project")
     os.makedirs(project, exist_ok=True)
@@ -114,7 +134,7 @@ def check_claude(clients: Clients, checkout: str, transcript: Optional[List[str]
     _show(transcript, [claude, "mcp", "list"], health)
     if not re.search(rf"^plugin:{re.escape(NAME)}:{re.escape(NAME)}: .*Connected", health, re.M):
         raise CheckFailed(f"claude mcp list does not show the plugin's MCP server connected: {health.strip()!r}")
-    return {"version": version, "skills": int(skills.group(1)), "hooks": events}
+    return {"version": version, "skills": int(skills.group(1)), "hooks": events, "skill_tokens": loaded}
 
 
 def check_codex(clients: Clients, checkout: str, transcript: Optional[List[str]] = None) -> Dict[str, object]:
@@ -213,7 +233,7 @@ def harness_check(clients_dir: str, checkout: str = ROOT, transcript: Optional[L
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return (f"harness-check: claude={claude['version']} codex={codex['version']} skills={claude['skills']} "
-            f"hooks={','.join(claude['hooks'])} validate={validate}")  # type: ignore[arg-type]
+            f"skill_tokens={claude['skill_tokens']} hooks={','.join(claude['hooks'])} validate={validate}")  # type: ignore[arg-type]
 
 
 def main(argv: Optional[List[str]] = None) -> int:
