@@ -8,7 +8,7 @@ import os
 import unittest
 from typing import Any, Dict
 
-from runner.adapters.http import INVOKE_DEFAULTS, OBSERVE_DEFAULTS
+from runner.contract.http import INVOKE_DEFAULTS, OBSERVE_DEFAULTS
 from runner.base.errors import InvalidInput
 from runner.base.pointer import parse_pointer
 from runner.contract import spec

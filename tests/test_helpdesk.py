@@ -10,7 +10,7 @@ import threading
 import unittest
 from typing import Any, Dict, List, Optional, Tuple
 
-from runner.adapters.http import retry_after_seconds
+from runner.adapters.http_answers import retry_after_seconds
 from runner.proof import conformance
 from runner.proof.helpdesk import Faults, Helpdesk, HelpdeskServer, conformance_factory
 from tests.support.util import child_env, python

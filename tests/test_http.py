@@ -17,8 +17,12 @@ from typing import Any, Dict, List
 from unittest import mock
 
 from runner.calls import inflight
-from runner.adapters.http import (BODY_LIMIT, ConnectionPool, HttpAdapter, http_problems, parse_pointer, resolve_pointer,
-                                  retry_after_seconds)
+from runner.adapters import http_client
+from runner.adapters.http import HttpAdapter
+from runner.adapters.http_answers import retry_after_seconds
+from runner.adapters.http_client import BODY_LIMIT, ConnectionPool
+from runner.base.pointer import parse_pointer, resolve_pointer
+from runner.contract.http import http_problems
 from runner.contract.text import check_contract
 from runner.base.errors import InvalidInput
 from runner.proof.helpdesk import Helpdesk, HelpdeskServer
@@ -645,10 +649,8 @@ class ManyTest(_Base):
 
 
 def _readable(pool: ConnectionPool) -> bool:
-    from runner.adapters import http as module
-
     idle = [c for conns in pool._idle.values() for c in conns]
-    return bool(idle) and all(module._dropped(c) for c in idle)
+    return bool(idle) and all(http_client.dropped(c) for c in idle)
 
 
 def _wait(condition: Any, timeout: float = 5.0) -> bool:

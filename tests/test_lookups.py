@@ -20,7 +20,7 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, List, Optional, Tuple
 
-from runner.adapters.http import POOL
+from runner.adapters.http_client import POOL
 from tests.support.cli import RunnerCli
 from tests.support.util import in_process_cli, scratch_dir, write_contract
 
