@@ -18,12 +18,15 @@ from unittest import mock
 
 from runner.calls import inflight
 from runner.adapters import http_client
-from runner.adapters.http import HttpAdapter
+from runner.adapters.factory import adapter_for
+from runner.adapters.http import HttpAdapter, http_spec
 from runner.adapters.http_answers import retry_after_seconds
 from runner.adapters.http_client import BODY_LIMIT, ConnectionPool
 from runner.base.pointer import parse_pointer, resolve_pointer
 from runner.contract.http import http_problems
-from runner.contract.text import check_contract
+from runner.contract.spec import contract_of
+from runner.contract.text import check_contract, load_contract
+from runner.ledger.envelope import new_envelope
 from runner.base.errors import InvalidInput
 from runner.proof.helpdesk import Helpdesk, HelpdeskServer
 from runner.calls.target import NotApplied, Rejected, StaleEpoch, UnknownOutcome
@@ -62,7 +65,8 @@ class _Base(unittest.TestCase):
     def adapter(self, spec: Dict[str, Any], timeout: float = 5.0, **options: Any) -> HttpAdapter:
         options.setdefault("environ", {"DESK_TOKEN": SECRET})
         options.setdefault("sleep", self.slept.append)
-        return HttpAdapter(spec, values=VALUES, workspace=self.tmp, timeout=timeout, pool=self.pool, **options)
+        return HttpAdapter(http_spec(spec), values=VALUES, workspace=self.tmp, timeout=timeout, pool=self.pool,
+                           **options)
 
     def scripted(self, *replies: Reply, default: Reply = Reply()) -> ScriptedServer:
         server = ScriptedServer(replies, default)
@@ -196,15 +200,49 @@ class ContractSectionTest(unittest.TestCase):
         spec = section("http://127.0.0.1:1", invoke={"headers": {"Authorization": "Bearer {file:.desk-token}"}})
         with tempfile.TemporaryDirectory() as tmp:
             with self.assertRaises(InvalidInput) as caught:
-                HttpAdapter(spec, workspace=tmp, environ={"DESK_TOKEN": SECRET})
+                HttpAdapter(http_spec(spec), workspace=tmp, environ={"DESK_TOKEN": SECRET})
             self.assertIn(".desk-token", caught.exception.message)
             with open(os.path.join(tmp, ".desk-token"), "w") as handle:
                 handle.write(SECRET + "\n")
-            HttpAdapter(spec, workspace=tmp, environ={"DESK_TOKEN": SECRET})
+            HttpAdapter(http_spec(spec), workspace=tmp, environ={"DESK_TOKEN": SECRET})
             with self.assertRaises(InvalidInput) as caught:
-                HttpAdapter(spec, workspace=tmp, environ={})
+                HttpAdapter(http_spec(spec), workspace=tmp, environ={})
             self.assertIn("DESK_TOKEN is not set", caught.exception.message)
             self.assertNotIn(SECRET, caught.exception.message)
+
+
+class SpecTest(unittest.TestCase):
+    """The adapter reads the contract's spec: a run's, read once per plan, or a section's, checked as contract check
+    checks it."""
+
+    def test_a_section_with_a_problem_makes_no_spec(self) -> None:
+        bad = section("ftp://127.0.0.1:1")
+        with self.assertRaises(InvalidInput) as caught:
+            http_spec(bad)
+        self.assertEqual(caught.exception.message, f"{http_problems({'http': bad})[0]} (run 'contract check')")
+
+    def test_the_verification_names_the_pointer_as_the_contract_wrote_it(self) -> None:
+        for pointer in ("/0/id", "/a~1b/m~0n/0", "", "/"):
+            adapter = HttpAdapter(http_spec(section("http://127.0.0.1:1", observe={"pointer": pointer})),
+                                  environ={"DESK_TOKEN": SECRET})
+            self.assertEqual(adapter.verification,
+                             f"GET http://127.0.0.1:1/api/issues?external_ref={{slug}} holding a value at {pointer}")
+        spec = section("http://127.0.0.1:1")
+        del spec["observe"]["pointer"]
+        self.assertEqual(HttpAdapter(http_spec(spec), environ={"DESK_TOKEN": SECRET}).verification,
+                         "GET http://127.0.0.1:1/api/issues?external_ref={slug}")
+
+    def test_every_adapter_of_a_run_shares_the_spec_read_once_per_plan(self) -> None:
+        block = load_contract(TEMPLATE)
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, ".helpdesk-token"), "w") as handle:
+                handle.write(SECRET + "\n")
+            state = dict(new_envelope(block["task_id"], block, "", "2026-01-01T00:00:00.000Z"), workspace_base=tmp)
+            first, second = (adapter_for(state, key) for key in ("a:issue", "b:issue"))
+        assert isinstance(first, HttpAdapter) and isinstance(second, HttpAdapter)
+        self.assertIs(first.spec, contract_of(state).effects.http)
+        self.assertIs(second.spec, first.spec)
+        self.assertEqual(first.spec, http_spec(block["effects"]["http"]))
 
 
 class PointerAndRetryAfterTest(unittest.TestCase):
@@ -548,7 +586,7 @@ class ManyTest(_Base):
 
     def item(self, spec: Dict[str, Any], slug: str) -> HttpAdapter:
         """The adapter of the item whose slug is ``slug``."""
-        return HttpAdapter(spec, values=dict(VALUES, slug=slug), workspace=self.tmp, pool=self.pool,
+        return HttpAdapter(http_spec(spec), values=dict(VALUES, slug=slug), workspace=self.tmp, pool=self.pool,
                            environ={"DESK_TOKEN": SECRET})
 
     def many(self, url: str, **extra: Any) -> Dict[str, Any]:

@@ -34,9 +34,12 @@ def adapter_for(state: Dict[str, Any], key: str, invoke: Optional[Sequence[str]]
         values.update(item_values(record["batch"]["items"][index], index))
     timeout = float(effects.get("timeout_seconds", DEFAULT_TIMEOUT))
     if not invoke and not observe and "http" in effects:
+        from ..contract.spec import contract_of
         from .http import HttpAdapter  # here: a contract with commands need not import the HTTP client
 
-        return HttpAdapter(effects["http"], values=values, workspace=root, timeout=timeout)
+        http = contract_of(state).effects.http  # read once per plan: every item's adapter shares it
+        if http is not None:
+            return HttpAdapter(http, values=values, workspace=root, timeout=timeout)
     inline = bool(invoke or observe)
     invoke = list(invoke) if invoke else effects.get("invoke")
     observe = list(observe) if observe else effects.get("observe")

@@ -39,114 +39,41 @@ Invariants kept here:
   one byte at a time cannot stretch it.
 """
 
-import json
+import dataclasses
 import os
-import threading
 import time
 import urllib.parse
-from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..calls import inflight
-from ..contract.lookups import MANY_DEFAULT
 from ..contract.templates import expand
 from ..base.canonical import canonical_json, sha256_hex
 from ..base.errors import InvalidInput
-from ..base.pointer import MISSING, matched, parse_pointer, resolve_pointer, shown
+from ..base.pointer import MISSING, matched, resolve_pointer, shown
 from ..calls.target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
-from ..contract.http import (EACH, INVOKE_DEFAULTS, INVOKE_METHODS, OBSERVE_DEFAULTS, OBSERVE_METHODS, split_url,
-                             http_problems, sensitive, unsendable)
+from ..contract.http import http_problems, sensitive, unsendable
+from ..contract.spec import DEFAULT_CALL_TIMEOUT, HttpRequest, HttpSpec, read_http
 from .http_answers import (LOOK_AGAIN, MANY_NOT_NOW, document_of, invoke_outcome, observed, outcome_of, partial,
                            retry_after_seconds)
 from .http_client import POOL, ConnectionPool, HttpClient, Lost, NotSent, Origin, Reply, authority, origin_of
 from .http_secrets import fill_secrets, scrub, scrub_text
 
-__all__ = ["HttpAdapter", "ConnectionPool", "POOL"]
+__all__ = ["HttpAdapter", "http_spec", "ConnectionPool", "POOL"]
 
 #: The largest JSON object answer kept whole as a receipt; a larger one is kept as its digest.
 RECEIPT_BODY_LIMIT = 64 * 1024
 
 
-# -- the compiled section ----------------------------------------------------------------------
+def http_spec(section: Mapping[str, Any]) -> HttpSpec:
+    """The spec of an ``effects.http`` section written as JSON, checked as ``contract check`` checks it: for a
+    harness or a test that holds a section rather than a run (a run's is :func:`~runner.contract.spec.contract_of`'s).
 
-class _Request(NamedTuple):
-    kind: str
-    method: str
-    scheme: str
-    host: str
-    port: int
-    rest: str
-    url: str
-    headers: Tuple[Tuple[str, str], ...]
-    statuses: Dict[str, str]
-    pointer: Optional[Tuple[str, ...]]
-    receipt_headers: Tuple[str, ...]
-
-
-class _Many(NamedTuple):
-    """A lookup of many keys: the request (its URL's ``{each:...}`` left in), how its list is matched back to keys,
-    and how an answer says it is the last page (``page_size``, ``next``; neither: it never says)."""
-
-    request: _Request
-    each: str
-    list: Tuple[str, ...]
-    match: Tuple[str, ...]
-    value: str
-    most: int
-    page_size: Optional[int]
-    next: Optional[Tuple[str, ...]]
-
-
-class _Spec(NamedTuple):
-    invoke: _Request
-    observe: _Request
-    idempotency_header: Optional[str]
-    epoch_header: Optional[str]
-    deduplicates: bool
-    retention: Optional[float]
-    ca_file: Optional[str]
-    many: Optional[_Many]
-
-
-def _compile_request(kind: str, spec: Dict[str, Any]) -> _Request:
-    scheme, host, port, rest = split_url(spec["url"])
-    method = spec.get("method", INVOKE_METHODS[0] if kind == "invoke" else OBSERVE_METHODS[0])
-    statuses = dict(INVOKE_DEFAULTS if kind == "invoke" else OBSERVE_DEFAULTS)
-    pointer = spec.get("pointer")
-    return _Request(kind, method, scheme, host, port, rest, spec["url"], tuple((spec.get("headers") or {}).items()),
-                    {**statuses, **(spec.get("statuses") or {})}, parse_pointer(pointer) if pointer is not None else None,
-                    tuple(spec.get("receipt_headers", ["Location"])))
-
-
-_COMPILED: Dict[str, _Spec] = {}
-_COMPILED_LOCK = threading.Lock()
-
-
-def _compile(spec: Dict[str, Any]) -> _Spec:
-    """The section made ready for calls, cached by its text (``drive`` makes one adapter per item)."""
-    text = json.dumps(spec, sort_keys=True)
-    with _COMPILED_LOCK:
-        found = _COMPILED.get(text)
-    if found is not None:
-        return found
-    problems = http_problems({"http": spec})
+    :raises InvalidInput: the section has a problem (the first, as ``contract check`` words it).
+    """
+    problems = http_problems({"http": section})
     if problems:
         raise InvalidInput(f"{problems[0]} (run 'contract check')")
-    many = None
-    if "many" in spec["observe"]:
-        found = spec["observe"]["many"]
-        each = EACH.search(found["url"]).group(1)  # type: ignore[union-attr]
-        request = _compile_request("observe", {"url": EACH.sub("{each}", found["url"]), "headers": spec["observe"].get("headers") or {}})
-        many = _Many(request, each, parse_pointer(found.get("list", "")), parse_pointer(found["match"]), found["value"],
-                     int(found.get("max", MANY_DEFAULT)), found.get("page_size"),
-                     parse_pointer(found["next"]) if "next" in found else None)
-    made = _Spec(_compile_request("invoke", spec["invoke"]), _compile_request("observe", spec["observe"]),
-                 spec.get("idempotency_header"), spec.get("epoch_header"), bool(spec.get("deduplicates", False)),
-                 spec.get("retention_seconds"), spec.get("ca_file"), many)
-    with _COMPILED_LOCK:
-        if len(_COMPILED) > 16:
-            _COMPILED.clear()
-        _COMPILED[text] = made
-    return made
+    return read_http(section)
 
 
 # -- the adapter -----------------------------------------------------------------------------------
@@ -154,24 +81,25 @@ def _compile(spec: Dict[str, Any]) -> _Spec:
 class HttpAdapter:
     """The contract's ``effects.http`` as a :class:`runner.calls.target.Adapter` (see the module docstring).
 
-    :param spec: the ``effects.http`` section (checked by :func:`http_problems`).
+    :param spec: the contract's ``effects.http``: a run's (:func:`~runner.contract.spec.contract_of`, read once per
+        plan, so ``drive``'s adapter of each item shares it), or a section's (:func:`http_spec`).
     :param values: the item's placeholders (``item``, ``stem``, ``slug``, ``index``) and ``run_id``.
     :param workspace: the folder ``{file:PATH}`` and ``ca_file`` are relative to.
     :param timeout: seconds one call may take, connecting, sending and receiving together.
     :param environ: where ``{env:NAME}`` is read (default ``os.environ``; proxies are the process's, as urllib reads
         them).
     :param sleep: how a lookup waits before asking again (injectable).
-    :raises InvalidInput: the section is invalid, or a header's secret cannot be read now.
+    :raises InvalidInput: a header's secret cannot be read now, or the environment's proxy is no http:// URL.
     """
 
     name = "http"
     conflicting_payload = ("not the target's to decide: the ledger binds a key to one payload, and the runner refuses "
                            "another before any call")
 
-    def __init__(self, spec: Dict[str, Any], *, values: Optional[Mapping[str, Any]] = None, workspace: str = ".",
-                 timeout: float = 60.0, pool: ConnectionPool = POOL, environ: Optional[Mapping[str, str]] = None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
-        self.spec = _compile(spec)
+    def __init__(self, spec: HttpSpec, *, values: Optional[Mapping[str, Any]] = None, workspace: str = ".",
+                 timeout: float = DEFAULT_CALL_TIMEOUT, pool: ConnectionPool = POOL,
+                 environ: Optional[Mapping[str, str]] = None, sleep: Callable[[float], None] = time.sleep) -> None:
+        self.spec = spec
         self.values = dict(values or {})
         self.workspace = os.path.abspath(workspace)
         self.timeout = float(timeout)
@@ -180,14 +108,15 @@ class HttpAdapter:
         self.environ = os.environ if environ is None else environ
         self.sleep = sleep
         self.deduplicates = self.spec.deduplicates
-        self.retention_seconds: Optional[float] = self.spec.retention if self.deduplicates else None
+        self.retention_seconds: Optional[float] = self.spec.retention_seconds if self.deduplicates else None
         header = self.spec.idempotency_header
         self.key_scope = (f"the target's, on the {header} header" if header else
                           "none: the key is not sent to the target (it is found by the observe request)")
         observe = self.spec.observe
-        pointer = spec["observe"].get("pointer")
         self.verification = f"{observe.method} {observe.url}" + (
-            f" holding a value at {pointer}" if pointer is not None else "")
+            f" holding a value at {_written(observe.pointer)}" if observe.pointer is not None else "")
+        #: What each request's statuses mean, as the answers read them.
+        self._statuses = {request.kind: dict(request.statuses) for request in (self.spec.invoke, observe)}
         self._origins = {request.kind: self._origin(request) for request in (self.spec.invoke, observe)}
         for request in (self.spec.invoke, observe):
             # The item's own header values, secrets read now: one that cannot be made or sent stops the item before it
@@ -211,7 +140,7 @@ class HttpAdapter:
             raise UnknownOutcome(scrub_text(f"{request.method} {self._shown_url(request, key, epoch)}: {exc}",
                                             secrets)) from None
         retry_after = retry_after_seconds(reply.headers.get("Retry-After"))
-        word = invoke_outcome(request.statuses, reply.status, retry_after)
+        word = invoke_outcome(self._statuses["invoke"], reply.status, retry_after)
         if word == "receipt":
             return scrub(self._receipt(request, reply, key, epoch), secrets)
         detail = scrub_text(self._answered(request, reply, key, epoch), secrets)
@@ -227,6 +156,7 @@ class HttpAdapter:
         """Look the effect up; never changes anything at the target. Asks again after "not now" within the call's
         time."""
         request = self.spec.observe
+        statuses = self._statuses["observe"]
         secrets: List[str] = []
         end = self._end()
         evidence: Dict[str, Any] = {"source": "http", "request": self._shown(request, key, None)}
@@ -240,8 +170,8 @@ class HttpAdapter:
             except Lost as exc:
                 return Observation("unknown", scrub(dict(evidence, reason=str(exc)[:500]), secrets))
             else:
-                if reply.status not in LOOK_AGAIN or outcome_of(request.statuses, reply.status) != "unknown":
-                    seen = observed(request.statuses, request.pointer, reply, evidence)
+                if reply.status not in LOOK_AGAIN or outcome_of(statuses, reply.status) != "unknown":
+                    seen = observed(statuses, request.pointer, reply, evidence)
                     return Observation(seen.status, scrub(seen.evidence, secrets))
                 reason = self._answered(request, reply, key, None)
                 asked = retry_after_seconds(reply.headers.get("Retry-After"))
@@ -254,12 +184,13 @@ class HttpAdapter:
     def batch_key(self) -> Optional[Tuple[Any, ...]]:
         """Adapters with one ``batch_key`` may be looked up together by :meth:`observe_many` (None: no
         ``observe.many``)."""
-        return None if self.spec.many is None else ("http", id(self.spec), self.workspace)
+        return None if self.spec.observe.many is None else ("http", self.spec, self.workspace)
 
     @property
     def observe_batch(self) -> int:
         """The most keys one :meth:`observe_many` asks for."""
-        return self.spec.many.most if self.spec.many is not None else 1
+        many = self.spec.observe.many
+        return many.most if many is not None else 1
 
     def observe_many(self, items: Sequence[Tuple[str, Dict[str, Any], Any]]) -> List[Observation]:
         """Look several keys up with one request (``observe.many``), in the order given.
@@ -278,7 +209,7 @@ class HttpAdapter:
         :raises NotApplied: the lookup was refused for now (408, 429, 503, or no connection).
         :raises Rejected: the target refuses this lookup (any other 4xx, such as 414 or 400): ask key by key.
         """
-        many = self.spec.many
+        many = self.spec.observe.many
         if many is None:
             raise InvalidInput("this contract's observe request names no 'many': keys are looked up one by one")
         parts, wanted = [], []
@@ -286,7 +217,7 @@ class HttpAdapter:
             values = dict(getattr(adapter, "values", self.values), key=key)
             parts.append(expand([many.each], _encoded(values))[0])
             wanted.append(expand([many.value], values)[0])
-        request = many.request._replace(rest=many.request.rest.replace("{each}", "&".join(parts)))
+        request = dataclasses.replace(many.request, rest=many.request.rest.replace("{each}", "&".join(parts)))
         first = items[0][0]
         secrets: List[str] = []
         evidence: Dict[str, Any] = {"source": "http", "request": self._shown(request, first, None), "keys": len(items)}
@@ -325,7 +256,7 @@ class HttpAdapter:
         return out
 
     # -- answers ---------------------------------------------------------------------------------------
-    def _receipt(self, request: _Request, reply: Reply, key: str, epoch: Optional[int]) -> Dict[str, Any]:
+    def _receipt(self, request: HttpRequest, reply: Reply, key: str, epoch: Optional[int]) -> Dict[str, Any]:
         """The JSON object answered, when there is one of a sane size; else the status, chosen headers and the body's
         digest."""
         if reply.whole and len(reply.body) <= RECEIPT_BODY_LIMIT:
@@ -337,12 +268,12 @@ class HttpAdapter:
         return {"status": reply.status, "headers": kept, "body_sha256": sha256_hex(reply.body),
                 "body_bytes": len(reply.body), "request": self._shown(request, key, epoch)}
 
-    def _answered(self, request: _Request, reply: Reply, key: str, epoch: Optional[int]) -> str:
+    def _answered(self, request: HttpRequest, reply: Reply, key: str, epoch: Optional[int]) -> str:
         text = " ".join(reply.body[:300].decode("utf-8", "replace").split())[:200]
         said = f"{request.method} {self._shown_url(request, key, epoch)} answered {reply.status} {reply.reason}"
         return said + (f": {text}" if text else "")
 
-    def _shown(self, request: _Request, key: str, epoch: Optional[int]) -> Dict[str, Any]:
+    def _shown(self, request: HttpRequest, key: str, epoch: Optional[int]) -> Dict[str, Any]:
         """The request as it may be recorded: method, URL and the names (never the values) of the headers sent."""
         names = [name for name, _ in request.headers]
         managed = (self.spec.idempotency_header, self.spec.epoch_header if request.kind == "invoke" else None)
@@ -350,17 +281,17 @@ class HttpAdapter:
         return {"method": request.method, "url": self._shown_url(request, key, epoch),
                 "headers": sorted(names, key=str.lower)}
 
-    def _shown_url(self, request: _Request, key: str, epoch: Optional[int]) -> str:
+    def _shown_url(self, request: HttpRequest, key: str, epoch: Optional[int]) -> str:
         where = authority(request.scheme, request.host, request.port)
         return f"{request.scheme}://{where}{self._target(request, key, epoch)}"
 
     # -- requests -------------------------------------------------------------------------------------
-    def _target(self, request: _Request, key: str, epoch: Optional[int]) -> str:
+    def _target(self, request: HttpRequest, key: str, epoch: Optional[int]) -> str:
         """The path and query, each placeholder percent-encoded where it lands (a value is always one segment)."""
         values = dict(self.values, key=key, epoch="" if epoch is None else int(epoch))
         return expand([request.rest], _encoded(values))[0]
 
-    def _headers(self, request: _Request, key: str, epoch: Optional[int], secrets: List[str]) -> Dict[str, str]:
+    def _headers(self, request: HttpRequest, key: str, epoch: Optional[int], secrets: List[str]) -> Dict[str, str]:
         """The headers to send: placeholders filled, then ``{env:...}`` and ``{file:...}`` read now (``secrets`` gets
         each value).
 
@@ -391,7 +322,7 @@ class HttpAdapter:
         secrets.sort(key=len, reverse=True)  # a longer value first, so a secret inside another is replaced whole
         return out
 
-    def _origin(self, request: _Request) -> Origin:
+    def _origin(self, request: HttpRequest) -> Origin:
         """Where connections for ``request`` go: straight to the host, or through the environment's proxy for its
         scheme."""
         ca_file = os.path.join(self.workspace, self.spec.ca_file) if self.spec.ca_file else None
@@ -406,7 +337,7 @@ class HttpAdapter:
             end = min(end, time.monotonic() + float(call.record["deadline"]) - registry.clock())
         return end
 
-    def _exchange(self, request: _Request, key: str, epoch: Optional[int], body: Optional[bytes], secrets: List[str],
+    def _exchange(self, request: HttpRequest, key: str, epoch: Optional[int], body: Optional[bytes], secrets: List[str],
                   end: float) -> Reply:
         """One request and its answer, before ``end`` (monotonic seconds).
 
@@ -420,6 +351,12 @@ class HttpAdapter:
         # A lookup changes nothing: sent again on a new connection when a reused one closed as it went out.
         return self.client.exchange(self._origins[request.kind], request.method, self._target(request, key, epoch),
                                     headers, body, end, idempotent=request.kind == "observe")
+
+
+def _written(pointer: Sequence[str]) -> str:
+    """A JSON pointer as a contract writes it: the inverse of :func:`~runner.base.pointer.parse_pointer` on every
+    pointer the contract's checks accept."""
+    return "".join("/" + token.replace("~", "~0").replace("/", "~1") for token in pointer)
 
 
 def _encoded(values: Mapping[str, Any]) -> Dict[str, Any]:

@@ -2,8 +2,8 @@
 
 The contract's checks (:mod:`runner.contract.text`, through :mod:`runner.contract.effects`)
 use this module, and every verb imports them, so it holds only the checks and
-what they need: the calls are made by :mod:`runner.adapters.http`, which
-compiles a section only once these checks find nothing. Each problem is a
+what they need: the calls are made by :mod:`runner.adapters.http`, from the
+spec :mod:`runner.contract.spec` reads once these checks find nothing. Each problem is a
 :class:`FieldProblem`, whose ``path`` names the JSON fields that lead to it so
 that ``contract check`` can give its line.
 """
@@ -25,7 +25,7 @@ INVOKE_WORDS = ("receipt", "rejected", "not-applied", "stale-epoch", "unknown")
 OBSERVE_WORDS = ("present", "absent", "unknown")
 
 #: What an invoke answer means unless the contract says otherwise: exact statuses first, then classes; any status
-#: neither names is unknown, but a 503 with a ``Retry-After`` (:func:`runner.adapters.http.invoke_outcome`). 408
+#: neither names is unknown, but a 503 with a ``Retry-After`` (:func:`runner.adapters.http_answers.invoke_outcome`). 408
 #: is unknown: a proxy answers it after it passed the whole request on and the service sent nothing back in time
 #: (Envoy's stream idle timeout).
 INVOKE_DEFAULTS: Dict[str, str] = {

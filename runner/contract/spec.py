@@ -42,6 +42,7 @@ __all__ = [
     "LeaseSpec",
     "JobsSpec",
     "read_contract",
+    "read_http",
     "contract_of",
 ]
 
@@ -347,7 +348,9 @@ def _request(kind: str, block: Mapping[str, Any], many: Optional[HttpMany] = Non
     )
 
 
-def _http(block: Mapping[str, Any]) -> HttpSpec:
+def read_http(block: Mapping[str, Any]) -> HttpSpec:
+    """The spec of an ``effects.http`` section whose checks (:func:`runner.contract.http.http_problems`) found nothing;
+    like :func:`read_contract`, it checks nothing again."""
     observe = block["observe"]
     many = None
     if "many" in observe:
@@ -388,7 +391,7 @@ def _effects(block: Mapping[str, Any]) -> EffectsSpec:
         several_approvals=bool(block.get("several_approvals", False)),
         invoke=tuple(block["invoke"]) if "invoke" in block else None,
         observe=tuple(block["observe"]) if "observe" in block else None,
-        http=_http(block["http"]) if "http" in block else None,
+        http=read_http(block["http"]) if "http" in block else None,
         timeout_seconds=float(block.get("timeout_seconds", DEFAULT_CALL_TIMEOUT)),
         settle_seconds=float(block.get("settle_seconds", 0.0)),
         max_rate_limited=int(block.get("max_rate_limited", 10)),

@@ -373,7 +373,7 @@ class _Controls:
 
 def conformance_factory() -> Tuple[Any, _Controls]:
     """A fresh helpdesk (no faults of its own) and the HTTP adapter of a contract for it, looking issues up by key."""
-    from ..adapters.http import ConnectionPool, HttpAdapter
+    from ..adapters.http import ConnectionPool, HttpAdapter, http_spec
 
     folder = tempfile.mkdtemp(prefix="helpdesk-")
     token = "conformance-" + os.urandom(8).hex()
@@ -385,7 +385,7 @@ def conformance_factory() -> Tuple[Any, _Controls]:
     spec = {"invoke": {"url": served.url + "/api/issues", "headers": headers},
             "observe": {"url": served.url + "/api/issues?external_ref={key}", "headers": headers, "pointer": "/0/id"}}
     pool = ConnectionPool()
-    return HttpAdapter(spec, workspace=folder, timeout=10, pool=pool), _Controls(desk, served, folder, pool)
+    return HttpAdapter(http_spec(spec), workspace=folder, timeout=10, pool=pool), _Controls(desk, served, folder, pool)
 
 
 def _schedule(text: str) -> Dict[int, str]:
