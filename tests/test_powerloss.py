@@ -285,7 +285,6 @@ class ExplorerTest(unittest.TestCase):
         self.assertGreaterEqual(work["compactions"], 3)
         self.assertGreaterEqual(work["quarantines"], 1)  # the damaged snapshot was moved aside
         self.assertGreaterEqual(work["torn_repairs"], 1)  # the torn record was cut off
-        self.assertLess(report["seconds"], 30)
 
     def assertCaught(self, variant: str, kind: str) -> Dict[str, Any]:
         report = self.report(variant)
