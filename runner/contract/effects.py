@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Mapping
 from ..base.pointer import pointer_problem
 from .lookups import MANY_DEFAULT, MANY_MAX
 from .steps import _argv_problem
-from .templates import PLACEHOLDERS, placeholders_in
+from .templates import PLACEHOLDERS, is_field, placeholders_in
 
 __all__ = ["effects_problems", "many_problems", "flow_problems", "EACH", "MAX_CONCURRENCY", "GROUP_PLACEHOLDERS",
            "GROUP_FIELD"]
@@ -36,7 +36,7 @@ def effects_problems(effects: Dict[str, Any]) -> List[str]:
     out: List[str] = []
     for name in ("invoke", "observe"):
         if name in effects:
-            problem = _argv_problem(effects[name], f"effects: {name}", PLACEHOLDERS)
+            problem = _argv_problem(effects[name], f"effects: {name}", PLACEHOLDERS, fields=True)
             if problem:
                 out.append(problem)
     if ("invoke" in effects) != ("observe" in effects):
@@ -86,7 +86,7 @@ def many_problems(many: Any) -> List[str]:
                 out.append(problem)
     value = many["value"]
     names = placeholders_in(value) if isinstance(value, str) else []
-    if not names or any(n not in MANY_VALUE_PLACEHOLDERS for n in names):
+    if not names or any(n not in MANY_VALUE_PLACEHOLDERS and not is_field(n) for n in names):
         out.append('effects: observe_many.value must be a template of the key, such as "{slug}" (names: '
                    + ", ".join("{" + n + "}" for n in MANY_VALUE_PLACEHOLDERS) + ")")
     limit = many.get("max", MANY_DEFAULT)

@@ -12,7 +12,7 @@ import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .lookups import MANY_DEFAULT, MANY_MAX
-from .templates import expand, placeholders_in
+from .templates import FIELD_NAME, expand, is_field, placeholders_in
 from ..base.pointer import pointer_problem
 
 __all__ = ["FieldProblem", "http_problems", "sensitive", "unsendable", "split_url", "INVOKE_METHODS", "OBSERVE_METHODS",
@@ -48,7 +48,8 @@ _MANY_KEYS = ("url", "list", "match", "value", "max", "page_size", "next")
 #: The largest ``observe.many.page_size`` a contract may declare.
 PAGE_SIZE_MAX = 100000
 #: ``{each:TEMPLATE}`` in a lookup of many keys: TEMPLATE filled for each key, the parts joined with ``&``.
-EACH = re.compile(r"\{each:([^{}]*(?:\{[a-z_]+\}[^{}]*)*)\}")
+#: TEMPLATE may hold ``{name}`` and a record's ``{field.PATH|FILTER}``.
+EACH = re.compile(r"\{each:([^{}]*(?:\{(?:[a-z_]+|" + FIELD_NAME + r")\}[^{}]*)*)\}")
 _HTTP_KEYS = ("invoke", "observe", "idempotency_header", "epoch_header", "deduplicates", "retention_seconds", "ca_file")
 #: Headers whose value is a credential: a literal value is refused.
 _SENSITIVE = ("authorization", "proxy-authorization", "cookie")
@@ -113,7 +114,7 @@ def _url_problems(kind: str, url: Any) -> List[FieldProblem]:
         return [FieldProblem(at, f"effects.http.{kind}.url: {{env:...}} and {{file:...}} go in header values only; "
                                  "a URL is recorded with the run")]
     allowed = _URL_PLACEHOLDERS[kind]
-    unknown = sorted({n for n in placeholders_in(url) if n not in allowed})
+    unknown = sorted({n for n in placeholders_in(url) if n not in allowed and not is_field(n)})
     if unknown:
         return [FieldProblem(at, f"effects.http.{kind}.url: unknown placeholder {{{unknown[0]}}} "
                                  f"(allowed: {', '.join('{' + n + '}' for n in allowed)})")]
@@ -179,7 +180,7 @@ def _header_problems(kind: str, headers: Any) -> List[FieldProblem]:
         if problem:
             out.append(FieldProblem(here, f"effects.http.{kind}.headers: {name}: {problem}"))
             continue
-        unknown = sorted({n for n in placeholders_in(value) if n not in allowed})
+        unknown = sorted({n for n in placeholders_in(value) if n not in allowed and not is_field(n)})
         if unknown:
             out.append(FieldProblem(here, f"effects.http.{kind}.headers: {name}: unknown placeholder {{{unknown[0]}}} "
                                           f"(allowed: {', '.join('{' + n + '}' for n in allowed)}, {{env:NAME}}, {{file:PATH}})"))
@@ -265,7 +266,7 @@ def _many_problems(many: Any) -> List[FieldProblem]:
     else:
         out.extend(FieldProblem(at + ("url",), p) for p in _url_problems("observe", EACH.sub("x", url)))
         inner = EACH.search(url).group(1)  # type: ignore[union-attr]
-        bad = [n for n in placeholders_in(inner) if n not in _URL_PLACEHOLDERS["observe"]]
+        bad = [n for n in placeholders_in(inner) if n not in _URL_PLACEHOLDERS["observe"] and not is_field(n)]
         if bad:
             out.append(FieldProblem(at + ("url",), f"effects.http.observe.many.url: unknown placeholder {{{bad[0]}}}"))
         elif not inner.isascii() or any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in inner):
@@ -278,7 +279,8 @@ def _many_problems(many: Any) -> List[FieldProblem]:
             if problem:
                 out.append(FieldProblem(at + (name,), problem.replace("observe.pointer", f"observe.many.{name}")))
     value = many["value"]
-    if not isinstance(value, str) or any(n not in _URL_PLACEHOLDERS["observe"] for n in placeholders_in(value)) or not placeholders_in(value):
+    if not isinstance(value, str) or not placeholders_in(value) \
+            or any(n not in _URL_PLACEHOLDERS["observe"] and not is_field(n) for n in placeholders_in(value)):
         out.append(FieldProblem(at + ("value",), "effects.http.observe.many.value must be a template of the key, such as \"{slug}\""))
     limit = many.get("max", MANY_DEFAULT)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 2 <= limit <= MANY_MAX:

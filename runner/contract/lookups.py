@@ -8,9 +8,9 @@ effect and one would be recorded verified without ever being sent
 ``step start`` for every list).
 """
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .templates import KEY_PLACEHOLDERS, expand, placeholders_in, values_for
+from .templates import KEY_PLACEHOLDERS, expand, is_field, placeholders_in, values_for
 
 __all__ = ["MANY_MAX", "MANY_DEFAULT", "lookups", "shared_lookup"]
 
@@ -45,24 +45,26 @@ def lookups(effects: Dict[str, Any]) -> List[Tuple[str, List[str]]]:
     return [(name, parts) for name, parts in out if not told_apart & {n for p in parts for n in placeholders_in(p)}]
 
 
-def shared_lookup(plan: Dict[str, Any], lists: Sequence[Tuple[str, Sequence[str]]], run_id: str) -> Optional[str]:
+def shared_lookup(plan: Dict[str, Any], lists: Sequence[Tuple[str, Sequence[str]]], run_id: str,
+                  records: Optional[Mapping[str, Sequence[Any]]] = None) -> Optional[str]:
     """Why two items of ``lists`` (each a step id and its items) cannot be told apart at the target, or None.
 
-    Each lookup of :func:`lookups` is filled with every item's placeholders;
-    two items with one value would each find the other's effect, so one
-    would be recorded verified without ever being sent. One pass and one
-    dict per lookup: O(items).
+    Each lookup of :func:`lookups` is filled with every item's placeholders
+    (a record's fields from ``records``, by step id); two items with one value
+    would each find the other's effect, so one would be recorded verified
+    without ever being sent. One pass and one dict per lookup: O(items).
     """
     # A part that names no item placeholder is the same for every item: only the others can tell items apart.
-    found = [(name, [p for p in parts if set(placeholders_in(p)) & set(KEY_PLACEHOLDERS)] or parts)
-             for name, parts in lookups(plan.get("effects") or {})]
+    found = [(name, [p for p in parts if any(n in KEY_PLACEHOLDERS or is_field(n) for n in placeholders_in(p))]
+              or parts) for name, parts in lookups(plan.get("effects") or {})]
     if not found:
         return None
     values = values_for([p for _, parts in found for p in parts])
     seen: List[Dict[str, Tuple[str, str]]] = [{} for _ in found]
     for step, items in lists:
+        kept = (records or {}).get(step)
         for index, item in enumerate(items):
-            filled = dict(values(item, index), run_id=run_id)
+            filled = dict(values(item, index, kept[index] if kept is not None else None), run_id=run_id)
             for (name, parts), earlier in zip(found, seen):
                 value = "\n".join(expand(parts, filled))
                 first = earlier.setdefault(value, (step, item))

@@ -58,11 +58,21 @@ Pairs = Tuple[Tuple[str, str], ...]
 
 @dataclass(frozen=True)
 class ItemsSpec:
-    """Where a batch step's items come from: exactly one of an inline list, a glob and an item file."""
+    """Where a batch step's items come from: exactly one of an inline list, a glob, an item file, and a file of
+    records (JSON Lines, CSV, or lines parsed by ``pattern``, a regular expression with named groups)."""
 
     inline: Optional[Tuple[str, ...]] = None
     glob: Optional[str] = None
     file: Optional[str] = None
+    jsonl: Optional[str] = None
+    csv: Optional[str] = None
+    lines: Optional[str] = None
+    pattern: Optional[str] = None
+
+    @property
+    def records_file(self) -> Optional[str]:
+        """The file of records the items are read from (``jsonl``, ``csv`` or ``lines``), or None."""
+        return self.jsonl or self.csv or self.lines
 
 
 @dataclass(frozen=True)
@@ -302,7 +312,7 @@ def _step(block: Mapping[str, Any]) -> StepSpec:
     if isinstance(items, list):
         source = ItemsSpec(inline=tuple(items))
     elif isinstance(items, dict):
-        source = ItemsSpec(glob=items.get("glob"), file=items.get("file"))
+        source = ItemsSpec(**{name: items.get(name) for name in ("glob", "file", "jsonl", "csv", "lines", "pattern")})
     payload = block.get("payload")
     how = None
     if payload is not None:

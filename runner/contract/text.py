@@ -17,7 +17,7 @@ from ..base.values import MAX_DURATION_SECONDS, MAX_ID_LENGTH, check_duration, v
 from ..base.canonical import loads_strict, read_document
 from .effects import effects_problems, flow_problems
 from .lookups import shared_lookup
-from .steps import step_problems
+from .steps import effects_field_problems, step_problems
 from ..base.errors import InvalidInput
 
 __all__ = [
@@ -101,9 +101,11 @@ def parse_contract_text(text: str) -> Tuple[Optional[Dict[str, Any]], List[Contr
     problems = _top_problems(block, first, at)
     steps, effects = block.get("steps"), block.get("effects")
     if isinstance(steps, list):
-        problems.extend(_steps_problems(steps, lines, first, at))
+        problems.extend(_steps_problems(steps, lines, first, at, effects if isinstance(effects, dict) else {}))
     if isinstance(effects, dict):
         problems.extend(_effects_problems(effects, lines, first, at))
+        problems.extend(ContractProblem(at("effects"), message)
+                        for message in effects_field_problems(steps if isinstance(steps, list) else [], effects))
     problems.extend(_number_problems(block, at))
     if not problems and isinstance(steps, list) and isinstance(effects, dict):
         problems.extend(_shared_lookup_problem(block, steps, at))
@@ -169,9 +171,11 @@ def _top_problems(block: Dict[str, Any], first: int, at: _At) -> List[ContractPr
     return problems
 
 
-def _steps_problems(steps: List[Any], lines: List[str], first: int, at: _At) -> List[ContractProblem]:
-    """The steps: each one's id (valid, not repeated), fields and evidence names, its batch fields, where each ``next``
-    leads, and a circle of ``next`` links; each problem on its step's line."""
+def _steps_problems(steps: List[Any], lines: List[str], first: int, at: _At,
+                    effects: Dict[str, Any]) -> List[ContractProblem]:
+    """The steps: each one's id (valid, not repeated), fields and evidence names, its batch fields (with the fields of
+    records they and ``effects`` name), where each ``next`` leads, and a circle of ``next`` links; each problem on its
+    step's line."""
     problems: List[ContractProblem] = []
     if not steps:
         problems.append(ContractProblem(at("steps"), "steps must not be empty"))
@@ -202,7 +206,7 @@ def _steps_problems(steps: List[Any], lines: List[str], first: int, at: _At) -> 
         evidence = step.get("evidence")
         if isinstance(evidence, list) and not all(isinstance(name, str) and name.strip() for name in evidence):
             problems.append(ContractProblem(line, f"step {sid!r}: 'evidence' must list the names of the evidence (non-empty strings)"))
-        problems.extend(ContractProblem(line, f"step {sid!r}: {message}") for message in step_problems(step))
+        problems.extend(ContractProblem(line, f"step {sid!r}: {message}") for message in step_problems(step, effects))
     for step in steps:
         if isinstance(step, dict) and isinstance(step.get("next"), str) and step["next"] not in seen and step["next"] != "done":
             line = _locate(lines, first, f'"{step["next"]}"', steps_line)
