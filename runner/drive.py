@@ -27,7 +27,6 @@ from typing import IO, Any, Callable, Dict, Iterator, Optional, Sequence
 
 from .ledger import batch as _batch
 from .adapters.factory import adapter_for
-from .contract.templates import item_values
 from .execution.payloads import begin_payload, item_payload
 from .base.times import parse_time
 from .base.canonical import content_digest
@@ -237,7 +236,7 @@ def _walk_items(run: Any, executor: Executor, step: str, start: int, tally: Dict
             def payload(index: int = index) -> Dict[str, Any]:  # made when the item's turn comes, from the state then
                 return item_payload(run.state, step, index)
 
-            yield Job(key, payload, adapter, step, item_values(batch["items"][index], index))
+            yield Job(key, payload, adapter, step, _batch.item_values_of(run.state, step, index))
 
     def settled(job: Job, record: Dict[str, Any]) -> None:
         tally["effects"] += 1

@@ -258,6 +258,14 @@ def decision_view(decision: Dict[str, Any]) -> Dict[str, Any]:
     return {"decision": "stop", "reason": decision["reason"], "detail": decision["detail"], "text": f"stop: {decision['reason']}: {decision['detail']}"}
 
 
+def _without_records(steps: Dict[str, Any]) -> Dict[str, Any]:
+    """The steps' records with each batch's frozen records left out: they may be megabytes, and
+    ``effect show KEY --json`` shows what an item sent."""
+    return {sid: dict(record, batch={k: v for k, v in record["batch"].items() if k != "records"})
+            if isinstance(record, dict) and "records" in (record.get("batch") or {}) else record
+            for sid, record in steps.items()}
+
+
 def status_view(state: Dict[str, Any], decision: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """The run at a glance, as ``status --json`` and the MCP ``status`` tool report it.
 
@@ -280,7 +288,7 @@ def status_view(state: Dict[str, Any], decision: Optional[Dict[str, Any]] = None
         "updated_at": state["updated_at"],
         "current_step": state["current_step"],
         "completed_steps": state["completed_steps"],
-        "steps": state["steps"],
+        "steps": _without_records(state["steps"]),
         "recorded_intent": state["next_action"],
         "effects": counts,
         "lease": state["lease"],

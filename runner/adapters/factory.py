@@ -10,7 +10,6 @@ from typing import Any, Callable, Dict, Optional, Sequence
 from ..base.errors import InvalidInput
 from ..calls.commands import DEFAULT_TIMEOUT
 from ..calls.target import Adapter
-from ..contract.templates import item_values
 from ..ledger import batch as _batch
 from .commands import CommandAdapter
 
@@ -31,7 +30,7 @@ def adapter_for(state: Dict[str, Any], key: str, invoke: Optional[Sequence[str]]
         step, index = found
         record = state["steps"][step]
         root = record.get("workspace") or root
-        values.update(item_values(record["batch"]["items"][index], index))
+        values.update(_batch.item_values_of(state, step, index))
     timeout = float(effects.get("timeout_seconds", DEFAULT_TIMEOUT))
     if not invoke and not observe and "http" in effects:
         from ..contract.spec import contract_of

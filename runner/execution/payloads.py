@@ -1,9 +1,10 @@
 """The payload an effect sends: an item's, made from its step's template or command, or the one given.
 
 An item's payload is the same on every rerun: made from the frozen item,
-its key and the file it names (read again, and refused if it now leads
-outside the workspace), or printed by the step's payload command, which runs
-here (:func:`runner.calls.commands.run_command`).
+its key, its record as frozen with the list (never read again) and the file
+it names (read again, and refused if it now leads outside the workspace), or
+printed by the step's payload command, which runs here
+(:func:`runner.calls.commands.run_command`).
 """
 
 import os
@@ -13,9 +14,9 @@ from ..base.canonical import MAX_DOCUMENT_BYTES, content_digest, sha256_stream
 from ..base.errors import InvalidInput
 from ..base.workspace import open_regular, resolve_inside
 from ..calls.commands import run_command
-from ..contract.templates import (DOCUMENT_PLACEHOLDERS, FILE_PLACEHOLDERS, document_values, expand, fill, item_values,
+from ..contract.templates import (DOCUMENT_PLACEHOLDERS, FILE_PLACEHOLDERS, document_values, expand, fill,
                                   placeholders_in, strings_in)
-from ..ledger.batch import keys_of, owner_of
+from ..ledger.batch import item_values_of, keys_of, owner_of
 
 __all__ = ["item_payload", "begin_payload"]
 
@@ -27,7 +28,7 @@ def item_payload(state: Dict[str, Any], step: str, index: int) -> Dict[str, Any]
     batch, root = record["batch"], record["workspace"]
     item = batch["items"][index]
     key = keys_of(batch)[0][index]
-    values: Dict[str, Any] = dict(item_values(item, index), key=key)
+    values: Dict[str, Any] = dict(item_values_of(state, step, index), key=key)
     how = spec.get("payload") or {"template": {"item": "{item}", "key": "{key}"}}
     if "command" in how:
         outcome = run_command(expand(how["command"], dict(values, workspace=root, run_id=state["task_id"])), cwd=root)
@@ -39,7 +40,8 @@ def item_payload(state: Dict[str, Any], step: str, index: int) -> Dict[str, Any]
     wanted = {n for s in strings_in(template) for n in placeholders_in(s)}
     if wanted & set(FILE_PLACEHOLDERS):
         values.update(_file_values(root, item, f"item {item[:80]!r} of step {step!r}", wanted))
-    return fill(template, values)
+    records = batch.get("records")
+    return fill(template, values, records[index] if records is not None else None)
 
 
 def _file_values(root: str, item: str, what: str, wanted: Any) -> Dict[str, str]:

@@ -15,6 +15,13 @@ after that line, trimmed); or ``{"command": [ARGV]}`` whose stdout is the
 payload as a JSON object (its arguments may hold the key placeholders,
 ``{key}``, ``{workspace}`` and ``{run_id}``).
 
+Items may be records: ``{"jsonl": PATH}``, ``{"csv": PATH}`` (the header row
+names the fields) and ``{"lines": PATH, "pattern": REGEX}`` (the named groups
+of each line) give one record a line, its item ``PATH:LINE``; a glob of
+``.json`` files gives each file's object when a template names a field. A
+record fills ``{field.PATH}`` in every template an item fills (see
+:mod:`runner.contract.templates`).
+
 The document placeholders read at most :data:`~runner.contract.templates.MAX_TEXT_BYTES` of the file and
 need UTF-8 (a leading byte order mark is dropped): a larger file, or one that
 is not UTF-8, is refused with :class:`~runner.base.errors.InvalidInput` naming the
@@ -47,6 +54,12 @@ Invariants kept here:
   later change in what the source lists is reported (:func:`items_changed`,
   through the same bounded listing) and never used; a migration to another
   plan refreezes at the next start.
+* A record is frozen with its item (the batch's ``records``, in the
+  digest), at most :data:`MAX_RECORDS_BYTES` of them, after every record was
+  checked to fill every field the step's templates and the effects section
+  name: every payload, command, URL and lookup of an item is made from its
+  frozen record, never from the file again, so a record edited after the
+  start changes nothing sent, in this process or any that resumes the run.
 * Two items never share a key: a list that would (two slugs alike included,
   or an item of another step's frozen list) is refused at start.
 * A key the ledger holds is never given to another item, and an item whose
@@ -70,17 +83,20 @@ Per-item lookups (key to index) are cached by the frozen digest, so the
 loop over 20,000 items does not rebuild them for each item.
 """
 
+import csv
+import io
 import os
 import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..base.workspace import MAX_ITEMS, check_inside, glob_files, read_bounded, resolve_inside
 from ..contract.lookups import shared_lookup
-from ..contract.templates import item_keys, placeholders_in, slug
+from ..contract.templates import (RECORD_FILES, expand, field_value, field_values, fields_of, is_field, item_keys,
+                                  item_values, kind_of, placeholders_in, reads_records, slug)
 from .states import UNRESOLVED
 from ..base.values import validate_id
 from ..base.times import format_time
-from ..base.canonical import content_digest
+from ..base.canonical import canonical_json, content_digest, loads_strict
 from ..base.errors import InvalidInput, NeedsReconciliation
 
 __all__ = [
@@ -89,6 +105,7 @@ __all__ = [
     "observes_itself",
     "workspace_root",
     "run_workspace",
+    "MAX_RECORDS_BYTES",
     "list_items",
     "freeze",
     "freeze_ops",
@@ -99,6 +116,7 @@ __all__ = [
     "next_item",
     "next_action",
     "item_context",
+    "item_values_of",
     "items_changed",
     "skip_ops",
     "check_complete",
@@ -140,21 +158,34 @@ def run_workspace(state: Dict[str, Any], cwd: Optional[str] = None) -> str:
     return workspace_root(state["plan"], cwd, state.get("workspace_base"))
 
 
-def list_items(spec: Dict[str, Any], root: str) -> Tuple[List[str], Dict[str, Any]]:
-    """The items the step's source lists now, in a stable order, and the source.
+#: The most bytes of records one step reads, and freezes into the run (canonical JSON): a database store writes the
+#: run's envelope, records and all, with every transition, so records hold what the payloads need and no more.
+MAX_RECORDS_BYTES = 8 * 1024 * 1024
+_Records = Optional[List[Dict[str, Any]]]
+
+
+def list_items(spec: Dict[str, Any], root: str, records: bool = False) -> Tuple[List[str], Dict[str, Any], _Records]:
+    """The items the step's source lists now, in a stable order, the source, and the items' records (or None).
 
     A glob is listed by :func:`~runner.base.workspace.glob_files` (bounded, no directory link
     followed); an item file must itself resolve inside the workspace. The
-    items are not checked here: :func:`freeze` resolves each one.
+    items are not checked here: :func:`freeze` resolves each one. A JSON Lines,
+    CSV or lines file gives one record a line (a row), its item ``FILE:LINE``;
+    with ``records``, each ``.json`` file of a glob gives its object.
 
-    :raises InvalidInput: the source cannot be listed within its bounds.
+    :raises InvalidInput: the source cannot be listed within its bounds, or a record cannot be read (one line naming
+        the file and, in a file of records, the line).
     """
     items = spec["items"]
     if isinstance(items, list):
-        return list(items), {"inline": len(items)}
+        return list(items), {"inline": len(items)}, None
     if "glob" in items:
         pattern = items["glob"]
-        return glob_files(root, pattern), {"glob": pattern}
+        listed = glob_files(root, pattern)
+        return listed, {"glob": pattern}, (_json_files(root, listed) if records else None)
+    kind = next((name for name in RECORD_FILES if name in items), "file")
+    if kind != "file":
+        return _record_file(root, kind, items)
     what = f"the item file {items['file'][:200]!r}"
     data = read_bounded(resolve_inside(root, items["file"], what), what, 64 * 1024 * 1024)
     try:
@@ -164,7 +195,125 @@ def list_items(spec: Dict[str, Any], root: str) -> Tuple[List[str], Dict[str, An
     listed = [line.rstrip("\r") for line in text.split("\n") if line.rstrip("\r")]
     if len(listed) > MAX_ITEMS:
         raise InvalidInput(f"{what} lists {len(listed):,} items; the limit is {MAX_ITEMS:,}")
-    return listed, {"file": items["file"]}
+    return listed, {"file": items["file"]}, None
+
+
+def _text(data: bytes, what: str) -> str:
+    """UTF-8 text of a record source (a leading byte order mark dropped); refused naming the line of a bad byte."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise InvalidInput(f"{what}, line {line}: not UTF-8 (byte {exc.start}); records are UTF-8 text") from None
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+def _json_files(root: str, listed: List[str]) -> List[Dict[str, Any]]:
+    """The object of each ``.json`` file of a glob: its record."""
+    out, total = [], 0
+    for item in listed:
+        what = f"item {item[:80]!r}"
+        data = read_bounded(resolve_inside(root, item, what), what, MAX_RECORDS_BYTES)
+        total += len(data)
+        if total > MAX_RECORDS_BYTES:
+            raise InvalidInput(f"the .json items up to {item[:80]!r} hold more than {MAX_RECORDS_BYTES:,} bytes, "
+                               "the most a step reads as records; keep in each file what the payload needs, or split "
+                               "the items over steps")
+        try:
+            value = loads_strict(_text(data, what))
+        except ValueError as exc:
+            raise InvalidInput(f"{what} is not JSON: {exc}") from None
+        if not isinstance(value, dict):
+            raise InvalidInput(f"{what} holds {kind_of(value)}, not a JSON object: a .json item's object is its record")
+        out.append(value)
+    return out
+
+
+def _record_file(root: str, kind: str, items: Dict[str, Any]) -> Tuple[List[str], Dict[str, Any], _Records]:
+    """The records of a JSON Lines, CSV or lines file, each with its item ``FILE:LINE``; blank lines hold none."""
+    path = items[kind]
+    what = f"the {kind} file {path[:200]!r}"
+    text = _text(read_bounded(resolve_inside(root, path, what), what, MAX_RECORDS_BYTES), what)
+    if kind == "csv":
+        found = _csv_rows(text, what)
+    else:
+        pattern = re.compile(items["pattern"]) if kind == "lines" else None
+        found = []
+        for number, line in enumerate(text.split("\n"), 1):
+            line = line.rstrip("\r")
+            if not line.strip():
+                continue
+            if pattern is None:
+                found.append((number, _json_line(line, number, what)))
+                continue
+            match = pattern.fullmatch(line)
+            if match is None:
+                raise InvalidInput(f"{what}, line {number}: {line[:80]!r} does not match the pattern "
+                                   f"{pattern.pattern[:200]!r}")
+            found.append((number, match.groupdict()))
+    if len(found) > MAX_ITEMS:
+        raise InvalidInput(f"{what} holds {len(found):,} records; the limit is {MAX_ITEMS:,}")
+    return [f"{path}:{number}" for number, _ in found], {kind: path}, [record for _, record in found]
+
+
+def _json_line(line: str, number: int, what: str) -> Dict[str, Any]:
+    try:
+        value = loads_strict(line)
+    except ValueError as exc:
+        raise InvalidInput(f"{what}, line {number}: not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise InvalidInput(f"{what}, line {number}: {kind_of(value)}, not a JSON object: each line's object is its "
+                           "record")
+    return value
+
+
+def _csv_rows(text: str, what: str) -> List[Tuple[int, Dict[str, Any]]]:
+    """The rows of a CSV text after its header row, each an object of the header's names, named by its first line."""
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header: Optional[List[str]] = None
+    rows: List[Tuple[int, Dict[str, Any]]] = []
+    last = 0
+    try:
+        for row in reader:
+            start, last = last + 1, reader.line_num
+            if not row:
+                continue
+            if header is None:
+                empty = next((n for n, name in enumerate(row, 1) if not name.strip()), None)
+                if empty is not None:
+                    raise InvalidInput(f"{what}, line {start}: the header's cell {empty} is empty; the header row "
+                                       "names each column")
+                twice = next((name for n, name in enumerate(row) if name in row[:n]), None)
+                if twice is not None:
+                    raise InvalidInput(f"{what}, line {start}: the header names {twice!r} twice")
+                header = row
+            elif len(row) != len(header):
+                raise InvalidInput(f"{what}, line {start}: {len(row)} cells where the header names {len(header)}")
+            else:
+                rows.append((start, dict(zip(header, row))))
+    except csv.Error as exc:
+        raise InvalidInput(f"{what}, line {reader.line_num}: not CSV: {exc}") from None
+    return rows
+
+
+def _digest(items: List[str], records: _Records, step: str) -> str:
+    """The frozen list's digest: of its items, and of their records too when it has them.
+
+    :raises InvalidInput: the records are larger, as canonical JSON, than :data:`MAX_RECORDS_BYTES`, or hold text that
+        is not Unicode (a lone surrogate such as ``\\ud800`` in a JSON string).
+    """
+    if records is None:
+        return content_digest(items)
+    try:
+        size = len(canonical_json(records))
+    except ValueError:
+        raise InvalidInput(f"the records of step {step!r} hold a string that is not Unicode text "
+                           "(a lone surrogate such as \\ud800)") from None
+    if size > MAX_RECORDS_BYTES:
+        raise InvalidInput(f"the records of step {step!r} come to {size:,} bytes; the most a step freezes is "
+                           f"{MAX_RECORDS_BYTES:,}: keep in the records what the payload needs, or split the items "
+                           "over steps")
+    return content_digest({"items": items, "records": records})
 
 
 def _frozen_batches(state: Dict[str, Any]) -> List[Tuple[str, Dict[str, Any]]]:
@@ -198,18 +347,23 @@ def freeze(state: Dict[str, Any], step: str, cwd: Optional[str] = None) -> Optio
     root = run_workspace(state, cwd)
     frozen: Dict[str, Any] = {"workspace": root}
     if is_batch(spec):
-        items, source = list_items(spec, root)
+        effects = state["plan"].get("effects", {})
+        items, source, records = list_items(spec, root, reads_records(spec, effects))
         if not items:
             raise InvalidInput(f"step {step!r} lists no items ({source}) under {root}")
         if len(items) > MAX_ITEMS:
             raise InvalidInput(f"step {step!r} lists {len(items)} items; the limit is {MAX_ITEMS}")
-        check_inside(root, items, f"step {step!r}")
+        if not any(kind in spec["items"] for kind in RECORD_FILES):  # those items are FILE:LINE, not paths
+            check_inside(root, items, f"step {step!r}")
         if "slug" in placeholders_in(spec["key"]):
             for index, item in enumerate(items):
                 if not slug(item):
                     raise InvalidInput(f"item {index} {item[:60]!r} of step {step!r} has no letter or digit to make {{slug}} of; "
                                        "put {index} in the key as well")
-        keys = item_keys(spec["key"], items)
+        digest = _digest(items, records, step)
+        if records is not None:
+            _check_records(spec, effects, step, items, records)
+        keys = item_keys(spec["key"], items, records)
         seen: Dict[str, int] = {}
         pattern = state["plan"].get("effects", {}).get("key_pattern")
         others = [(other, batch) for other, batch in _frozen_batches(state) if other != step]
@@ -227,13 +381,65 @@ def freeze(state: Dict[str, Any], step: str, cwd: Optional[str] = None) -> Optio
                     raise InvalidInput(f"item {items[index][:60]!r} of step {step!r} would have the key {key!r} of "
                                        f"item {batch['items'][at][:60]!r} of step {other!r}: a key names one item; "
                                        "give this step a key template of its own (a prefix of its own)")
-        shared = shared_lookup(state["plan"], [(o, b["items"]) for o, b in others] + [(step, items)], state["task_id"])
+        kept = {o: b["records"] for o, b in others if "records" in b}
+        if records is not None:
+            kept[step] = records
+        lists = [(o, b["items"]) for o, b in others] + [(step, items)]
+        shared = shared_lookup(state["plan"], lists, state["task_id"], kept)
         if shared:
             raise InvalidInput(shared)
-        frozen["batch"] = {"items": items, "digest": content_digest(items), "count": len(items), "source": source,
+        frozen["batch"] = {"items": items, "digest": digest, "count": len(items), "source": source,
                            "key": spec["key"], "plan_digest": state["plan_digest"], "skipped": {}}
+        if records is not None:
+            frozen["batch"]["records"] = records
         _remember_keys(frozen["batch"], keys, seen)
     return frozen
+
+
+def _check_records(spec: Dict[str, Any], effects: Dict[str, Any], step: str, items: List[str],
+                   records: List[Dict[str, Any]]) -> None:
+    """Refuse records that cannot fill every field the step's templates and the effects section name.
+
+    So a record missing a field, or a path into a value that is not an object,
+    stops ``step start`` with nothing recorded, never an item halfway through
+    ``drive``; a field of the key must be text or a number, and a header
+    value made from fields must be one HTTP can carry.
+
+    :raises InvalidInput: naming the item (``FILE:LINE`` or its path), the field and why.
+    """
+    names = fields_of(spec, effects)
+    in_key = [n for n in placeholders_in(spec["key"]) if is_field(n)]
+    headers = _field_headers(effects)
+    for index, (item, record) in enumerate(zip(items, records)):
+        what = f"item {index} ({item[:60]!r}) of step {step!r}"
+        values = field_values(record, names, what)
+        for name in in_key:
+            value = field_value(record, name, what)
+            if value is None or isinstance(value, (dict, list)):
+                raise InvalidInput(f"{what}: {{{name}}} in the key is {kind_of(value)}; a key is made of text and "
+                                   "numbers")
+        for header, template, unsendable in headers:
+            problem = unsendable(expand([template], values)[0])
+            if problem:
+                raise InvalidInput(f"{what}: the header {header} would hold {problem} from the record's fields, "
+                                   "which an HTTP header cannot carry")
+
+
+def _field_headers(effects: Dict[str, Any]) -> List[Tuple[str, str, Callable[[str], Optional[str]]]]:
+    """The HTTP headers whose values name a field: name, value without secrets, and the test of what HTTP carries."""
+    http = effects.get("http")
+    if not isinstance(http, dict):
+        return []
+    found = []
+    for kind in ("invoke", "observe"):
+        for name, value in ((http.get(kind) or {}).get("headers") or {}).items():
+            if any(is_field(n) for n in placeholders_in(value)):
+                found.append((name, value))
+    if not found:
+        return []
+    from ..contract.http import SECRET, unsendable  # here: only a header made from fields needs the HTTP checks
+
+    return [(name, SECRET.sub("", value), unsendable) for name, value in found]
 
 
 def freeze_ops(state: Dict[str, Any], step: str, frozen: Optional[Dict[str, Any]], now: float) -> Ops:
@@ -356,7 +562,7 @@ def keys_of(batch: Dict[str, Any]) -> Tuple[List[str], Dict[str, int]]:
     cache_key = (batch["digest"], batch["key"])
     found = _KEY_CACHE.get(cache_key)
     if found is None:
-        keys = item_keys(batch["key"], batch["items"])
+        keys = item_keys(batch["key"], batch["items"], batch.get("records"))
         found = (keys, {k: i for i, k in enumerate(keys)})
         _remember_keys(batch, *found)
     return found
@@ -435,6 +641,29 @@ def item_context(state: Dict[str, Any], key: str) -> Dict[str, Any]:
     return {"step": step, "item": state["steps"][step]["batch"]["items"][index], "index": index}
 
 
+_FIELDS: Dict[Tuple[str, str], List[str]] = {}
+
+
+def item_values_of(state: Dict[str, Any], step: str, index: int) -> Dict[str, Any]:
+    """The placeholders item ``index`` of the frozen batch of ``step`` fills: ``item``, ``stem``, ``slug``,
+    ``index`` and, for a record, the text of every field its step's templates and the effects section name.
+
+    :raises InvalidInput: the record lacks a field a template names (its step was frozen under another plan).
+    """
+    batch = state["steps"][step]["batch"]
+    item, records = batch["items"][index], batch.get("records")
+    if records is None:
+        return item_values(item, index)
+    cache_key = (state["plan_digest"], step)
+    names = _FIELDS.get(cache_key)
+    if names is None:
+        spec = next(s for s in state["plan"]["steps"] if s["id"] == step)
+        if len(_FIELDS) > 8:
+            _FIELDS.clear()
+        names = _FIELDS[cache_key] = fields_of(spec, state["plan"].get("effects", {}))
+    return item_values(item, index, records[index], names)
+
+
 def items_changed(state: Dict[str, Any], step: str) -> Optional[Dict[str, Any]]:
     """An observation when the step's source now lists other items than the frozen ones, else None."""
     spec = next((s for s in state["plan"].get("steps", []) if s.get("id") == step), None)
@@ -443,20 +672,28 @@ def items_changed(state: Dict[str, Any], step: str) -> Optional[Dict[str, Any]]:
     if spec is None or not batch or not is_batch(spec) or isinstance(spec["items"], list):
         return None
     try:
-        now_items, source = list_items(spec, record["workspace"])
+        now_items, source, now_records = list_items(spec, record["workspace"], "records" in batch)
+        digest = _digest(now_items, now_records, step)
     except InvalidInput as exc:
         return {"source": f"items of step {step}", "what": f"cannot be listed again: {exc.message}", "digest": None}
-    digest = content_digest(now_items)
     if digest == batch["digest"]:
         return None
     frozen = set(batch["items"])
     added = [i for i in now_items if i not in frozen]
     listed = set(now_items)
     removed = [i for i in batch["items"] if i not in listed]
-    return {"source": f"items of step {step} ({source})", "digest": digest, "frozen_digest": batch["digest"], "added": len(added), "removed": len(removed),
-            "what": f"the source now lists {len(now_items)} items ({len(added)} added, {len(removed)} removed) "
-                    f"where {batch['count']} were frozen at start; "
-                    "the frozen list is used; to use the new one, record a plan change with `migrate --contract FILE --reason TEXT` and start the step again"}
+    changes = f"{len(added)} added, {len(removed)} removed"
+    out = {"source": f"items of step {step} ({source})", "digest": digest, "frozen_digest": batch["digest"],
+           "added": len(added), "removed": len(removed)}
+    if now_records is not None:
+        was = dict(zip(batch["items"], batch["records"]))
+        out["changed"] = sum(1 for item, now in zip(now_items, now_records) if item in was and was[item] != now)
+        changes += f", {out['changed']} with another record"
+    out["what"] = (f"the source now lists {len(now_items)} items ({changes}) "
+                   f"where {batch['count']} were frozen at start; "
+                   "the frozen list is used; to use the new one, record a plan change with "
+                   "`migrate --contract FILE --reason TEXT` and start the step again")
+    return out
 
 
 def skip_ops(state: Dict[str, Any], key: str, reason: str, now: float) -> Ops:
