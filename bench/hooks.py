@@ -24,7 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from runner.contract.text import load_contract  # noqa: E402
-from runner.run import Run  # noqa: E402
+from runner.execution.run import Run  # noqa: E402
 from runner.stores.file import RunStore  # noqa: E402
 
 SESSION = "bench-session"

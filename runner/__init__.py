@@ -25,8 +25,8 @@ _HOMES = {
     **dict.fromkeys(("Adapter", "Observation", "UnknownOutcome", "NotApplied", "Rejected", "StaleEpoch"),
                     "calls.target"),
     **dict.fromkeys(("FileSystem", "OsFileSystem"), "base.fs"),
-    **dict.fromkeys(("decide", "recover"), "recovery"),
-    **dict.fromkeys(("Run", "submit_job"), "run"),
+    **dict.fromkeys(("decide", "recover"), "execution.recovery"),
+    **dict.fromkeys(("Run", "submit_job"), "execution.run"),
     **dict.fromkeys(("create_store", "open_store"), "stores"),
 }
 

@@ -28,8 +28,8 @@ from .base.output import best_effort
 from .base.paths import PACKAGE_PARENT
 from .base.errors import EXIT_TABLE as EXIT_ROWS
 from .base.errors import InvalidInput, RunnerError, StateUnrecoverable
-from .recovery import decision_exit_code, stop_for_error
-from .run import Run
+from .execution.recovery import decision_exit_code, stop_for_error
+from .execution.run import Run
 from .stores import create_store, open_store, parse_store_url
 from .stores.file import RunStore, check
 from .views import status_view
@@ -682,9 +682,9 @@ def _effect_commands(tail: List[str]) -> Tuple[Optional[List[str]], Optional[Lis
 
 
 def cmd_drive(args: argparse.Namespace) -> int:
-    from .drive import drive
-    from .executor import Executor, ThreadWorld
-    from .flow import flow_for
+    from .execution.drive import drive
+    from .execution.executor import Executor, ThreadWorld
+    from .execution.flow import flow_for
 
     if not args.owner:
         raise InvalidInput("drive needs --owner ID (the worker taking the lease)")
@@ -882,7 +882,7 @@ def cmd_job(args: argparse.Namespace) -> int:
 
 
 def cmd_work(args: argparse.Namespace) -> int:
-    from .pool import load_handler, run_pool
+    from .execution.pool import load_handler, run_pool
 
     url = _store_url(args)
     load_handler(args.handler_spec)  # fail here, once, rather than in every worker

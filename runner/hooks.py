@@ -65,7 +65,7 @@ from .base.fs import OsFileSystem, replace_durably
 from .base.paths import PACKAGE_PARENT
 from .ledger.lease import lease_view
 from .base.quoting import MESSAGE, NOTICE_SHORT, PATH, fit, moment, name, number, quote, word
-from .run import Run
+from .execution.run import Run
 from .stores.codec import decode_identity
 from .base.host import local_maker
 from .stores.file_layout import IDENTITY

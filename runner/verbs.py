@@ -1,6 +1,6 @@
 """The verbs the command line, the MCP server and the harness hooks share.
 
-Each verb is a plain function from a :class:`~runner.run.Run` (or a run's
+Each verb is a plain function from a :class:`~runner.execution.run.Run` (or a run's
 state) and its arguments to a result object. A surface parses its own input
 (argv, a tool call's JSON, a hook's event), calls the verb, and renders the
 result in its own words; no surface calls ``Run`` for a verb's work itself,
@@ -22,7 +22,7 @@ server can name its tools instead.
 import re
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
-from . import jobs as _jobs
+from .execution import jobs as _jobs
 from .ledger.approvals import approval_view
 from .ledger.batch import observes_itself
 from .execution.payloads import begin_payload
@@ -31,8 +31,8 @@ from .base.canonical import read_document
 from .base.errors import InvalidInput
 from .calls.inflight import findings as calls_findings
 from .ledger.lease import DEFAULT_TTL_SECONDS, default_ttl, lease_view
-from .recovery import decide, decision_exit_code, recover as _recover
-from .run import Run
+from .execution.recovery import decide, decision_exit_code, recover as _recover
+from .execution.run import Run
 from .ledger.steps import require_plan
 from .views import brief as _brief, decision_view, events_after, report as _report, status_view
 
@@ -175,7 +175,7 @@ def observed_jobs(path: str, state: Dict[str, Any]) -> Dict[str, Dict[str, Any]]
 
 
 def decision(state: Dict[str, Any], path: str, now: float, owner: Optional[str], epoch: Optional[int]) -> Dict[str, Any]:
-    """:func:`runner.recovery.decide` for ``owner`` at ``epoch``, with the jobs observed now."""
+    """:func:`runner.execution.recovery.decide` for ``owner`` at ``epoch``, with the jobs observed now."""
     return decide(state, now, owner, epoch, observed_jobs(path, state))
 
 
@@ -224,7 +224,8 @@ def next_decision(run: Run, owner: Optional[str], epoch: Optional[int], contract
 
 
 def recover(run: Run, owner: str, ttl: Optional[float] = None, contract: Optional[str] = None) -> Dict[str, Any]:
-    """Take the lease for ``owner``, reconcile, refresh the jobs, decide and persist the intent (:func:`runner.recovery.recover`).
+    """Take the lease for ``owner``, reconcile, refresh the jobs, decide and persist the intent
+    (:func:`runner.execution.recovery.recover`).
 
     :raises InvalidInput: no owner, or the contract's plan differs from the run's.
     :raises AlreadyRunning: another owner's lease is live.
@@ -330,7 +331,8 @@ def effect_run(run: Run, key: str, payload: Optional[Dict[str, Any]] = None, inv
     :raises NeedsReconciliation: the outcome cannot be established by observing.
     :raises InvalidInput: nothing says how to call the target, or no payload.
     """
-    from .drive import perform_effect  # the executor and the adapters load only for a verb that calls a target
+    # the executor and the adapters load only for a verb that calls a target
+    from .execution.drive import perform_effect
 
     return _effect(key, perform_effect(run, key, payload, invoke, observe))
 

@@ -21,7 +21,7 @@ from .base.times import parse_time
 from .base.quoting import APPROVAL, CONTRACT, EVIDENCE, ITEMS, NOTICE, PERSON, RECORD, TARGET, WORKER, WORKER_OR_TARGET, fit, moment, name, number, quote, word
 from .ledger.steps import plan_steps
 from .ledger.batch import progress as batch_progress
-from .evidence import evidence_view
+from .execution.evidence import evidence_view
 
 __all__ = ["brief", "action_text", "report", "events_after", "status_view", "decision_view", "possible_duplicates"]
 
@@ -62,7 +62,7 @@ def _action_target(action: Dict[str, Any]) -> str:
 def action_text(action: Dict[str, Any], decided: bool = True) -> str:
     """One action as prose: its kind and target from its fields, quoted item and artifact, and its ``why``.
 
-    :param decided: the action comes from :func:`runner.recovery.decide` just now, whose ``why`` and
+    :param decided: the action comes from :func:`runner.execution.recovery.decide` just now, whose ``why`` and
         ``approval`` are the runner's prose; an action read from the run's files (a stored
         ``next_action``) has them quoted instead.
     """
@@ -94,7 +94,7 @@ def brief(state: Dict[str, Any], decision: Optional[Dict[str, Any]] = None, limi
     not write (the goal, ids, reasons, receipts, notes) is shown through
     :mod:`runner.base.quoting`, after a line that says what quotations are. The
     next action and the stop are built from ``decision``'s fields and its
-    prose (``detail``, ``why``), which :func:`runner.recovery.decide` writes
+    prose (``detail``, ``why``), which :func:`runner.execution.recovery.decide` writes
     the same way.
     """
     plan = state["plan"]
@@ -252,7 +252,8 @@ def possible_duplicates(state: Dict[str, Any]) -> List[Tuple[str, List[str]]]:
 
 
 def decision_view(decision: Dict[str, Any]) -> Dict[str, Any]:
-    """A decision of :func:`runner.recovery.decide` as the views show it: act with its action, or stop with its reason."""
+    """A decision of :func:`runner.execution.recovery.decide` as the views show it: act with its action, or stop with
+    its reason."""
     if decision["decision"] == "act":
         return {"decision": "act", "action": decision["action"], "text": action_text(decision["action"])}
     return {"decision": "stop", "reason": decision["reason"], "detail": decision["detail"], "text": f"stop: {decision['reason']}: {decision['detail']}"}

@@ -1,7 +1,7 @@
 """What each answer of a target means, pinned as tables: one row per thing an adapter can do, for each mapping.
 
 Two mappings turn what an adapter did into what the lifecycle decides from:
-the executor's (``runner.executor``: ``_invoke`` for a call, ``_observe`` for
+the executor's (``runner.execution.executor``: ``_invoke`` for a call, ``_observe`` for
 a lookup, ``_observe_many`` for a lookup of several keys) and the engines'
 (``runner.engines.once``: ``_call`` and ``observe_once``). They differ on
 purpose in places (an engine lets a failure it cannot classify escape, so that
@@ -14,9 +14,9 @@ import unittest
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from runner.engines import once
-from runner import executor
+from runner.execution import executor
 from runner.base.errors import InvalidInput, NeedsReconciliation, RunnerError
-from runner.lifecycle import Answer, Seen
+from runner.execution.lifecycle import Answer, Seen
 from runner.calls.target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 
 KEY = "doc-1:ticket"

@@ -34,8 +34,8 @@ from runner.contract.text import load_contract
 from runner.base.times import format_time, parse_time
 from runner.base.canonical import content_digest
 from runner.base.errors import AlreadyRunning, Fenced, LimitExhausted, RetryLater
-from runner.recovery import recover
-from runner.run import Run
+from runner.execution.recovery import recover
+from runner.execution.run import Run
 from runner.stores.file import RunStore
 
 CONTENDERS = 8

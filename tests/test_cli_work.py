@@ -17,7 +17,7 @@ except ImportError:
     from support import util as _util
 
 from runner.base.errors import AlreadyRunning
-from runner.run import Run
+from runner.execution.run import Run
 
 HANDLER = "tests.test_cli_work:handler"
 

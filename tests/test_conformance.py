@@ -14,7 +14,7 @@ from runner.proof import conformance, ticketservice
 from runner.calls.target import Observation, Rejected, StaleEpoch
 from runner.base.canonical import content_digest
 from runner.base.errors import InvalidInput
-from runner.run import Run
+from runner.execution.run import Run
 from runner.stores.file import RunStore
 from runner.proof.ticketservice import TicketAdapter, TicketServiceProcess
 

@@ -15,7 +15,7 @@ from runner.contract import spec
 from runner.contract.lookups import MANY_DEFAULT
 from runner.contract.text import effect_needs_approval, key_allowed, load_contract, parse_contract_text
 from runner.ledger import batch
-from runner import evidence, executor, flow, lifecycle
+from runner.execution import evidence, executor, flow, lifecycle
 from runner.calls import commands
 from runner.ledger import effects, lease, retry
 from runner.ledger.envelope import new_envelope

@@ -429,7 +429,7 @@ class PostgresRegistryTest(unittest.TestCase):
     def test_an_effect_another_user_of_this_machine_began_is_refused_before_anything_is_written(self) -> None:
         from runner.ledger import effects
         from runner.calls import inflight
-        from runner.run import Run
+        from runner.execution.run import Run
         from runner.base.host import local_maker
 
         me = local_maker()

@@ -15,8 +15,8 @@ import time
 import unittest
 
 from runner import views
-from runner.recovery import decide
-from runner.run import Run
+from runner.execution.recovery import decide
+from runner.execution.run import Run
 
 from runner.proof.ticketcommands import WINDOWS, have_curl, write_commands
 from runner.proof.ticketservice import TicketServiceProcess

@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from runner.calls.target import StaleEpoch
 from runner.base.errors import Fenced, NeedsReconciliation
-from runner.run import Run
+from runner.execution.run import Run
 from runner.stores.file import RunStore
 from runner.proof.ticketservice import TicketServiceProcess
 from tests.support.scripts.effect_worker import payload_for  # the payloads must be exactly the worker's

@@ -362,8 +362,8 @@ class FlagTest(TargetCase):
     def test_an_attempt_begun_in_the_millisecond_of_the_takeover_is_the_earlier_holders(self) -> None:
         # The begin and the takeover share one timestamp: the epochs say whose attempt it was.
         from runner.ledger import effects, lease
-        from runner.executor import _soon_after_takeover
-        from runner.lifecycle import Caps
+        from runner.execution.executor import _soon_after_takeover
+        from runner.execution.lifecycle import Caps
         from tests.support.ops import T0, apply, fresh, held
 
         state = held(fresh())
@@ -416,7 +416,7 @@ class HeldUpCallTest(unittest.TestCase):
 #: Waits of the real world, a millisecond each, while signals land that the process handles for some other purpose.
 SIGNALLED_WAITS = r'''
 import os, signal, threading, time
-from runner.executor import ThreadWorld
+from runner.execution.executor import ThreadWorld
 world, stop = ThreadWorld(), threading.Event()
 signal.signal(signal.SIGUSR1, lambda *_: None)
 def pester():

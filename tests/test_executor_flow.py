@@ -13,9 +13,9 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 from collections import deque
 
-from runner.executor import Executor, Job, World
-from runner.flow import Flow
-from runner.run import Run
+from runner.execution.executor import Executor, Job, World
+from runner.execution.flow import Flow
+from runner.execution.run import Run
 from runner.stores.file import RunStore
 from runner.calls.target import Observation, Rejected
 from tests.support.util import scratch_dir

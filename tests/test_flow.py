@@ -3,7 +3,7 @@
 import unittest
 
 from runner.contract.text import parse_contract_text
-from runner.flow import Flow, TokenBucket
+from runner.execution.flow import Flow, TokenBucket
 from runner.contract.effects import flow_problems
 
 from tests.support.util import contract_block, contract_markdown
@@ -81,7 +81,7 @@ class TokenBucketRoundingTest(unittest.TestCase):
     def test_a_token_due_now_is_taken_and_every_wait_moves_the_clock(self) -> None:
         # On a clock near 1.7e9 seconds, a token due exactly now is often 0.99999... of a token after the float
         # arithmetic; a wait for that sliver would end at the same representable instant, again and again.
-        from runner.flow import TokenBucket
+        from runner.execution.flow import TokenBucket
 
         slivers = 0
         for per_second in (0.5, 2.0, 3.0, 10.0, 7.0):

@@ -28,7 +28,7 @@ from typing import Any, Dict, Optional
 
 from runner.contract.text import load_contract
 from runner.base.canonical import content_digest
-from runner.run import Run
+from runner.execution.run import Run
 from runner.stores.file import RunStore
 
 from .support import util as _util

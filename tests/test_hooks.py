@@ -27,8 +27,8 @@ from tests.support.util import REPO_ROOT, TEMPLATE, child_env, contract_block, w
 from runner import hooks
 from runner.contract.text import load_contract
 from runner.base.errors import AlreadyRunning
-from runner.recovery import recover
-from runner.run import Run
+from runner.execution.recovery import recover
+from runner.execution.run import Run
 from runner.stores.file import RunStore
 
 HOOKS_DIR = os.path.join(REPO_ROOT, "hooks")

@@ -21,7 +21,7 @@ from runner.contract.templates import slug
 from runner.contract.text import load_contract
 from runner.mcp import jsonrpc
 from runner.proof.helpdesk import Faults, Helpdesk, HelpdeskServer
-from runner.run import Run
+from runner.execution.run import Run
 from runner.stores.file import RunStore
 from tests.support.cli import RunnerCli
 from tests.support.fake_http import free_port, wait_until

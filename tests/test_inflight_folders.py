@@ -15,7 +15,7 @@ import subprocess
 import unittest
 
 from runner.calls import inflight
-from runner.run import Run
+from runner.execution.run import Run
 from runner.stores import create_store, open_store
 from tests.support.util import child_env, contract_block, python, scratch_dir
 from tests.test_conformance import MemoryAdapter

@@ -27,7 +27,7 @@ from runner.base.times import format_time, parse_time
 from runner.base.canonical import MAX_JSON_DEPTH, loads_strict
 from runner.base.errors import InvalidInput
 from runner.base.keypattern import KeyPattern, compile_pattern
-from runner.run import Run
+from runner.execution.run import Run
 
 BLOCK: Dict[str, Any] = {
     "contract": 1,

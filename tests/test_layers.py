@@ -97,8 +97,9 @@ class LayerCheckTest(unittest.TestCase):
              "runner/stores/file.py:\\d+: runner.stores.file imports runner.proof.demo$"),
             ("adapters/artifact.py", "\nimport runner.proof.ticketservice  # noqa\n",
              "runner/adapters/artifact.py:\\d+: runner.adapters.artifact imports runner.proof.ticketservice$"),
-            ("recovery.py", "\n\ndef _engine():\n    from .engines import temporal  # noqa\n",
-             "runner/recovery.py:\\d+: runner.recovery imports runner.engines.temporal \\(an engine module"),
+            ("execution/recovery.py", "\n\ndef _engine():\n    from ..engines import temporal  # noqa\n",
+             "runner/execution/recovery.py:\\d+: runner.execution.recovery imports runner.engines.temporal "
+             "\\(an engine module"),
         ):
             with self.subTest(file=file):
                 added = _planted(self, [file], {file: text})

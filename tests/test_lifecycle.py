@@ -1,12 +1,13 @@
-"""The lifecycle of one effect as a pure function: every rule of :func:`runner.lifecycle.next_move`, one at a time."""
+"""The lifecycle of one effect as a pure function: every rule of :func:`runner.execution.lifecycle.next_move`, one at a
+time."""
 
 import unittest
 from typing import Any, Dict, Optional
 
 from runner.base.times import format_time
-from runner.executor import caps_for
+from runner.execution.executor import caps_for
 from runner.base.errors import Failed, Fenced, NeedsReconciliation
-from runner.lifecycle import LOOK_AGAIN_SECONDS, Answer, Call, Caps, Facts, Move, Seen, next_move, quiet_since
+from runner.execution.lifecycle import LOOK_AGAIN_SECONDS, Answer, Call, Caps, Facts, Move, Seen, next_move, quiet_since
 
 T0 = 1_790_000_000.0
 KEY = "doc-1:ticket"

@@ -25,7 +25,7 @@ from runner.base.errors import InvalidInput
 from runner.mcp import jsonrpc
 from runner.mcp.server import Session
 from runner.mcp.tools import TOOLS, _mismatch, text_form, tool_listing
-from runner.run import Run
+from runner.execution.run import Run
 from runner.stores.file import RunStore
 
 WRITER_TOOLS = [

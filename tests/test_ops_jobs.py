@@ -25,7 +25,7 @@ except ImportError:
     from support import util as _util
     from support.cli import RunnerCli
 
-from runner import jobs
+from runner.execution import jobs
 from runner.ledger.envelope import apply_ops, new_envelope
 from runner.base.times import format_time
 from runner.base.canonical import canonical_json
@@ -287,7 +287,7 @@ class LaunchTest(unittest.TestCase):
         self.addCleanup(tmp.cleanup)
         folder = os.path.join(tmp.name, "jobs", "j1", "a1")
         os.makedirs(folder)
-        launched = _util.run(_util.python("-m", "runner.jobs", "--launch", folder, NONCE, "--", "true"))
+        launched = _util.run(_util.python("-m", "runner.execution.jobs", "--launch", folder, NONCE, "--", "true"))
         self.assertEqual(launched.code, 0, launched)
         pid_text, start = launched.out.split()
         pid = int(pid_text)

@@ -5,7 +5,7 @@ import unittest
 from runner.ledger import approvals, effects, lease, steps
 from runner.base.times import format_time
 from runner.base.errors import EXIT_CODES
-from runner.recovery import decide, decision_exit_code
+from runner.execution.recovery import decide, decision_exit_code
 
 from .support.ops import DIGEST, T0, apply, at_publish, begun, fresh, granted, held, plan, then, through
 

@@ -1,4 +1,4 @@
-"""The worker pool (``runner.pool``, the ``work`` verb) with real worker processes.
+"""The worker pool (``runner.execution.pool``, the ``work`` verb) with real worker processes.
 
 The handler is called as ``handler(store, owner, ttl, context)``; a observer
 factory named by ``module:function`` is loaded in each worker and sees the
@@ -13,7 +13,7 @@ import signal
 import unittest
 from typing import Any, Dict, List, Tuple
 
-from runner.pool import run_pool
+from runner.execution.pool import run_pool
 from tests.support import util as _util
 from runner.stores import create_store, list_runs, open_store, run_url
 

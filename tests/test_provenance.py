@@ -49,8 +49,8 @@ from runner.base.canonical import canonical_json, content_digest, sha256_hex
 from runner.base.errors import EXIT_CODES
 from runner.mcp import jsonrpc
 from runner.mcp.server import Session
-from runner.recovery import recover
-from runner.run import Run
+from runner.execution.recovery import recover
+from runner.execution.run import Run
 from runner.stores import create_store, open_store
 from runner.stores.codec import IDENTITY_FORMAT
 from runner.base.host import local_maker
@@ -374,7 +374,7 @@ class QuotingTest(ContainmentCheck):
 
     def test_the_vocabulary_covers_every_word_the_runner_writes(self) -> None:
         from runner.ledger import envelope, states
-        from runner import jobs
+        from runner.execution import jobs
 
         for words in (states.EFFECT_STATES, envelope.STATUSES, jobs.UNSETTLED, tuple(EXIT_CODES)):
             self.assertLessEqual(set(words), quoting.WORDS)
@@ -512,7 +512,7 @@ class AdoptionTest(ContainmentCheck):
         clock = _Clock()
         self.assertEqual(hooks.adoption(hooks.made_by(path), Run.open(path).state, local_maker())[0], "foreign")
         self.assert_not_pushed(project, "made on host `build-box.example` by user id 4242", clock)
-        with mock.patch("runner.recovery.local_maker", return_value=ELSEWHERE):
+        with mock.patch("runner.execution.recovery.local_maker", return_value=ELSEWHERE):
             recover(Run.open(path, clock=clock), "worker-elsewhere", 60)  # a recover on the other host adopts nothing here
         self.assert_not_pushed(project, "made on host `build-box.example`", clock)
         clock.now += 120  # the other host's lease has ended

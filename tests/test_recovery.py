@@ -30,8 +30,8 @@ except ImportError:  # run from inside tests/
 from runner.contract.text import load_contract
 from runner.base.canonical import content_digest
 from runner.base.errors import EXIT_CODES
-from runner.jobs import observe_job
-from runner.run import Run, submit_job
+from runner.execution.jobs import observe_job
+from runner.execution.run import Run, submit_job
 from runner.stores.file import JOURNAL
 
 

@@ -28,7 +28,7 @@ UNUSED_BY_COMMANDS = {"hashlib", "_hashlib", *HTTP, "http.client", "urllib.reque
 #: Loaded by ``status``: the reading is real, the store was read.
 USED_BY_STATUS = {"runner.stores.file"}
 #: Loaded by a drive of commands: the executor carried the effects out and the commands ran.
-USED_BY_COMMANDS = {"runner.executor", "subprocess"}
+USED_BY_COMMANDS = {"runner.execution.executor", "subprocess"}
 
 
 class DigestTest(unittest.TestCase):

@@ -22,7 +22,7 @@ from runner.proof.simulation import (GARBAGE, INVARIANTS, KILL_WINDOWS, SHAPES, 
                                      draw_params, replay_command, run_schedule, simulate)
 from runner.proof.simworld import (FIFO, Ledger, LeaderOnlyProcesses, MemoryRegistry, MemoryStore, ProcessTable,
                                    SimProcesses, TrustingProcesses, WorkerKilled, registry_room)
-from runner.run import Run
+from runner.execution.run import Run
 
 from tests.support.util import CLOCK_START, child_env, one_json, run_cli
 

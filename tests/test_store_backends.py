@@ -16,7 +16,7 @@ except ImportError:
     from support import util as _util
 
 from runner.base.errors import InvalidInput
-from runner.run import Run
+from runner.execution.run import Run
 from runner.stores import BACKENDS, backend_of, create_store, list_runs, open_store, parse_store_url, run_url
 from runner.stores.base import Store
 

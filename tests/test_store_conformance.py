@@ -34,7 +34,7 @@ except ImportError:
 
 from runner.base.canonical import canonical_json, sha256_hex
 from runner.base.errors import AlreadyRunning, Fenced, InvalidInput, RunnerError
-from runner.run import Run
+from runner.execution.run import Run
 from runner.stores import create_store, list_runs, open_store
 from runner.stores.file import CommitThenRaise
 

@@ -32,8 +32,8 @@ from runner import history, timeline
 from runner.ledger.envelope import apply_ops, new_envelope
 from runner.base.times import format_time
 from runner.base.canonical import content_digest
-from runner.recovery import recover
-from runner.run import Run
+from runner.execution.recovery import recover
+from runner.execution.run import Run
 from runner.stores.file import RunStore
 
 def synthetic_run(effects: int, exceptional_every: int, task: str = "timeline-large") -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:

@@ -28,7 +28,7 @@ from runner.contract.text import load_contract
 from runner.mcp.server import Session
 from runner.mcp import jsonrpc
 from runner.mcp.tools import TOOLS, Tool, in_tool_words
-from runner.run import Run
+from runner.execution.run import Run
 from runner.stores.file import RunStore
 
 COMMON = {"-h", "--help", "--dir", "--store", "--task", "--json", "--owner", "--epoch"}

@@ -34,10 +34,10 @@ except ImportError:  # run from inside tests/
 from runner.contract.text import load_contract
 from runner.base.times import format_time, parse_time
 from runner.base.canonical import content_digest
-from runner.jobs import observe_job
-from runner.recovery import decide, recover, refresh_jobs
+from runner.execution.jobs import observe_job
+from runner.execution.recovery import decide, recover, refresh_jobs
 from runner.views import brief as render_brief
-from runner.run import submit_job
+from runner.execution.run import submit_job
 from runner.stores.file import RunStore
 
 

@@ -17,7 +17,7 @@ from typing import Any, Dict, List
 from runner.calls.target import Observation
 from runner.base.canonical import content_digest
 from runner.proof.faults import KillAt, Recorder, kill_point
-from runner.run import Run, submit_job
+from runner.execution.run import Run, submit_job
 from runner.stores.file import RunStore
 from runner.stores.sqlite import SQLiteStore
 from runner.base.windows import NO_OBSERVER, WINDOW_NAMES, WINDOWS, Observer

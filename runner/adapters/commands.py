@@ -2,7 +2,7 @@
 
 :class:`CommandAdapter` turns a contract's invoke and observe commands, run by
 :func:`runner.calls.commands.run_command`, into a :class:`runner.calls.target.Adapter`,
-whose calls the executor (:mod:`runner.executor`) makes like any other target's:
+whose calls the executor (:mod:`runner.execution.executor`) makes like any other target's:
 
 * invoke: exit 0 with a JSON object on stdout is the receipt; 2, refused for
   good; 75 (EX_TEMPFAIL), the target created nothing for now (a 429 or

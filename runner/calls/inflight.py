@@ -17,7 +17,7 @@ or invokes the same key it reads these records (:meth:`Registry.calls`):
   leader: a helper the leader left behind may still be sending;
 * a call whose processes are gone ended when that was first seen; the time is
   written back, so every later reader agrees when the target's settle time
-  began (:func:`runner.lifecycle.quiet_since`).
+  began (:func:`runner.execution.lifecycle.quiet_since`).
 
 **A record is untrusted input.** It may have come with a copied run folder,
 from another machine or from another user. The runner waits for a record's
@@ -167,7 +167,8 @@ class Registered:
         return f"{TOKEN_VARIABLE}={self.record['token']}"
 
     def view(self, alive: bool, killable: bool) -> Call:
-        """The call as :func:`runner.lifecycle.next_move` weighs it (``killable``: a process of it was verified)."""
+        """The call as :func:`runner.execution.lifecycle.next_move` weighs it (``killable``: a process of it was
+        verified)."""
         child = self.record.get("child")
         return Call(alive, float(self.record["deadline"]), killable, self.record.get("ended_at"),
                     int((child or self.record["caller"])[0]), str(self.record.get("kind", "invoke")), child is not None)

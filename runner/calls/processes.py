@@ -29,7 +29,7 @@ Where ``/proc`` is missing (macOS), start times, group members and environments
 are unknown: a command's call is counted as alive while its leader, or a
 process of its group, exists and may be signalled by this user; nothing is
 killed; and a command that still runs past its deadline stops the run for a
-person (:func:`runner.lifecycle.next_move`), since it can be neither verified
+person (:func:`runner.execution.lifecycle.next_move`), since it can be neither verified
 nor ended.
 
 :class:`Processes` bundles these behind one object, so that a simulation can

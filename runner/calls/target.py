@@ -3,7 +3,7 @@
 A leaf module: the :class:`Adapter` protocol, the :class:`Observation` a
 lookup returns, and the exceptions an invoke raises to say what it knows of
 its outcome. The ledger (:mod:`runner.ledger.effects`), the lifecycle
-(:mod:`runner.lifecycle`), the executor and every adapter import these from
+(:mod:`runner.execution.lifecycle`), the executor and every adapter import these from
 here, so none of them needs another to be imported first.
 
 What each outcome means for the next move:

@@ -31,7 +31,7 @@ from ..base.values import validate_id
 from ..base.times import format_time
 from ..base.canonical import content_digest
 from ..base.errors import Failed, Fenced, NeedsReconciliation
-from ..lifecycle import Answer, Caps, Facts, Seen, next_move
+from ..execution.lifecycle import Answer, Caps, Facts, Seen, next_move
 from ..calls.target import Adapter, NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 
 __all__ = ["effect_key", "perform_once", "observe_once", "EffectUncertain", "EffectConflict", "WINDOWS"]

@@ -30,8 +30,8 @@ Lifecycle of one effect (``state["effects"][KEY]``)::
   (10 when not given).
 
 The functions named ``*_ops`` are pure: ``(state, ...) -> ops`` or raise.
-:mod:`runner.lifecycle` decides one effect's next move and
-:mod:`runner.executor` carries it out against a target.
+:mod:`runner.execution.lifecycle` decides one effect's next move and
+:mod:`runner.execution.executor` carries it out against a target.
 """
 
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional

@@ -9,8 +9,8 @@ Three modules, one concept each:
 * :mod:`runner.mcp.server`: the session: the initialize handshake, the methods,
   the resources, and the lease the server holds for its owner.
 
-Standard library only; every tool calls the library (:class:`runner.run.Run`,
-:mod:`runner.recovery`, :mod:`runner.views`), never the command line.
+Standard library only; every tool calls the library (:class:`runner.execution.run.Run`,
+:mod:`runner.execution.recovery`, :mod:`runner.views`), never the command line.
 """
 
 from .jsonrpc import PROTOCOL_VERSION

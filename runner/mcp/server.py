@@ -36,7 +36,7 @@ from typing import Any, BinaryIO, Callable, Dict, Optional
 from .. import __version__, verbs
 from ..base.errors import Fenced, InvalidInput, RunnerError, StateUnrecoverable
 from ..hooks import owner_for
-from ..run import Run
+from ..execution.run import Run
 from ..stores import open_store, parse_store_url
 from . import jsonrpc
 from .jsonrpc import PROTOCOL_VERSION, ProtocolError

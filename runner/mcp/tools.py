@@ -27,7 +27,7 @@ outline, with every value the runner did not write (ids, reasons, receipts,
 notes, error messages) quoted by :mod:`runner.base.quoting`. Only the prose a
 decision was built with (``detail``, an action's ``why`` and ``approval``,
 the observations, inferences and unknowns of ``recover`` and ``next``) and
-the brief are shown as they are: :func:`runner.recovery.decide` and
+the brief are shown as they are: :func:`runner.execution.recovery.decide` and
 :func:`runner.views.brief` write them with the same quoting.
 """
 

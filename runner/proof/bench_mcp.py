@@ -4,7 +4,7 @@ The transition is ``effect begin`` of a fresh key (one fenced, fsync'd journal
 append), made by the same owner at the same epoch in three ways, interleaved
 so that all three meet the same disk:
 
-* ``library``: :meth:`runner.run.Run.effect_begin` in this process;
+* ``library``: :meth:`runner.execution.run.Run.effect_begin` in this process;
 * ``mcp``: a ``tools/call`` of ``effect_begin`` to one ``python3 -m runner mcp``
   process started once, timed from writing the request to reading its answer;
 * ``cli``: ``python3 -m runner effect begin`` in a new process each time, as a
@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from ..contract.text import load_contract
 from ..mcp import jsonrpc
-from ..run import Run
+from ..execution.run import Run
 from ..stores.file import RunStore
 from . import PACKAGE_PARENT
 

@@ -28,8 +28,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from ..calls.target import Adapter
 from ..base.errors import RunnerError
 from ..history import Recorder
-from ..recovery import recover
-from ..run import Run, submit_job
+from ..execution.recovery import recover
+from ..execution.run import Run, submit_job
 from ..stores.file import RunStore
 from ..timeline import write as write_timeline
 from ..base.windows import NO_OBSERVER, Observer

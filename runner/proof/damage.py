@@ -55,7 +55,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from ..base.canonical import canonical_json, sha256_hex
-from ..run import Run
+from ..execution.run import Run
 from ..stores.codec import prepare_transition
 from ..stores.file import RUN_FILES, RunStore
 from . import PACKAGE_PARENT

@@ -35,8 +35,8 @@ from typing import Any, Callable, Dict, IO, List, Optional
 
 from ..base.canonical import content_digest, sha256_hex
 from ..base.errors import Cancelled, RunnerError
-from ..recovery import recover
-from ..run import Run
+from ..execution.recovery import recover
+from ..execution.run import Run
 from ..base.errors import InvalidInput
 from ..history import Recorder
 from ..history import load as load_history
@@ -374,7 +374,7 @@ SHARD_SIZE = 100
 def _run_sharded(store_url: str, service_url: str, documents: int, seed: int, crash_rate: float, workers: int, progress: Optional[_Progress],
                  shard_size: int = SHARD_SIZE) -> Dict[str, Any]:
     """The documents in runs of ``shard_size`` in one store, driven by a pool of ``workers``."""
-    from ..pool import run_pool
+    from ..execution.pool import run_pool
 
     if list_runs(store_url):
         raise InvalidInput(f"{store_url} already holds runs; the demo needs an empty store")

@@ -25,9 +25,9 @@ import time
 from typing import Any, Callable, Dict, List, Optional
 
 from ..calls.commands import Outcome
-from ..drive import drive
+from ..execution.drive import drive
 from ..base.canonical import sha256_hex
-from ..run import Run
+from ..execution.run import Run
 from ..stores.file import RunStore
 
 __all__ = ["run_drive_bench", "TARGET_RATIO"]

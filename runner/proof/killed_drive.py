@@ -3,7 +3,7 @@
 A run whose contract calls its target in process (``effects.http``) has no
 command to wrap with a killer, so this process opens the run with
 :class:`runner.proof.faults.KillAt` as the store's observer and runs
-:func:`runner.drive.drive` (the library function the ``drive`` verb is a thin
+:func:`runner.execution.drive.drive` (the library function the ``drive`` verb is a thin
 layer over): it dies by SIGKILL at the NTH pass through WINDOW, or prints
 drive's result and exits with its code if the window is never reached.
 """
@@ -12,10 +12,10 @@ import json
 import sys
 from typing import List
 
-from ..drive import drive
-from ..executor import Executor, ThreadWorld
-from ..flow import flow_for
-from ..run import Run
+from ..execution.drive import drive
+from ..execution.executor import Executor, ThreadWorld
+from ..execution.flow import flow_for
+from ..execution.run import Run
 from ..stores.file import RunStore
 from ..verbs import default_ttl
 from .faults import KillAt

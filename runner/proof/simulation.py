@@ -1,9 +1,9 @@
 """``simulate``: the executor run against a simulated world, seeded and replayable.
 
 In the manner of FoundationDB's simulation tests and TigerBeetle's VOPR: the
-real lifecycle (:func:`runner.lifecycle.next_move`), executor
-(:class:`runner.executor.Executor`), in-flight registry logic
-(:class:`runner.calls.inflight.Registry`), :class:`runner.run.Run` and ledger rules
+real lifecycle (:func:`runner.execution.lifecycle.next_move`), executor
+(:class:`runner.execution.executor.Executor`), in-flight registry logic
+(:class:`runner.calls.inflight.Registry`), :class:`runner.execution.run.Run` and ledger rules
 (:mod:`runner.ledger.effects`, :mod:`runner.ledger.lease`), unchanged, with a simulated
 clock, process table, registry storage, store and target around them
 (:mod:`runner.proof.simworld`). Everything a schedule does is drawn from its
@@ -13,7 +13,7 @@ seed, so a schedule that breaks an invariant is replayed exactly by
 One schedule:
 
 * **the run**: 1 to 6 keys, each one effect, performed by workers that take
-  the lease and call :meth:`~runner.executor.Executor.perform_all` with 1 to 8
+  the lease and call :meth:`~runner.execution.executor.Executor.perform_all` with 1 to 8
   calls in flight; a contract with a lease time to live, a call timeout
   (often longer than the lease), a settle time, attempt and "not now" bounds;
 * **the target**: deduplicates (for a retention time, or for ever) or
@@ -66,7 +66,7 @@ One schedule:
     finds the registry the runner names from what the database says the run is
     (:func:`runner.proof.simworld.registry_room`);
   - the keys as the items of a batch step, each looked up at the target by its
-    stem, ``step start`` freezing the list (:meth:`runner.run.Run.step_start`):
+    stem, ``step start`` freezing the list (:meth:`runner.execution.run.Run.step_start`):
     a list two of whose items one lookup value finds; a list changed by
     ``migrate`` (an item in front of ``{index}`` keys, one at the end, or keys
     made from another template) and frozen anew.
@@ -159,12 +159,12 @@ from ..contract.templates import expand, item_values
 from ..base.times import parse_time
 from ..base.canonical import sha256_hex
 from ..base.errors import AlreadyRunning, RunnerError
-from ..executor import Executor, Job
-from ..lifecycle import Facts, Move, next_move
+from ..execution.executor import Executor, Job
+from ..execution.lifecycle import Facts, Move, next_move
 from ..ledger.states import UNRESOLVED
-from ..run import Run
+from ..execution.run import Run
 from ..calls.target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
-from ..flow import Flow
+from ..execution.flow import Flow
 from ..base.windows import Observer
 from .simworld import (FIFO, CallIntroduced, LeaderOnlyProcesses, Ledger, MemoryRegistry, MemoryStore, Proc,
                        ProcessTable, Scheduler, SimProcesses, SimWorld, TrustingProcesses, Worker, WorkerKilled,

@@ -1,7 +1,7 @@
 """The simulated world of the executor simulation: one clock, one process table, calls and a ledger in memory, one worker running at a time.
 
 :mod:`runner.proof.simulation` runs the real executor, lifecycle, registry
-and :class:`runner.run.Run` here; this module holds what stands in for the
+and :class:`runner.execution.run.Run` here; this module holds what stands in for the
 machine:
 
 * :class:`Scheduler`: simulated time and a baton. Each worker is a Python
@@ -29,7 +29,7 @@ machine:
   catches up by replaying records (:mod:`runner.stores.codec`), one
   transaction at a time. The ledger keeps its own copy of the committed state
   and reports every commit to an observer, which checks invariants.
-* :class:`SimWorld`: the executor's :class:`runner.executor.World` for one
+* :class:`SimWorld`: the executor's :class:`runner.execution.executor.World` for one
   worker. A call's body (the executor's ``work``) runs twice: once when the
   call starts, where the simulated adapter raises :class:`CallIntroduced` to
   say which call it is (key, kind, registry record), and once when its answer
@@ -52,7 +52,7 @@ from typing import Any, Callable, Deque, Dict, List, Optional, Tuple
 
 from ..base.times import format_time
 from ..base.canonical import canonical_json, loads_trusted, sha256_hex
-from ..executor import World
+from ..execution.executor import World
 from ..calls.inflight import Registered, Registry
 from ..calls.processes import GONE, UNVERIFIED, VERIFIED, Processes
 from ..stores.base import Store
@@ -663,7 +663,7 @@ class MemoryStore(Store):
 # -- the executor's world ---------------------------------------------------------------------------
 
 class SimWorld(World):
-    """The executor's :class:`runner.executor.World` for one simulated worker.
+    """The executor's :class:`runner.execution.executor.World` for one simulated worker.
 
     ``begin(worker, introduced, tag, work)`` is told of each call that starts
     (it schedules the call's phases); a call whose answer has arrived is

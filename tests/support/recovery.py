@@ -38,7 +38,7 @@ except ImportError:  # run from inside tests/
 
 from runner.contract.text import load_contract
 from runner.base.canonical import content_digest
-from runner.run import Run, submit_job
+from runner.execution.run import Run, submit_job
 from runner.stores.file import RunStore
 
 TASK_ID = "minute-37"

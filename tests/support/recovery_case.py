@@ -14,7 +14,7 @@ import time
 import unittest
 from typing import Any, Callable, Dict, Optional
 
-from runner.run import Run
+from runner.execution.run import Run
 
 try:
     from .cli import RunnerCli

@@ -19,7 +19,7 @@ from tests.support.util import CLOCK_START, child_env, python, run_cli
 
 from runner.calls.target import NotApplied, Observation, Rejected, UnknownOutcome
 from runner.base.errors import Failed
-from runner.run import Run
+from runner.execution.run import Run
 from runner.stores.file import RunStore
 
 #: Free text carrying what a page must never hold as markup or a reference.
@@ -120,7 +120,7 @@ def small_run(path: str, task: str = "timeline-small") -> Dict[str, Any]:
 _HOLDER = """
 import sys
 sys.path.insert(0, sys.argv[2])
-from runner.run import Run
+from runner.execution.run import Run
 run = Run.open(sys.argv[1])
 run.acquire("worker-doomed", 600)
 run.step_start("fetch")

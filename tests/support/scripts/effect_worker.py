@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, List, Optional
 from runner.base.errors import RunnerError
 from runner.proof.faults import KillAt, LoseAnswerThenKill, lose_next_answer
 from runner.proof.ticketservice import TicketAdapter
-from runner.run import Run
+from runner.execution.run import Run
 from runner.base.windows import Observer
 
 

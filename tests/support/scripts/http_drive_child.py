@@ -10,9 +10,9 @@ returns (the test then fails: the window was never reached).
 import json
 import sys
 
-from runner.drive import drive
+from runner.execution.drive import drive
 from runner.proof.faults import KillAt
-from runner.run import Run
+from runner.execution.run import Run
 from runner.stores.file import RunStore
 
 

@@ -13,8 +13,8 @@ import time
 from typing import Any, Dict
 
 from runner.proof.faults import KillAt
-from runner.recovery import recover
-from runner.run import Run
+from runner.execution.recovery import recover
+from runner.execution.run import Run
 from runner.base.windows import NO_OBSERVER, Observer
 
 

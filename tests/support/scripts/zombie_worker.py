@@ -31,8 +31,8 @@ from typing import Any, Dict, List, Optional
 from runner.calls.target import StaleEpoch
 from runner.base.errors import Fenced
 from runner.proof.ticketservice import TicketAdapter
-from runner.recovery import recover
-from runner.run import Run
+from runner.execution.recovery import recover
+from runner.execution.run import Run
 from runner.base.windows import Observer, check_window
 
 #: Seconds a paused worker waits for the go file before it gives up (the test failed meanwhile).

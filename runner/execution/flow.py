@@ -27,7 +27,7 @@ simulation drives it with simulated time.
 import re
 from typing import Any, Dict, Mapping, Optional
 
-from .contract.effects import GROUP_FIELD as _FIELD
+from ..contract.effects import GROUP_FIELD as _FIELD
 
 __all__ = ["Flow", "TokenBucket", "flow_for"]
 

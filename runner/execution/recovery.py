@@ -37,18 +37,18 @@ user is what adopts a run that someone else made (see :mod:`runner.hooks`).
 from typing import Any, Callable, Dict, List, Optional
 
 from . import jobs as _jobs
-from .ledger.approvals import find_grant, newest_requests, request_order
-from .ledger.states import UNRESOLVED
-from .calls.target import Adapter
-from .base.times import format_time, parse_time
-from .base.canonical import content_digest
-from .base.errors import EXIT_CODES, LimitExhausted, NeedsReconciliation, RunnerError
-from .ledger.lease import lease_view
-from .base.quoting import ITEMS, MESSAGE, PERSON, RECORD, WORKER_OR_TARGET, digest, joined, moment, name, number, quote, word
-from .ledger.retry import check_limits
-from .ledger.steps import plan_steps, started_by_holder
-from .base.host import local_maker
-from .ledger import batch as _batch
+from ..ledger.approvals import find_grant, newest_requests, request_order
+from ..ledger.states import UNRESOLVED
+from ..calls.target import Adapter
+from ..base.times import format_time, parse_time
+from ..base.canonical import content_digest
+from ..base.errors import EXIT_CODES, LimitExhausted, NeedsReconciliation, RunnerError
+from ..ledger.lease import lease_view
+from ..base.quoting import ITEMS, MESSAGE, PERSON, RECORD, WORKER_OR_TARGET, digest, joined, moment, name, number, quote, word
+from ..ledger.retry import check_limits
+from ..ledger.steps import plan_steps, started_by_holder
+from ..base.host import local_maker
+from ..ledger import batch as _batch
 from .evidence import evidence_observations
 
 __all__ = ["decide", "recover", "decision_exit_code"]
@@ -298,7 +298,7 @@ def recover(run: Any, owner: str, ttl: float, adapters: Optional[Dict[str, Adapt
     key still in flight and never calls the target to make the effect;
     observes jobs, decides, and commits the decision as ``next_action``.
     """
-    from .base.errors import AlreadyRunning
+    from ..base.errors import AlreadyRunning
 
     try:
         run.acquire(owner, ttl)

@@ -16,19 +16,19 @@ import random as _random
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from .ledger import approvals, effects, lease, retry, steps
-from .ledger import batch
+from ..ledger import approvals, effects, lease, retry, steps
+from ..ledger import batch
 from . import jobs
-from .ledger.envelope import Ops, apply_ops, undo_ops
-from .base.values import MAX_DURATION_SECONDS, check_duration, one_line
-from .base.times import format_time
-from .base.canonical import check_document, content_digest
+from ..ledger.envelope import Ops, apply_ops, undo_ops
+from ..base.values import MAX_DURATION_SECONDS, check_duration, one_line
+from ..base.times import format_time
+from ..base.canonical import check_document, content_digest
 from .evidence import observe_step, observed_ops
-from .base.errors import InvalidInput, LimitExhausted, RunnerError
-from .calls.target import Adapter
-from .stores import backend_of, open_store
-from .stores.base import CommitThenRaise, Store
-from .base.windows import NO_OBSERVER, Observer
+from ..base.errors import InvalidInput, LimitExhausted, RunnerError
+from ..calls.target import Adapter
+from ..stores import backend_of, open_store
+from ..stores.base import CommitThenRaise, Store
+from ..base.windows import NO_OBSERVER, Observer
 
 __all__ = ["Run", "submit_job"]
 
@@ -169,7 +169,8 @@ class Run:
         return out
 
     def step_done(self, step: str, evidence: Dict[str, Any]) -> Dict[str, Any]:
-        """Finish the running ``step``; its declared checks and artifacts are observed first (:mod:`runner.evidence`). Fenced.
+        """Finish the running ``step``; its declared checks and artifacts are observed first
+        (:mod:`runner.execution.evidence`). Fenced.
 
         :param evidence: the evidence the contract names for the step (a JSON object; ``{}`` when the runner observes it).
         :returns: the step's record (``state`` done, the evidence and what was observed).
@@ -281,7 +282,7 @@ class Run:
                      sleep: Optional[Callable[[float], None]] = None) -> Dict[str, Any]:
         """Take ``key`` to verified through ``adapter``, from whatever the ledger holds; return its record.
 
-        The lifecycle of :mod:`runner.lifecycle`, carried out by :class:`runner.executor.Executor`:
+        The lifecycle of :mod:`runner.execution.lifecycle`, carried out by :class:`runner.execution.executor.Executor`:
         an earlier call of the key still in flight is waited for, the target is observed before
         any retry, and is called again only after an observed absence. ``sleep`` waits out
         backoffs and settle times while no call runs (a test's clock may pass it).
@@ -465,7 +466,7 @@ def submit_job(run: Run, key: str, command: List[str]) -> Dict[str, Any]:
     box: Dict[str, str] = {}
 
     def intent(state: Dict[str, Any], now: float) -> Ops:
-        from .ledger.effects import check_open
+        from ..ledger.effects import check_open
 
         existing = state["jobs"].get(key)
         if existing is None or existing["state"] in ("vanished",):

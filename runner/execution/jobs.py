@@ -41,12 +41,12 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .ledger.envelope import Ops
-from .base.values import validate_id
-from .base.times import format_time, parse_time
-from .base.canonical import canonical_json, loads_strict, sha256_hex, sha256_stream
-from .base.errors import InvalidInput, NeedsReconciliation
-from .base.fs import OsFileSystem, replace_durably
+from ..ledger.envelope import Ops
+from ..base.values import validate_id
+from ..base.times import format_time, parse_time
+from ..base.canonical import canonical_json, loads_strict, sha256_hex, sha256_stream
+from ..base.errors import InvalidInput, NeedsReconciliation
+from ..base.fs import OsFileSystem, replace_durably
 
 # subprocess is imported where a job is started: every verb imports this module (recovery reads the jobs) and most
 # start none, so it would only lengthen each start.
@@ -161,7 +161,7 @@ def spawn(run_path: str, key: str, job: Dict[str, Any]) -> Tuple[int, Optional[s
     """
     import subprocess
 
-    from .base.paths import PACKAGE_PARENT
+    from ..base.paths import PACKAGE_PARENT
 
     folder = os.path.join(run_path, job["dir"])
     os.makedirs(folder, mode=0o700, exist_ok=True)
@@ -170,7 +170,8 @@ def spawn(run_path: str, key: str, job: Dict[str, Any]) -> Tuple[int, Optional[s
     launcher = subprocess.run(
         # -S: the launcher and the wrapper import only this package (standard library only, found through PYTHONPATH),
         # and site's start-up can cost more than all the rest of theirs.
-        [sys.executable, "-S", "-m", "runner.jobs", "--launch", folder, job.get("nonce") or "", "--"] + list(job["command"]),
+        [sys.executable, "-S", "-m", "runner.execution.jobs", "--launch", folder, job.get("nonce") or "", "--"]
+        + list(job["command"]),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -198,7 +199,7 @@ def launch_main(argv: Sequence[str]) -> int:
     import subprocess
 
     proc = subprocess.Popen(
-        [sys.executable, "-S", "-m", "runner.jobs"] + list(argv),
+        [sys.executable, "-S", "-m", "runner.execution.jobs"] + list(argv),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -25,16 +25,16 @@ limits and the fence under the store's lock.
 import time
 from typing import IO, Any, Callable, Dict, Iterator, Optional, Sequence
 
-from .ledger import batch as _batch
-from .adapters.factory import adapter_for
-from .execution.payloads import begin_payload, item_payload
-from .base.times import parse_time
-from .base.canonical import content_digest
-from .base.errors import EXIT_CODES, InvalidInput, RunnerError, Stopped
+from ..ledger import batch as _batch
+from ..adapters.factory import adapter_for
+from .payloads import begin_payload, item_payload
+from ..base.times import parse_time
+from ..base.canonical import content_digest
+from ..base.errors import EXIT_CODES, InvalidInput, RunnerError, Stopped
 from .executor import Executor, Job, ThreadWorld
 from .flow import flow_for
-from .ledger.states import UNRESOLVED
-from .base.quoting import name, number
+from ..ledger.states import UNRESOLVED
+from ..base.quoting import name, number
 from .recovery import decide, decision_exit_code, recover, refresh_jobs
 
 __all__ = ["perform_effect", "drive"]

@@ -49,18 +49,18 @@ import random as _random
 import threading
 from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Set, Tuple, Union
 
-from .ledger import effects as _effects
-from .calls import inflight
-from .ledger import retry
-from .base.times import format_time, parse_time
-from .base.canonical import check_document, content_digest
-from .base.errors import Fenced, RunnerError, Stopped
+from ..ledger import effects as _effects
+from ..calls import inflight
+from ..ledger import retry
+from ..base.times import format_time, parse_time
+from ..base.canonical import check_document, content_digest
+from ..base.errors import Fenced, RunnerError, Stopped
 from .flow import Flow
-from .ledger.lease import default_ttl
+from ..ledger.lease import default_ttl
 from .lifecycle import Answer, Call, Caps, Facts, Move, Seen, next_move
-from .ledger.states import UNRESOLVED
-from .calls.target import Adapter, NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
-from .base.windows import NO_OBSERVER, Observer
+from ..ledger.states import UNRESOLVED
+from ..calls.target import Adapter, NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
+from ..base.windows import NO_OBSERVER, Observer
 
 __all__ = ["Executor", "Job", "World", "ThreadWorld", "caps_for", "DEFAULT_TIMEOUT"]
 

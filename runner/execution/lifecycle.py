@@ -49,11 +49,11 @@ Times are seconds since the epoch, from the run's clock.
 
 from typing import Any, Dict, NamedTuple, Optional, Tuple
 
-from .base.times import parse_time
-from .base.errors import Failed, Fenced, NeedsReconciliation, RunnerError
-from .base.quoting import describe
-from .ledger.states import UNRESOLVED
-from .calls.inflight import Call
+from ..base.times import parse_time
+from ..base.errors import Failed, Fenced, NeedsReconciliation, RunnerError
+from ..base.quoting import describe
+from ..ledger.states import UNRESOLVED
+from ..calls.inflight import Call
 
 __all__ = ["Caps", "Call", "Seen", "Answer", "Facts", "Move", "next_move", "quiet_since", "LOOK_AGAIN_SECONDS"]
 

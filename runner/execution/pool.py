@@ -32,12 +32,12 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
-from .base.errors import InvalidInput, RunnerError
-from .ledger.lease import lease_view
+from ..base.errors import InvalidInput, RunnerError
+from ..ledger.lease import lease_view
 from .run import Run
-from .stores import list_runs, open_store, run_url
-from .base.host import local_maker
-from .base.windows import NO_OBSERVER, Observer
+from ..stores import list_runs, open_store, run_url
+from ..base.host import local_maker
+from ..base.windows import NO_OBSERVER, Observer
 
 # selectors and subprocess are imported where the supervisor uses them: a worker, started once per process the
 # pool runs, needs neither.
@@ -101,12 +101,13 @@ def worker_main(argv: List[str]) -> int:
 def _spawn(opts: Dict[str, Any]) -> "subprocess.Popen[str]":
     import subprocess
 
-    from .base.paths import PACKAGE_PARENT as parent
+    from ..base.paths import PACKAGE_PARENT as parent
 
     env = dict(os.environ)
     env["PYTHONPATH"] = parent + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return subprocess.Popen([sys.executable, "-m", "runner.pool", "--worker", json.dumps(opts)], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen([sys.executable, "-m", "runner.execution.pool", "--worker", json.dumps(opts)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
 
 
 def run_pool(store_url: str, workers: int, handler: str, *, context: Optional[Dict[str, Any]] = None, ttl: float = 60.0, seed: int = 1,

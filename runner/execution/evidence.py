@@ -17,13 +17,13 @@ import os
 import time
 from typing import Any, Dict, List, Optional
 
-from .ledger import batch as _batch
-from .calls.commands import run_command
-from .contract.templates import expand
-from .base.times import format_time
-from .base.canonical import sha256_stream
-from .base.errors import InvalidInput
-from .base import quoting
+from ..ledger import batch as _batch
+from ..calls.commands import run_command
+from ..contract.templates import expand
+from ..base.times import format_time
+from ..base.canonical import sha256_stream
+from ..base.errors import InvalidInput
+from ..base import quoting
 
 #: Seconds a check may run unless its step says otherwise (``timeout_seconds``): long enough for a test suite.
 CHECK_TIMEOUT = 600.0
@@ -105,7 +105,7 @@ def evidence_view(record: Dict[str, Any]) -> Dict[str, Any]:
 
 def evidence_observations(state: Dict[str, Any]) -> List[Dict[str, Any]]:
     """``next``'s observations of each done step's evidence, labelled by who established it."""
-    from .base.canonical import content_digest
+    from ..base.canonical import content_digest
 
     out: List[Dict[str, Any]] = []
     for spec in state["plan"].get("steps", []):
