@@ -304,6 +304,22 @@ class LaunchTest(unittest.TestCase):
         seen = jobs.observe_job(tmp.name, job)
         self.assertEqual((seen["status"], seen["exit_code"], seen.get("damage")), ("finished", 0, None))
 
+    def test_the_former_name_launches_the_same_job(self) -> None:
+        # A runner of the previous release, running while its checkout is replaced, still starts -m runner.jobs.
+        tmp = _util.scratch_dir()
+        self.addCleanup(tmp.cleanup)
+        folder = os.path.join(tmp.name, "jobs", "j1", "a1")
+        os.makedirs(folder)
+        launched = _util.run(_util.python("-m", "runner.jobs", "--launch", folder, NONCE, "--", "true"))
+        self.assertEqual(launched.code, 0, launched)
+        pid_text, start = launched.out.split()
+        exit_file = os.path.join(folder, "exit.json")
+        _wait_until(lambda: os.path.exists(exit_file))
+        with open(exit_file, "rb") as handle:
+            written = json.loads(handle.read())
+        self.assertEqual((written["pid"], written["start"], written["nonce"], written["exit_code"]),
+                         (int(pid_text), start, NONCE, 0))
+
 
 def _wait_until(condition: Any, timeout: float = 30.0) -> None:
     import time

@@ -74,6 +74,15 @@ class PoolTest(unittest.TestCase):
                          ["pool-r0", "pool-r1", "pool-r2"])
         self.assertEqual({line.split()[2] for line in lines if line.startswith("outcome")} - {"finished", "complete", "already-running"}, set())
 
+    def test_the_former_name_runs_a_worker(self) -> None:
+        # A supervisor of the previous release, running while its checkout is replaced, still starts -m runner.pool.
+        url = "file:" + os.path.join(self.root, "runs")
+        [task] = self.make_runs(url, 1)
+        opts = {"handler": HANDLER, "store": url, "owner": "w1", "ttl": 60, "seed": 4}
+        done = _util.run(_util.python("-m", "runner.pool", "--worker", json.dumps(opts)))
+        self.assertEqual((done.code, done.out.splitlines()), (0, [f"claim {task}", f"outcome {task} finished"]), done)
+        self.assertEqual([s["status"] for s in self.states(url)], ["complete"])
+
     def check_killed_and_replaced(self, url: str, window: str) -> None:
         self.make_runs(url, 3)
         context = {"window": window, "marker": os.path.join(self.root, "killed")}
