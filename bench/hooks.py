@@ -6,7 +6,7 @@ Builds a run of ``--effects`` verified effects (one step running, the lease
 held by the session), then runs each hook script (``hooks/*.py``) as Claude
 Code would, a separate process fed the event on stdin, ``--rounds`` times,
 and prints the median and the slowest wall time of each, with its ratio to
-the median of ``python3 -c "import runner.hooks"`` measured in the same run.
+the median of ``python3 -c "import runner.surfaces.hooks"`` measured in the same run.
 Standard library only; everything is made in a temporary folder and removed.
 """
 
@@ -68,8 +68,10 @@ def main() -> int:
         project = os.path.join(tmp, "project")
         os.mkdir(project)
         build(project, args.effects)
-        base = statistics.median(timed([sys.executable, "-c", "import runner.hooks"]) for _ in range(args.rounds))
-        print(f"run of {args.effects + 1} effects; baseline (start python, import runner.hooks): {base * 1000:.0f} ms")
+        baseline = [sys.executable, "-c", "import runner.surfaces.hooks"]
+        base = statistics.median(timed(baseline) for _ in range(args.rounds))
+        print(f"run of {args.effects + 1} effects; baseline (start python, import runner.surfaces.hooks): "
+              f"{base * 1000:.0f} ms")
         print(f"{'hook':<14} {'median ms':>10} {'max ms':>8} {'x baseline':>11}")
         for name, event in EVENTS.items():
             payload = json.dumps(dict(event, session_id=SESSION, transcript_path=None, cwd=project))

@@ -1,4 +1,4 @@
-"""The SessionEnd hook of Claude Code and Codex (`--harness codex`); see runner/hooks.py for what it does.
+"""The SessionEnd hook of Claude Code and Codex (`--harness codex`); see runner/surfaces/hooks.py for what it does.
 
 Standard library only. Any failure, even to import the runner, exits 0 with
 nothing on stdout: a broken hook must never block a session.
@@ -10,7 +10,7 @@ import sys
 try:
     # The plugin root (this folder's parent) first, so `runner` is this copy's runner.
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    from runner.hooks import main
+    from runner.surfaces.hooks import main
 except Exception as exc:  # pragma: no cover - a damaged install
     sys.stderr.write(f"long-running-agent-sessions SessionEnd hook: cannot load the runner: {exc}\n")
     sys.exit(0)

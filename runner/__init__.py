@@ -1,7 +1,7 @@
 """Reference runner for long-running agent sessions: durable, resumable, fenced.
 
 Standard library only. The command line (``python3 -m runner``) and the MCP
-server are thin layers over :mod:`runner.verbs`; a Python harness can use the
+server are thin layers over :mod:`runner.surfaces.verbs`; a Python harness can use the
 same API directly. What is exported here is what a harness needs: a
 :class:`Run` opened on a store, the decisions (:func:`decide`,
 :func:`recover`), the adapter protocol a target implements, and one error
@@ -36,7 +36,7 @@ _exported = lazy_exports(__name__, _HOMES)
 
 def __getattr__(name: str) -> Any:
     if name == "verbs":
-        return importlib.import_module(".verbs", __name__)
+        return importlib.import_module(".surfaces.verbs", __name__)
     return _exported(name)
 
 

@@ -17,10 +17,10 @@ if not __package__:
     # the folder itself, whose module names would shadow others) and import
     # the package by name.
     sys.path[0] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    from runner.cli import main
+    from runner.surfaces.cli import main
     from runner.proof.cli import add_proof_verbs
 else:
-    from .cli import main
+    from .surfaces.cli import main
     from .proof.cli import add_proof_verbs
 gc.freeze()
 gc.enable()

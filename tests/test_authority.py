@@ -1,7 +1,7 @@
 """Authority claims of the runner: leases, fencing, cancellation, scoped approval, bounded retry and budgets.
 
 Concurrency claims are proved with several real processes. Most command lines
-run in long-lived child processes that call ``runner.cli.main`` once per
+run in long-lived child processes that call ``runner.surfaces.cli.main`` once per
 request (a "CLI server", the program in :data:`SERVER_SOURCE`), so a test can
 issue many verbs cheaply and give each one an explicit clock: a request
 carries ``argv``, an ``offset`` in seconds added to the wall clock (or ``at``,
@@ -54,7 +54,7 @@ EVIDENCE = {"draft": {"file_sha256": "0" * 64}, "review": {"exit_code": 0}, "pub
 #: The CLI server: answers one JSON request per stdin line until stdin closes.
 SERVER_SOURCE = r"""
 import contextlib, io, json, os, sys, time, traceback
-from runner.cli import main
+from runner.surfaces.cli import main
 
 real = time.time
 for name in ("RUNNER_OWNER", "RUNNER_EPOCH", "RUNNER_DIR"):
@@ -101,7 +101,7 @@ def child_env(**extra: str) -> Dict[str, str]:
 
 
 class CliServer:
-    """A child process that runs ``runner.cli.main`` once per request; see :data:`SERVER_SOURCE`."""
+    """A child process that runs ``runner.surfaces.cli.main`` once per request; see :data:`SERVER_SOURCE`."""
 
     def __init__(self) -> None:
         self.proc = subprocess.Popen(

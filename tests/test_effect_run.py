@@ -14,7 +14,7 @@ import signal
 import time
 import unittest
 
-from runner import views
+from runner.surfaces import views
 from runner.execution.recovery import decide
 from runner.execution.run import Run
 

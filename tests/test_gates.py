@@ -1,6 +1,6 @@
 """The gates an agent meets at the command line, each answered with its own exit code.
 
-The command line's entry point (``runner.cli.main``) runs in this process,
+The command line's entry point (``runner.surfaces.cli.main``) runs in this process,
 exit code, stdout and stderr captured; where the claim is about a process, a
 real one runs: a shell's ``effect begin ... && call`` and the failed proof.
 

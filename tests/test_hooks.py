@@ -1,4 +1,4 @@
-"""The harness hooks (``hooks/*.py``, ``runner/hooks.py``) against each harness's documented input.
+"""The harness hooks (``hooks/*.py``, ``runner/surfaces/hooks.py``) against each harness's documented input.
 
 Every hook is fed the JSON event Claude Code or Codex sends (the fields
 their documentation and published schemas list), in a project whose run is
@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from tests.support.util import REPO_ROOT, TEMPLATE, child_env, contract_block, write_contract
 
-from runner import hooks
+from runner.surfaces import hooks
 from runner.contract.text import load_contract
 from runner.base.errors import AlreadyRunning
 from runner.execution.recovery import recover

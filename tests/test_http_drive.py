@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from runner.contract.templates import slug
 from runner.contract.text import load_contract
-from runner.mcp import jsonrpc
+from runner.surfaces.mcp import jsonrpc
 from runner.proof.helpdesk import Faults, Helpdesk, HelpdeskServer
 from runner.execution.run import Run
 from runner.stores.file import RunStore

@@ -137,9 +137,12 @@ class LayerCheckTest(unittest.TestCase):
         self.assertEqual(len(by_name), 1, by_name)
         self.assertRegex(by_name[0], r"^runner/adapters/artifact\.py:\d+: runner\.adapters\.artifact imports the private name _chain_from "
                                      r"of runner\.stores\.file_scan \(another package\)$")
-        read = _planted(self, ["views.py", "stores/file_witness.py"], {"views.py": "\n\ndef _seal():\n    from .stores import file_witness\n\n    return file_witness._head_seal\n"})
+        read = _planted(self, ["surfaces/views.py", "stores/file_witness.py"],
+                        {"surfaces/views.py": "\n\ndef _seal():\n    from ..stores import file_witness\n\n"
+                                              "    return file_witness._head_seal\n"})
         self.assertEqual(len(read), 1, read)
-        self.assertRegex(read[0], r"^runner/views\.py:\d+: runner\.views imports the private name _head_seal of runner\.stores\.file_witness ")
+        self.assertRegex(read[0], r"^runner/surfaces/views\.py:\d+: runner\.surfaces\.views imports the private name "
+                                  r"_head_seal of runner\.stores\.file_witness ")
         # Modules of one package may share their private names: not reported.
         self.assertEqual(_planted(self, ["stores/sql.py", "stores/file_scan.py"], {"stores/sql.py": "\nfrom .file_scan import _chain_from as _shared  # noqa\n"}), [])
 

@@ -1,6 +1,6 @@
 """The MCP server (``python3 -m runner mcp``): framing, the tool table, authority, and the official client.
 
-The framing and tool tests drive :class:`runner.mcp.server.Session` in this
+The framing and tool tests drive :class:`runner.surfaces.mcp.server.Session` in this
 process over in-memory streams, and once over a real pipe. The last test
 installs the official ``mcp`` package from PyPI into a throwaway virtual
 environment (cached, shared by every Python that runs the suite) and lets it
@@ -22,9 +22,9 @@ from tests.support import real as _real, util as _util
 
 from runner.contract.text import load_contract
 from runner.base.errors import InvalidInput
-from runner.mcp import jsonrpc
-from runner.mcp.server import Session
-from runner.mcp.tools import TOOLS, _mismatch, text_form, tool_listing
+from runner.surfaces.mcp import jsonrpc
+from runner.surfaces.mcp.server import Session
+from runner.surfaces.mcp.tools import TOOLS, _mismatch, text_form, tool_listing
 from runner.execution.run import Run
 from runner.stores.file import RunStore
 
@@ -295,7 +295,8 @@ class McpToolsTest(unittest.TestCase):
     def tool(self, session: Session, name: str, arguments: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
         reply = session.handle(jsonrpc.classify(call(1, name, arguments)))
         result = reply["result"]  # type: ignore[index]
-        # The text block is the quoted text form of the structured content, not its JSON (see runner.mcp.tools.text_form).
+        # The text block is the quoted text form of the structured content, not its JSON
+        # (see runner.surfaces.mcp.tools.text_form).
         self.assertEqual(result["content"][0]["text"], text_form(name, result["structuredContent"]))
         out = result["structuredContent"]
         self.assertEqual(result["isError"], not out["ok"])

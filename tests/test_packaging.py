@@ -22,7 +22,7 @@ from typing import Any, Dict, List
 from tests.support.util import REPO_ROOT, TEMPLATE, child_env
 
 import runner
-from runner import hooks
+from runner.surfaces import hooks
 
 NAME = "long-running-agent-sessions"
 CLAUDE_PLUGIN = os.path.join(REPO_ROOT, ".claude-plugin", "plugin.json")

@@ -19,7 +19,7 @@ from typing import Any, Dict, Tuple
 
 from runner.proof.campaign import KILL_POINTS
 from runner.proof.demo import run_demo, run_draft_scenario
-from runner.timeline import MAX_SECTIONS
+from runner.surfaces.timeline import MAX_SECTIONS
 from tests.support.page import Elements, assert_inert, parse
 from tests.support.util import FULL_TESTS as FULL
 from tests.support.util import run_cli

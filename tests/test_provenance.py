@@ -40,15 +40,15 @@ from tests.support import util as _util
 from tests.support.batch import batch_contract, script
 from tests.support.cli import RunnerCli
 
-from runner import hooks
+from runner.surfaces import hooks
 from runner.base import quoting
 from runner.ledger.approvals import payload_source
 from runner.contract.text import load_contract
 from runner.ledger.envelope import SCHEMA_VERSION
 from runner.base.canonical import canonical_json, content_digest, sha256_hex
 from runner.base.errors import EXIT_CODES
-from runner.mcp import jsonrpc
-from runner.mcp.server import Session
+from runner.surfaces.mcp import jsonrpc
+from runner.surfaces.mcp.server import Session
 from runner.execution.recovery import recover
 from runner.execution.run import Run
 from runner.stores import create_store, open_store

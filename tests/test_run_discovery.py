@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional
 from tests.support.batch import batch_contract, make_documents, recorder_commands
 from tests.support.util import REPO_ROOT, TEMPLATE, child_env, in_process_cli, write_contract
 
-from runner.mcp.tools import TOOLS
+from runner.surfaces.mcp.tools import TOOLS
 
 NAME = "long-running-agent-sessions"
 RUNNER = os.path.join(REPO_ROOT, "runner")

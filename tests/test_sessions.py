@@ -48,7 +48,7 @@ from tests.support import util as _util
 from tests.support.scripted_model import Exchange, MessagesModel, ResponsesModel, ScriptedModel, ToolCall, Turn
 from tests.support.util import REPO_ROOT, write_contract
 
-from runner import hooks as runner_hooks
+from runner.surfaces import hooks as runner_hooks
 
 REAL = os.environ.get("RUNNER_REAL_TESTS") == "1"
 NAME = "long-running-agent-sessions"
@@ -808,7 +808,7 @@ def _tool_named(tools: List[str], name: str) -> str:
 
 def _server_tools(cli: Cli) -> List[str]:
     """The tools the plugin's server lists to this CLI: a writer's for Claude Code, the views for Codex (read-only)."""
-    from runner.mcp.tools import TOOLS
+    from runner.surfaces.mcp.tools import TOOLS
 
     if cli.name == "codex":
         return [t.name for t in TOOLS if t.authority == "view"]

@@ -14,7 +14,7 @@ import shlex
 import unittest
 from typing import Dict, List, Tuple
 
-from runner.cli import build_parser, split_command
+from runner.surfaces.cli import build_parser, split_command
 from runner.proof.cli import add_proof_verbs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

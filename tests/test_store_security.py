@@ -214,7 +214,7 @@ class Modes(SecurityCase):
     #: Run in a child under the umask: init, transitions with compactions, then damage and a status that quarantines.
     CHILD = (
         "import json, os, sys\n"
-        "from runner.cli import main\n"
+        "from runner.surfaces.cli import main\n"
         "from runner.stores.file import RunStore\n"
         "run, contract = sys.argv[1], sys.argv[2]\n"
         "codes = [main(['--dir', run, 'init', '--contract', contract])]\n"

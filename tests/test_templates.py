@@ -28,7 +28,7 @@ import urllib.parse
 import urllib.request
 from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar
 
-from runner import history
+from runner.surfaces import history
 from runner.contract.text import check_contract
 from runner.stores.file import RunStore
 from tests.support.util import REPO_ROOT, child_env, in_process_cli, scratch_dir

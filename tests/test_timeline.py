@@ -28,7 +28,7 @@ from tests.support.page import assert_inert, parse
 from tests.support.timeline_runs import SMALL_KEYS, UNCERTAIN_KEY, crashed_run, small_contract, small_run
 from tests.support.util import CLOCK_START, REPO_ROOT, in_process_cli, one_json, run_cli, scratch_dir
 
-from runner import history, timeline
+from runner.surfaces import history, timeline
 from runner.ledger.envelope import apply_ops, new_envelope
 from runner.base.times import format_time
 from runner.base.canonical import content_digest

@@ -22,12 +22,12 @@ except ImportError:
     from support import util as _util
     from support.cli import RunnerCli
 
-from runner import verbs
-from runner.cli import build_parser
+from runner.surfaces import verbs
+from runner.surfaces.cli import build_parser
 from runner.contract.text import load_contract
-from runner.mcp.server import Session
-from runner.mcp import jsonrpc
-from runner.mcp.tools import TOOLS, Tool, in_tool_words
+from runner.surfaces.mcp.server import Session
+from runner.surfaces.mcp import jsonrpc
+from runner.surfaces.mcp.tools import TOOLS, Tool, in_tool_words
 from runner.execution.run import Run
 from runner.stores.file import RunStore
 

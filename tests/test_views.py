@@ -36,7 +36,7 @@ from runner.base.times import format_time, parse_time
 from runner.base.canonical import content_digest
 from runner.execution.jobs import observe_job
 from runner.execution.recovery import decide, recover, refresh_jobs
-from runner.views import brief as render_brief
+from runner.surfaces.views import brief as render_brief
 from runner.execution.run import submit_job
 from runner.stores.file import RunStore
 
@@ -288,8 +288,8 @@ class ViewsAgreeTest(unittest.TestCase):
     """One truth in every view: the decision at a revision, whoever prints it."""
 
     def test_status_next_brief_and_step_start_agree_over_a_killed_and_resumed_batch(self) -> None:
-        from runner.history import load
-        from runner.views import action_text
+        from runner.surfaces.history import load
+        from runner.surfaces.views import action_text
         from tests.test_executor import TargetCase
 
         case = TargetCase()

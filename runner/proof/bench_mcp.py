@@ -26,7 +26,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional
 
 from ..contract.text import load_contract
-from ..mcp import jsonrpc
+from ..surfaces.mcp import jsonrpc
 from ..execution.run import Run
 from ..stores.file import RunStore
 from . import PACKAGE_PARENT

@@ -27,11 +27,11 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..calls.target import Adapter
 from ..base.errors import RunnerError
-from ..history import Recorder
+from ..surfaces.history import Recorder
 from ..execution.recovery import recover
 from ..execution.run import Run, submit_job
 from ..stores.file import RunStore
-from ..timeline import write as write_timeline
+from ..surfaces.timeline import write as write_timeline
 from ..base.windows import NO_OBSERVER, Observer
 from .faults import kill_point, lose_next_answer
 from .ticketservice import TicketAdapter, TicketServiceProcess

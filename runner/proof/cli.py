@@ -2,7 +2,7 @@
 
 They exist to prove or demonstrate the runner, so they live apart from the
 verbs users run; ``python3 -m runner`` adds them to the parser through
-:func:`runner.cli.build_parser`'s ``extensions``. Each prints its whole report
+:func:`runner.surfaces.cli.build_parser`'s ``extensions``. Each prints its whole report
 and exits with :class:`~runner.base.errors.ProofFailed`'s code when the proof found
 a violation, so a failed proof is never confused with the runner failing.
 """
@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any, Callable
 
-from ..cli import emit, output_file, positive, warn
+from ..surfaces.cli import emit, output_file, positive, warn
 from ..base.errors import InvalidInput, ProofFailed
 
 __all__ = ["add_proof_verbs"]

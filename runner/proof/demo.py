@@ -38,9 +38,9 @@ from ..base.errors import Cancelled, RunnerError
 from ..execution.recovery import recover
 from ..execution.run import Run
 from ..base.errors import InvalidInput
-from ..history import Recorder
-from ..history import load as load_history
-from ..timeline import write as write_timeline
+from ..surfaces.history import Recorder
+from ..surfaces.history import load as load_history
+from ..surfaces.timeline import write as write_timeline
 from ..stores import create_store, list_runs, open_store, parse_store_url, run_url
 from ..stores.file import RunStore
 from ..base.windows import NO_OBSERVER, Observer

@@ -17,7 +17,7 @@ from ..execution.executor import Executor, ThreadWorld
 from ..execution.flow import flow_for
 from ..execution.run import Run
 from ..stores.file import RunStore
-from ..verbs import default_ttl
+from ..surfaces.verbs import default_ttl
 from .faults import KillAt
 
 

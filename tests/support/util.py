@@ -189,7 +189,8 @@ def in_parallel(jobs: Sequence[Callable[[], T]], workers: int = 4) -> List[T]:
 
 
 def in_process_cli(argv: Sequence[str], env: Optional[Dict[str, str]] = None) -> Result:
-    """Run ``runner.cli.main(argv)`` in this process with RUNNER_DIR unset and ``env`` set, capturing stdout and stderr.
+    """Run ``runner.surfaces.cli.main(argv)`` in this process with RUNNER_DIR unset and ``env`` set, capturing stdout
+    and stderr.
 
     The same entry point as a child process, minus the interpreter start; an
     exception escaping ``main`` fails the calling test. The capture replaces
@@ -199,7 +200,7 @@ def in_process_cli(argv: Sequence[str], env: Optional[Dict[str, str]] = None) ->
     import contextlib
     import io
 
-    from runner.cli import main
+    from runner.surfaces.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     changes: Dict[str, Optional[str]] = {"RUNNER_DIR": None, **(env or {})}

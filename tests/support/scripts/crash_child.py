@@ -118,7 +118,7 @@ def _cli(argv: List[str]) -> Tuple[int, Optional[Dict[str, Any]], str]:
     import contextlib
     import io
 
-    from runner.cli import main
+    from runner.surfaces.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

@@ -15,13 +15,13 @@
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .ledger.effects import FLAGS
-from .ledger.states import UNRESOLVED
-from .base.times import parse_time
-from .base.quoting import APPROVAL, CONTRACT, EVIDENCE, ITEMS, NOTICE, PERSON, RECORD, TARGET, WORKER, WORKER_OR_TARGET, fit, moment, name, number, quote, word
-from .ledger.steps import plan_steps
-from .ledger.batch import progress as batch_progress
-from .execution.evidence import evidence_view
+from ..ledger.effects import FLAGS
+from ..ledger.states import UNRESOLVED
+from ..base.times import parse_time
+from ..base.quoting import APPROVAL, CONTRACT, EVIDENCE, ITEMS, NOTICE, PERSON, RECORD, TARGET, WORKER, WORKER_OR_TARGET, fit, moment, name, number, quote, word
+from ..ledger.steps import plan_steps
+from ..ledger.batch import progress as batch_progress
+from ..execution.evidence import evidence_view
 
 __all__ = ["brief", "action_text", "report", "events_after", "status_view", "decision_view", "possible_duplicates"]
 

@@ -4,7 +4,7 @@ Invariants the session keeps:
 
 * Requests are answered one at a time in the order they arrive, each with its
   own id, so a client may pipeline them; a notification is never answered.
-* Only the revision :data:`~runner.mcp.jsonrpc.PROTOCOL_VERSION` is spoken.
+* Only the revision :data:`~runner.surfaces.mcp.jsonrpc.PROTOCOL_VERSION` is spoken.
   ``initialize`` asking for another answers with this one, as the MCP
   lifecycle requires (the client then decides); a request whose per-request
   envelope names another revision (``server/discover`` and every request of
@@ -21,7 +21,7 @@ Invariants the session keeps:
 * A run found damaged stays reported as ``state-unrecoverable``, with the
   quarantine folder, for every later call; it is never replaced.
 * What a model reads is quoted: a tool result's text block is
-  :func:`~runner.mcp.tools.text_form` of its structured content (which stays
+  :func:`~runner.surfaces.mcp.tools.text_form` of its structured content (which stays
   exact), not that content's JSON, and the resources are the brief and the
   status as an outline, so every text the runner did not write reaches a
   model as a labelled quotation (:mod:`runner.base.quoting`).
@@ -33,11 +33,12 @@ import time
 import traceback
 from typing import Any, BinaryIO, Callable, Dict, Optional
 
-from .. import __version__, verbs
-from ..base.errors import Fenced, InvalidInput, RunnerError, StateUnrecoverable
+from ... import __version__
+from .. import verbs
+from ...base.errors import Fenced, InvalidInput, RunnerError, StateUnrecoverable
 from ..hooks import owner_for
-from ..execution.run import Run
-from ..stores import open_store, parse_store_url
+from ...execution.run import Run
+from ...stores import open_store, parse_store_url
 from . import jsonrpc
 from .jsonrpc import PROTOCOL_VERSION, ProtocolError
 from .tools import TOOLS, Tool, check_arguments, in_tool_words, status_text, text_form, tool_listing

@@ -58,18 +58,18 @@ import time
 from typing import IO, Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from . import verbs
-from .base.times import format_time
-from .base.canonical import canonical_json
-from .base.errors import InvalidInput, RunnerError
-from .base.fs import OsFileSystem, replace_durably
-from .base.paths import PACKAGE_PARENT
-from .ledger.lease import lease_view
-from .base.quoting import MESSAGE, NOTICE_SHORT, PATH, fit, moment, name, number, quote, word
-from .execution.run import Run
-from .stores.codec import decode_identity
-from .base.host import local_maker
-from .stores.file_layout import IDENTITY
-from .stores.file_scan import scan
+from ..base.times import format_time
+from ..base.canonical import canonical_json
+from ..base.errors import InvalidInput, RunnerError
+from ..base.fs import OsFileSystem, replace_durably
+from ..base.paths import PACKAGE_PARENT
+from ..ledger.lease import lease_view
+from ..base.quoting import MESSAGE, NOTICE_SHORT, PATH, fit, moment, name, number, quote, word
+from ..execution.run import Run
+from ..stores.codec import decode_identity
+from ..base.host import local_maker
+from ..stores.file_layout import IDENTITY
+from ..stores.file_scan import scan
 from .views import action_text, brief
 
 __all__ = ["main", "handle", "owner_for", "locate_run", "made_by", "adoption", "time_budget", "HOOK_FILE", "MAX_PUSHES_WITHOUT_PROGRESS",

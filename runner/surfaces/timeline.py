@@ -7,7 +7,7 @@ written with the characters that could start a reference (``:``, ``/``,
 ``=``) as character references, so the file holds no sequence that a browser
 or a scanner could follow; the text reads the same.
 
-From :class:`runner.history.History` it draws, on one time axis: a lane per
+From :class:`runner.surfaces.history.History` it draws, on one time axis: a lane per
 lease holder and epoch (takeovers, breaks, releases, and crashes: where the
 holder's last durable write fell and how long until the lease moved on);
 steps as bars per attempt with their backoff waits; effects by the state

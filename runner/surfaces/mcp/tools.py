@@ -28,19 +28,19 @@ notes, error messages) quoted by :mod:`runner.base.quoting`. Only the prose a
 decision was built with (``detail``, an action's ``why`` and ``approval``,
 the observations, inferences and unknowns of ``recover`` and ``next``) and
 the brief are shown as they are: :func:`runner.execution.recovery.decide` and
-:func:`runner.views.brief` write them with the same quoting.
+:func:`runner.surfaces.views.brief` write them with the same quoting.
 """
 
 import json
 import re
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
-from ..base import quoting
+from ...base import quoting
 from .. import verbs
-from ..ledger.states import EFFECT_STATES
-from ..base.errors import EXIT_CODES, InvalidInput
-from ..contract.text import MAX_TTL_SECONDS
-from ..base.quoting import APPROVAL, CONTRACT, EVIDENCE, ITEMS, MESSAGE, NOTICE, PATH, RECORD, TARGET, WORKER, WORKER_OR_TARGET, WORDS
+from ...ledger.states import EFFECT_STATES
+from ...base.errors import EXIT_CODES, InvalidInput
+from ...contract.text import MAX_TTL_SECONDS
+from ...base.quoting import APPROVAL, CONTRACT, EVIDENCE, ITEMS, MESSAGE, NOTICE, PATH, RECORD, TARGET, WORKER, WORKER_OR_TARGET, WORDS
 from ..views import status_view
 
 __all__ = ["Tool", "TOOLS", "REASONS", "check_arguments", "tool_listing", "summary", "text_form", "outline", "in_tool_words"]
@@ -189,8 +189,8 @@ def tool_listing(tool: Tool) -> Dict[str, Any]:
     }
 
 
-# -- handlers: each gets the session (see runner.mcp.server.Session) and checked arguments ----------
-# Each is a verb of runner.verbs; the session supplies the run, opened as a reader or as the lease's writer.
+# -- handlers: each gets the session (see runner.surfaces.mcp.server.Session) and checked arguments ----------
+# Each is a verb of runner.surfaces.verbs; the session supplies the run, opened as a reader or as the lease's writer.
 
 
 def summary(run: Any) -> Dict[str, Any]:
@@ -424,7 +424,7 @@ def _t(
     destructive: bool = False,
     idempotent: bool = False,
 ) -> Tool:
-    """A row of the table; what the tool requires is what :data:`runner.verbs.VERBS` says its verb requires."""
+    """A row of the table; what the tool requires is what :data:`runner.surfaces.verbs.VERBS` says its verb requires."""
     read_only = authority == "view"
     verb = next(v for v in verbs.VERBS if v.tool == name)
     return Tool(name, title, description, authority, arguments, list(verb.required), results, read_only,

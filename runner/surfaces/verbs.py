@@ -22,18 +22,18 @@ server can name its tools instead.
 import re
 from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
-from .execution import jobs as _jobs
-from .ledger.approvals import approval_view
-from .ledger.batch import observes_itself
-from .execution.payloads import begin_payload
-from .base.values import validate_id
-from .base.canonical import read_document
-from .base.errors import InvalidInput
-from .calls.inflight import findings as calls_findings
-from .ledger.lease import DEFAULT_TTL_SECONDS, default_ttl, lease_view
-from .execution.recovery import decide, decision_exit_code, recover as _recover
-from .execution.run import Run
-from .ledger.steps import require_plan
+from ..execution import jobs as _jobs
+from ..ledger.approvals import approval_view
+from ..ledger.batch import observes_itself
+from ..execution.payloads import begin_payload
+from ..base.values import validate_id
+from ..base.canonical import read_document
+from ..base.errors import InvalidInput
+from ..calls.inflight import findings as calls_findings
+from ..ledger.lease import DEFAULT_TTL_SECONDS, default_ttl, lease_view
+from ..execution.recovery import decide, decision_exit_code, recover as _recover
+from ..execution.run import Run
+from ..ledger.steps import require_plan
 from .views import brief as _brief, decision_view, events_after, report as _report, status_view
 
 __all__ = [
@@ -202,7 +202,7 @@ def _contract_matches(run: Run, contract: Optional[str]) -> None:
 
 
 def status(run: Run) -> Dict[str, Any]:
-    """The run at a glance (:func:`runner.views.status_view`) with the holder's decision as ``next``."""
+    """The run at a glance (:func:`runner.surfaces.views.status_view`) with the holder's decision as ``next``."""
     return status_view(run.state, holder_decision(run))
 
 
@@ -248,7 +248,7 @@ def events(store: Any, after: int = 0, limit: Optional[int] = None) -> Dict[str,
 
 
 def report(run: Run) -> Dict[str, Any]:
-    """Recovery metrics of the whole run (:func:`runner.views.report`)."""
+    """Recovery metrics of the whole run (:func:`runner.surfaces.views.report`)."""
     return _report(run.state)
 
 
@@ -332,7 +332,7 @@ def effect_run(run: Run, key: str, payload: Optional[Dict[str, Any]] = None, inv
     :raises InvalidInput: nothing says how to call the target, or no payload.
     """
     # the executor and the adapters load only for a verb that calls a target
-    from .execution.drive import perform_effect
+    from ..execution.drive import perform_effect
 
     return _effect(key, perform_effect(run, key, payload, invoke, observe))
 
@@ -341,7 +341,8 @@ def step(run: Run, action: str, step_id: str, evidence: Optional[Dict[str, Any]]
          error: Optional[str] = None) -> Dict[str, Any]:
     """Start, finish (``done``) or fail a step; ``{"step", "record", "status", "recorded_intent", "next"}``.
 
-    ``next`` is what ``next`` decides now; ``recorded_intent`` the intent the state keeps (see :func:`runner.views.status_view`).
+    ``next`` is what ``next`` decides now; ``recorded_intent`` the intent the state keeps (see
+    :func:`runner.surfaces.views.status_view`).
 
     ``done`` with no evidence is accepted for a step whose evidence the runner observes itself.
 

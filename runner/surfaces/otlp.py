@@ -4,7 +4,7 @@ The file is JSON lines, one ``TracesData`` object per line and one line (one
 trace) per run, encoded as OTLP JSON: lowerCamelCase field names, enum values
 as integers, 64-bit integers as strings, trace and span ids as hex.
 
-Spans, from :class:`runner.history.History`:
+Spans, from :class:`runner.surfaces.history.History`:
 
 * the run: ``invoke_agent <task>`` (GenAI agent span), the root;
 * each lease holding (one worker's attempt at the run): ``attempt <owner>
@@ -27,7 +27,7 @@ the same run always gives the same trace.
 import json
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .base.canonical import sha256_hex
+from ..base.canonical import sha256_hex
 from .history import History, Holding, StepAttempt
 
 __all__ = ["trace", "write", "trace_id"]
@@ -137,7 +137,7 @@ def _step_span(out: _Trace, root: str, history: History, attempt: StepAttempt, w
 
 def trace(history: History, with_content: bool = False) -> Dict[str, Any]:
     """The run as one ``TracesData`` object (one trace); see the module docstring."""
-    from . import __version__
+    from .. import __version__
 
     out = _Trace(history)
     state = history.state

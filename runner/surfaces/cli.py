@@ -15,23 +15,24 @@ import sys
 import time
 from typing import AbstractSet, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from . import __version__, verbs
-from .ledger.approvals import payload_source
-from .ledger.batch import run_workspace
-from .calls.commands import INVOKE_EXITS, OBSERVE_EXITS
-from .contract.templates import PLACEHOLDERS
-from .contract.text import check_contract, load_contract
-from .ledger.states import EFFECT_STATES
-from .base.values import MAX_DURATION_SECONDS
-from .base.canonical import MAX_DOCUMENT_BYTES, loads_strict, read_document
-from .base.output import best_effort
-from .base.paths import PACKAGE_PARENT
-from .base.errors import EXIT_TABLE as EXIT_ROWS
-from .base.errors import InvalidInput, RunnerError, StateUnrecoverable
-from .execution.recovery import decision_exit_code, stop_for_error
-from .execution.run import Run
-from .stores import create_store, open_store, parse_store_url
-from .stores.file import RunStore, check
+from .. import __version__
+from . import verbs
+from ..ledger.approvals import payload_source
+from ..ledger.batch import run_workspace
+from ..calls.commands import INVOKE_EXITS, OBSERVE_EXITS
+from ..contract.templates import PLACEHOLDERS
+from ..contract.text import check_contract, load_contract
+from ..ledger.states import EFFECT_STATES
+from ..base.values import MAX_DURATION_SECONDS
+from ..base.canonical import MAX_DOCUMENT_BYTES, loads_strict, read_document
+from ..base.output import best_effort
+from ..base.paths import PACKAGE_PARENT
+from ..base.errors import EXIT_TABLE as EXIT_ROWS
+from ..base.errors import InvalidInput, RunnerError, StateUnrecoverable
+from ..execution.recovery import decision_exit_code, stop_for_error
+from ..execution.run import Run
+from ..stores import create_store, open_store, parse_store_url
+from ..stores.file import RunStore, check
 from .views import status_view
 
 __all__ = ["main", "build_parser"]
@@ -284,7 +285,7 @@ def output_file(text: str) -> str:
 
 
 def _concurrency(text: str) -> int:
-    from .contract.effects import MAX_CONCURRENCY
+    from ..contract.effects import MAX_CONCURRENCY
 
     value = positive(text)
     if value > MAX_CONCURRENCY:
@@ -492,7 +493,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from .calls import inflight
+    from ..calls import inflight
 
     if parse_store_url(_store_url(args))[0] != "file":
         # A database store checks its rows against the journal on open; what it rebuilt is a finding.
@@ -561,7 +562,7 @@ def cmd_contract(args: argparse.Namespace) -> int:
         for problem in problems:
             sys.stderr.write(problem + "\n")
         return InvalidInput.exit_code
-    from .base.canonical import content_digest
+    from ..base.canonical import content_digest
 
     assert block is not None
     emit(args, {"ok": True, "file": args.file, "task_id": block["task_id"], "plan_digest": content_digest(block), "steps": [s["id"] for s in block["steps"]]},
@@ -682,9 +683,9 @@ def _effect_commands(tail: List[str]) -> Tuple[Optional[List[str]], Optional[Lis
 
 
 def cmd_drive(args: argparse.Namespace) -> int:
-    from .execution.drive import drive
-    from .execution.executor import Executor, ThreadWorld
-    from .execution.flow import flow_for
+    from ..execution.drive import drive
+    from ..execution.executor import Executor, ThreadWorld
+    from ..execution.flow import flow_for
 
     if not args.owner:
         raise InvalidInput("drive needs --owner ID (the worker taking the lease)")
@@ -882,7 +883,7 @@ def cmd_job(args: argparse.Namespace) -> int:
 
 
 def cmd_work(args: argparse.Namespace) -> int:
-    from .execution.pool import load_handler, run_pool
+    from ..execution.pool import load_handler, run_pool
 
     url = _store_url(args)
     load_handler(args.handler_spec)  # fail here, once, rather than in every worker

@@ -24,9 +24,9 @@ that merely stalled past its lease looks the same, and is fenced the same.
 import threading
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .ledger.states import UNRESOLVED
-from .base.times import parse_time
-from .base.errors import RunnerError
+from ..ledger.states import UNRESOLVED
+from ..base.times import parse_time
+from ..base.errors import RunnerError
 from .views import report
 
 __all__ = ["History", "Holding", "StepAttempt", "EffectPath", "Approval", "build", "load", "Recorder", "EXCEPTIONAL"]

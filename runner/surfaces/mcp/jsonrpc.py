@@ -10,7 +10,7 @@ It knows nothing of tools or runs.
 import json
 from typing import Any, BinaryIO, Dict, NamedTuple, Optional, Union
 
-from ..base.canonical import loads_strict
+from ...base.canonical import loads_strict
 
 __all__ = [
     "PROTOCOL_VERSION",

@@ -2,15 +2,15 @@
 
 Three modules, one concept each:
 
-* :mod:`runner.mcp.jsonrpc`: newline-delimited JSON-RPC 2.0 framing: reading
+* :mod:`runner.surfaces.mcp.jsonrpc`: newline-delimited JSON-RPC 2.0 framing: reading
   one bounded message, classifying it, and the error objects of the protocol.
-* :mod:`runner.mcp.tools`: the tool table: each tool's JSON Schemas (input and
+* :mod:`runner.surfaces.mcp.tools`: the tool table: each tool's JSON Schemas (input and
   output), its annotations, the authority it needs, and the library call it makes.
-* :mod:`runner.mcp.server`: the session: the initialize handshake, the methods,
+* :mod:`runner.surfaces.mcp.server`: the session: the initialize handshake, the methods,
   the resources, and the lease the server holds for its owner.
 
 Standard library only; every tool calls the library (:class:`runner.execution.run.Run`,
-:mod:`runner.execution.recovery`, :mod:`runner.views`), never the command line.
+:mod:`runner.execution.recovery`, :mod:`runner.surfaces.views`), never the command line.
 """
 
 from .jsonrpc import PROTOCOL_VERSION
