@@ -263,16 +263,14 @@ class LayoutTest(unittest.TestCase):
             "(a package's module may take only __version__ from runner)",
         ])
 
-    def test_a_module_outside_the_packages_is_left_alone_while_the_tree_is_rearranged(self) -> None:
+    def test_a_module_outside_the_packages_is_reported(self) -> None:
         # Unplaced: a module at the top that is neither the program nor a former name, and a package of no layer.
         files = {"effects.py": "from .surfaces import cli\n", "mcp/__init__.py": "",
                  "mcp/server.py": "from ..effects import cli\n",
                  "ledger/approvals.py": "from .. import effects\nfrom ..mcp import server\n"}
         root = _small_runner(self, files)
-        self.assertEqual(check_layers.violations(root), [])
-        closed = check_layers.LAYOUT._replace(unplaced_exempt=False)
-        # Once the tree is closed, each module outside the packages is reported (the imports of it need not be).
-        self.assertEqual(check_layers.violations(root, closed), [
+        # Each module outside the packages is reported once; the imports of it and by it need not be.
+        self.assertEqual(check_layers.violations(root), [
             "runner/effects.py: a module of the runner belongs to one of its packages",
             "runner/mcp/__init__.py: runner.mcp is in no package of the layers (runner.base, runner.contract, "
             "runner.ledger, runner.stores, runner.calls, runner.adapters, runner.execution, runner.surfaces, "
@@ -285,14 +283,13 @@ class LayoutTest(unittest.TestCase):
     def test_a_former_name_becomes_a_shim_once_its_module_exists(self) -> None:
         shim = ('"""Former name of runner.execution.run."""\nimport sys\nfrom .execution import run as _module\n\n'
                 'sys.modules[__name__] = _module\n')
-        # Before the move, runner/run.py is an unplaced module like any other.
+        # Without the module it names, runner/run.py is a module outside the packages like any other.
         before = _small_runner(self, {"run.py": "from .surfaces import cli\n",
                                       "ledger/lease.py": "from .. import run\n"})
-        self.assertEqual(check_layers.violations(before), [])
+        self.assertEqual(check_layers.violations(before),
+                         ["runner/run.py: a module of the runner belongs to one of its packages"])
         after = _small_runner(self, {"execution/run.py": "from ..ledger import effects\n", "run.py": shim})
-        self.assertEqual(check_layers.violations(after), [])
-        closed = check_layers.LAYOUT._replace(unplaced_exempt=False)
-        self.assertEqual(check_layers.violations(after, closed), [], "a shim is placed: it is at the top by right")
+        self.assertEqual(check_layers.violations(after), [], "a shim is placed: it is at the top by right")
         wrong = _small_runner(self, {"execution/run.py": "", "run.py": shim + "from .ledger import effects  # noqa\n",
                                      "surfaces/verbs.py": "from ..run import Run  # noqa\n",
                                      "ledger/lease.py": "\n\ndef _late():\n    import runner.run  # noqa\n"})
@@ -341,7 +338,7 @@ class LayoutTest(unittest.TestCase):
         root = _small_runner(self, {"base/fs.py": "from ..ledger.effects import errors\n", "effects.py": ""})
         other = os.path.join(os.path.dirname(root), "pkg")
         os.rename(root, other)
-        self.assertEqual(check_layers.violations(other, check_layers.LAYOUT._replace(unplaced_exempt=False)), [])
+        self.assertEqual(check_layers.violations(other), [])
 
 
 class FormerNamesTest(unittest.TestCase):
@@ -350,20 +347,44 @@ class FormerNamesTest(unittest.TestCase):
     def test_each_former_name_is_its_module(self) -> None:
         import importlib
 
-        kept = 0
         for former, module in check_layers.COMPAT.items():
-            if not os.path.exists(os.path.join(ROOT, *module.split(".")) + ".py"):
-                self.assertTrue(check_layers.UNPLACED_EXEMPT, f"{module} is missing")
-                continue  # while the tree is rearranged: the module is still at its former name
-            if not os.path.exists(os.path.join(ROOT, *former.split(".")) + ".py"):
-                self.assertTrue(check_layers.UNPLACED_EXEMPT, f"{former} has no shim")
-                continue  # while the tree is rearranged: the shim comes in the commit after the move
             with self.subTest(former=former):
+                self.assertTrue(os.path.exists(os.path.join(ROOT, *former.split(".")) + ".py"), f"{former} has no shim")
                 self.assertIs(importlib.import_module(former), importlib.import_module(module))
                 parent, _, name = former.rpartition(".")
                 self.assertIs(getattr(importlib.import_module(parent), name), importlib.import_module(module))
-                kept += 1
-        self.assertGreater(kept, 0)
+
+
+class ReadmeMapTest(unittest.TestCase):
+    """README.md's map of runner/ names every package and every file at the top, and where it says a thing is, it is."""
+
+    def setUp(self) -> None:
+        with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as handle:
+            text = handle.read()
+        found = re.search(r"```text\n( *runner/ .*?)```", text, re.S)
+        self.assertIsNotNone(found, "README.md has no map of runner/")
+        assert found is not None
+        self.map = found.group(1)
+        self.where = re.split(r"\n(?:\n|- )", text[found.end():].strip(), maxsplit=1)[0]
+
+    def test_every_package_and_file_at_the_top_is_on_the_map(self) -> None:
+        named = set(re.findall(r"^ +(\w+/) ", self.map, re.M)) | set(re.findall(r"(\w+\.py)\b", self.map))
+        packages = {name.rpartition(".")[2] + "/" for name in (*check_layers.LAYERS, *check_layers.SIDE)}
+        files = {name for name in os.listdir(os.path.join(ROOT, "runner")) if name.endswith(".py")}
+        self.assertEqual(packages - named, set())
+        self.assertEqual(files - named, set())
+
+    def test_each_thing_is_where_the_map_says(self) -> None:
+        self.assertTrue(self.where.startswith("Where is"), self.where)
+        places = re.findall(r"`([\w/]+\.py)`([^.]*)", self.where)
+        self.assertGreater(len(places), 4)
+        for path, rest in places:
+            with self.subTest(path=path):
+                with open(os.path.join(ROOT, "runner", *path.split("/")), encoding="utf-8") as handle:
+                    source = handle.read()
+                for name in re.findall(r"`(\w+)`", rest):
+                    defined = re.search(rf"(?m)^(?:def |class )?{name}\b", source)
+                    self.assertIsNotNone(defined, f"{name} is not defined at the top of {path}")
 
 
 class EngineModulesTest(unittest.TestCase):

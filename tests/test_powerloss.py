@@ -1,6 +1,6 @@
 """Power-loss exploration of the run store, and the persistence model it rests on.
 
-The explorer itself is in ``runner/crashcheck.py``. These tests check three
+The explorer itself is in ``runner/proof/crashcheck.py``. These tests check three
 things: the model admits exactly the states its documentation promises; the
 real store keeps its invariant at every crash point; and each deliberately
 broken write path is caught by the invariant it breaks.

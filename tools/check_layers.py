@@ -34,11 +34,8 @@ sits at module level or inside a function:
 * **placement**: a module directly under ``runner/`` is one of :data:`TOP`
   or a former name kept for harnesses (:data:`COMPAT`), which imports only
   the module it names and which no module of the runner imports; every other
-  module lives in a package of :data:`LAYERS` or :data:`SIDE`. While the tree
-  is being rearranged (:data:`UNPLACED_EXEMPT`), a module not yet in one of
-  those packages is exempt from this rule and the one above, as importer and
-  as imported, and a former name becomes a shim only once the module it
-  names exists.
+  module lives in a package of :data:`LAYERS` or :data:`SIDE`. A former name
+  whose module is missing is a module outside the packages like any other.
 * **package docstrings**: the docstring of each package of :data:`LAYERS`
   and :data:`SIDE` ends with the sentence that says what it may import, as
   :func:`may_import` words it from the tables, so that the two cannot
@@ -80,8 +77,6 @@ COMPAT = {"runner.run": "runner.execution.run", "runner.verbs": "runner.surfaces
           "runner.jobs": "runner.execution.jobs", "runner.pool": "runner.execution.pool"}
 #: The modules at the top: what a harness imports (lazily) and the program.
 TOP = ("runner", "runner.__main__")
-#: True while modules are moved into the packages: one not yet in a package of LAYERS or SIDE is left alone.
-UNPLACED_EXEMPT = True
 
 
 class Layout(NamedTuple):
@@ -91,7 +86,6 @@ class Layout(NamedTuple):
     side: Mapping[str, Union[str, Tuple[str, ...]]]
     compat: Mapping[str, str]
     top: Tuple[str, ...]
-    unplaced_exempt: bool
 
     @property
     def package(self) -> str:
@@ -108,7 +102,7 @@ class Layout(NamedTuple):
         return self.layers[: self.layers.index(package)]
 
 
-LAYOUT = Layout(LAYERS, SIDE, COMPAT, TOP, UNPLACED_EXEMPT)
+LAYOUT = Layout(LAYERS, SIDE, COMPAT, TOP)
 
 
 def may_import(package: str, layout: Layout = LAYOUT) -> str:
@@ -322,7 +316,7 @@ def _has_own_rule(target: str) -> bool:
 
 
 def _placement(modules: Dict[str, str], top: str, layout: Layout) -> List[str]:
-    """Each module outside the packages of the layout (unless exempt), and each shim of a former name that imports
+    """Each module outside the packages of the layout, and each shim of a former name that imports
     anything of the runner but the module it names."""
     bad = []
     for module, path in modules.items():
@@ -332,7 +326,7 @@ def _placement(modules: Dict[str, str], top: str, layout: Layout) -> List[str]:
             for use in uses(path, module, set(modules)):
                 if _under(use.target, layout.package) and use.target != shim:
                     bad.append(f"{rel}:{use.line}: {module} imports {use.target} (a former name imports only {shim})")
-        elif module in layout.top or layout.home(module) is not None or layout.unplaced_exempt:
+        elif module in layout.top or layout.home(module) is not None:
             continue
         elif module.count(".") == 1 and os.path.basename(path) != "__init__.py":
             bad.append(f"{rel}: a module of the runner belongs to one of its packages")
@@ -349,7 +343,7 @@ def _direction(module: str, rel: str, use: Use, layout: Layout, modules: Dict[st
         return f"{rel}:{use.line}: {module} imports {target}, a former name kept for harnesses (import {shim})"
     mine, theirs = layout.home(module), layout.home(target)
     if mine is None or _has_own_rule(target):
-        return None  # at the top, unplaced, or judged by the proof and engines rules
+        return None  # at the top, outside the packages (placement reports it), or judged by the proof and engines rules
     if target in layout.top:
         if target == layout.package and use.name == "__version__":
             return None
