@@ -3,6 +3,7 @@ leaves the field out, every contract in templates/ reads, each field holds what 
 is read once per plan."""
 
 import glob
+import inspect
 import json
 import os
 import unittest
@@ -13,9 +14,10 @@ from runner.base.errors import InvalidInput
 from runner.base.pointer import parse_pointer
 from runner.contract import spec
 from runner.contract.lookups import MANY_DEFAULT
-from runner.contract.text import effect_needs_approval, key_allowed, load_contract, parse_contract_text
+from runner.adapters.commands import CommandAdapter
+from runner.contract.text import load_contract, parse_contract_text
 from runner.ledger import batch
-from runner.execution import evidence, executor, flow, lifecycle
+from runner.execution import evidence, flow, lifecycle
 from runner.calls import commands
 from runner.ledger import effects, lease, retry
 from runner.ledger.envelope import new_envelope
@@ -135,11 +137,15 @@ class DefaultsTest(unittest.TestCase):
         effects_spec, step = made.effects, made.steps[0]
         self.assertEqual(effects_spec.max_attempts, effects.DEFAULT_MAX_ATTEMPTS)
         self.assertEqual(effects_spec.max_rate_limited, effects.DEFAULT_MAX_RATE_LIMITED)
-        for today in (commands.DEFAULT_TIMEOUT, executor.DEFAULT_TIMEOUT, lifecycle.Caps().timeout):
+        # One default for a call's time, wherever a call is made without the contract's.
+        for today in (lifecycle.Caps().timeout, CommandAdapter(["i"], ["o"]).timeout,
+                      inspect.signature(commands.run_command).parameters["timeout"].default):
             self.assertEqual(effects_spec.timeout_seconds, today)
-        self.assertEqual(spec.DEFAULT_CALL_TIMEOUT, commands.DEFAULT_TIMEOUT)
+        self.assertEqual(spec.DEFAULT_CALL_TIMEOUT, effects_spec.timeout_seconds)
         self.assertEqual(effects_spec.settle_seconds, lifecycle.Caps().settle)
-        self.assertEqual(effects_spec.concurrency, flow.flow_for({}, None, 0.0).limit)
+        state = new_envelope("t", {"contract": 1, "task_id": "t", "goal": "g", "steps": [{"id": "s"}]}, "0" * 64,
+                             "2026-01-01T00:00:00.000Z")
+        self.assertEqual(effects_spec.concurrency, flow.flow_for(state, None, 0.0).limit)
         self.assertEqual(
             (effects_spec.key_pattern, effects_spec.approval, effects_spec.several_approvals), (None, (), False)
         )
@@ -183,7 +189,8 @@ class TemplatesTest(unittest.TestCase):
                 made = spec.read_contract(load_contract(path))
                 self.assertEqual(made.task_id, block["task_id"])
                 self.assertEqual([s.id for s in made.steps], [s["id"] for s in block["steps"]])
-                self.assertEqual(made.effects.performs_effects, batch.performs_effects(block))
+                effects_block = block.get("effects", {})
+                self.assertEqual(made.effects.performs_effects, "invoke" in effects_block or "http" in effects_block)
                 self.assertEqual(
                     [s.observes_itself for s in made.steps], [batch.observes_itself(s) for s in block["steps"]]
                 )
@@ -316,19 +323,17 @@ class FieldsTest(unittest.TestCase):
             ("Idempotency-Key", "X-Epoch", True, 86400, None),
         )
 
-    def test_key_rules_answer_as_the_contract_module_does(self) -> None:
-        block = _checked(FULL)
-        made = spec.read_contract(block).effects
-        for key in ("doc-xa:t", "doc-b:t", "Doc-B", "x" * 300, "more-a"):
+    def test_key_rules_match_the_whole_key_and_the_approval_globs(self) -> None:
+        made = spec.read_contract(_checked(FULL)).effects  # key_pattern [a-z0-9:.-]+, approval doc-x*
+        for key, allowed, gated in (("doc-xa:t", True, True), ("doc-b:t", True, False), ("Doc-B", False, False),
+                                    ("x" * 300, False, False), ("more-a", True, False)):
             with self.subTest(key=key):
-                self.assertEqual(made.key_allowed(key), bool(key_allowed(block, key)))
-                self.assertEqual(made.needs_approval(key), effect_needs_approval(block, key))
+                self.assertEqual((made.key_allowed(key), made.needs_approval(key)), (allowed, gated))
         unsafe = spec.EffectsSpec(key_pattern="(a+)+")
         with self.assertRaises(InvalidInput) as raised:
             unsafe.key_allowed("aaa")
-        with self.assertRaises(InvalidInput) as today:
-            key_allowed({"effects": {"key_pattern": "(a+)+"}}, "aaa")
-        self.assertEqual(raised.exception.message, today.exception.message)
+        self.assertRegex(raised.exception.message,
+                         "^the run's contract has an unsafe .+; migrate to a contract that passes `contract check FILE`$")
 
     def test_the_timeout_of_a_call_is_the_adapter_s_else_the_contract_s(self) -> None:
         class Adapter:

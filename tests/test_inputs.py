@@ -21,7 +21,8 @@ try:
 except ImportError:
     from support import util as _util
 
-from runner.contract.text import key_allowed, parse_contract_text
+from runner.contract.spec import EffectsSpec
+from runner.contract.text import parse_contract_text
 from runner.base.values import MAX_DURATION_SECONDS, one_line
 from runner.base.times import format_time, parse_time
 from runner.base.canonical import MAX_JSON_DEPTH, loads_strict
@@ -305,8 +306,8 @@ class KeyPatternTest(CliCase):
             with self.subTest(pattern=pattern, key=key):
                 self.assertEqual(KeyPattern(pattern).fullmatch(key), expected)
         with self.assertRaisesRegex(InvalidInput, "migrate"):
-            key_allowed({"effects": {"key_pattern": "(a+)+b"}}, "aaa")
-        self.assertFalse(key_allowed({"effects": {"key_pattern": "a*"}}, "a" * 201))
+            EffectsSpec(key_pattern="(a+)+b").key_allowed("aaa")
+        self.assertFalse(EffectsSpec(key_pattern="a*").key_allowed("a" * 201))
 
     def test_matching_agrees_with_re_and_its_automaton_stays_small(self) -> None:
         import random

@@ -8,8 +8,17 @@ from runner.base.times import format_time
 from runner.execution.executor import caps_for
 from runner.base.errors import Failed, Fenced, NeedsReconciliation
 from runner.execution.lifecycle import LOOK_AGAIN_SECONDS, Answer, Call, Caps, Facts, Move, Seen, next_move, quiet_since
+from runner.ledger.envelope import new_envelope
 
 T0 = 1_790_000_000.0
+
+
+def run_under(effects: Dict[str, Any]) -> Dict[str, Any]:
+    """A run's state whose contract has the ``effects`` section given."""
+    plan = {"contract": 1, "task_id": "t", "goal": "g", "steps": [{"id": "s"}], "effects": effects}
+    return new_envelope("t", plan, "0" * 64, format_time(T0))
+
+
 KEY = "doc-1:ticket"
 
 
@@ -114,10 +123,8 @@ class CallsInFlightTest(unittest.TestCase):
         early = Seen("absent", {}, T0 + 90.01)
         got = move(effect("acknowledged", receipt={"t": 1}), calls=(ended,), caps=Caps(settle=30, look_early=False), seen=early, now=T0 + 90.01)
         self.assertEqual(got, Move("wait", until=T0 + 120), "each early lookup would spend a token an invoke needs")
-        plan = {"effects": {"settle_seconds": 30}}
-        self.assertTrue(caps_for({"plan": plan}, object()).look_early)
-        plan["effects"]["rate"] = {"per_second": 2}
-        self.assertFalse(caps_for({"plan": plan}, object()).look_early)
+        self.assertTrue(caps_for(run_under({"settle_seconds": 30}), object()).look_early)
+        self.assertFalse(caps_for(run_under({"settle_seconds": 30, "rate": {"per_second": 2}}), object()).look_early)
 
     def test_a_lookup_while_an_earlier_call_may_be_on_its_way_waits_for_its_deadline_before_looking_again(self) -> None:
         caps = Caps(timeout=30, settle=5)  # a started effect the registry never saw: it may call until T0 + 30

@@ -15,6 +15,8 @@ from typing import Any, Dict, List
 from runner.contract.effects import effects_problems
 from runner.adapters.commands import CommandAdapter
 from runner.calls.commands import Outcome
+from runner.contract.lookups import MANY_DEFAULT
+from runner.contract.spec import ManyCommand
 from runner.contract.effects import many_problems
 from runner.calls.target import NotApplied
 from tests.support.batch import batch_contract
@@ -40,7 +42,9 @@ class AdapterTest(unittest.TestCase):
             calls.append(list(argv))
             return answer
 
-        return CommandAdapter(["invoke"], ["observe"], values={"run_id": "r1"}, runner=runner, many=many)
+        section = ManyCommand(command=tuple(many["command"]), match=many["match"], value=many["value"],
+                              list=many.get("list", ""), max=many.get("max", MANY_DEFAULT))
+        return CommandAdapter(["invoke"], ["observe"], values={"run_id": "r1"}, runner=runner, many=section)
 
     def test_each_becomes_one_argument_per_key_and_the_list_is_matched_back(self) -> None:
         calls: List[List[str]] = []

@@ -26,17 +26,18 @@ whose calls the executor (:mod:`runner.execution.executor`) makes like any other
 """
 
 import os
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..base.canonical import canonical_json, loads_strict
 from ..base.errors import InvalidInput
 from ..base.pointer import MISSING, matched, parse_pointer, resolve_pointer, shown
-from ..calls.commands import (DEFAULT_TIMEOUT, EXIT_REFUSED, EXIT_STALE_EPOCH, EXIT_TEMPFAIL, MAX_RETRY_AFTER, Outcome,
-                              run_command)
+from ..calls.commands import EXIT_REFUSED, EXIT_STALE_EPOCH, EXIT_TEMPFAIL, MAX_RETRY_AFTER, Outcome, run_command
 from ..calls.target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
-from ..contract.effects import EACH
-from ..contract.lookups import MANY_DEFAULT
+from ..contract.effects import DEFAULT_CALL_TIMEOUT, EACH
 from ..contract.templates import expand
+
+if TYPE_CHECKING:
+    from ..contract.spec import ManyCommand
 
 __all__ = ["CommandAdapter"]
 
@@ -61,14 +62,14 @@ class CommandAdapter:
     deduplicates = False
 
     def __init__(self, invoke: Sequence[str], observe: Sequence[str], *, values: Optional[Mapping[str, Any]] = None,
-                 cwd: Optional[str] = None, timeout: float = DEFAULT_TIMEOUT, runner: Optional[Callable[..., Outcome]] = None,
-                 many: Optional[Mapping[str, Any]] = None) -> None:
+                 cwd: Optional[str] = None, timeout: float = DEFAULT_CALL_TIMEOUT,
+                 runner: Optional[Callable[..., Outcome]] = None, many: Optional["ManyCommand"] = None) -> None:
         """``runner`` runs one argument list (default :func:`run_command`); a benchmark may pass a stand-in.
-        ``many``: the contract's ``observe_many`` section, checked by :func:`~runner.contract.effects.many_problems`."""
+        ``many``: the contract's ``observe_many`` section (its spec)."""
         if not invoke or not observe:
             raise InvalidInput("an effect run needs both an invoke and an observe command")
         self.invoke_argv, self.observe_argv = list(invoke), list(observe)
-        self.many = dict(many) if many else None
+        self.many = many
         self.values = dict(values or {})
         self.cwd, self.timeout = cwd, float(timeout)
         self.runner = runner or run_command
@@ -139,12 +140,12 @@ class CommandAdapter:
     @property
     def batch_key(self) -> Optional[Tuple[Any, ...]]:
         """Adapters with one ``batch_key`` may be looked up together by :meth:`observe_many` (None: no ``observe_many``)."""
-        return None if self.many is None else ("commands", canonical_json(self.many), self.cwd)
+        return None if self.many is None else ("commands", self.many, self.cwd)
 
     @property
     def observe_batch(self) -> int:
         """The most keys one :meth:`observe_many` asks for."""
-        return int(self.many.get("max", MANY_DEFAULT)) if self.many is not None else 1
+        return self.many.max if self.many is not None else 1
 
     def observe_many(self, items: Sequence[Tuple[str, Dict[str, Any], Any]]) -> List[Observation]:
         """Look the keys of ``items`` (``(key, payload, adapter)``, each adapter holding its key's placeholders) up with
@@ -157,9 +158,10 @@ class CommandAdapter:
         """
         if self.many is None:
             raise InvalidInput("this contract has no effects.observe_many: keys are looked up one by one")
-        wanted = [expand([self.many["value"]], dict(getattr(adapter, "values", self.values), key=key))[0] for key, _, adapter in items]
+        wanted = [expand([self.many.value], dict(getattr(adapter, "values", self.values), key=key))[0]
+                  for key, _, adapter in items]
         argv: List[str] = []
-        for arg in expand(self.many["command"], self.values):
+        for arg in expand(self.many.command, self.values):
             argv.extend(wanted if arg == EACH else [arg])
         result = self.runner(argv, cwd=self.cwd, timeout=self.timeout)
         base = {"source": "observe_many command", "exit_code": result.exit_code, "stdout_sha256": result.stdout_sha256, "keys": len(items)}
@@ -170,13 +172,13 @@ class CommandAdapter:
             document = loads_strict(result.stdout.decode("utf-8")) if result.exit_code == 0 else MISSING
         except (ValueError, UnicodeDecodeError):
             document = MISSING
-        listed = resolve_pointer(document, parse_pointer(self.many.get("list", ""))) if document is not MISSING else MISSING
+        listed = resolve_pointer(document, parse_pointer(self.many.list)) if document is not MISSING else MISSING
         if not isinstance(listed, list):
             reason = (f"timed out after {self.timeout:g}s" if result.timed_out else f"exit {result.exit_code}: {result.tail(200)}"
                       if result.exit_code != 0 else "stdout holds no JSON list at the pointer 'list'")
             return [Observation("unseen", dict(base, reason=reason)) for _ in items]
         complete = isinstance(document, dict) and document.get("complete") is True
-        found = matched(listed, parse_pointer(self.many["match"]))
+        found = matched(listed, parse_pointer(self.many.match))
         out = []
         for want in wanted:
             matches = found.get(want, [])

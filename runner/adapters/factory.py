@@ -8,8 +8,8 @@ HTTP client.
 from typing import Any, Callable, Dict, Optional, Sequence
 
 from ..base.errors import InvalidInput
-from ..calls.commands import DEFAULT_TIMEOUT
 from ..calls.target import Adapter
+from ..contract.spec import contract_of
 from ..ledger import batch as _batch
 from .commands import CommandAdapter
 
@@ -22,7 +22,7 @@ def adapter_for(state: Dict[str, Any], key: str, invoke: Optional[Sequence[str]]
 
     :raises InvalidInput: nothing says how to call the target, or a header's secret cannot be read now.
     """
-    effects = state["plan"].get("effects", {})
+    effects = contract_of(state).effects  # read once per plan: every item's adapter shares it
     values: Dict[str, Any] = {"run_id": state["task_id"]}
     root = _batch.run_workspace(state)
     found = _batch.owner_of(state, key)
@@ -31,20 +31,17 @@ def adapter_for(state: Dict[str, Any], key: str, invoke: Optional[Sequence[str]]
         record = state["steps"][step]
         root = record.get("workspace") or root
         values.update(_batch.item_values_of(state, step, index))
-    timeout = float(effects.get("timeout_seconds", DEFAULT_TIMEOUT))
-    if not invoke and not observe and "http" in effects:
-        from ..contract.spec import contract_of
+    timeout = effects.timeout_seconds
+    if not invoke and not observe and effects.http is not None:
         from .http import HttpAdapter  # here: a contract with commands need not import the HTTP client
 
-        http = contract_of(state).effects.http  # read once per plan: every item's adapter shares it
-        if http is not None:
-            return HttpAdapter(http, values=values, workspace=root, timeout=timeout)
+        return HttpAdapter(effects.http, values=values, workspace=root, timeout=timeout)
     inline = bool(invoke or observe)
-    invoke = list(invoke) if invoke else effects.get("invoke")
-    observe = list(observe) if observe else effects.get("observe")
+    invoke = list(invoke) if invoke else effects.invoke
+    observe = list(observe) if observe else effects.observe
     if not invoke or not observe:
         raise InvalidInput("effect run needs an invoke and an observe command: the contract's effects.invoke and effects.observe, "
                            "or '-- COMMAND ... --observe -- COMMAND ...'")
     values["workspace"] = root
     return CommandAdapter(invoke, observe, values=values, cwd=root, timeout=timeout, runner=runner,
-                          many=None if inline else effects.get("observe_many"))
+                          many=None if inline else effects.observe_many)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, NamedTuple, Optional
 
 from ..base.canonical import loads_strict, sha256_hex
 from ..base.errors import InvalidInput
+from ..contract.effects import DEFAULT_CALL_TIMEOUT
 
 # subprocess, selectors, shutil, tempfile and runner.calls.inflight are imported where a command runs: every verb
 # imports this module (for its placeholders and exit tables) and most run no command, so they would only lengthen
@@ -32,14 +33,10 @@ if TYPE_CHECKING:
 __all__ = [
     "Outcome",
     "run_command",
-    "DEFAULT_TIMEOUT",
     "OUTPUT_LIMIT",
     "INVOKE_EXITS",
     "OBSERVE_EXITS",
 ]
-
-#: Seconds a command may take unless the contract says otherwise.
-DEFAULT_TIMEOUT = 60.0
 
 #: Bytes of stdout (and of stderr) kept from one command; the rest is read and discarded.
 OUTPUT_LIMIT = 256 * 1024
@@ -98,7 +95,7 @@ class Outcome(NamedTuple):
         return text[-limit:].replace("\n", " | ")
 
 
-def run_command(argv: Sequence[str], *, cwd: Optional[str] = None, timeout: float = DEFAULT_TIMEOUT,
+def run_command(argv: Sequence[str], *, cwd: Optional[str] = None, timeout: float = DEFAULT_CALL_TIMEOUT,
                 env: Optional[Mapping[str, str]] = None, limit: int = OUTPUT_LIMIT) -> Outcome:
     """Run ``argv`` (never parsed by a shell) in ``cwd``; stop it after ``timeout`` seconds.
 

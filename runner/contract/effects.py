@@ -14,7 +14,11 @@ from .steps import _argv_problem
 from .templates import PLACEHOLDERS, is_field, placeholders_in
 
 __all__ = ["effects_problems", "many_problems", "flow_problems", "EACH", "MAX_CONCURRENCY", "GROUP_PLACEHOLDERS",
-           "GROUP_FIELD"]
+           "GROUP_FIELD", "DEFAULT_CALL_TIMEOUT"]
+
+#: Seconds one call of the target may take unless ``effects.timeout_seconds`` says otherwise. Here, beside the check
+#: of that field, so that running a command (every verb imports it) does not load the specs.
+DEFAULT_CALL_TIMEOUT = 60.0
 
 #: What the ``observe_many`` section holds, and what its command's arguments and each key's ``value`` may name.
 MANY_FIELDS = ("command", "list", "match", "value", "max")

@@ -22,6 +22,7 @@ from ..base.errors import InvalidInput
 from ..base.pointer import parse_pointer
 from ..base.values import MAX_ID_LENGTH
 from .http import EACH, INVOKE_DEFAULTS, INVOKE_METHODS, OBSERVE_DEFAULTS, OBSERVE_METHODS, split_url
+from .effects import DEFAULT_CALL_TIMEOUT
 from .lookups import MANY_DEFAULT
 
 __all__ = [
@@ -46,8 +47,6 @@ __all__ = [
     "contract_of",
 ]
 
-#: Seconds one call of the target may take unless ``effects.timeout_seconds`` says otherwise.
-DEFAULT_CALL_TIMEOUT = 60.0
 #: Seconds a step's checks may run unless its ``timeout_seconds`` says otherwise: long enough for a test suite.
 CHECK_TIMEOUT = 600.0
 #: The payload of a batch item whose step declares none.
@@ -424,13 +423,16 @@ def read_contract(block: Mapping[str, Any]) -> Contract:
     """The specs of a contract block whose checks found nothing (:func:`runner.contract.text.parse_contract_text`).
 
     Pure: it reads only ``block`` and checks nothing again, so a block that
-    did not pass the checks may raise anything.
+    did not pass the checks may raise anything. A run's plan is such a block,
+    unless a harness began the run with a plan of its own that names only the
+    sections it uses (the simulation's may name its effects alone): a field
+    left out reads as its default, and the task, goal and steps as none.
     """
     limits, retry, lease, jobs = (block.get(name) or {} for name in ("limits", "retry", "lease", "jobs"))
     return Contract(
-        task_id=block["task_id"],
-        goal=block["goal"],
-        steps=tuple(_step(step) for step in block["steps"]),
+        task_id=block.get("task_id", ""),
+        goal=block.get("goal", ""),
+        steps=tuple(_step(step) for step in block.get("steps", [])),
         version=int(block.get("contract", 1)),
         non_goals=_strings(block.get("non_goals")),
         allowed_actions=_strings(block.get("allowed_actions")),

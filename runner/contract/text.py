@@ -8,12 +8,11 @@ problem with the file's line number; :func:`load_contract` returns the block
 or raises :class:`~runner.base.errors.InvalidInput` with the first problem.
 """
 
-import fnmatch
 import json
 import re
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
-from ..base.values import MAX_DURATION_SECONDS, MAX_ID_LENGTH, check_duration, validate_id
+from ..base.values import MAX_DURATION_SECONDS, check_duration, validate_id
 from ..base.canonical import loads_strict, read_document
 from .effects import effects_problems, flow_problems
 from .lookups import shared_lookup
@@ -21,8 +20,7 @@ from .steps import effects_field_problems, step_problems
 from ..base.errors import InvalidInput
 
 __all__ = [
-    "CONTRACT_VERSION", "ContractProblem", "check_contract", "load_contract", "parse_contract_text", "effect_needs_approval", "key_allowed",
-    "MAX_TTL_SECONDS",
+    "CONTRACT_VERSION", "ContractProblem", "check_contract", "load_contract", "parse_contract_text", "MAX_TTL_SECONDS",
 ]
 
 CONTRACT_VERSION = 1
@@ -324,28 +322,3 @@ def load_contract(path: str) -> Dict[str, Any]:
         raise InvalidInput(problems[0] + more)
     return block
 
-
-def key_allowed(plan: Dict[str, Any], key: str) -> bool:
-    """True when the contract's ``effects.key_pattern`` (if any) matches the whole key.
-
-    Matching takes time linear in the key, which is at most :data:`MAX_ID_LENGTH`
-    characters, so it is safe under the run's lock (see :mod:`runner.base.keypattern`).
-
-    :raises InvalidInput: the stored pattern is outside the bounded subset (a run
-        started before patterns were checked); a migration to a valid contract fixes it.
-    """
-    pattern = plan.get("effects", {}).get("key_pattern")
-    if pattern is None:
-        return True
-    try:
-        from ..base.keypattern import compile_pattern  # here: most runs have no key pattern
-
-        compiled = compile_pattern(pattern)
-    except InvalidInput as exc:
-        raise InvalidInput(f"the run's contract has an unsafe {exc.message}; migrate to a contract that passes `contract check FILE`") from None
-    return len(key) <= MAX_ID_LENGTH and compiled.fullmatch(key)
-
-
-def effect_needs_approval(plan: Dict[str, Any], key: str) -> bool:
-    """True when an ``effects.approval`` glob matches the key."""
-    return any(fnmatch.fnmatchcase(key, pattern) for pattern in plan.get("effects", {}).get("approval", []))

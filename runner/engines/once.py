@@ -33,6 +33,7 @@ from ..base.canonical import content_digest
 from ..base.errors import Failed, Fenced, NeedsReconciliation
 from ..execution.lifecycle import Answer, Caps, Facts, Seen, next_move
 from ..calls.target import Adapter, NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
+from ..contract.spec import EffectsSpec
 
 __all__ = ["effect_key", "perform_once", "observe_once", "EffectUncertain", "EffectConflict", "WINDOWS"]
 
@@ -105,7 +106,7 @@ def perform_once(
     record: Optional[Dict[str, Any]] = None
     if maybe_done:
         record = {"state": "uncertain", "attempts": 0, "receipt": None, "started_at": stamp, "updated_at": stamp}
-    caps = Caps(timeout=float(getattr(adapter, "timeout", 0) or 60), deduplicates=bool(getattr(adapter, "deduplicates", False)),
+    caps = Caps(timeout=EffectsSpec().timeout_for(adapter), deduplicates=bool(getattr(adapter, "deduplicates", False)),
                 retention=getattr(adapter, "retention_seconds", None))
     seen: Optional[Seen] = None
     answer = None

@@ -27,6 +27,7 @@ from typing import IO, Any, Callable, Dict, Iterator, Optional, Sequence
 
 from ..ledger import batch as _batch
 from ..adapters.factory import adapter_for
+from ..contract.spec import contract_of
 from .payloads import begin_payload, item_payload
 from ..base.times import parse_time
 from ..base.canonical import content_digest
@@ -107,7 +108,7 @@ def drive(run: Any, owner: str, *, ttl: float, max_actions: Optional[int] = None
     shown = _Progress(progress, clock)
     decision = recover(run, owner, ttl)
     if executor is None:
-        executor = Executor(run, world=ThreadWorld(sleep), ttl=ttl, flow=flow_for(run.state["plan"], parallel, run.clock()))
+        executor = Executor(run, world=ThreadWorld(sleep), ttl=ttl, flow=flow_for(run.state, parallel, run.clock()))
 
     def out(decision: Dict[str, Any], code: Optional[int] = None, handed_over: bool = False) -> Dict[str, Any]:
         if _give_back(run):  # what the decision observed of the lease no longer holds: say what does
@@ -125,7 +126,8 @@ def drive(run: Any, owner: str, *, ttl: float, max_actions: Optional[int] = None
                 raise Stopped("asked to stop: nothing begins after the action in hand, which was recorded")
             if decision["decision"] == "stop":
                 check = decision.get("check") or {}
-                ours = _batch.performs_effects(run.state["plan"]) and bool(check.get("key")) and _batch.owner_of(run.state, check["key"])
+                ours = (contract_of(run.state).effects.performs_effects and bool(check.get("key"))
+                        and _batch.owner_of(run.state, check["key"]))
                 if decision["reason"] == "needs-reconciliation" and ours and budget_left():
                     # Observed first (raises if still unknown), with the rest of what was in flight, together.
                     _walk_items(run, executor, ours[0], _first_unresolved(run.state, ours[0]), tally, budget_left, shown, runner)
@@ -137,10 +139,10 @@ def drive(run: Any, owner: str, *, ttl: float, max_actions: Optional[int] = None
                 action = decision["action"]
                 kind = action["kind"]
                 found = _batch.owner_of(run.state, action["key"]) if kind == "reconcile" else None
-                if found and _batch.performs_effects(run.state["plan"]):
+                if found and contract_of(run.state).effects.performs_effects:
                     # What was in flight when the last holder stopped: reconciled together, from the first of it on.
                     _walk_items(run, executor, found[0], _first_unresolved(run.state, found[0]), tally, budget_left, shown, runner)
-                elif kind == "effect" and _batch.performs_effects(run.state["plan"]):
+                elif kind == "effect" and contract_of(run.state).effects.performs_effects:
                     _walk_items(run, executor, action["step"], action["index"], tally, budget_left, shown, runner)
                 elif kind == "start-step" and _observes_itself(run.state, action["step"]):
                     run.step_start(action["step"])

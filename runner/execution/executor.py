@@ -55,6 +55,7 @@ from ..ledger import retry
 from ..base.times import format_time, parse_time
 from ..base.canonical import check_document, content_digest
 from ..base.errors import Fenced, RunnerError, Stopped
+from ..contract.spec import contract_of
 from .flow import Flow
 from ..ledger.lease import default_ttl
 from .lifecycle import Answer, Call, Caps, Facts, Move, Seen, next_move
@@ -62,10 +63,8 @@ from ..ledger.states import UNRESOLVED
 from ..calls.target import Adapter, NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 from ..base.windows import NO_OBSERVER, Observer
 
-__all__ = ["Executor", "Job", "World", "ThreadWorld", "caps_for", "DEFAULT_TIMEOUT"]
+__all__ = ["Executor", "Job", "World", "ThreadWorld", "caps_for"]
 
-#: Seconds a call may take when neither its adapter nor the contract says.
-DEFAULT_TIMEOUT = 60.0
 #: Seconds between two looks at an earlier call that is still in flight.
 POLL_SECONDS = 0.1
 #: Jobs held back, at most, while their group is full (the rest of the list waits its turn).
@@ -161,12 +160,10 @@ def caps_for(state: Dict[str, Any], adapter: Adapter, invoke: bool = True) -> Ca
     With ``effects.rate`` every call spends a token, so no lookup is made before the settle time
     only to see a presence sooner: the tokens go to the calls that must be made.
     """
-    effects = state["plan"].get("effects", {})
-    timeout = getattr(adapter, "timeout", None) or effects.get("timeout_seconds") or DEFAULT_TIMEOUT
-    return Caps(timeout=float(timeout), settle=float(effects.get("settle_seconds", 0) or 0),
+    effects = contract_of(state).effects
+    return Caps(timeout=effects.timeout_for(adapter), settle=effects.settle_seconds,
                 deduplicates=bool(getattr(adapter, "deduplicates", False)), retention=getattr(adapter, "retention_seconds", None),
-                invoke=invoke, max_later=int(effects.get("max_rate_limited", _effects.DEFAULT_MAX_RATE_LIMITED)),
-                look_early=not effects.get("rate"))
+                invoke=invoke, max_later=effects.max_rate_limited, look_early=effects.rate is None)
 
 
 class _Task:

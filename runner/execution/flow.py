@@ -28,6 +28,7 @@ import re
 from typing import Any, Dict, Mapping, Optional
 
 from ..contract.effects import GROUP_FIELD as _FIELD
+from ..contract.spec import contract_of
 
 __all__ = ["Flow", "TokenBucket", "flow_for"]
 
@@ -124,8 +125,10 @@ class Flow:
             self.counts[group] = self.counts.get(group, 0) + delta
 
 
-def flow_for(plan: Mapping[str, Any], parallel: Optional[int], now: float) -> Flow:
+def flow_for(state: Mapping[str, Any], parallel: Optional[int], now: float) -> Flow:
     """The flow of a run's contract: ``effects.concurrency`` (or ``parallel``), ``effects.rate``, ``effects.concurrency_key``."""
-    effects = plan.get("effects", {})
-    limit = parallel if parallel is not None else int(effects.get("concurrency", 1))
-    return Flow(limit, effects.get("rate"), effects.get("concurrency_key"), now)
+    effects = contract_of(state).effects
+    rate, group = effects.rate, effects.concurrency_key
+    return Flow(parallel if parallel is not None else effects.concurrency,
+                {"per_second": rate.per_second, "burst": rate.burst} if rate is not None else None,
+                {"key": group.key, "limit": group.limit} if group is not None else None, now)

@@ -54,6 +54,7 @@ from ..base.errors import Failed, Fenced, NeedsReconciliation, RunnerError
 from ..base.quoting import describe
 from ..ledger.states import UNRESOLVED
 from ..calls.inflight import Call
+from ..contract.effects import DEFAULT_CALL_TIMEOUT
 
 __all__ = ["Caps", "Call", "Seen", "Answer", "Facts", "Move", "next_move", "quiet_since", "LOOK_AGAIN_SECONDS"]
 
@@ -78,7 +79,7 @@ class Caps(NamedTuple):
     :param look_early: look again before the settle time is out after an early absence (a presence is believed at once).
     """
 
-    timeout: float = 60.0
+    timeout: float = DEFAULT_CALL_TIMEOUT
     settle: float = 0.0
     deduplicates: bool = False
     retention: Optional[float] = None

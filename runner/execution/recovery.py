@@ -49,6 +49,7 @@ from ..ledger.retry import check_limits
 from ..ledger.steps import plan_steps, started_by_holder
 from ..base.host import local_maker
 from ..ledger import batch as _batch
+from ..contract.spec import contract_of
 from .evidence import evidence_observations
 
 __all__ = ["decide", "recover", "decision_exit_code"]
@@ -85,7 +86,7 @@ def _holder(view: Dict[str, Any]) -> str:
 def _item_context(state: Dict[str, Any], key: str) -> Dict[str, Any]:
     """The batch item an effect belongs to, with the ``why`` of settling it written here, from its fields."""
     context = _batch.item_context(state, key)
-    if context and _batch.performs_effects(state["plan"]):
+    if context and contract_of(state).effects.performs_effects:
         context["why"] = (f"`effect run {_cmd(key, 'KEY')}` (or `drive`) observes the target first and records what it sees; "
                           "it calls the target again only after an observed absence")
     return context
@@ -104,7 +105,7 @@ def _batch_why(state: Dict[str, Any], action: Optional[Dict[str, Any]]) -> Optio
         if action.get("state") == "failed":
             reason = (state["effects"].get(action.get("key")) or {}).get("reason")
             why = f"{item} failed for good ({quote(reason, WORKER_OR_TARGET)}): decide whether to `effect skip {key} --reason TEXT`"
-        elif _batch.performs_effects(state["plan"]):
+        elif contract_of(state).effects.performs_effects:
             why = f"perform {item}: `effect run {key}`"
         else:
             why = f"perform {item}: `effect begin {key}` (its payload comes from the step's template; it prints it), the call, `effect ack`, `effect verify`"

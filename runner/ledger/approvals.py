@@ -29,6 +29,7 @@ from .envelope import Ops
 from ..base.values import validate_id
 from ..base.times import format_time, parse_time
 from ..base.errors import AwaitingApproval, InvalidInput
+from ..contract.spec import contract_of
 
 __all__ = [
     "request_ops", "answer_ops", "find_grant", "require_grant", "approval_view", "newest_requests", "request_order", "payload_source", "HEAD_BYTES",
@@ -114,7 +115,7 @@ def request_ops(state: Dict[str, Any], step: str, action: str, payload_digest: s
         "source": "approval request",
     }
     ops: Ops = []
-    if not state["plan"].get("effects", {}).get("several_approvals", False):
+    if not contract_of(state).effects.several_approvals:
         for old, req in _in_order(state):
             if req["step"] == step and req["action"] == action and req["state"] in ("pending", "granted") and req["payload_digest"] != payload_digest:
                 ops.append(["set", ["observations", "approvals", old, "state"], "superseded"])

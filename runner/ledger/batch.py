@@ -91,6 +91,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..base.workspace import MAX_ITEMS, check_inside, glob_files, read_bounded, resolve_inside
 from ..contract.lookups import shared_lookup
+from ..contract.spec import contract_of
 from ..contract.templates import (RECORD_FILES, expand, field_value, field_values, fields_of, is_field, item_keys,
                                   item_values, kind_of, placeholders_in, reads_records, slug)
 from .states import UNRESOLVED
@@ -100,7 +101,6 @@ from ..base.canonical import canonical_json, content_digest, loads_strict
 from ..base.errors import InvalidInput, NeedsReconciliation
 
 __all__ = [
-    "performs_effects",
     "is_batch",
     "observes_itself",
     "workspace_root",
@@ -126,12 +126,6 @@ Ops = List[List[Any]]
 
 
 # -- the contract's fields ---------------------------------------------------------------
-
-def performs_effects(plan: Dict[str, Any]) -> bool:
-    """True when the contract says how the runner calls and observes the target itself: commands or ``effects.http``."""
-    effects = plan.get("effects", {})
-    return "invoke" in effects or "http" in effects
-
 
 # -- resolving and freezing ------------------------------------------------------------------
 
@@ -365,7 +359,7 @@ def freeze(state: Dict[str, Any], step: str, cwd: Optional[str] = None) -> Optio
             _check_records(spec, effects, step, items, records)
         keys = item_keys(spec["key"], items, records)
         seen: Dict[str, int] = {}
-        pattern = state["plan"].get("effects", {}).get("key_pattern")
+        pattern = contract_of(state).effects.key_pattern
         others = [(other, batch) for other, batch in _frozen_batches(state) if other != step]
         for index, key in enumerate(keys):
             validate_id(key, f"the key of item {index} ({items[index][:60]!r})")

@@ -37,7 +37,7 @@ The functions named ``*_ops`` are pure: ``(state, ...) -> ops`` or raise.
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 from .approvals import require_grant
-from ..contract.text import effect_needs_approval, key_allowed
+from ..contract.spec import contract_of
 from .envelope import Ops
 from ..base.values import one_line, validate_id
 from ..base.times import format_time
@@ -165,10 +165,10 @@ def _owning_step(state: Dict[str, Any], key: str, step: Optional[str],
 
 def effect_caps(state: Dict[str, Any]) -> Dict[str, float]:
     """The per-effect bounds of the run's contract: ``max_attempts`` and ``max_rate_limited``."""
-    effects = state["plan"].get("effects", {})
-    attempts = limit(state, "max_effect_attempts", effects.get("max_attempts", DEFAULT_MAX_ATTEMPTS))
+    effects = contract_of(state).effects
+    attempts = limit(state, "max_effect_attempts", effects.max_attempts)
     return {"max_attempts": float(attempts if attempts is not None else DEFAULT_MAX_ATTEMPTS),
-            "max_rate_limited": float(effects.get("max_rate_limited", DEFAULT_MAX_RATE_LIMITED))}
+            "max_rate_limited": float(effects.max_rate_limited)}
 
 
 def kept_payload(payload: Optional[Dict[str, Any]], source: Optional[str] = None) -> Dict[str, Any]:
@@ -205,8 +205,9 @@ def begin_ops(state: Dict[str, Any], key: str, payload_digest: str, now: float, 
     :raises RetryLater: the persisted backoff has not ended.
     """
     validate_id(key, "effect key")
-    if not key_allowed(state["plan"], key):
-        raise InvalidInput(f"effect key {key!r} does not match the contract's key_pattern {state['plan']['effects']['key_pattern']!r}")
+    effects = contract_of(state).effects
+    if not effects.key_allowed(key):
+        raise InvalidInput(f"effect key {key!r} does not match the contract's key_pattern {effects.key_pattern!r}")
     effect: Optional["EffectRecord"] = state["effects"].get(key)
     if effect is not None:
         if effect["payload_digest"] != payload_digest:
@@ -235,7 +236,8 @@ def begin_ops(state: Dict[str, Any], key: str, payload_digest: str, now: float, 
     if effect is not None:
         check_wait(effect, now, f"effect {key}")
     ops: Ops = []
-    gated = effect_needs_approval(state["plan"], key) or any(s.get("approval") and s["id"] == step for s in state["plan"].get("steps", []))
+    gated = effects.needs_approval(key) or any(s.get("approval") and s["id"] == step
+                                                for s in state["plan"].get("steps", []))
     if gated:
         if not step:
             raise InvalidInput(f"effect {key!r} needs approval, which is bound to a step: start the step first", key=key)

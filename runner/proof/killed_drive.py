@@ -25,7 +25,7 @@ def main(argv: List[str]) -> int:
     folder, owner, window, nth, parallel = argv
     run = Run(RunStore.open(folder, observer=KillAt(window, int(nth))))
     ttl = default_ttl(run.state)
-    executor = Executor(run, world=ThreadWorld(), ttl=ttl, flow=flow_for(run.state["plan"], int(parallel), run.clock()))
+    executor = Executor(run, world=ThreadWorld(), ttl=ttl, flow=flow_for(run.state, int(parallel), run.clock()))
     result = drive(run, owner, ttl=ttl, executor=executor)
     print(json.dumps({k: result.get(k) for k in ("decision", "reason", "exit_code", "detail")}))
     return int(result["exit_code"])

@@ -692,7 +692,7 @@ def cmd_drive(args: argparse.Namespace) -> int:
     run = Run(_open(args))
     ttl = verbs.default_ttl(run.state, args.ttl)
     world = ThreadWorld()
-    executor = Executor(run, world=world, ttl=ttl, flow=flow_for(run.state["plan"], args.parallel, run.clock()))
+    executor = Executor(run, world=world, ttl=ttl, flow=flow_for(run.state, args.parallel, run.clock()))
 
     def stop(signum: int, _frame: Any) -> None:
         # The first SIGTERM or SIGINT: begin no new call, let the calls in flight settle and be recorded,
