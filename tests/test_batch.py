@@ -216,7 +216,8 @@ class PayloadTemplateTest(unittest.TestCase):
             data = b"Title line\r\n" + b"x" * (3 << 20)
             with open(os.path.join(root, "big.md"), "wb") as handle:
                 handle.write(data)
-            plan = {"steps": [{"id": "s", "items": ["big.md"], "key": "{stem}:t",
+            plan = {"contract": 1, "task_id": "t", "goal": "g",
+                    "steps": [{"id": "s", "items": ["big.md"], "key": "{stem}:t",
                                "payload": {"template": {"title": "{first_line}", "sha256": "{sha256}", "n": "{index:03d}", "k": "{key}"}}}], "workspace": root}
             state = {"plan": plan, "plan_digest": content_digest(plan), "steps": {}, "effects": {}, "task_id": "t"}
             frozen = batch.freeze(state, "s")

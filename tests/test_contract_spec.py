@@ -16,8 +16,7 @@ from runner.contract import spec
 from runner.contract.lookups import MANY_DEFAULT
 from runner.adapters.commands import CommandAdapter
 from runner.contract.text import load_contract, parse_contract_text
-from runner.ledger import batch
-from runner.execution import evidence, flow, lifecycle
+from runner.execution import flow, lifecycle
 from runner.calls import commands
 from runner.ledger import effects, lease, retry
 from runner.ledger.envelope import new_envelope
@@ -157,7 +156,7 @@ class DefaultsTest(unittest.TestCase):
         self.assertFalse(made.jobs.rerun_vanished)
         self.assertEqual(made.limits, spec.Limits())
         self.assertEqual(made.workspace, ".")
-        self.assertEqual(step.timeout_seconds, evidence.CHECK_TIMEOUT)
+        self.assertEqual(step.timeout_seconds, 600.0, "a step's checks may run as long as a test suite")
         self.assertEqual((step.items, step.payload, step.checks, step.artifacts), (None, None, (), ()))
         self.assertEqual(spec.ManyCommand(("c", "{each}"), "/m", "{slug}").max, MANY_DEFAULT)
         self.assertEqual(spec.ManyCommand(("c", "{each}"), "/m", "{slug}").list, "")
@@ -191,10 +190,12 @@ class TemplatesTest(unittest.TestCase):
                 self.assertEqual([s.id for s in made.steps], [s["id"] for s in block["steps"]])
                 effects_block = block.get("effects", {})
                 self.assertEqual(made.effects.performs_effects, "invoke" in effects_block or "http" in effects_block)
-                self.assertEqual(
-                    [s.observes_itself for s in made.steps], [batch.observes_itself(s) for s in block["steps"]]
-                )
-                self.assertEqual([s.is_batch for s in made.steps], [batch.is_batch(s) for s in block["steps"]])
+                # A step observes itself when it lists items, runs checks or hashes artifacts, and asks for
+                # neither claimed evidence nor approval.
+                self.assertEqual([s.observes_itself for s in made.steps],
+                                 [("items" in s or bool(s.get("checks")) or bool(s.get("artifacts")))
+                                  and not s.get("evidence") and not s.get("approval") for s in block["steps"]])
+                self.assertEqual([s.is_batch for s in made.steps], ["items" in s for s in block["steps"]])
                 read += 1
         self.assertGreaterEqual(read, 3)
 
@@ -269,7 +270,7 @@ class FieldsTest(unittest.TestCase):
         self.assertEqual(made.retry, spec.RetryPolicy(2.0, 30.0, 900))
         self.assertEqual((made.lease, made.jobs), (spec.LeaseSpec(120.0), spec.JobsSpec(True)))
         self.assertEqual(made.workspace_root(base="/project"), os.path.abspath("/project/work"))
-        self.assertEqual(made.workspace_root(cwd="/elsewhere"), batch.workspace_root(FULL, cwd="/elsewhere"))
+        self.assertEqual(made.workspace_root(cwd="/elsewhere"), os.path.abspath("/elsewhere/work"))
 
     def test_the_http_section(self) -> None:
         block = dict(FULL, effects={"http": HTTP})

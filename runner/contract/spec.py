@@ -24,6 +24,7 @@ from ..base.values import MAX_ID_LENGTH
 from .http import EACH, INVOKE_DEFAULTS, INVOKE_METHODS, OBSERVE_DEFAULTS, OBSERVE_METHODS, split_url
 from .effects import DEFAULT_CALL_TIMEOUT
 from .lookups import MANY_DEFAULT
+from .templates import fields_of, reads_records
 
 __all__ = [
     "DEFAULT_CALL_TIMEOUT",
@@ -99,6 +100,10 @@ class StepSpec:
     checks: Tuple[Tuple[str, Tuple[str, ...]], ...] = ()
     artifacts: Tuple[str, ...] = ()
     timeout_seconds: float = CHECK_TIMEOUT
+    #: Every field placeholder an item fills, in the step's templates and the effects section's, sorted.
+    fields: Tuple[str, ...] = ()
+    #: The items are records: from a file of records, or ``.json`` files of a glob whose templates name a field.
+    reads_records: bool = False
 
     @property
     def is_batch(self) -> bool:
@@ -305,7 +310,7 @@ def _strings(value: Any) -> Tuple[str, ...]:
     return tuple(value or ())
 
 
-def _step(block: Mapping[str, Any]) -> StepSpec:
+def _step(block: Mapping[str, Any], effects: Mapping[str, Any]) -> StepSpec:
     items = block.get("items")
     source = None
     if isinstance(items, list):
@@ -333,6 +338,8 @@ def _step(block: Mapping[str, Any]) -> StepSpec:
         checks=tuple((name, tuple(argv)) for name, argv in (block.get("checks") or {}).items()),
         artifacts=_strings(block.get("artifacts")),
         timeout_seconds=float(block.get("timeout_seconds", CHECK_TIMEOUT)),
+        fields=tuple(fields_of(block, effects)),
+        reads_records=reads_records(block, effects),
     )
 
 
@@ -429,16 +436,17 @@ def read_contract(block: Mapping[str, Any]) -> Contract:
     left out reads as its default, and the task, goal and steps as none.
     """
     limits, retry, lease, jobs = (block.get(name) or {} for name in ("limits", "retry", "lease", "jobs"))
+    effects = block.get("effects") or {}
     return Contract(
         task_id=block.get("task_id", ""),
         goal=block.get("goal", ""),
-        steps=tuple(_step(step) for step in block.get("steps", [])),
+        steps=tuple(_step(step, effects) for step in block.get("steps", [])),
         version=int(block.get("contract", 1)),
         non_goals=_strings(block.get("non_goals")),
         allowed_actions=_strings(block.get("allowed_actions")),
         forbidden_actions=_strings(block.get("forbidden_actions")),
         completion_evidence=_strings(block.get("completion_evidence")),
-        effects=_effects(block.get("effects") or {}),
+        effects=_effects(effects),
         limits=Limits(**{name: limits.get(name) for name in Limits.__dataclass_fields__}),
         retry=RetryPolicy(
             float(retry.get("base_seconds", 1.0)), float(retry.get("cap_seconds", 60.0)), retry.get("deadline_seconds")

@@ -208,8 +208,8 @@ def _first_unresolved(state: Dict[str, Any], step: str) -> int:
 
 
 def _observes_itself(state: Dict[str, Any], step: str) -> bool:
-    spec: Dict[str, Any] = next((s for s in state["plan"].get("steps", []) if s["id"] == step), {})
-    return _batch.observes_itself(spec)
+    spec = contract_of(state).step(step)
+    return spec is not None and spec.observes_itself
 
 
 def _walk_items(run: Any, executor: Executor, step: str, start: int, tally: Dict[str, Any], budget_left: Callable[[], bool],

@@ -19,20 +19,14 @@ from typing import Any, Dict, List, Optional
 
 from ..ledger import batch as _batch
 from ..calls.commands import run_command
+from ..contract.spec import contract_of
 from ..contract.templates import expand
 from ..base.times import format_time
 from ..base.canonical import sha256_stream
 from ..base.errors import InvalidInput
 from ..base import quoting
 
-#: Seconds a check may run unless its step says otherwise (``timeout_seconds``): long enough for a test suite.
-CHECK_TIMEOUT = 600.0
-
 __all__ = ["observe_step", "observed_ops", "evidence_view", "evidence_observations"]
-
-
-def _spec(state: Dict[str, Any], step: str) -> Dict[str, Any]:
-    return next((s for s in state["plan"].get("steps", []) if s.get("id") == step), {})
 
 
 def _file_digest(path: str) -> Dict[str, Any]:
@@ -50,18 +44,18 @@ def observe_step(state: Dict[str, Any], step: str, clock: Any = time.time) -> Op
 
     :raises InvalidInput: a check failed or timed out, or an artifact is missing; the ``done`` is refused.
     """
-    spec = _spec(state, step)
+    spec = contract_of(state).step(step)
     record = state["steps"].get(step) or {}
-    if not (spec.get("checks") or spec.get("artifacts") or _batch.is_batch(spec)):
+    if spec is None or not (spec.checks or spec.artifacts or spec.is_batch):
         return None
     if record.get("state") != "running":
         return None  # done_ops refuses this with its own message
     _batch.check_complete(state, step)
     root = record.get("workspace") or _batch.run_workspace(state)
-    timeout = float(spec.get("timeout_seconds", CHECK_TIMEOUT))
+    timeout = spec.timeout_seconds
     observed: Dict[str, Any] = {"source": "runner", "workspace": root}
     checks: Dict[str, Any] = {}
-    for name, argv in sorted((spec.get("checks") or {}).items()):
+    for name, argv in sorted(spec.checks):
         outcome = run_command(expand(argv, {"workspace": root, "run_id": state["task_id"]}), cwd=root, timeout=timeout)
         if outcome.exit_code != 0:
             why = f"timed out after {timeout:g}s" if outcome.timed_out else f"exited {outcome.exit_code}"
@@ -70,7 +64,7 @@ def observe_step(state: Dict[str, Any], step: str, clock: Any = time.time) -> Op
     if checks:
         observed["checks"] = checks
     artifacts: Dict[str, Any] = {}
-    for rel in spec.get("artifacts") or []:
+    for rel in spec.artifacts:
         path = os.path.join(root, rel)
         try:
             artifacts[rel] = _file_digest(path)
@@ -108,8 +102,8 @@ def evidence_observations(state: Dict[str, Any]) -> List[Dict[str, Any]]:
     from ..base.canonical import content_digest
 
     out: List[Dict[str, Any]] = []
-    for spec in state["plan"].get("steps", []):
-        record = state["steps"].get(spec["id"]) or {}
+    for spec in contract_of(state).steps:
+        record = state["steps"].get(spec.id) or {}
         if record.get("state") != "done":
             continue
         if record.get("observed"):
@@ -118,8 +112,10 @@ def evidence_observations(state: Dict[str, Any]) -> List[Dict[str, Any]]:
             parts += [f"{len(seen['artifacts'])} artifact(s) hashed"] if seen.get("artifacts") else []
             items = seen.get("items")
             parts += [f"{quoting.number(items.get('verified'))} of {quoting.number(items.get('total'))} items verified, {quoting.number(items.get('skipped'))} skipped"] if items else []
-            out.append({"source": f"step {quoting.name(spec['id'])}: observed by the runner", "what": "; ".join(parts), "digest": content_digest(seen)})
+            out.append({"source": f"step {quoting.name(spec.id)}: observed by the runner", "what": "; ".join(parts),
+                        "digest": content_digest(seen)})
         if record.get("evidence"):
-            out.append({"source": f"step {quoting.name(spec['id'])}: claimed by the agent", "what": "recorded as given, not checked by the runner",
+            out.append({"source": f"step {quoting.name(spec.id)}: claimed by the agent",
+                        "what": "recorded as given, not checked by the runner",
                         "digest": content_digest(record["evidence"]), "claimed": record["evidence"]})
     return out

@@ -8,12 +8,13 @@ printed by the step's payload command, which runs here
 """
 
 import os
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, cast
 
 from ..base.canonical import MAX_DOCUMENT_BYTES, content_digest, sha256_stream
 from ..base.errors import InvalidInput
 from ..base.workspace import open_regular, resolve_inside
 from ..calls.commands import run_command
+from ..contract.spec import DEFAULT_PAYLOAD_TEMPLATE, StepSpec, contract_of
 from ..contract.templates import (DOCUMENT_PLACEHOLDERS, FILE_PLACEHOLDERS, document_values, expand, fill,
                                   placeholders_in, strings_in)
 from ..ledger.batch import item_values_of, keys_of, owner_of
@@ -23,20 +24,20 @@ __all__ = ["item_payload", "begin_payload"]
 
 def item_payload(state: Dict[str, Any], step: str, index: int) -> Dict[str, Any]:
     """The payload of item ``index`` of ``step``: from its template or command; the same on every rerun."""
-    spec = next(s for s in state["plan"]["steps"] if s["id"] == step)
+    spec = cast(StepSpec, contract_of(state).step(step))  # a step whose items were frozen
     record = state["steps"][step]
     batch, root = record["batch"], record["workspace"]
     item = batch["items"][index]
     key = keys_of(batch)[0][index]
     values: Dict[str, Any] = dict(item_values_of(state, step, index), key=key)
-    how = spec.get("payload") or {"template": {"item": "{item}", "key": "{key}"}}
-    if "command" in how:
-        outcome = run_command(expand(how["command"], dict(values, workspace=root, run_id=state["task_id"])), cwd=root)
+    how = spec.payload
+    if how is not None and how.command is not None:
+        outcome = run_command(expand(how.command, dict(values, workspace=root, run_id=state["task_id"])), cwd=root)
         payload = outcome.json_object()
         if outcome.exit_code != 0 or payload is None:
             raise InvalidInput(f"the payload command for {key} did not print a JSON object (exit {outcome.exit_code}): {outcome.tail()}")
         return payload
-    template = how["template"]
+    template = how.template if how is not None else DEFAULT_PAYLOAD_TEMPLATE
     wanted = {n for s in strings_in(template) for n in placeholders_in(s)}
     if wanted & set(FILE_PLACEHOLDERS):
         values.update(_file_values(root, item, f"item {item[:80]!r} of step {step!r}", wanted))

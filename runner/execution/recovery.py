@@ -49,7 +49,7 @@ from ..ledger.retry import check_limits
 from ..ledger.steps import plan_steps, started_by_holder
 from ..base.host import local_maker
 from ..ledger import batch as _batch
-from ..contract.spec import contract_of
+from ..contract.spec import StepSpec, contract_of
 from .evidence import evidence_observations
 
 __all__ = ["decide", "recover", "decision_exit_code"]
@@ -231,17 +231,18 @@ def decide(state: Dict[str, Any], now: float, owner: Optional[str] = None, epoch
         return _stop("limit-exhausted", f"limit {name(exc.context.get('limit'))} is spent: {quote(exc.message, MESSAGE, 300)}", ev, limit=exc.context.get("limit"))
 
     # 7. the plan
-    by_id = {s["id"]: s for s in plan_steps(state)}
     current = state.get("current_step")
     if current:
-        spec = by_id.get(current, {})
+        spec = contract_of(state).step(current) or StepSpec(current)
         record = state["steps"].get(current) or {}
         same_holder = started_by_holder(state, record)
         step_arg = _cmd(current, "STEP")
-        action = {"kind": "finish-step" if same_holder else "resume-step", "step": current, "artifact": spec.get("artifact"), "check": spec.get("check"), "evidence": spec.get("evidence", []),
+        action = {"kind": "finish-step" if same_holder else "resume-step", "step": current, "artifact": spec.artifact,
+                  "check": spec.check, "evidence": list(spec.evidence),
                   "why": f"{'produce and check' if same_holder else 'check'} the artifact of step {name(current)}; then `step done {step_arg} --evidence JSON` "
-                         f"with {joined(spec.get('evidence', []), RECORD, 'the evidence')}, or `step fail {step_arg} --class ... --error ...`"}
-        if spec.get("approval"):
+                         f"with {joined(spec.evidence, RECORD, 'the evidence')}, "
+                         f"or `step fail {step_arg} --class ... --error ...`"}
+        if spec.approval:
             verified = [k for k, e in state["effects"].items() if e.get("step") == current and e.get("state") == "verified"]
             # Usable as the gate of `effect begin` judges it: granted and unexpired, or used by an effect it may send again.
             granted = [rid for rid in sorted(newest_requests(state).values(), key=request_order)
@@ -272,16 +273,18 @@ def decide(state: Dict[str, Any], now: float, owner: Optional[str] = None, epoch
             action = _batch_why(state, _batch.next_action(state, current)) or action
         return _act(action, ev)
     for spec in plan_steps(state):
-        record = state["steps"].get(spec["id"]) or {}
+        record = state["steps"].get(spec.id) or {}
         if record.get("state") == "done":
             continue
         when = record.get("next_attempt_at")
         if when and parse_time(when) > now:
-            inf.append(f"step {name(spec['id'])} failed transiently; its persisted backoff ends at {moment(when)}")
-            return _act({"kind": "wait", "until": when, "then": {"kind": "start-step", "step": spec["id"]}, "why": "wait out the backoff, then start the step again"}, ev)
-        action = {"kind": "start-step", "step": spec["id"], "artifact": spec.get("artifact"), "check": spec.get("check"), "evidence": spec.get("evidence", []),
-                  "why": f"start step {name(spec['id'])} (`step start {_cmd(spec['id'], 'STEP')}`)"}
-        if spec.get("approval"):
+            inf.append(f"step {name(spec.id)} failed transiently; its persisted backoff ends at {moment(when)}")
+            return _act({"kind": "wait", "until": when, "then": {"kind": "start-step", "step": spec.id},
+                         "why": "wait out the backoff, then start the step again"}, ev)
+        action = {"kind": "start-step", "step": spec.id, "artifact": spec.artifact, "check": spec.check,
+                  "evidence": list(spec.evidence),
+                  "why": f"start step {name(spec.id)} (`step start {_cmd(spec.id, 'STEP')}`)"}
+        if spec.approval:
             action["approval"] = "effects of this step need a grant bound to their exact payload"
         return _act(action, ev)
     return _act({"kind": "complete", "why": "every step is done; record completion"}, ev)

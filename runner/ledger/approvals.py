@@ -82,7 +82,7 @@ def request_ops(state: Dict[str, Any], step: str, action: str, payload_digest: s
         raise InvalidInput("action must be a short single line, e.g. effect:KEY")
     if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or ttl <= 0:
         raise InvalidInput("ttl must be a positive number of seconds")
-    steps = {s["id"] for s in state["plan"].get("steps", [])}
+    steps = {s.id for s in contract_of(state).steps}
     if step not in steps:
         raise InvalidInput(f"step {step!r} is not in the plan (steps: {', '.join(sorted(steps))})")
     for rid, req in _in_order(state):

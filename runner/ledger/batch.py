@@ -85,15 +85,14 @@ loop over 20,000 items does not rebuild them for each item.
 
 import csv
 import io
-import os
 import re
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, cast
 
 from ..base.workspace import MAX_ITEMS, check_inside, glob_files, read_bounded, resolve_inside
 from ..contract.lookups import shared_lookup
-from ..contract.spec import contract_of
-from ..contract.templates import (RECORD_FILES, expand, field_value, field_values, fields_of, is_field, item_keys,
-                                  item_values, kind_of, placeholders_in, reads_records, slug)
+from ..contract.spec import EffectsSpec, ItemsSpec, StepSpec, contract_of
+from ..contract.templates import (RECORD_FILES, expand, field_value, field_values, is_field, item_keys, item_values,
+                                  kind_of, placeholders_in, slug)
 from .states import UNRESOLVED
 from ..base.values import validate_id
 from ..base.times import format_time
@@ -101,9 +100,6 @@ from ..base.canonical import canonical_json, content_digest, loads_strict
 from ..base.errors import InvalidInput, NeedsReconciliation
 
 __all__ = [
-    "is_batch",
-    "observes_itself",
-    "workspace_root",
     "run_workspace",
     "MAX_RECORDS_BYTES",
     "list_items",
@@ -129,27 +125,13 @@ Ops = List[List[Any]]
 
 # -- resolving and freezing ------------------------------------------------------------------
 
-def is_batch(spec: Dict[str, Any]) -> bool:
-    return "items" in spec
-
-
-def observes_itself(spec: Dict[str, Any]) -> bool:
-    """True when the runner can establish the step's completion alone (no claimed evidence needed)."""
-    return (is_batch(spec) or bool(spec.get("checks")) or bool(spec.get("artifacts"))) and not spec.get("evidence") and not spec.get("approval")
-
-
-def workspace_root(plan: Dict[str, Any], cwd: Optional[str] = None, base: Optional[str] = None) -> str:
-    """The absolute workspace: the contract's ``workspace`` against ``base``, else ``cwd`` (default: the current folder)."""
-    return os.path.abspath(os.path.join(base or cwd or os.getcwd(), plan.get("workspace", ".")))
-
-
 def run_workspace(state: Dict[str, Any], cwd: Optional[str] = None) -> str:
     """The run's absolute workspace: its plan's ``workspace`` against the contract's folder recorded at ``init``.
 
     A run started before that folder was recorded (no ``workspace_base``)
     resolves a relative workspace against ``cwd`` (default: the current folder).
     """
-    return workspace_root(state["plan"], cwd, state.get("workspace_base"))
+    return contract_of(state).workspace_root(state.get("workspace_base"), cwd)
 
 
 #: The most bytes of records one step reads, and freezes into the run (canonical JSON): a database store writes the
@@ -158,7 +140,7 @@ MAX_RECORDS_BYTES = 8 * 1024 * 1024
 _Records = Optional[List[Dict[str, Any]]]
 
 
-def list_items(spec: Dict[str, Any], root: str, records: bool = False) -> Tuple[List[str], Dict[str, Any], _Records]:
+def list_items(spec: StepSpec, root: str, records: bool = False) -> Tuple[List[str], Dict[str, Any], _Records]:
     """The items the step's source lists now, in a stable order, the source, and the items' records (or None).
 
     A glob is listed by :func:`~runner.base.workspace.glob_files` (bounded, no directory link
@@ -170,18 +152,19 @@ def list_items(spec: Dict[str, Any], root: str, records: bool = False) -> Tuple[
     :raises InvalidInput: the source cannot be listed within its bounds, or a record cannot be read (one line naming
         the file and, in a file of records, the line).
     """
-    items = spec["items"]
-    if isinstance(items, list):
-        return list(items), {"inline": len(items)}, None
-    if "glob" in items:
-        pattern = items["glob"]
+    items = cast(ItemsSpec, spec.items)  # only a step that declares items is listed
+    if items.inline is not None:
+        return list(items.inline), {"inline": len(items.inline)}, None
+    if items.glob is not None:
+        pattern = items.glob
         listed = glob_files(root, pattern)
         return listed, {"glob": pattern}, (_json_files(root, listed) if records else None)
-    kind = next((name for name in RECORD_FILES if name in items), "file")
+    kind = next((name for name in RECORD_FILES if getattr(items, name) is not None), "file")
     if kind != "file":
         return _record_file(root, kind, items)
-    what = f"the item file {items['file'][:200]!r}"
-    data = read_bounded(resolve_inside(root, items["file"], what), what, 64 * 1024 * 1024)
+    file = cast(str, items.file)
+    what = f"the item file {file[:200]!r}"
+    data = read_bounded(resolve_inside(root, file, what), what, 64 * 1024 * 1024)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -189,7 +172,7 @@ def list_items(spec: Dict[str, Any], root: str, records: bool = False) -> Tuple[
     listed = [line.rstrip("\r") for line in text.split("\n") if line.rstrip("\r")]
     if len(listed) > MAX_ITEMS:
         raise InvalidInput(f"{what} lists {len(listed):,} items; the limit is {MAX_ITEMS:,}")
-    return listed, {"file": items["file"]}, None
+    return listed, {"file": file}, None
 
 
 def _text(data: bytes, what: str) -> str:
@@ -223,15 +206,15 @@ def _json_files(root: str, listed: List[str]) -> List[Dict[str, Any]]:
     return out
 
 
-def _record_file(root: str, kind: str, items: Dict[str, Any]) -> Tuple[List[str], Dict[str, Any], _Records]:
+def _record_file(root: str, kind: str, items: ItemsSpec) -> Tuple[List[str], Dict[str, Any], _Records]:
     """The records of a JSON Lines, CSV or lines file, each with its item ``FILE:LINE``; blank lines hold none."""
-    path = items[kind]
+    path: str = getattr(items, kind)
     what = f"the {kind} file {path[:200]!r}"
     text = _text(read_bounded(resolve_inside(root, path, what), what, MAX_RECORDS_BYTES), what)
     if kind == "csv":
         found = _csv_rows(text, what)
     else:
-        pattern = re.compile(items["pattern"]) if kind == "lines" else None
+        pattern = re.compile(cast(str, items.pattern)) if kind == "lines" else None
         found = []
         for number, line in enumerate(text.split("\n"), 1):
             line = line.rstrip("\r")
@@ -313,10 +296,10 @@ def _digest(items: List[str], records: _Records, step: str) -> str:
 def _frozen_batches(state: Dict[str, Any]) -> List[Tuple[str, Dict[str, Any]]]:
     """``(step, batch)`` of every plan step with a frozen item list."""
     out = []
-    for spec in state["plan"].get("steps", []):
-        batch = (state["steps"].get(spec["id"]) or {}).get("batch")
+    for spec in contract_of(state).steps:
+        batch = (state["steps"].get(spec.id) or {}).get("batch")
         if batch:
-            out.append((spec["id"], batch))
+            out.append((spec.id, batch))
     return out
 
 
@@ -331,8 +314,9 @@ def freeze(state: Dict[str, Any], step: str, cwd: Optional[str] = None) -> Optio
 
     :raises InvalidInput: the list cannot be made, or two items share a key or a lookup (both named).
     """
-    spec = next((s for s in state["plan"].get("steps", []) if s.get("id") == step), None)
-    if spec is None or not (is_batch(spec) or spec.get("checks") or spec.get("artifacts")):
+    contract = contract_of(state)
+    spec = contract.step(step)
+    if spec is None or not (spec.is_batch or spec.checks or spec.artifacts):
         return None
     record = state["steps"].get(step) or {}
     old = record.get("batch")
@@ -340,26 +324,26 @@ def freeze(state: Dict[str, Any], step: str, cwd: Optional[str] = None) -> Optio
         return {"workspace": record.get("workspace") or run_workspace(state, cwd)}
     root = run_workspace(state, cwd)
     frozen: Dict[str, Any] = {"workspace": root}
-    if is_batch(spec):
-        effects = state["plan"].get("effects", {})
-        items, source, records = list_items(spec, root, reads_records(spec, effects))
+    if spec.is_batch:
+        template = cast(str, spec.key)  # a step that declares items has a key template (contract check)
+        items, source, records = list_items(spec, root, spec.reads_records)
         if not items:
             raise InvalidInput(f"step {step!r} lists no items ({source}) under {root}")
         if len(items) > MAX_ITEMS:
             raise InvalidInput(f"step {step!r} lists {len(items)} items; the limit is {MAX_ITEMS}")
-        if not any(kind in spec["items"] for kind in RECORD_FILES):  # those items are FILE:LINE, not paths
+        if cast(ItemsSpec, spec.items).records_file is None:  # the items of a file of records are FILE:LINE
             check_inside(root, items, f"step {step!r}")
-        if "slug" in placeholders_in(spec["key"]):
+        if "slug" in placeholders_in(template):
             for index, item in enumerate(items):
                 if not slug(item):
                     raise InvalidInput(f"item {index} {item[:60]!r} of step {step!r} has no letter or digit to make {{slug}} of; "
                                        "put {index} in the key as well")
         digest = _digest(items, records, step)
         if records is not None:
-            _check_records(spec, effects, step, items, records)
-        keys = item_keys(spec["key"], items, records)
+            _check_records(spec, contract.effects, step, items, records)
+        keys = item_keys(template, items, records)
         seen: Dict[str, int] = {}
-        pattern = contract_of(state).effects.key_pattern
+        pattern = contract.effects.key_pattern
         others = [(other, batch) for other, batch in _frozen_batches(state) if other != step]
         for index, key in enumerate(keys):
             validate_id(key, f"the key of item {index} ({items[index][:60]!r})")
@@ -383,14 +367,14 @@ def freeze(state: Dict[str, Any], step: str, cwd: Optional[str] = None) -> Optio
         if shared:
             raise InvalidInput(shared)
         frozen["batch"] = {"items": items, "digest": digest, "count": len(items), "source": source,
-                           "key": spec["key"], "plan_digest": state["plan_digest"], "skipped": {}}
+                           "key": template, "plan_digest": state["plan_digest"], "skipped": {}}
         if records is not None:
             frozen["batch"]["records"] = records
         _remember_keys(frozen["batch"], keys, seen)
     return frozen
 
 
-def _check_records(spec: Dict[str, Any], effects: Dict[str, Any], step: str, items: List[str],
+def _check_records(spec: StepSpec, effects: EffectsSpec, step: str, items: List[str],
                    records: List[Dict[str, Any]]) -> None:
     """Refuse records that cannot fill every field the step's templates and the effects section name.
 
@@ -401,8 +385,8 @@ def _check_records(spec: Dict[str, Any], effects: Dict[str, Any], step: str, ite
 
     :raises InvalidInput: naming the item (``FILE:LINE`` or its path), the field and why.
     """
-    names = fields_of(spec, effects)
-    in_key = [n for n in placeholders_in(spec["key"]) if is_field(n)]
+    names = spec.fields
+    in_key = [n for n in placeholders_in(cast(str, spec.key)) if is_field(n)]
     headers = _field_headers(effects)
     for index, (item, record) in enumerate(zip(items, records)):
         what = f"item {index} ({item[:60]!r}) of step {step!r}"
@@ -419,14 +403,14 @@ def _check_records(spec: Dict[str, Any], effects: Dict[str, Any], step: str, ite
                                    "which an HTTP header cannot carry")
 
 
-def _field_headers(effects: Dict[str, Any]) -> List[Tuple[str, str, Callable[[str], Optional[str]]]]:
+def _field_headers(effects: EffectsSpec) -> List[Tuple[str, str, Callable[[str], Optional[str]]]]:
     """The HTTP headers whose values name a field: name, value without secrets, and the test of what HTTP carries."""
-    http = effects.get("http")
-    if not isinstance(http, dict):
+    http = effects.http
+    if http is None:
         return []
     found = []
-    for kind in ("invoke", "observe"):
-        for name, value in ((http.get(kind) or {}).get("headers") or {}).items():
+    for request in (http.invoke, http.observe):
+        for name, value in request.headers:
             if any(is_field(n) for n in placeholders_in(value)):
                 found.append((name, value))
     if not found:
@@ -564,12 +548,12 @@ def keys_of(batch: Dict[str, Any]) -> Tuple[List[str], Dict[str, int]]:
 
 def owner_of(state: Dict[str, Any], key: str) -> Optional[Tuple[str, int]]:
     """``(step, index)`` of the frozen batch item whose key is ``key``, or None."""
-    for spec in state["plan"].get("steps", []):
-        batch = (state["steps"].get(spec["id"]) or {}).get("batch")
+    for spec in contract_of(state).steps:
+        batch = (state["steps"].get(spec.id) or {}).get("batch")
         if batch:
             index = keys_of(batch)[1].get(key)
             if index is not None:
-                return spec["id"], index
+                return spec.id, index
     return None
 
 
@@ -635,9 +619,6 @@ def item_context(state: Dict[str, Any], key: str) -> Dict[str, Any]:
     return {"step": step, "item": state["steps"][step]["batch"]["items"][index], "index": index}
 
 
-_FIELDS: Dict[Tuple[str, str], List[str]] = {}
-
-
 def item_values_of(state: Dict[str, Any], step: str, index: int) -> Dict[str, Any]:
     """The placeholders item ``index`` of the frozen batch of ``step`` fills: ``item``, ``stem``, ``slug``,
     ``index`` and, for a record, the text of every field its step's templates and the effects section name.
@@ -648,22 +629,16 @@ def item_values_of(state: Dict[str, Any], step: str, index: int) -> Dict[str, An
     item, records = batch["items"][index], batch.get("records")
     if records is None:
         return item_values(item, index)
-    cache_key = (state["plan_digest"], step)
-    names = _FIELDS.get(cache_key)
-    if names is None:
-        spec = next(s for s in state["plan"]["steps"] if s["id"] == step)
-        if len(_FIELDS) > 8:
-            _FIELDS.clear()
-        names = _FIELDS[cache_key] = fields_of(spec, state["plan"].get("effects", {}))
+    names = cast(StepSpec, contract_of(state).step(step)).fields  # a step whose items were frozen
     return item_values(item, index, records[index], names)
 
 
 def items_changed(state: Dict[str, Any], step: str) -> Optional[Dict[str, Any]]:
     """An observation when the step's source now lists other items than the frozen ones, else None."""
-    spec = next((s for s in state["plan"].get("steps", []) if s.get("id") == step), None)
+    spec = contract_of(state).step(step)
     record = state["steps"].get(step) or {}
     batch = record.get("batch")
-    if spec is None or not batch or not is_batch(spec) or isinstance(spec["items"], list):
+    if spec is None or not batch or spec.items is None or spec.items.inline is not None:
         return None
     try:
         now_items, source, now_records = list_items(spec, record["workspace"], "records" in batch)
@@ -712,8 +687,8 @@ def skip_ops(state: Dict[str, Any], key: str, reason: str, now: float) -> Ops:
 def check_complete(state: Dict[str, Any], step: str) -> None:
     """Raise unless every item of a batch ``step`` is verified or skipped."""
     if not (state["steps"].get(step) or {}).get("batch"):
-        spec: Dict[str, Any] = next((s for s in state["plan"].get("steps", []) if s.get("id") == step), {})
-        if is_batch(spec):
+        spec = contract_of(state).step(step)
+        if spec is not None and spec.is_batch:
             raise InvalidInput(f"step {step!r} has no frozen items: start it first")
         return
     index = next_item(state, step)

@@ -129,8 +129,8 @@ def _settle_ops(state: Dict[str, Any], key: str) -> Ops:
     if state["status"] != "active":
         return []
     cancelled = bool(state["observations"].get("cancellation"))
-    steps = state["plan"].get("steps", [])
-    finished = bool(steps) and all((state["steps"].get(s["id"]) or {}).get("state") == "done" for s in steps)
+    steps = contract_of(state).steps
+    finished = bool(steps) and all((state["steps"].get(s.id) or {}).get("state") == "done" for s in steps)
     # The scan over every effect comes last: while a step runs it is not needed,
     # so settling one effect of a long batch does not cost the whole ledger.
     if not (cancelled or finished) or any(k != key and e.get("state") in UNRESOLVED for k, e in state["effects"].items()):
@@ -154,11 +154,11 @@ def _owning_step(state: Dict[str, Any], key: str, step: Optional[str],
         raise InvalidInput(f"effect {key!r} belongs to the running step; --step {step!r} names another ({running})", key=key, step=step)
     if current:
         return current
-    for spec in state["plan"].get("steps", []):
-        if (state["steps"].get(spec["id"]) or {}).get("state") != "done":
-            if spec.get("approval"):
-                raise InvalidInput(f"effect {key!r} would begin before step {spec['id']!r}, which needs approval: start that step first",
-                                   key=key, step=spec["id"])
+    for spec in contract_of(state).steps:
+        if (state["steps"].get(spec.id) or {}).get("state") != "done":
+            if spec.approval:
+                raise InvalidInput(f"effect {key!r} would begin before step {spec.id!r}, which needs approval: "
+                                   "start that step first", key=key, step=spec.id)
             break
     return effect.get("step") if effect else None
 
@@ -236,8 +236,7 @@ def begin_ops(state: Dict[str, Any], key: str, payload_digest: str, now: float, 
     if effect is not None:
         check_wait(effect, now, f"effect {key}")
     ops: Ops = []
-    gated = effects.needs_approval(key) or any(s.get("approval") and s["id"] == step
-                                                for s in state["plan"].get("steps", []))
+    gated = effects.needs_approval(key) or any(s.approval and s.id == step for s in contract_of(state).steps)
     if gated:
         if not step:
             raise InvalidInput(f"effect {key!r} needs approval, which is bound to a step: start the step first", key=key)

@@ -21,8 +21,9 @@ A permanent step failure ends the run as ``blocked`` with the reason
 limit named.
 """
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional, Tuple
 
+from ..contract.spec import StepSpec, contract_of
 from ..contract.text import parse_contract_text
 from .effects import check_open, cancelled_ops
 from ..base.canonical import check_document
@@ -38,16 +39,17 @@ __all__ = ["start_ops", "done_ops", "fail_ops", "cancel_ops", "migrate_ops", "bl
 
 
 
-def plan_steps(state: Dict[str, Any]) -> List[Dict[str, Any]]:
-    return list(state["plan"].get("steps", []))
+def plan_steps(state: Dict[str, Any]) -> Tuple[StepSpec, ...]:
+    """The run's steps in plan order, as its contract's specs."""
+    return contract_of(state).steps
 
 
-def _plan_step(state: Dict[str, Any], step: str) -> Dict[str, Any]:
+def _plan_step(state: Dict[str, Any], step: str) -> StepSpec:
     validate_id(step, "step")
-    for item in plan_steps(state):
-        if item["id"] == step:
-            return item
-    raise InvalidInput(f"step {step!r} is not in the plan (steps: {', '.join(s['id'] for s in plan_steps(state))})")
+    found = contract_of(state).step(step)
+    if found is None:
+        raise InvalidInput(f"step {step!r} is not in the plan (steps: {', '.join(s.id for s in plan_steps(state))})")
+    return found
 
 
 def blocked_ops(detail: str, limit_name: Optional[str], now: float) -> Ops:
@@ -77,10 +79,11 @@ def start_ops(state: Dict[str, Any], step: str, now: float) -> Ops:
         raise InvalidInput(f"step {current!r} is still running: finish or fail it before starting {step!r}")
     check_open(state)
     for earlier in plan_steps(state):
-        if earlier["id"] == step:
+        if earlier.id == step:
             break
-        if (state["steps"].get(earlier["id"]) or {}).get("state") != "done":
-            raise InvalidInput(f"step {step!r} cannot start before step {earlier['id']!r} is done (steps run in plan order)")
+        if (state["steps"].get(earlier.id) or {}).get("state") != "done":
+            raise InvalidInput(f"step {step!r} cannot start before step {earlier.id!r} is done "
+                               "(steps run in plan order)")
     check_limits(state, now)
     attempts = int(record.get("attempts", 0))
     check_attempts(attempts, limit(state, "max_step_attempts"), f"step {step}", "max_step_attempts")
@@ -99,7 +102,7 @@ def start_ops(state: Dict[str, Any], step: str, now: float) -> Ops:
             "error": None,
             "class": None,
             "next_attempt_at": None,
-            "approval": bool(spec.get("approval")),
+            "approval": spec.approval,
         }],
         ["set", ["current_step"], step],
         ["set", ["next_action"], {"kind": "finish-step", "step": step}],
@@ -123,13 +126,13 @@ def started_by_holder(state: Dict[str, Any], record: Dict[str, Any]) -> bool:
 
 def _next_step(state: Dict[str, Any], done_step: str) -> Optional[str]:
     for item in plan_steps(state):
-        if item["id"] == done_step:
-            nxt = item.get("next")
+        if item.id == done_step:
+            nxt = item.next
             if nxt and nxt != "done":
                 return nxt
     for item in plan_steps(state):
-        if item["id"] != done_step and (state["steps"].get(item["id"]) or {}).get("state") != "done":
-            return item["id"]
+        if item.id != done_step and (state["steps"].get(item.id) or {}).get("state") != "done":
+            return item.id
     return None
 
 
@@ -144,10 +147,12 @@ def done_ops(state: Dict[str, Any], step: str, evidence: Dict[str, Any], now: fl
         raise InvalidInput(f"step {step!r} is already done with other evidence")
     if record.get("state") != "running":
         raise InvalidInput(f"step {step!r} is not running (start it first)")
-    missing = [name for name in spec.get("evidence", []) if name not in evidence]
+    missing = [name for name in spec.evidence if name not in evidence]
     if missing:
-        raise InvalidInput(f"step {step!r} needs evidence {', '.join(missing)} (the contract asks for {', '.join(spec['evidence'])})")
-    if spec.get("approval") and not any(e.get("step") == step and e.get("state") == "verified" for e in state["effects"].values()):
+        raise InvalidInput(f"step {step!r} needs evidence {', '.join(missing)} "
+                           f"(the contract asks for {', '.join(spec.evidence)})")
+    if spec.approval and not any(e.get("step") == step and e.get("state") == "verified"
+                                 for e in state["effects"].values()):
         # The step exists to gate an effect; without a verified one, "done" would be a claim.
         raise InvalidInput(f"step {step!r} needs approval: it is done only with a verified effect begun in it (approval request, grant, effect begin ... effect verify)")
     open_effects = sorted(k for k, e in state["effects"].items() if e.get("step") == step and e.get("state") in UNRESOLVED)

@@ -30,6 +30,7 @@ import math
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from ..contract.spec import contract_of
 from .history import EXCEPTIONAL, History
 from .views import possible_duplicates
 
@@ -235,8 +236,7 @@ def _draw_lanes(svg: _Svg, axis: _Axis, history: History) -> None:
 
 
 def _draw_steps(svg: _Svg, axis: _Axis, history: History) -> None:
-    # The plan's step ids, strings in every contract that passed its check.
-    order: List[Any] = [s.get("id") for s in history.state["plan"].get("steps", []) if isinstance(s, dict)]
+    order: List[Any] = [s.id for s in contract_of(history.state).steps]
     for attempt in history.steps:
         if attempt.step not in order:
             order.append(attempt.step)

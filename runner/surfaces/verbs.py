@@ -24,7 +24,7 @@ from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tu
 
 from ..execution import jobs as _jobs
 from ..ledger.approvals import approval_view
-from ..ledger.batch import observes_itself
+from ..contract.spec import contract_of
 from ..execution.payloads import begin_payload
 from ..base.values import validate_id
 from ..base.canonical import read_document
@@ -352,7 +352,7 @@ def step(run: Run, action: str, step_id: str, evidence: Optional[Dict[str, Any]]
         record = run.step_start(step_id)
     elif action == "done":
         if evidence is None:
-            if not any(s["id"] == step_id and observes_itself(s) for s in run.state["plan"].get("steps", [])):
+            if not any(s.id == step_id and s.observes_itself for s in contract_of(run.state).steps):
                 raise InvalidInput(f"step done {step_id} needs the evidence its contract asks for")
             evidence = {}
         record = run.step_done(step_id, evidence)

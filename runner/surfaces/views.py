@@ -113,10 +113,10 @@ def brief(state: Dict[str, Any], decision: Optional[Dict[str, Any]] = None, limi
     head.append("Facts below come from the run's durable state; a claim not listed here is not established.")
     steps = ["", "## Steps"]
     for spec in plan_steps(state):
-        record = state["steps"].get(spec["id"]) or {}
+        record = state["steps"].get(spec.id) or {}
         status = record.get("state", "pending")
-        line = f"- {name(spec['id'], CONTRACT)}: {word(status)}"
-        items = batch_progress(state, spec["id"])
+        line = f"- {name(spec.id, CONTRACT)}: {word(status)}"
+        items = batch_progress(state, spec.id)
         if items:
             line += f"; items {number(items['verified'])} verified + {number(items['skipped'])} skipped of {number(items['total'])}"
         if status == "done" and record.get("observed"):
@@ -230,7 +230,7 @@ def _item_counts(state: Dict[str, Any]) -> Dict[str, Any]:
     """Batch items across the run, and the steps whose evidence was observed or only claimed."""
     totals = {"items": 0, "items_verified": 0, "items_skipped": 0}
     for spec in plan_steps(state):
-        items = batch_progress(state, spec["id"])
+        items = batch_progress(state, spec.id)
         if items:
             totals["items"] += items["total"]
             totals["items_verified"] += items["verified"]
@@ -295,6 +295,6 @@ def status_view(state: Dict[str, Any], decision: Optional[Dict[str, Any]] = None
         "lease": state["lease"],
         "cancellation": state["observations"].get("cancellation"),
         "next": decision_view(decision) if decision is not None else None,
-        "items": {s["id"]: progress for s in state["plan"].get("steps", []) for progress in [batch_progress(state, s["id"])] if progress},
+        "items": {s.id: progress for s in plan_steps(state) for progress in [batch_progress(state, s.id)] if progress},
         "evidence": {k: evidence_view(r) for k, r in state["steps"].items() if isinstance(r, dict) and evidence_view(r)},
     }
