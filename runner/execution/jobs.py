@@ -126,7 +126,9 @@ def submit_intent_ops(
             raise InvalidInput(f"job {key!r} was submitted with another command; refusing to reuse its key")
         if job["state"] in ("submitting", "running", "finished"):
             return "existing", []
-        if job["state"] == "vanished" and not state["plan"].get("jobs", {}).get("rerun_vanished", False):
+        from ..contract.spec import contract_of  # here: the job's launcher and wrapper, this module run, never load it
+
+        if job["state"] == "vanished" and not contract_of(state).jobs.rerun_vanished:
             raise NeedsReconciliation(
                 f"job {key!r} vanished without an exit code and the contract does not allow a rerun; check what it left behind", key=key)
         if job["state"] in ("cancel-requested", "stopped"):

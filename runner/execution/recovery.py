@@ -186,7 +186,7 @@ def decide(state: Dict[str, Any], now: float, owner: Optional[str] = None, epoch
             return _act({"kind": "read-job", "key": key, "exit_code": seen["exit_code"], "why": "record the finished job's result (`job status`, `job result`)"}, ev)
         if job["state"] == "cancel-requested":
             return _act({"kind": "check-job", "key": key, "why": "the cancelled job is gone: record that it stopped (`job status`)"}, ev)
-        if state["plan"].get("jobs", {}).get("rerun_vanished", False) and not state["observations"].get("cancellation"):
+        if contract_of(state).jobs.rerun_vanished and not state["observations"].get("cancellation"):
             inf.append(f"job {name(key)} vanished without an exit code; the contract allows a rerun from shard {number(job.get('cursor', 0))}")
             return _act({"kind": "rerun-job", "key": key, "cursor": job.get("cursor", 0), "command": job["command"], "why": "rerun the vanished job (`job submit` with the same key and command)"}, ev)
         unk.append(f"job {name(key)} vanished without an exit code")

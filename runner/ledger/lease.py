@@ -35,6 +35,7 @@ from .envelope import Ops
 from ..base.values import check_duration, one_line, validate_id
 from ..base.times import format_time, parse_time
 from ..base.errors import AlreadyRunning, Fenced
+from ..contract.spec import contract_of
 from ..contract.text import MAX_TTL_SECONDS
 
 if TYPE_CHECKING:  # the records are types only: nothing of them is loaded to run
@@ -51,7 +52,7 @@ def default_ttl(state: Dict[str, Any], given: Optional[float] = None) -> float:
     """The lease's time to live: ``given``, else the contract's ``lease.ttl_seconds``, else :data:`DEFAULT_TTL_SECONDS`."""
     if given:
         return float(given)
-    return float((state["plan"].get("lease") or {}).get("ttl_seconds", DEFAULT_TTL_SECONDS))
+    return contract_of(state).lease.ttl_seconds
 
 
 

@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from ..base.times import format_time, parse_time
 from ..base.errors import InvalidInput, LimitExhausted, RetryLater
+from ..contract.spec import contract_of
 
 __all__ = [
     "backoff_delay",
@@ -50,8 +51,8 @@ def backoff_delay(attempt: int, base: float = DEFAULT_BASE_SECONDS, cap: float =
 
 def next_attempt_at(state: Dict[str, Any], attempts: int, now: float, rand: Callable[[], float] = _random.random) -> str:
     """The persisted earliest time of the next attempt, from the contract's retry policy."""
-    policy = state["plan"].get("retry", {})
-    delay = backoff_delay(attempts, float(policy.get("base_seconds", DEFAULT_BASE_SECONDS)), float(policy.get("cap_seconds", DEFAULT_CAP_SECONDS)), rand)
+    policy = contract_of(state).retry
+    delay = backoff_delay(attempts, policy.base_seconds, policy.cap_seconds, rand)
     return format_time(now + delay)
 
 

@@ -28,6 +28,7 @@ import json
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..base.canonical import sha256_hex
+from ..contract.spec import contract_of
 from .history import History, Holding, StepAttempt
 
 __all__ = ["trace", "write", "trace_id"]
@@ -157,7 +158,7 @@ def trace(history: History, with_content: bool = False) -> Dict[str, Any]:
         "gen_ai.conversation.id": history.task_id, "runner.status": state["status"], "runner.plan_digest": state["plan_digest"],
     }
     if with_content:
-        root_attributes["gen_ai.agent.description"] = str(state["plan"].get("goal", ""))
+        root_attributes["gen_ai.agent.description"] = str(contract_of(state).goal)
     for name, value in summary.items():
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             root_attributes[f"runner.report.{name}"] = value

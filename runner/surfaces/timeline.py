@@ -456,7 +456,8 @@ def _section(history: History, axis: _Axis) -> str:
                      f'{counts["exceptional"]} exceptional ones one by one.</p>')
     state = history.state
     head = (f'<h2>Run {_t(history.task_id)}: {_t(state["status"])} at revision {state["revision"]}</h2>'
-            f'<p class="note">Goal: {_t(str(state["plan"].get("goal", "")).rstrip("."))}. From {_t(_fmt_time(history.start))} to {_t(_fmt_time(history.end))} '
+            f'<p class="note">Goal: {_t(str(contract_of(state).goal).rstrip("."))}. '
+            f'From {_t(_fmt_time(history.start))} to {_t(_fmt_time(history.end))} '
             f"({_t(_fmt_span(history.end - history.start))}); journal records {history.first_rev} to {history.last_rev}.</p>")
     return f'<section class="run" data-task="{_t(history.task_id)}">{head}{"".join(notes)}{svg.done("timeline of " + history.task_id)}{_tables(history)}</section>'
 

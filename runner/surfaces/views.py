@@ -15,6 +15,7 @@
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from ..contract.spec import contract_of
 from ..ledger.effects import FLAGS
 from ..ledger.states import UNRESOLVED
 from ..base.times import parse_time
@@ -97,11 +98,10 @@ def brief(state: Dict[str, Any], decision: Optional[Dict[str, Any]] = None, limi
     prose (``detail``, ``why``), which :func:`runner.execution.recovery.decide` writes
     the same way.
     """
-    plan = state["plan"]
     head = [
         f"# Run {name(state['task_id'])} (revision {number(state['revision'])}, {word(state['status'])})",
         NOTICE,
-        f"Goal: {quote(plan.get('goal', ''), CONTRACT, 240)}",
+        f"Goal: {quote(contract_of(state).goal, CONTRACT, 240)}",
     ]
     if decision is not None:
         if decision["decision"] == "act":
