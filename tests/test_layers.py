@@ -129,7 +129,17 @@ class LayerCheckTest(unittest.TestCase):
                          f"layer check: 1 violation(s) ({check_layers.RULES})")
         self.assertEqual(check_layers.RULES, "proof or engine imports, import cycles, private names of another "
                                              "package, imports against the layers, modules outside the packages, "
-                                             "package docstrings")
+                                             "package docstrings, reads of the plan outside runner.contract")
+
+    def test_the_check_fails_on_a_planted_read_of_the_plan(self) -> None:
+        # A module of the ledger that reads the plan itself, by subscript or by get, and not through contract_of.
+        for text in ('\n\ndef _goal(state):\n    return state["plan"]["goal"]\n',
+                     '\n\ndef _goal(state):\n    return state.get("plan", {}).get("goal")\n'):
+            with self.subTest(text=text):
+                added = _planted(self, ["ledger/steps.py"], {"ledger/steps.py": text})
+                self.assertEqual(len(added), 1, added)
+                self.assertRegex(added[0], r"^runner/ledger/steps\.py:\d+: runner\.ledger\.steps reads the run's plan "
+                                           r"\(runner\.contract reads it: contract_of\)$")
 
     def test_the_check_fails_on_a_planted_private_import(self) -> None:
         # Taken by name, and read as an attribute of an imported module: both are another package's private names.
@@ -223,6 +233,23 @@ class LayoutTest(unittest.TestCase):
             "(runner.base may import the standard library only)",
             "runner/contract/text.py:5: runner.contract.text imports runner.execution.lifecycle "
             "(runner.contract may import runner.base)",
+        ])
+
+    def test_the_plan_is_read_by_the_contract_package_and_those_it_names(self) -> None:
+        read = "def read(state):\n    return state[\"plan\"]\n"
+        root = _small_runner(self, {
+            "ledger/steps.py": "def steps(state):\n    return state[\"plan\"][\"steps\"]\n",
+            "surfaces/views.py": "def goal(state):\n    return state.get(\"plan\", {}).get(\"goal\")\n",
+            "contract/spec.py": read, "ledger/envelope.py": read, "stores/codec.py": read, "proof/sim.py": read,
+            # Naming the plan's path in an op, or reading its digest, is no read of the plan.
+            "ledger/migrate.py": ("def ops(state, block):\n"
+                                  "    return [[\"set\", [\"plan\"], block]], state[\"plan_digest\"]\n"),
+        })
+        self.assertEqual(check_layers.violations(root), [
+            "runner/ledger/steps.py:2: runner.ledger.steps reads the run's plan "
+            "(runner.contract reads it: contract_of)",
+            "runner/surfaces/views.py:2: runner.surfaces.views reads the run's plan "
+            "(runner.contract reads it: contract_of)",
         ])
 
     def test_a_subpackage_counts_as_its_package(self) -> None:

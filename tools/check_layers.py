@@ -1,6 +1,6 @@
 """Fail when the imports inside ``runner/`` break its layering.
 
-Four rules, each reported as ``path:line: what`` (paths relative to the folder
+The rules, each reported as ``path:line: what`` (paths relative to the folder
 that holds the checked package), every import statement counted whether it
 sits at module level or inside a function:
 
@@ -40,11 +40,18 @@ sits at module level or inside a function:
   and :data:`SIDE` ends with the sentence that says what it may import, as
   :func:`may_import` words it from the tables, so that the two cannot
   disagree.
+* **one reader of the plan**: a run's plan (a subscript ``["plan"]`` or a
+  ``.get("plan")``) is read in ``runner.contract``, which gives every other
+  module its specs (``contract_of(state)``), and besides it only where
+  :data:`PLAN_READERS` says: the envelope makes the plan, the stores keep it
+  and its digest, the proof package builds plans of its own. Reported as
+  ``runner/ledger/steps.py:42: runner.ledger.steps reads the run's plan
+  (runner.contract reads it: contract_of)``.
 
 Relative imports are resolved against the importing module's package. An
 import names the module it loads (``from P import m`` names ``P.m`` when
 ``m`` is a module of the tree, else ``P``); the parent packages that Python
-loads on the way are not counted as dependencies. The last three rules apply
+loads on the way are not counted as dependencies. The last four rules apply
 to the tree of the package that :data:`LAYOUT` names (``runner``); the first
 four to any tree.
 """
@@ -77,6 +84,9 @@ COMPAT = {"runner.run": "runner.execution.run", "runner.verbs": "runner.surfaces
           "runner.jobs": "runner.execution.jobs", "runner.pool": "runner.execution.pool"}
 #: The modules at the top: what a harness imports (lazily) and the program.
 TOP = ("runner", "runner.__main__")
+#: Where a run's plan is read besides runner.contract (a module, or a package and its modules): the envelope makes
+#: it, the stores keep it and its digest, and the proof package builds plans of its own and looks into them.
+PLAN_READERS = ("runner.contract", "runner.ledger.envelope", "runner.stores", "runner.proof")
 
 
 class Layout(NamedTuple):
@@ -86,6 +96,7 @@ class Layout(NamedTuple):
     side: Mapping[str, Union[str, Tuple[str, ...]]]
     compat: Mapping[str, str]
     top: Tuple[str, ...]
+    plan_readers: Tuple[str, ...]
 
     @property
     def package(self) -> str:
@@ -102,7 +113,7 @@ class Layout(NamedTuple):
         return self.layers[: self.layers.index(package)]
 
 
-LAYOUT = Layout(LAYERS, SIDE, COMPAT, TOP)
+LAYOUT = Layout(LAYERS, SIDE, COMPAT, TOP, PLAN_READERS)
 
 
 def may_import(package: str, layout: Layout = LAYOUT) -> str:
@@ -137,11 +148,28 @@ def package_of(module: str, path: str) -> str:
 
 
 def _parse(path: str) -> List[ast.AST]:
-    """The file's import statements and attribute reads, in ``ast.walk``'s order: all that the readers below look at,
-    found in one walk of the tree."""
+    """The file's import statements, attribute reads, subscripts and calls, in ``ast.walk``'s order: all that the
+    readers below look at, found in one walk of the tree."""
     with open(path, encoding="utf-8") as handle:
         tree = ast.parse(handle.read(), path)
-    return [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom, ast.Attribute))]
+    wanted = (ast.Import, ast.ImportFrom, ast.Attribute, ast.Subscript, ast.Call)
+    return [node for node in ast.walk(tree) if isinstance(node, wanted)]
+
+
+def _names_plan(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value == "plan"
+
+
+def plan_reads(nodes: List[ast.AST]) -> List[int]:
+    """The lines of ``nodes`` (as :func:`_parse` gives them) that read a plan: ``x["plan"]`` or ``x.get("plan")``."""
+    lines = set()
+    for node in nodes:
+        if isinstance(node, ast.Subscript) and _names_plan(node.slice):
+            lines.add(node.lineno)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+              and node.args and _names_plan(node.args[0])):
+            lines.add(node.lineno)
+    return sorted(lines)
 
 
 def _from_target(node: ast.ImportFrom, package: str) -> str:
@@ -405,6 +433,9 @@ def violations(root: str, layout: Layout = LAYOUT) -> List[str]:
             wrong = _direction(module, rel, use, layout, modules) if laid_out and use.target != module else None
             if wrong is not None:
                 bad.append(wrong)
+        if laid_out and not any(_under(module, reader) for reader in layout.plan_readers):
+            bad.extend(f"{rel}:{line}: {module} reads the run's plan (runner.contract reads it: contract_of)"
+                       for line in plan_reads(nodes))
     if laid_out:
         bad.extend(_placement(modules, top, layout))
         bad.extend(_docstrings(modules, top, layout))
@@ -420,7 +451,7 @@ def violations(root: str, layout: Layout = LAYOUT) -> List[str]:
 
 #: The rules, as the summary line names them.
 RULES = ("proof or engine imports, import cycles, private names of another package, imports against the layers, "
-         "modules outside the packages, package docstrings")
+         "modules outside the packages, package docstrings, reads of the plan outside runner.contract")
 
 
 def main(root: str) -> int:

@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .templates import KEY_PLACEHOLDERS, expand, is_field, placeholders_in, values_for
 
-__all__ = ["MANY_MAX", "MANY_DEFAULT", "lookups", "shared_lookup"]
+__all__ = ["MANY_MAX", "MANY_DEFAULT", "lookups", "shared_lookup", "run_shared_lookup"]
 
 #: Keys one lookup of many keys asks for at most (``max``), and by default: ``observe_many`` here, ``effects.http.observe.many``.
 MANY_MAX, MANY_DEFAULT = 200, 50
@@ -75,3 +75,9 @@ def shared_lookup(plan: Dict[str, Any], lists: Sequence[Tuple[str, Sequence[str]
                             f"value ({name}: {shown}), so each would find the other's effect: a lookup must tell items "
                             "apart; build it from {key}, or from a placeholder the two items differ in")
     return None
+
+
+def run_shared_lookup(state: Mapping[str, Any], lists: Sequence[Tuple[str, Sequence[str]]],
+                      records: Optional[Mapping[str, Sequence[Any]]] = None) -> Optional[str]:
+    """:func:`shared_lookup` for a run: its lookups are those of its plan, as the run holds it, filled with its id."""
+    return shared_lookup(state["plan"], lists, state["task_id"], records)

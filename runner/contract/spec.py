@@ -1,4 +1,4 @@
-"""A checked contract as frozen specs that carry their defaults: what every other module will read instead of the
+"""A checked contract as frozen specs that carry their defaults: what every other module reads instead of the
 plan's dict.
 
 :func:`read_contract` turns a block whose checks found nothing (see

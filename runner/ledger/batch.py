@@ -89,7 +89,7 @@ import re
 from typing import Any, Callable, Dict, List, Optional, Tuple, cast
 
 from ..base.workspace import MAX_ITEMS, check_inside, glob_files, read_bounded, resolve_inside
-from ..contract.lookups import shared_lookup
+from ..contract.lookups import run_shared_lookup
 from ..contract.spec import EffectsSpec, ItemsSpec, StepSpec, contract_of
 from ..contract.templates import (RECORD_FILES, expand, field_value, field_values, is_field, item_keys, item_values,
                                   kind_of, placeholders_in, slug)
@@ -309,7 +309,7 @@ def freeze(state: Dict[str, Any], step: str, cwd: Optional[str] = None) -> Optio
     A step that was frozen under the run's present plan keeps its frozen
     list; only the workspace root is returned for it. A new list gives each
     item a key no other item has, in this step or in another step's frozen
-    list, and a lookup at the target no other item shares (:func:`~runner.contract.lookups.shared_lookup`).
+    list, and a lookup at the target no other item shares (:func:`~runner.contract.lookups.run_shared_lookup`).
     What the ledger already holds is checked under the run's lock, by :func:`freeze_ops`.
 
     :raises InvalidInput: the list cannot be made, or two items share a key or a lookup (both named).
@@ -363,7 +363,7 @@ def freeze(state: Dict[str, Any], step: str, cwd: Optional[str] = None) -> Optio
         if records is not None:
             kept[step] = records
         lists = [(o, b["items"]) for o, b in others] + [(step, items)]
-        shared = shared_lookup(state["plan"], lists, state["task_id"], kept)
+        shared = run_shared_lookup(state, lists, kept)
         if shared:
             raise InvalidInput(shared)
         frozen["batch"] = {"items": items, "digest": digest, "count": len(items), "source": source,
