@@ -29,7 +29,7 @@ from runner.ledger import batch
 from runner.base.canonical import content_digest
 from runner.base.errors import InvalidInput
 from runner.proof.ticketservice import TicketServiceProcess
-from runner.run import Run
+from runner.execution.run import Run
 from runner.stores.file import RunStore
 from tests.support.batch import batch_contract, script
 from tests.support.cli import RunnerCli

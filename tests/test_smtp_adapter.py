@@ -22,7 +22,7 @@ from runner.adapters.smtp import DEFAULT_MESSAGE_ID, SmtpAdapter, key_text, smtp
 from runner.base.errors import InvalidInput, NeedsReconciliation
 from runner.calls import inflight
 from runner.calls.target import NotApplied, Rejected, UnknownOutcome
-from runner.run import Run
+from runner.execution.run import Run
 from runner.stores.file import RunStore
 from tests.support.fake_http import free_port, have_openssl, make_certificates, wait_until
 from tests.support.scripts.smtp_worker import payload_for, spec_for

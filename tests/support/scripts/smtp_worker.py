@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional
 
 from runner.adapters.smtp import SmtpAdapter
 from runner.base.errors import RunnerError
-from runner.run import Run
+from runner.execution.run import Run
 
 
 def payload_for(key: str) -> Dict[str, Any]:
