@@ -131,6 +131,13 @@ def _checked(block: Dict[str, Any]) -> Dict[str, Any]:
 class DefaultsTest(unittest.TestCase):
     """A field left out reads as the value the runner's readers use today."""
 
+    def test_a_plan_that_names_its_effects_alone_reads_with_no_task_goal_or_steps(self) -> None:
+        # A harness may begin a run with a plan of its own (the simulation does): what it leaves out reads as empty.
+        made = spec.read_contract({"effects": {"timeout_seconds": 5, "rate": {"per_second": 2}}})
+        self.assertEqual((made.task_id, made.goal, made.steps), ("", "", ()))
+        self.assertEqual((made.effects.timeout_seconds, made.effects.rate), (5.0, spec.Rate(2.0)))
+        self.assertEqual(made.lease, spec.LeaseSpec())
+
     def test_each_default_is_the_one_the_runner_uses(self) -> None:
         made = spec.read_contract(_checked({"contract": 1, "task_id": "t", "goal": "g", "steps": [{"id": "s"}]}))
         effects_spec, step = made.effects, made.steps[0]
