@@ -75,7 +75,7 @@ import re
 import stat
 import threading
 import time
-from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Literal, NamedTuple, Optional, Tuple, cast
 
 from ..base.times import format_time
 from ..base.canonical import sha256_hex
@@ -83,7 +83,7 @@ from ..base.errors import InvalidInput
 from .processes import GONE, OS_PROCESSES, VERIFIED, Processes
 from ..base.host import local_maker
 
-__all__ = ["Call", "Registry", "Registered", "SetAside", "registry_for", "findings", "current", "calling",
+__all__ = ["Call", "CallKind", "Registry", "Registered", "SetAside", "registry_for", "findings", "current", "calling",
            "TOKEN_VARIABLE", "GRACE_SECONDS", "MAX_CALL_SECONDS", "CLOCK_SKEW_SECONDS", "CALLS", "SET_ASIDE"]
 
 #: The environment variable that carries a call's token into the processes it starts.
@@ -120,6 +120,10 @@ _READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLL
 _EMPTY = "empty"
 
 
+#: The two kinds of call the registry records (its records' ``kind``).
+CallKind = Literal["invoke", "observe"]
+
+
 class Call(NamedTuple):
     """An earlier call of the key, as the in-flight registry sees it now.
 
@@ -137,7 +141,7 @@ class Call(NamedTuple):
     killable: bool
     ended_at: Optional[float]
     pid: int = 0
-    kind: str = "invoke"
+    kind: CallKind = "invoke"
     command: bool = False
 
 
@@ -171,7 +175,8 @@ class Registered:
         verified)."""
         child = self.record.get("child")
         return Call(alive, float(self.record["deadline"]), killable, self.record.get("ended_at"),
-                    int((child or self.record["caller"])[0]), str(self.record.get("kind", "invoke")), child is not None)
+                    int((child or self.record["caller"])[0]), cast(CallKind, str(self.record.get("kind", "invoke"))),
+                    child is not None)
 
 
 class SetAside(NamedTuple):

@@ -25,13 +25,13 @@ act there without patching anything.
 """
 
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, cast
 
 from ..base.values import validate_id
 from ..base.times import format_time
 from ..base.canonical import content_digest
 from ..base.errors import Failed, Fenced, NeedsReconciliation
-from ..execution.lifecycle import Answer, Caps, Facts, Seen, next_move
+from ..execution.lifecycle import Answer, Caps, Facts, Seen, SeenStatus, next_move
 from ..calls.target import Adapter, NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 from ..contract.spec import EffectsSpec
 
@@ -121,7 +121,8 @@ def perform_once(
             return {"key": key, "payload_digest": digest, "receipt": record.get("receipt"), "evidence": record.get("evidence"), "invoked": invoked}
         if kind == "observe":
             found = observe_once(adapter, key, payload)
-            seen = Seen(found.status, found.evidence, now)
+            # Passed on unchecked, as the engines always have: a word of the target's own reads as "cannot tell".
+            seen = Seen(cast(SeenStatus, found.status), found.evidence, now)
         elif kind == "invoke":
             if invoked:
                 raise EffectUncertain(key, f"{detail} (observed {seen.status if seen else 'nothing'})")

@@ -58,7 +58,7 @@ from ..base.errors import Fenced, RunnerError, Stopped
 from ..contract.spec import contract_of
 from .flow import Flow
 from ..ledger.lease import default_ttl
-from .lifecycle import Answer, Call, Caps, Facts, Move, Seen, next_move
+from .lifecycle import Answer, Call, CallKind, Caps, Facts, ManyLookupState, Move, MoveKind, Seen, SeenStatus, next_move
 from ..ledger.states import UNRESOLVED
 from ..calls.target import Adapter, NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 from ..base.windows import NO_OBSERVER, Observer
@@ -70,7 +70,8 @@ POLL_SECONDS = 0.1
 #: Jobs held back, at most, while their group is full (the rest of the list waits its turn).
 MAX_HELD = 1000
 
-_RECORDS = ("ack", "verify", "absent", "defer", "uncertain", "fail", "invoke")
+#: The moves recorded in the ledger: those of several effects that are ready together share one transition.
+_RECORDS: Tuple[MoveKind, ...] = ("ack", "verify", "absent", "defer", "uncertain", "fail", "invoke")
 
 
 class Job(NamedTuple):
@@ -178,7 +179,8 @@ class _Task:
         self.seen: Optional[Seen] = None
         self.answer: Optional[Answer] = None
         self.calls: Optional[List[Tuple[inflight.Registered, Call]]] = None  # the registry's view, read once, then while waiting
-        self.pending: Optional[Tuple[Optional[inflight.Registered], str, float]] = None  # the call in flight: its record, kind, start
+        # the call in flight: its record, kind, start
+        self.pending: Optional[Tuple[Optional[inflight.Registered], CallKind, float]] = None
         self.wake_at: Optional[float] = None
         self.own: Optional[inflight.Registered] = None  # this pass's invoke, until what it answered is recorded
         self.error: Optional[BaseException] = None
@@ -227,7 +229,7 @@ class Executor:
         self._earlier: Set[str] = set()
         #: What each ``batch_key``'s lookups of many keys came to: "trying" (one is out, none answered yet), "works",
         #: "refused" (the target refuses them: key by key for the rest of this executor's work).
-        self._many: Dict[Any, str] = {}
+        self._many: Dict[Any, ManyLookupState] = {}
         #: Figures of this executor's work: calls started, transitions committed, effects in flight now.
         self.figures: Dict[str, int] = {"calls": 0, "commits": 0, "records": 0, "in_flight": 0, "not_now": 0}
 
@@ -573,7 +575,7 @@ class Executor:
     def _attempt(self, task: _Task) -> int:
         return int((self.run.state["effects"].get(task.job.key) or {}).get("attempts", 0))
 
-    def _start(self, task: _Task, kind: str, now: float, call: Optional[inflight.Registered] = None) -> None:
+    def _start(self, task: _Task, kind: CallKind, now: float, call: Optional[inflight.Registered] = None) -> None:
         """Start one call in the world (registered first); its result arrives through :meth:`_finished`."""
         job = task.job
         if call is None:
@@ -685,7 +687,9 @@ class _Many:
 
 
 #: What a lookup of many keys may say of each key: ``unseen`` says its answer could not have shown the key.
-_MANY_STATUSES = ("present", "absent", "unknown", "unseen")
+_MANY_STATUSES: Tuple[SeenStatus, ...] = ("present", "absent", "unknown", "unseen")
+#: What one key's lookup may say.
+_ONE_STATUSES: Tuple[SeenStatus, ...] = ("present", "absent", "unknown")
 
 
 def _observe_many(adapter: Any, items: List[Tuple[str, Dict[str, Any], Adapter]]) -> Tuple[List[Seen], bool]:
@@ -734,7 +738,7 @@ def _observe(adapter: Adapter, key: str, payload: Dict[str, Any]) -> Seen:
     """One lookup; a lookup that failed, or answered nonsense, says nothing: unknown, never absent."""
     try:
         seen = adapter.observe(key, payload)
-        if not isinstance(seen, Observation) or seen.status not in ("present", "absent", "unknown"):
+        if not isinstance(seen, Observation) or seen.status not in _ONE_STATUSES:
             raise TypeError(f"observe returned {seen!r:.100}, not an Observation")
         check_document(seen.evidence, "evidence")
     except NotApplied as exc:  # the lookup itself was refused for now (429, a 503): look again later

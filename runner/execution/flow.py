@@ -29,6 +29,7 @@ from typing import Any, Dict, Mapping, Optional
 
 from ..contract.effects import GROUP_FIELD as _FIELD
 from ..contract.spec import contract_of
+from .lifecycle import AnswerKind
 
 __all__ = ["Flow", "TokenBucket", "flow_for"]
 
@@ -89,7 +90,7 @@ class Flow:
             return self.paused_until
         return self.bucket.take(now) if self.bucket is not None else None
 
-    def answered(self, kind: str, now: float, retry_after: Optional[float] = None) -> None:
+    def answered(self, kind: AnswerKind, now: float, retry_after: Optional[float] = None) -> None:
         """What a call of the target answered: ``not-applied`` pushes back, anything else lets the limit climb.
 
         One push back halves the calls in flight once: the other "not now" answers of that moment

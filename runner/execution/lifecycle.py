@@ -47,16 +47,32 @@ its loop acts. The rules it keeps:
 Times are seconds since the epoch, from the run's clock.
 """
 
-from typing import Any, Dict, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Literal, NamedTuple, Optional, Tuple
 
 from ..base.times import parse_time
 from ..base.errors import Failed, Fenced, NeedsReconciliation, RunnerError
 from ..base.quoting import describe
-from ..ledger.states import UNRESOLVED
-from ..calls.inflight import Call
+from ..ledger.states import UNRESOLVED, EffectState
+from ..calls.inflight import Call, CallKind
 from ..contract.effects import DEFAULT_CALL_TIMEOUT
 
-__all__ = ["Caps", "Call", "Seen", "Answer", "Facts", "Move", "next_move", "quiet_since", "LOOK_AGAIN_SECONDS"]
+__all__ = ["Caps", "Call", "Seen", "Answer", "Facts", "Move", "next_move", "quiet_since", "LOOK_AGAIN_SECONDS",
+           "MoveKind", "AnswerKind", "SeenStatus", "CallKind", "ManyLookupState"]
+
+# The words of each vocabulary, as types: a value is one of these strings (never an Enum, whose text would differ
+# between Pythons in the reasons and the simulation's trace), and a comparison with any other word is a type error.
+
+#: The kinds of :class:`Move`, in the order the docstring of :class:`Move` names them.
+MoveKind = Literal["done", "settled", "wait-call", "kill-call", "wait", "observe", "invoke",
+                   "ack", "verify", "absent", "defer", "uncertain", "fail", "stop"]
+#: What a call may answer (:class:`Answer`); the words of an HTTP request's ``statuses`` too.
+AnswerKind = Literal["receipt", "rejected", "not-applied", "stale-epoch", "unknown"]
+#: What a lookup may find (:class:`Seen`): a target's three words, ``later`` (the lookup was refused for now) and
+#: ``unseen`` (a lookup of many keys could not have shown the key).
+SeenStatus = Literal["present", "absent", "unknown", "later", "unseen"]
+#: What an adapter's lookups of many keys came to: one is out and none answered yet, the target answers them, or it
+#: refuses them.
+ManyLookupState = Literal["trying", "works", "refused"]
 
 #: Seconds before looking again when a lookup was refused for now and named no delay.
 LOOKUP_RETRY_SECONDS = 1.0
@@ -92,7 +108,7 @@ class Seen(NamedTuple):
     """An observation this pass made, and when it began: ``present``, ``absent``, ``unknown``, or
     ``later`` (the lookup itself was refused for now; ``evidence["retry_after"]`` may say how long)."""
 
-    status: str
+    status: SeenStatus
     evidence: Dict[str, Any]
     at: float
 
@@ -103,7 +119,7 @@ class Answer(NamedTuple):
     ``kind``: ``receipt``, ``unknown``, ``not-applied``, ``rejected`` or ``stale-epoch``.
     """
 
-    kind: str
+    kind: AnswerKind
     detail: str = ""
     receipt: Optional[Dict[str, Any]] = None
     retry_after: Optional[float] = None
@@ -140,7 +156,7 @@ class Move(NamedTuple):
     * ``stop``: raise ``error``.
     """
 
-    kind: str
+    kind: MoveKind
     until: Optional[float] = None
     evidence: Optional[Dict[str, Any]] = None
     receipt: Optional[Dict[str, Any]] = None
@@ -166,7 +182,7 @@ def quiet_since(facts: Facts) -> float:
     if facts.answer is not None:
         ends.append(facts.answer.ended_at)
     effect = facts.effect or {}
-    state = effect.get("state")
+    state: Optional[EffectState] = effect.get("state")
     if state in UNRESOLVED and effect.get("updated_at"):
         updated = parse_time(effect["updated_at"])
         ends.append(updated + facts.caps.timeout if state == "started" and not facts.calls and facts.answer is None else updated)
@@ -187,7 +203,7 @@ def _contradiction(key: str, effect: Dict[str, Any], seen: Seen) -> str:
 def next_move(facts: Facts) -> Move:
     """The next move for one effect (see the module docstring for the rules it keeps)."""
     key, effect, caps, now = facts.key, facts.effect, facts.caps, facts.now
-    state = effect["state"] if effect else None
+    state: Optional[EffectState] = effect["state"] if effect else None
     if state == "verified":
         return Move("done")
     if state == "failed":

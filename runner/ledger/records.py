@@ -9,11 +9,13 @@ Python 3.9 has no ``NotRequired``, so each record's optional keys are a
 
 from typing import Any, Dict, List, Optional, TypedDict
 
+from .states import EffectState
+
 __all__ = ["EffectRecord", "Lease"]
 
 
 class _EffectBase(TypedDict):
-    state: str
+    state: EffectState
     payload_digest: str
     attempts: int
     step: Optional[str]
