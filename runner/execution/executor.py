@@ -58,7 +58,8 @@ from ..base.errors import Fenced, RunnerError, Stopped
 from ..contract.spec import contract_of
 from .flow import Flow
 from ..ledger.lease import default_ttl
-from .lifecycle import Answer, Call, CallKind, Caps, Facts, ManyLookupState, Move, MoveKind, Seen, SeenStatus, next_move
+from .lifecycle import (MAX_DETAIL_CHARS, Answer, Call, CallKind, Caps, Facts, ManyLookupState, Move, MoveKind, Seen,
+                        SeenStatus, next_move)
 from ..ledger.states import UNRESOLVED
 from ..calls.target import Adapter, NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 from ..base.windows import NO_OBSERVER, Observer
@@ -70,8 +71,8 @@ POLL_SECONDS = 0.1
 #: Jobs held back, at most, while their group is full (the rest of the list waits its turn).
 MAX_HELD = 1000
 
-#: The moves recorded in the ledger: those of several effects that are ready together share one transition.
-_RECORDS: Tuple[MoveKind, ...] = ("ack", "verify", "absent", "defer", "uncertain", "fail", "invoke")
+#: A change of the ledger as a function of the state and the time at commit (:meth:`runner.run.Run.transact_many`).
+LedgerChange = Callable[[Dict[str, Any], float], List[Any]]
 
 
 class Job(NamedTuple):
@@ -480,57 +481,83 @@ class Executor:
                     self._start_many(chunk, now, batch_key)
 
     def _act(self, task: _Task, move: Move, now: float) -> None:
-        kind = move.kind
-        if kind in ("done", "settled"):
-            task.record = self.run.state["effects"].get(task.job.key) or {"key": task.job.key, "state": None}
-            task.finished = True
-        elif kind == "stop":
-            task.error, task.finished = move.error, True
-        elif kind == "observe":
-            self._start(task, "observe", now)
-        elif kind == "wait":
-            task.wake_at = move.until
-        elif kind == "wait-call":
-            task.wake_at = min(float(move.until or now), now + POLL_SECONDS)
-            task.watch = self._registered(task, move.call)
-        elif kind == "kill-call":
-            found = self._registered(task, move.call)
-            if found is not None:
-                self.registry.kill(found)
-            task.watch, task.wake_at = found, now + POLL_SECONDS / 5
-        else:
-            raise ValueError(f"unknown move {kind!r}")
+        """Carry out a move that records nothing: it finishes ``task``, starts its lookup, or makes it wait."""
+        act = _ACTS.get(move.kind)
+        if act is None:
+            raise ValueError(f"unknown move {move.kind!r}")
+        act(self, task, move, now)
+
+    def _finish(self, task: _Task, move: Move, now: float) -> None:
+        task.record = self.run.state["effects"].get(task.job.key) or {"key": task.job.key, "state": None}
+        task.finished = True
+
+    def _stop(self, task: _Task, move: Move, now: float) -> None:
+        task.error, task.finished = move.error, True
+
+    def _observe_one(self, task: _Task, move: Move, now: float) -> None:
+        self._start(task, "observe", now)
+
+    def _wait_until(self, task: _Task, move: Move, now: float) -> None:
+        task.wake_at = move.until
+
+    def _wait_for_call(self, task: _Task, move: Move, now: float) -> None:
+        task.wake_at = min(float(move.until or now), now + POLL_SECONDS)
+        task.watch = self._registered(task, move.call)
+
+    def _kill_call(self, task: _Task, move: Move, now: float) -> None:
+        found = self._registered(task, move.call)
+        if found is not None:
+            self.registry.kill(found)
+        task.watch, task.wake_at = found, now + POLL_SECONDS / 5
 
     @staticmethod
     def _registered(task: _Task, call: Optional[Call]) -> Optional[inflight.Registered]:
         return next((r for r, view in (task.calls or []) if view == call), None)
 
-    def _change(self, task: _Task, move: Move) -> Callable[[Dict[str, Any], float], List[Any]]:
+    def _change(self, task: _Task, move: Move) -> LedgerChange:
         """The ledger change that records ``move`` for ``task``, as a function of the state at commit time."""
-        key, kind = task.job.key, move.kind
-        if kind == "invoke":
-            kept = _effects.kept_payload(task.payload)
-            return lambda s, now: _effects.begin_ops(s, key, task.digest, now, task.job.step, move.resend, kept)
-        if kind == "ack":
-            return lambda s, now: _effects.ack_ops(s, key, move.receipt, now)  # type: ignore[arg-type]
-        if kind == "verify":
-            evidence = dict(move.evidence or {})
-            receipt = (self.run.state["effects"].get(key) or {}).get("receipt")
-            if receipt is not None and not move.reconciled and "receipt" not in evidence:
-                evidence["receipt"] = receipt
-            return lambda s, now: _effects.verify_ops(s, key, evidence, now, move.reconciled)
-        if kind == "absent":
-            return lambda s, now: _effects.absent_ops(s, key, move.evidence or {}, now, move.reconciled,
-                                                       backoff=lambda attempts: retry.next_attempt_at(s, attempts, now, self.rand),
-                                                       flag=None if task.seen_calls else _soon_after_takeover(s, key, task.caps, now))
+        return _RECORDS[move.kind](self, task, move)
 
-        if kind == "defer":
-            def defer(s: Dict[str, Any], now: float) -> List[Any]:
-                when = format_time(move.until) if move.until is not None else retry.next_attempt_at(s, s["effects"][key]["attempts"], now, self.rand)
-                return _effects.deferred_ops(s, key, move.evidence or {}, now, when)
-            return defer
-        if kind == "uncertain":
-            return lambda s, now: _effects.uncertain_ops(s, key, move.reason or "outcome unknown", now)
+    def _begin(self, task: _Task, move: Move) -> LedgerChange:
+        key, kept = task.job.key, _effects.kept_payload(task.payload)
+        return lambda s, now: _effects.begin_ops(s, key, task.digest, now, task.job.step, move.resend, kept)
+
+    def _ack(self, task: _Task, move: Move) -> LedgerChange:
+        key = task.job.key
+        return lambda s, now: _effects.ack_ops(s, key, move.receipt, now)  # type: ignore[arg-type]
+
+    def _verify(self, task: _Task, move: Move) -> LedgerChange:
+        key = task.job.key
+        evidence = dict(move.evidence or {})
+        receipt = (self.run.state["effects"].get(key) or {}).get("receipt")
+        if receipt is not None and not move.reconciled and "receipt" not in evidence:
+            evidence["receipt"] = receipt
+        return lambda s, now: _effects.verify_ops(s, key, evidence, now, move.reconciled)
+
+    def _absent(self, task: _Task, move: Move) -> LedgerChange:
+        key = task.job.key
+
+        def absent(s: Dict[str, Any], now: float) -> List[Any]:
+            return _effects.absent_ops(s, key, move.evidence or {}, now, move.reconciled,
+                                       backoff=lambda attempts: retry.next_attempt_at(s, attempts, now, self.rand),
+                                       flag=None if task.seen_calls else _soon_after_takeover(s, key, task.caps, now))
+        return absent
+
+    def _defer(self, task: _Task, move: Move) -> LedgerChange:
+        key = task.job.key
+
+        def defer(s: Dict[str, Any], now: float) -> List[Any]:
+            when = (format_time(move.until) if move.until is not None
+                    else retry.next_attempt_at(s, s["effects"][key]["attempts"], now, self.rand))
+            return _effects.deferred_ops(s, key, move.evidence or {}, now, when)
+        return defer
+
+    def _uncertain(self, task: _Task, move: Move) -> LedgerChange:
+        key = task.job.key
+        return lambda s, now: _effects.uncertain_ops(s, key, move.reason or "outcome unknown", now)
+
+    def _fail(self, task: _Task, move: Move) -> LedgerChange:
+        key = task.job.key
         return lambda s, now: _effects.failed_ops(s, key, move.reason or "refused", now)
 
     def _commit(self, batch: List[Tuple[_Task, Move]]) -> None:
@@ -660,7 +687,7 @@ class Executor:
         if isinstance(result, tuple):
             seens, refused = result
         else:
-            failed = Seen("unseen", {"error": f"{type(result).__name__}: {result}"[:500]}, 0.0)
+            failed = Seen("unseen", {"error": f"{type(result).__name__}: {result}"[:MAX_DETAIL_CHARS]}, 0.0)
             seens, refused = [failed] * len(many.tasks), False
         if refused:
             self._many[many.batch_key] = "refused"
@@ -675,6 +702,19 @@ class Executor:
                 task.seen, task.alone = None, True
             else:
                 self._saw(task, seen, began, now)
+
+
+#: The moves that record nothing, each carried out at once by its method (a lookup starts apart: see ``_look``).
+_ACTS: Dict[MoveKind, Callable[[Executor, _Task, Move, float], None]] = {
+    "done": Executor._finish, "settled": Executor._finish, "stop": Executor._stop, "observe": Executor._observe_one,
+    "wait": Executor._wait_until, "wait-call": Executor._wait_for_call, "kill-call": Executor._kill_call,
+}
+#: The moves recorded in the ledger, each by the change its method makes; those of several effects that are ready
+#: together share one transition. Every kind of move is in one of the two tables.
+_RECORDS: Dict[MoveKind, Callable[[Executor, _Task, Move], LedgerChange]] = {
+    "invoke": Executor._begin, "ack": Executor._ack, "verify": Executor._verify, "absent": Executor._absent,
+    "defer": Executor._defer, "uncertain": Executor._uncertain, "fail": Executor._fail,
+}
 
 
 class _Many:
@@ -710,11 +750,12 @@ def _observe_many(adapter: Any, items: List[Tuple[str, Dict[str, Any], Adapter]]
             out.append(Seen(seen.status, seen.evidence, 0.0))
         return out, False
     except NotApplied as exc:
-        return [Seen("later", {"not_now": str(exc)[:500], "retry_after": exc.retry_after}, 0.0) for _ in items], False
+        not_now = str(exc)[:MAX_DETAIL_CHARS]
+        return [Seen("later", {"not_now": not_now, "retry_after": exc.retry_after}, 0.0) for _ in items], False
     except Rejected as exc:
-        return [Seen("unseen", {"refused": str(exc)[:500]}, 0.0) for _ in items], True
+        return [Seen("unseen", {"refused": str(exc)[:MAX_DETAIL_CHARS]}, 0.0) for _ in items], True
     except Exception as exc:
-        return [Seen("unseen", {"error": f"{type(exc).__name__}: {exc}"[:500]}, 0.0) for _ in items], False
+        return [Seen("unseen", {"error": f"{type(exc).__name__}: {exc}"[:MAX_DETAIL_CHARS]}, 0.0) for _ in items], False
 
 
 def _soon_after_takeover(state: Dict[str, Any], key: str, caps: Caps, now: float) -> Optional[str]:
@@ -742,9 +783,9 @@ def _observe(adapter: Adapter, key: str, payload: Dict[str, Any]) -> Seen:
             raise TypeError(f"observe returned {seen!r:.100}, not an Observation")
         check_document(seen.evidence, "evidence")
     except NotApplied as exc:  # the lookup itself was refused for now (429, a 503): look again later
-        return Seen("later", {"not_now": str(exc)[:500], "retry_after": exc.retry_after}, 0.0)
+        return Seen("later", {"not_now": str(exc)[:MAX_DETAIL_CHARS], "retry_after": exc.retry_after}, 0.0)
     except Exception as exc:
-        return Seen("unknown", {"error": f"{type(exc).__name__}: {exc}"[:500]}, 0.0)
+        return Seen("unknown", {"error": f"{type(exc).__name__}: {exc}"[:MAX_DETAIL_CHARS]}, 0.0)
     return Seen(seen.status, seen.evidence, 0.0)
 
 

@@ -57,7 +57,7 @@ from ..calls.inflight import Call, CallKind
 from ..contract.effects import DEFAULT_CALL_TIMEOUT
 
 __all__ = ["Caps", "Call", "Seen", "Answer", "Facts", "Move", "next_move", "quiet_since", "LOOK_AGAIN_SECONDS",
-           "MoveKind", "AnswerKind", "SeenStatus", "CallKind", "ManyLookupState"]
+           "MoveKind", "AnswerKind", "SeenStatus", "CallKind", "ManyLookupState", "MAX_DETAIL_CHARS"]
 
 # The words of each vocabulary, as types: a value is one of these strings (never an Enum, whose text would differ
 # between Pythons in the reasons and the simulation's trace), and a comparison with any other word is a type error.
@@ -73,6 +73,9 @@ SeenStatus = Literal["present", "absent", "unknown", "later", "unseen"]
 #: What an adapter's lookups of many keys came to: one is out and none answered yet, the target answers them, or it
 #: refuses them.
 ManyLookupState = Literal["trying", "works", "refused"]
+
+#: The most characters of a target's or an adapter's own text kept in evidence (a "not now", a lookup's failure).
+MAX_DETAIL_CHARS = 500
 
 #: Seconds before looking again when a lookup was refused for now and named no delay.
 LOOKUP_RETRY_SECONDS = 1.0
@@ -215,7 +218,7 @@ def next_move(facts: Facts) -> Move:
             return Move("ack", receipt=answer.receipt)
         if answer.kind == "not-applied":
             until = now + answer.retry_after if answer.retry_after is not None else None
-            return Move("defer", evidence={"not_applied": answer.detail[:500]}, until=until)
+            return Move("defer", evidence={"not_applied": answer.detail[:MAX_DETAIL_CHARS]}, until=until)
         if answer.kind == "rejected":
             return Move("fail", reason=f"rejected by the target: {answer.detail}",
                         error=Failed(f"effect {key!r} was rejected by the target: {answer.detail}", effect=key))

@@ -308,7 +308,7 @@ def verify_ops(state: Dict[str, Any], key: str, evidence: Dict[str, Any], now: f
     is flagged ``several-matches`` for a person to check.
     """
     check_document(evidence, "evidence")
-    ops = _resolve(state, key, "verified", "evidence", evidence, ("started", "acknowledged", "uncertain"), now, reconciled)
+    ops = _resolve(state, key, "verified", "evidence", evidence, UNRESOLVED, now, reconciled)
     effect = state["effects"][key]
     matches = evidence.get("matches")
     calls = int(effect.get("attempts", 0)) - int(effect.get("deferred", 0))

@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from ..calls.target import Adapter
 from ..base.errors import RunnerError
 from ..surfaces.history import Recorder
+from ..ledger.states import UNRESOLVED
 from ..execution.recovery import recover
 from ..execution.run import Run, submit_job
 from ..stores.file import RunStore
@@ -274,7 +275,7 @@ def run_campaign(kills: int = 100, seed: int = 1, progress: Optional[Any] = None
                     state = RunStore.open(path).state
                     if state["lease"]["owner"] is not None and state["status"] != "complete":
                         Run(RunStore.open(path)).break_lease("campaign", "final worker ended")
-                result["unknown_results_left"] += sum(1 for e in state["effects"].values() if e["state"] in ("started", "acknowledged", "uncertain"))
+                result["unknown_results_left"] += sum(1 for e in state["effects"].values() if e["state"] in UNRESOLVED)
                 # A job whose worker died before it started vanished and was run again;
                 # an orphan is one still without a result when the run is finished.
                 result["jobs_vanished"] += int(state["counters"].get("jobs_orphaned", 0))

@@ -40,6 +40,7 @@ from ..execution.run import Run
 from ..base.errors import InvalidInput
 from ..surfaces.history import Recorder
 from ..surfaces.history import load as load_history
+from ..ledger.states import UNRESOLVED
 from ..surfaces.timeline import write as write_timeline
 from ..stores import create_store, list_runs, open_store, parse_store_url, run_url
 from ..stores.file import RunStore
@@ -537,7 +538,7 @@ def _cancel_audit(state: Dict[str, Any], tally: Dict[str, Any], cancel_at: int) 
         if effect["started_at"] > cancellation.get("at", "9999") and effect["attempts"] >= 1:
             began_after += 1
             started_after.append(key)
-    unresolved = sum(1 for e in state["effects"].values() if e["state"] in ("started", "acknowledged", "uncertain"))
+    unresolved = sum(1 for e in state["effects"].values() if e["state"] in UNRESOLVED)
     verified = sum(1 for e in state["effects"].values() if e["state"] == "verified")
     return {
         "cancel_at": cancel_at,

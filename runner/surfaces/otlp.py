@@ -30,6 +30,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from ..base.canonical import sha256_hex
 from ..contract.spec import contract_of
 from .history import History, Holding, StepAttempt
+from ..ledger.states import UNRESOLVED
 
 __all__ = ["trace", "write", "trace_id"]
 
@@ -188,7 +189,7 @@ def trace(history: History, with_content: bool = False) -> Dict[str, Any]:
         status = (STATUS_UNSET, "")
         if final == "failed":
             status = (STATUS_ERROR, "refused by the target" + (f": {path.reason}" if with_content and path.reason else ""))
-        elif final in ("started", "acknowledged", "uncertain"):
+        elif final in UNRESOLVED:
             status = (STATUS_ERROR, f"outcome unknown: the effect is {final}")
         attributes: Dict[str, Any] = {
             "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": _tool_name(key), "gen_ai.tool.call.id": key,

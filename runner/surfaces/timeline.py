@@ -32,6 +32,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..contract.spec import contract_of
 from .history import EXCEPTIONAL, History
+from ..ledger.states import UNRESOLVED
 from .views import possible_duplicates
 
 __all__ = ["render", "write", "INDIVIDUAL_LIMIT", "BUCKETS", "MAX_SECTIONS"]
@@ -309,7 +310,7 @@ def _draw_effects(svg: _Svg, axis: _Axis, history: History) -> Dict[str, int]:
         x, y = axis.x(at), rows[state] + ROW / 2
         if settled and state in ("verified", "absent"):
             # Join the settlement to where the effect's outcome became unknown: its last unresolved transition before.
-            before = [(t, s) for t, s, _, _ in path.transitions if t <= at and s in ("started", "acknowledged", "uncertain")]
+            before = [(t, s) for t, s, _, _ in path.transitions if t <= at and s in UNRESOLVED]
             if before:
                 t0, s0 = before[-1]
                 svg.add(f'<line x1="{axis.x(t0)}" y1="{rows.get(s0, y) + ROW / 2}" x2="{x}" y2="{y}" stroke="#7b3fb0" stroke-width="1" '
