@@ -88,6 +88,29 @@ class Job(NamedTuple):
     values: Optional[Dict[str, Any]] = None
 
 
+class HeldJob(NamedTuple):
+    """A job taken from the list whose flow group is full: held, in order, until its group has room."""
+
+    job: Job
+    payload: Dict[str, Any]
+    group: Optional[str]
+
+
+class KnownCall(NamedTuple):
+    """An earlier call of a task's key: its record in the registry, and how :func:`next_move` weighs it."""
+
+    record: inflight.Registered
+    view: Call
+
+
+class CallInFlight(NamedTuple):
+    """A task's call at the target now: its record in the registry (None for a lookup of many keys), kind and start."""
+
+    record: Optional[inflight.Registered]
+    kind: CallKind
+    began: float
+
+
 class World:
     """Where calls run and time passes. The real one is :class:`ThreadWorld`; a simulation stands in."""
 
@@ -179,9 +202,8 @@ class _Task:
         self.digest = content_digest(check_document(payload, "payload"))
         self.seen: Optional[Seen] = None
         self.answer: Optional[Answer] = None
-        self.calls: Optional[List[Tuple[inflight.Registered, Call]]] = None  # the registry's view, read once, then while waiting
-        # the call in flight: its record, kind, start
-        self.pending: Optional[Tuple[Optional[inflight.Registered], CallKind, float]] = None
+        self.calls: Optional[List[KnownCall]] = None  # the registry's view, read once, then while waiting
+        self.pending: Optional[CallInFlight] = None
         self.wake_at: Optional[float] = None
         self.own: Optional[inflight.Registered] = None  # this pass's invoke, until what it answered is recorded
         self.error: Optional[BaseException] = None
@@ -269,7 +291,7 @@ class Executor:
             self.registry.sweep(lambda key: (effects.get(key) or {}).get("state") in UNRESOLVED)
             self._swept = True
         active: List[_Task] = []
-        held: List[Tuple[Job, Dict[str, Any], Optional[str]]] = []  # jobs whose group is full, in order
+        held: List[HeldJob] = []
         stop: Optional[BaseException] = None
         try:
             while True:
@@ -299,8 +321,8 @@ class Executor:
             # Nothing more is written. Calls in flight are left to whoever holds the lease now: their
             # records stay, each marked ended when it returns (or now, if it has).
             for task in active:
-                if task.pending is not None and task.pending[0] is not None:
-                    self.registry.abandon(task.pending[0])
+                if task.pending is not None and task.pending.record is not None:
+                    self.registry.abandon(task.pending.record)
                 elif task.own is not None:
                     self.registry.ended(task.own)
             raise
@@ -311,11 +333,11 @@ class Executor:
         if stop is not None:
             raise stop
 
-    def _admit(self, active: List[_Task], held: List[Tuple[Job, Dict[str, Any], Optional[str]]], jobs: Iterator[Job],
+    def _admit(self, active: List[_Task], held: List[HeldJob], jobs: Iterator[Job],
                invoke: bool) -> Optional[RunnerError]:
         """Take on jobs while the flow has room: first those held for their group, then new ones in order."""
         while self.flow.room(len(active)):
-            ready = next((h for h in held if self.flow.group_room(h[2])), None)
+            ready = next((h for h in held if self.flow.group_room(h.group)), None)
             if ready is not None:
                 held.remove(ready)
                 job, payload, group = ready
@@ -332,7 +354,7 @@ class Executor:
                     return exc
                 group = self.flow.group_of(dict(job.values or {}, key=job.key, payload=payload))
                 if not self.flow.group_room(group):
-                    held.append((job, payload, group))
+                    held.append(HeldJob(job, payload, group))
                     continue
             try:
                 task = _Task(job, payload, caps_for(self.run.state, job.adapter, invoke))
@@ -387,10 +409,10 @@ class Executor:
     def _facts(self, task: _Task, now: float) -> Facts:
         key = task.job.key
         if task.calls is None or task.watch is not None:
-            task.calls = self.registry.calls(key)
+            task.calls = [KnownCall(*known) for known in self.registry.calls(key)]
             task.seen_calls = task.seen_calls or bool(task.calls)
             task.watch = None
-        return Facts(key, self.run.state["effects"].get(key), tuple(view for _, view in task.calls), task.seen, task.answer, task.caps, now)
+        return Facts(key, self.run.state["effects"].get(key), tuple(known.view for known in task.calls), task.seen, task.answer, task.caps, now)
 
     def _advance(self, active: List[_Task], stopping: bool) -> None:
         """Decide and act for every task that is not waiting, until each waits, has a call in flight, or is finished.
@@ -512,7 +534,7 @@ class Executor:
 
     @staticmethod
     def _registered(task: _Task, call: Optional[Call]) -> Optional[inflight.Registered]:
-        return next((r for r, view in (task.calls or []) if view == call), None)
+        return next((known.record for known in (task.calls or []) if known.view == call), None)
 
     def _change(self, task: _Task, move: Move) -> LedgerChange:
         """The ledger change that records ``move`` for ``task``, as a function of the state at commit time."""
@@ -593,7 +615,7 @@ class Executor:
                 task.own = None
             if task.calls:
                 self.registry.forget_ended(key)  # earlier calls that ended are superseded by this record
-                task.calls = [(r, v) for r, v in task.calls if v.alive]
+                task.calls = [known for known in task.calls if known.view.alive]
             if move.kind == "ack":
                 self.observer.reached("effect:after-ack", key=key)
             if move.error is not None:
@@ -607,7 +629,7 @@ class Executor:
         job = task.job
         if call is None:
             call = self.registry.register(job.key, kind, self._attempt(task), task.caps.timeout, self.run.owner, self.run.epoch)
-        task.pending = (call, kind, now)
+        task.pending = CallInFlight(call, kind, now)
         self.figures["calls"] += 1
         self.calls_in_flight += 1
         epoch = self.run.epoch
@@ -669,14 +691,14 @@ class Executor:
         for each of its keys would cost more than the lookup saves.
         """
         for task in tasks:
-            task.pending = (None, "observe", now)
+            task.pending = CallInFlight(None, "observe", now)
         if self._many.get(batch_key) != "works":
             self._many[batch_key] = "trying"
         self.figures["calls"] += 1
         self.calls_in_flight += 1
         adapter = tasks[0].job.adapter
         items = [(t.job.key, t.payload, t.job.adapter) for t in tasks]
-        self.world.start(_Many(tasks, batch_key), lambda: _observe_many(adapter, items))
+        self.world.start(_Many(tasks, batch_key, now), lambda: _observe_many(adapter, items))
 
     def _finished_many(self, many: "_Many", result: Any) -> None:
         """A lookup of several keys ended: what it saw of each key counts; a key it could not have seen is looked up
@@ -696,12 +718,11 @@ class Executor:
         else:
             self._many[many.batch_key] = "works"
         for task, seen in zip(many.tasks, seens):
-            began = task.pending[2]  # type: ignore[index]
             task.pending = None
             if seen.status == "unseen":
                 task.seen, task.alone = None, True
             else:
-                self._saw(task, seen, began, now)
+                self._saw(task, seen, many.began, now)
 
 
 #: The moves that record nothing, each carried out at once by its method (a lookup starts apart: see ``_look``).
@@ -718,12 +739,13 @@ _RECORDS: Dict[MoveKind, Callable[[Executor, _Task, Move], LedgerChange]] = {
 
 
 class _Many:
-    """The tag of one lookup of several keys: its tasks, in the order of its answer, and their ``batch_key``."""
+    """The tag of one lookup of several keys: its tasks, in the order of its answer, their ``batch_key``, and when it
+    began (each task's call in flight began then too)."""
 
-    __slots__ = ("tasks", "batch_key")
+    __slots__ = ("tasks", "batch_key", "began")
 
-    def __init__(self, tasks: List[_Task], batch_key: Any) -> None:
-        self.tasks, self.batch_key = tasks, batch_key
+    def __init__(self, tasks: List[_Task], batch_key: Any, began: float) -> None:
+        self.tasks, self.batch_key, self.began = tasks, batch_key, began
 
 
 #: What a lookup of many keys may say of each key: ``unseen`` says its answer could not have shown the key.
