@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 from collections import deque
 
-from runner.execution.executor import Executor, Job, World
+from runner.execution.executor import CallSlots, Executor, Job, World
 from runner.execution.flow import Flow
 from runner.execution.run import Run
 from runner.stores.file import RunStore
@@ -193,6 +193,53 @@ class FlowInTheExecutorTest(unittest.TestCase):
 
         self.perform(Ordered(latency=0.0), 3, parallel=1)
         self.assertEqual(order, ["invoke k000", "observe k000", "invoke k001", "observe k001", "invoke k002", "observe k002"])
+
+
+class CallSlotsTest(unittest.TestCase):
+    """The calls that count against the flow's limit: started, reserved, and earlier calls still at the target."""
+
+    def test_every_kind_of_call_at_the_target_fills_a_slot(self) -> None:
+        slots = CallSlots(Flow(3))
+        self.assertTrue(slots.room())
+        slots.start()  # a call of this executor
+        slots.reserve()  # an invoke whose started is being committed
+        slots.waits_on_earlier("k1")  # a call an earlier holder left at the target
+        self.assertFalse(slots.room())
+        slots.earlier_done("k1")
+        self.assertTrue(slots.room())
+
+    def test_an_earlier_call_counts_once_however_often_its_key_waits_for_it(self) -> None:
+        slots = CallSlots(Flow(2))
+        for _ in range(3):
+            slots.waits_on_earlier("k1")
+        self.assertTrue(slots.room())
+        slots.waits_on_earlier("k2")
+        self.assertFalse(slots.room())
+        slots.forget_earlier()
+        self.assertEqual((slots.started, slots.reserved, slots.earlier), (0, 0, set()))
+
+    def test_a_reserved_slot_passes_to_its_call_or_is_given_back(self) -> None:
+        slots = CallSlots(Flow(1))
+        slots.reserve()
+        self.assertFalse(slots.room())
+        slots.unreserve()
+        slots.start()  # the call it was reserved for started
+        self.assertEqual((slots.started, slots.reserved), (1, 0))
+        self.assertFalse(slots.room())
+        slots.release()
+        slots.reserve()
+        slots.unreserve()  # a commit that failed: the call never starts
+        self.assertEqual((slots.started, slots.reserved), (0, 0))
+        self.assertTrue(slots.room())
+
+    def test_the_room_follows_the_flow_s_limit_as_it_pushes_back(self) -> None:
+        flow = Flow(4)
+        slots = CallSlots(flow)
+        slots.start()
+        slots.start()
+        self.assertTrue(slots.room())
+        flow.answered("not-applied", 1.0)  # halves the calls in use: 2
+        self.assertFalse(slots.room())
 
 
 if __name__ == "__main__":

@@ -179,6 +179,58 @@ class ThreadWorld(World):
 _INTERRUPT = object()
 
 
+class CallSlots:
+    """The calls at the target that count against the flow's limit of calls in flight (:meth:`Flow.call_room`).
+
+    Three kinds count: calls started and not yet ended (a lookup of many keys is one), slots reserved for
+    calls about to start (an invoke's ``started`` is being committed), and the earlier calls of a holder that
+    stopped which are still at the target (one per key, each filling a slot until it ends). Every change is
+    one of the methods below, in the order the executor makes them: a reserved slot is given back
+    (:meth:`unreserve`) before its call is counted started (:meth:`start`), or when its call never starts.
+    """
+
+    __slots__ = ("flow", "started", "reserved", "earlier")
+
+    def __init__(self, flow: Flow) -> None:
+        self.flow = flow
+        self.started = 0
+        self.reserved = 0
+        #: Keys whose earlier call is still at the target. A set: a key counts once, however often it is waited for.
+        self.earlier: Set[str] = set()
+
+    def room(self) -> bool:
+        """Whether one more call may start under the flow's limit, counting every call at the target now."""
+        return self.flow.call_room(self.started + self.reserved + len(self.earlier))
+
+    def reserve(self) -> None:
+        """Take a slot for a call about to start."""
+        self.reserved += 1
+
+    def unreserve(self) -> None:
+        """Give a reserved slot back: its call starts now (and :meth:`start` counts it), or never will."""
+        self.reserved -= 1
+
+    def start(self) -> None:
+        """A call started."""
+        self.started += 1
+
+    def release(self) -> None:
+        """A call ended."""
+        self.started -= 1
+
+    def waits_on_earlier(self, key: str) -> None:
+        """``key``'s task waits for (or kills) an earlier call of the key, which is still at the target."""
+        self.earlier.add(key)
+
+    def earlier_done(self, key: str) -> None:
+        """No earlier call of ``key`` is waited for any more."""
+        self.earlier.discard(key)
+
+    def forget_earlier(self) -> None:
+        """The tasks that waited for earlier calls are gone (the pass ended): those calls count no more."""
+        self.earlier.clear()
+
+
 def caps_for(state: Dict[str, Any], adapter: Adapter, invoke: bool = True) -> Caps:
     """The caps of one effect: the adapter's timeout and facts, the contract's settle time.
 
@@ -246,10 +298,7 @@ class Executor:
         self.rand: Callable[[], float] = rand if rand else getattr(run, "rand", _random.random)
         self.stop_requested = False
         self._swept = False
-        self.calls_in_flight = 0  # calls started and not yet ended (a lookup of many keys is one)
-        self._reserved = 0  # slots taken for invokes whose started is being committed
-        #: Keys whose earlier call (of a holder that stopped) is still at the target: each fills a call slot until it ends.
-        self._earlier: Set[str] = set()
+        self.slots = CallSlots(self.flow)
         #: What each ``batch_key``'s lookups of many keys came to: "trying" (one is out, none answered yet), "works",
         #: "refused" (the target refuses them: key by key for the rest of this executor's work).
         self._many: Dict[Any, ManyLookupState] = {}
@@ -305,7 +354,7 @@ class Executor:
                 finished = [t for t in active if t.finished]
                 for task in finished:
                     active.remove(task)
-                    self._earlier.discard(task.job.key)
+                    self.slots.earlier_done(task.job.key)
                     self.flow.take_group(task.group, -1)
                     if task.error is not None:
                         stop = stop or task.error
@@ -327,7 +376,7 @@ class Executor:
                     self.registry.ended(task.own)
             raise
         finally:
-            self._earlier.clear()  # the tasks that waited on earlier calls are gone with this pass
+            self.slots.forget_earlier()  # the tasks that waited on earlier calls are gone with this pass
             # A lookup of many keys left out says nothing of whether the target answers them.
             self._many = {key: found for key, found in self._many.items() if found != "trying"}
         if stop is not None:
@@ -432,9 +481,9 @@ class Executor:
                 task.wake_at = None
                 move = self.decide(self._facts(task, now))
                 if move.kind in ("wait-call", "kill-call"):
-                    self._earlier.add(task.job.key)
+                    self.slots.waits_on_earlier(task.job.key)
                 else:
-                    self._earlier.discard(task.job.key)
+                    self.slots.earlier_done(task.job.key)
                 if stopping and move.kind in ("invoke", "wait", "wait-call", "kill-call"):
                     task.finished = True  # no new call once stopping; what waits is left for the next run
                     continue
@@ -456,14 +505,14 @@ class Executor:
         The calls at the target are this executor's and those an earlier holder left there (a
         double signal, a crash), which the tasks of their keys wait for.
         """
-        if not self.flow.call_room(self.calls_in_flight + self._reserved + len(self._earlier)):
+        if not self.slots.room():
             task.blocked = True
             return False
         later = self.flow.ready(now)
         if later is not None:  # the rate, or a pause a "not now" answer asked for
             task.wake_at = later
             return False
-        self._reserved += 1
+        self.slots.reserve()
         return True
 
     def _look(self, tasks: List[_Task], now: float, fill: bool = False) -> None:
@@ -496,7 +545,7 @@ class Executor:
                     for task in chunk[1:]:
                         task.blocked, task.wake_at = chunk[0].blocked, chunk[0].wake_at
                     continue
-                self._reserved -= 1
+                self.slots.unreserve()
                 if len(chunk) == 1:
                     self._start(chunk[0], "observe", now)
                 else:
@@ -599,13 +648,13 @@ class Executor:
             key = task.job.key
             if error is not None:
                 if move.kind == "invoke" and task.own is not None:
-                    self._reserved -= 1
+                    self.slots.unreserve()
                     self.registry.finish(task.own)  # nothing was begun: the call never started
                     task.own = None
                 task.error, task.finished = error, True
                 continue
             if move.kind == "invoke":
-                self._reserved -= 1
+                self.slots.unreserve()
                 self.observer.reached("effect:after-started", key=key)
                 task.seen, task.answer = None, None
                 self._start(task, "invoke", now, task.own)
@@ -631,7 +680,7 @@ class Executor:
             call = self.registry.register(job.key, kind, self._attempt(task), task.caps.timeout, self.run.owner, self.run.epoch)
         task.pending = CallInFlight(call, kind, now)
         self.figures["calls"] += 1
-        self.calls_in_flight += 1
+        self.slots.start()
         epoch = self.run.epoch
         registry = self.registry
 
@@ -650,7 +699,7 @@ class Executor:
 
     def _finished(self, task: Any, result: Any) -> None:
         """A call of ``task`` ended: keep what it found or answered for the next decision."""
-        self.calls_in_flight -= 1
+        self.slots.release()
         if isinstance(task, _Many):
             self._finished_many(task, result)
             return
@@ -695,7 +744,7 @@ class Executor:
         if self._many.get(batch_key) != "works":
             self._many[batch_key] = "trying"
         self.figures["calls"] += 1
-        self.calls_in_flight += 1
+        self.slots.start()
         adapter = tasks[0].job.adapter
         items = [(t.job.key, t.payload, t.job.adapter) for t in tasks]
         self.world.start(_Many(tasks, batch_key, now), lambda: _observe_many(adapter, items))
