@@ -136,7 +136,7 @@ class ManyLookupStateTest(unittest.TestCase):
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
                 target = node.targets[0]
                 if isinstance(target, ast.Subscript) and isinstance(target.value, ast.Attribute) \
-                        and target.value.attr == "_many":
+                        and target.value.attr == "_many_lookups":
                     kept.add(node.value.value)
         self.assertEqual(kept, set(get_args(lifecycle.ManyLookupState)))
 

@@ -243,30 +243,43 @@ def caps_for(state: Dict[str, Any], adapter: Adapter, invoke: bool = True) -> Ca
                 invoke=invoke, max_later=effects.max_rate_limited, look_early=effects.rate is None)
 
 
-class _Task:
-    """One job in the loop: what this pass learned of it, and what it waits for."""
+class EffectTask:
+    """One job in the loop: what is fixed for it, what this pass learned of it, what it waits for, what it holds, and
+    how it ended."""
 
-    __slots__ = ("job", "payload", "digest", "caps", "seen", "answer", "calls", "pending", "wake_at", "own", "error", "record", "finished",
-                 "watch", "group", "later", "seen_calls", "blocked", "alone")
+    __slots__ = ("job", "payload", "digest", "caps",
+                 "last_lookup", "last_answer", "not_now_lookups", "registry_knew_a_call", "lookup_alone",
+                 "earlier_calls", "in_flight", "wait_until", "watched_call", "waits_for_slot",
+                 "own_invoke", "flow_group",
+                 "done", "stop_error", "settled_record")
 
     def __init__(self, job: Job, payload: Dict[str, Any], caps: Caps) -> None:
         self.job, self.payload, self.caps = job, payload, caps
         self.digest = content_digest(check_document(payload, "payload"))
-        self.seen: Optional[Seen] = None
-        self.answer: Optional[Answer] = None
-        self.calls: Optional[List[KnownCall]] = None  # the registry's view, read once, then while waiting
-        self.pending: Optional[CallInFlight] = None
-        self.wake_at: Optional[float] = None
-        self.own: Optional[inflight.Registered] = None  # this pass's invoke, until what it answered is recorded
-        self.error: Optional[BaseException] = None
-        self.record: Optional[Dict[str, Any]] = None
-        self.finished = False
-        self.watch: Optional[inflight.Registered] = None  # an earlier call being waited for or killed
-        self.group: Optional[str] = None  # the flow's group of this effect
-        self.later = 0  # lookups the target answered "not now" in a row
-        self.seen_calls = False  # the registry knew of an earlier call of this key when this pass began
-        self.blocked = False  # waits for a call slot: any call's end frees it
-        self.alone = False  # a lookup of many keys could not have shown this key: its own lookups decide, this pass
+        # What this pass learned.
+        self.last_lookup: Optional[Seen] = None
+        self.last_answer: Optional[Answer] = None
+        self.not_now_lookups = 0  # lookups the target answered "not now" in a row
+        self.registry_knew_a_call = False  # the registry knew of an earlier call of this key when this pass began
+        self.lookup_alone = False  # a lookup of many keys could not have shown this key: its own lookups decide
+        # What it waits for.
+        self.earlier_calls: Optional[List[KnownCall]] = None  # the registry's view, read once, then while waiting
+        self.in_flight: Optional[CallInFlight] = None
+        self.wait_until: Optional[float] = None
+        self.watched_call: Optional[inflight.Registered] = None  # an earlier call being waited for or killed
+        self.waits_for_slot = False  # any call's end may free one
+        # What it holds.
+        self.own_invoke: Optional[inflight.Registered] = None  # until what the call answered is recorded
+        self.flow_group: Optional[str] = None
+        # How it ended.
+        self.done = False
+        self.stop_error: Optional[BaseException] = None
+        self.settled_record: Optional[Dict[str, Any]] = None
+
+    def ready(self, now: float) -> bool:
+        """Whether its next move is decided now: not done, no call in flight, waiting for neither a slot nor a time."""
+        return (not self.done and self.in_flight is None and not self.waits_for_slot
+                and (self.wait_until is None or self.wait_until <= now))
 
 
 class Executor:
@@ -301,7 +314,7 @@ class Executor:
         self.slots = CallSlots(self.flow)
         #: What each ``batch_key``'s lookups of many keys came to: "trying" (one is out, none answered yet), "works",
         #: "refused" (the target refuses them: key by key for the rest of this executor's work).
-        self._many: Dict[Any, ManyLookupState] = {}
+        self._many_lookups: Dict[Any, ManyLookupState] = {}
         #: Figures of this executor's work: calls started, transitions committed, effects in flight now.
         self.figures: Dict[str, int] = {"calls": 0, "commits": 0, "records": 0, "in_flight": 0, "not_now": 0}
 
@@ -339,7 +352,7 @@ class Executor:
             effects = self.run.state["effects"]
             self.registry.sweep(lambda key: (effects.get(key) or {}).get("state") in UNRESOLVED)
             self._swept = True
-        active: List[_Task] = []
+        active: List[EffectTask] = []
         held: List[HeldJob] = []
         stop: Optional[BaseException] = None
         try:
@@ -347,21 +360,22 @@ class Executor:
                 if stop is None and self.stop_requested:
                     stop = Stopped("asked to stop: no new call begins; the calls in flight were recorded")
                 if stop is None:
-                    stop = self._admit(active, held, jobs, invoke)
+                    stop = self._take_on_jobs(active, held, jobs, invoke)
                 if not active:
                     break
                 self._advance(active, stopping=stop is not None)
-                finished = [t for t in active if t.finished]
+                finished = [t for t in active if t.done]
                 for task in finished:
                     active.remove(task)
                     self.slots.earlier_done(task.job.key)
-                    self.flow.take_group(task.group, -1)
-                    if task.error is not None:
-                        stop = stop or task.error
-                    elif on_settled is not None and task.record is not None:
-                        on_settled(task.job, task.record)
-                self.figures["in_flight"] = sum(1 for t in active if t.pending is not None)  # calls on their way, not items in hand
-                if stop is not None and not any(t.pending for t in active):
+                    self.flow.take_group(task.flow_group, -1)
+                    if task.stop_error is not None:
+                        stop = stop or task.stop_error
+                    elif on_settled is not None and task.settled_record is not None:
+                        on_settled(task.job, task.settled_record)
+                # Calls on their way, not items in hand.
+                self.figures["in_flight"] = sum(1 for t in active if t.in_flight is not None)
+                if stop is not None and not any(t.in_flight for t in active):
                     break  # nothing in flight: what waits (a backoff, an earlier call) is left for the next run
                 self.keep_lease()
                 if not finished:  # a finished job made room: admit the next before waiting
@@ -370,19 +384,19 @@ class Executor:
             # Nothing more is written. Calls in flight are left to whoever holds the lease now: their
             # records stay, each marked ended when it returns (or now, if it has).
             for task in active:
-                if task.pending is not None and task.pending.record is not None:
-                    self.registry.abandon(task.pending.record)
-                elif task.own is not None:
-                    self.registry.ended(task.own)
+                if task.in_flight is not None and task.in_flight.record is not None:
+                    self.registry.abandon(task.in_flight.record)
+                elif task.own_invoke is not None:
+                    self.registry.ended(task.own_invoke)
             raise
         finally:
             self.slots.forget_earlier()  # the tasks that waited on earlier calls are gone with this pass
             # A lookup of many keys left out says nothing of whether the target answers them.
-            self._many = {key: found for key, found in self._many.items() if found != "trying"}
+            self._many_lookups = {key: found for key, found in self._many_lookups.items() if found != "trying"}
         if stop is not None:
             raise stop
 
-    def _admit(self, active: List[_Task], held: List[HeldJob], jobs: Iterator[Job],
+    def _take_on_jobs(self, active: List[EffectTask], held: List[HeldJob], jobs: Iterator[Job],
                invoke: bool) -> Optional[RunnerError]:
         """Take on jobs while the flow has room: first those held for their group, then new ones in order."""
         while self.flow.room(len(active)):
@@ -406,10 +420,10 @@ class Executor:
                     held.append(HeldJob(job, payload, group))
                     continue
             try:
-                task = _Task(job, payload, caps_for(self.run.state, job.adapter, invoke))
+                task = EffectTask(job, payload, caps_for(self.run.state, job.adapter, invoke))
             except RunnerError as exc:
                 return exc
-            task.group = group
+            task.flow_group = group
             self.flow.take_group(group, +1)
             active.append(task)
         return None
@@ -437,33 +451,34 @@ class Executor:
         if due is not None and self.run.clock() >= due:
             self.run.renew(self.ttl)
 
-    def _wait(self, active: List[_Task]) -> None:
+    def _wait(self, active: List[EffectTask]) -> None:
         """Block until a call ends, a wait is over, or the lease is due; then take in every call that ended."""
         now = self.run.clock()
-        if any(not t.finished and t.pending is None and not t.blocked and (t.wake_at is None or t.wake_at <= now) for t in active):
+        if any(t.ready(now) for t in active):
             return
-        until = [t.wake_at for t in active if t.wake_at is not None and t.pending is None]
+        until = [t.wait_until for t in active if t.wait_until is not None and t.in_flight is None]
         due = self._renew_due()
         if due is not None:
             until.append(due)
         timeout = max(0.0, min(until) - now) if until else POLL_SECONDS * 10
         got = self.world.wait(timeout)
         while got is not None:
-            self._finished(*got)
+            self._call_ended(*got)
             got = self.world.wait(0.0)
         for task in active:
-            task.blocked = False  # a slot may be free now: decide again
+            task.waits_for_slot = False  # a slot may be free now: decide again
 
     # -- deciding and acting --------------------------------------------------------------------------
-    def _facts(self, task: _Task, now: float) -> Facts:
+    def _facts_of(self, task: EffectTask, now: float) -> Facts:
         key = task.job.key
-        if task.calls is None or task.watch is not None:
-            task.calls = [KnownCall(*known) for known in self.registry.calls(key)]
-            task.seen_calls = task.seen_calls or bool(task.calls)
-            task.watch = None
-        return Facts(key, self.run.state["effects"].get(key), tuple(known.view for known in task.calls), task.seen, task.answer, task.caps, now)
+        if task.earlier_calls is None or task.watched_call is not None:
+            task.earlier_calls = [KnownCall(*known) for known in self.registry.calls(key)]
+            task.registry_knew_a_call = task.registry_knew_a_call or bool(task.earlier_calls)
+            task.watched_call = None
+        return Facts(key, self.run.state["effects"].get(key), tuple(known.view for known in task.earlier_calls),
+                     task.last_lookup, task.last_answer, task.caps, now)
 
-    def _advance(self, active: List[_Task], stopping: bool) -> None:
+    def _advance(self, active: List[EffectTask], stopping: bool) -> None:
         """Decide and act for every task that is not waiting, until each waits, has a call in flight, or is finished.
 
         Calls go out while the flow has call slots: lookups first (they finish effects), those of one
@@ -473,77 +488,77 @@ class Executor:
         """
         while True:
             now = self.run.clock()
-            batch: List[Tuple[_Task, Move]] = []
-            lookups: List[_Task] = []
+            batch: List[Tuple[EffectTask, Move]] = []
+            lookups: List[EffectTask] = []
             for task in active:
-                if task.finished or task.pending is not None or task.blocked or (task.wake_at is not None and now < task.wake_at):
+                if not task.ready(now):
                     continue
-                task.wake_at = None
-                move = self.decide(self._facts(task, now))
+                task.wait_until = None
+                move = self.decide(self._facts_of(task, now))
                 if move.kind in ("wait-call", "kill-call"):
                     self.slots.waits_on_earlier(task.job.key)
                 else:
                     self.slots.earlier_done(task.job.key)
                 if stopping and move.kind in ("invoke", "wait", "wait-call", "kill-call"):
-                    task.finished = True  # no new call once stopping; what waits is left for the next run
+                    task.done = True  # no new call once stopping; what waits is left for the next run
                     continue
                 if move.kind == "observe":
                     lookups.append(task)
                 elif move.kind in _RECORDS:
                     batch.append((task, move))
                 else:
-                    self._act(task, move, now)
-            self._look(lookups, now, fill=any(move.kind == "invoke" for _, move in batch))
+                    self._carry_out(task, move, now)
+            self._start_lookups(lookups, now, fill=any(move.kind == "invoke" for _, move in batch))
             batch = [(task, move) for task, move in batch if move.kind != "invoke" or self._take_slot(task, now)]
             if not batch:
                 return
             self._commit(batch)
 
-    def _take_slot(self, task: _Task, now: float) -> bool:
+    def _take_slot(self, task: EffectTask, now: float) -> bool:
         """A call slot for ``task``'s next call, or False (it waits: for a call to end, or for the rate).
 
         The calls at the target are this executor's and those an earlier holder left there (a
         double signal, a crash), which the tasks of their keys wait for.
         """
         if not self.slots.room():
-            task.blocked = True
+            task.waits_for_slot = True
             return False
         later = self.flow.ready(now)
         if later is not None:  # the rate, or a pause a "not now" answer asked for
-            task.wake_at = later
+            task.wait_until = later
             return False
         self.slots.reserve()
         return True
 
-    def _look(self, tasks: List[_Task], now: float, fill: bool = False) -> None:
+    def _start_lookups(self, tasks: List[EffectTask], now: float, fill: bool = False) -> None:
         """Start the lookups ``tasks`` want: together where their adapter can, one call each otherwise, while slots last.
 
         With ``fill`` (invokes want slots), a lookup of many keys goes out only once it is full: the
         slot serves an invoke meanwhile, and one call later verifies many effects at once.
         """
-        groups: Dict[Any, List[_Task]] = {}
+        groups: Dict[Any, List[EffectTask]] = {}
         for task in tasks:
             adapter = task.job.adapter
             many = getattr(adapter, "observe_many", None) and getattr(adapter, "batch_key", None)
-            if task.alone:
+            if task.lookup_alone:
                 many = None
-            if many is not None and self._many.get(many) == "refused":
+            if many is not None and self._many_lookups.get(many) == "refused":
                 many = None
             groups.setdefault(("many", many) if many else ("one", id(task)), []).append(task)
         for (kind, batch_key), members in groups.items():
             size = max(1, int(getattr(members[0].job.adapter, "observe_batch", 1))) if kind == "many" else 1
             for start in range(0, len(members), size):
                 chunk = members[start:start + size]
-                if kind == "many" and self._many.get(batch_key) == "trying":
+                if kind == "many" and self._many_lookups.get(batch_key) == "trying":
                     # One at a time until the target answers one: one that refuses them is asked once, not per chunk.
                     for task in members[start:]:
-                        task.blocked = True
+                        task.waits_for_slot = True
                     break
                 if fill and 1 < size and len(chunk) < size:
                     break  # decided again on the next pass, with the keys that became ready meanwhile
                 if not self._take_slot(chunk[0], now):
                     for task in chunk[1:]:
-                        task.blocked, task.wake_at = chunk[0].blocked, chunk[0].wake_at
+                        task.waits_for_slot, task.wait_until = chunk[0].waits_for_slot, chunk[0].wait_until
                     continue
                 self.slots.unreserve()
                 if len(chunk) == 1:
@@ -551,53 +566,53 @@ class Executor:
                 else:
                     self._start_many(chunk, now, batch_key)
 
-    def _act(self, task: _Task, move: Move, now: float) -> None:
+    def _carry_out(self, task: EffectTask, move: Move, now: float) -> None:
         """Carry out a move that records nothing: it finishes ``task``, starts its lookup, or makes it wait."""
         act = _ACTS.get(move.kind)
         if act is None:
             raise ValueError(f"unknown move {move.kind!r}")
         act(self, task, move, now)
 
-    def _finish(self, task: _Task, move: Move, now: float) -> None:
-        task.record = self.run.state["effects"].get(task.job.key) or {"key": task.job.key, "state": None}
-        task.finished = True
+    def _finish(self, task: EffectTask, move: Move, now: float) -> None:
+        task.settled_record = self.run.state["effects"].get(task.job.key) or {"key": task.job.key, "state": None}
+        task.done = True
 
-    def _stop(self, task: _Task, move: Move, now: float) -> None:
-        task.error, task.finished = move.error, True
+    def _stop(self, task: EffectTask, move: Move, now: float) -> None:
+        task.stop_error, task.done = move.error, True
 
-    def _observe_one(self, task: _Task, move: Move, now: float) -> None:
+    def _observe_one(self, task: EffectTask, move: Move, now: float) -> None:
         self._start(task, "observe", now)
 
-    def _wait_until(self, task: _Task, move: Move, now: float) -> None:
-        task.wake_at = move.until
+    def _wait_for_time(self, task: EffectTask, move: Move, now: float) -> None:
+        task.wait_until = move.until
 
-    def _wait_for_call(self, task: _Task, move: Move, now: float) -> None:
-        task.wake_at = min(float(move.until or now), now + POLL_SECONDS)
-        task.watch = self._registered(task, move.call)
+    def _wait_for_call(self, task: EffectTask, move: Move, now: float) -> None:
+        task.wait_until = min(float(move.until or now), now + POLL_SECONDS)
+        task.watched_call = self._registered(task, move.call)
 
-    def _kill_call(self, task: _Task, move: Move, now: float) -> None:
+    def _kill_call(self, task: EffectTask, move: Move, now: float) -> None:
         found = self._registered(task, move.call)
         if found is not None:
             self.registry.kill(found)
-        task.watch, task.wake_at = found, now + POLL_SECONDS / 5
+        task.watched_call, task.wait_until = found, now + POLL_SECONDS / 5
 
     @staticmethod
-    def _registered(task: _Task, call: Optional[Call]) -> Optional[inflight.Registered]:
-        return next((known.record for known in (task.calls or []) if known.view == call), None)
+    def _registered(task: EffectTask, call: Optional[Call]) -> Optional[inflight.Registered]:
+        return next((known.record for known in (task.earlier_calls or []) if known.view == call), None)
 
-    def _change(self, task: _Task, move: Move) -> LedgerChange:
+    def _ledger_change(self, task: EffectTask, move: Move) -> LedgerChange:
         """The ledger change that records ``move`` for ``task``, as a function of the state at commit time."""
         return _RECORDS[move.kind](self, task, move)
 
-    def _begin(self, task: _Task, move: Move) -> LedgerChange:
+    def _begin(self, task: EffectTask, move: Move) -> LedgerChange:
         key, kept = task.job.key, _effects.kept_payload(task.payload)
         return lambda s, now: _effects.begin_ops(s, key, task.digest, now, task.job.step, move.resend, kept)
 
-    def _ack(self, task: _Task, move: Move) -> LedgerChange:
+    def _ack(self, task: EffectTask, move: Move) -> LedgerChange:
         key = task.job.key
         return lambda s, now: _effects.ack_ops(s, key, move.receipt, now)  # type: ignore[arg-type]
 
-    def _verify(self, task: _Task, move: Move) -> LedgerChange:
+    def _verify(self, task: EffectTask, move: Move) -> LedgerChange:
         key = task.job.key
         evidence = dict(move.evidence or {})
         receipt = (self.run.state["effects"].get(key) or {}).get("receipt")
@@ -605,16 +620,17 @@ class Executor:
             evidence["receipt"] = receipt
         return lambda s, now: _effects.verify_ops(s, key, evidence, now, move.reconciled)
 
-    def _absent(self, task: _Task, move: Move) -> LedgerChange:
+    def _absent(self, task: EffectTask, move: Move) -> LedgerChange:
         key = task.job.key
 
         def absent(s: Dict[str, Any], now: float) -> List[Any]:
             return _effects.absent_ops(s, key, move.evidence or {}, now, move.reconciled,
                                        backoff=lambda attempts: retry.next_attempt_at(s, attempts, now, self.rand),
-                                       flag=None if task.seen_calls else _soon_after_takeover(s, key, task.caps, now))
+                                       flag=(None if task.registry_knew_a_call
+                                             else _soon_after_takeover(s, key, task.caps, now)))
         return absent
 
-    def _defer(self, task: _Task, move: Move) -> LedgerChange:
+    def _defer(self, task: EffectTask, move: Move) -> LedgerChange:
         key = task.job.key
 
         def defer(s: Dict[str, Any], now: float) -> List[Any]:
@@ -623,62 +639,62 @@ class Executor:
             return _effects.deferred_ops(s, key, move.evidence or {}, now, when)
         return defer
 
-    def _uncertain(self, task: _Task, move: Move) -> LedgerChange:
+    def _uncertain(self, task: EffectTask, move: Move) -> LedgerChange:
         key = task.job.key
         return lambda s, now: _effects.uncertain_ops(s, key, move.reason or "outcome unknown", now)
 
-    def _fail(self, task: _Task, move: Move) -> LedgerChange:
+    def _fail(self, task: EffectTask, move: Move) -> LedgerChange:
         key = task.job.key
         return lambda s, now: _effects.failed_ops(s, key, move.reason or "refused", now)
 
-    def _commit(self, batch: List[Tuple[_Task, Move]]) -> None:
+    def _commit(self, batch: List[Tuple[EffectTask, Move]]) -> None:
         """Record the moves of ``batch`` as one transition; then start the calls whose ``started`` is now durable."""
         for task, move in batch:
             if move.kind == "invoke":
-                task.own = self.registry.register(task.job.key, "invoke", self._attempt(task) + 1, task.caps.timeout,
-                                                  self.run.owner, self.run.epoch)
+                task.own_invoke = self.registry.register(task.job.key, "invoke", self._attempt(task) + 1,
+                                                         task.caps.timeout, self.run.owner, self.run.epoch)
                 self.observer.reached("effect:before-started", key=task.job.key)
             elif move.kind == "verify":
                 self.observer.reached("effect:before-verify", key=task.job.key)
-        errors = self.run.transact_many([self._change(task, move) for task, move in batch])
+        errors = self.run.transact_many([self._ledger_change(task, move) for task, move in batch])
         self.figures["commits"] += 1
         self.figures["records"] += len(batch)
         now = self.run.clock()
         for (task, move), error in zip(batch, errors):
             key = task.job.key
             if error is not None:
-                if move.kind == "invoke" and task.own is not None:
+                if move.kind == "invoke" and task.own_invoke is not None:
                     self.slots.unreserve()
-                    self.registry.finish(task.own)  # nothing was begun: the call never started
-                    task.own = None
-                task.error, task.finished = error, True
+                    self.registry.finish(task.own_invoke)  # nothing was begun: the call never started
+                    task.own_invoke = None
+                task.stop_error, task.done = error, True
                 continue
             if move.kind == "invoke":
                 self.slots.unreserve()
                 self.observer.reached("effect:after-started", key=key)
-                task.seen, task.answer = None, None
-                self._start(task, "invoke", now, task.own)
+                task.last_lookup, task.last_answer = None, None
+                self._start(task, "invoke", now, task.own_invoke)
                 continue
-            if task.own is not None and move.kind in ("ack", "uncertain", "fail", "defer"):
-                self.registry.finish(task.own)  # what the call answered is recorded
-                task.own = None
-            if task.calls:
+            if task.own_invoke is not None and move.kind in ("ack", "uncertain", "fail", "defer"):
+                self.registry.finish(task.own_invoke)  # what the call answered is recorded
+                task.own_invoke = None
+            if task.earlier_calls:
                 self.registry.forget_ended(key)  # earlier calls that ended are superseded by this record
-                task.calls = [known for known in task.calls if known.view.alive]
+                task.earlier_calls = [known for known in task.earlier_calls if known.view.alive]
             if move.kind == "ack":
                 self.observer.reached("effect:after-ack", key=key)
             if move.error is not None:
-                task.error, task.finished = move.error, True
+                task.stop_error, task.done = move.error, True
 
-    def _attempt(self, task: _Task) -> int:
+    def _attempt(self, task: EffectTask) -> int:
         return int((self.run.state["effects"].get(task.job.key) or {}).get("attempts", 0))
 
-    def _start(self, task: _Task, kind: CallKind, now: float, call: Optional[inflight.Registered] = None) -> None:
-        """Start one call in the world (registered first); its result arrives through :meth:`_finished`."""
+    def _start(self, task: EffectTask, kind: CallKind, now: float, call: Optional[inflight.Registered] = None) -> None:
+        """Start one call in the world (registered first); its result arrives through :meth:`_call_ended`."""
         job = task.job
         if call is None:
             call = self.registry.register(job.key, kind, self._attempt(task), task.caps.timeout, self.run.owner, self.run.epoch)
-        task.pending = CallInFlight(call, kind, now)
+        task.in_flight = CallInFlight(call, kind, now)
         self.figures["calls"] += 1
         self.slots.start()
         epoch = self.run.epoch
@@ -697,42 +713,44 @@ class Executor:
 
         self.world.start(task, work)
 
-    def _finished(self, task: Any, result: Any) -> None:
+    def _call_ended(self, task: Any, result: Any) -> None:
         """A call of ``task`` ended: keep what it found or answered for the next decision."""
         self.slots.release()
         if isinstance(task, _Many):
-            self._finished_many(task, result)
+            self._many_lookup_ended(task, result)
             return
-        call, kind, began = task.pending
-        task.pending = None
+        call, kind, began = task.in_flight
+        task.in_flight = None
         now = self.run.clock()
         if isinstance(result, BaseException) and not isinstance(result, Exception):
             raise result
         if kind == "observe":
             self.registry.finish(call)
-            self._saw(task, result if isinstance(result, Seen) else Seen("unknown", {"error": f"{type(result).__name__}: {result}"}, began),
-                      began, now)
+            if not isinstance(result, Seen):
+                result = Seen("unknown", {"error": f"{type(result).__name__}: {result}"}, began)
+            self._keep_lookup_result(task, result, began, now)
             return
         self.observer.reached("effect:after-call", key=task.job.key)
         answer = result if isinstance(result, Answer) else Answer("unknown", f"{type(result).__name__}: {result}")
-        task.answer = answer._replace(ended_at=now)
+        task.last_answer = answer._replace(ended_at=now)
         self.flow.answered(answer.kind, now, answer.retry_after)
         if answer.kind == "not-applied":
             self.figures["not_now"] += 1
 
 
-    def _saw(self, task: _Task, seen: Seen, began: float, now: float) -> None:
+    def _keep_lookup_result(self, task: EffectTask, seen: Seen, began: float, now: float) -> None:
         """Keep a lookup's result for ``task``'s next decision; a lookup refused for now too often says nothing."""
         if seen.status == "later":
             self.flow.answered("not-applied", now, seen.evidence.get("retry_after"))
-            task.later += 1
-            if task.later > task.caps.max_later:
-                seen = Seen("unknown", dict(seen.evidence, reason=f"the lookup was answered 'not now' {task.later} times"), began)
+            task.not_now_lookups += 1
+            if task.not_now_lookups > task.caps.max_later:
+                reason = f"the lookup was answered 'not now' {task.not_now_lookups} times"
+                seen = Seen("unknown", dict(seen.evidence, reason=reason), began)
         else:
-            task.later = 0
-        task.seen = seen._replace(at=began)
+            task.not_now_lookups = 0
+        task.last_lookup = seen._replace(at=began)
 
-    def _start_many(self, tasks: List[_Task], now: float, batch_key: Any) -> None:
+    def _start_many(self, tasks: List[EffectTask], now: float, batch_key: Any) -> None:
         """One lookup of several keys through the first task's adapter (``observe_many``).
 
         Not registered in flight: a lookup creates nothing, so whoever takes over has nothing to wait
@@ -740,16 +758,16 @@ class Executor:
         for each of its keys would cost more than the lookup saves.
         """
         for task in tasks:
-            task.pending = CallInFlight(None, "observe", now)
-        if self._many.get(batch_key) != "works":
-            self._many[batch_key] = "trying"
+            task.in_flight = CallInFlight(None, "observe", now)
+        if self._many_lookups.get(batch_key) != "works":
+            self._many_lookups[batch_key] = "trying"
         self.figures["calls"] += 1
         self.slots.start()
         adapter = tasks[0].job.adapter
         items = [(t.job.key, t.payload, t.job.adapter) for t in tasks]
         self.world.start(_Many(tasks, batch_key, now), lambda: _observe_many(adapter, items))
 
-    def _finished_many(self, many: "_Many", result: Any) -> None:
+    def _many_lookup_ended(self, many: "_Many", result: Any) -> None:
         """A lookup of several keys ended: what it saw of each key counts; a key it could not have seen is looked up
         alone next (no observation yet), and never again with others in this pass."""
         if isinstance(result, BaseException) and not isinstance(result, Exception):
@@ -761,27 +779,27 @@ class Executor:
             failed = Seen("unseen", {"error": f"{type(result).__name__}: {result}"[:MAX_DETAIL_CHARS]}, 0.0)
             seens, refused = [failed] * len(many.tasks), False
         if refused:
-            self._many[many.batch_key] = "refused"
+            self._many_lookups[many.batch_key] = "refused"
         elif all(seen.status == "later" for seen in seens):
-            self._many.pop(many.batch_key, None)
+            self._many_lookups.pop(many.batch_key, None)
         else:
-            self._many[many.batch_key] = "works"
+            self._many_lookups[many.batch_key] = "works"
         for task, seen in zip(many.tasks, seens):
-            task.pending = None
+            task.in_flight = None
             if seen.status == "unseen":
-                task.seen, task.alone = None, True
+                task.last_lookup, task.lookup_alone = None, True
             else:
-                self._saw(task, seen, many.began, now)
+                self._keep_lookup_result(task, seen, many.began, now)
 
 
-#: The moves that record nothing, each carried out at once by its method (a lookup starts apart: see ``_look``).
-_ACTS: Dict[MoveKind, Callable[[Executor, _Task, Move, float], None]] = {
+#: The moves that record nothing, each carried out at once by its method (lookups start together: ``_start_lookups``).
+_ACTS: Dict[MoveKind, Callable[[Executor, EffectTask, Move, float], None]] = {
     "done": Executor._finish, "settled": Executor._finish, "stop": Executor._stop, "observe": Executor._observe_one,
-    "wait": Executor._wait_until, "wait-call": Executor._wait_for_call, "kill-call": Executor._kill_call,
+    "wait": Executor._wait_for_time, "wait-call": Executor._wait_for_call, "kill-call": Executor._kill_call,
 }
 #: The moves recorded in the ledger, each by the change its method makes; those of several effects that are ready
 #: together share one transition. Every kind of move is in one of the two tables.
-_RECORDS: Dict[MoveKind, Callable[[Executor, _Task, Move], LedgerChange]] = {
+_RECORDS: Dict[MoveKind, Callable[[Executor, EffectTask, Move], LedgerChange]] = {
     "invoke": Executor._begin, "ack": Executor._ack, "verify": Executor._verify, "absent": Executor._absent,
     "defer": Executor._defer, "uncertain": Executor._uncertain, "fail": Executor._fail,
 }
@@ -793,7 +811,7 @@ class _Many:
 
     __slots__ = ("tasks", "batch_key", "began")
 
-    def __init__(self, tasks: List[_Task], batch_key: Any, began: float) -> None:
+    def __init__(self, tasks: List[EffectTask], batch_key: Any, began: float) -> None:
         self.tasks, self.batch_key, self.began = tasks, batch_key, began
 
 
