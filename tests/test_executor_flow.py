@@ -13,7 +13,8 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 from collections import deque
 
-from runner.execution.executor import CallSlots, Executor, Job, World
+from runner.execution.executor import Executor, Job, World
+from runner.execution.slots import CallSlots
 from runner.execution.flow import Flow
 from runner.execution.run import Run
 from runner.stores.file import RunStore

@@ -40,20 +40,21 @@ Invariants it keeps:
 
 The world (threads and their completions), the decision function, the
 registry and the commit windows' observer are passed in, so a simulation can
-run this same code in a seeded world (``runner/proof/simulation.py``).
+run this same code in a seeded world (``runner/proof/simulation.py``). The
+world (:mod:`runner.execution.world`), the tasks it carries
+(:mod:`runner.execution.task`) and the call slots the flow allows
+(:mod:`runner.execution.slots`) are modules of their own; :class:`RunLike`
+says what the executor needs of a run.
 """
 
-import _thread
-import queue
 import random as _random
-import threading
-from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Set, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Protocol, Sequence, Tuple
 
 from ..ledger import effects as _effects
 from ..calls import inflight
 from ..ledger import retry
 from ..base.times import format_time, parse_time
-from ..base.canonical import check_document, content_digest
+from ..base.canonical import check_document
 from ..base.errors import Fenced, RunnerError, Stopped
 from ..contract.spec import contract_of
 from .flow import Flow
@@ -64,7 +65,11 @@ from ..ledger.states import UNRESOLVED
 from ..calls.target import Adapter, NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 from ..base.windows import NO_OBSERVER, Observer
 
-__all__ = ["Executor", "Job", "World", "ThreadWorld", "caps_for"]
+from .slots import CallSlots
+from .task import CallInFlight, EffectTask, Job, KnownCall
+from .world import ThreadWorld, World
+
+__all__ = ["Executor", "Job", "World", "ThreadWorld", "RunLike", "caps_for"]
 
 #: Seconds between two looks at an earlier call that is still in flight.
 POLL_SECONDS = 0.1
@@ -75,17 +80,36 @@ MAX_HELD = 1000
 LedgerChange = Callable[[Dict[str, Any], float], List[Any]]
 
 
-class Job(NamedTuple):
-    """One effect to take to verified: its key, payload (or a function that makes it), adapter and step.
+class RunLike(Protocol):
+    """What the executor needs of a run: a :class:`runner.run.Run` holding the lease is one.
 
-    ``values``: the item's placeholders (``item``, ``stem``, ``slug``, ``index``), for the flow's groups.
+    Besides these, the run's ``observer`` (the commit windows' :class:`~runner.base.windows.Observer`) and ``rand``
+    (the random source of backoffs) are used when it has them and the executor is given none.
     """
 
-    key: str
-    payload: Union[Dict[str, Any], Callable[[], Dict[str, Any]]]
-    adapter: Adapter
-    step: Optional[str] = None
-    values: Optional[Dict[str, Any]] = None
+    owner: Optional[str]
+    epoch: Optional[int]
+
+    @property
+    def state(self) -> Dict[str, Any]:
+        """The run's state as of its last transaction."""
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The run's wall clock, seconds since the epoch."""
+
+    @property
+    def store(self) -> Any:
+        """Where the run is kept: the default registry of calls in flight is found from it."""
+
+    def renew(self, ttl: float) -> Dict[str, Any]:
+        """Renew the lease for ``ttl`` seconds.
+
+        :raises Fenced: the lease was lost.
+        """
+
+    def transact_many(self, changes: Sequence[LedgerChange]) -> List[Optional[RunnerError]]:
+        """Commit ``changes`` as one transition: for each, None, or the error that kept it out."""
 
 
 class HeldJob(NamedTuple):
@@ -94,141 +118,6 @@ class HeldJob(NamedTuple):
     job: Job
     payload: Dict[str, Any]
     group: Optional[str]
-
-
-class KnownCall(NamedTuple):
-    """An earlier call of a task's key: its record in the registry, and how :func:`next_move` weighs it."""
-
-    record: inflight.Registered
-    view: Call
-
-
-class CallInFlight(NamedTuple):
-    """A task's call at the target now: its record in the registry (None for a lookup of many keys), kind and start."""
-
-    record: Optional[inflight.Registered]
-    kind: CallKind
-    began: float
-
-
-class World:
-    """Where calls run and time passes. The real one is :class:`ThreadWorld`; a simulation stands in."""
-
-    def start(self, tag: Any, work: Callable[[], Any]) -> None:
-        """Run ``work()`` apart from the loop; its result (or exception) comes back from :meth:`wait` with ``tag``."""
-        raise NotImplementedError
-
-    def wait(self, timeout: float) -> Optional[Tuple[Any, Any]]:
-        """The next finished call as ``(tag, result)``, or None once ``timeout`` seconds passed without one."""
-        raise NotImplementedError
-
-    def interrupt(self) -> None:
-        """Wake a :meth:`wait` now (from a signal handler): it returns None."""
-
-
-class ThreadWorld(World):
-    """Each call in a daemon thread; completions and :meth:`interrupt` through one queue.
-
-    A wait with no call running (a backoff, a settle time, a ``Retry-After``)
-    is a wait on that queue too, so a signal's :meth:`interrupt` ends it at
-    once; a test passes ``sleep`` to let its clock pass instead. A process
-    may exit with calls still running: their records stay in the registry
-    and whoever takes over waits for them.
-    """
-
-    def __init__(self, sleep: Optional[Callable[[float], None]] = None) -> None:
-        self.sleep = sleep
-        # Not SimpleQueue: before Python 3.13 its get(timeout) can wait for ever once a signal lands in it.
-        self._done: "queue.Queue[Tuple[Any, Any]]" = queue.Queue()
-        self._running = 0
-
-    def start(self, tag: Any, work: Callable[[], Any]) -> None:
-        def body() -> None:
-            try:
-                result = work()
-            except BaseException as exc:  # delivered to the loop, which decides what it means
-                result = exc
-            self._done.put((tag, result))
-
-        self._running += 1
-        threading.Thread(target=body, name="runner-call", daemon=True).start()
-
-    def wait(self, timeout: float) -> Optional[Tuple[Any, Any]]:
-        if self.sleep is not None and self._running == 0 and self._done.empty():
-            if timeout > 0:
-                self.sleep(timeout)
-            return None
-        try:
-            got = self._done.get(timeout=max(0.0, timeout))
-        except queue.Empty:
-            return None
-        if got[0] is _INTERRUPT:
-            return None
-        self._running -= 1
-        return got
-
-    def interrupt(self) -> None:
-        # From a signal handler, which may run while this thread holds the queue's lock (inside get):
-        # a put from here could wait on that lock for ever, so a thread of its own puts.
-        try:
-            _thread.start_new_thread(self._done.put, ((_INTERRUPT, None),))
-        except RuntimeError:  # no thread to be had: the loop sees the stop when its wait ends
-            pass
-
-
-_INTERRUPT = object()
-
-
-class CallSlots:
-    """The calls at the target that count against the flow's limit of calls in flight (:meth:`Flow.call_room`).
-
-    Three kinds count: calls started and not yet ended (a lookup of many keys is one), slots reserved for
-    calls about to start (an invoke's ``started`` is being committed), and the earlier calls of a holder that
-    stopped which are still at the target (one per key, each filling a slot until it ends). Every change is
-    one of the methods below, in the order the executor makes them: a reserved slot is given back
-    (:meth:`unreserve`) before its call is counted started (:meth:`start`), or when its call never starts.
-    """
-
-    __slots__ = ("flow", "started", "reserved", "earlier")
-
-    def __init__(self, flow: Flow) -> None:
-        self.flow = flow
-        self.started = 0
-        self.reserved = 0
-        #: Keys whose earlier call is still at the target. A set: a key counts once, however often it is waited for.
-        self.earlier: Set[str] = set()
-
-    def room(self) -> bool:
-        """Whether one more call may start under the flow's limit, counting every call at the target now."""
-        return self.flow.call_room(self.started + self.reserved + len(self.earlier))
-
-    def reserve(self) -> None:
-        """Take a slot for a call about to start."""
-        self.reserved += 1
-
-    def unreserve(self) -> None:
-        """Give a reserved slot back: its call starts now (and :meth:`start` counts it), or never will."""
-        self.reserved -= 1
-
-    def start(self) -> None:
-        """A call started."""
-        self.started += 1
-
-    def release(self) -> None:
-        """A call ended."""
-        self.started -= 1
-
-    def waits_on_earlier(self, key: str) -> None:
-        """``key``'s task waits for (or kills) an earlier call of the key, which is still at the target."""
-        self.earlier.add(key)
-
-    def earlier_done(self, key: str) -> None:
-        """No earlier call of ``key`` is waited for any more."""
-        self.earlier.discard(key)
-
-    def forget_earlier(self) -> None:
-        """The tasks that waited for earlier calls are gone (the pass ended): those calls count no more."""
-        self.earlier.clear()
 
 
 def caps_for(state: Dict[str, Any], adapter: Adapter, invoke: bool = True) -> Caps:
@@ -241,45 +130,6 @@ def caps_for(state: Dict[str, Any], adapter: Adapter, invoke: bool = True) -> Ca
     return Caps(timeout=effects.timeout_for(adapter), settle=effects.settle_seconds,
                 deduplicates=bool(getattr(adapter, "deduplicates", False)), retention=getattr(adapter, "retention_seconds", None),
                 invoke=invoke, max_later=effects.max_rate_limited, look_early=effects.rate is None)
-
-
-class EffectTask:
-    """One job in the loop: what is fixed for it, what this pass learned of it, what it waits for, what it holds, and
-    how it ended."""
-
-    __slots__ = ("job", "payload", "digest", "caps",
-                 "last_lookup", "last_answer", "not_now_lookups", "registry_knew_a_call", "lookup_alone",
-                 "earlier_calls", "in_flight", "wait_until", "watched_call", "waits_for_slot",
-                 "own_invoke", "flow_group",
-                 "done", "stop_error", "settled_record")
-
-    def __init__(self, job: Job, payload: Dict[str, Any], caps: Caps) -> None:
-        self.job, self.payload, self.caps = job, payload, caps
-        self.digest = content_digest(check_document(payload, "payload"))
-        # What this pass learned.
-        self.last_lookup: Optional[Seen] = None
-        self.last_answer: Optional[Answer] = None
-        self.not_now_lookups = 0  # lookups the target answered "not now" in a row
-        self.registry_knew_a_call = False  # the registry knew of an earlier call of this key when this pass began
-        self.lookup_alone = False  # a lookup of many keys could not have shown this key: its own lookups decide
-        # What it waits for.
-        self.earlier_calls: Optional[List[KnownCall]] = None  # the registry's view, read once, then while waiting
-        self.in_flight: Optional[CallInFlight] = None
-        self.wait_until: Optional[float] = None
-        self.watched_call: Optional[inflight.Registered] = None  # an earlier call being waited for or killed
-        self.waits_for_slot = False  # any call's end may free one
-        # What it holds.
-        self.own_invoke: Optional[inflight.Registered] = None  # until what the call answered is recorded
-        self.flow_group: Optional[str] = None
-        # How it ended.
-        self.done = False
-        self.stop_error: Optional[BaseException] = None
-        self.settled_record: Optional[Dict[str, Any]] = None
-
-    def ready(self, now: float) -> bool:
-        """Whether its next move is decided now: not done, no call in flight, waiting for neither a slot nor a time."""
-        return (not self.done and self.in_flight is None and not self.waits_for_slot
-                and (self.wait_until is None or self.wait_until <= now))
 
 
 class Executor:
@@ -298,7 +148,7 @@ class Executor:
     then :class:`~runner.base.errors.Stopped` is raised.
     """
 
-    def __init__(self, run: Any, *, registry: Optional[inflight.Registry] = None, world: Optional[World] = None,
+    def __init__(self, run: RunLike, *, registry: Optional[inflight.Registry] = None, world: Optional[World] = None,
                  decide: Callable[[Facts], Move] = next_move, ttl: Optional[float] = None, flow: Optional[Flow] = None,
                  observer: Optional[Observer] = None, rand: Optional[Callable[[], float]] = None) -> None:
         self.run = run
