@@ -1,20 +1,21 @@
 """What each answer of a target means, pinned as tables: one row per thing an adapter can do, for each mapping.
 
 Two mappings turn what an adapter did into what the lifecycle decides from:
-the executor's (``runner.execution.executor``: ``_invoke`` for a call, ``_observe`` for
-a lookup, ``_observe_many`` for a lookup of several keys) and the engines'
-(``runner.engines.once``: ``_call`` and ``observe_once``). They differ on
-purpose in places (an engine lets a failure it cannot classify escape, so that
-its own retry observes first; it keeps the receipt unchecked), and each
-difference is a row here. A change to either mapping, made on purpose or not,
-fails the table that holds it.
+the runner's (``runner.calls.answers``: ``call_target`` for a call,
+``look_at_target`` for a lookup, ``look_at_many`` for a lookup of several
+keys), which the executor uses, and the engines' (``runner.engines.once``:
+``_call``, the runner's with an engine's differences, and ``observe_once``).
+They differ on purpose in places (an engine lets a failure it cannot classify
+escape, so that its own retry observes first; it keeps the receipt unchecked;
+it names a refusal in the detail), and each difference is a row here. A change
+to either mapping, made on purpose or not, fails the table that holds it.
 """
 
 import unittest
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from runner.engines import once
-from runner.execution import executor
+from runner.calls import answers
 from runner.base.errors import InvalidInput, NeedsReconciliation, RunnerError
 from runner.execution.lifecycle import Answer, Seen
 from runner.calls.target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
@@ -82,7 +83,7 @@ def _outcome(call: Callable[[], Any]) -> Any:
 
 def _executor_invoke(does: Callable[..., Any]) -> Any:
     adapter = _Adapter(invoke=does)
-    got = _outcome(lambda: executor._invoke(adapter, KEY, PAYLOAD, 7))
+    got = _outcome(lambda: answers.call_target(adapter, KEY, PAYLOAD, 7))
     assert adapter.given == [(KEY, PAYLOAD, 7)], adapter.given
     return got
 
@@ -150,7 +151,7 @@ CALLS: List[Tuple[str, Callable[..., Any], Any, Any]] = [
 
 def _executor_observe(does: Callable[..., Any]) -> Any:
     adapter = _Adapter(observe=does)
-    got = _outcome(lambda: executor._observe(adapter, KEY, PAYLOAD))
+    got = _outcome(lambda: answers.look_at_target(adapter, KEY, PAYLOAD))
     assert adapter.given == [(KEY, PAYLOAD)], adapter.given
     return got
 
@@ -225,7 +226,7 @@ ITEMS = [("a:ticket", {"n": 1}, None), ("b:ticket", {"n": 2}, None)]
 
 def _executor_many(does: Callable[..., Any]) -> Any:
     adapter = _Adapter(many=does)
-    got = _outcome(lambda: executor._observe_many(adapter, ITEMS))
+    got = _outcome(lambda: answers.look_at_many(adapter, ITEMS))
     assert adapter.given == [tuple(ITEMS)], adapter.given
     return got
 

@@ -1,6 +1,7 @@
 """The words of each lifecycle, held to the code and the schema that use them.
 
 Each vocabulary is a ``Literal`` type (:mod:`runner.ledger.states`,
+:mod:`runner.calls.answers`, :mod:`runner.calls.inflight`,
 :mod:`runner.lifecycle`): with mypy's strict equality a comparison with a
 word outside it is an error, so a misspelt word cannot pass the type check.
 What a type checker cannot see, these tests hold: that each type lists the
@@ -20,7 +21,7 @@ from typing import Any, Set, Tuple, get_args
 from tests.support.util import REPO_ROOT
 
 from runner.execution import executor, lifecycle
-from runner.calls import inflight
+from runner.calls import answers, inflight
 from runner.contract.http import INVOKE_WORDS, OBSERVE_WORDS
 from runner.engines import once
 from runner.ledger.states import EFFECT_STATES, UNRESOLVED, EffectState
@@ -90,25 +91,30 @@ class AnswerKindTest(unittest.TestCase):
     """What a call may answer: the type, the words of an HTTP request's statuses, and the answers the mappings make."""
 
     def test_the_type_lists_the_words_an_http_request_maps_statuses_to(self) -> None:
-        self.assertEqual(get_args(lifecycle.AnswerKind), INVOKE_WORDS)
+        self.assertEqual(get_args(answers.AnswerKind), INVOKE_WORDS)
 
-    def test_every_kind_is_made_by_the_executor_and_none_other_by_an_engine(self) -> None:
-        kinds = set(get_args(lifecycle.AnswerKind))
-        self.assertEqual(_made(executor, "Answer"), kinds)
-        self.assertLessEqual(_made(once, "Answer"), kinds)
+    def test_every_kind_is_made_by_the_mapping_and_none_other_elsewhere(self) -> None:
+        kinds = set(get_args(answers.AnswerKind))
+        self.assertEqual(_made(answers, "Answer"), kinds)
+        self.assertLessEqual(_made(executor, "Answer") | _made(once, "Answer"), kinds)
+        self.assertEqual(set(once._REFUSALS), {"rejected", "stale-epoch"})
 
 
 class SeenStatusTest(unittest.TestCase):
     """What a lookup may find: a target's three words, ``later`` and ``unseen``; nothing else reaches the lifecycle."""
 
     def test_the_type_is_the_target_s_words_then_later_and_unseen(self) -> None:
-        self.assertEqual(get_args(lifecycle.SeenStatus), OBSERVE_WORDS + ("later", "unseen"))
+        self.assertEqual(get_args(answers.SeenStatus), OBSERVE_WORDS + ("later", "unseen"))
 
-    def test_the_executor_s_lookups_give_exactly_the_words_of_the_type(self) -> None:
-        given = (_made(executor, "Seen") | set(_tuple_named(executor, "_ONE_STATUSES"))
-                 | set(_tuple_named(executor, "_MANY_STATUSES")))
-        self.assertEqual(given, set(get_args(lifecycle.SeenStatus)))
-        self.assertEqual(_tuple_named(executor, "_ONE_STATUSES"), OBSERVE_WORDS)
+    def test_the_lookups_give_exactly_the_words_of_the_type(self) -> None:
+        given = (_made(answers, "Seen") | _made(executor, "Seen") | set(_tuple_named(answers, "ONE_STATUSES"))
+                 | set(_tuple_named(answers, "MANY_STATUSES")))
+        self.assertEqual(given, set(get_args(answers.SeenStatus)))
+        self.assertEqual(answers.ONE_STATUSES, OBSERVE_WORDS)
+
+    def test_the_lifecycle_decides_from_the_mapping_s_words(self) -> None:
+        self.assertIs(lifecycle.Answer, answers.Answer)
+        self.assertIs(lifecycle.Seen, answers.Seen)
 
 
 class CallKindTest(unittest.TestCase):
@@ -118,7 +124,7 @@ class CallKindTest(unittest.TestCase):
         folder = tempfile.mkdtemp(prefix="runner-words-")
         self.addCleanup(shutil.rmtree, folder, True)
         registry = inflight.Registry(os.path.join(folder, "calls"))
-        for kind in get_args(lifecycle.CallKind):
+        for kind in get_args(inflight.CallKind):
             registry.register(f"k-{kind}", kind, 1, 60.0)
             [(_, view)] = registry.calls(f"k-{kind}")
             self.assertEqual(view.kind, kind)

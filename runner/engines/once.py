@@ -31,8 +31,9 @@ from ..base.values import validate_id
 from ..base.times import format_time
 from ..base.canonical import content_digest
 from ..base.errors import Failed, Fenced, NeedsReconciliation
-from ..execution.lifecycle import Answer, Caps, Facts, Seen, SeenStatus, next_move
-from ..calls.target import Adapter, NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
+from ..calls.answers import Answer, AnswerKind, Seen, SeenStatus, call_target
+from ..execution.lifecycle import Caps, Facts, next_move
+from ..calls.target import Adapter, NotApplied, Observation
 from ..contract.spec import EffectsSpec
 
 __all__ = ["effect_key", "perform_once", "observe_once", "EffectUncertain", "EffectConflict", "WINDOWS"]
@@ -152,17 +153,23 @@ def perform_once(
             raise EffectUncertain(key, f"{detail} (the lifecycle asks to wait until {move.until})")
 
 
+#: An engine takes a stale epoch as a refusal for good too, and names which refusal it was in the answer's detail
+#: (the detail of the :class:`EffectConflict` raised).
+_REFUSALS: Dict[AnswerKind, str] = {"rejected": "Rejected", "stale-epoch": "StaleEpoch"}
+
+
 def _call(adapter: Adapter, key: str, payload: Dict[str, Any], epoch: int, clock: Callable[[], float]) -> Answer:
-    """One call of the target and what its answer means (see :mod:`runner.target`)."""
-    try:
-        receipt = adapter.invoke(key, payload, epoch)
-    except NotApplied as exc:
-        return Answer("not-applied", str(exc), retry_after=exc.retry_after, ended_at=clock())
-    except (Rejected, StaleEpoch) as exc:
-        return Answer("rejected", f"{type(exc).__name__}: {exc}", ended_at=clock())
-    except UnknownOutcome as exc:
-        return Answer("unknown", str(exc), ended_at=clock())
-    return Answer("receipt", receipt=receipt, ended_at=clock())
+    """One call of the target and what its answer means: the runner's mapping (:func:`runner.calls.answers.call_target`)
+    with an engine's differences, each named here.
+
+    A failure the adapter did not classify escapes (the engine retries the activity or step, and that attempt
+    observes first); the receipt is taken unchecked; a refusal is ``rejected`` whatever its kind; the answer is
+    stamped with the time it came.
+    """
+    answer = call_target(adapter, key, payload, epoch, crash="raise", check_receipt=False)._replace(ended_at=clock())
+    if answer.kind in _REFUSALS:
+        answer = answer._replace(kind="rejected", detail=f"{_REFUSALS[answer.kind]}: {answer.detail}")
+    return answer
 
 
 def _engine_error(key: str, error: Any, detail: str) -> Exception:

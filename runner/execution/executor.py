@@ -52,19 +52,18 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Op
 
 from ..ledger import effects as _effects
 from ..calls import inflight
+from ..calls.answers import MAX_DETAIL_CHARS, Answer, Seen, call_target, look_at_many, look_at_target
+from ..calls.inflight import Call, CallKind
 from ..ledger import retry
 from ..base.times import format_time, parse_time
-from ..base.canonical import check_document
 from ..base.errors import Fenced, RunnerError, Stopped
 from ..contract.spec import contract_of
 from .flow import Flow
 from ..ledger.lease import default_ttl
-from .lifecycle import (MAX_DETAIL_CHARS, Answer, Call, CallKind, Caps, Facts, ManyLookupState, Move, MoveKind, Seen,
-                        SeenStatus, next_move)
+from .lifecycle import Caps, Facts, ManyLookupState, Move, MoveKind, next_move
 from ..ledger.states import UNRESOLVED
-from ..calls.target import Adapter, NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
+from ..calls.target import Adapter
 from ..base.windows import NO_OBSERVER, Observer
-
 from .slots import CallSlots
 from .task import CallInFlight, EffectTask, Job, KnownCall
 from .world import ThreadWorld, World
@@ -554,8 +553,8 @@ class Executor:
             with inflight.calling(registry, call):
                 try:
                     if kind == "observe":
-                        return _observe(job.adapter, job.key, task.payload)
-                    return _invoke(job.adapter, job.key, task.payload, epoch)
+                        return look_at_target(job.adapter, job.key, task.payload)
+                    return call_target(job.adapter, job.key, task.payload, epoch)
                 finally:
                     # If the loop gave up on this call (fenced), its end is written for whoever looks next, so
                     # they need not wait for this process (which may live on) until the deadline.
@@ -615,7 +614,7 @@ class Executor:
         self.slots.start()
         adapter = tasks[0].job.adapter
         items = [(t.job.key, t.payload, t.job.adapter) for t in tasks]
-        self.world.start(_Many(tasks, batch_key, now), lambda: _observe_many(adapter, items))
+        self.world.start(_Many(tasks, batch_key, now), lambda: look_at_many(adapter, items))
 
     def _many_lookup_ended(self, many: "_Many", result: Any) -> None:
         """A lookup of several keys ended: what it saw of each key counts; a key it could not have seen is looked up
@@ -665,38 +664,6 @@ class _Many:
         self.tasks, self.batch_key, self.began = tasks, batch_key, began
 
 
-#: What a lookup of many keys may say of each key: ``unseen`` says its answer could not have shown the key.
-_MANY_STATUSES: Tuple[SeenStatus, ...] = ("present", "absent", "unknown", "unseen")
-#: What one key's lookup may say.
-_ONE_STATUSES: Tuple[SeenStatus, ...] = ("present", "absent", "unknown")
-
-
-def _observe_many(adapter: Any, items: List[Tuple[str, Dict[str, Any], Adapter]]) -> Tuple[List[Seen], bool]:
-    """One lookup of several keys, and whether the target refused it (:class:`Rejected`).
-
-    An answer that fails, is refused or does not fit says nothing of any key: each is ``unseen``, to be looked up
-    alone. "Not now" (:class:`NotApplied`) is ``later`` for each: the lookup is made again.
-    """
-    try:
-        found = adapter.observe_many(items)
-        if not isinstance(found, list) or len(found) != len(items):
-            raise TypeError(f"observe_many returned {len(found) if isinstance(found, list) else type(found).__name__} answers for {len(items)} keys")
-        out = []
-        for seen in found:
-            if not isinstance(seen, Observation) or seen.status not in _MANY_STATUSES:
-                raise TypeError(f"observe_many returned {seen!r:.100}, not an Observation")
-            check_document(seen.evidence, "evidence")
-            out.append(Seen(seen.status, seen.evidence, 0.0))
-        return out, False
-    except NotApplied as exc:
-        not_now = str(exc)[:MAX_DETAIL_CHARS]
-        return [Seen("later", {"not_now": not_now, "retry_after": exc.retry_after}, 0.0) for _ in items], False
-    except Rejected as exc:
-        return [Seen("unseen", {"refused": str(exc)[:MAX_DETAIL_CHARS]}, 0.0) for _ in items], True
-    except Exception as exc:
-        return [Seen("unseen", {"error": f"{type(exc).__name__}: {exc}"[:MAX_DETAIL_CHARS]}, 0.0) for _ in items], False
-
-
 def _soon_after_takeover(state: Dict[str, Any], key: str, caps: Caps, now: float) -> Optional[str]:
     """``absent-soon-after-takeover`` when the attempt just seen absent was begun by an earlier holder of which the
     registry knew no call (another machine, a lost ``calls/``, an agent's own call), and this holder took the lease
@@ -712,40 +679,3 @@ def _soon_after_takeover(state: Dict[str, Any], key: str, caps: Caps, now: float
     elif effect["updated_at"] >= acquired:
         return None  # a record of an older runner, which kept no epoch
     return "absent-soon-after-takeover" if now - parse_time(acquired) < caps.timeout + caps.settle else None
-
-
-def _observe(adapter: Adapter, key: str, payload: Dict[str, Any]) -> Seen:
-    """One lookup; a lookup that failed, or answered nonsense, says nothing: unknown, never absent."""
-    try:
-        seen = adapter.observe(key, payload)
-        if not isinstance(seen, Observation) or seen.status not in _ONE_STATUSES:
-            raise TypeError(f"observe returned {seen!r:.100}, not an Observation")
-        check_document(seen.evidence, "evidence")
-    except NotApplied as exc:  # the lookup itself was refused for now (429, a 503): look again later
-        return Seen("later", {"not_now": str(exc)[:MAX_DETAIL_CHARS], "retry_after": exc.retry_after}, 0.0)
-    except Exception as exc:
-        return Seen("unknown", {"error": f"{type(exc).__name__}: {exc}"[:MAX_DETAIL_CHARS]}, 0.0)
-    return Seen(seen.status, seen.evidence, 0.0)
-
-
-def _invoke(adapter: Adapter, key: str, payload: Dict[str, Any], epoch: Optional[int]) -> Answer:
-    """One call of the target, and what its answer means (see :mod:`runner.target`)."""
-    try:
-        receipt = adapter.invoke(key, payload, epoch)  # type: ignore[arg-type]
-    except NotApplied as exc:
-        return Answer("not-applied", str(exc), retry_after=exc.retry_after)
-    except Rejected as exc:
-        return Answer("rejected", str(exc))
-    except StaleEpoch as exc:
-        return Answer("stale-epoch", str(exc))
-    except UnknownOutcome as exc:
-        return Answer("unknown", str(exc))
-    except RunnerError as exc:  # the adapter could not even make the call (e.g. its program is missing)
-        return Answer("unknown", f"{exc.reason}: {exc.message}")
-    except Exception as exc:  # an adapter that crashed mid-call: whether the target got it is unknown
-        return Answer("unknown", f"{type(exc).__name__}: {exc}")
-    try:
-        check_document(receipt, "receipt")
-    except RunnerError as exc:
-        return Answer("unknown", f"the call returned, but its receipt is unusable: {exc.message}")
-    return Answer("receipt", receipt=receipt)

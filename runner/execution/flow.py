@@ -29,7 +29,7 @@ from typing import Any, Dict, Mapping, Optional
 
 from ..contract.effects import GROUP_FIELD as _FIELD
 from ..contract.spec import contract_of
-from .lifecycle import AnswerKind
+from ..calls.answers import AnswerKind
 
 __all__ = ["Flow", "TokenBucket", "flow_for"]
 

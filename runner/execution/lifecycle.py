@@ -53,6 +53,7 @@ from ..base.times import parse_time
 from ..base.errors import Failed, Fenced, NeedsReconciliation, RunnerError
 from ..base.quoting import describe
 from ..ledger.states import UNRESOLVED, EffectState
+from ..calls.answers import MAX_DETAIL_CHARS, Answer, AnswerKind, Seen, SeenStatus
 from ..calls.inflight import Call, CallKind
 from ..contract.effects import DEFAULT_CALL_TIMEOUT
 
@@ -61,21 +62,14 @@ __all__ = ["Caps", "Call", "Seen", "Answer", "Facts", "Move", "next_move", "quie
 
 # The words of each vocabulary, as types: a value is one of these strings (never an Enum, whose text would differ
 # between Pythons in the reasons and the simulation's trace), and a comparison with any other word is a type error.
+# What a call answers and a lookup finds are the words of calls/answers, an earlier call's kind those of the registry.
 
 #: The kinds of :class:`Move`, in the order the docstring of :class:`Move` names them.
 MoveKind = Literal["done", "settled", "wait-call", "kill-call", "wait", "observe", "invoke",
                    "ack", "verify", "absent", "defer", "uncertain", "fail", "stop"]
-#: What a call may answer (:class:`Answer`); the words of an HTTP request's ``statuses`` too.
-AnswerKind = Literal["receipt", "rejected", "not-applied", "stale-epoch", "unknown"]
-#: What a lookup may find (:class:`Seen`): a target's three words, ``later`` (the lookup was refused for now) and
-#: ``unseen`` (a lookup of many keys could not have shown the key).
-SeenStatus = Literal["present", "absent", "unknown", "later", "unseen"]
 #: What an adapter's lookups of many keys came to: one is out and none answered yet, the target answers them, or it
 #: refuses them.
 ManyLookupState = Literal["trying", "works", "refused"]
-
-#: The most characters of a target's or an adapter's own text kept in evidence (a "not now", a lookup's failure).
-MAX_DETAIL_CHARS = 500
 
 #: Seconds before looking again when a lookup was refused for now and named no delay.
 LOOKUP_RETRY_SECONDS = 1.0
@@ -105,28 +99,6 @@ class Caps(NamedTuple):
     invoke: bool = True
     max_later: int = 10
     look_early: bool = True
-
-
-class Seen(NamedTuple):
-    """An observation this pass made, and when it began: ``present``, ``absent``, ``unknown``, or
-    ``later`` (the lookup itself was refused for now; ``evidence["retry_after"]`` may say how long)."""
-
-    status: SeenStatus
-    evidence: Dict[str, Any]
-    at: float
-
-
-class Answer(NamedTuple):
-    """What the call this pass made answered.
-
-    ``kind``: ``receipt``, ``unknown``, ``not-applied``, ``rejected`` or ``stale-epoch``.
-    """
-
-    kind: AnswerKind
-    detail: str = ""
-    receipt: Optional[Dict[str, Any]] = None
-    retry_after: Optional[float] = None
-    ended_at: float = 0.0
 
 
 class Facts(NamedTuple):
