@@ -196,11 +196,11 @@ class Executor:
 
     # -- the loop ----------------------------------------------------------------------------------
     def _loop(self, jobs: Iterator[Job], invoke: bool, on_settled: Optional[Callable[[Job, Dict[str, Any]], None]]) -> None:
-        if not self._swept:
-            # What killed runners left (records of ended calls, their payload files) for effects that are settled now.
-            effects = self.run.state["effects"]
-            self.registry.sweep(lambda key: (effects.get(key) or {}).get("state") in UNRESOLVED)
-            self._swept = True
+        """Take ``jobs`` on as the flow allows, decide and act for each until it settles, and wait in between.
+
+        At the first stop no job is taken on and no call begins; the calls in flight settle; then it is raised.
+        """
+        self._sweep_once()
         active: List[EffectTask] = []
         held: List[HeldJob] = []
         stop: Optional[BaseException] = None
@@ -230,13 +230,7 @@ class Executor:
                 if not finished:  # a finished job made room: admit the next before waiting
                     self._wait(active)
         except Fenced:
-            # Nothing more is written. Calls in flight are left to whoever holds the lease now: their
-            # records stay, each marked ended when it returns (or now, if it has).
-            for task in active:
-                if task.in_flight is not None and task.in_flight.record is not None:
-                    self.registry.abandon(task.in_flight.record)
-                elif task.own_invoke is not None:
-                    self.registry.ended(task.own_invoke)
+            self._leave_calls(active)
             raise
         finally:
             self.slots.forget_earlier()  # the tasks that waited on earlier calls are gone with this pass
@@ -244,6 +238,23 @@ class Executor:
             self._many_lookups = {key: found for key, found in self._many_lookups.items() if found != "trying"}
         if stop is not None:
             raise stop
+
+    def _sweep_once(self) -> None:
+        """Once per executor: remove what killed runners left (records of ended calls, their payload files) for
+        effects that are settled now."""
+        if not self._swept:
+            effects = self.run.state["effects"]
+            self.registry.sweep(lambda key: (effects.get(key) or {}).get("state") in UNRESOLVED)
+            self._swept = True
+
+    def _leave_calls(self, active: List[EffectTask]) -> None:
+        """The lease is lost: nothing more is written. Calls in flight are left to whoever holds the lease now:
+        their records stay, each marked ended when it returns (or now, if it has)."""
+        for task in active:
+            if task.in_flight is not None and task.in_flight.record is not None:
+                self.registry.abandon(task.in_flight.record)
+            elif task.own_invoke is not None:
+                self.registry.ended(task.own_invoke)
 
     def _take_on_jobs(self, active: List[EffectTask], held: List[HeldJob], jobs: Iterator[Job],
                invoke: bool) -> Optional[RunnerError]:
