@@ -2,7 +2,7 @@
 
 A call of the target (:func:`call_target`) ends in an :class:`Answer`, a
 lookup (:func:`look_at_target`, :func:`look_at_many`) in a :class:`Seen`;
-:func:`runner.lifecycle.next_move` decides from those alone. The rules the
+:func:`runner.execution.lifecycle.next_move` decides from those alone. The rules the
 mapping keeps (see :mod:`runner.calls.target` for what each exception says):
 
 * **Only a receipt is proof.** A receipt that is no JSON object within the

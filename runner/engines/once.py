@@ -5,7 +5,7 @@ not needed; what the engine does not give is the window between a target
 committing an effect and the engine recording that the step returned. A
 Temporal activity whose worker dies there is retried; a DBOS step runs
 again on recovery. Both then call the target a second time. This module
-closes that window with the runner's lifecycle (:func:`runner.lifecycle.next_move`),
+closes that window with the runner's lifecycle (:func:`runner.execution.lifecycle.next_move`),
 applied to a target through the same :class:`runner.target.Adapter` protocol the runner uses:
 
 * the key is stable: the workflow's id and the caller's logical key, never
@@ -87,7 +87,7 @@ def perform_once(
 ) -> Dict[str, Any]:
     """Bring ``key`` with ``payload`` to verified at the target, calling it at most once per observed absence.
 
-    The moves are :func:`runner.lifecycle.next_move`'s, carried out against a
+    The moves are :func:`runner.execution.lifecycle.next_move`'s, carried out against a
     record kept in memory (the engine keeps the durable history): an earlier
     attempt that may have reached the target is an ``uncertain`` effect, so
     it is observed first, and the target is called only after an observed

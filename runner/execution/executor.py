@@ -1,9 +1,9 @@
 """The executor: carries out the lifecycle's moves for one effect or many, as the one writer of their transitions.
 
-:func:`runner.lifecycle.next_move` decides; this module acts. For each
+:func:`runner.execution.lifecycle.next_move` decides; this module acts. For each
 effect it is given (a :class:`Job`), the executor asks for the next move
 and carries it out: it registers a call in flight
-(:mod:`runner.inflight`) before anything of the call happens, records
+(:mod:`runner.calls.inflight`) before anything of the call happens, records
 ``started`` durably before the target is called, runs the call, records
 what it answered, observes, waits out backoffs and settle times, waits for
 (and, past their deadline, kills) earlier calls of the same key, and asks
@@ -134,9 +134,9 @@ def caps_for(state: Dict[str, Any], adapter: Adapter, invoke: bool = True) -> Ca
 class Executor:
     """Carries out effects' lifecycles for ``run`` (a :class:`runner.run.Run` holding the lease).
 
-    :param registry: the run's calls in flight (default: :func:`runner.inflight.registry_for` the run's store).
+    :param registry: the run's calls in flight (default: :func:`runner.calls.inflight.registry_for` the run's store).
     :param world: where calls run (default: threads).
-    :param decide: the lifecycle (default :func:`runner.lifecycle.next_move`).
+    :param decide: the lifecycle (default :func:`runner.execution.lifecycle.next_move`).
     :param ttl: the lease's time to live for renewals (default: the contract's, else 300 s).
     :param flow: how many effects are in flight, how fast calls start (default: one at a time).
     :param observer: the commit windows' observer (default: the run's).
@@ -257,7 +257,7 @@ class Executor:
                 self.registry.ended(task.own_invoke)
 
     def _take_on_jobs(self, active: List[EffectTask], held: List[HeldJob], jobs: Iterator[Job],
-               invoke: bool) -> Optional[RunnerError]:
+                      invoke: bool) -> Optional[RunnerError]:
         """Take on jobs while the flow has room: first those held for their group, then new ones in order."""
         while self.flow.room(len(active)):
             ready = next((h for h in held if self.flow.group_room(h.group)), None)

@@ -1,6 +1,6 @@
 """Flow control: how many effects the executor keeps in flight, how fast calls start, and how it yields to "not now".
 
-The executor (:mod:`runner.executor`) asks a :class:`Flow` three things:
+The executor (:mod:`runner.execution.executor`) asks a :class:`Flow` three things:
 
 * :meth:`Flow.call_room`: may one more call start? At most ``limit`` calls
   are in flight at the target (a lookup of many keys at once is one call),

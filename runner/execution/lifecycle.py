@@ -4,7 +4,7 @@
 the earlier calls of its key that the in-flight registry knows of, the last
 observation and the last answer this pass obtained, the caps and the time)
 and names the next move. It reads nothing and changes nothing: the executor
-(:mod:`runner.executor`) and the engines' helper (:mod:`runner.engines.once`)
+(:mod:`runner.execution.executor`) and the engines' helper (:mod:`runner.engines.once`)
 carry its moves out and call it again, as tenacity's ``iter()`` decides and
 its loop acts. The rules it keeps:
 
