@@ -1,10 +1,12 @@
 """The recovery procedure's decision as a pure function of state, time and owner: one action or one stop."""
 
 import unittest
+from typing import Callable, List, Optional, Tuple
 
 from runner.ledger import approvals, effects, lease, steps
 from runner.base.times import format_time
 from runner.base.errors import EXIT_CODES
+from runner.execution import jobs, recovery
 from runner.execution.recovery import decide, decision_exit_code
 
 from .support.ops import DIGEST, T0, apply, at_publish, begun, fresh, granted, held, plan, then, through
@@ -136,6 +138,70 @@ class DecideTest(unittest.TestCase):
         taken = self.stop(apply(expired, lease.acquire_ops(expired, "w2", 300, T0 + 400), T0 + 400), "fenced", now=T0 + 400, owner="w2")
         self.assertIn("does not hold the live lease", taken["detail"])
 
+
+class NumberedChecksTest(unittest.TestCase):
+    """Each numbered check of the procedure alone.
+
+    A check passes the decision on (None) where its concern does not apply,
+    and decides where it does, whatever a check before it would have said.
+    """
+
+    def facts(self, state: dict, owner: Optional[str] = "w1", epoch: Optional[int] = 1, now: float = T0,
+              seen: Optional[dict] = None) -> recovery._Facts:
+        return recovery._observed(state, now, owner, epoch, seen or {})
+
+    def said(self, decision: Optional[dict]) -> tuple:
+        assert decision is not None
+        return (decision["decision"], decision["reason"] or decision["action"]["kind"])
+
+    def test_the_checks_are_made_in_the_order_of_the_procedure(self) -> None:
+        self.assertEqual([check.__name__ for check in recovery._CHECKS],
+                         ["_finished", "_1_ownership", "_3_effects_in_flight", "_4_jobs", "_5_authority", "_6_limits",
+                          "_7_running_step"])
+
+    def test_every_check_passes_on_a_run_with_nothing_to_settle(self) -> None:
+        facts = self.facts(held(fresh()))
+        for check in recovery._CHECKS:
+            self.assertIsNone(check(facts), check.__name__)
+        self.assertEqual(self.said(recovery._7_next_step(facts)), ("act", "start-step"))
+        self.assertEqual([o["source"] for o in facts.ev["observations"]], ["state", "plan", "lease"])
+        self.assertEqual((facts.ev["inferences"], facts.ev["unknowns"]), ([], []))
+
+    def test_each_check_decides_its_own_concern(self) -> None:
+        drafting = then(held(fresh()), steps.start_ops, "draft")
+        in_flight = begun(drafting, "doc-1")
+        _, submitted = jobs.submit_intent_ops(drafting, "/nowhere", "tests", ["true"], T0, nonce="n")
+        cancelled = then(in_flight, steps.cancel_ops, "ops", "stop")
+        cases: List[Tuple[Callable[[recovery._Facts], Optional[dict]], dict, str, Tuple[str, str]]] = [
+            (recovery._finished, apply(held(fresh()), [["set", ["status"], "complete"]]), "w2", ("stop", "complete")),
+            (recovery._1_ownership, drafting, "w2", ("stop", "already-running")),
+            (recovery._3_effects_in_flight, in_flight, "w2", ("act", "reconcile")),
+            (recovery._4_jobs, apply(drafting, submitted), "w1", ("act", "check-job")),
+            (recovery._5_authority, cancelled, "w1", ("stop", "cancelled")),
+            (recovery._6_limits, apply(drafting, steps.blocked_ops("spent", "max_cost", T0)), "w2",
+             ("stop", "limit-exhausted")),
+            (recovery._7_running_step, drafting, "w1", ("act", "finish-step")),
+            (recovery._7_next_step, held(through(fresh(plan(steps=[{"id": "only"}])), "only")), "w1",
+             ("act", "complete")),
+        ]
+        for check, state, owner, expected in cases:
+            with self.subTest(check.__name__):
+                self.assertEqual(self.said(check(self.facts(state, owner))), expected)
+        # Where two concerns apply, the earlier check decides.
+        self.assertEqual(self.said(decide(in_flight, T0, "w2", 1)), ("stop", "already-running"))
+        self.assertEqual(self.said(decide(cancelled, T0, "w1", 1)), ("act", "reconcile"))
+
+    def test_a_job_observed_running_is_observed_then_waited_for(self) -> None:
+        _, submitted = jobs.submit_intent_ops(held(fresh()), "/nowhere", "tests", ["true"], T0, nonce="n")
+        facts = self.facts(apply(held(fresh()), submitted), seen={"tests": {"status": "running", "pid": 42}})
+        self.assertEqual(self.said(recovery._4_jobs(facts)), ("act", "wait-job"))
+        self.assertEqual(facts.ev["observations"][-1]["source"], "job `tests`")
+
+    def test_an_observer_passes_ownership_unless_another_holds_a_live_lease(self) -> None:
+        self.assertIsNone(recovery._1_ownership(self.facts(fresh(), owner=None, epoch=None)))
+        self.assertIsNone(recovery._1_ownership(self.facts(held(fresh()), owner=None, epoch=None, now=T0 + 301)))
+        live = self.facts(held(fresh()), owner=None, epoch=None)
+        self.assertEqual(self.said(recovery._1_ownership(live)), ("stop", "already-running"))
 
 if __name__ == "__main__":
     unittest.main()
