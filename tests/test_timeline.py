@@ -15,6 +15,7 @@
   raise errors must see them.
 """
 
+import copy
 import html
 import os
 import re
@@ -230,6 +231,36 @@ class TimelineOfCompactedRuns(unittest.TestCase):
         self.assertEqual(sorted({p.state for p in seen.effects.values()}), ["verified"])
         self.assertEqual(len(seen.effects), 40)
         self.assertEqual([len(p.transitions) for p in seen.effects.values()], [2] * 40)
+
+
+class HistoryReplayTest(unittest.TestCase):
+    """What a replay of journal records gives, whatever order they come in and whichever are missing."""
+
+    def lanes(self, seen: history.History) -> List[Any]:
+        return [[(h.owner, h.epoch, h.start, h.end, h.ended, h.writes) for h in seen.holdings],
+                {k: p.transitions for k, p in seen.effects.items()}, seen.gaps, seen.first_rev, seen.last_rev,
+                seen.records]
+
+    def test_records_in_any_order_or_repeated_give_one_history_and_leave_the_state_as_it_was(self) -> None:
+        records, state = synthetic_run(20, exceptional_every=5)
+        before = copy.deepcopy(state)
+        # Replaying applies the records' values to the history's own copy of the state: each build gets fresh ones.
+        ordered = history.build(copy.deepcopy(records), state)
+        shuffled = history.build(copy.deepcopy(records[::-1] + records[:3]), state)
+        self.assertEqual(self.lanes(shuffled), self.lanes(ordered))
+        self.assertEqual((ordered.records, ordered.gaps, ordered.first_rev), (len(records), [], 1))
+        self.assertEqual([len(p.transitions) for p in ordered.effects.values()], [3] * 20)
+        self.assertEqual(sorted(k for k, p in ordered.effects.items() if p.reconciled),
+                         [f"doc-{n:05d}:ticket" for n in range(0, 20, 5)])
+        self.assertEqual(state, before)
+
+    def test_missing_records_are_gaps_before_between_and_after(self) -> None:
+        records, state = synthetic_run(10, exceptional_every=0)
+        last = records[-1]["rev"]
+        kept = [r for r in copy.deepcopy(records) if 3 <= r["rev"] <= last - 2 and r["rev"] not in (7, 8)]
+        seen = history.build(kept, state, gaps=[(100, 200)])
+        self.assertEqual(seen.gaps, [(0, 3), (6, 9), (last - 2, last + 1), (100, 200)])
+        self.assertEqual((seen.first_rev, seen.last_rev, seen.records), (3, last - 2, len(kept)))
 
 
 class TimelineSize(unittest.TestCase):

@@ -22,8 +22,9 @@ that merely stalled past its lease looks the same, and is fenced the same.
 """
 
 import threading
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
+from ..ledger.envelope import new_envelope
 from ..ledger.states import UNRESOLVED
 from ..base.times import parse_time
 from ..base.errors import RunnerError
@@ -177,9 +178,21 @@ def _apply(shadow: Dict[str, Any], ops: List[Any]) -> None:
             target.pop(op[1][-1], None)
 
 
-def _touched(ops: List[Any]) -> Tuple[set, set, set, set, bool, bool]:
+class _Touched(NamedTuple):
+    """What one record's ops change."""
+
+    effects: set  # keys of effects
+    steps: set
+    approvals: set  # request ids
+    jobs: set
+    lease: bool
+    cancel: bool  # the cancellation
+    observed: bool  # some observation: only then can an authorization or a repair be new
+
+
+def _touched(ops: List[Any]) -> _Touched:
     effects, steps, approvals, jobs = set(), set(), set(), set()
-    lease = cancel = False
+    lease = cancel = observed = False
     for op in ops:
         path = op[1] if isinstance(op, list) and len(op) >= 2 and isinstance(op[1], list) else []
         if not path:
@@ -193,12 +206,29 @@ def _touched(ops: List[Any]) -> Tuple[set, set, set, set, bool, bool]:
             jobs.add(path[1])
         elif head == "lease":
             lease = True
-        elif head == "observations" and len(path) > 1:
-            if path[1] == "approvals" and len(path) > 2:
+        elif head == "observations":
+            observed = True
+            if len(path) > 2 and path[1] == "approvals":
                 approvals.add(path[2])
-            elif path[1] == "cancellation":
+            elif len(path) > 1 and path[1] == "cancellation":
                 cancel = True
-    return effects, steps, approvals, jobs, lease, cancel
+    return _Touched(effects, steps, approvals, jobs, lease, cancel, observed)
+
+
+class _Before(NamedTuple):
+    """The parts of the shadow one record may change, as they were before it (copies)."""
+
+    effects: Dict[str, Dict[str, Any]]  # each touched effect
+    steps: Dict[str, Dict[str, Any]]
+    approvals: Dict[str, Dict[str, Any]]
+    jobs: Dict[str, Dict[str, Any]]
+    lease: Dict[str, Any]
+    status: Any
+    reconciled: int  # the counter of effects settled by observation
+    auth: set  # keys of the authorization records, where the record touches observations (else empty)
+    store: set  # keys of the store's repair records, likewise
+    unresolved: List[str]  # effects unresolved, where the record touches the lease, the cancellation or observations
+    step: Any  # the current step
 
 
 def _action_named(action: Any) -> Optional[str]:
@@ -209,134 +239,167 @@ def _action_named(action: Any) -> Optional[str]:
     return f"{action['kind']} {target}" if target else str(action["kind"])
 
 
-def build(records: List[Dict[str, Any]], state: Dict[str, Any], gaps: Optional[List[Tuple[int, int]]] = None) -> History:
-    """The history of the run whose current state is ``state``, from its journal ``records`` (any order)."""
-    history = History(state)
-    records = sorted({r["rev"]: r for r in records}.values(), key=lambda r: r["rev"])
-    known_gaps = list(gaps or [])
-    shadow: Dict[str, Any] = {"lease": {"owner": None, "epoch": 0}, "effects": {}, "steps": {}, "jobs": {}, "counters": {},
-                              "observations": {"approvals": {}, "authorization": {}, "store": {}, "cancellation": None},
-                              "status": "active", "current_step": None}
-    previous = 0
-    holding: Optional[Holding] = None
-    by_epoch: Dict[int, Holding] = {}
-    open_steps: Dict[str, StepAttempt] = {}
-    unresolved: set = set()  # effects started, acknowledged or uncertain after the record replayed last
-    for record in records:
+class _Replay:
+    """One pass over a run's journal records, in revision order, building its :class:`History`.
+
+    ``shadow`` is the run's state as the records replayed so far make it:
+    a fresh envelope of the run, then each record's ops applied leniently
+    (:func:`_apply`), so a journal whose first records were compacted away
+    still replays. Each record is read as the difference it makes to the
+    shadow; ``unresolved`` holds the effects started, acknowledged or
+    uncertain after the record replayed last, and ``gaps`` the revisions
+    known to be missing.
+    """
+
+    def __init__(self, state: Dict[str, Any], gaps: Optional[List[Tuple[int, int]]]) -> None:
+        self.history = History(state)
+        # Of the run's envelope, only the plan is left empty: no part of the history reads it.
+        self.shadow = new_envelope(state["task_id"], {}, "", state["created_at"])
+        self.gaps = list(gaps or [])
+        self.previous = 0
+        self.holding: Optional[Holding] = None
+        self.by_epoch: Dict[int, Holding] = {}
+        self.open_steps: Dict[str, StepAttempt] = {}
+        self.unresolved: set = set()
+
+    def record(self, record: Dict[str, Any]) -> None:
+        """Replay one record, the next in revision order, and add to the history what it changed."""
+        shadow, history = self.shadow, self.history
         rev = int(record["rev"])
-        if rev != previous + 1 and not any(a <= previous and b >= rev for a, b in known_gaps):
-            known_gaps.append((previous, rev))
-        previous = rev
+        if rev != self.previous + 1 and not any(a <= self.previous and b >= rev for a, b in self.gaps):
+            self.gaps.append((self.previous, rev))
+        self.previous = rev
         at = _time(record["at"])
         epoch = int(record.get("epoch") or 0)
         ops = record.get("ops") or []
-        effects, steps, approvals, jobs, lease, cancel = _touched(ops)
-        heads = {op[1][0] for op in ops if isinstance(op, list) and len(op) >= 2 and isinstance(op[1], list) and op[1]}
-        before_effects = {k: dict(shadow["effects"].get(k) or {}) for k in effects}
-        before_steps = {k: dict(shadow["steps"].get(k) or {}) for k in steps}
-        before_approvals = {k: dict(shadow["observations"]["approvals"].get(k) or {}) for k in approvals}
-        before_jobs = {k: dict(shadow["jobs"].get(k) or {}) for k in jobs}
-        before_lease = dict(shadow["lease"])
-        before_status = shadow.get("status")
-        before_reconciled = int(shadow["counters"].get("reconciled_effects", 0) or 0)
-        observed = "observations" in heads  # else no observation can be new: they need not be compared
-        before_auth = set(shadow["observations"].get("authorization") or {}) if observed else set()
-        before_store = set(shadow["observations"].get("store") or {}) if observed else set()
-        unresolved_before = sorted(unresolved) if (lease or cancel or observed) else []
-        step_before = shadow.get("current_step")
+        touched = _touched(ops)
+        before = self._before(touched)
         _apply(shadow, ops)
-        for key in effects:
+        for key in touched.effects:
             if (shadow["effects"].get(key) or {}).get("state") in UNRESOLVED:
-                unresolved.add(key)
+                self.unresolved.add(key)
             else:
-                unresolved.discard(key)
+                self.unresolved.discard(key)
         history.records += 1
         if history.first_rev == 0:
             history.first_rev = rev
         history.last_rev = rev
-        writer = by_epoch.get(epoch)
+        writer = self.by_epoch.get(epoch)
         if writer is not None and writer.end is None:
             writer.last_write, writer.writes = at, writer.writes + 1
-        reconciled_now = int(shadow["counters"].get("reconciled_effects", 0) or 0) > before_reconciled
+        reconciled_now = int(shadow["counters"].get("reconciled_effects", 0) or 0) > before.reconciled
+        new_auth = self._authorizations(at, touched, before)
+        if touched.lease:
+            self._lease(at, before, new_auth)
+        self._steps(at, epoch, touched.steps, before.steps)
+        self._effects(at, epoch, touched.effects, before.effects, reconciled_now)
+        self._approvals(at, touched.approvals, before.approvals)
+        self._marks(at, touched, before)
 
-        # -- lease
-        auth = (shadow["observations"].get("authorization") or {}) if observed else {}
-        new_auth = [auth[k] for k in sorted(set(auth) - before_auth) if isinstance(auth.get(k), dict)]
+    def _before(self, touched: _Touched) -> _Before:
+        shadow = self.shadow
+        return _Before(
+            effects={k: dict(shadow["effects"].get(k) or {}) for k in touched.effects},
+            steps={k: dict(shadow["steps"].get(k) or {}) for k in touched.steps},
+            approvals={k: dict(shadow["observations"]["approvals"].get(k) or {}) for k in touched.approvals},
+            jobs={k: dict(shadow["jobs"].get(k) or {}) for k in touched.jobs},
+            lease=dict(shadow["lease"]),
+            status=shadow.get("status"),
+            reconciled=int(shadow["counters"].get("reconciled_effects", 0) or 0),
+            auth=set(shadow["observations"].get("authorization") or {}) if touched.observed else set(),
+            store=set(shadow["observations"].get("store") or {}) if touched.observed else set(),
+            unresolved=sorted(self.unresolved) if (touched.lease or touched.cancel or touched.observed) else [],
+            step=shadow.get("current_step"),
+        )
+
+    def _authorizations(self, at: float, touched: _Touched, before: _Before) -> List[Dict[str, Any]]:
+        """The authority records the record added, in key order, each read: a lease broken, a recovery, a migration."""
+        auth = (self.shadow["observations"].get("authorization") or {}) if touched.observed else {}
+        new_auth = [auth[k] for k in sorted(set(auth) - before.auth) if isinstance(auth.get(k), dict)]
+        holding = self.holding
         for entry in new_auth:
             source = entry.get("source")
             if source == "lease break" and holding is not None and holding.end is None:
                 holding.end, holding.ended = at, "broken"
                 holding.broken_by, holding.reason = entry.get("by"), entry.get("reason")
-                holding.in_flight, holding.step_at_end = unresolved_before, step_before
+                holding.in_flight, holding.step_at_end = before.unresolved, before.step
             elif source == "recover":
-                target = by_epoch.get(int(entry.get("epoch") or 0))
+                target = self.by_epoch.get(int(entry.get("epoch") or 0))
                 if target is not None:
                     reason, decision = entry.get("reason"), str(entry.get("decision"))
                     # The action is persisted as next_action by the same record (or was already, when unchanged).
-                    action = _action_named(shadow.get("next_action")) if decision == "act" else None
+                    action = _action_named(self.shadow.get("next_action")) if decision == "act" else None
                     target.recoveries.append((at, decision, None if reason is None else str(reason), action))
             elif source == "migrate":
-                history.marks.append((at, "migrate", f"plan changed: {entry.get('reason', '')}"))
-                for earlier in history.approvals.values():
+                self.history.marks.append((at, "migrate", f"plan changed: {entry.get('reason', '')}"))
+                for earlier in self.history.approvals.values():
                     if earlier.state in ("pending", "granted") and earlier.superseded_at is None:
                         earlier.superseded_at = at
-        if lease:
-            now_lease = shadow["lease"]
-            owner, new_epoch = now_lease.get("owner"), int(now_lease.get("epoch") or 0)
-            old_owner, old_epoch = before_lease.get("owner"), int(before_lease.get("epoch") or 0)
-            if owner is not None and new_epoch != old_epoch:
-                taken = False
-                if holding is not None and holding.end is None:
-                    holding.end = at
-                    holding.ended = "superseded" if holding.owner == owner else "expired"
-                    holding.in_flight, holding.step_at_end = unresolved_before, step_before
-                    taken = True
-                elif holding is not None and holding.ended == "broken":
-                    taken = True
-                holding = Holding(owner, new_epoch, at)
-                holding.takeover = taken or (old_owner is not None and old_owner != owner)
-                history.holdings.append(holding)
-                by_epoch[new_epoch] = holding
-            elif owner is None and old_owner is not None and holding is not None and holding.end is None:
-                holding.end, holding.ended = at, "released"
-                holding.in_flight, holding.step_at_end = unresolved_before, step_before
-            elif owner is not None and now_lease.get("expires_at") != before_lease.get("expires_at") and holding is not None:
-                if not any(e.get("source") == "lease break" for e in new_auth):
-                    holding.renewals += 1
+        return new_auth
 
-        # -- steps
+    def _lease(self, at: float, before: _Before, new_auth: List[Dict[str, Any]]) -> None:
+        """A new epoch begins a holding (ending the open one), a release ends it, a later expiry renews it."""
+        now_lease, holding = self.shadow["lease"], self.holding
+        owner, new_epoch = now_lease.get("owner"), int(now_lease.get("epoch") or 0)
+        old_owner, old_epoch = before.lease.get("owner"), int(before.lease.get("epoch") or 0)
+        if owner is not None and new_epoch != old_epoch:
+            taken = False
+            if holding is not None and holding.end is None:
+                holding.end = at
+                holding.ended = "superseded" if holding.owner == owner else "expired"
+                holding.in_flight, holding.step_at_end = before.unresolved, before.step
+                taken = True
+            elif holding is not None and holding.ended == "broken":
+                taken = True
+            holding = self.holding = Holding(owner, new_epoch, at)
+            holding.takeover = taken or (old_owner is not None and old_owner != owner)
+            self.history.holdings.append(holding)
+            self.by_epoch[new_epoch] = holding
+        elif owner is None and old_owner is not None and holding is not None and holding.end is None:
+            holding.end, holding.ended = at, "released"
+            holding.in_flight, holding.step_at_end = before.unresolved, before.step
+        elif owner is not None and now_lease.get("expires_at") != before.lease.get("expires_at") \
+                and holding is not None and not any(e.get("source") == "lease break" for e in new_auth):
+            holding.renewals += 1
+
+    def _steps(self, at: float, epoch: int, steps: set, before: Dict[str, Dict[str, Any]]) -> None:
+        """A new attempt where a step's attempts grew (interrupting the open one), an end, a persisted backoff."""
         for step in sorted(steps):
-            now_step = shadow["steps"].get(step) or {}
-            old = before_steps[step]
+            now_step = self.shadow["steps"].get(step) or {}
+            old = before[step]
             attempts = int(now_step.get("attempts") or 0)
             state_now = now_step.get("state")
             if attempts > int(old.get("attempts") or 0) and state_now == "running":
-                current = open_steps.get(step)
+                current = self.open_steps.get(step)
                 if current is not None and current.end is None:
                     current.end, current.outcome = at, "interrupted"
                 started = StepAttempt(step, attempts, at, epoch)
-                history.steps.append(started)
-                open_steps[step] = started
+                self.history.steps.append(started)
+                self.open_steps[step] = started
             elif state_now != old.get("state") and state_now in ("done", "failed", "cancelled"):
-                attempt = open_steps.get(step)
+                attempt = self.open_steps.get(step)
                 if attempt is None:  # its start was compacted away
-                    attempt = StepAttempt(step, attempts, _time(now_step["started_at"]) if now_step.get("started_at") else at, epoch)
-                    history.steps.append(attempt)
-                    open_steps[step] = attempt
+                    start = _time(now_step["started_at"]) if now_step.get("started_at") else at
+                    attempt = StepAttempt(step, attempts, start, epoch)
+                    self.history.steps.append(attempt)
+                    self.open_steps[step] = attempt
                 attempt.end, attempt.outcome = at, state_now
-                attempt.error, attempt.error_class, attempt.evidence = now_step.get("error"), now_step.get("class"), now_step.get("evidence")
+                attempt.error, attempt.error_class = now_step.get("error"), now_step.get("class")
+                attempt.evidence = now_step.get("evidence")
             if now_step.get("next_attempt_at") and now_step.get("next_attempt_at") != old.get("next_attempt_at"):
-                attempt = open_steps.get(step)
+                attempt = self.open_steps.get(step)
                 if attempt is not None:
                     attempt.wait_until = _time(now_step["next_attempt_at"])
 
-        # -- effects
+    def _effects(self, at: float, epoch: int, effects: set, before: Dict[str, Dict[str, Any]],
+                 reconciled_now: bool) -> None:
+        """A transition where an effect's state or attempts changed (settled by observation where the counter grew)."""
         for key in sorted(effects):
-            now_effect = shadow["effects"].get(key) or {}
-            old = before_effects[key]
-            path = history.effects.get(key)
+            now_effect = self.shadow["effects"].get(key) or {}
+            old = before[key]
+            path = self.history.effects.get(key)
             if path is None:
-                path = history.effects[key] = EffectPath(key)
+                path = self.history.effects[key] = EffectPath(key)
             state_now = now_effect.get("state")
             attempts = int(now_effect.get("attempts") or 0)
             if state_now and (state_now != old.get("state") or attempts > int(old.get("attempts") or 0)):
@@ -345,24 +408,26 @@ def build(records: List[Dict[str, Any]], state: Dict[str, Any], gaps: Optional[L
             path.step = now_effect.get("step") or path.step
             path.payload_digest = now_effect.get("payload_digest") or path.payload_digest
             path.attempts = max(path.attempts, attempts)
-            path.receipt, path.evidence, path.reason = now_effect.get("receipt"), now_effect.get("evidence"), now_effect.get("reason")
+            path.receipt, path.evidence = now_effect.get("receipt"), now_effect.get("evidence")
+            path.reason = now_effect.get("reason")
             wait = now_effect.get("next_attempt_at")
             if wait and wait != old.get("next_attempt_at"):
                 path.waits.append((at, _time(wait)))
 
-        # -- approvals
+    def _approvals(self, at: float, approvals: set, before: Dict[str, Dict[str, Any]]) -> None:
+        """A new request (superseding an open one of the same step and action); each answer, use or supersession."""
+        known = self.history.approvals
         for rid in sorted(approvals):
-            now_request = shadow["observations"]["approvals"].get(rid) or {}
-            old = before_approvals[rid]
-            approval = history.approvals.get(rid)
+            now_request = self.shadow["observations"]["approvals"].get(rid) or {}
+            approval = known.get(rid)
             if approval is None:
-                for other in history.approvals.values():
-                    if (other.step, other.action) == (now_request.get("step"), now_request.get("action")) and other.state in ("pending", "granted") \
-                            and other.superseded_at is None:
+                for other in known.values():
+                    if (other.step, other.action) == (now_request.get("step"), now_request.get("action")) \
+                            and other.state in ("pending", "granted") and other.superseded_at is None:
                         other.superseded_at = at
-                approval = history.approvals[rid] = Approval(rid, now_request, at)
+                approval = known[rid] = Approval(rid, now_request, at)
             state_now = now_request.get("state")
-            if state_now != old.get("state"):
+            if state_now != before[rid].get("state"):
                 approval.state = state_now or approval.state
                 if state_now in ("granted", "denied"):
                     approval.answered_at, approval.by = at, now_request.get("by")
@@ -371,29 +436,51 @@ def build(records: List[Dict[str, Any]], state: Dict[str, Any], gaps: Optional[L
                 elif state_now == "superseded" and approval.superseded_at is None:
                     approval.superseded_at = at  # the run records it since approvals supersede
 
-        # -- cancellation, jobs, status, repairs
-        if cancel and shadow["observations"].get("cancellation") and history.cancellation is None:
+    def _marks(self, at: float, touched: _Touched, before: _Before) -> None:
+        """The cancellation (with what was in flight), each job's new state, a change of status, a repair."""
+        shadow, history = self.shadow, self.history
+        if touched.cancel and shadow["observations"].get("cancellation") and history.cancellation is None:
             entry = shadow["observations"]["cancellation"]
-            history.cancellation = {"at": at, "by": entry.get("by"), "reason": entry.get("reason"), "in_flight": unresolved_before, "step": step_before}
-        for key in sorted(jobs):
+            history.cancellation = {"at": at, "by": entry.get("by"), "reason": entry.get("reason"),
+                                    "in_flight": before.unresolved, "step": before.step}
+        for key in sorted(touched.jobs):
             now_job = shadow["jobs"].get(key) or {}
-            if now_job.get("state") != before_jobs[key].get("state"):
-                detail = {name: now_job.get(name) for name in ("attempt", "pid", "exit_code") if now_job.get(name) is not None}
+            if now_job.get("state") != before.jobs[key].get("state"):
+                detail = {name: now_job.get(name) for name in ("attempt", "pid", "exit_code")
+                          if now_job.get(name) is not None}
                 history.jobs.setdefault(key, []).append((at, str(now_job.get("state")), detail))
-        if shadow.get("status") != before_status:
+        if shadow.get("status") != before.status:
             history.marks.append((at, "status", f"run {shadow.get('status')}"))
-        for key in sorted(set(shadow["observations"].get("store") or {}) - before_store if observed else ()):
+        for key in sorted(set(shadow["observations"].get("store") or {}) - before.store if touched.observed else ()):
             entry = shadow["observations"]["store"][key] or {}
-            history.marks.append((at, "repair", "store repaired: " + "; ".join(str(f) for f in entry.get("findings", []))[:300]))
-    if records and records[0]["rev"] > 1 and not any(a == 0 for a, _ in known_gaps):
-        known_gaps.append((0, int(records[0]["rev"])))
-    if records and previous < int(state["revision"]):
-        known_gaps.append((previous, int(state["revision"]) + 1))
-    history.gaps = sorted(set(known_gaps))
-    if records:
-        history.start = min(history.start, _time(records[0]["at"]))
-        history.end = max(history.end, _time(records[-1]["at"]))
-    return history
+            findings = "; ".join(str(f) for f in entry.get("findings", []))
+            history.marks.append((at, "repair", "store repaired: " + findings[:300]))
+
+    def finish(self, records: List[Dict[str, Any]]) -> History:
+        """The history, with the gaps the replayed ``records`` leave before, between and after them, and its span."""
+        history, gaps = self.history, self.gaps
+        if records and records[0]["rev"] > 1 and not any(a == 0 for a, _ in gaps):
+            gaps.append((0, int(records[0]["rev"])))
+        if records and self.previous < int(history.state["revision"]):
+            gaps.append((self.previous, int(history.state["revision"]) + 1))
+        history.gaps = sorted(set(gaps))
+        if records:
+            history.start = min(history.start, _time(records[0]["at"]))
+            history.end = max(history.end, _time(records[-1]["at"]))
+        return history
+
+
+def build(records: List[Dict[str, Any]], state: Dict[str, Any],
+          gaps: Optional[List[Tuple[int, int]]] = None) -> History:
+    """The history of the run whose current state is ``state``, from its journal ``records`` (any order).
+
+    :param gaps: revisions already known to be missing, as (last seen, next seen); the replay adds the ones it finds.
+    """
+    replay = _Replay(state, gaps)
+    records = sorted({r["rev"]: r for r in records}.values(), key=lambda r: r["rev"])
+    for record in records:
+        replay.record(record)
+    return replay.finish(records)
 
 
 def load(store: Any) -> History:
