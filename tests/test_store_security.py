@@ -15,6 +15,7 @@ except ImportError:
 from runner.base.values import MAX_ID_LENGTH
 from runner.base.canonical import MAX_DOCUMENT_BYTES
 from runner.base.fs import OsFileSystem, SymlinkRefused
+from runner.stores.file import scan
 
 
 class SecurityCase(unittest.TestCase):
@@ -158,6 +159,25 @@ class Symlinks(SecurityCase):
                     self.assertEqual(handle.read(), data)
                 self.assertEqual(_util.quarantine_folders(run_dir), [])
 
+    def test_a_look_at_a_run_with_a_link_reads_no_file(self) -> None:
+        # The links are found among the folder's names, before any file is read, through a link or not.
+        for name in self.NAMES + ("head.json",):
+            with self.subTest(link=name):
+                run_dir = self.plant(name)[0] if name != "head.json" else self._planted_head()
+                fs = _ReadsRecorded()
+                self.addCleanup(fs.close)
+                seen = scan(run_dir, fs, thorough=True)
+                damage = [f.code for f in seen.findings if f.level == "damage"]
+                self.assertEqual((damage, seen.state), (["symlink"], None))
+                self.assertEqual(fs.reads, [])
+
+    def _planted_head(self) -> str:
+        built = _util.build_run(self.path("run-head"), 3, compact_after=(2,))
+        os.mkdir(self.path("outside-head"))
+        os.replace(os.path.join(built.path, "head.json"), self.path("outside-head", "head.json"))
+        os.symlink(self.path("outside-head", "head.json"), os.path.join(built.path, "head.json"))
+        return built.path
+
     def test_a_look_up_refuses_a_link_with_modules_of_its_own(self) -> None:
         # os.path imports stat for itself; a look-up that borrowed it from there would fail wherever it does not.
         os.mkdir(self.path("looked"))
@@ -188,6 +208,18 @@ class Symlinks(SecurityCase):
             with self.subTest(run=run_dir):
                 self.assert_one_line_error(result, 7)
                 self.assertIn("symbolic link", result.err)
+
+
+class _ReadsRecorded(OsFileSystem):
+    """The real file system, with the path of each file read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: List[str] = []
+
+    def read(self, path: str) -> bytes:
+        self.reads.append(path)
+        return super().read(path)
 
 
 class _PathWithoutStat:

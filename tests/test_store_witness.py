@@ -13,7 +13,7 @@ import json
 import os
 import shutil
 import unittest
-from typing import Dict
+from typing import Dict, List
 
 try:
     from .support import util as _util
@@ -21,6 +21,7 @@ except ImportError:
     from support import util as _util
 
 from runner.base.errors import StateUnrecoverable
+from runner.base.fs import OsFileSystem
 from runner.stores import file as file_store
 from runner.stores.file import RunStore, scan
 
@@ -291,6 +292,41 @@ class HooksFileIsNotDamage(WitnessCase):
         store = RunStore.create(folder, _util.TASK_ID, {}, durability="process")
         store.fs.close()  # type: ignore[attr-defined]
         self.assertEqual(RunStore.open(folder, durability="process").revision, 0)
+
+
+class _ReadsRecorded(OsFileSystem):
+    """The real file system, with the name of each file read, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: List[str] = []
+
+    def read(self, path: str) -> bytes:
+        self.reads.append(os.path.basename(path))
+        return super().read(path)
+
+
+class ReadingOrder(WitnessCase):
+    """A look reads the identity, then the head, then the journals, then a base: the head never after the journal."""
+
+    def test_the_head_is_read_before_the_journals_and_the_snapshot_last(self) -> None:
+        built = self.built("ordered", 6, compact_after=(3,))
+        quick = ["run.json", HEAD, "journal.prev.jsonl", JOURNAL, "snapshot.json"]
+        for thorough, reads in ((False, quick), (True, quick + ["backup.json"])):
+            with self.subTest(thorough=thorough):
+                fs = _ReadsRecorded()
+                self.addCleanup(fs.close)
+                seen = scan(built.path, fs, thorough=thorough)
+                self.assertEqual((seen.base, seen.state), ("snapshot.json", built.states[6]))
+                self.assertEqual(fs.reads, reads)
+
+    def test_a_look_that_ends_at_the_identity_reads_nothing_after_it(self) -> None:
+        path = self.copy_with(self.built("unreadable", 3), "unreadable-copy", run__json=b"{")
+        fs = _ReadsRecorded()
+        self.addCleanup(fs.close)
+        seen = scan(path, fs, thorough=True)  # one look: a quick one that ends without a snapshot is made again
+        self.assertEqual(([f.code for f in seen.findings], seen.state), (["identity"], None))
+        self.assertEqual(fs.reads, ["run.json"])
 
 
 if __name__ == "__main__":

@@ -154,179 +154,281 @@ def _last_line(data: bytes) -> bytes:
 
 
 def _scan(path: str, fs: FileSystem, thorough: bool, whole_prev: bool) -> Scan:
-    findings: List[Finding] = []
+    """One look at the folder (:class:`_Reading`); ``whole_prev`` reads every line of the previous journal."""
+    return _Reading(path, fs, thorough, whole_prev).scan()
 
-    def join(name: str) -> str:
-        return os.path.join(path, name)
 
-    if not fs.exists(path):
-        return Scan(path, False, None, None, [Finding("note", "absent", f"no run folder at {path}")], None, 0, 0)
-    names = set(fs.listdir(path))
-    present = [n for n in STATE_FILES if n in names]
-    for name in present + [n for n in (HEAD,) if n in names]:
-        if fs.is_symlink(join(name)):
-            findings.append(Finding("damage", "symlink", f"{name} is a symbolic link; refusing to follow it"))
-    for name in sorted(names):
-        if name.endswith(TMP_SUFFIX):
-            findings.append(Finding("repairable", "stray-temp", f"leftover temporary file {name}"))
-    if any(f.code == "symlink" for f in findings):
-        return Scan(path, True, None, None, findings, None, 0, 0)
+class _Reading:
+    """One read-only look at a run folder, phase by phase, in the order its files must be read.
 
-    if IDENTITY not in names:
+    Each phase adds what it finds to ``findings`` and keeps what a later
+    phase needs; a phase that returns a :class:`Scan` ends the look there.
+    The folder's names come first (links, temporary files, a folder with no
+    run), then the identity and the head witness, the journals, the chain
+    of records they hold, and last each base in turn (snapshot, backup,
+    identity) until one rebuilds the run to the end of that chain.
+    """
+
+    def __init__(self, path: str, fs: FileSystem, thorough: bool, whole_prev: bool) -> None:
+        self.path, self.fs, self.thorough, self.whole_prev = path, fs, thorough, whole_prev
+        self.findings: List[Finding] = []
+        self.names: set = set()
+        self.identity: Dict[str, Any] = {}
+        self.genesis_head = ""
+        self.head: Optional[Tuple[int, str]] = None  # what the head witness says, when it can be read
+        self.current: Optional[JournalFile] = None
+        self.prev: Optional[JournalFile] = None
+        self.records: List[Tuple[str, Dict[str, Any]]] = []  # prev's then current's, where they link
+        self.prev_usable = False
+        self.highest_valid = -1  # a rebuild must never land below a valid base
+
+    def scan(self) -> Scan:
+        """The whole look: see :func:`scan`."""
+        phases: Tuple[Callable[[], Optional[Scan]], ...] = (self._folder, self._identity_and_head, self._journals,
+                                                            self._chain)
+        for phase in phases:
+            ended = phase()
+            if ended is not None:
+                return ended
+        for name, load in self._candidates():
+            ended = self._from_base(name, load)
+            if ended is not None:
+                return ended
+        return self._no_base()
+
+    def _join(self, name: str) -> str:
+        return os.path.join(self.path, name)
+
+    def _stop(self, journal: Optional[JournalFile] = None, exists: bool = True) -> Scan:
+        """The look ends with no state: ``exists`` says whether a run (or its remains) is here."""
+        return Scan(self.path, exists, None, None, self.findings, journal, 0, 0)
+
+    def _all_damage(self) -> None:
+        """No base can be trusted now: every finding that was repairable is damage."""
+        self.findings = [Finding("damage", f.code, f.message) if f.level == "repairable" else f for f in self.findings]
+
+    def _folder(self) -> Optional[Scan]:
+        """Links among the run's files (refused), stray temporary files; where there is no identity, what is here."""
+        path, fs, findings = self.path, self.fs, self.findings
+        if not fs.exists(path):
+            findings.append(Finding("note", "absent", f"no run folder at {path}"))
+            return self._stop(exists=False)
+        names = self.names = set(fs.listdir(path))
+        present = [n for n in STATE_FILES if n in names]
+        for name in present + [n for n in (HEAD,) if n in names]:
+            if fs.is_symlink(self._join(name)):
+                findings.append(Finding("damage", "symlink", f"{name} is a symbolic link; refusing to follow it"))
+        for name in sorted(names):
+            if name.endswith(TMP_SUFFIX):
+                findings.append(Finding("repairable", "stray-temp", f"leftover temporary file {name}"))
+        if any(f.code == "symlink" for f in findings):
+            return self._stop()
+        if IDENTITY in names:
+            return None
         if not present:
             if QUARANTINE in names:
-                findings.append(Finding("damage", "quarantined", f"the run's state was quarantined in {join(QUARANTINE)}"))
-                return Scan(path, True, None, None, findings, None, 0, 0)
+                findings.append(Finding("damage", "quarantined",
+                                        f"the run's state was quarantined in {self._join(QUARANTINE)}"))
+                return self._stop()
             findings.append(Finding("note", "empty", f"no run in {path}"))
-            return Scan(path, False, None, None, findings, None, 0, 0)
+            return self._stop(exists=False)
         if _is_unfinished_init(fs, path, names):
-            findings.append(Finding("note", "unfinished-init", "an init that never completed left files; a new init may replace them"))
-            return Scan(path, False, None, None, findings, None, 0, 0)
+            findings.append(Finding("note", "unfinished-init",
+                                    "an init that never completed left files; a new init may replace them"))
+            return self._stop(exists=False)
         findings.append(Finding("damage", "identity-missing", "run.json is missing but run state is present"))
-        return Scan(path, True, None, None, findings, None, 0, 0)
+        return self._stop()
 
-    try:
-        identity, genesis_head = _read_identity(fs, join(IDENTITY))
-    except (OSError, ValueError, InvalidInput) as exc:
-        findings.append(Finding("damage", "identity", f"run.json is unreadable: {exc}"))
-        return Scan(path, True, None, None, findings, None, 0, 0)
-
-    # The head is read before the journal: a writer updates it only after
-    # the journal, so a reader without the lock still never sees it ahead.
-    head: Optional[Tuple[int, str]] = None
-    if HEAD not in names:
-        findings.append(Finding("repairable", "head-missing", f"{HEAD} is missing, so no witness says how far the run got"))
-    else:
+    def _identity_and_head(self) -> Optional[Scan]:
+        """The identity (damage when unreadable), then the head witness (ignored, and said so, when it is not valid)."""
         try:
-            head = decode_head(fs.read(join(HEAD)), identity)
+            self.identity, self.genesis_head = _read_identity(self.fs, self._join(IDENTITY))
+        except (OSError, ValueError, InvalidInput) as exc:
+            self.findings.append(Finding("damage", "identity", f"run.json is unreadable: {exc}"))
+            return self._stop()
+        # The head is read before the journal: a writer updates it only after
+        # the journal, so a reader without the lock still never sees it ahead.
+        if HEAD not in self.names:
+            self.findings.append(Finding("repairable", "head-missing",
+                                         f"{HEAD} is missing, so no witness says how far the run got"))
+            return None
+        try:
+            self.head = decode_head(self.fs.read(self._join(HEAD)), self.identity)
         except (OSError, ValueError) as exc:
-            findings.append(Finding("repairable", "head-invalid", f"{HEAD} is ignored: {exc}"))
+            self.findings.append(Finding("repairable", "head-invalid", f"{HEAD} is ignored: {exc}"))
+        return None
 
-    journals: Dict[str, JournalFile] = {}
-    for name in (PREV_JOURNAL, JOURNAL):
-        if name in names:
-            ident = fs.stat(join(name))
-            data = fs.read(join(name))
-            if name == PREV_JOURNAL and not whole_prev:
-                data = _last_line(data)
-            journals[name] = parse_journal(data, ident, allow_torn=(name == JOURNAL))
-    current = journals.get(JOURNAL)
-    prev = journals.get(PREV_JOURNAL)
-    if current is not None and current.torn:
-        findings.append(
-            Finding(
-                "repairable",
-                "torn-record",
-                f"dropped a torn final journal record: {current.size - current.good_end} bytes at offset {current.good_end}",
-            )
-        )
-    if prev is not None and prev.error is None:
-        # The previous journal is a copy of what the snapshot holds: a gap or
-        # a repeated line inside it makes it unusable, not the run.
-        for (digest_a, a), (_, b) in zip(prev.records, prev.records[1:]):
-            if b["rev"] != a["rev"] + 1 or b["prev"] != digest_a:
-                prev = prev._replace(error=f"revision {b['rev']} does not continue revision {a['rev']}")
-                break
+    def _journals(self) -> None:
+        """Both journals read: of the previous one, only its last line unless ``whole_prev``.
 
-    # The records a base may be continued by: prev then current, if they link.
-    records: List[Tuple[str, Dict[str, Any]]] = []
-    chain_error: Optional[str] = None
-    prev_usable = prev is not None and prev.error is None
-    if prev is not None and prev.error:
-        findings.append(Finding("repairable", "prev-journal", f"{PREV_JOURNAL} is damaged at {prev.error}"))
-    if current is not None and current.error:
-        chain_error = f"{JOURNAL} is damaged at {current.error}"
-    else:
-        cur_records = current.records if current else []
-        if prev_usable and prev.records:  # type: ignore[union-attr]
-            if cur_records and cur_records[0][1]["prev"] != prev.records[-1][0]:  # type: ignore[union-attr]
-                findings.append(Finding("repairable", "prev-journal", f"{PREV_JOURNAL} does not link to {JOURNAL}"))
-                prev_usable = False
-                records = list(cur_records)
-            else:
-                records = prev.records + list(cur_records)  # type: ignore[union-attr]
+        A torn final record of the current one is dropped, and said so; a
+        previous one that does not continue itself is unusable, not damage.
+        """
+        journals: Dict[str, JournalFile] = {}
+        for name in (PREV_JOURNAL, JOURNAL):
+            if name in self.names:
+                ident = self.fs.stat(self._join(name))
+                data = self.fs.read(self._join(name))
+                if name == PREV_JOURNAL and not self.whole_prev:
+                    data = _last_line(data)
+                journals[name] = parse_journal(data, ident, allow_torn=(name == JOURNAL))
+        current = self.current = journals.get(JOURNAL)
+        prev = journals.get(PREV_JOURNAL)
+        if current is not None and current.torn:
+            dropped = current.size - current.good_end
+            self.findings.append(Finding("repairable", "torn-record", f"dropped a torn final journal record: "
+                                                                      f"{dropped} bytes at offset {current.good_end}"))
+        if prev is not None and prev.error is None:
+            # The previous journal is a copy of what the snapshot holds: a gap or
+            # a repeated line inside it makes it unusable, not the run.
+            for (digest_a, a), (_, b) in zip(prev.records, prev.records[1:]):
+                if b["rev"] != a["rev"] + 1 or b["prev"] != digest_a:
+                    prev = prev._replace(error=f"revision {b['rev']} does not continue revision {a['rev']}")
+                    break
+        self.prev = prev
+
+    def _chain(self) -> Optional[Scan]:
+        """The records a base may be continued by: the previous journal's then the current one's, where they link.
+
+        Damage in the current journal, or a jump in the revisions, ends the look.
+        """
+        prev, current, findings = self.prev, self.current, self.findings
+        chain_error: Optional[str] = None
+        records: List[Tuple[str, Dict[str, Any]]] = []
+        prev_usable = prev is not None and prev.error is None
+        if prev is not None and prev.error:
+            findings.append(Finding("repairable", "prev-journal", f"{PREV_JOURNAL} is damaged at {prev.error}"))
+        if current is not None and current.error:
+            chain_error = f"{JOURNAL} is damaged at {current.error}"
         else:
-            records = list(cur_records)
-        for (_, a), (_, b) in zip(records, records[1:]):
-            if b["rev"] != a["rev"] + 1:
-                chain_error = f"journal revisions jump from {a['rev']} to {b['rev']}"
-                break
-    if chain_error:
-        findings.append(Finding("damage", "journal", chain_error))
-        return Scan(path, True, None, None, findings, current, 0, 0)
+            cur_records = current.records if current else []
+            if prev is not None and prev_usable and prev.records:
+                if cur_records and cur_records[0][1]["prev"] != prev.records[-1][0]:
+                    findings.append(Finding("repairable", "prev-journal", f"{PREV_JOURNAL} does not link to {JOURNAL}"))
+                    prev_usable = False
+                    records = list(cur_records)
+                else:
+                    records = prev.records + list(cur_records)
+            else:
+                records = list(cur_records)
+            for (_, a), (_, b) in zip(records, records[1:]):
+                if b["rev"] != a["rev"] + 1:
+                    chain_error = f"journal revisions jump from {a['rev']} to {b['rev']}"
+                    break
+        self.records, self.prev_usable = records, prev_usable
+        if chain_error:
+            findings.append(Finding("damage", "journal", chain_error))
+            return self._stop(current)
+        return None
 
-    last_rev = records[-1][1]["rev"] if records else 0
-    candidates: List[Tuple[str, Callable[[], Dict[str, Any]]]] = []
-    snapshot_size = 0
-    for name in (SNAPSHOT, BACKUP):
-        if name in names:
-            def load_file(name: str = name) -> Dict[str, Any]:
-                return decode_snapshot(fs.read(join(name)))
-            candidates.append((name, load_file))
-        elif name == SNAPSHOT:
-            findings.append(Finding("repairable", "snapshot-missing", "snapshot.json is missing"))
-    candidates.append((IDENTITY, lambda: genesis(identity, genesis_head)))
+    def _candidates(self) -> List[Tuple[str, Callable[[], Dict[str, Any]]]]:
+        """The bases to try, in order: the snapshot (its absence is said), the backup, the identity's genesis."""
+        candidates: List[Tuple[str, Callable[[], Dict[str, Any]]]] = []
+        for name in (SNAPSHOT, BACKUP):
+            if name in self.names:
+                def load_file(name: str = name) -> Dict[str, Any]:
+                    return decode_snapshot(self.fs.read(self._join(name)))
+                candidates.append((name, load_file))
+            elif name == SNAPSHOT:
+                self.findings.append(Finding("repairable", "snapshot-missing", "snapshot.json is missing"))
+        identity, genesis_head = self.identity, self.genesis_head
+        candidates.append((IDENTITY, lambda: genesis(identity, genesis_head)))
+        return candidates
 
-    highest_valid = -1  # a rebuild must never land below a valid base
-    for name, load in candidates:
+    def _last_rev(self) -> int:
+        return self.records[-1][1]["rev"] if self.records else 0
+
+    def _from_base(self, name: str, load: Callable[[], Dict[str, Any]]) -> Optional[Scan]:
+        """The run rebuilt from base ``name`` and the chain; None when this base cannot do it and the next is tried.
+
+        A base of another version of the state, or a replay that fails, ends
+        the look as damage; so does what :meth:`_rebuilt` finds.
+        """
+        findings, identity = self.findings, self.identity
         try:
             base = load()
         except SchemaMismatch as exc:
             findings.append(Finding("damage", "schema", f"{name}: {exc}"))
-            return Scan(path, True, None, None, findings, current, 0, 0)
+            return self._stop(self.current)
         except (OSError, ValueError, InvalidInput) as exc:
             findings.append(Finding("repairable", f"{name}-invalid", f"{name} is invalid: {exc}"))
-            continue
+            return None
         if base["task_id"] != identity["task_id"] or base["created_at"] != identity["created_at"]:
-            findings.append(Finding("repairable", f"{name}-foreign", f"{name} belongs to another run (task {base['task_id']!r})"))
-            continue
-        highest_valid = max(highest_valid, base["revision"])
+            findings.append(Finding("repairable", f"{name}-foreign",
+                                    f"{name} belongs to another run (task {base['task_id']!r})"))
+            return None
+        self.highest_valid = max(self.highest_valid, base["revision"])
         base_point = (base["revision"], base["head"])
         # Only the snapshot may stand without the record at its revision, and
         # only when the previous journal that held it is the damaged file.
-        start, error = _chain_from(base, records, name == SNAPSHOT and prev is not None and not prev_usable)
+        prev_lost = name == SNAPSHOT and self.prev is not None and not self.prev_usable
+        start, error = _chain_from(base, self.records, prev_lost)
         if error is not None:
             findings.append(Finding("repairable", f"{name}-inconsistent", f"{name}: {error}"))
-            continue
+            return None
         try:
-            state = replay(base, records[start:])
+            state = replay(base, self.records[start:])
         except ValueError as exc:
             findings.append(Finding("damage", "replay", f"replaying the journal from {name} failed: {exc}"))
-            return Scan(path, True, None, None, findings, current, 0, 0)
-        if state["revision"] != max(last_rev, base["revision"]) or state["revision"] < highest_valid:
-            findings.append(Finding("repairable", f"{name}-behind", f"{name} rebuilds revision {state['revision']}, behind a valid base at {highest_valid}"))
-            continue
+            return self._stop(self.current)
+        if state["revision"] != max(self._last_rev(), base["revision"]) or state["revision"] < self.highest_valid:
+            findings.append(Finding("repairable", f"{name}-behind", f"{name} rebuilds revision {state['revision']}, "
+                                                                    f"behind a valid base at {self.highest_valid}"))
+            return None
+        return self._rebuilt(name, state, base_point)
+
+    def _rebuilt(self, name: str, state: Dict[str, Any], base_point: Tuple[int, str]) -> Scan:
+        """The answer for ``state``, rebuilt from base ``name`` (at ``base_point``) to the end of the chain.
+
+        A ``run.json`` that names another version than the state is damage;
+        so are lost records: the head witness names a revision the chain
+        does not reach or holds otherwise, or the journal is missing where
+        no compaction leaves it so.
+        """
+        identity = self.identity
         if identity.get("schema_version") != state["schema_version"]:
             # A state of another version was refused above, so this is run.json damaged.
-            findings = [Finding("damage", f.code, f.message) if f.level == "repairable" else f for f in findings]
-            said = f"{IDENTITY} says schema version {identity.get('schema_version')!r}, the run's state is version {state['schema_version']}"
-            findings.append(Finding("damage", "identity", said))
-            return Scan(path, True, None, None, findings, current, 0, 0)
-        lost = head_problem(head, state, base_point, records)
-        ends_at_snapshot = prev_usable and prev.records and state["revision"] == prev.records[-1][1]["rev"]  # type: ignore[union-attr]
-        if lost is None and current is None and not ends_at_snapshot:
+            self._all_damage()
+            said = (f"{IDENTITY} says schema version {identity.get('schema_version')!r}, "
+                    f"the run's state is version {state['schema_version']}")
+            self.findings.append(Finding("damage", "identity", said))
+            return self._stop(self.current)
+        lost = head_problem(self.head, state, base_point, self.records)
+        prev = self.prev
+        ends_at_snapshot = (self.prev_usable and prev is not None and prev.records
+                            and state["revision"] == prev.records[-1][1]["rev"])
+        if lost is None and self.current is None and not ends_at_snapshot:
             # Compaction leaves no journal only between rotating it and
             # creating the next, when the previous journal ends at the snapshot.
-            lost = f"{JOURNAL} is missing, and only a compaction that ended with {PREV_JOURNAL} at the snapshot may leave it so"
+            lost = (f"{JOURNAL} is missing, and only a compaction that ended with {PREV_JOURNAL} "
+                    "at the snapshot may leave it so")
         if lost is not None:
-            findings = [Finding("damage", f.code, f.message) if f.level == "repairable" else f for f in findings]
-            findings.append(Finding("damage", "journal-lost", lost))
-            return Scan(path, True, None, None, findings, current, 0, 0)
-        if name == SNAPSHOT:
-            snapshot_size = fs.stat(join(SNAPSHOT))[1]  # type: ignore[index]
-            if thorough and BACKUP in names:
-                problem = _backup_problem(fs, join(BACKUP), identity, state, prev.records if prev_usable else [])  # type: ignore[union-attr]
-                if problem:
-                    findings.append(Finding("repairable", f"{BACKUP}-invalid", f"{BACKUP} is invalid: {problem}"))
-        else:
-            findings.append(Finding("repairable", "rebuilt", f"rebuilt revision {state['revision']} from {name} and the journal"))
-        since = current.good_end if current is not None else 0
-        return Scan(path, True, state, name, findings, current, snapshot_size, since)
+            self._all_damage()
+            self.findings.append(Finding("damage", "journal-lost", lost))
+            return self._stop(self.current)
+        return self._loaded(name, state)
 
-    # No base reaches the end of the journal: every problem found is damage now.
-    findings = [Finding("damage", f.code, f.message) if f.level == "repairable" else f for f in findings]
-    findings.append(Finding("damage", "no-base", f"no valid base rebuilds revision {last_rev}"))
-    return Scan(path, True, None, None, findings, current, 0, 0)
+    def _loaded(self, name: str, state: Dict[str, Any]) -> Scan:
+        """The answer once base ``name`` rebuilt ``state``; a thorough look checks the backup beside a snapshot."""
+        snapshot_size = 0
+        if name == SNAPSHOT:
+            snapshot_size = self.fs.stat(self._join(SNAPSHOT))[1]  # type: ignore[index]
+            if self.thorough and BACKUP in self.names:
+                prev_records = self.prev.records if self.prev is not None and self.prev_usable else []
+                problem = _backup_problem(self.fs, self._join(BACKUP), self.identity, state, prev_records)
+                if problem:
+                    self.findings.append(Finding("repairable", f"{BACKUP}-invalid", f"{BACKUP} is invalid: {problem}"))
+        else:
+            self.findings.append(Finding("repairable", "rebuilt",
+                                         f"rebuilt revision {state['revision']} from {name} and the journal"))
+        since = self.current.good_end if self.current is not None else 0
+        return Scan(self.path, True, state, name, self.findings, self.current, snapshot_size, since)
+
+    def _no_base(self) -> Scan:
+        """No base reaches the end of the journal: every problem found is damage now."""
+        self._all_damage()
+        self.findings.append(Finding("damage", "no-base", f"no valid base rebuilds revision {self._last_rev()}"))
+        return self._stop(self.current)
 
 
 def _backup_problem(
