@@ -1,5 +1,6 @@
-"""The command line's entry points and ``contract check``."""
+"""The command line's entry points, its groups of verbs, and ``contract check``."""
 
+import argparse
 import os
 import unittest
 from typing import Callable, Dict, List, Tuple
@@ -8,6 +9,8 @@ try:
     from .support import util as _util
 except ImportError:
     from support import util as _util
+
+from runner.surfaces import cli
 
 TEMPLATE_TASK = "weekly-post-2026-48"
 
@@ -116,6 +119,43 @@ class HelpWidth(unittest.TestCase):
         self.assertLessEqual(max(len(line) for line in narrow), 58, narrow)
         self.assertTrue(wide[0].startswith("usage: runner lease") and wide[0].endswith("{acquire,renew,release,break,show}"), wide[0])
         self.assertLess(len(wide), len(narrow))
+
+
+class VerbGroups(unittest.TestCase):
+    """The command line's verbs come from its groups, in the order ``--help`` lists them.
+
+    A call builds only the verbs it names.
+    """
+
+    def test_each_verb_is_added_by_one_group_in_the_order_help_lists_them(self) -> None:
+        added: List[Tuple[str, str]] = []
+
+        def verb(name: str, help_text: str, handler: Callable[..., int], epilog: str = "") -> argparse.ArgumentParser:
+            added.append((group.__name__, name))
+            return argparse.ArgumentParser(prog=name)
+
+        for group in cli._GROUPS:
+            group(verb)
+        names = [name for _, name in added]
+        self.assertEqual(names, list(cli.build_parser().verb_parsers))  # type: ignore[attr-defined]
+        self.assertEqual(len(set(names)), len(names))
+        self.assertEqual([name for group, name in added if group == "_decision_verbs"],
+                         ["next", "drive", "recover", "brief"])
+
+    def test_only_the_verbs_a_call_names_are_built(self) -> None:
+        extended: List[str] = []
+
+        def extension(verb: Callable[..., argparse.ArgumentParser]) -> None:
+            extended.append("demo")
+            verb("demo", "a verb of an extension", lambda args: 0).add_argument("--size", type=int)
+
+        parser = cli.build_parser([extension], only={"drive", "--parallel", "2", "demo"})
+        self.assertEqual(sorted(parser.verb_parsers), ["demo", "drive"])  # type: ignore[attr-defined]
+        args = parser.parse_args(["drive", "--parallel", "2", "--owner", "w1"])
+        self.assertEqual((args.verb, args.parallel, args.owner, args.verb_handler), ("drive", 2, "w1", cli.cmd_drive))
+        self.assertEqual(parser.parse_args(["demo", "--size", "3"]).size, 3)
+        self.assertEqual(extended, ["demo"])
+        self.assertEqual(list(cli.build_parser(only=set()).verb_parsers), [])  # type: ignore[attr-defined]
 
 
 class ContractCheck(unittest.TestCase):

@@ -96,9 +96,39 @@ class _Unbuilt:
         return lambda *args, **kwargs: self
 
 
-def build_parser(extensions: Sequence[Callable[[Callable[..., argparse.ArgumentParser]], None]] = (),
+class _Verbs:
+    """Adds the command line's verbs to ``subparsers``, each with its help, handler, epilog and the common options.
+
+    :param only: when given, a verb whose name is not in it gets an :class:`_Unbuilt` and no parser.
+    """
+
+    def __init__(self, parser: argparse.ArgumentParser, subparsers: Any, only: Optional[AbstractSet[str]]) -> None:
+        self.parser, self.subparsers, self.only = parser, subparsers, only
+
+    def add(self, name: str, help_text: str, handler: Callable[[argparse.Namespace], int],
+            epilog: str = "") -> argparse.ArgumentParser:
+        """The parser of verb ``name``: its help is its description, and the exit table ends its epilog."""
+        if self.only is not None and name not in self.only:
+            return _Unbuilt()  # type: ignore[return-value]
+        sub = self.subparsers.add_parser(name, help=help_text, description=help_text,
+                                         epilog=(epilog + "\n\n" if epilog else "") + EXIT_TABLE,
+                                         formatter_class=argparse.RawDescriptionHelpFormatter)
+        _common(sub, top=False)
+        self.parser.verb_parsers[name] = sub  # type: ignore[attr-defined]
+        sub.set_defaults(verb_handler=handler)  # not "handler": a verb's own option may be named so ('work --handler')
+        return sub
+
+
+#: How each group adds its verbs: ``verb(name, help, handler, epilog="")`` returns the verb's parser.
+_AddVerb = Callable[..., argparse.ArgumentParser]
+
+
+def build_parser(extensions: Sequence[Callable[[_AddVerb], None]] = (),
                  only: Optional[AbstractSet[str]] = None) -> argparse.ArgumentParser:
     """The command line's parser; each of ``extensions`` is called with ``verb(name, help, handler)`` to add verbs.
+
+    The verbs are listed in ``--help`` in the order they are added: the groups of :data:`_GROUPS`, then the
+    extensions'.
 
     :param only: when given, the verbs whose names are not in it are left out (a call that names one verb need not
         build the other verbs' parsers, most of a start's cost); their parsers are then :class:`_Unbuilt`.
@@ -109,17 +139,16 @@ def build_parser(extensions: Sequence[Callable[[Callable[..., argparse.ArgumentP
     subparsers = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
     subparsers.required = True
     parser.verb_parsers = {}  # type: ignore[attr-defined]
+    verbs_of = _Verbs(parser, subparsers, only)
+    for group in _GROUPS:
+        group(verbs_of.add)
+    for extend in extensions:
+        extend(verbs_of.add)
+    return parser
 
-    def verb(name: str, help_text: str, handler: Callable[[argparse.Namespace], int], epilog: str = "") -> argparse.ArgumentParser:
-        if only is not None and name not in only:
-            return _Unbuilt()  # type: ignore[return-value]
-        sub = subparsers.add_parser(name, help=help_text, description=help_text, epilog=(epilog + "\n\n" if epilog else "") + EXIT_TABLE,
-                               formatter_class=argparse.RawDescriptionHelpFormatter)
-        _common(sub, top=False)
-        parser.verb_parsers[name] = sub  # type: ignore[attr-defined]
-        sub.set_defaults(verb_handler=handler)  # not "handler": a verb's own option may be named so ('work --handler')
-        return sub
 
+def _run_verbs(verb: _AddVerb) -> None:
+    """The run itself: start one, its state, its files, a contract."""
     sub = verb("init", "start a new run from a filled run contract", cmd_init)
     sub.add_argument("--contract", required=True, metavar="FILE", help="a filled templates/run-contract.md")
 
@@ -132,6 +161,9 @@ def build_parser(extensions: Sequence[Callable[[Callable[..., argparse.ArgumentP
     sub.add_argument("action", choices=("check",), help="check: validate a contract file")
     sub.add_argument("file", metavar="FILE")
 
+
+def _ledger_verbs(verb: _AddVerb) -> None:
+    """What a worker records under its lease: the lease, effects, steps."""
     sub = verb("lease", "acquire, renew, release, break or show the run's lease", cmd_lease)
     sub.add_argument("action", choices=("acquire", "renew", "release", "break", "show"))
     _writer(sub)
@@ -160,6 +192,9 @@ def build_parser(extensions: Sequence[Callable[[Callable[..., argparse.ArgumentP
     sub.add_argument("--error", metavar="TEXT", help="fail: what went wrong")
     _writer(sub)
 
+
+def _authority_verbs(verb: _AddVerb) -> None:
+    """What people decide and what the run is charged: cancellation, approvals, costs, a change of plan."""
     sub = verb("cancel", "cancel the run: no new step or effect begins; in-flight effects are still reconciled", cmd_cancel)
     sub.add_argument("--by", required=True, metavar="WHO")
     sub.add_argument("--reason", required=True, metavar="TEXT")
@@ -182,6 +217,9 @@ def build_parser(extensions: Sequence[Callable[[Callable[..., argparse.ArgumentP
     sub.add_argument("--reason", required=True, metavar="TEXT")
     _writer(sub)
 
+
+def _decision_verbs(verb: _AddVerb) -> None:
+    """The next action: named, carried out by the runner, recovered to, summarised for a fresh context."""
     sub = verb("next", "name exactly one safe next action, or one stop with its reason", cmd_next)
     _writer(sub)
     sub.add_argument("--contract", metavar="FILE", help="refuse (exit 2) if this contract's plan differs from the run's")
@@ -202,6 +240,9 @@ def build_parser(extensions: Sequence[Callable[[Callable[..., argparse.ArgumentP
     sub = verb("brief", "a bounded Markdown summary of durable facts, for a fresh model context", cmd_brief)
     sub.add_argument("--max-chars", type=positive, default=2000)
 
+
+def _view_verbs(verb: _AddVerb) -> None:
+    """What observers read: the transitions, the whole run's report."""
     sub = verb("events", "transitions after sequence number N (resume an observer where it left off)", cmd_events)
     sub.add_argument("--after", type=_not_negative, default=0, metavar="N")
     sub.add_argument("--limit", type=positive, default=None, metavar="N", help="at most N events per page (default: all)")
@@ -213,6 +254,9 @@ def build_parser(extensions: Sequence[Callable[[Callable[..., argparse.ArgumentP
     sub = verb("report", "recovery metrics of the whole run, across all workers and attempts", cmd_report)
     sub.add_argument("--html", metavar="FILE", type=output_file, default=None, help="also write the run's timeline page (one HTML file)")
 
+
+def _worker_verbs(verb: _AddVerb) -> None:
+    """Work that outlives a call: re-attachable jobs, a pool of workers, the MCP server."""
     sub = verb("job", "re-attachable long jobs: submit KEY -- COMMAND [ARGS...], status, result, cancel, shard", cmd_job)
     sub.add_argument("action", choices=("submit", "status", "result", "cancel", "shard"))
     sub.add_argument("key", metavar="KEY")
@@ -234,9 +278,10 @@ def build_parser(extensions: Sequence[Callable[[Callable[..., argparse.ArgumentP
     sub.add_argument("--read-only", action="store_true", help="list only the tools that read; take no lease")
     sub.add_argument("--allow-control", action="store_true", help="DANGEROUS: let the client grant and deny approvals, cancel and break leases")
 
-    for extend in extensions:
-        extend(verb)
-    return parser
+
+#: The groups of verbs, in the order ``--help`` lists them.
+_GROUPS: Tuple[Callable[[_AddVerb], None], ...] = (
+    _run_verbs, _ledger_verbs, _authority_verbs, _decision_verbs, _view_verbs, _worker_verbs)
 
 
 def _writer(sub: argparse.ArgumentParser) -> None:
