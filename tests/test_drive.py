@@ -1,13 +1,18 @@
-"""``drive``: what it performs, where it hands over, its progress line, and the CLI-only demo."""
+"""``drive``: what it performs, where it hands over, its progress line, what a driver refuses, and the CLI-only demo."""
 
 import json
 import os
 import unittest
+from typing import List
 
+from runner.execution.drive import DriveOptions, Driver
+from runner.execution.executor import Executor
 from runner.proof.demo_cli import run_demo_cli
+from runner.execution.run import Run
+from runner.stores.file import RunStore
 from tests.support.batch import batch_contract, recorder_commands, script
 from tests.support.cli import RunnerCli
-from tests.support.util import scratch_dir
+from tests.support.util import contract_block, scratch_dir
 
 
 CANCEL_ON_B = r'''
@@ -101,6 +106,54 @@ class DriveTest(unittest.TestCase):
         self.cli("step", "fail", "file-tickets", "--class", "transient", "--error", "the disk was full", *writer)
         self.cli("drive", "--owner", "agent", "--until-stop", "--json", code=10)
         self.assertEqual(self.cli.status()["steps"]["file-tickets"]["attempts"], 2)
+
+
+class DriverOptionsTest(unittest.TestCase):
+    """A driver is given nothing it would ignore.
+
+    Its executor is of the run it drives and renews the lease for the
+    drive's own time; a new executor is made from the options only it uses.
+    """
+
+    def setUp(self) -> None:
+        self.tmp = scratch_dir("runner-driver-")
+        self.addCleanup(self.tmp.cleanup)
+
+    def open_run(self, name: str) -> Run:
+        path = os.path.join(self.tmp.name, name)
+        RunStore.create(path, f"driver-{name}", contract_block(f"driver-{name}"), durability="process")
+        run = Run(RunStore.open(path, durability="process"))
+        self.addCleanup(run.store.close)
+        return run
+
+    def test_an_executor_that_renews_the_lease_for_another_time_is_refused(self) -> None:
+        run = self.open_run("ttl")
+        with self.assertRaisesRegex(ValueError, "renews the lease for 30.0 s, and the drive would take it for 60 s"):
+            Driver(run, "w1", Executor(run, ttl=30), DriveOptions(60))
+        self.assertEqual(Driver(run, "w1", Executor(run, ttl=60), DriveOptions(60.0)).executor.ttl, 60.0)
+
+    def test_an_executor_of_another_run_is_refused(self) -> None:
+        run, other = self.open_run("driven"), self.open_run("other")
+        with self.assertRaisesRegex(ValueError, "another run"):
+            Driver(run, "w1", Executor(other, ttl=60), DriveOptions(60))
+
+    def test_parallel_and_sleep_go_only_where_they_are_used(self) -> None:
+        run = self.open_run("new")
+        naps: List[float] = []
+
+        def nap(seconds: float) -> None:
+            naps.append(seconds)
+
+        driver = Driver.with_new_executor(run, "w1", DriveOptions(45), parallel=3, sleep=nap)
+        self.assertIs(driver.executor.run, run)
+        self.assertEqual((driver.executor.ttl, driver.executor.flow.limit), (45.0, 3))
+        self.assertIs(getattr(driver.executor.world, "sleep"), nap)
+        with self.assertRaises(TypeError):  # no parallel, no sleep beside an executor: the old drive() ignored them
+            Driver(run, "w1", Executor(run, ttl=45), DriveOptions(45), parallel=3)  # type: ignore[call-arg]
+        result = driver.drive()  # the contract's only step needs judgement: handed over, the lease given back
+        self.assertEqual((result["exit_code"], result["handed_over"], result["action"]["kind"]),
+                         (0, True, "start-step"))
+        self.assertIsNone(run.state["lease"]["owner"])
 
 
 class DemoViaCliTest(unittest.TestCase):

@@ -9,13 +9,15 @@ waits for a call of the key still in flight, observes first, invokes again
 only after an observed absence and within the attempt bound, and a timeout
 is an unknown outcome, never a failure.
 
-:func:`drive` loops: decide (the same pure :func:`runner.recovery.decide`
+A :class:`Driver` loops: decide (the same pure :func:`runner.recovery.decide`
 that ``next`` prints), perform the action if it is one the runner can
 establish alone (a batch item's effect, reconciling an item, starting a
 step whose evidence the runner observes, finishing a batch or checked step),
 renew the lease, repeat; it returns at the first stop, or at an action that
 needs judgement (handed over with exit 0, as ``next`` would), and releases
-the lease whenever it returns. Inside a batch step it walks
+the lease whenever it returns. What it is given (:class:`DriveOptions`, its
+executor) cannot disagree: it refuses an executor of another run or one
+that renews the lease for another time. Inside a batch step it walks
 the frozen items with a cursor instead of deciding afresh for each item, so
 the cost of one item does not grow with the batch: the store stays open in
 this process and every transition still checks cancellation, approvals,
@@ -23,7 +25,7 @@ limits and the fence under the store's lock.
 """
 
 import time
-from typing import IO, Any, Callable, Dict, Iterator, Optional, Sequence
+from typing import IO, Any, Callable, Dict, Iterator, NamedTuple, Optional, Sequence
 
 from ..ledger import batch as _batch
 from ..adapters.factory import adapter_for
@@ -37,8 +39,9 @@ from .flow import flow_for
 from ..ledger.states import UNRESOLVED
 from ..base.quoting import name, number
 from .recovery import decide, decision_exit_code, recover, refresh_jobs
+from ..calls.target import Adapter
 
-__all__ = ["perform_effect", "drive"]
+__all__ = ["perform_effect", "Driver", "DriveOptions", "AdapterFactory"]
 
 
 def perform_effect(run: Any, key: str, payload: Optional[Dict[str, Any]] = None, invoke: Optional[Sequence[str]] = None,
@@ -81,104 +84,203 @@ class _Progress:
         self.stream.flush()
 
 
-def drive(run: Any, owner: str, *, ttl: float, max_actions: Optional[int] = None, until_stop: bool = False,
-          progress: Optional[IO[str]] = None, clock: Callable[[], float] = time.monotonic,
-          sleep: Optional[Callable[[float], None]] = None, runner: Optional[Callable[..., Any]] = None,
-          parallel: Optional[int] = None, executor: Optional[Executor] = None) -> Dict[str, Any]:
-    """Perform actions until a stop, an action that needs judgement, or ``max_actions``.
+class DriveOptions(NamedTuple):
+    """How a :class:`Driver` drives. Each field is used: none is overridden by anything else it is given."""
 
-    Takes the lease as ``owner`` (the recovery procedure), then loops; one
-    :class:`runner.executor.Executor` performs every effect, up to
-    ``parallel`` (else the contract's ``effects.concurrency``) at once, and
-    keeps the lease alive while calls run. After a crash, the items that
-    were in flight are reconciled together, within the same bounds. With
-    ``until_stop`` it also waits out persisted backoffs. Once
+    ttl: float  # the lease's time to live: recovery takes the lease for it, and the executor renews it for as long
+    max_actions: Optional[int] = None  # return (exit 0) after this many actions; None: no bound
+    until_stop: bool = False  # also wait out persisted backoffs instead of returning at them
+    progress: Optional[IO[str]] = None  # where the progress line goes; None: nowhere
+    clock: Callable[[], float] = time.monotonic  # monotonic seconds, for the progress line
+
+
+#: What makes the adapter of an effect: ``adapters(state, key)``, as :func:`adapter_for` does.
+AdapterFactory = Callable[[Dict[str, Any], str], Adapter]
+
+
+class Driver:
+    """``drive``: perform actions until a stop, an action that needs judgement, or ``max_actions``.
+
+    :meth:`drive` takes the lease as ``owner`` (the recovery procedure), then
+    loops; ``executor`` performs every effect, as many at once as its flow
+    allows, and keeps the lease alive while calls run. After a crash, the
+    items that were in flight are reconciled together, within the same
+    bounds. With ``until_stop`` it also waits out persisted backoffs. Once
     ``executor.stop_requested`` is set (a signal), nothing new begins: the
-    call or check in hand is recorded and ``drive`` ends with exit 15. It
-    releases the lease whenever it returns. Returns the last decision with
-    ``exit_code`` (that of the stop, 0 for a handed-over or unfinished
-    action) and the tally.
+    call or check in hand is recorded and the drive ends with exit 15. It
+    releases the lease whenever it returns. A driver drives once.
 
-    :param clock: monotonic seconds, for the progress line.
-    :param sleep: how waits with no call running pass (default: on the executor's queue, which a signal wakes).
-    :param runner: runs one command (default :func:`runner.commands.run_command`).
-    :param executor: the executor to use (the command line passes one it can ask to stop).
+    The executor is the driver's own, of the same run, renewing the lease for
+    ``options.ttl``; :meth:`with_new_executor` makes one so. ``adapters``
+    makes each effect's adapter (default :func:`adapter_for`).
+
+    :raises ValueError: the executor is of another run, or renews the lease for another time than ``options.ttl``.
     """
-    tally: Dict[str, Any] = {"actions": 0, "effects": 0, "reconciled": 0, "steps_started": 0, "steps_done": 0}
-    shown = _Progress(progress, clock)
-    decision = recover(run, owner, ttl)
-    if executor is None:
-        executor = Executor(run, world=ThreadWorld(sleep), ttl=ttl, flow=flow_for(run.state, parallel, run.clock()))
 
-    def out(decision: Dict[str, Any], code: Optional[int] = None, handed_over: bool = False) -> Dict[str, Any]:
+    def __init__(self, run: Any, owner: str, executor: Executor, options: DriveOptions,
+                 adapters: AdapterFactory = adapter_for) -> None:
+        if executor.run is not run:
+            raise ValueError("the executor performs the effects of another run than the one driven")
+        if executor.ttl != options.ttl:
+            raise ValueError(f"the executor renews the lease for {executor.ttl} s, "
+                             f"and the drive would take it for {options.ttl} s: give both the same")
+        self.run: Any = run  # a Run: the executor needs less of it (RunLike) than the drive does
+        self.owner, self.executor, self.options, self.adapters = owner, executor, options, adapters
+        self.tally: Dict[str, Any] = {"actions": 0, "effects": 0, "reconciled": 0, "steps_started": 0, "steps_done": 0}
+        self.shown = _Progress(options.progress, options.clock)
+
+    @classmethod
+    def with_new_executor(cls, run: Any, owner: str, options: DriveOptions, *, parallel: Optional[int] = None,
+                          sleep: Optional[Callable[[float], None]] = None,
+                          adapters: AdapterFactory = adapter_for) -> "Driver":
+        """A driver with an executor of its own, which renews the lease for ``options.ttl``.
+
+        :param parallel: effects in flight at once (default: the contract's ``effects.concurrency``, else 1).
+        :param sleep: how waits with no call running pass (default: on the executor's queue, which a signal wakes).
+        """
+        flow = flow_for(run.state, parallel, run.clock())
+        return cls(run, owner, Executor(run, world=ThreadWorld(sleep), ttl=options.ttl, flow=flow), options, adapters)
+
+    def drive(self) -> Dict[str, Any]:
+        """Drive until a stop, an action that needs judgement, or ``max_actions``; the lease is given back.
+
+        Returns the last decision with ``exit_code`` (that of the stop, 0 for
+        an action handed over or left unfinished), ``handed_over`` and the
+        ``tally``.
+
+        :raises RunnerError: what the recovery procedure raises before the lease is taken.
+        """
+        run, executor = self.run, self.executor
+        decision = recover(run, self.owner, self.options.ttl)
+        try:
+            while True:
+                if executor.stop_requested:
+                    raise Stopped("asked to stop: nothing begins after the action in hand, which was recorded")
+                ended = self._stopped(decision) if decision["decision"] == "stop" else self._act(decision)
+                if ended is not None:
+                    return ended
+                executor.keep_lease()
+                seen_jobs = refresh_jobs(run) if run.state["jobs"] else {}
+                decision = decide(run.state, run.clock(), run.owner, run.epoch, seen_jobs)
+        except RunnerError as exc:
+            failed: Dict[str, Any] = {"decision": "stop", "action": None, "reason": exc.reason, "error": exc.reason,
+                                      "detail": exc.message, "observations": [], "inferences": [],
+                                      "unknowns": [exc.message]}
+            if exc.context:
+                failed["context"] = exc.context
+            return self._out(failed, EXIT_CODES.get(exc.reason, exc.exit_code))
+        finally:
+            self._last_progress()
+
+    def _budget_left(self) -> bool:
+        return self.options.max_actions is None or self.tally["actions"] < self.options.max_actions
+
+    def _stopped(self, decision: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+        """A stop ends the drive, but for a batch item's unknown outcome that this drive may settle by observing."""
+        run = self.run
+        check = decision.get("check") or {}
+        ours = (contract_of(run.state).effects.performs_effects and bool(check.get("key"))
+                and _batch.owner_of(run.state, check["key"]))
+        if decision["reason"] == "needs-reconciliation" and ours and self._budget_left():
+            # Observed first (raises if still unknown), with the rest of what was in flight, together.
+            self._walk_items(ours[0], _first_unresolved(run.state, ours[0]))
+            return None
+        return self._out(decision)
+
+    def _act(self, decision: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+        """Perform an action the runner can establish alone (None: go on), or end the drive handing it over."""
+        run, tally = self.run, self.tally
+        if not self._budget_left():
+            return self._out(decision, 0)
+        action = decision["action"]
+        kind = action["kind"]
+        found = _batch.owner_of(run.state, action["key"]) if kind == "reconcile" else None
+        if found and contract_of(run.state).effects.performs_effects:
+            # What was in flight when the last holder stopped: reconciled together, from the first of it on.
+            self._walk_items(found[0], _first_unresolved(run.state, found[0]))
+        elif kind == "effect" and contract_of(run.state).effects.performs_effects:
+            self._walk_items(action["step"], action["index"])
+        elif kind == "start-step" and _observes_itself(run.state, action["step"]):
+            run.step_start(action["step"])
+            tally["actions"] += 1
+            tally["steps_started"] += 1
+        elif kind in ("finish-step", "resume-step") and _observes_itself(run.state, action["step"]):
+            try:
+                run.step_done(action["step"], {})
+            except InvalidInput as exc:
+                if not (exc.context.get("check") or exc.context.get("artifact")):
+                    raise
+                # The artifact is not there yet or its check fails: whoever makes it acts next.
+                return self._out(dict(decision, detail=exc.message), 0, handed_over=True)
+            tally["actions"] += 1
+            tally["steps_done"] += 1
+        elif kind == "wait" and self.options.until_stop:
+            self.executor.world.wait(max(0.0, parse_time(action["until"]) - run.clock()))  # a signal ends it early
+        else:
+            return self._out(decision, 0, handed_over=True)
+        return None
+
+    def _out(self, decision: Dict[str, Any], code: Optional[int] = None, handed_over: bool = False) -> Dict[str, Any]:
+        """What the drive returns, the lease given back first."""
+        run = self.run
         if _give_back(run):  # what the decision observed of the lease no longer holds: say what does
-            said = {"source": "lease", "what": f"released by {name(run.owner)} at epoch {number(run.epoch)} as drive returned",
+            said = {"source": "lease",
+                    "what": f"released by {name(run.owner)} at epoch {number(run.epoch)} as drive returned",
                     "digest": content_digest(run.state["lease"])}
-            decision = dict(decision, observations=[said if o.get("source") == "lease" else o for o in decision.get("observations", [])])
-        return dict(decision, exit_code=decision_exit_code(decision) if code is None else code, handed_over=handed_over, tally=tally)
+            observations = [said if o.get("source") == "lease" else o for o in decision.get("observations", [])]
+            decision = dict(decision, observations=observations)
+        code = decision_exit_code(decision) if code is None else code
+        return dict(decision, exit_code=code, handed_over=handed_over, tally=self.tally)
 
-    def budget_left() -> bool:
-        return max_actions is None or tally["actions"] < max_actions
-
-    try:
-        while True:
-            if executor.stop_requested:
-                raise Stopped("asked to stop: nothing begins after the action in hand, which was recorded")
-            if decision["decision"] == "stop":
-                check = decision.get("check") or {}
-                ours = (contract_of(run.state).effects.performs_effects and bool(check.get("key"))
-                        and _batch.owner_of(run.state, check["key"]))
-                if decision["reason"] == "needs-reconciliation" and ours and budget_left():
-                    # Observed first (raises if still unknown), with the rest of what was in flight, together.
-                    _walk_items(run, executor, ours[0], _first_unresolved(run.state, ours[0]), tally, budget_left, shown, runner)
-                else:
-                    return out(decision)
-            else:
-                if not budget_left():
-                    return out(decision, 0)
-                action = decision["action"]
-                kind = action["kind"]
-                found = _batch.owner_of(run.state, action["key"]) if kind == "reconcile" else None
-                if found and contract_of(run.state).effects.performs_effects:
-                    # What was in flight when the last holder stopped: reconciled together, from the first of it on.
-                    _walk_items(run, executor, found[0], _first_unresolved(run.state, found[0]), tally, budget_left, shown, runner)
-                elif kind == "effect" and contract_of(run.state).effects.performs_effects:
-                    _walk_items(run, executor, action["step"], action["index"], tally, budget_left, shown, runner)
-                elif kind == "start-step" and _observes_itself(run.state, action["step"]):
-                    run.step_start(action["step"])
-                    tally["actions"] += 1
-                    tally["steps_started"] += 1
-                elif kind in ("finish-step", "resume-step") and _observes_itself(run.state, action["step"]):
-                    try:
-                        run.step_done(action["step"], {})
-                    except InvalidInput as exc:
-                        if not (exc.context.get("check") or exc.context.get("artifact")):
-                            raise
-                        # The artifact is not there yet or its check fails: whoever makes it acts next.
-                        return out(dict(decision, detail=exc.message), 0, handed_over=True)
-                    tally["actions"] += 1
-                    tally["steps_done"] += 1
-                elif kind == "wait" and until_stop:
-                    executor.world.wait(max(0.0, parse_time(action["until"]) - run.clock()))  # a signal ends it early
-                else:
-                    return out(decision, 0, handed_over=True)
-            executor.keep_lease()
-            decision = decide(run.state, run.clock(), run.owner, run.epoch, refresh_jobs(run) if run.state["jobs"] else {})
-    except RunnerError as exc:
-        failed: Dict[str, Any] = {"decision": "stop", "action": None, "reason": exc.reason, "error": exc.reason,
-                                  "detail": exc.message, "observations": [], "inferences": [],
-                                  "unknowns": [exc.message]}
-        if exc.context:
-            failed["context"] = exc.context
-        return out(failed, EXIT_CODES.get(exc.reason, exc.exit_code))
-    finally:
+    def _last_progress(self) -> None:
+        """The final progress line of the step in hand, when it is a batch step."""
+        run, tally = self.run, self.tally
         try:
             step = run.state.get("current_step")
             info = _batch.progress(run.state, step) if step else None
         except RunnerError:  # the store lost its state (an I/O error): the error itself is what matters
             info = None
         if info:
-            shown.show(step, info["verified"] + info["skipped"], info["total"], tally["effects"], tally["reconciled"], executor.figures, final=True)
+            self.shown.show(step, info["verified"] + info["skipped"], info["total"], tally["effects"],
+                            tally["reconciled"], self.executor.figures, final=True)
+
+    def _walk_items(self, step: str, start: int) -> None:
+        """Perform the frozen items of ``step`` from ``start`` on, in order, each in O(1) bookkeeping."""
+        run, tally, shown, executor = self.run, self.tally, self.shown, self.executor
+        batch = run.state["steps"][step]["batch"]
+        keys = _batch.keys_of(batch)[0]
+        skipped = batch.get("skipped", {})
+        total = len(keys)
+        done = [total - ((_batch.progress(run.state, step) or {}).get("remaining") or 0)]
+        before: Dict[str, Optional[str]] = {}
+
+        def jobs() -> Iterator[Job]:
+            for index in range(start, total):
+                key = keys[index]
+                effect = run.state["effects"].get(key) or {}
+                if key in skipped or effect.get("state") == "verified":
+                    continue
+                if not self._budget_left():
+                    return
+                tally["actions"] += 1
+                before[key] = effect.get("state")
+                adapter = self.adapters(run.state, key)
+
+                # The payload is made when the item's turn comes, from the state then.
+                def payload(index: int = index) -> Dict[str, Any]:
+                    return item_payload(run.state, step, index)
+
+                yield Job(key, payload, adapter, step, _batch.item_values_of(run.state, step, index))
+
+        def settled(job: Job, record: Dict[str, Any]) -> None:
+            tally["effects"] += 1
+            was = before.pop(job.key, None)
+            if was is not None and was != "absent":
+                tally["reconciled"] += 1
+            done[0] += 1
+            shown.show(step, done[0], total, tally["effects"], tally["reconciled"], executor.figures)
+
+        executor.perform_all(jobs(), settled)
 
 
 def _give_back(run: Any) -> bool:
@@ -210,42 +312,3 @@ def _first_unresolved(state: Dict[str, Any], step: str) -> int:
 def _observes_itself(state: Dict[str, Any], step: str) -> bool:
     spec = contract_of(state).step(step)
     return spec is not None and spec.observes_itself
-
-
-def _walk_items(run: Any, executor: Executor, step: str, start: int, tally: Dict[str, Any], budget_left: Callable[[], bool],
-                shown: _Progress, runner: Optional[Callable[..., Any]]) -> None:
-    """Perform the frozen items of ``step`` from ``start`` on, in order, each in O(1) bookkeeping."""
-    state = run.state
-    batch = state["steps"][step]["batch"]
-    keys = _batch.keys_of(batch)[0]
-    skipped = batch.get("skipped", {})
-    total = len(keys)
-    done = [total - ((_batch.progress(state, step) or {}).get("remaining") or 0)]
-    before: Dict[str, Optional[str]] = {}
-
-    def jobs() -> Iterator[Job]:
-        for index in range(start, total):
-            key = keys[index]
-            effect = run.state["effects"].get(key) or {}
-            if key in skipped or effect.get("state") == "verified":
-                continue
-            if not budget_left():
-                return
-            tally["actions"] += 1
-            before[key] = effect.get("state")
-            adapter = adapter_for(run.state, key, runner=runner)
-
-            def payload(index: int = index) -> Dict[str, Any]:  # made when the item's turn comes, from the state then
-                return item_payload(run.state, step, index)
-
-            yield Job(key, payload, adapter, step, _batch.item_values_of(run.state, step, index))
-
-    def settled(job: Job, record: Dict[str, Any]) -> None:
-        tally["effects"] += 1
-        was = before.pop(job.key, None)
-        if was is not None and was != "absent":
-            tally["reconciled"] += 1
-        done[0] += 1
-        shown.show(step, done[0], total, tally["effects"], tally["reconciled"], executor.figures)
-
-    executor.perform_all(jobs(), settled)

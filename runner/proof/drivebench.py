@@ -18,14 +18,16 @@ slices charge the large batch that once-per-call cost more often.
 for at least 0.8.
 """
 
+import functools
 import os
 import shutil
 import tempfile
 import time
 from typing import Any, Callable, Dict, List, Optional
 
+from ..adapters.factory import adapter_for
 from ..calls.commands import Outcome
-from ..execution.drive import drive
+from ..execution.drive import DriveOptions, Driver
 from ..base.canonical import sha256_hex
 from ..execution.run import Run
 from ..stores.file import RunStore
@@ -64,7 +66,9 @@ class _Batch:
 
     def slice(self, items: int, clock: Callable[[], float]) -> None:
         began = clock()
-        result = drive(self.run, "bench", ttl=600, max_actions=items, runner=_answer)
+        driver = Driver.with_new_executor(self.run, "bench", DriveOptions(600, max_actions=items),
+                                          adapters=functools.partial(adapter_for, runner=_answer))
+        result = driver.drive()
         self.seconds += clock() - began
         self.done += result["tally"]["effects"]
         if result["exit_code"] not in (0, 10):

@@ -2,8 +2,8 @@
 
 A run whose contract calls its target in process (``effects.http``) has no
 command to wrap with a killer, so this process opens the run with
-:class:`runner.proof.faults.KillAt` as the store's observer and runs
-:func:`runner.execution.drive.drive` (the library function the ``drive`` verb is a thin
+:class:`runner.proof.faults.KillAt` as the store's observer and runs a
+:class:`runner.execution.drive.Driver` (what the ``drive`` verb is a thin
 layer over): it dies by SIGKILL at the NTH pass through WINDOW, or prints
 drive's result and exits with its code if the window is never reached.
 """
@@ -12,9 +12,7 @@ import json
 import sys
 from typing import List
 
-from ..execution.drive import drive
-from ..execution.executor import Executor, ThreadWorld
-from ..execution.flow import flow_for
+from ..execution.drive import DriveOptions, Driver
 from ..execution.run import Run
 from ..stores.file import RunStore
 from ..surfaces.verbs import default_ttl
@@ -24,9 +22,7 @@ from .faults import KillAt
 def main(argv: List[str]) -> int:
     folder, owner, window, nth, parallel = argv
     run = Run(RunStore.open(folder, observer=KillAt(window, int(nth))))
-    ttl = default_ttl(run.state)
-    executor = Executor(run, world=ThreadWorld(), ttl=ttl, flow=flow_for(run.state, int(parallel), run.clock()))
-    result = drive(run, owner, ttl=ttl, executor=executor)
+    result = Driver.with_new_executor(run, owner, DriveOptions(default_ttl(run.state)), parallel=int(parallel)).drive()
     print(json.dumps({k: result.get(k) for k in ("decision", "reason", "exit_code", "detail")}))
     return int(result["exit_code"])
 

@@ -728,16 +728,15 @@ def _effect_commands(tail: List[str]) -> Tuple[Optional[List[str]], Optional[Lis
 
 
 def cmd_drive(args: argparse.Namespace) -> int:
-    from ..execution.drive import drive
-    from ..execution.executor import Executor, ThreadWorld
-    from ..execution.flow import flow_for
+    from ..execution.drive import DriveOptions, Driver
 
     if not args.owner:
         raise InvalidInput("drive needs --owner ID (the worker taking the lease)")
     run = Run(_open(args))
-    ttl = verbs.default_ttl(run.state, args.ttl)
-    world = ThreadWorld()
-    executor = Executor(run, world=world, ttl=ttl, flow=flow_for(run.state, args.parallel, run.clock()))
+    options = DriveOptions(verbs.default_ttl(run.state, args.ttl), max_actions=args.max_actions,
+                           until_stop=args.until_stop, progress=None if args.json else sys.stderr)
+    driver = Driver.with_new_executor(run, args.owner, options, parallel=args.parallel)
+    executor = driver.executor
 
     def stop(signum: int, _frame: Any) -> None:
         # The first SIGTERM or SIGINT: begin no new call, let the calls in flight settle and be recorded,
@@ -745,14 +744,13 @@ def cmd_drive(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         executor.stop_requested = True
-        world.interrupt()
+        executor.world.interrupt()
         warn(f"drive: stopping on {signal.Signals(signum).name}: nothing new begins; what is in hand finishes and is recorded,"
              " then the lease is released; a second signal stops at once")
 
     previous = [signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)]
     try:
-        result = drive(run, args.owner, ttl=ttl, max_actions=args.max_actions, until_stop=args.until_stop,
-                       progress=None if args.json else sys.stderr, executor=executor)
+        result = driver.drive()
     finally:
         for sig, handler in zip((signal.SIGTERM, signal.SIGINT), previous):
             signal.signal(sig, handler)
