@@ -85,7 +85,9 @@ def glob_files(root: str, pattern: str, max_entries: Optional[int] = None, max_i
 
     The rules are :func:`glob.glob`'s with ``recursive=True`` (see the module
     docstring), except that a symbolic link to a directory is never entered,
-    so a link to ``.`` or ``..`` cannot make the listing endless.
+    so a link to ``.`` or ``..`` cannot make the listing endless. A pattern
+    that ends with ``/`` lists folders instead of files (``repos/*/``: each
+    folder of ``repos``, named without the ``/``), never the workspace itself.
 
     :raises InvalidInput: the listing would visit more than ``max_entries``
         directory entries (default :data:`MAX_LISTED_ENTRIES`) or return more
@@ -93,8 +95,7 @@ def glob_files(root: str, pattern: str, max_entries: Optional[int] = None, max_i
     """
     max_entries = MAX_LISTED_ENTRIES if max_entries is None else max_entries
     max_items = MAX_ITEMS if max_items is None else max_items
-    if pattern.endswith(("/", os.sep)):
-        return []  # a pattern for folders only lists no file
+    folders = pattern.endswith(("/", os.sep))
     parts: List[str] = []
     for part in pattern.replace(os.sep, "/").split("/"):
         if part in ("", ".") or (part == "**" and parts and parts[-1] == "**"):
@@ -135,13 +136,16 @@ def glob_files(root: str, pattern: str, max_entries: Optional[int] = None, max_i
             except (OSError, ValueError):
                 continue
             if last:
-                if stat.S_ISREG(mode) or (stat.S_ISLNK(mode) and os.path.isfile(path)):
+                kind, linked = (stat.S_ISDIR, os.path.isdir) if folders else (stat.S_ISREG, os.path.isfile)
+                if kind(mode) or (stat.S_ISLNK(mode) and linked(path)):
                     add(prefix + part)
             elif stat.S_ISDIR(mode):
                 stack.append((prefix + part, index + 1))
             continue
         if part == "**" and not last:
             stack.append((rel, index + 1))  # '**' matches no folder at all, too
+        elif part == "**" and folders and rel:
+            add(rel)  # 'a/**/' lists a itself, as glob.glob does
         match, hidden_ok, recurse = matchers[index], part.startswith("."), part == "**"
         try:
             with os.scandir(here) as entries:
@@ -153,12 +157,12 @@ def glob_files(root: str, pattern: str, max_entries: Optional[int] = None, max_i
                     # As glob.glob: a wildcard does not match a name starting with '.' unless the pattern component does.
                     if (name[0] == "." and not hidden_ok) or (match is not None and not match(fold(name) if fold else name)):
                         continue
-                    if entry.is_dir(follow_symlinks=False):
-                        if recurse:
-                            stack.append((prefix + name, index))
-                        elif not last:
-                            stack.append((prefix + name, index + 1))
-                    elif last and entry.is_file():
+                    inner = entry.is_dir(follow_symlinks=False)
+                    if inner and recurse:
+                        stack.append((prefix + name, index))
+                    elif inner and not last:
+                        stack.append((prefix + name, index + 1))
+                    if last and (entry.is_dir() if folders else not inner and entry.is_file()):
                         add(prefix + name)
         except OSError:
             continue  # an unreadable folder lists nothing, as with glob.glob
