@@ -1,8 +1,9 @@
 """The checks of a contract's ``effects`` section: its commands, bounds and lookups of many keys
 (:func:`effects_problems`, with :func:`many_problems`), and its flow control (:func:`flow_problems`).
 
-The ``effects.http`` subsection has its checks in :mod:`runner.contract.http`,
-imported only when a contract is checked.
+The ``effects.http`` and ``effects.git`` subsections have their checks in
+:mod:`runner.contract.http` and :mod:`runner.contract.git`, imported only when
+a contract is checked.
 """
 
 import re
@@ -50,9 +51,11 @@ def effects_problems(effects: Dict[str, Any]) -> List[str]:
         if "observe" not in effects:
             out.append("effects: observe_many looks keys up with a command: it comes with the invoke and observe commands "
                        "(effects.http has observe.many)")
-    from .http import http_problems  # here: a process that never checks a contract does not import it
+    from .git import git_problems  # here: a process that never checks a contract does not import them
+    from .http import http_problems
 
     out.extend(http_problems(effects))
+    out.extend(git_problems(effects))
     timeout = effects.get("timeout_seconds")
     if "timeout_seconds" in effects and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400):
         out.append("effects: timeout_seconds must be a positive number of seconds (at most a day)")

@@ -28,6 +28,7 @@ from .templates import fields_of, reads_records
 
 __all__ = [
     "DEFAULT_CALL_TIMEOUT",
+    "NOT_NOW_DEFAULT",
     "Contract",
     "StepSpec",
     "ItemsSpec",
@@ -39,6 +40,7 @@ __all__ = [
     "HttpSpec",
     "HttpRequest",
     "HttpMany",
+    "GitSpec",
     "Limits",
     "RetryPolicy",
     "LeaseSpec",
@@ -48,6 +50,8 @@ __all__ = [
     "contract_of",
 ]
 
+#: What a refusal of a git push says when it means "not now", unless ``effects.git.not_now`` says otherwise.
+NOT_NOW_DEFAULT = ("try again later", "temporarily")
 #: Seconds a step's checks may run unless its ``timeout_seconds`` says otherwise: long enough for a test suite.
 CHECK_TIMEOUT = 600.0
 #: The payload of a batch item whose step declares none.
@@ -190,6 +194,26 @@ class HttpSpec:
 
 
 @dataclass(frozen=True)
+class GitSpec:
+    """``effects.git``: where each item's release goes (its repository folder, the remote, the branch) and what it
+    is (the files written, the edit command, the commit's message, the tag), as the contract writes each template.
+
+    ``files`` pairs each path (relative to the repository) with its content; ``author`` is a name and an address.
+    """
+
+    message: str
+    tag: str
+    branch: str
+    repository: str = "{item}"
+    remote: str = "origin"
+    files: Pairs = ()
+    edit: Optional[Tuple[str, ...]] = None
+    annotated: bool = True
+    not_now: Tuple[str, ...] = NOT_NOW_DEFAULT
+    author: Optional[Tuple[str, str]] = None
+
+
+@dataclass(frozen=True)
 class EffectsSpec:
     """The ``effects`` section. ``adapter`` and ``verification`` are prose for people."""
 
@@ -209,11 +233,12 @@ class EffectsSpec:
     rate: Optional[Rate] = None
     concurrency_key: Optional[ConcurrencyKey] = None
     observe_many: Optional[ManyCommand] = None
+    git: Optional[GitSpec] = None
 
     @property
     def performs_effects(self) -> bool:
-        """True when the contract says how the runner calls and observes the target itself: commands or HTTP."""
-        return self.invoke is not None or self.http is not None
+        """True when the contract says how the runner calls and observes the target itself: commands, HTTP or git."""
+        return self.invoke is not None or self.http is not None or self.git is not None
 
     def key_allowed(self, key: str) -> bool:
         """True when ``key_pattern`` (if any) matches the whole key, in time linear in the key.
@@ -396,6 +421,22 @@ def read_http(block: Mapping[str, Any]) -> HttpSpec:
     )
 
 
+def _git(block: Mapping[str, Any]) -> GitSpec:
+    author = block.get("author")
+    return GitSpec(
+        message=block["message"],
+        tag=block["tag"],
+        branch=block["branch"],
+        repository=block.get("repository", "{item}"),
+        remote=block.get("remote", "origin"),
+        files=tuple((block.get("files") or {}).items()),
+        edit=tuple(block["edit"]) if "edit" in block else None,
+        annotated=bool(block.get("annotated", True)),
+        not_now=tuple(block.get("not_now", NOT_NOW_DEFAULT)),
+        author=(author["name"], author["email"]) if author else None,
+    )
+
+
 def _effects(block: Mapping[str, Any]) -> EffectsSpec:
     rate, group, many = block.get("rate"), block.get("concurrency_key"), block.get("observe_many")
     return EffectsSpec(
@@ -423,6 +464,7 @@ def _effects(block: Mapping[str, Any]) -> EffectsSpec:
         )
         if many
         else None,
+        git=_git(block["git"]) if "git" in block else None,
     )
 
 

@@ -48,7 +48,7 @@ STEP_KEYS = {"id": str, "artifact": str, "check": str, "next": str, "approval": 
              "items": object, "key": str, "payload": dict, "checks": dict, "artifacts": list, "timeout_seconds": object}
 EFFECT_KEYS = {"key_pattern": str, "approval": list, "adapter": str, "verification": str, "max_attempts": int, "several_approvals": bool,
                "invoke": list, "observe": list, "http": dict, "timeout_seconds": object, "settle_seconds": object, "max_rate_limited": int,
-               "concurrency": int, "rate": dict, "concurrency_key": dict, "observe_many": object}
+               "concurrency": int, "rate": dict, "concurrency_key": dict, "observe_many": object, "git": dict}
 LIMIT_KEYS = ("max_step_attempts", "max_effect_attempts", "max_elapsed_seconds", "max_cost", "max_steps", "no_progress_seconds")
 RETRY_KEYS = ("base_seconds", "cap_seconds", "deadline_seconds")
 LEASE_KEYS = ("ttl_seconds",)
@@ -107,6 +107,10 @@ def parse_contract_text(text: str) -> Tuple[Optional[Dict[str, Any]], List[Contr
     problems.extend(_number_problems(block, at))
     if not problems and isinstance(steps, list) and isinstance(effects, dict):
         problems.extend(_shared_lookup_problem(block, steps, at))
+        if "git" in effects:
+            from .git import payload_problems  # here: only a contract with a git section needs it
+
+            problems.extend(ContractProblem(at("git"), message) for message in payload_problems(block))
     problems.extend(_jobs_problems(block, at))
     return (block if not problems else None), sorted(problems)
 
