@@ -20,11 +20,13 @@ from tests.support.util import child_env, python, run, scratch_dir
 #: The HTTP adapter and the modules under it: loaded only by a run whose contract declares ``effects.http``.
 HTTP = {"runner.adapters.http", "runner.adapters.http_client", "runner.adapters.http_secrets", "runner.adapters.http_answers"}
 #: Never loaded by a command that runs no target command: OpenSSL's hashes, shutil (with bz2 and lzma: argparse asks
-#: it for the terminal's width), the HTTP and mail clients, what a running command is started and waited with.
+#: it for the terminal's width), the HTTP and mail clients and the git adapter, what a running command is started and
+#: waited with.
 UNUSED = {"hashlib", "_hashlib", "shutil", "bz2", "lzma", *HTTP, "http.client", "urllib.request", "selectors", "subprocess",
-          "runner.adapters.smtp", "smtplib"}
+          "runner.adapters.smtp", "smtplib", "runner.adapters.git"}
 #: Never loaded by a command that runs a contract's target commands.
-UNUSED_BY_COMMANDS = {"hashlib", "_hashlib", *HTTP, "http.client", "urllib.request", "runner.adapters.smtp", "smtplib"}
+UNUSED_BY_COMMANDS = {"hashlib", "_hashlib", *HTTP, "http.client", "urllib.request", "runner.adapters.smtp", "smtplib",
+                      "runner.adapters.git"}
 #: Loaded by ``status``: the reading is real, the store was read.
 USED_BY_STATUS = {"runner.stores.file"}
 #: Loaded by a drive of commands: the executor carried the effects out and the commands ran.

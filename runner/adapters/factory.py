@@ -36,6 +36,9 @@ def adapter_for(state: Dict[str, Any], key: str, invoke: Optional[Sequence[str]]
         from .http import HttpAdapter  # here: a contract with commands need not import the HTTP client
 
         return HttpAdapter(effects.http, values=values, workspace=root, timeout=timeout)
+    if not invoke and not observe and effects.git is not None:
+        from .git import GitAdapter  # here: a contract without git need not import it
+        return GitAdapter(effects.git, values=values, workspace=root, timeout=timeout, runner=runner)
     inline = bool(invoke or observe)
     invoke = list(invoke) if invoke else effects.invoke
     observe = list(observe) if observe else effects.observe

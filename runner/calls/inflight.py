@@ -6,7 +6,9 @@ time), a random token and a deadline. A command the call starts
 (:func:`runner.calls.commands.run_command`) adds its own process, the leader of
 a process group of its own, as soon as it exists, and carries the token
 in its environment (``RUNNER_CALL``), so that even a command started in the
-instant before its caller died can be found. Before a later process observes
+instant before its caller died can be found. A call that runs several
+commands one after another (a git release) is its caller's again between
+them (:meth:`Registry.command_ended`). Before a later process observes
 or invokes the same key it reads these records (:meth:`Registry.calls`):
 
 * a call whose processes still run is in flight: the reader waits for it
@@ -514,6 +516,13 @@ class Registry:
         """The call started a process, the leader of its own group: it is now what must end."""
         call.record["child"] = list(self.processes.identity(pid))
         self._write(call)
+
+    def command_ended(self, call: Registered) -> None:
+        """The process the call started ended, and its caller goes on (a call of several commands): the call lives
+        again while its caller does, until its deadline, as before it started that process."""
+        if call.record.get("child") is not None:
+            call.record["child"] = None
+            self._write(call)
 
     def payload_path(self, call: Registered) -> str:
         """Where the call's payload file goes: beside its record, removed with it."""
