@@ -11,12 +11,14 @@ never moved; a lookup is present only when the remote's tag names a commit
 that carries the key's trailer; nothing starts past a call's deadline; and a
 real ``drive`` over twelve repositories, SIGKILLed twice while pushes are on
 their way and resumed in other processes, leaves each remote with exactly one
-release commit and one tag.
+release commit and one tag. The recipe ``templates/recipes/git-release.md`` is
+checked and run as a user runs it.
 """
 
 import dataclasses
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -33,10 +35,14 @@ from runner.calls.target import NotApplied, Rejected, UnknownOutcome
 from runner.contract import spec as specs
 from runner.contract.git import fill, git_problems
 from runner.contract.templates import item_values
-from runner.contract.text import parse_contract_text
+from runner.contract.text import check_contract, parse_contract_text
+from runner.proof.cli import add_proof_verbs
+from runner.surfaces.cli import build_parser, split_command
 from tests.support.cli import RunnerCli
-from tests.support.util import contract_markdown, scratch_dir
+from tests.support.util import REPO_ROOT, child_env, contract_markdown, scratch_dir
+from tests.test_skill import shown_commands
 
+RECIPE = os.path.join(REPO_ROOT, "templates", "recipes", "git-release.md")
 #: The tests that run git need it installed; the runner itself does not, unless a contract names effects.git.
 HAS_GIT = shutil.which("git") is not None
 #: Seconds any one condition may take before a test fails.
@@ -544,6 +550,74 @@ class DriveTest(unittest.TestCase):
         report = cli.json("report")
         self.assertGreaterEqual(report["recoveries"], 2)
         self.assertGreaterEqual(report["reconciled_effects"], 1, "a push a killed drive left was found, not made again")
+
+
+class RecipeTest(unittest.TestCase):
+    """``templates/recipes/git-release.md``: its contract passes ``contract check``, its commands parse, and its "to try
+    it" block runs as written; with hooks that refuse and a drive killed mid-push, the one command finishes it."""
+
+    def block(self) -> str:
+        with open(RECIPE, encoding="utf-8") as handle:
+            return re.search(r"To try it.*?```sh\n(.*?)```", handle.read(), re.S).group(1)  # type: ignore[union-attr]
+
+    def project(self) -> str:
+        scratch = scratch_dir("runner-recipe-")
+        self.addCleanup(scratch.cleanup)
+        with open(RECIPE, encoding="utf-8") as handle, \
+                open(os.path.join(scratch.name, "contract.md"), "w", encoding="utf-8") as out:
+            out.write(handle.read())
+        return scratch.name
+
+    def run_block(self, root: str, text: str) -> subprocess.CompletedProcess:  # type: ignore[type-arg]
+        env = dict(child_env(pythonpath=False), RUNNER=REPO_ROOT, **ISOLATED)
+        return subprocess.run(["sh", "-ec", text], cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, timeout=120)
+
+    def test_the_recipe_passes_contract_check_and_its_commands_parse(self) -> None:
+        block, problems = check_contract(RECIPE)
+        self.assertEqual(problems, [])
+        made = specs.read_contract(block)
+        self.assertEqual((made.effects.git.tag, made.steps[0].items),  # type: ignore[union-attr]
+                         ("v{payload.version}", specs.ItemsSpec(glob="repos/*/")))
+        with open(RECIPE, encoding="utf-8") as handle:
+            text = handle.read()
+        parser = build_parser((add_proof_verbs,))
+        shown = shown_commands(text)
+        self.assertGreaterEqual(len(shown), 5)
+        for command in shown:
+            with self.subTest(command=command):
+                parser.parse_args(split_command(shlex.split(command))[0])
+
+    @unittest.skipUnless(HAS_GIT, "git is not installed")
+    def test_the_block_runs_as_written(self) -> None:
+        root = self.project()
+        done = self.run_block(root, self.block())
+        output = done.stdout.decode("utf-8", "replace")
+        self.assertEqual(done.returncode, 10, output)
+        for name in ("api", "web", "cli"):
+            self.assertEqual(len(releases(os.path.join(root, "remotes", name + ".git"))), 1)
+
+    @unittest.skipUnless(HAS_GIT, "git is not installed")
+    def test_killed_mid_push_with_servers_that_say_not_now_the_one_command_finishes_it(self) -> None:
+        root = self.project()
+        setup = self.block().partition("python3 $RUNNER/runner init")[0]  # the repositories and their remotes
+        done = self.run_block(root, setup)
+        self.assertEqual(done.returncode, 0, done.stdout)
+        for n, name in enumerate(("api", "web", "cli")):
+            install_hooks(os.path.join(root, "remotes", name + ".git"), hook(refuse=n, sleep=0.5))
+        cli = RunnerCli(self, root=root, env=dict(ISOLATED))
+        cli("init", "--contract", os.path.join(root, "contract.md"))
+        drive = cli.spawn("drive", "--owner", "agent-1", env=dict(ISOLATED))
+        logs = [os.path.join(root, "remotes", n + ".git", "pushes.log") for n in ("api", "web", "cli")]
+        wait_for("a push on its way", lambda: any(lines(log).count("start") > lines(log).count("end") for log in logs))
+        drive.send_signal(signal.SIGKILL)
+        drive.wait()
+        cli.child("drive", "--owner", "agent-1", code=10, env=dict(ISOLATED))
+        for n, name in enumerate(("api", "web", "cli")):
+            remote = os.path.join(root, "remotes", name + ".git")
+            self.assertEqual((len(releases(remote)), tags(remote)), (1, ["refs/tags/v2.3.0"]))
+            self.assertEqual(lines(os.path.join(remote, "landed.log")), ["landed"])
+            self.assertEqual(lines(os.path.join(remote, "refusals")), [str(n)] if n else [], "'not now', then accepted")
 
 
 if __name__ == "__main__":
