@@ -497,6 +497,31 @@ class CallsInFlightTest(Repositories):
         self.assertEqual((view.command, view.alive), (False, True), "after the push the call is this process's again")
 
 
+class RecordsTest(Repositories):
+    """Items that are records: a CSV row names the repository and the release, and fills every git template."""
+
+    def test_a_record_names_the_repository_the_tag_and_the_message(self) -> None:
+        web = make_remote(self.root, "web")
+        make_clone(self.root, "web", web)
+        with open(os.path.join(self.root, "releases.csv"), "w", encoding="utf-8") as handle:
+            handle.write("name,folder,version\napi,repos/api,2.3.0\nweb,repos/web,2.4.0\n")
+        contract = release_contract(section(repository="{field.folder}",
+                                            message="Release {field.name} {payload.version}",
+                                            author={"name": "Release Bot", "email": "bot@example.invalid"}))
+        contract["steps"][0].update(items={"csv": "releases.csv"}, key="{field.name}:v{field.version}",
+                                    payload={"template": {"version": "{field.version}"}})
+        cli = RunnerCli(self, root=self.root, env=dict(ISOLATED))
+        cli.init(contract)
+        cli("drive", "--owner", "agent", code=10)
+        for remote, name, version in ((self.remote, "api", "2.3.0"), (web, "web", "2.4.0")):
+            self.assertEqual(tags(remote), [f"refs/tags/v{version}"])
+            self.assertEqual(git(remote, "log", "-1", "--format=%B", "main").strip(),
+                             f"Release {name} {version}\n\nRunner-Key: {name}:v{version}")
+        by_folders = release_contract(section(repository="{field.folder}"))
+        found = [p.message for p in parse_contract_text(contract_markdown(json.dumps(by_folders)))[1]]
+        self.assertTrue(any("{field.folder} is filled from an item's record" in p for p in found), found)
+
+
 @unittest.skipUnless(HAS_GIT, "git is not installed")
 class DriveTest(unittest.TestCase):
     """A real drive over twelve repositories, SIGKILLed twice while pushes are on their way, resumed in other

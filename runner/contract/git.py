@@ -11,8 +11,9 @@ names the JSON fields that lead to it, so that ``contract check`` can give its
 line.
 
 Where an item is released (``repository``, ``remote``, ``branch``) is made of
-the item alone; what is released (``files``, ``message``, ``tag``) may also
-name the key and the payload's top-level fields (``{payload.version}``).
+the item alone (its name, or a record's ``{field.PATH}``); what is released
+(``files``, ``message``, ``tag``) may also name the key and the payload's
+top-level fields (``{payload.version}``).
 """
 
 import re
@@ -21,7 +22,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 from ..base.workspace import item_problem
 from .http import FieldProblem
 from .steps import _argv_problem
-from .templates import expand
+from .templates import FIELD_NAME, expand, is_field
 
 __all__ = ["git_problems", "payload_problems", "fill", "names_in", "ref_problem", "remote_problem", "GIT_FIELDS",
            "KEY_TRAILER", "WHERE_PLACEHOLDERS", "WHAT_PLACEHOLDERS", "EDIT_PLACEHOLDERS", "MAX_FILES"]
@@ -41,8 +42,10 @@ MAX_FILES = 100
 #: The most phrases ``not_now`` may list.
 MAX_NOT_NOW = 20
 
-#: A placeholder of a git template: a name, or ``payload.`` and a top-level field of the payload.
-_FIELD = re.compile(r"\{(payload\.[A-Za-z0-9_]+|[a-z_][a-z0-9_]*)(?::(0?[1-9][0-9]?)d)?\}")
+#: A placeholder of a git template: ``payload.`` and a top-level field of the payload (group 1), a name with its
+#: width (groups 2 and 3), or a record's ``field.PATH|FILTER...`` (group 4).
+_PLACEHOLDER = re.compile(r"\{(?:(payload\.[A-Za-z0-9_]+)|([a-z_][a-z0-9_]*)(?::(0?[1-9][0-9]?)d)?|("
+                          + FIELD_NAME + r"))\}")
 #: What a ref name may not hold (git-check-ref-format): control characters, space, ~ ^ : ? * [ \ and DEL.
 _REF_BAD = re.compile(r"[\x00-\x20~^:?*\[\\\x7f]")
 #: A URL that carries a password (``scheme://user:password@host``), or a user in an http(s) URL, often a token.
@@ -50,12 +53,14 @@ _PASSWORD = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*://[^/@]*:[^/@]*@|https?://[
 
 
 def names_in(text: str) -> List[str]:
-    """The placeholder names ``text`` holds, known or not (``payload.FIELD`` as one name), in order."""
-    return [m.group(1) for m in _FIELD.finditer(text)]
+    """The placeholder names ``text`` holds, known or not (``payload.FIELD`` and ``field.PATH`` each as one name), in
+    order."""
+    return [m.group(1) or m.group(2) or m.group(4) for m in _PLACEHOLDER.finditer(text)]
 
 
 def fill(template: str, values: Mapping[str, Any], payload: Optional[Mapping[str, Any]] = None) -> str:
-    """``template`` with each placeholder of ``values`` and each ``{payload.FIELD}`` replaced, in one pass.
+    """``template`` with each placeholder of ``values`` (a record's fields among them) and each ``{payload.FIELD}``
+    replaced, in one pass.
 
     A payload field that is a string goes in as it is; any other value as its JSON text. A brace that names no
     value is left as written, so a value never has its own braces filled.
@@ -66,7 +71,7 @@ def fill(template: str, values: Mapping[str, Any], payload: Optional[Mapping[str
 
     def one(match: "re.Match[str]") -> str:
         name = match.group(1)
-        if not name.startswith("payload."):
+        if name is None:
             return expand([match.group(0)], values)[0]
         field = name[len("payload."):]
         if payload is None or field not in payload:
@@ -74,7 +79,7 @@ def fill(template: str, values: Mapping[str, Any], payload: Optional[Mapping[str
         value = payload[field]
         return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
 
-    return _FIELD.sub(one, template)
+    return _PLACEHOLDER.sub(one, template)
 
 
 def ref_problem(name: str) -> Optional[str]:
@@ -111,7 +116,7 @@ def remote_problem(remote: str) -> Optional[str]:
 
 def _literal(template: str) -> str:
     """``template`` with every placeholder replaced by ``x``: what its written parts must allow."""
-    return _FIELD.sub("x", template)
+    return _PLACEHOLDER.sub("x", template)
 
 
 def _template_problems(field: str, value: Any, allowed: Sequence[str], payload: bool,
@@ -120,9 +125,10 @@ def _template_problems(field: str, value: Any, allowed: Sequence[str], payload: 
     ``{payload.FIELD}`` where ``payload``) name."""
     if not isinstance(value, str) or not value.strip():
         return [FieldProblem(at, f"effects.git.{field} must be a non-empty string")]
-    unknown = [n for n in names_in(value) if n not in allowed and not (payload and n.startswith("payload."))]
+    unknown = [n for n in names_in(value)
+               if n not in allowed and not is_field(n) and not (payload and n.startswith("payload."))]
     if unknown:
-        named = ", ".join("{" + n + "}" for n in allowed) + (", {payload.FIELD}" if payload else "")
+        named = ", ".join("{" + n + "}" for n in allowed) + (", {payload.FIELD}" if payload else "") + ", {field.PATH}"
         return [FieldProblem(at, f"effects.git.{field}: unknown placeholder {{{unknown[0]}}} (allowed: {named})")]
     return []
 
@@ -179,7 +185,7 @@ def _what_problems(git: Dict[str, Any]) -> List[FieldProblem]:
                                               "(a template)")]
                 out.extend(found)
     if "edit" in git:
-        problem = _argv_problem(git["edit"], "effects.git.edit", EDIT_PLACEHOLDERS)
+        problem = _argv_problem(git["edit"], "effects.git.edit", EDIT_PLACEHOLDERS, fields=True)
         if problem:
             out.append(FieldProblem(("git", "edit"), problem))
     return out

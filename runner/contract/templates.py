@@ -236,7 +236,8 @@ def field_values(record: Any, names: Sequence[str], what: str) -> Dict[str, str]
 
 def effects_templates(effects: Mapping[str, Any]) -> List[str]:
     """The templates of the effects section one item fills: the commands' arguments, the HTTP requests' URLs and header
-    values, and each lookup's ``value``. The section may be unchecked: what is not a string is left out."""
+    values, each lookup's ``value``, and every template of ``git``. The section may be unchecked: what is not a string
+    is left out."""
     out: List[Any] = []
     for name in ("invoke", "observe"):
         command = effects.get(name)
@@ -253,6 +254,12 @@ def effects_templates(effects: Mapping[str, Any]) -> List[str]:
             out += list(headers.values()) if isinstance(headers, dict) else []
             many = request.get("many")
             out += [many.get("url"), many.get("value")] if isinstance(many, dict) else []
+    git = effects.get("git")
+    if isinstance(git, dict):
+        out += [git.get(name) for name in ("repository", "remote", "branch", "message", "tag")]
+        files, edit = git.get("files"), git.get("edit")
+        out += [part for pair in files.items() for part in pair] if isinstance(files, dict) else []
+        out += edit if isinstance(edit, list) else []
     return [t for t in out if isinstance(t, str)]
 
 
