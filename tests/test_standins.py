@@ -124,7 +124,7 @@ class TrackerTests(unittest.TestCase):
         cls.server.stop()
 
     def setUp(self) -> None:
-        self.server.faults([], lag=0, rate={"limit": 5000, "window": 3600})
+        self.server.faults([], lag=0, rate={"limit": 5000, "window": 3600}, hold_clock=False)
         self.repo = f"/repos/acme/{self.id().rsplit('.', 1)[-1][:80]}/issues"
 
     def create(self, n: int) -> List[int]:
@@ -158,15 +158,19 @@ class TrackerTests(unittest.TestCase):
         self.assertEqual(self.server.request("GET", f"{self.repo}/9")[0], 404)
 
     def test_a_new_issue_shows_in_listings_only_after_the_lag_but_reads_at_once(self) -> None:
-        self.server.faults([], lag=0.3)
+        # On the tracker's held clock: the listing is asked before the lag is out however slow the machine is.
+        self.server.faults([], lag=0.3, hold_clock=True)
         [number] = self.create(1)
         self.assertEqual(self.listed("state=all")[0], [], "not listed yet")
         self.assertEqual(self.server.request("GET", f"{self.repo}/{number}")[0], 200)
-        time.sleep(0.35)
+        self.server.faults([], advance=0.25)
+        self.assertEqual(self.listed("state=all")[0], [], "not listed before the lag is out")
+        self.server.faults([], advance=0.1)
         self.assertEqual(self.listed("state=all")[0], [number])
 
     def test_every_answer_carries_the_rate_limit_and_a_spent_limit_is_a_403_until_its_reset(self) -> None:
-        self.server.faults([], rate={"limit": 3, "window": 0.4})
+        # On the tracker's held clock: the three requests fall in one window however slow the machine is.
+        self.server.faults([], rate={"limit": 3, "window": 0.4}, hold_clock=True)
         remaining = []
         for _ in range(3):
             status, headers, _ = self.server.request("GET", f"{self.repo}?state=all")
@@ -175,13 +179,13 @@ class TrackerTests(unittest.TestCase):
         status, headers, body = self.server.request("POST", self.repo, issue("t", "spent"))
         self.assertEqual((status, headers["x-ratelimit-remaining"]), (403, "0"))
         self.assertIn("API rate limit exceeded", json.loads(body)["message"])
-        self.assertGreaterEqual(int(headers["x-ratelimit-reset"]), int(time.time()))
+        self.assertGreater(int(headers["x-ratelimit-reset"]), self.server.faults([], add=True)["clock"], "a reset to come")
         self.assertEqual(self.server.count()["by_first_line"].get("spent"), None, "nothing created")
-        time.sleep(0.45)
+        self.server.faults([], advance=0.45)
         self.assertEqual(self.server.request("GET", f"{self.repo}?state=all")[0], 200, "a new window")
         self.server.faults([{"fault": "primary", "seconds": 0.2}], rate={"limit": 100, "window": 3600})
         self.assertEqual([self.server.request("GET", f"{self.repo}?state=all")[0] for _ in range(2)], [403, 403])
-        time.sleep(0.25)
+        self.server.faults([], advance=0.25)
         self.assertEqual(self.server.request("GET", f"{self.repo}?state=all")[0], 200)
 
     def test_a_secondary_limit_is_a_403_with_retry_after_and_a_429_names_its_wait_and_neither_creates(self) -> None:
@@ -393,7 +397,7 @@ class RestTests(unittest.TestCase):
         cls.server.stop()
 
     def setUp(self) -> None:
-        self.server.faults([], lag=0)
+        self.server.faults([], lag=0, hold_clock=False)
         self.key = self.id().rsplit(".", 1)[-1]
 
     def create(self, method: str = "POST", **fields: Any) -> Tuple[int, Dict[str, Any]]:
@@ -420,12 +424,26 @@ class RestTests(unittest.TestCase):
         self.assertEqual(self.server.json("GET", "/items?external_id=nobody"), [])
 
     def test_a_new_item_shows_in_the_lookup_only_after_the_lag_but_reads_at_once(self) -> None:
-        self.server.faults([], lag=0.3)
+        # On the stand-in's held clock: the lookup is asked before the lag is out however slow the machine is.
+        self.server.faults([], lag=0.3, hold_clock=True)
         _, item = self.create()
         self.assertEqual(self.found(), [])
         self.assertEqual(self.server.json("GET", f"/items/{item['id']}")["external_id"], self.key)
-        time.sleep(0.35)
+        self.server.faults([], advance=0.25)
+        self.assertEqual(self.found(), [], "not found before the lag is out")
+        self.server.faults([], advance=0.1)
         self.assertEqual(self.found(), [item["id"]])
+
+    def test_the_clock_stands_while_held_moves_only_when_advanced_and_is_the_wall_clocks_when_let_go(self) -> None:
+        self.assertEqual(self.server.request("POST", "/_faults", {"advance": 1})[0], 400, "a wall clock is not moved")
+        held = self.server.faults([], hold_clock=True)
+        self.assertTrue(held["clock_held"])
+        self.assertEqual(self.server.faults([], hold_clock=True)["clock"], held["clock"], "held, it stands")
+        self.assertEqual(self.server.faults([], advance=86400)["clock"], held["clock"] + 86400)
+        self.assertEqual(self.server.request("POST", "/_faults", {"advance": -1})[0], 400)
+        let_go = self.server.faults([], hold_clock=False)
+        self.assertFalse(let_go["clock_held"])
+        self.assertLess(let_go["clock"], held["clock"] + 86400, "the wall clock again, a day behind the held time")
 
     def test_faults_before_create_nothing_and_after_one_item(self) -> None:
         self.server.faults([{"fault": "503", "on": "create", "retry_after": 2},

@@ -21,6 +21,12 @@
   page), ``reset-after`` (done, the connection reset, no answer) and
   ``stall-after`` (done, no answer for ``seconds``, so a test can kill the
   caller while it waits).
+* **A clock a test can hold.** An HTTP stand-in's time (what its lags and
+  rate-limit windows are measured on) is the wall clock until ``POST
+  /_faults`` says ``{"hold_clock": true}``; from then it stands still and
+  moves only by ``{"advance": SECONDS}``, so a test of a lag or a window
+  never races the wall clock. ``{"hold_clock": false}`` gives the wall clock
+  back.
 * **Loopback only.** A stand-in listens on a loopback address and refuses
   any other.
 """
@@ -265,8 +271,22 @@ class Service:
     name faults are matched on; None: no fault applies); ``fault`` answers a
     fault of the service's own (None: not one of its own); ``perform`` does it;
     ``decorate`` adds headers to every answer. ``count`` is ``GET /_count``;
-    ``control`` takes the settings ``POST /_faults`` carries besides faults.
+    ``control`` takes the settings ``POST /_faults`` carries besides faults
+    and the clock's. ``now`` is the service's time: every lag and window is
+    measured on it, never on :func:`time.time` directly.
     """
+
+    @property
+    def clock(self) -> "Clock":
+        """The service's clock, made on first use (a service's ``__init__`` may read the time)."""
+        made = self.__dict__.get("_clock")
+        if made is None:
+            made = self.__dict__["_clock"] = Clock()
+        return made
+
+    def now(self) -> float:
+        """The service's time in epoch seconds (the wall clock's unless a test holds the clock)."""
+        return self.clock.now()
 
     def url(self, base: str) -> str:
         return base
@@ -296,6 +316,53 @@ class Service:
         return {}
 
 
+class Clock:
+    """A stand-in's time: the wall clock's, or, while held, a time that moves only when a test advances it.
+
+    Held, ``now`` is the same on every call until ``advance``; a test then
+    knows exactly which side of a lag or a window each request falls on,
+    however slowly the machine runs.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: Optional[float] = None
+
+    def now(self) -> float:
+        with self._lock:
+            return time.time() if self._held is None else self._held
+
+    def control(self, settings: Dict[str, Any]) -> Dict[str, Any]:
+        """Apply ``hold_clock`` (true: stop at the present time; false: the wall clock) then ``advance`` (seconds).
+
+        :returns: the settings left for the service.
+        :raises ValueError: a setting of the wrong type, or ``advance`` on a clock not held.
+        """
+        settings = dict(settings)
+        with self._lock:
+            if "hold_clock" in settings:
+                hold = settings.pop("hold_clock")
+                if not isinstance(hold, bool):
+                    raise ValueError("'hold_clock' is true or false")
+                if not hold:
+                    self._held = None
+                elif self._held is None:
+                    self._held = time.time()
+            if "advance" in settings:
+                seconds = settings.pop("advance")
+                if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or seconds < 0:
+                    raise ValueError("'advance' is a number of seconds")
+                if self._held is None:
+                    raise ValueError("'advance' moves a held clock; send \"hold_clock\": true first")
+                self._held += float(seconds)
+        return settings
+
+    def shown(self) -> Dict[str, Any]:
+        """The clock as ``/_faults`` shows it: whether it is held and its time."""
+        with self._lock:
+            return {"clock_held": self._held is not None, "clock": time.time() if self._held is None else self._held}
+
+
 class HttpFront(ThreadingHTTPServer):
     """An HTTP/1.1 server on loopback that answers for ``service``, with the scripted ``faults`` and control routes.
 
@@ -310,6 +377,7 @@ class HttpFront(ThreadingHTTPServer):
 
     def __init__(self, address: Tuple[str, int], service: Service, faults: Faults) -> None:
         self.service = service
+        service.clock.now()  # made here, before any request thread can race to make it
         self.faults = faults
         self.stopping = threading.Event()
         self._seen_lock = threading.Lock()
@@ -418,10 +486,11 @@ class _Handler(BaseHTTPRequestHandler):
                     front.faults.replace(_listed(body.pop("faults")))
                 if "add" in body:
                     front.faults.replace(_listed(body.pop("add")), add=True)
-                settings = front.service.control(body)
+                # The clock first: a setting the service applies at once (a new rate window) starts on the held time.
+                settings = front.service.control(front.service.clock.control(body))
             except ValueError as exc:
                 return json_response(400, {"message": str(exc)})
-            return json_response(200, dict(settings, faults=front.faults.pending()))
+            return json_response(200, dict(settings, faults=front.faults.pending(), **front.service.clock.shown()))
         return json_response(404, {"message": f"no control route {request.method} {request.path}"})
 
     def _send(self, response: Response) -> None:

@@ -19,7 +19,8 @@
   ``503`` with ``Retry-After``, ``500-after``, ``502-after``,
   ``reset-after``, ``stall-after``, ``reset-before``.
 * ``GET /_count`` and :func:`count_by_external_id`: items per key, and the
-  keys held more than once. ``POST /_faults`` also takes ``lag``.
+  keys held more than once. ``POST /_faults`` also takes ``lag``, measured on
+  the stand-in's clock, which a test can hold and advance.
 """
 
 import argparse
@@ -78,7 +79,7 @@ class Rest(Service):
             return self._update(int(ITEM.match(request.path).group(1)), sent)  # type: ignore[union-attr]
         if operation == "lookup":
             key = request.query.get("external_id")
-            seen_by = time.time() - self.lag
+            seen_by = self.now() - self.lag
             found = self.state.read(lambda s: [dict(i) for i in s["items"] if key is None or i["external_id"] == key])
             return json_response(200, [_shown(i) for i in found if i["created"] <= seen_by])
         if operation == "read":
@@ -90,7 +91,7 @@ class Rest(Service):
     def _create(self, sent: Dict[str, Any]) -> Response:
         if not isinstance(sent.get("external_id"), str) or not sent["external_id"]:
             return json_response(422, {"error": "external_id is required (a non-empty string)"})
-        now = time.time()
+        now = self.now()
 
         def add(state: Dict[str, Any]) -> Dict[str, Any]:
             fields = {k: v for k, v in sent.items() if k not in ("id", "external_id", "created_at")}

@@ -28,7 +28,8 @@
 * ``GET /_count``: issues per first line of their body (``by_first_line``)
   and the lines held more than once (``duplicates``); :func:`count_by_first_line`
   reads the same from DIR. ``POST /_faults`` also takes ``lag`` and
-  ``rate`` (``{"limit": N, "window": S}``, a full bucket).
+  ``rate`` (``{"limit": N, "window": S}``, a full bucket); lags and windows
+  are measured on the stand-in's clock, which a test can hold and advance.
 """
 
 import argparse
@@ -71,7 +72,7 @@ class Tracker(Service):
 
     def _bucket(self, limit: int, window: float) -> None:
         self.limit, self.window = limit, window
-        self.remaining, self.reset = limit, time.time() + window
+        self.remaining, self.reset = limit, self.now() + window
 
     # -- what a request does ----------------------------------------------------------------------
     def operation(self, request: Request) -> Optional[str]:
@@ -89,7 +90,7 @@ class Tracker(Service):
             if said not in (f"Bearer {self.token}", f"token {self.token}"):
                 return json_response(401, {"message": "Bad credentials", "documentation_url": DOCS})
         with self._lock:
-            now = time.time()
+            now = self.now()
             if now >= self.reset:
                 self.remaining, self.reset = self.limit, now + self.window
             if self.remaining <= 0:
@@ -110,7 +111,7 @@ class Tracker(Service):
                                  (("retry-after", str(int(seconds)) if seconds == int(seconds) else str(seconds)),))
         if fault["fault"] == "primary":
             with self._lock:
-                self.remaining, self.reset = 0, time.time() + float(fault.get("seconds", 1))
+                self.remaining, self.reset = 0, self.now() + float(fault.get("seconds", 1))
             return self._spent()
         return None
 
@@ -145,7 +146,7 @@ class Tracker(Service):
         problem = _problem(sent)
         if problem:
             return json_response(422, {"message": "Validation Failed", "errors": [problem], "documentation_url": DOCS})
-        now = time.time()
+        now = self.now()
 
         def add(state: Dict[str, Any]) -> Dict[str, Any]:
             repo = state["repos"].setdefault(f"{owner}/{name}", {"issues": []})
@@ -168,7 +169,7 @@ class Tracker(Service):
             errors = [{"field": "state", "code": "invalid"}]
             return json_response(422, {"message": "Validation Failed", "errors": errors})
         repo = self.state.read(lambda s: list(s["repos"].get(f"{owner}/{name}", {}).get("issues", ())))
-        seen_by = time.time() - self.lag
+        seen_by = self.now() - self.lag
         visible = [] if wanted == "closed" else [i for i in repo if i["created"] <= seen_by]
         visible.sort(key=lambda issue: issue["number"], reverse=True)
         last = max(1, -(-len(visible) // per_page))
