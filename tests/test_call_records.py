@@ -364,10 +364,9 @@ class GarbageTest(RunCase):
         before = self.doctor()
         self.assertFalse(before["healthy"], "doctor reports it before any drive")
         self.assertIn(f"{name}: {why}", "\n".join(f["message"] for f in before["findings"]))
-        began = time.monotonic()
+        # A drive that waited on the record (until its deadline) or opened the FIFO would never end: finish's deadline.
         done = self.finish(self.drive("worker"), timeout=60)
         self.assertEqual(done["code"], 10, done["err"])
-        self.assertLess(time.monotonic() - began, 20, "drive completes in seconds")
         self.assertEqual(self.lines("ledger"), [KEY])
         [aside] = inflight.Registry(self.calls).set_aside()
         self.assertEqual((aside.name, aside.why), (name, why))

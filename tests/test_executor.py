@@ -201,8 +201,9 @@ class ReceiptTest(TargetCase):
         self.assertEqual(record["state"], "verified")
         self.assertEqual(self.lines("a:ticket"), 1)
         # Seen after the one-second lag, so verified then: a presence needs no settle time, only an absence does.
+        # Times of the run's own record: one that waited the settle time out shows 30 s or more, however loaded.
         took = parse_time(record["updated_at"]) - parse_time(record["started_at"])
-        self.assertLess(took, 15, f"verified {took:.1f} s after the call began: the settle time of 30 s was waited out")
+        self.assertLess(took, 30, f"verified {took:.1f} s after the call began: the settle time of 30 s was waited out")
 
 
 class CallsInFlightTest(TargetCase):

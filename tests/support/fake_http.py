@@ -8,6 +8,7 @@ at run time.
 """
 
 import os
+import select
 import shutil
 import socket
 import socketserver
@@ -70,7 +71,10 @@ class ScriptedServer:
         self.default = default
         self.seen: List[Seen] = []
         self.connections = 0
+        # (bytes of the answer sent, bytes of the whole answer) for each answer whose client hung up before its end
+        self.hung_up: List[Tuple[int, int]] = []
         self._lock = threading.Lock()
+        self._hung_up = threading.Condition(self._lock)
         self._stop = threading.Event()
         outer = self
 
@@ -112,14 +116,18 @@ class ScriptedServer:
                     self.seen.append(Seen(method, target, headers, body, number))
                     reply = self.script.pop(0) if self.script else self.default
                 if reply.silent:
-                    self._stop.wait(30)
+                    self._stay_silent(sock)
                     return
                 data = f"HTTP/1.1 {reply.status} Scripted\r\n".encode()
                 data += b"".join(f"{n}: {v}\r\n".encode() for n, v in reply.headers)
                 data += f"Content-Length: {len(reply.body)}\r\n\r\n".encode() + reply.body
                 if reply.trickle:
                     for i in range(len(data)):
-                        sock.sendall(data[i:i + 1])
+                        try:
+                            sock.sendall(data[i:i + 1])
+                        except OSError:
+                            self._note_hang_up(i, len(data))
+                            return
                         if self._stop.wait(reply.trickle):
                             return
                 else:
@@ -131,6 +139,36 @@ class ScriptedServer:
             return
         finally:
             sock.close()
+
+    def _stay_silent(self, sock: socket.socket) -> None:
+        """Answer nothing for 30 seconds or until the client hangs up (noted) or the server stops."""
+        end = time.monotonic() + 30
+        while not self._stop.is_set() and time.monotonic() < end:
+            readable, _, _ = select.select([sock], [], [], 0.05)
+            if readable:
+                try:
+                    data = sock.recv(65536)
+                except OSError:
+                    data = b""
+                if not data:
+                    self._note_hang_up(0, 0)
+                    return
+
+    def _note_hang_up(self, sent: int, whole: int) -> None:
+        with self._hung_up:
+            self.hung_up.append((sent, whole))
+            self._hung_up.notify_all()
+
+    def wait_for_hang_up(self, timeout: float = 60.0) -> Tuple[int, int]:
+        """The first answer a client hung up on: (bytes of it sent, bytes of the whole); waits for it at most
+        ``timeout`` seconds.
+
+        :raises AssertionError: no client hung up before then.
+        """
+        with self._hung_up:
+            if not self._hung_up.wait_for(lambda: bool(self.hung_up), timeout):
+                raise AssertionError(f"no client hung up on an answer within {timeout} s")
+            return self.hung_up[0]
 
     def stop(self) -> None:
         self._stop.set()
