@@ -194,6 +194,17 @@ class ResolveTest(unittest.TestCase):
         with self.assertRaises(InvalidInput):
             effects.ack_ops(self.state, "doc-9", {}, T0)
 
+    def test_a_listing_that_holds_two_entries_for_one_effect_is_flagged_after_one_call(self) -> None:
+        once = then(self.state, effects.ack_ops, "doc-1", {"t": 1})
+        listed = {"matches": 2, "possible_duplicate": True}
+        self.assertIn(["set", ["effects", "doc-1", "flags"], ["several-listed"]],
+                      effects.verify_ops(once, "doc-1", listed, T0))
+        again = then(then(self.state, effects.absent_ops, "doc-1", {"seen": 0}), effects.begin_ops, "doc-1", DIGEST,
+                     now=T0 + 3600)
+        self.assertIn(["set", ["effects", "doc-1", "flags"], ["several-matches", "several-listed"]],
+                      effects.verify_ops(again, "doc-1", listed, T0 + 3600), "both, in one change")
+        self.assertNotIn("flags", str(effects.verify_ops(once, "doc-1", {"matches": 1, "possible_duplicate": False}, T0)))
+
     def test_several_matches_after_several_calls_are_flagged_and_the_flag_is_kept(self) -> None:
         once = then(self.state, effects.ack_ops, "doc-1", {"t": 1})
         self.assertNotIn("flags", str(effects.verify_ops(once, "doc-1", {"matches": 2}, T0)), "one call: two matches are the target's own")

@@ -76,6 +76,8 @@ DEFAULT_MAX_RATE_LIMITED = 10
 FLAGS = {
     "absent-soon-after-takeover": "observed absent soon after a takeover, then invoked again: a call of the earlier holder could have landed late",
     "several-matches": "invoked more than once, and the target shows more than one match",
+    "several-listed": "the target's listing holds more than one entry for it: one may be a duplicate, made before the "
+                      "run or by another writer",
 }
 
 #: The largest payload an effect's record keeps whole (canonical JSON); a larger one is kept as its file's path.
@@ -305,15 +307,21 @@ def verify_ops(state: Dict[str, Any], key: str, evidence: Dict[str, Any], now: f
     """The effect was observed at the target: it is done.
 
     An effect invoked more than once whose evidence shows more than one match (``matches`` above 1)
-    is flagged ``several-matches`` for a person to check.
+    is flagged ``several-matches`` for a person to check; one whose evidence says a listing held
+    more than one entry for it (``possible_duplicate``), ``several-listed``, however often it was invoked.
     """
     check_document(evidence, "evidence")
     ops = _resolve(state, key, "verified", "evidence", evidence, UNRESOLVED, now, reconciled)
     effect = state["effects"][key]
     matches = evidence.get("matches")
     calls = int(effect.get("attempts", 0)) - int(effect.get("deferred", 0))
+    flags = []
     if ops and isinstance(matches, int) and not isinstance(matches, bool) and matches > 1 and calls > 1:
-        ops += _flag_ops(effect, key, "several-matches")
+        flags.append("several-matches")
+    if ops and evidence.get("possible_duplicate") is True:
+        flags.append("several-listed")
+    if flags:
+        ops += _flag_ops(effect, key, *flags)
     return ops
 
 
@@ -343,9 +351,10 @@ def absent_ops(state: Dict[str, Any], key: str, evidence: Dict[str, Any], now: f
     return ops
 
 
-def _flag_ops(effect: "EffectRecord", key: str, flag: str) -> Ops:
-    flags = list(effect.get("flags") or [])
-    return [] if flag in flags else [_set(key, "flags", flags + [flag])]
+def _flag_ops(effect: "EffectRecord", key: str, *flags: str) -> Ops:
+    kept = list(effect.get("flags") or [])
+    added = [flag for flag in flags if flag not in kept]
+    return [_set(key, "flags", kept + added)] if added else []
 
 
 def deferred_ops(state: Dict[str, Any], key: str, evidence: Dict[str, Any], now: float, not_before: str) -> Ops:
