@@ -20,7 +20,7 @@ from runner.calls import inflight
 from runner.adapters import http_client
 from runner.adapters.factory import adapter_for
 from runner.adapters.http import HttpAdapter, http_spec
-from runner.adapters.http_answers import retry_after_seconds
+from runner.adapters.http_answers import Pacing, retry_after_seconds
 from runner.adapters.http_client import BODY_LIMIT, ConnectionPool
 from runner.base.pointer import parse_pointer, resolve_pointer
 from runner.contract.http import http_problems
@@ -183,7 +183,8 @@ class ContractSectionTest(unittest.TestCase):
 
     def test_secrets_and_credentials_stay_out_of_urls_and_receipts(self) -> None:
         cases = {
-            "go in header values only": section("http://127.0.0.1:1", observe={"url": "http://127.0.0.1:1/a?k={env:DESK_TOKEN}"}),
+            "must name an environment variable": section("http://127.0.0.1:1", observe={"url": "http://127.0.0.1:1/a?k={env:A-B}"}),
+            "must be a path relative to the workspace": section("http://127.0.0.1:1", observe={"url": "{file:../hook}?k={slug}"}),
             "credentials in the URL are refused": section("http://user:pw@127.0.0.1:1"),
             "never kept in a receipt": section("http://127.0.0.1:1", invoke={"receipt_headers": ["Location", "Set-Cookie"]}),
             "must start with http:// or https://": section("ftp://127.0.0.1:1"),
@@ -424,24 +425,30 @@ class ObserveAnswersTest(_Base):
         self.assertEqual(adapter.observe(KEY, {}).status, "absent")
         self.assertEqual(server.seen[0].target, "/api/issues/report-013-customer-s-copy")
 
-    def test_a_lookup_told_not_now_asks_again_after_retry_after(self) -> None:
+    def test_a_lookup_told_not_now_waits_as_an_invoke_does(self) -> None:
         date = email.utils.formatdate(time.time() + 2, usegmt=True)
-        seen, server = self.observe(Reply(429, b"", (("Retry-After", "1"),)), Reply(503, b"", (("Retry-After", date),)),
-                                    Reply(200, b'[{"id": 5}]'))
-        self.assertEqual((seen.status, len(server.seen)), ("present", 3))
-        self.assertEqual(self.slept[0], 1.0)
-        self.assertTrue(0 <= self.slept[1] <= 2.0, self.slept)
+        reset = str(int(time.time()) + 30)
+        cases = [(Reply(429, b"", (("Retry-After", "1"),)), 1.0), (Reply(429, b""), None),
+                 (Reply(503, b"", (("Retry-After", date),)), 2.0), (Reply(429, b"", (("Retry-After", "60"),)), 60.0),
+                 (Reply(403, b'{"message": "secondary rate limit"}', (("retry-after", "7"),)), 7.0),
+                 (Reply(403, b"{}", (("X-RateLimit-Remaining", "0"), ("X-RateLimit-Reset", reset))), 30.0)]
+        for reply, wait in cases:
+            server = self.scripted(reply, Reply(200, b'[{"id": 5}]'))
+            with self.assertRaises(NotApplied, msg=reply) as caught:
+                self.adapter(section(server.url), timeout=5, pacing=Pacing()).observe(KEY, {})
+            self.assertEqual((len(server.seen), self.slept), (1, []), "the executor waits, not the call")
+            if wait is None:
+                self.assertIsNone(caught.exception.retry_after)
+            else:
+                self.assertAlmostEqual(caught.exception.retry_after, wait, delta=1.5)
+            self.assertIn(f"answered {reply.status}", str(caught.exception))
+        seen, _ = self.observe(Reply(403, b'{"message": "Resource not accessible by integration"}'))
+        self.assertEqual(seen.status, "unknown", "a 403 that names no limit is no 'not now'")
 
     def test_a_lookup_answered_by_a_proxy_is_asked_again(self) -> None:
         seen, server = self.observe(Reply(502, b""), Reply(504, b""), Reply(503, b"upstream connect error"),
                                     Reply(200, b'[{"id": 5}]'))
         self.assertEqual((seen.status, len(server.seen), self.slept), ("present", 4, [0.5, 0.5, 0.5]))
-
-    def test_a_lookup_that_stays_told_not_now_is_unknown_within_its_time(self) -> None:
-        server = self.scripted(default=Reply(429, b"", (("Retry-After", "60"),)))
-        seen = self.adapter(section(server.url), timeout=5).observe(KEY, {})
-        self.assertEqual((seen.status, len(server.seen), self.slept), ("unknown", 1, []))
-        self.assertIn("answered 429", seen.evidence["reason"])
 
 
 class ConnectionTest(_Base):

@@ -21,9 +21,12 @@ each overridable per request by ``statuses`` (:mod:`runner.adapters.http_answers
 Invariants kept here:
 
 * **Secrets never reach the run.** Secrets are read at each call. Receipts,
-  evidence and reasons name the headers sent, never their values, and any
-  text of the target's answer that holds a secret value has it replaced by
-  ``[secret]`` before it is returned.
+  evidence and reasons name the headers sent, never their values; a URL
+  that holds ``{env:NAME}`` or ``{file:PATH}`` (anywhere: a webhook's whole
+  URL may be one) is shown with ``[secret]`` in their place, and where a
+  secret names the host, the host is a secret too; any text of the target's
+  answer that holds a secret value has it replaced by ``[secret]`` before it
+  is returned.
 * **No effect begins with a request that cannot be sent.** The constructor
   makes the item's header values, secrets read, and raises InvalidInput (naming
   the header, never its value) when one cannot be read or sent (a character
@@ -36,14 +39,24 @@ Invariants kept here:
   continued late never sends what another worker has since decided about.
 * **One time limit per call.** ``timeout_seconds`` bounds connecting, sending
   and receiving together (the client's deadline), so a target that answers
-  one byte at a time cannot stretch it.
+  one byte at a time cannot stretch it; a listing's pages share it.
+* **No request the target announced it would refuse.** An answer that says no
+  request is left before a reset (:func:`~runner.adapters.http_answers.rate_limit_wait`)
+  holds every request to its origin until then: the call raises
+  :class:`~runner.calls.target.NotApplied` with the time left, nothing sent.
+* **An absence only from a listing read to its end.** With ``observe.list``
+  every lookup reads one listing of the target page by page, within the
+  call's time and ``max_pages``; a key none of its entries matches is absent
+  only when the last page said no other follows. A listing cut short (a page
+  that cannot be read within the call's time, ``max_pages`` reached, a next
+  page on another origin) says nothing of a key it did not find: unknown.
 """
 
 import dataclasses
 import os
 import time
 import urllib.parse
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 from ..calls import inflight
 from ..contract.templates import expand
@@ -51,17 +64,33 @@ from ..base.canonical import canonical_json, sha256_hex
 from ..base.errors import InvalidInput
 from ..base.pointer import MISSING, matched, resolve_pointer, shown
 from ..calls.target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
-from ..contract.http import http_problems, sensitive, unsendable
+from ..contract.http import SECRET, http_problems, sensitive, split_url, unsendable
 from ..contract.spec import DEFAULT_CALL_TIMEOUT, HttpRequest, HttpSpec, read_http
-from .http_answers import (LOOK_AGAIN, MANY_NOT_NOW, document_of, invoke_outcome, observed, outcome_of, partial,
-                           retry_after_seconds)
-from .http_client import POOL, ConnectionPool, HttpClient, Lost, NotSent, Origin, Reply, authority, origin_of
-from .http_secrets import fill_secrets, scrub, scrub_text
+from .http_answers import (LOOK_AGAIN, MANY_NOT_NOW, PACING, Pacing, answer_word, document_of, empty, listed_document,
+                           next_link, observed, partial, rate_limit_wait, refused_for_now, retry_after_seconds,
+                           text_matches)
+from .http_client import BODY_LIMIT, POOL, ConnectionPool, HttpClient, Lost, NotSent, Origin, Reply, authority, origin_of
+from .http_secrets import fill_secrets, fill_url, scrub, scrub_text, shown_url
 
-__all__ = ["HttpAdapter", "http_spec", "ConnectionPool", "POOL"]
+__all__ = ["HttpAdapter", "http_spec", "ConnectionPool", "POOL", "LIST_BATCH", "LIST_PAGE_LIMIT"]
 
 #: The largest JSON object answer kept whole as a receipt; a larger one is kept as its digest.
 RECEIPT_BODY_LIMIT = 64 * 1024
+#: The most keys one listing is matched to (``observe.list``): any number costs one listing, so the executor's.
+LIST_BATCH = 1000
+#: The bytes of one page of a listing read at most: a page is matched and let go, never kept.
+LIST_PAGE_LIMIT = 8 * BODY_LIMIT
+#: Seconds between two tries of a page of a listing that could not be read (a lost connection, a 5xx).
+PAGE_AGAIN_SECONDS = 0.5
+_FORM = "application/x-www-form-urlencoded"
+
+
+class _Located(NamedTuple):
+    """Where one request goes: its origin, the path and query sent, and the whole URL as the run may record it."""
+
+    origin: Origin
+    target: str
+    shown: str
 
 
 def http_spec(section: Mapping[str, Any]) -> HttpSpec:
@@ -89,7 +118,9 @@ class HttpAdapter:
     :param environ: where ``{env:NAME}`` is read (default ``os.environ``; proxies are the process's, as urllib reads
         them).
     :param sleep: how a lookup waits before asking again (injectable).
-    :raises InvalidInput: a header's secret cannot be read now, or the environment's proxy is no http:// URL.
+    :param pacing: when each origin takes a request again, as its answers announced (default: the process's).
+    :raises InvalidInput: a header's or a URL's secret cannot be read now, a URL made from a secret is no http(s)
+        URL, or the environment's proxy is no http:// URL.
     """
 
     name = "http"
@@ -98,7 +129,8 @@ class HttpAdapter:
 
     def __init__(self, spec: HttpSpec, *, values: Optional[Mapping[str, Any]] = None, workspace: str = ".",
                  timeout: float = DEFAULT_CALL_TIMEOUT, pool: ConnectionPool = POOL,
-                 environ: Optional[Mapping[str, str]] = None, sleep: Callable[[float], None] = time.sleep) -> None:
+                 environ: Optional[Mapping[str, str]] = None, sleep: Callable[[float], None] = time.sleep,
+                 pacing: Pacing = PACING) -> None:
         self.spec = spec
         self.values = dict(values or {})
         self.workspace = os.path.abspath(workspace)
@@ -107,22 +139,30 @@ class HttpAdapter:
         self.client = HttpClient(self.timeout, pool, before_send=_deadline_passed)
         self.environ = os.environ if environ is None else environ
         self.sleep = sleep
+        self.pacing = pacing
         self.deduplicates = self.spec.deduplicates
         self.retention_seconds: Optional[float] = self.spec.retention_seconds if self.deduplicates else None
         header = self.spec.idempotency_header
         self.key_scope = (f"the target's, on the {header} header" if header else
                           "none: the key is not sent to the target (it is found by the observe request)")
         observe = self.spec.observe
-        self.verification = f"{observe.method} {observe.url}" + (
-            f" holding a value at {_written(observe.pointer)}" if observe.pointer is not None else "")
-        #: What each request's statuses mean, as the answers read them.
+        listing = observe.listing
+        self.verification = f"{observe.method} {shown_url(observe.url)}" + (
+            f" holding a value at {_written(observe.pointer)}" if observe.pointer is not None else "") + (
+            f" read page by page to its end, an entry's {_written(listing.match)} matched to {listing.value} "
+            f"({listing.how})" if listing is not None else "")
+        #: What each request's statuses mean, and the conditions on the body some of them have, as the answers read them.
         self._statuses = {request.kind: dict(request.statuses) for request in (self.spec.invoke, observe)}
-        self._origins = {request.kind: self._origin(request) for request in (self.spec.invoke, observe)}
+        self._conditions = {request.kind: dict(request.conditions) for request in (self.spec.invoke, observe)}
+        self._origins: Dict[Tuple[str, str, int], Origin] = {}
         for request in (self.spec.invoke, observe):
-            # The item's own header values, secrets read now: one that cannot be made or sent stops the item before it
-            # begins. Any key and epoch will do: a key is an id and an epoch a number, both ASCII.
+            if not request.origin_secret:
+                self._origin(request.scheme, request.host, request.port)
+            # The item's own header values and URL, secrets read now: one that cannot be made or sent stops the item
+            # before it begins. Any key and epoch will do: a key is an id and an epoch a number, both ASCII.
             try:
                 self._headers(request, "k", 1, [])
+                self._locate(request, "k", 1, [])
             except ValueError as exc:
                 raise InvalidInput(f"effects.http.{request.kind}: {exc}") from None
 
@@ -132,7 +172,7 @@ class HttpAdapter:
         request = self.spec.invoke
         secrets: List[str] = []
         try:
-            reply = self._exchange(request, key, epoch, canonical_json(payload), secrets, self._end())
+            reply = self._exchange(request, key, epoch, _body(request.send_as, payload), secrets, self._end())
         except NotSent as exc:
             raise NotApplied(scrub_text(f"{request.method} {self._shown_url(request, key, epoch)}: {exc}",
                                         secrets)) from None
@@ -140,7 +180,10 @@ class HttpAdapter:
             raise UnknownOutcome(scrub_text(f"{request.method} {self._shown_url(request, key, epoch)}: {exc}",
                                             secrets)) from None
         retry_after = retry_after_seconds(reply.headers.get("Retry-After"))
-        word = invoke_outcome(self._statuses["invoke"], reply.status, retry_after)
+        if retry_after is None and reply.status in (403, 429):
+            retry_after = rate_limit_wait(reply.headers)  # a limit spent: nothing before its reset
+        unnamed = "not-applied" if reply.status == 503 and retry_after is not None else "unknown"
+        word = answer_word(self._statuses["invoke"], self._conditions["invoke"], reply, unnamed)
         if word == "receipt":
             return scrub(self._receipt(request, reply, key, epoch), secrets)
         detail = scrub_text(self._answered(request, reply, key, epoch), secrets)
@@ -156,7 +199,9 @@ class HttpAdapter:
         """Look the effect up; never changes anything at the target. Asks again after "not now" within the call's
         time."""
         request = self.spec.observe
-        statuses = self._statuses["observe"]
+        if request.listing is not None:
+            return self._listing([(key, payload, self)])[0]
+        statuses, conditions = self._statuses["observe"], self._conditions["observe"]
         secrets: List[str] = []
         end = self._end()
         evidence: Dict[str, Any] = {"source": "http", "request": self._shown(request, key, None)}
@@ -170,8 +215,13 @@ class HttpAdapter:
             except Lost as exc:
                 return Observation("unknown", scrub(dict(evidence, reason=str(exc)[:500]), secrets))
             else:
-                if reply.status not in LOOK_AGAIN or outcome_of(statuses, reply.status) != "unknown":
-                    seen = observed(statuses, request.pointer, reply, evidence)
+                word = answer_word(statuses, conditions, reply)
+                refused, named = refused_for_now(reply)
+                if refused and word == "unknown":
+                    # "Not now": the executor waits for it as for an invoke's, and every call to the target with it.
+                    raise NotApplied(scrub_text(self._answered(request, reply, key, None), secrets), named)
+                if reply.status not in LOOK_AGAIN or word != "unknown":
+                    seen = observed(statuses, request.pointer, reply, evidence, conditions)
                     return Observation(seen.status, scrub(seen.evidence, secrets))
                 reason = self._answered(request, reply, key, None)
                 asked = retry_after_seconds(reply.headers.get("Retry-After"))
@@ -184,13 +234,20 @@ class HttpAdapter:
     def batch_key(self) -> Optional[Tuple[Any, ...]]:
         """Adapters with one ``batch_key`` may be looked up together by :meth:`observe_many` (None: no
         ``observe.many``)."""
-        return None if self.spec.observe.many is None else ("http", self.spec, self.workspace)
+        observe = self.spec.observe
+        return None if observe.many is None and observe.listing is None else ("http", self.spec, self.workspace)
 
     @property
     def observe_batch(self) -> int:
         """The most keys one :meth:`observe_many` asks for."""
         many = self.spec.observe.many
-        return many.most if many is not None else 1
+        return LIST_BATCH if self.lists else many.most if many is not None else 1
+
+    @property
+    def lists(self) -> bool:
+        """True when a lookup reads one listing of the target (``observe.list``), the same whatever keys it is for:
+        one at a time answers every key waiting, and a key's own lookup is that listing too."""
+        return self.spec.observe.listing is not None
 
     def observe_many(self, items: Sequence[Tuple[str, Dict[str, Any], Any]]) -> List[Observation]:
         """Look several keys up with one request (``observe.many``), in the order given.
@@ -209,6 +266,8 @@ class HttpAdapter:
         :raises NotApplied: the lookup was refused for now (408, 429, 503, or no connection).
         :raises Rejected: the target refuses this lookup (any other 4xx, such as 414 or 400): ask key by key.
         """
+        if self.lists:
+            return self._listing(items)
         many = self.spec.observe.many
         if many is None:
             raise InvalidInput("this contract's observe request names no 'many': keys are looked up one by one")
@@ -233,9 +292,10 @@ class HttpAdapter:
             raise NotApplied(str(exc)) from None
         except Lost as exc:
             return unseen(str(exc))
-        if reply.status in MANY_NOT_NOW:
-            raise NotApplied(self._answered(request, reply, first, None),
-                             retry_after_seconds(reply.headers.get("Retry-After")))
+        refused, named = refused_for_now(reply)
+        if reply.status in MANY_NOT_NOW or refused:
+            raise NotApplied(scrub_text(self._answered(request, reply, first, None), secrets),
+                             named if refused else retry_after_seconds(reply.headers.get("Retry-After")))
         if 400 <= reply.status < 500:
             raise Rejected(scrub_text(self._answered(request, reply, first, None), secrets))
         document = document_of(reply.body) if reply.whole and reply.status == 200 else MISSING
@@ -282,14 +342,215 @@ class HttpAdapter:
                 "headers": sorted(names, key=str.lower)}
 
     def _shown_url(self, request: HttpRequest, key: str, epoch: Optional[int]) -> str:
-        where = authority(request.scheme, request.host, request.port)
-        return f"{request.scheme}://{where}{self._target(request, key, epoch)}"
+        """The URL as the run may record it: placeholders filled, each secret ``[secret]`` (no secret is read)."""
+        shown = shown_url(self._filled(request, key, epoch))
+        if request.origin_secret:
+            return shown
+        return f"{request.scheme}://{authority(request.scheme, request.host, request.port)}{shown}"
+
+    # -- listings -------------------------------------------------------------------------------------
+    def _listing(self, items: Sequence[Tuple[str, Dict[str, Any], Any]]) -> List[Observation]:
+        """The target's listing read page by page to its end (``observe.list``), and what it says of each key.
+
+        Each item is ``(key, payload, adapter)``, its adapter holding the key's
+        placeholders. An entry matches a key when its text at ``match``
+        matches the key's ``value`` (``how``). A key with a match is present
+        (``matches`` says how many; more than one is a possible duplicate); a
+        key with none is absent only when the last page read said no other
+        follows, and unknown when the listing was cut short.
+
+        :raises NotApplied: a page was answered "not now", or the target announced no request before a reset: the
+            listing is read again later, whole.
+        """
+        request = self.spec.observe
+        listing = request.listing
+        assert listing is not None
+        first = items[0][0]
+        wanted = [expand([listing.value], dict(getattr(adapter, "values", self.values), key=key))[0]
+                  for key, _payload, adapter in items]
+        secrets: List[str] = []
+        end = self._end()
+        evidence: Dict[str, Any] = {"source": "http", "request": self._shown(request, first, None), "keys": len(items)}
+        found: List[List[Any]] = [[] for _ in wanted]
+        by_text: Dict[str, List[int]] = {}
+        for index, want in enumerate(wanted):
+            by_text.setdefault(want.strip() if listing.how == "first_line" else want, []).append(index)
+        pages = listed = 0
+        cut: Optional[str] = None
+        try:
+            located = self._locate(request, first, None, secrets)
+            headers = self._headers(request, first, None, secrets)
+        except ValueError as exc:
+            located, cut = None, str(exc)
+        target = located.target if located is not None else ""
+        number = _page_number(target, listing.param) if listing.pages == "param" else 0
+        read = set()
+        while located is not None:
+            if pages >= listing.max_pages:
+                cut = (f"the listing has more than max_pages ({listing.max_pages}) pages: raise max_pages, or list "
+                       "fewer entries (a filter in the URL)")
+                break
+            read.add(target)
+            page = self._page(request, located, target, headers, end, secrets)
+            pages += 1
+            if isinstance(page, str):
+                cut = page
+                break
+            document, reply = page
+            entries = resolve_pointer(document, listing.list)
+            if not isinstance(entries, list):
+                cut = f"page {pages} of the listing holds no list at {_written(listing.list) or 'its root'}"
+                break
+            listed += len(entries)
+            for entry in entries:
+                for index in self._matching(listing.how, resolve_pointer(entry, listing.match), wanted, by_text):
+                    found[index].append(entry)
+            following = self._next_page(located, target, document, reply, entries, number)
+            if following is None:
+                break
+            if listing.pages == "param":
+                number += 1
+            if isinstance(following, tuple):
+                cut = following[0]
+                break
+            if following in read:
+                cut = "the listing's next page is one it has read already"
+                break
+            target = following
+        out = []
+        for matches in found:
+            seen = dict(evidence, pages=pages, listed=listed, matches=len(matches))
+            if matches:
+                seen["found"] = shown(matches[0])
+                if len(matches) > 1:
+                    seen["possible_duplicate"] = True  # two entries for one item: one may be a duplicate
+                status = "present"
+            elif cut is not None:
+                seen["reason"] = cut[:500]
+                status = "unknown"
+            else:
+                seen["whole"] = True
+                status = "absent"
+            out.append(Observation(status, scrub(seen, secrets)))
+        return out
+
+    @staticmethod
+    def _matching(how: str, value: Any, wanted: Sequence[str], by_text: Mapping[str, List[int]]) -> List[int]:
+        """The indexes of the keys whose ``wanted`` text an entry's ``value`` matches (see
+        :func:`~runner.adapters.http_answers.text_matches`)."""
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            return []
+        if how == "equals":
+            return by_text.get(str(value), [])
+        if how == "first_line":
+            lines = str(value).splitlines()
+            return by_text.get(lines[0].strip(), []) if lines else []
+        return [index for index, want in enumerate(wanted) if text_matches(value, want, how)]
+
+    def _next_page(self, located: _Located, target: str, document: Any, reply: Reply, entries: List[Any],
+                   number: int) -> Union[None, str, Tuple[str]]:
+        """The path and query of the listing's next page; None after its last page; ``(why,)`` when the next page
+        cannot be followed (the listing is cut short there)."""
+        listing = self.spec.observe.listing
+        assert listing is not None
+        if listing.pages == "link":
+            link = next_link(reply.headers)
+            if link is None:
+                return None
+            origin = located.origin
+            here = f"{origin.scheme}://{authority(origin.scheme, origin.host, origin.port)}{target}"
+            parts = urllib.parse.urlsplit(urllib.parse.urljoin(here, link))
+            try:
+                port = parts.port or (443 if parts.scheme == "https" else 80)
+            except ValueError:
+                port = -1
+            if (parts.scheme, parts.hostname, port) != (origin.scheme, origin.host, origin.port):
+                return ("the next page's Link leads to another origin (or is no URL): it is not followed, so the "
+                        "listing was not read to its end",)
+            return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        if listing.pages == "param":
+            return None if not entries else _with_param(located.target, listing.param or "", str(number + 1))
+        cursor = resolve_pointer(document, listing.cursor or ())
+        if cursor is False or empty(cursor):
+            return None
+        if isinstance(cursor, (dict, list, bool)) or (isinstance(cursor, float) and not cursor.is_integer()):
+            return (f"the cursor at {_written(listing.cursor or ())} is no text or whole number: the listing was not "
+                    "read to its end",)
+        return _with_param(located.target, listing.param or "", str(cursor))
+
+    def _page(self, request: HttpRequest, located: _Located, target: str, headers: Dict[str, str], end: float,
+              secrets: List[str]) -> Union[str, Tuple[Any, Reply]]:
+        """One page of the listing at ``target``: ``(its JSON document, the answer)``, or why it could not be read.
+
+        A page that could not be read for now (no connection, a lost answer, a 5xx, a 408) is asked again within
+        the call's time; any other answer but a 200 with JSON ends the listing there.
+
+        :raises NotApplied: the page was answered "not now", or its origin announced no request before a reset.
+        """
+        origin = located.origin
+        page_url = scrub_text(f"{origin.scheme}://{authority(origin.scheme, origin.host, origin.port)}{target}",
+                              secrets)
+        while True:
+            try:
+                reply = self._send(request, located._replace(target=target, shown=page_url), headers, None, end,
+                                   LIST_PAGE_LIMIT)
+            except NotSent as exc:
+                if exc.final:
+                    return str(exc)
+                reason = str(exc)
+            except Lost as exc:
+                reason = str(exc)
+            else:
+                text = " ".join(reply.body[:300].decode("utf-8", "replace").split())[:200]
+                said = f"GET {page_url} answered {reply.status} {reply.reason}" + (f": {text}" if text else "")
+                refused, named = refused_for_now(reply)
+                if refused:
+                    raise NotApplied(scrub_text(said, secrets), named)
+                if reply.status == 200:
+                    document = listed_document(reply)
+                    if document is not MISSING:
+                        return document, reply
+                    return (f"GET {page_url} answered a page that is not JSON (or longer than "
+                            f"{LIST_PAGE_LIMIT // (1024 * 1024)} MiB)")
+                if reply.status not in LOOK_AGAIN and reply.status < 500:
+                    return scrub_text(said, secrets)
+                reason = said
+            if time.monotonic() + PAGE_AGAIN_SECONDS >= end:
+                return scrub_text(f"{reason} (the call's {self.timeout:g}s are spent)", secrets)
+            self.sleep(PAGE_AGAIN_SECONDS)
 
     # -- requests -------------------------------------------------------------------------------------
-    def _target(self, request: HttpRequest, key: str, epoch: Optional[int]) -> str:
-        """The path and query, each placeholder percent-encoded where it lands (a value is always one segment)."""
+    def _filled(self, request: HttpRequest, key: str, epoch: Optional[int]) -> str:
+        """The URL's template with its placeholders filled, each percent-encoded where it lands (a value is always one
+        segment); its secrets still as written. The path and query; the whole URL where the origin is a secret's."""
         values = dict(self.values, key=key, epoch="" if epoch is None else int(epoch))
         return expand([request.rest], _encoded(values))[0]
+
+    def _locate(self, request: HttpRequest, key: str, epoch: Optional[int], secrets: List[str]) -> _Located:
+        """Where the request goes: its URL filled, its secrets read now (``secrets`` gets each value, and where a
+        secret names the host, the host too).
+
+        :raises ValueError: a secret cannot be read, or the URL it makes is no http(s) URL (never quoting a value).
+        """
+        filled = self._filled(request, key, epoch)
+        if not request.origin_secret:
+            origin = self._origin(request.scheme, request.host, request.port)
+            shown = f"{request.scheme}://{authority(request.scheme, request.host, request.port)}{shown_url(filled)}"
+            sent = fill_url(filled, self.workspace, self.environ, secrets) if SECRET.search(filled) else filled
+            return _Located(origin, sent, shown)
+        url = fill_url(filled, self.workspace, self.environ, secrets)
+        try:
+            scheme, host, port, target = split_url(url)
+        except ValueError as exc:
+            names = ", ".join(sorted({f"{{{kind}:{name}}}" for kind, name in SECRET.findall(filled)}))
+            raise ValueError(f"the URL made from {names} cannot be used: {exc}") from None
+        where = authority(scheme, host, port)
+        secrets.extend((f"{scheme}://{where}", where, host, target))  # where a secret leads is part of the secret
+        try:
+            origin = self._origin(scheme, host, port)
+        except InvalidInput as exc:
+            raise ValueError(exc.message) from None
+        return _Located(origin, target, shown_url(filled))
 
     def _headers(self, request: HttpRequest, key: str, epoch: Optional[int], secrets: List[str]) -> Dict[str, str]:
         """The headers to send: placeholders filled, then ``{env:...}`` and ``{file:...}`` read now (``secrets`` gets
@@ -314,7 +575,7 @@ class HttpAdapter:
             if self.spec.epoch_header and epoch is not None:
                 out[self.spec.epoch_header] = str(int(epoch))
             if "content-type" not in lowered:
-                out["Content-Type"] = "application/json"
+                out["Content-Type"] = _FORM if request.send_as == "form" else "application/json"
         if "accept" not in lowered:
             out["Accept"] = "application/json"
         if "user-agent" not in lowered:
@@ -322,11 +583,14 @@ class HttpAdapter:
         secrets.sort(key=len, reverse=True)  # a longer value first, so a secret inside another is replaced whole
         return out
 
-    def _origin(self, request: HttpRequest) -> Origin:
-        """Where connections for ``request`` go: straight to the host, or through the environment's proxy for its
-        scheme."""
-        ca_file = os.path.join(self.workspace, self.spec.ca_file) if self.spec.ca_file else None
-        return origin_of(request.scheme, request.host, request.port, ca_file)
+    def _origin(self, scheme: str, host: str, port: int) -> Origin:
+        """Where connections to ``scheme://host:port`` go: straight to the host, or through the environment's proxy for
+        its scheme (made once per adapter and origin)."""
+        found = self._origins.get((scheme, host, port))
+        if found is None:
+            ca_file = os.path.join(self.workspace, self.spec.ca_file) if self.spec.ca_file else None
+            found = self._origins[(scheme, host, port)] = origin_of(scheme, host, port, ca_file)
+        return found
 
     def _end(self) -> float:
         """The monotonic moment this call must be over: its own time, or the registered call's deadline if sooner."""
@@ -341,16 +605,33 @@ class HttpAdapter:
                   end: float) -> Reply:
         """One request and its answer, before ``end`` (monotonic seconds).
 
-        :raises NotSent: nothing of the request left this process (a header that cannot be made among the causes).
+        :raises NotSent: nothing of the request left this process (a header or a URL that cannot be made among the
+            causes).
         :raises Lost: the request was sent, perhaps in part, and no whole answer came back.
+        :raises NotApplied: the target announced no request before a reset that has not come (nothing was sent).
         """
         try:
+            located = self._locate(request, key, epoch, secrets)
             headers = self._headers(request, key, epoch, secrets)
         except ValueError as exc:
             raise NotSent(str(exc), final=True) from None
+        return self._send(request, located, headers, body, end)
+
+    def _send(self, request: HttpRequest, located: _Located, headers: Dict[str, str], body: Optional[bytes],
+              end: float, limit: int = BODY_LIMIT) -> Reply:
+        """Send one request where ``located`` says, unless its origin announced no request before a reset; keep what
+        its answer announces of the rate limit."""
+        origin = located.origin
+        where = (origin.scheme, origin.host, origin.port)
+        left = self.pacing.left(where)
+        if left is not None:
+            raise NotApplied(f"{request.method} {located.shown}: the target said no request is left before its rate "
+                             f"limit resets, in {left:.0f}s; nothing was sent", left)
         # A lookup changes nothing: sent again on a new connection when a reused one closed as it went out.
-        return self.client.exchange(self._origins[request.kind], request.method, self._target(request, key, epoch),
-                                    headers, body, end, idempotent=request.kind == "observe")
+        reply = self.client.exchange(origin, request.method, located.target, headers, body, end,
+                                     idempotent=request.kind == "observe", limit=limit)
+        self.pacing.heard(where, reply.headers)
+        return reply
 
 
 def _written(pointer: Sequence[str]) -> str:
@@ -364,6 +645,48 @@ def _encoded(values: Mapping[str, Any]) -> Dict[str, Any]:
     they are."""
     return {name: value if isinstance(value, int) and not isinstance(value, bool)
             else urllib.parse.quote(str(value), safe="") for name, value in values.items()}
+
+
+def _body(send_as: str, payload: Dict[str, Any]) -> bytes:
+    """The invoke's body: the payload as canonical JSON, or as form fields (``send_as`` ``form``).
+
+    A form holds each field in key order: text as it is, a number or true/false as JSON writes it, null as nothing,
+    each element of a list as a field of the same name, and an object (or a list inside a list) as its JSON.
+    """
+    if send_as != "form":
+        return canonical_json(payload)
+    pairs = []
+    for name in sorted(payload):
+        value = payload[name]
+        for one in value if isinstance(value, list) else [value]:
+            pairs.append((name, _form_text(one)))
+    return urllib.parse.urlencode(pairs).encode("ascii")
+
+
+def _form_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    return canonical_json(value).decode("utf-8")
+
+
+def _page_number(target: str, param: Optional[str]) -> int:
+    """The number of the listing's first page: its ``param`` in the URL's query, else 1."""
+    for part in urllib.parse.urlsplit(target).query.split("&"):
+        name, _, value = part.partition("=")
+        if urllib.parse.unquote_plus(name) == param and value.isdigit():
+            return int(value)
+    return 1
+
+
+def _with_param(target: str, param: str, value: str) -> str:
+    """``target`` (a path and query) with the query parameter ``param`` set to ``value`` (percent-encoded), the
+    other parameters as they were written."""
+    path, _, query = target.partition("?")
+    kept = [part for part in query.split("&") if part and urllib.parse.unquote_plus(part.partition("=")[0]) != param]
+    kept.append(f"{urllib.parse.quote(param, safe='')}={urllib.parse.quote(value, safe='')}")
+    return f"{path}?{'&'.join(kept)}"
 
 
 def _deadline_passed() -> Optional[str]:

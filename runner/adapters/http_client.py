@@ -20,7 +20,7 @@ Invariants kept here:
   and receiving together: each phase gets what is left, and a watchdog
   thread shuts the socket down at the deadline, so a server that answers one
   byte at a time cannot stretch it. Answers are read up to
-  :data:`BODY_LIMIT` bytes.
+  :data:`BODY_LIMIT` bytes, or the limit a request names.
 * **Connections are reused only when they are seen open.** Idle connections
   are kept per origin (scheme, host, port, proxy, CA file) in a thread-safe
   pool; before one is reused, its socket is polled: one the server closed (or
@@ -285,11 +285,12 @@ class HttpClient:
         self.before_send = before_send
 
     def exchange(self, origin: Origin, method: str, target: str, headers: Dict[str, str], body: Optional[bytes],
-                 end: float, idempotent: bool = False) -> Reply:
+                 end: float, idempotent: bool = False, limit: int = BODY_LIMIT) -> Reply:
         """One request and its answer, before ``end`` (monotonic seconds).
 
         :param target: the path and query, encoded (a proxy of plain http is sent the whole URL instead).
         :param idempotent: sending it twice is harmless: a reused connection closed as it went out is retried once.
+        :param limit: the bytes of the answer read at most (a longer one is cut there, ``whole`` False).
         :raises NotSent: nothing of the request left this process.
         :raises Lost: the request was sent, perhaps in part, and no whole answer came back.
         """
@@ -307,7 +308,7 @@ class HttpClient:
                                   "nothing was sent", final=True)
                 conn = self._connect(origin, left)
             try:
-                return self._send(conn, origin, method, target, headers, body, end, reused and idempotent)
+                return self._send(conn, origin, method, target, headers, body, end, reused and idempotent, limit)
             except _Retry:
                 continue  # a reused connection the server closed as the request went out: once more, on a new one
         raise Lost("the target closed a new connection before answering")
@@ -339,7 +340,7 @@ class HttpClient:
         return conn
 
     def _send(self, conn: "http.client.HTTPConnection", origin: Origin, method: str, target: str,
-              headers: Dict[str, str], body: Optional[bytes], end: float, retry: bool) -> Reply:
+              headers: Dict[str, str], body: Optional[bytes], end: float, retry: bool, limit: int = BODY_LIMIT) -> Reply:
         """Write the request on ``conn`` and read the answer; a connection read to its end goes back to the pool.
 
         :param retry: a connection closed as the request went out raises :class:`_Retry` rather than :class:`Lost`.
@@ -378,10 +379,10 @@ class HttpClient:
             try:
                 # A server that closes the connection with its answer (HTTP/1.0, "Connection: close") has it
                 # closed here as the answer's last byte is read: read no further from a closed socket.
-                while len(data) <= BODY_LIMIT and not response.isclosed():
+                while len(data) <= limit and not response.isclosed():
                     if sock.fileno() != -1:
                         sock.settimeout(max(0.001, end - time.monotonic()))
-                    chunk = response.read(min(65536, BODY_LIMIT + 1 - len(data)))
+                    chunk = response.read(min(65536, limit + 1 - len(data)))
                     if not chunk:
                         break
                     data += chunk
@@ -390,12 +391,12 @@ class HttpClient:
                 raise Lost(f"answered {response.status}, then the answer broke off: {self._lost(exc, end)}") from None
         finally:
             _WATCHDOG.disarm(guard)
-        whole = len(data) <= BODY_LIMIT
+        whole = len(data) <= limit
         if whole and response.isclosed() and not response.will_close and conn.sock is not None:
             self.pool.give(origin, conn)
         else:
             conn.close()
-        return Reply(response.status, response.reason, response.headers, bytes(data[:BODY_LIMIT]), whole)
+        return Reply(response.status, response.reason, response.headers, bytes(data[:limit]), whole)
 
     def _lost(self, exc: BaseException, end: float) -> str:
         import socket

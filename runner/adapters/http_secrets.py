@@ -1,10 +1,11 @@
-"""The secrets of an HTTP target's headers: read at each call, never kept, scrubbed from what its answers say.
+"""The secrets of an HTTP target's headers and URLs: read at each call, never kept, scrubbed from what its answers say.
 
-A header value of ``effects.http`` may hold ``{env:NAME}`` or ``{file:PATH}``
-(PATH relative to the workspace, one trailing newline dropped):
-:func:`fill_secrets` reads them now and collects each value, and
-:func:`scrub` replaces every collected value found in a text of the target's
-answer by ``[secret]``.
+A header value or a URL of ``effects.http`` may hold ``{env:NAME}`` or
+``{file:PATH}`` (PATH relative to the workspace, one trailing newline
+dropped): :func:`fill_secrets` and :func:`fill_url` read them now and collect
+each value, :func:`shown_url` is a URL as the run may record it (each secret
+``[secret]``), and :func:`scrub` replaces every collected value found in a
+text of the target's answer by ``[secret]``.
 
 Invariant: **secrets never reach the run.** The messages raised here name
 the variable, the file or the header, never a value, and a text scrubbed
@@ -18,7 +19,8 @@ from typing import Any, List, Mapping, Sequence
 
 from ..contract.http import SECRET
 
-__all__ = ["SECRET_FILE_LIMIT", "REDACTED", "SCRUB_MIN", "read_secret", "fill_secrets", "scrub_text", "scrub"]
+__all__ = ["SECRET_FILE_LIMIT", "REDACTED", "SCRUB_MIN", "read_secret", "fill_secrets", "fill_url", "shown_url",
+           "scrub_text", "scrub"]
 
 #: The largest file a ``{file:PATH}`` header value reads.
 SECRET_FILE_LIMIT = 16 * 1024
@@ -76,6 +78,29 @@ def fill_secrets(header: str, value: str, workspace: str, environ: Mapping[str, 
         return found
 
     return SECRET.sub(secret, value)
+
+
+def fill_url(url: str, workspace: str, environ: Mapping[str, str], secrets: List[str]) -> str:
+    """``url`` (placeholders filled) with each ``{env:...}`` and ``{file:...}`` read now, as it is (a value is written
+    into the URL unchanged: percent-encoded already where it must be); ``secrets`` gets each value read.
+
+    :raises ValueError: a secret cannot be read (the message names the secret, never a value).
+    """
+
+    def secret(match: "re.Match[str]") -> str:
+        try:
+            found = read_secret(match.group(1), match.group(2), workspace, environ)
+        except ValueError as exc:
+            raise ValueError(f"the URL cannot be made: {exc}") from None
+        secrets.append(found)
+        return found
+
+    return SECRET.sub(secret, url)
+
+
+def shown_url(url: str) -> str:
+    """``url`` as the run may record it: each ``{env:...}`` and ``{file:...}`` shown as ``[secret]``."""
+    return SECRET.sub(REDACTED, url)
 
 
 def scrub_text(text: str, secrets: Sequence[str]) -> str:

@@ -15,9 +15,10 @@ from .lookups import MANY_DEFAULT, MANY_MAX
 from .templates import FIELD_NAME, expand, is_field, placeholders_in
 from ..base.pointer import pointer_problem
 
-__all__ = ["FieldProblem", "http_problems", "sensitive", "unsendable", "split_url", "INVOKE_METHODS", "OBSERVE_METHODS",
-           "INVOKE_WORDS", "OBSERVE_WORDS", "INVOKE_DEFAULTS", "OBSERVE_DEFAULTS", "MANY_MAX", "PAGE_SIZE_MAX",
-           "EACH", "SECRET"]
+__all__ = ["FieldProblem", "http_problems", "sensitive", "unsendable", "split_url", "secret_origin", "INVOKE_METHODS",
+           "OBSERVE_METHODS", "INVOKE_WORDS", "OBSERVE_WORDS", "INVOKE_DEFAULTS", "OBSERVE_DEFAULTS", "MANY_MAX",
+           "PAGE_SIZE_MAX", "EACH", "SECRET", "SEND_AS", "LIST_HOW", "MAX_PAGES_DEFAULT", "MAX_PAGES_MAX",
+           "LIST_PLACEHOLDERS"]
 
 INVOKE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 OBSERVE_METHODS = ("GET", "HEAD")
@@ -42,9 +43,21 @@ OBSERVE_DEFAULTS: Dict[str, str] = {"200": "present", "404": "absent"}
 _URL_PLACEHOLDERS = {"invoke": ("key", "item", "stem", "slug", "index", "run_id", "epoch"),
                      "observe": ("key", "item", "stem", "slug", "index", "run_id")}
 _HEADER_PLACEHOLDERS = {"invoke": ("key", "slug", "index", "run_id", "epoch"), "observe": ("key", "slug", "index", "run_id")}
-_REQUEST_KEYS = {"invoke": ("method", "url", "headers", "statuses", "receipt_headers"),
-                 "observe": ("method", "url", "headers", "statuses", "pointer", "many")}
+_REQUEST_KEYS = {"invoke": ("method", "url", "headers", "statuses", "receipt_headers", "send_as"),
+                 "observe": ("method", "url", "headers", "statuses", "pointer", "many", "list")}
 _MANY_KEYS = ("url", "list", "match", "value", "max", "page_size", "next")
+#: How an invoke sends its payload: as JSON (the default), or as an HTML form's fields.
+SEND_AS = ("json", "form")
+_FORM_TYPE = "application/x-www-form-urlencoded"
+#: What ``observe.list`` holds; ``url``, ``pages``, ``match`` and ``value`` are required.
+_LIST_KEYS = ("url", "pages", "list", "match", "value", "how", "max_pages")
+#: How ``observe.list`` compares the text at ``match`` with an item's ``value``.
+LIST_HOW = ("equals", "first_line", "contains")
+#: Pages one listing reads at most unless ``max_pages`` says otherwise, and the most it may say.
+MAX_PAGES_DEFAULT, MAX_PAGES_MAX = 10, 1000
+#: The placeholders a listing's URL may hold: one listing answers every item, so it names none of an item's.
+LIST_PLACEHOLDERS = ("run_id",)
+_CONDITION_KEYS = ("pointer", "equals", "then")
 #: The largest ``observe.many.page_size`` a contract may declare.
 PAGE_SIZE_MAX = 100000
 #: ``{each:TEMPLATE}`` in a lookup of many keys: TEMPLATE filled for each key, the parts joined with ``&``.
@@ -60,6 +73,7 @@ _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 SECRET = re.compile(r"\{(env|file):([^{}]*)\}")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _STATUS_KEY = re.compile(r"^(?:[1-5][0-9][0-9]|[1-5]xx)$")
+_QUERY_NAME = re.compile(r"^[A-Za-z0-9_.~\[\]-]+$")
 
 
 class FieldProblem(str):
@@ -106,23 +120,62 @@ def _secret_problem(value: str) -> Optional[str]:
     return None
 
 
-def _url_problems(kind: str, url: Any) -> List[FieldProblem]:
-    at = ("http", kind, "url")
+def _url_problems(kind: str, url: Any, allowed: Optional[Sequence[str]] = None,
+                  field: Optional[str] = None) -> List[FieldProblem]:
+    field = field or f"effects.http.{kind}.url"
+    at = ("http", kind) + tuple(field.split(".")[3:])
     if not isinstance(url, str) or not url:
-        return [FieldProblem(at, f"effects.http.{kind}.url must be a string: http:// or https://, a host, and a path")]
-    if SECRET.search(url):
-        return [FieldProblem(at, f"effects.http.{kind}.url: {{env:...}} and {{file:...}} go in header values only; "
-                                 "a URL is recorded with the run")]
-    allowed = _URL_PLACEHOLDERS[kind]
+        return [FieldProblem(at, f"{field} must be a string: http:// or https://, a host, and a path")]
+    problem = _secret_problem(url)
+    if problem:
+        return [FieldProblem(at, f"{field}: {problem}")]
+    allowed = _URL_PLACEHOLDERS[kind] if allowed is None else allowed
     unknown = sorted({n for n in placeholders_in(url) if n not in allowed and not is_field(n)})
     if unknown:
-        return [FieldProblem(at, f"effects.http.{kind}.url: unknown placeholder {{{unknown[0]}}} "
+        return [FieldProblem(at, f"{field}: unknown placeholder {{{unknown[0]}}} "
                                  f"(allowed: {', '.join('{' + n + '}' for n in allowed)})")]
     try:
-        split_url(url)
+        if secret_origin(url):
+            _secret_url_shape(url)
+        else:
+            split_url(url)
     except ValueError as exc:
-        return [FieldProblem(at, f"effects.http.{kind}.url: {exc}")]
+        return [FieldProblem(at, f"{field}: {exc}")]
     return []
+
+
+def secret_origin(url: str) -> bool:
+    """True when a URL template's scheme, host or port come from ``{env:NAME}`` or ``{file:PATH}``: where it leads is
+    known only once the secret is read, at each call."""
+    first = SECRET.search(url)
+    if first is None:
+        return False
+    match = re.match(r"^https?://[^/?#]*", url, re.IGNORECASE)
+    return first.start() < (match.end() if match else 1)
+
+
+def _secret_url_shape(url: str) -> None:
+    """Check what can be checked of a URL template whose origin is a secret's: it starts with the secret (or with
+    ``http(s)://`` and then the secret), no item placeholder comes before the path, and its literal text can be sent.
+
+    :raises ValueError: the problem, in :func:`split_url`'s words.
+    """
+    first = SECRET.search(url)
+    assert first is not None
+    if first.start() and not re.match(r"^https?://", url, re.IGNORECASE):
+        raise ValueError("must start with http:// or https://")
+    rest = url[first.end():]
+    ends = [i for i in (rest.find("/"), rest.find("?")) if i >= 0]
+    if placeholders_in(url[:first.end() + min(ends, default=len(rest))]):
+        raise ValueError("the scheme, host and port must be written out: placeholders go in the path and the query")
+    literal = SECRET.sub("", url)
+    if "#" in literal:
+        raise ValueError("a fragment is never sent; leave it out")
+    if any(c.isspace() for c in literal):
+        raise ValueError("white space must be percent-encoded")
+    if not literal.isascii() or any(ord(c) < 0x20 or ord(c) == 0x7F for c in literal):
+        raise ValueError("a request line is ASCII: percent-encode other characters in the path and query "
+                         "(é as %C3%A9), write a host in its xn-- form, and leave control characters out")
 
 
 def split_url(url: str) -> Tuple[str, str, int, str]:
@@ -206,9 +259,38 @@ def _status_problems(kind: str, statuses: Any) -> List[FieldProblem]:
     for code, word in statuses.items():
         if not _STATUS_KEY.match(code):
             out.append(FieldProblem(at + (code,), f"effects.http.{kind}.statuses: {code!r} is neither a status (100-599) nor a class (\"4xx\")"))
+        elif isinstance(word, list):
+            out.extend(_condition_problems(kind, code, word, words))
         elif word not in words:
             out.append(FieldProblem(at + (code,), f"effects.http.{kind}.statuses: {code} maps to {word!r}; an {kind} answer is one of "
                                                   f"{', '.join(words)}"))
+    return out
+
+
+def _condition_problems(kind: str, code: str, conditions: List[Any], words: Sequence[str]) -> List[FieldProblem]:
+    """Problems of a status whose meaning depends on the answer's body: conditions tried in order, then a word."""
+    at = ("http", kind, "statuses", code)
+    field = f"effects.http.{kind}.statuses: {code}"
+    shape = (f"{field}: a list of conditions on the answer's body ({{\"pointer\": \"/errors\", \"then\": WORD}}, with "
+             "\"equals\": VALUE to compare the value there) that ends with the word the status means otherwise")
+    if len(conditions) < 2 or not isinstance(conditions[-1], str) or not all(isinstance(c, dict) for c in conditions[:-1]):
+        return [FieldProblem(at, shape)]
+    out = []
+    if conditions[-1] not in words:
+        out.append(FieldProblem(at, f"{field} ends with {conditions[-1]!r}; an {kind} answer is one of {', '.join(words)}"))
+    for condition in conditions[:-1]:
+        unknown = [name for name in condition if name not in _CONDITION_KEYS]
+        if unknown or "pointer" not in condition or "then" not in condition:
+            out.append(FieldProblem(at, shape if not unknown else
+                                    f"{field}: unknown field {unknown[0]!r} in a condition (allowed: "
+                                    f"{', '.join(_CONDITION_KEYS)})"))
+            continue
+        problem = pointer_problem(condition["pointer"], f"{field}: a condition's pointer")
+        if problem:
+            out.append(FieldProblem(at, problem))
+        if condition["then"] not in words:
+            out.append(FieldProblem(at, f"{field}: a condition gives {condition['then']!r}; an {kind} answer is one of "
+                                        f"{', '.join(words)}"))
     return out
 
 
@@ -228,9 +310,14 @@ def _request_problems(kind: str, spec: Any) -> List[FieldProblem]:
     method = spec.get("method", methods[0])
     if method not in methods:
         out.append(FieldProblem(at + ("method",), f"effects.http.{kind}.method must be one of {', '.join(methods)}"))
-    out.extend(_url_problems(kind, spec.get("url")))
+    if "list" in spec:
+        out.extend(_list_problems(spec))
+    else:
+        out.extend(_url_problems(kind, spec.get("url")))
     if "headers" in spec:
         out.extend(_header_problems(kind, spec["headers"]))
+    if "send_as" in spec:
+        out.extend(_send_as_problems(spec))
     if "statuses" in spec:
         out.extend(_status_problems(kind, spec["statuses"]))
     if "pointer" in spec:
@@ -247,6 +334,63 @@ def _request_problems(kind: str, spec: Any) -> List[FieldProblem]:
             out.append(FieldProblem(at + ("receipt_headers",), "effects.http.invoke.receipt_headers must list header names"))
         elif any(n.lower() in ("set-cookie", "authorization") or sensitive(n) for n in names):
             out.append(FieldProblem(at + ("receipt_headers",), "effects.http.invoke.receipt_headers: a credential header is never kept in a receipt"))
+    return out
+
+
+def _send_as_problems(spec: Dict[str, Any]) -> List[FieldProblem]:
+    """Problems of ``invoke.send_as``: ``json`` or ``form``, and a form sent under its own content type."""
+    at = ("http", "invoke", "send_as")
+    if spec["send_as"] not in SEND_AS:
+        return [FieldProblem(at, 'effects.http.invoke.send_as must be "json" (the payload as JSON, the default) or "form" '
+                                 "(its fields as application/x-www-form-urlencoded)")]
+    headers = spec.get("headers")
+    said = [v for n, v in headers.items() if n.lower() == "content-type"] if isinstance(headers, dict) else []
+    if spec["send_as"] == "form" and said and not str(said[0]).lower().startswith(_FORM_TYPE):
+        return [FieldProblem(at, f"effects.http.invoke.send_as \"form\" sends {_FORM_TYPE}: leave Content-Type out of "
+                                 "the headers, or give that type")]
+    return []
+
+
+def _list_problems(observe: Dict[str, Any]) -> List[FieldProblem]:
+    """Problems of ``observe.list``: one listing of the target, read page by page to its end, that answers the lookups
+    of every item waiting for one; the listing is the lookup, so the observe request holds only headers beside it."""
+    at = ("http", "observe", "list")
+    listing = observe["list"]
+    shape = ('effects.http.observe.list must be {"url": ".../issues?state=all&per_page=100", "pages": "link", '
+             '"match": "/body", "value": "{field.id}"} (and "list", "how", "max_pages" if needed)')
+    if not isinstance(listing, dict) or not {"url", "pages", "match", "value"} <= set(listing):
+        return [FieldProblem(at, shape)]
+    out = [FieldProblem(("http", "observe", name), f"effects.http.observe.list is the lookup: leave observe.{name} out")
+           for name in ("url", "pointer", "many", "statuses", "method") if name in observe]
+    out += [FieldProblem(at + (name,), f"effects.http.observe.list: unknown field {name!r} (allowed: {', '.join(_LIST_KEYS)})")
+            for name in listing if name not in _LIST_KEYS]
+    out.extend(_url_problems("observe", listing["url"], LIST_PLACEHOLDERS, "effects.http.observe.list.url"))
+    pages = listing["pages"]
+    if isinstance(pages, dict) and set(pages) <= {"param", "cursor"} and isinstance(pages.get("param"), str) \
+            and _QUERY_NAME.match(pages["param"]) and (
+                "cursor" not in pages or not pointer_problem(pages["cursor"], "cursor")):
+        pass
+    elif pages != "link":
+        out.append(FieldProblem(at + ("pages",), 'effects.http.observe.list.pages must be "link" (the Link header\'s '
+                                                 'rel="next"), {"param": "page"} (page numbers, to the first empty page) '
+                                                 'or {"cursor": "/next_cursor", "param": "after"} (the cursor each page '
+                                                 "names, sent back as that query parameter)"))
+    for name in ("list", "match"):
+        if name in listing:
+            problem = _pointer_problem(listing[name])
+            if problem:
+                out.append(FieldProblem(at + (name,), problem.replace("observe.pointer", f"observe.list.{name}")))
+    value = listing["value"]
+    if not isinstance(value, str) or not placeholders_in(value) \
+            or any(n not in _URL_PLACEHOLDERS["observe"] and not is_field(n) for n in placeholders_in(value)):
+        out.append(FieldProblem(at + ("value",), "effects.http.observe.list.value must be a template of the key, such as "
+                                                 "\"{field.id}\" or \"crash {slug}\""))
+    if listing.get("how", "equals") not in LIST_HOW:
+        out.append(FieldProblem(at + ("how",), f"effects.http.observe.list.how must be one of {', '.join(LIST_HOW)}"))
+    most = listing.get("max_pages", MAX_PAGES_DEFAULT)
+    if isinstance(most, bool) or not isinstance(most, int) or not 1 <= most <= MAX_PAGES_MAX:
+        out.append(FieldProblem(at + ("max_pages",), "effects.http.observe.list.max_pages must be a whole number from 1 "
+                                                     f"to {MAX_PAGES_MAX}"))
     return out
 
 

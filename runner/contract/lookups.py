@@ -21,7 +21,8 @@ MANY_MAX, MANY_DEFAULT = 200, 50
 def lookups(effects: Dict[str, Any]) -> List[Tuple[str, List[str]]]:
     """The lookups by which the runner finds an item's effect at the target, each named, with its templates.
 
-    The HTTP observe request's URL and headers, ``observe.many``'s ``value``;
+    The HTTP observe request's URL and headers, ``observe.many``'s ``value``
+    (``observe.list``'s ``value`` alone: the listing is one for every item);
     or the observe command's arguments and ``observe_many``'s ``value``. A
     lookup holding ``{key}`` is left out, as keys are told apart already; so
     is one holding ``{payload_file}``, which only the items' payloads tell
@@ -34,7 +35,10 @@ def lookups(effects: Dict[str, Any]) -> List[Tuple[str, List[str]]]:
         observe = http.get("observe") or {}
         headers = observe.get("headers") or {}
         fields = [f"{name}: {headers[name]}" for name in sorted(headers, key=str.lower)]
-        out.append(("effects.http.observe", [observe.get("url", "")] + fields))
+        if isinstance(observe.get("list"), dict):  # one listing for every item: only its value tells them apart
+            out.append(("effects.http.observe.list.value", [observe["list"].get("value", "")]))
+        else:
+            out.append(("effects.http.observe", [observe.get("url", "")] + fields))
         if isinstance(observe.get("many"), dict):
             out.append(("effects.http.observe.many.value", [observe["many"]["value"]]))
     elif "observe" in effects:

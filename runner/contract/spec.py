@@ -21,8 +21,10 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 from ..base.errors import InvalidInput
 from ..base.pointer import parse_pointer
 from ..base.values import MAX_ID_LENGTH
-from .http import EACH, INVOKE_DEFAULTS, INVOKE_METHODS, OBSERVE_DEFAULTS, OBSERVE_METHODS, split_url
+from ..base.canonical import canonical_json
 from .effects import DEFAULT_CALL_TIMEOUT
+from .http import (EACH, INVOKE_DEFAULTS, INVOKE_METHODS, MAX_PAGES_DEFAULT, OBSERVE_DEFAULTS, OBSERVE_METHODS,
+                   secret_origin, split_url)
 from .lookups import MANY_DEFAULT
 from .templates import fields_of, reads_records
 
@@ -41,6 +43,8 @@ __all__ = [
     "HttpRequest",
     "HttpMany",
     "GitSpec",
+    "HttpList",
+    "BodyCondition",
     "Limits",
     "RetryPolicy",
     "LeaseSpec",
@@ -162,9 +166,44 @@ class HttpMany:
 
 
 @dataclass(frozen=True)
+class HttpList:
+    """``effects.http.observe.list``: one listing of the target, read page by page to its end, matched to every key
+    waiting for a lookup.
+
+    ``pages``: ``"link"`` (the ``Link`` header's ``rel="next"``), ``"param"`` (page numbers in the query parameter
+    ``param``, to the first page without entries) or ``"cursor"`` (the value at ``cursor`` in each page, sent back as
+    ``param``, to a page that names none). ``how``: ``equals``, ``first_line`` or ``contains``.
+    """
+
+    pages: str
+    list: Tuple[str, ...]
+    match: Tuple[str, ...]
+    value: str
+    how: str = "equals"
+    max_pages: int = MAX_PAGES_DEFAULT
+    param: Optional[str] = None
+    cursor: Optional[Tuple[str, ...]] = None
+
+
+@dataclass(frozen=True)
+class BodyCondition:
+    """A condition on an answer's body that gives its status another word: the value at ``pointer`` is there (not
+    null, ``""``, ``[]`` or ``{}``), or, with ``equals`` (canonical JSON), is that value."""
+
+    pointer: Tuple[str, ...]
+    then: str
+    equals: Optional[str] = None
+
+
+@dataclass(frozen=True)
 class HttpRequest:
     """One request of ``effects.http``: its URL split, and its statuses (the defaults of its kind, then the
-    contract's)."""
+    contract's).
+
+    With ``origin_secret`` the URL's scheme, host or port come from a secret: ``scheme``, ``host`` and ``port`` are
+    empty and ``rest`` is the whole template, split at each call once the secret is read. ``conditions``: per status
+    or class, the conditions on the body tried before its word in ``statuses``.
+    """
 
     kind: str
     method: str
@@ -178,6 +217,10 @@ class HttpRequest:
     pointer: Optional[Tuple[str, ...]] = None
     receipt_headers: Tuple[str, ...] = ("Location",)
     many: Optional[HttpMany] = None
+    origin_secret: bool = False
+    conditions: Tuple[Tuple[str, Tuple[BodyCondition, ...]], ...] = ()
+    send_as: str = "json"
+    listing: Optional[HttpList] = None
 
 
 @dataclass(frozen=True)
@@ -368,10 +411,17 @@ def _step(block: Mapping[str, Any], effects: Mapping[str, Any]) -> StepSpec:
     )
 
 
-def _request(kind: str, block: Mapping[str, Any], many: Optional[HttpMany] = None) -> HttpRequest:
-    scheme, host, port, rest = split_url(block["url"])
+def _request(kind: str, block: Mapping[str, Any], many: Optional[HttpMany] = None,
+             listing: Optional[HttpList] = None) -> HttpRequest:
+    hidden = secret_origin(block["url"])
+    scheme, host, port, rest = ("", "", 0, block["url"]) if hidden else split_url(block["url"])
     statuses = dict(INVOKE_DEFAULTS if kind == "invoke" else OBSERVE_DEFAULTS)
-    statuses.update(block.get("statuses") or {})
+    conditions = []
+    for code, word in (block.get("statuses") or {}).items():
+        if isinstance(word, list):  # conditions on the body, then the word the status means otherwise
+            conditions.append((code, tuple(_condition(c) for c in word[:-1])))
+            word = word[-1]
+        statuses[code] = word
     pointer = block.get("pointer")
     return HttpRequest(
         kind=kind,
@@ -386,6 +436,30 @@ def _request(kind: str, block: Mapping[str, Any], many: Optional[HttpMany] = Non
         pointer=parse_pointer(pointer) if pointer is not None else None,
         receipt_headers=tuple(block.get("receipt_headers", ["Location"])),
         many=many,
+        origin_secret=hidden,
+        conditions=tuple(conditions),
+        send_as=block.get("send_as", "json"),
+        listing=listing,
+    )
+
+
+def _condition(block: Mapping[str, Any]) -> BodyCondition:
+    return BodyCondition(parse_pointer(block["pointer"]), block["then"],
+                         canonical_json(block["equals"]).decode("utf-8") if "equals" in block else None)
+
+
+def _listing(block: Mapping[str, Any]) -> HttpList:
+    pages = block["pages"]
+    kind = "link" if pages == "link" else "cursor" if "cursor" in pages else "param"
+    return HttpList(
+        pages=kind,
+        list=parse_pointer(block.get("list", "")),
+        match=parse_pointer(block["match"]),
+        value=block["value"],
+        how=block.get("how", "equals"),
+        max_pages=int(block.get("max_pages", MAX_PAGES_DEFAULT)),
+        param=None if kind == "link" else pages["param"],
+        cursor=parse_pointer(pages["cursor"]) if kind == "cursor" else None,
     )
 
 
@@ -410,9 +484,17 @@ def read_http(block: Mapping[str, Any]) -> HttpSpec:
             page_size=found.get("page_size"),
             next=parse_pointer(found["next"]) if "next" in found else None,
         )
+    if "list" in observe:
+        # The listing is the lookup: its URL is the observe request's, and the request holds only headers besides.
+        observe = {"url": observe["list"]["url"], "headers": observe.get("headers") or {}}
+        return _http(block, _request("observe", observe, listing=_listing(block["observe"]["list"])))
+    return _http(block, _request("observe", observe, many))
+
+
+def _http(block: Mapping[str, Any], observe: HttpRequest) -> HttpSpec:
     return HttpSpec(
         invoke=_request("invoke", block["invoke"]),
-        observe=_request("observe", observe, many),
+        observe=observe,
         idempotency_header=block.get("idempotency_header"),
         epoch_header=block.get("epoch_header"),
         deduplicates=bool(block.get("deduplicates", False)),

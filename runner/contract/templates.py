@@ -254,6 +254,8 @@ def effects_templates(effects: Mapping[str, Any]) -> List[str]:
             out += list(headers.values()) if isinstance(headers, dict) else []
             many = request.get("many")
             out += [many.get("url"), many.get("value")] if isinstance(many, dict) else []
+            listing = request.get("list")
+            out += [listing.get("value")] if isinstance(listing, dict) else []
     git = effects.get("git")
     if isinstance(git, dict):
         out += [git.get(name) for name in ("repository", "remote", "branch", "message", "tag")]
