@@ -43,7 +43,8 @@ def default_campaign() -> Dict[str, Any]:
 #: The first of seeds 1 to 10,000 that breaks an invariant under each broken variant (BENCHMARKS.md, section 14).
 #: The search starts there rather than at seed 1, and must catch the variant within CATCH_WINDOW schedules.
 FIRST_CATCH = {"no-wait": 186, "receipt-blind-ledger": 38, "page-believed": 34, "proxy-not-now": 2, "leader-only": 230,
-               "trust-records": 6, "split-registry": 2015, "shared-lookup": 14, "refreeze-rebinds": 9}
+               "trust-records": 6, "split-registry": 2015, "shared-lookup": 14, "refreeze-rebinds": 9,
+               "listing-cut-believed": 9}
 CATCH_WINDOW = 20
 
 
@@ -194,6 +195,9 @@ class BrokenVariantsTest(unittest.TestCase):
     def test_a_list_frozen_anew_that_moves_held_keys_is_caught(self) -> None:
         self.assert_caught("refreeze-rebinds", "duplicate", "phantom")
 
+    def test_absences_believed_from_a_listing_cut_short_are_caught(self) -> None:
+        self.assert_caught("listing-cut-believed", "duplicate", "contradiction")
+
     def test_a_receipt_hidden_from_the_lifecycle_alone_is_held_by_the_ledger(self) -> None:
         # Without a deduplicating target or a lookup lagging past its settle time, a receipt never meets an absence
         # or a resend, so the variant decides as the real code does: only those schedules can tell them apart.
@@ -226,6 +230,21 @@ class ShapesTest(unittest.TestCase):
         self.assertEqual((real["ending"], real["counts"].get("effects")), ("settled", 3))
         self.assertGreaterEqual(real["counts"].get("lookups_many_paged", 0), 1)
         self.assertIn("duplicate", [kind for kind, _ in broken["violations"]])
+
+    def test_a_key_a_listing_cut_short_did_not_find_is_unknown_never_absent(self) -> None:
+        # Three commands apply; their runner is killed before it records any answer. Its successor reads the target's
+        # listing, one entry a page and one page at most, behind two entries of other issues: the newest key is found,
+        # the two others are beyond the listing's end, unknown, so the run stops for a person. Believed absent, they
+        # were sent again. Read to its end (three pages, no other issue), the listing settles all three.
+        world = quiet(keys=3, parallel=3, commands=1.0, listing=True, list_page=1, list_pages=1, list_others=2,
+                      timed_kills=(0.45,))
+        real, broken = self.both(3, "listing-cut-believed", world)
+        self.assertEqual((real["ending"], real["counts"].get("effects")), ("needs-reconciliation:unknown-outcome", 3))
+        self.assertGreaterEqual(real["counts"].get("listings_cut_short", 0), 1)
+        self.assertIn("duplicate", [kind for kind, _ in broken["violations"]])
+        whole = run_schedule(3, params=world._replace(list_pages=3, list_others=0), trace=True)
+        self.assertEqual((whole["ending"], whole["counts"].get("effects"), whole["violations"],
+                          whole["counts"].get("listings_cut_short", 0)), ("settled", 3, [], 0), "\n".join(whole["trace"]))
 
     def test_a_lookup_of_many_keys_the_target_refuses_is_made_key_by_key(self) -> None:
         world = quiet(keys=3, parallel=3, commands=1.0, many=3, many_limit=1, timed_kills=(0.45,))

@@ -65,6 +65,12 @@ One schedule:
   - two spellings of one database's location: each worker is given one, and
     finds the registry the runner names from what the database says the run is
     (:func:`runner.proof.simworld.registry_room`);
+  - lookups that read one listing of the target (``observe.list``): every
+    effect the target shows (and entries that are no key's), newest first, a
+    page of one to five entries at a time, at most so many pages; a listing
+    cut short there, or at a page that cannot be read, or answered "not now".
+    A key the listing did not find is absent only when it was read to its end,
+    and unknown otherwise;
   - the keys as the items of a batch step, each looked up at the target by its
     stem, ``step start`` freezing the list (:meth:`runner.execution.run.Run.step_start`):
     a list two of whose items one lookup value finds; a list changed by
@@ -143,8 +149,9 @@ believed of every key its answer does not list), ``proxy-not-now`` (a proxy's
 record's process is believed by its pid and start time, and its group killed
 past the deadline), ``split-registry`` (a worker's registry is named from the
 database's location as spelled), ``shared-lookup`` (a list whose items share
-a lookup value is started) and ``refreeze-rebinds`` (a list frozen anew gives
-the keys the ledger holds to other items).
+a lookup value is started), ``refreeze-rebinds`` (a list frozen anew gives
+the keys the ledger holds to other items) and ``listing-cut-believed`` (a
+listing cut short says absent of every key it did not find).
 """
 
 import json
@@ -318,6 +325,8 @@ VARIANTS: Dict[str, Variant] = {
     "shared-lookup": Variant(next_move, _LookupsUnchecked, "", "a list whose items share a lookup value is started"),
     "refreeze-rebinds": Variant(next_move, _LedgerUnchecked, "",
                                 "a list frozen anew gives the keys the ledger holds to other items"),
+    "listing-cut-believed": Variant(next_move, Run, "listing-cut-believed",
+                                    "a listing cut short says absent of every key it did not find"),
 }
 
 
@@ -375,11 +384,16 @@ class Params(NamedTuple):
     listed: bool = False  # the keys are a batch step's items, frozen at its start
     shared: bool = False  # two items of the list are looked up at the target by one value
     migration: Optional[Tuple[float, str]] = None  # (second, one of MIGRATIONS): the list changes and is frozen anew
+    listing: bool = False  # a lookup reads one listing of every effect the target shows, page by page (observe.list)
+    list_page: int = 1  # the entries one page of the listing holds
+    list_pages: int = 1  # the most pages one listing reads (max_pages)
+    list_others: int = 0  # entries of the listing that are no key's (the target's other issues)
+    list_cut: float = 0.0  # the chance that a page of a listing cannot be read: the listing is cut short there
 
 
 #: The fields of :class:`Params` that :func:`_draw_shapes` draws.
 SHAPES = ("many", "page", "page_marked", "many_limit", "proxy", "lies", "helpers", "garbage", "spellings", "listed",
-          "shared", "migration")
+          "shared", "migration", "listing", "list_page", "list_pages", "list_others", "list_cut")
 
 
 def draw_params(seed: int) -> Params:
@@ -477,6 +491,13 @@ def _draw_shapes(seed: int, p: Params) -> Dict[str, Any]:
             shapes["shared"] = True
         elif rng.random() < 0.4:
             shapes["migration"] = (round(rng.uniform(0, 25), 3), rng.choice(MIGRATIONS))
+    rng = random.Random(f"listing:{seed}")
+    if "many" not in shapes and rng.random() < 0.25:
+        shapes["listing"] = True
+        shapes["list_page"] = rng.choice((1, 2, 3, 5))
+        shapes["list_pages"] = rng.choice((1, 2, 3, 10))
+        shapes["list_others"] = rng.choice((0, 0, 2, 6))
+        shapes["list_cut"] = rng.choice((0.0, 0.1, 0.3))
     return shapes
 
 
@@ -526,7 +547,8 @@ class SimAdapter:
     What the target sent back becomes what the adapter returns or raises here, as the runner's adapters read it:
     a proxy's 502, 503 or 504 after delivery is an unknown outcome; a key a lookup of many keys did not list is
     absent only in an answer that cannot be one page of several, and unseen otherwise; a refused lookup of many
-    keys (414) raises :class:`~runner.calls.target.Rejected`. ``flaw`` reads them as the adapters did before their
+    keys (414) raises :class:`~runner.calls.target.Rejected`; a key a listing did not find is absent only when the
+    listing was read to its end, and unknown otherwise. ``flaw`` reads them as the adapters did before their
     fixes.
     """
 
@@ -539,8 +561,9 @@ class SimAdapter:
     def __init__(self, world: SimWorld, p: Params, command: bool, flaw: str = "") -> None:
         self.world, self.p, self.command, self.flaw = world, p, command, flaw
         self.deduplicates, self.retention_seconds, self.timeout = p.deduplicates, p.retention, p.timeout
-        self.batch_key = ("simulated target",) if p.many else None
-        self.observe_batch = max(1, p.many)
+        self.batch_key = ("simulated target",) if p.many or p.listing else None
+        self.observe_batch = 1000 if p.listing else max(1, p.many)
+        self.lists = p.listing
 
     def _call(self, kind: str, key: str, payload: Dict[str, Any], epoch: Optional[int],
               items: Optional[List[Tuple[str, Dict[str, Any]]]] = None) -> Any:
@@ -568,6 +591,9 @@ class SimAdapter:
             return Observation(kind, detail)
         if kind == "page":
             return self._page(call, detail)
+        if kind == "listing":
+            found = self._listed(call.items or [(call.key, call.payload)], detail)
+            return found if call.kind == "many" else found[0]
         if kind == "not-applied":
             raise NotApplied("429 Too Many Requests", retry_after=detail)
         if kind == "proxied":
@@ -596,6 +622,21 @@ class SimAdapter:
             else:
                 shown = {"searched": key, "entries": answer["entries"], "more": answer["more"]}
                 out.append(Observation("unseen", shown))
+        return out
+
+
+    def _listed(self, items: List[Tuple[str, Dict[str, Any]]], answer: Dict[str, Any]) -> List[Observation]:
+        """Each key of a listing: present if it found the key; else absent only if it was read to its end."""
+        out = []
+        for key, _ in items:
+            ticket = answer["listed"].get(key)
+            seen = {"pages": answer["pages"], "matches": answer["matches"].get(key, 0)}
+            if ticket is not None:
+                out.append(Observation("present", dict(seen, ticket=ticket)))
+            elif not answer["cut"] or self.flaw == "listing-cut-believed":
+                out.append(Observation("absent", dict(seen, whole=not answer["cut"])))
+            else:
+                out.append(Observation("unknown", dict(seen, reason="the listing was cut short")))
         return out
 
 
@@ -1142,9 +1183,14 @@ class Schedule:
             for key, _ in call.items:  # a key the answer did not list is looked up alone next: that lookup is its last
                 if key in outcome[1]["listed"]:
                     self.last_lookup[key] = "present"
+        if outcome[0] == "listing":
+            for key, _ in call.items or [(call.key, call.payload)]:
+                found = key in outcome[1]["listed"]
+                self.last_lookup[key] = "present" if found else "unknown" if outcome[1]["cut"] else "absent"
         worker = call.worker
         worker.results.append(call)
-        self.log(f"{worker.name} {call.id} answered: {outcome[0]}" + (f" {outcome[1]}" if outcome[0] == "page" else ""))
+        self.log(f"{worker.name} {call.id} answered: {outcome[0]}"
+                 + (f" {outcome[1]}" if outcome[0] in ("page", "listing") else ""))
         if call in worker.calls:
             worker.calls.remove(call)
         if worker.outcome is not None and not worker.dead:
@@ -1274,6 +1320,8 @@ class Schedule:
 
     def _act(self, call: SimCall) -> Optional[Tuple[Any, ...]]:
         """The target receives the call now; its answer, or None if the answer is lost on the way back."""
+        if self.p.listing and call.kind in ("observe", "many"):
+            return self._look_list(call.items or [(call.key, call.payload)])
         if call.kind == "observe":
             if self.world_rng.random() < self.p.lookup_fail:
                 return ("lookup-failed", "the lookup failed: 503 from the search index")
@@ -1314,6 +1362,35 @@ class Schedule:
         if more:
             self.count("lookups_many_paged")
         return ("page", {"listed": listed, "entries": len(shown), "more": more})
+
+    def _look_list(self, items: List[Tuple[str, Dict[str, Any]]]) -> Tuple[Any, ...]:
+        """One listing read to its end, or cut short: every effect the target shows, newest first, then the entries
+        that are no key's, a page at a time; at most ``list_pages`` pages, and a page that cannot be read ends it. A
+        page answered "not now" asks for the whole listing later."""
+        p, rng = self.p, self.shape_rng
+        if rng.random() < p.not_now / 2:
+            self.count("listings_not_now")
+            return ("not-applied", round(rng.uniform(0.1, 5.0), 3) if p.retry_after else None)
+        wanted: Dict[str, List[str]] = {}
+        for key, payload in items:
+            wanted.setdefault(self._value(payload, key), []).append(key)
+        entries = sorted(((e[2], value) for value, effects in self.by_value.items() for e in effects
+                          if e[1] <= self.sched.now), reverse=True)
+        pages = max(1, -(-(len(entries) + p.list_others) // p.list_page))
+        read = min(pages, p.list_pages)
+        cut = pages > p.list_pages
+        if p.list_cut and rng.random() < p.list_cut:
+            read, cut = rng.randint(0, read - 1), True  # a page that could not be read within the call's time
+        listed: Dict[str, int] = {}
+        matches: Dict[str, int] = {}
+        for ticket, value in entries[:read * p.list_page]:
+            for key in wanted.get(value, []):
+                listed.setdefault(key, ticket)
+                matches[key] = matches.get(key, 0) + 1
+        self.count("listings")
+        if cut:
+            self.count("listings_cut_short")
+        return ("listing", {"listed": listed, "matches": matches, "cut": cut, "pages": read})
 
     def _storm(self) -> bool:
         offset = self.sched.now - T0
@@ -1665,19 +1742,20 @@ def simulate(seed: int, schedules: int, variant: str = "real", trace: bool = Fal
 
 #: The shapes a campaign counts schedules of (``none``: a schedule that drew none, and runs as it did before they were).
 _SHAPE_NAMES = ("many", "paged", "refused-many", "proxy", "lies", "helpers", "garbage", "spellings", "listed", "shared",
-                "migration", "none")
+                "migration", "listing", "listing-cut", "none")
 #: What the schedules did with their shapes, as counted.
 _SHAPED = ("calls_many", "lookups_many_paged", "lookups_many_refused", "answers_proxied_after_delivery",
            "not_now_after_delivery", "commands_with_a_helper", "leaders_gone_before_their_helper",
            "helpers_sending_after_their_leader", "records_planted", "records_set_aside", "migrations",
-           "refreeze:must be refused", "refreeze:may be taken")
+           "refreeze:must be refused", "refreeze:may be taken", "listings", "listings_cut_short", "listings_not_now")
 
 
 def _shapes_of(p: Params) -> List[str]:
     """The names of the shapes schedule ``p`` drew."""
     drawn = (("many", p.many), ("paged", p.many and p.page), ("refused-many", p.many_limit is not None),
              ("proxy", p.proxy), ("lies", p.lies), ("helpers", p.helpers), ("garbage", p.garbage),
-             ("spellings", p.spellings > 1), ("listed", p.listed), ("shared", p.shared), ("migration", p.migration))
+             ("spellings", p.spellings > 1), ("listed", p.listed), ("shared", p.shared), ("migration", p.migration),
+             ("listing", p.listing), ("listing-cut", p.listing and (p.list_cut or p.list_pages < 10)))
     return [name for name, on in drawn if on] or ["none"]
 
 
