@@ -83,10 +83,11 @@ class SecretUrlTest(_Base):
 
     def test_contract_check_takes_a_secret_anywhere_and_checks_what_it_can(self) -> None:
         fine = ["{file:.hook}", "{env:BASE}/items?external_id={slug}", "https://{env:HOST}/items",
+                "{file:.items-url}&external_id={slug}",
                 "https://api.example/bot{env:TOKEN}/send", "http://127.0.0.1:1/items?key={env:TOKEN}&ref={slug}"]
         for url in fine:
             self.assertEqual(http_problems({"http": plain("http://127.0.0.1:1", invoke={"url": url})}), [], url)
-        self.assertEqual([secret_origin(u) for u in fine], [True, True, True, False, False])
+        self.assertEqual([secret_origin(u) for u in fine], [True, True, True, True, False, False])
         refused = {"{slug}{env:BASE}/x": "must start with http:// or https://",
                    "https://{slug}{env:BASE}/x": "must be written out",
                    "{env:BASE}{slug}/x": "must be written out",

@@ -156,7 +156,8 @@ def secret_origin(url: str) -> bool:
 
 def _secret_url_shape(url: str) -> None:
     """Check what can be checked of a URL template whose origin is a secret's: it starts with the secret (or with
-    ``http(s)://`` and then the secret), no item placeholder comes before the path, and its literal text can be sent.
+    ``http(s)://`` and then the secret), no item placeholder comes before a ``/``, ``?`` or ``&`` after the secret,
+    and its literal text can be sent.
 
     :raises ValueError: the problem, in :func:`split_url`'s words.
     """
@@ -165,7 +166,7 @@ def _secret_url_shape(url: str) -> None:
     if first.start() and not re.match(r"^https?://", url, re.IGNORECASE):
         raise ValueError("must start with http:// or https://")
     rest = url[first.end():]
-    ends = [i for i in (rest.find("/"), rest.find("?")) if i >= 0]
+    ends = [i for i in (rest.find("/"), rest.find("?"), rest.find("&")) if i >= 0]  # "&": the secret ends in a query
     if placeholders_in(url[:first.end() + min(ends, default=len(rest))]):
         raise ValueError("the scheme, host and port must be written out: placeholders go in the path and the query")
     literal = SECRET.sub("", url)
