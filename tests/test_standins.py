@@ -466,6 +466,13 @@ class RestTests(unittest.TestCase):
             self.assertEqual(server.request("GET", "/items")[0], 401)
             self.assertEqual(server.request("GET", "/items", headers={"Authorization": f"Bearer {TOKEN}"})[0], 200)
 
+    def test_a_key_in_the_url_is_required_when_given(self) -> None:
+        with StandIn("rest", ["--key", "k-31e9"]) as server:
+            self.assertEqual(server.request("GET", "/items")[0], 401)
+            self.assertEqual(server.request("POST", "/items?key=other", {"external_id": "a"})[0], 401)
+            self.assertEqual(server.request("POST", "/items?key=k-31e9", {"external_id": "a"})[0], 201)
+            self.assertEqual(server.request("GET", "/items?external_id=a&key=k-31e9")[0], 200)
+
 
 if __name__ == "__main__":
     unittest.main()

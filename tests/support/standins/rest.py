@@ -1,6 +1,6 @@
 """A generic REST API on loopback with a lookup by key: items created without idempotency, found by ``external_id``.
 
-    python3 -m tests.support.standins.rest --port 0 --state DIR [--lag S] [--token T] [--fault JSON]...
+    python3 -m tests.support.standins.rest --port 0 --state DIR [--lag S] [--token T] [--key K] [--fault JSON]...
 
 * ``POST /items`` (or ``PUT /items``) with a JSON object that carries
   ``external_id`` (a non-empty string) creates an item: 201 with the item
@@ -14,6 +14,7 @@
   ``--lag`` seconds after it was created. ``GET /items/ID`` reads it at once,
   or 404.
 * ``--token T``: every request must carry ``Authorization: Bearer T``, else 401.
+* ``--key K``: every request must carry ``key=K`` in its query (an API key in the URL), else 401.
 * Faults on the operations ``create``, ``update``, ``lookup`` and ``read``:
   the common ones (:mod:`tests.support.standins.common`), ``429`` and
   ``503`` with ``Retry-After``, ``500-after``, ``502-after``,
@@ -50,6 +51,7 @@ class Rest(Service):
         self.state = State(args.state, {"items": []})
         self.lag = float(args.lag)
         self.token: Optional[str] = args.token
+        self.key: Optional[str] = args.key
 
     def operation(self, request: Request) -> Optional[str]:
         if request.path == ITEMS:
@@ -59,10 +61,12 @@ class Rest(Service):
         return None
 
     def gate(self, request: Request) -> Optional[Response]:
-        if self.token is None or self.operation(request) is None:
+        if self.operation(request) is None:
             return None
-        if request.headers.get("authorization") != f"Bearer {self.token}":
+        if self.token is not None and request.headers.get("authorization") != f"Bearer {self.token}":
             return json_response(401, {"error": "unauthorized"})
+        if self.key is not None and request.query.get("key") != self.key:
+            return json_response(401, {"error": "no valid key in the URL"})
         return None
 
     def perform(self, request: Request) -> Response:
@@ -137,6 +141,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parse = parser("rest", "A REST API with a lookup by key, on loopback, for tests.")
     parse.add_argument("--lag", type=float, default=0.0, help="seconds before a new item shows in lookups by key")
     parse.add_argument("--token", default=None, help="the bearer token every request must carry")
+    parse.add_argument("--key", default=None, help="the API key every request's URL must carry (key=K)")
     args = parse.parse_args(argv)
     return serve_http(args, Rest(args))
 
