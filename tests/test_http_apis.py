@@ -374,7 +374,7 @@ class ListingTest(_Base):
 
     def test_one_listing_read_to_its_end_answers_every_key(self) -> None:
         listing = self.serve()
-        listing.add(*(f"crash c{n}\r\nstack {n}" for n in range(8)))
+        listing.add(*(f"crash c{n}\r\n" + "stack line\n" * 30 for n in range(8)))
         listing.add("crash c3\nagain")
         found = self.look(self.spec(listing.url), "c0", "c3", "c7", "gone")
         self.assertEqual([o.status for o in found], ["present", "present", "present", "absent"])
@@ -385,7 +385,9 @@ class ListingTest(_Base):
         self.assertNotIn("possible_duplicate", found[0].evidence)
         self.assertEqual((found[3].evidence["pages"], found[3].evidence["listed"], found[3].evidence["whole"]),
                          (3, 9, True))
-        self.assertEqual(found[0].evidence["found"]["id"], 1)
+        self.assertEqual(found[0].evidence["found"], {"id": 1}, "the body is not kept: it may be long")
+        self.assertEqual((found[1].evidence["found"], found[1].evidence["also_found"]),
+                         ({"id": 9, "body": "crash c3\nagain"}, [{"id": 4}]), "newest first; short text is kept")
         self.assertNotIn(TOKEN, json.dumps([o.evidence for o in found]))
         adapter = self.adapter(self.spec(listing.url), {"slug": "c5"})
         self.assertEqual((adapter.lists, adapter.observe("c5:issue", {}).status), (True, "present"), "its own lookup")
@@ -480,6 +482,10 @@ class ListingTest(_Base):
             self.assertIn(expected, text)
         self.assertIn("observe.list must be", http_problems({"http": {"invoke": {"url": url},
                                                                       "observe": {"list": {"url": url}}}})[0])
+        item = self.spec(url)
+        item["observe"]["headers"]["X-Ref"] = "{slug}"
+        self.assertEqual([p.path for p in http_problems({"http": item})], [("http", "observe", "headers", "X-Ref")])
+        self.assertIn("one listing serves every item", http_problems({"http": item})[0])
 
     def test_items_are_told_apart_by_the_listings_value_alone(self) -> None:
         effects = {"http": self.spec("http://127.0.0.1:1")}

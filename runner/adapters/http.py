@@ -421,9 +421,10 @@ class HttpAdapter:
         for matches in found:
             seen = dict(evidence, pages=pages, listed=listed, matches=len(matches))
             if matches:
-                seen["found"] = shown(matches[0])
+                seen["found"] = shown(_summary(matches[0]))
                 if len(matches) > 1:
                     seen["possible_duplicate"] = True  # two entries for one item: one may be a duplicate
+                    seen["also_found"] = [shown(_summary(entry)) for entry in matches[1:4]]
                 status = "present"
             elif cut is not None:
                 seen["reason"] = cut[:500]
@@ -645,6 +646,20 @@ def _encoded(values: Mapping[str, Any]) -> Dict[str, Any]:
     they are."""
     return {name: value if isinstance(value, int) and not isinstance(value, bool)
             else urllib.parse.quote(str(value), safe="") for name, value in values.items()}
+
+
+#: The most fields of a listing's entry its evidence keeps, and the longest text among them.
+SUMMARY_FIELDS, SUMMARY_TEXT = 12, 200
+
+
+def _summary(entry: Any) -> Any:
+    """What evidence keeps of a listing's entry: an object's fields that are numbers, true or false, or short text
+    (an issue's id, number, title, state and URLs, never its body), so a person can find it; anything else whole."""
+    if not isinstance(entry, dict):
+        return entry
+    kept = {name: value for name, value in entry.items()
+            if isinstance(value, (int, float, bool)) or (isinstance(value, str) and len(value) <= SUMMARY_TEXT)}
+    return dict(list(kept.items())[:SUMMARY_FIELDS])
 
 
 def _body(send_as: str, payload: Dict[str, Any]) -> bytes:

@@ -366,6 +366,13 @@ def _list_problems(observe: Dict[str, Any]) -> List[FieldProblem]:
     out += [FieldProblem(at + (name,), f"effects.http.observe.list: unknown field {name!r} (allowed: {', '.join(_LIST_KEYS)})")
             for name in listing if name not in _LIST_KEYS]
     out.extend(_url_problems("observe", listing["url"], LIST_PLACEHOLDERS, "effects.http.observe.list.url"))
+    headers = observe.get("headers")
+    for name, value in headers.items() if isinstance(headers, dict) else ():
+        named = [n for n in placeholders_in(value) if n not in LIST_PLACEHOLDERS] if isinstance(value, str) else []
+        if named:
+            out.append(FieldProblem(("http", "observe", "headers", name),
+                                    f"effects.http.observe.headers: {name}: {{{named[0]}}} names an item, and one listing "
+                                    "serves every item: a listing's headers may hold {run_id}, {env:NAME} and {file:PATH}"))
     pages = listing["pages"]
     if isinstance(pages, dict) and set(pages) <= {"param", "cursor"} and isinstance(pages.get("param"), str) \
             and _QUERY_NAME.match(pages["param"]) and (
