@@ -165,6 +165,37 @@ class FlowInTheExecutorTest(unittest.TestCase):
         self.assertEqual(len(looked_alone), len(set(looked_alone)), "an unseen key is looked up alone, once")
         self.assertLess(target.lookups - len(looked_alone), 32, "lookups of many keys were made")
 
+    def test_a_target_that_lists_is_read_once_per_sweep_one_listing_at_a_time(self) -> None:
+        class Listing(CountingTarget):
+            """Its lookups read one listing of everything it holds, whatever keys they are for."""
+
+            lists = True
+            observe_batch = 1000
+            reading = most_reading = 0
+            keys_per_listing: List[int] = []
+
+            def observe(self, key: str, payload: Dict[str, Any]) -> Observation:
+                raise AssertionError("a key of a target that lists is looked up by a listing, alone too")
+
+            def observe_many(self, items: Sequence[Tuple[str, Dict[str, Any], Any]]) -> List[Observation]:
+                with self.lock:
+                    self.reading += 1
+                    self.most_reading = max(self.most_reading, self.reading)
+                    self.keys_per_listing.append(len(items))
+                try:
+                    return super().observe_many(items)
+                finally:
+                    with self.lock:
+                        self.reading -= 1
+
+        target = Listing(latency=0.01, many=True)
+        self.perform(target, 48, parallel=4)
+        self.assertEqual(sorted(target.created), [f"k{n:03d}" for n in range(48)], "each made once")
+        self.assertEqual({e["state"] for e in self.run_.state["effects"].values()}, {"verified"})
+        self.assertEqual(target.most_reading, 1, "one listing at a time")
+        self.assertEqual(sum(target.keys_per_listing), 48, "each key found by the first listing it was in")
+        self.assertLessEqual(len(target.keys_per_listing), 48 // 4, f"listings, not one per key: {target.keys_per_listing}")
+
     def test_a_target_that_refuses_lookups_of_many_keys_is_asked_once_then_key_by_key(self) -> None:
         class Refusing(CountingTarget):
             def observe_many(self, items: Sequence[Tuple[str, Dict[str, Any], Any]]) -> List[Observation]:

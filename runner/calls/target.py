@@ -87,7 +87,10 @@ class Adapter(Protocol):
     :class:`Observation` per ``(key, payload, adapter)`` in order, ``unseen``
     for a key its answer could not have shown; it raises :class:`NotApplied`
     for "not now" and :class:`Rejected` when the target refuses such lookups
-    (the executor then looks key by key for the rest of its pass).
+    (the executor then looks key by key for the rest of its pass). One whose
+    ``lists`` is True reads one listing of the target whatever keys it is
+    given: the executor asks it for every key waiting, one listing at a time,
+    a single key too.
     """
 
     name: str

@@ -33,6 +33,11 @@ Invariants it keeps:
   lookup of many keys, they go one at a time; after it refused one
   (:class:`~runner.target.Rejected`, an HTTP 4xx), keys are looked up one by
   one for the rest of this executor's work.
+* **One listing at a time.** An adapter whose lookups read one listing of
+  the target (``lists``, ``observe.list``) is asked for every key that waits
+  for a lookup in one call, made in this process like any lookup of many
+  keys, even for one key; while it is read, the keys that become ready wait
+  for the next, so the pages are read once per sweep, never once per key.
 * **Stops let calls in flight settle.** At the first stop (needs-reconciliation,
   a failure, a limit, a cancellation, an approval), no new call begins;
   calls in flight finish or reach their deadline and are recorded and
@@ -48,7 +53,7 @@ says what the executor needs of a run.
 """
 
 import random as _random
-from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Protocol, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Protocol, Sequence, Set, Tuple
 
 from ..ledger import effects as _effects
 from ..calls import inflight
@@ -164,6 +169,8 @@ class Executor:
         #: What each ``batch_key``'s lookups of many keys came to: "trying" (one is out, none answered yet), "works",
         #: "refused" (the target refuses them: key by key for the rest of this executor's work).
         self._many_lookups: Dict[Any, ManyLookupState] = {}
+        #: The ``batch_key`` of each listing being read now: one at a time per target.
+        self._listings: Set[Any] = set()
         #: Figures of this executor's work: calls started, transitions committed, effects in flight now.
         self.figures: Dict[str, int] = {"calls": 0, "commits": 0, "records": 0, "in_flight": 0, "not_now": 0}
 
@@ -236,6 +243,7 @@ class Executor:
             self.slots.forget_earlier()  # the tasks that waited on earlier calls are gone with this pass
             # A lookup of many keys left out says nothing of whether the target answers them.
             self._many_lookups = {key: found for key, found in self._many_lookups.items() if found != "trying"}
+            self._listings.clear()
         if stop is not None:
             raise stop
 
@@ -394,7 +402,8 @@ class Executor:
         """Start the lookups ``tasks`` want: together where their adapter can, one call each otherwise, while slots last.
 
         With ``fill`` (invokes want slots), a lookup of many keys goes out only once it is full: the
-        slot serves an invoke meanwhile, and one call later verifies many effects at once.
+        slot serves an invoke meanwhile, and one call later verifies many effects at once. A listing
+        (an adapter that ``lists``) is never full: it waits for the invokes, then takes every key.
         """
         groups: Dict[Any, List[EffectTask]] = {}
         for task in tasks:
@@ -407,10 +416,12 @@ class Executor:
             groups.setdefault(("many", many) if many else ("one", id(task)), []).append(task)
         for (kind, batch_key), members in groups.items():
             size = max(1, int(getattr(members[0].job.adapter, "observe_batch", 1))) if kind == "many" else 1
+            lists = kind == "many" and bool(getattr(members[0].job.adapter, "lists", False))
             for start in range(0, len(members), size):
                 chunk = members[start:start + size]
-                if kind == "many" and self._many_lookups.get(batch_key) == "trying":
+                if kind == "many" and (self._many_lookups.get(batch_key) == "trying" or batch_key in self._listings):
                     # One at a time until the target answers one: one that refuses them is asked once, not per chunk.
+                    # A listing is one at a time always: the keys that became ready while it is read go in the next.
                     for task in members[start:]:
                         task.waits_for_slot = True
                     break
@@ -421,7 +432,7 @@ class Executor:
                         task.waits_for_slot, task.wait_until = chunk[0].waits_for_slot, chunk[0].wait_until
                     continue
                 self.slots.unreserve()
-                if len(chunk) == 1:
+                if len(chunk) == 1 and not lists:
                     self._start(chunk[0], "observe", now)
                 else:
                     self._start_many(chunk, now, batch_key)
@@ -621,9 +632,11 @@ class Executor:
             task.in_flight = CallInFlight(None, "observe", now)
         if self._many_lookups.get(batch_key) != "works":
             self._many_lookups[batch_key] = "trying"
+        adapter = tasks[0].job.adapter
+        if getattr(adapter, "lists", False):
+            self._listings.add(batch_key)
         self.figures["calls"] += 1
         self.slots.start()
-        adapter = tasks[0].job.adapter
         items = [(t.job.key, t.payload, t.job.adapter) for t in tasks]
         self.world.start(_Many(tasks, batch_key, now), lambda: look_at_many(adapter, items))
 
@@ -638,6 +651,7 @@ class Executor:
         else:
             failed = Seen("unseen", {"error": f"{type(result).__name__}: {result}"[:MAX_DETAIL_CHARS]}, 0.0)
             seens, refused = [failed] * len(many.tasks), False
+        self._listings.discard(many.batch_key)
         if refused:
             self._many_lookups[many.batch_key] = "refused"
         elif all(seen.status == "later" for seen in seens):
