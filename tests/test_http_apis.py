@@ -301,6 +301,7 @@ class Listing:
         self.faults: List[Tuple[int, Tuple[Tuple[str, str], ...]]] = []
         self.asked: List[str] = []
         self.foreign_next = False
+        self.page_fails: Optional[Tuple[str, int]] = None  # the page (its number) answered with this status
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -312,6 +313,9 @@ class Listing:
                     return
                 path, _, query = self.path.partition("?")
                 params = dict(urllib.parse.parse_qsl(query))
+                if outer.page_fails and params.get("page") == outer.page_fails[0]:
+                    self._send(outer.page_fails[1], b'{"message": "Validation Failed"}', ())
+                    return
                 shown = [e for e in reversed(outer.entries) if e["at"] <= time.time() - outer.lag]
                 shown = [{k: v for k, v in e.items() if k != "at"} for e in shown]
                 if path == "/cursored":
@@ -432,6 +436,12 @@ class ListingTest(_Base):
         self.assertIn("holds no list at its root", found[0].evidence["reason"])
         listing.faults = [(400, ())]
         self.assertIn("answered 400", self.look(self.spec(listing.url), "c6")[0].evidence["reason"])
+        listing.page_fails = ("2", 422)
+        found = self.look(self.spec(listing.url), "c6", "c0")
+        self.assertEqual([o.status for o in found], ["present", "unknown"])
+        self.assertEqual(found[1].evidence["reason"], f"GET {listing.url}/issues?state=all&per_page=3 (page 2) "
+                                                      'answered 422 Unprocessable Entity: {"message": "Validation Failed"}')
+        listing.page_fails = None
         listing.foreign_next = True
         found = self.look(self.spec(listing.url), "c6", "c0")
         self.assertEqual([o.status for o in found], ["present", "unknown"])

@@ -391,7 +391,8 @@ class HttpAdapter:
                        "fewer entries (a filter in the URL)")
                 break
             read.add(target)
-            page = self._page(request, located, target, headers, end, secrets)
+            shown_page = located.shown if not pages else f"{located.shown} (page {pages + 1})"
+            page = self._page(request, located._replace(target=target, shown=shown_page), headers, end, secrets)
             pages += 1
             if isinstance(page, str):
                 cut = page
@@ -479,22 +480,21 @@ class HttpAdapter:
                     "read to its end",)
         return _with_param(located.target, listing.param or "", str(cursor))
 
-    def _page(self, request: HttpRequest, located: _Located, target: str, headers: Dict[str, str], end: float,
+    def _page(self, request: HttpRequest, located: _Located, headers: Dict[str, str], end: float,
               secrets: List[str]) -> Union[str, Tuple[Any, Reply]]:
-        """One page of the listing at ``target``: ``(its JSON document, the answer)``, or why it could not be read.
+        """One page of the listing (``located``: where it is, and how it is shown: the listing's URL as the contract
+        wrote it and the page's number, never a URL a page named, which may hold a secret too short to scrub):
+        ``(its JSON document, the answer)``, or why it could not be read.
 
         A page that could not be read for now (no connection, a lost answer, a 5xx, a 408) is asked again within
         the call's time; any other answer but a 200 with JSON ends the listing there.
 
         :raises NotApplied: the page was answered "not now", or its origin announced no request before a reset.
         """
-        origin = located.origin
-        page_url = scrub_text(f"{origin.scheme}://{authority(origin.scheme, origin.host, origin.port)}{target}",
-                              secrets)
+        page_url = located.shown
         while True:
             try:
-                reply = self._send(request, located._replace(target=target, shown=page_url), headers, None, end,
-                                   LIST_PAGE_LIMIT)
+                reply = self._send(request, located, headers, None, end, LIST_PAGE_LIMIT)
             except NotSent as exc:
                 if exc.final:
                     return str(exc)
