@@ -283,6 +283,7 @@ class ExplorerTest(unittest.TestCase):
         work = report["workload"]
         self.assertEqual(work["revisions"], REAL_SIZE["transitions"])
         self.assertGreaterEqual(work["compactions"], 3)
+        self.assertGreaterEqual(work["archived"], 2)  # previous journals copied into the history folder
         self.assertGreaterEqual(work["quarantines"], 1)  # the damaged snapshot was moved aside
         self.assertGreaterEqual(work["torn_repairs"], 1)  # the torn record was cut off
 
@@ -335,8 +336,15 @@ class ExplorerTest(unittest.TestCase):
         example = self.assertCaught("head-before-append", "unrecoverable")
         self.assertIsNotNone(example["acknowledged"])
 
+    def test_a_segment_named_before_its_bytes_are_synced_is_caught(self) -> None:
+        # The previous journal's copy gets its segment's name unsynced, and the rotation then replaces the
+        # previous journal: a power loss leaves a segment cut short, and records of the history are lost.
+        example = self.assertCaught("no-archive-fsync", "history-lost")
+        self.assertIn("history/", example["state"])
+
     def test_every_variant_is_known(self) -> None:
-        self.assertEqual(set(VARIANTS), {"no-file-fsync", "no-dir-fsync", "snapshot-before-journal", "no-journal-fsync", "head-before-append"})
+        self.assertEqual(set(VARIANTS), {"no-file-fsync", "no-dir-fsync", "snapshot-before-journal", "no-journal-fsync",
+                                         "head-before-append", "no-archive-fsync"})
         with self.assertRaises(ValueError):
             explore(transitions=3, variant="no-such-variant")
 

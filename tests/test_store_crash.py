@@ -101,7 +101,9 @@ class KillDuringWrites(unittest.TestCase):
     The loaded revision is at least the last acknowledged one and at most the
     last attempted one, with the effects the child computed for it; a torn
     line is dropped and reported; and the run continues: the next write
-    performs any repair and leaves the folder healthy. Compaction runs often
+    performs any repair and leaves the folder healthy, its history (the
+    segments compaction copies into the history folder, then the journals)
+    holding every record from revision 1. Compaction runs often
     (``compact_min_bytes`` is 1): counting from a fresh run, commit 1
     compacts and commit 8 does not, and there are at least nine compactions
     in the first thirteen commits (checked by ``test_compaction_pattern``).
@@ -123,6 +125,15 @@ class KillDuringWrites(unittest.TestCase):
         s["before-temp-to-snapshot-2"] = Scenario([commit_kill("store:after-backup-fsync", 2)], "attempted")
         for occurrence in (1, 5):
             s[f"after-temp-to-snapshot-{occurrence}"] = Scenario([commit_kill("store:after-rename", occurrence)], "attempted")
+        s["archive-after-history-mkdir-1"] = Scenario([commit_kill("store:after-history-mkdir", 1)], "attempted")
+        for occurrence in (1, 4):
+            kill = commit_kill("store:after-archive-write", occurrence)
+            s[f"archive-after-write-{occurrence}"] = Scenario([kill], "attempted")
+        s["archive-after-fsync-2"] = Scenario([commit_kill("store:after-archive-fsync", 2)], "attempted")
+        for occurrence in (1, 3):
+            kill = commit_kill("store:after-archive-rename", occurrence)
+            s[f"archive-after-rename-{occurrence}"] = Scenario([kill], "attempted")
+        s["archive-after-rename-fsync-2"] = Scenario([commit_kill("store:after-archive-rename-fsync", 2)], "attempted")
         s["after-journal-to-prev-2"] = Scenario([commit_kill("store:after-journal-rename", 2)], "attempted")
         s["after-new-journal-3"] = Scenario([commit_kill("store:after-journal-create", 3)], "attempted")
         for occurrence in (1, 8):
@@ -182,6 +193,9 @@ class KillDuringWrites(unittest.TestCase):
         self.assertEqual(report["next_revision"], rev + 1, f"{name}: the run does not continue after the crash")
         self.assertEqual(report["next_digest"], report["expected_next"])
         self.assertEqual(report["after"], [], f"{name}: the first write after the crash left problems behind")
+        history = report["history"]
+        self.assertEqual((history["whole"], history["oldest"], history["findings"]), (True, 1, []),
+                         f"{name}: the history lost records: {history}")
         return report
 
     def check_all(self, prefix: str) -> List[Dict[str, Any]]:
@@ -219,6 +233,11 @@ class KillDuringWrites(unittest.TestCase):
 
     def test_after_rename_over_snapshot_before_directory_fsync(self) -> None:
         self.check_all("after-temp-to-snapshot-")
+
+    # -- the copy of the previous journal into the history folder ---------------------
+    def test_a_kill_while_copying_the_previous_journal_loses_no_record(self) -> None:
+        for report in self.check_all("archive-"):
+            self.assertEqual([f for f in report["findings"] if f != "stray-temp"], [])
 
     def test_after_journal_moved_to_previous_journal(self) -> None:
         report = self.check("after-journal-to-prev-2")

@@ -21,6 +21,7 @@ import os
 import re
 import sys
 import unittest
+from unittest import mock
 from typing import Any, Dict, List, Tuple
 
 from tests.support import real as _real
@@ -198,7 +199,7 @@ class TimelineRecoveryMarks(unittest.TestCase):
 
 
 class TimelineOfCompactedRuns(unittest.TestCase):
-    """The file store drops old journal records on compaction: the page says so, and a recorder keeps them."""
+    """Compaction keeps every record in the history folder: the page draws the whole run, and says where it breaks."""
 
     def drive(self, path: str, after_each: Any = None) -> None:
         RunStore.create(path, "timeline-compacted", small_contract("timeline-compacted"))
@@ -211,14 +212,66 @@ class TimelineOfCompactedRuns(unittest.TestCase):
             if after_each:
                 after_each()
 
-    def test_compacted_records_are_a_gap_on_the_page(self) -> None:
+    def test_compacted_records_are_read_from_the_history_folder(self) -> None:
         with scratch_dir("runner-timeline-compacted-") as scratch:
             path = os.path.join(scratch, "run")
             self.drive(path)
+            self.assertGreater(len(os.listdir(os.path.join(path, "history"))), 5)
             seen = history.load(RunStore.open(path))
-        self.assertEqual(seen.gaps[0][0], 0)
-        self.assertGreater(seen.first_rev, 1)
-        self.assertIn("were compacted away before they were read", timeline.render([seen]))
+        self.assertEqual((seen.gaps, seen.first_rev, seen.damage), ([], 1, []))
+        self.assertEqual([len(p.transitions) for p in seen.effects.values()], [2] * 40)
+        self.assertEqual(seen.summary["history_records"], seen.state["revision"])
+        self.assertNotIn("compacted away", timeline.render([seen]))
+
+    def test_a_missing_or_altered_segment_is_damage_on_every_view(self) -> None:
+        import gzip
+
+        with scratch_dir("runner-timeline-damaged-") as scratch:
+            path = os.path.join(scratch, "run")
+            self.drive(path)
+            folder = os.path.join(path, "history")
+            names = sorted(os.listdir(folder))
+            os.unlink(os.path.join(folder, names[2]))
+            with gzip.open(os.path.join(folder, names[4]), "rb") as handle:
+                lines = handle.read().split(b"\n")
+            lines[0] = lines[0].replace(b'"epoch":1', b'"epoch":7')  # the record's hash no longer matches it
+            with gzip.open(os.path.join(folder, names[4]), "wb") as handle:
+                handle.write(b"\n".join(lines))
+            seen = history.load(RunStore.open(path))
+            report = one_json(in_process_cli(["--dir", path, "--json", "report"]))
+            doctor = one_json(in_process_cli(["--dir", path, "--json", "doctor"]))
+            events = one_json(in_process_cli(["--dir", path, "--json", "events"]))
+        first, last = (int(part) for part in names[2][:-len(".jsonl.gz")].split("-"))
+        altered_first, altered_last = (int(part) for part in names[4][:-len(".jsonl.gz")].split("-"))
+        # The altered segment cannot be read: its records are missing too, besides the damage it is.
+        self.assertEqual([g for g in seen.gaps], [(first - 1, last + 1), (altered_first - 1, altered_last + 1)])
+        self.assertEqual(len(seen.damage), 3, seen.damage)
+        page = timeline.render([seen])
+        self.assertEqual(page.count('class="warn damage"'), 3)
+        self.assertIn(f"Journal records {first} to {last} are missing from the run", html.unescape(page))
+        self.assertEqual(report["history_missing"], last - first + 1 + altered_last - altered_first + 1)
+        self.assertEqual(report["history_damage"], seen.damage)
+        self.assertEqual(sorted(f["code"] for f in doctor["findings"]),
+                         ["history-altered", "history-missing", "history-missing"])
+        self.assertFalse(doctor["healthy"])
+        self.assertEqual(events["damage"], seen.damage)
+        self.assertTrue(events["events"][0]["seq"] == 1 and len(events["events"]) < seen.state["revision"])
+
+    def test_a_run_compacted_before_it_kept_a_history_folder(self) -> None:
+        from tests.test_provenance import _older_identity
+
+        with scratch_dir("runner-timeline-older-") as scratch:
+            path = os.path.join(scratch, "run")
+            with mock.patch("runner.stores.file_writer.new_identity", _older_identity):
+                self.drive(path)
+            for name in sorted(os.listdir(os.path.join(path, "history")))[:3]:  # what such a run never kept
+                os.unlink(os.path.join(path, "history", name))
+            seen = history.load(RunStore.open(path))
+            doctor = one_json(in_process_cli(["--dir", path, "--json", "doctor"]))
+        self.assertEqual((seen.damage, len(seen.notes), seen.gaps[0][0]), ([], 1, 0))
+        self.assertIn("were compacted away before the run kept a history folder", timeline.render([seen]))
+        self.assertTrue(doctor["healthy"], doctor)
+        self.assertEqual([f["code"] for f in doctor["findings"]], ["history-before"])
 
     def test_a_recorder_keeps_every_record(self) -> None:
         with scratch_dir("runner-timeline-recorded-") as scratch:
@@ -226,7 +279,8 @@ class TimelineOfCompactedRuns(unittest.TestCase):
             recorder = history.Recorder(lambda: RunStore.open(path))
             self.drive(path, recorder.poll)
             seen = recorder.history()
-            self.assertGreater(history.load(RunStore.open(path)).first_rev, 1)  # the store itself no longer holds them
+            whole = history.load(RunStore.open(path))
+        self.assertEqual(whole.summary, seen.summary)  # the store itself holds them all too
         self.assertEqual((seen.gaps, seen.first_rev), ([], 1))
         self.assertEqual(sorted({p.state for p in seen.effects.values()}), ["verified"])
         self.assertEqual(len(seen.effects), 40)

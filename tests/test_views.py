@@ -138,7 +138,8 @@ class EventsTest(RecoveryCase):
     """Every transition has a sequence number; an observer resumes after its last one, missing and repeating nothing.
 
     An observer that follows the run and is SIGKILLed changes nothing in it;
-    after compaction beyond the retained journals, ``truncated`` says so.
+    compaction keeps every event (in the history folder), and after a drop by
+    the run's retention ``truncated`` and ``dropped`` say so.
     """
 
     def test_observer_resumes_and_its_death_does_not_touch_the_run(self) -> None:
@@ -196,7 +197,7 @@ class EventsTest(RecoveryCase):
         done = _util.in_process_cli(["--dir", world.run, "events", "--follow", "--after", str(final), "--timeout", str(DEADLINE)])
         self.assertEqual((done.code, done.out), (0, ""))
 
-    def test_compaction_beyond_the_retained_journals_is_reported(self) -> None:
+    def test_compaction_keeps_every_event(self) -> None:
         world = self.world(create=False)
         store = RunStore.create(world.run, TASK_ID, load_contract(world.contract), compact_min_bytes=1 << 40, durability="process")
         self.addCleanup(store.fs.close)  # type: ignore[attr-defined]
@@ -204,14 +205,32 @@ class EventsTest(RecoveryCase):
             store.commit([["set", ["counters", "cost"], {"tokens": rev}]])
             if rev in (5, 10):
                 store.compact()
+        whole, kept = self.cli(world).json("events", "--after", "0"), self.cli(world).json("events", "--after", "5")
+        self.assertEqual((whole["truncated"], whole["oldest"]), (False, 1))
+        self.assertEqual([e["seq"] for e in whole["events"]], list(range(1, 14)))
+        self.assertEqual((kept["truncated"], [e["seq"] for e in kept["events"]]), (False, list(range(6, 14))))
+        self.assertNotIn("dropped", whole)
+
+    def test_a_drop_by_the_retention_is_reported(self) -> None:
+        world = self.world(create=False)
+        plan = dict(load_contract(world.contract), history={"keep_bytes": 1})
+        store = RunStore.create(world.run, TASK_ID, plan, compact_min_bytes=1 << 40, durability="process")
+        self.addCleanup(store.fs.close)  # type: ignore[attr-defined]
+        for rev in range(1, 14):
+            store.commit([["set", ["counters", "cost"], {"tokens": rev}]])
+            if rev in (5, 10, 13):
+                store.compact()  # the third copies records 6 to 10 into the history folder, and records 1 to 5 go
         gap, kept = self.cli(world).json("events", "--after", "0"), self.cli(world).json("events", "--after", "5")
         gap_text = _util.in_process_cli(["--dir", world.run, "events", "--after", "2"])
         self.assertEqual((gap["truncated"], gap["oldest"]), (True, 6))
-        self.assertEqual([e["seq"] for e in gap["events"]], list(range(6, 14)))
-        self.assertEqual((kept["truncated"], [e["seq"] for e in kept["events"]]), (False, list(range(6, 14))))
+        self.assertEqual([e["seq"] for e in gap["events"]], list(range(6, 15)))  # 14 records the drop
+        self.assertEqual({k: gap["dropped"][k] for k in ("first", "through", "records", "policy")},
+                         {"first": 1, "through": 5, "records": 5, "policy": {"keep_bytes": 1}})
+        self.assertEqual((kept["truncated"], [e["seq"] for e in kept["events"]]), (False, list(range(6, 15))))
         lines = [json.loads(line) for line in gap_text.out.splitlines()]
-        self.assertEqual((lines[0]["gap"], lines[0]["oldest"]), (True, 6))
-        self.assertEqual([e["seq"] for e in lines[1:]], list(range(6, 14)))
+        self.assertEqual((lines[0]["gap"], lines[0]["oldest"], lines[0]["dropped"]["through"]), (True, 6, 5))
+        self.assertIn("history retention", lines[0]["hint"])
+        self.assertEqual([e["seq"] for e in lines[1:]], list(range(6, 15)))
 
 
 class ReportTest(RecoveryCase):

@@ -84,9 +84,35 @@ class WindowOrderTest(unittest.TestCase):
         rec = SeenRecorder()
         store = self.store(observer=rec, compact_min_bytes=1)
         store.commit([["set", ["effects", "a"], {"n": 1}]])
-        self.assertEqual(rec.windows, table("store:before-append", "store:after-journal-create-fsync"))
+        archive = table("store:after-history-mkdir", "store:after-archive-rename-fsync")
+        first = [w for w in table("store:before-append", "store:after-journal-create-fsync") if w not in archive]
+        self.assertEqual(rec.windows, first)  # no previous journal yet: nothing to copy into the history folder
         journal = os.path.join(self.path, "journal.jsonl")
         self.assertEqual(rec.passes[0][1], {"path": journal})  # the fs and the bytes are facts too, left out by the recorder
+        del rec.passes[:]
+        store.commit([["set", ["effects", "b"], {"n": 2}]])
+        self.assertEqual(rec.windows, table("store:before-append", "store:after-journal-create-fsync"))
+        segment = os.path.join(self.path, "history", "000000000001-000000000001.jsonl.gz")
+        archived = [facts["path"] for w, facts in rec.passes if w.startswith("store:after-archive")]
+        self.assertEqual(archived, [segment] * 4)
+        del rec.passes[:]
+        store.commit([["set", ["effects", "c"], {"n": 3}]])
+        self.assertEqual(rec.windows, [w for w in table("store:before-append", "store:after-journal-create-fsync")
+                                       if w != "store:after-history-mkdir"])  # the folder is made once
+
+    def test_a_drop_of_history_the_retention_asks_for(self) -> None:
+        RunStore.create(self.path, "windows", dict(PLAN, history={"keep_bytes": 1}))
+        store = RunStore.open(self.path, compact_min_bytes=1)
+        for n in range(3):
+            store.commit([["set", ["effects", f"e{n}"], {"n": n}]])
+        rec = SeenRecorder()
+        store = RunStore.open(self.path, compact_min_bytes=1, observer=rec)
+        store.commit([["set", ["effects", "d"], {"n": 4}]])
+        compaction = [w for w in table("store:before-append", "store:after-journal-create-fsync")
+                      if w != "store:after-history-mkdir"]
+        record = table("store:before-append", "store:after-append-fsync")
+        self.assertEqual(rec.windows, compaction + record + ["store:before-history-drop"])
+        self.assertEqual(store.state["observations"]["history"]["dropped"]["through"], 2)
 
     def test_one_transition_that_does_not_compact(self) -> None:
         rec = SeenRecorder()

@@ -10,9 +10,11 @@ there is the business of whoever passed it in (``runner/proof/faults.py``
 holds the fault injection; a supervisor may use the same observer to observe).
 
 :data:`WINDOWS` is the one table of window names, in the order one pass
-reaches them: a transition's append, then the compaction it may trigger, the
-repair of a torn record, ``init``; one effect's lifecycle; steps, the lease,
-jobs. Each entry is ``(name, facts, what is durable when it is reached)``.
+reaches them: a transition's append, then the compaction it may trigger
+(which first copies the previous journal into the history folder) and the
+drop of history the retention asks for after it, the repair of a torn
+record, ``init``; one effect's lifecycle; steps, the lease, jobs. Each entry
+is ``(name, facts, what is durable when it is reached)``.
 ``tests/test_windows.py`` drives one transition and one effect and checks
 that observer receive these windows, in this order, so the table cannot drift
 from the code.
@@ -30,6 +32,14 @@ WINDOWS: Tuple[Tuple[str, str, str], ...] = (
     ("store:after-append-fsync", "path", "the record is durable; the commit has not returned"),
     # the file store: the compaction a transition may trigger
     ("store:before-compaction", "path", "a compaction is due; nothing of it is written"),
+    ("store:after-history-mkdir", "path",
+     "the run's first segment is due: the history folder exists; the run folder is not synced"),
+    ("store:after-archive-write", "path",
+     "the previous journal's compressed copy is written in the history folder under a temporary name, not yet synced"),
+    ("store:after-archive-fsync", "path", "that copy is durable under its temporary name"),
+    ("store:after-archive-rename", "path", "the copy has its segment's name; the history folder is not synced"),
+    ("store:after-archive-rename-fsync", "path",
+     "the segment is durable beside the previous journal it copies, which is unchanged"),
     ("store:after-temp-write", "path", "a new file is written beside its target, not yet synced"),
     ("store:after-temp-fsync", "path", "the new file is durable; its target is unchanged"),
     ("store:after-backup-rename", "path", "the old snapshot is renamed to the backup; the folder is not synced"),
@@ -40,6 +50,9 @@ WINDOWS: Tuple[Tuple[str, str, str], ...] = (
     ("store:after-journal-rename-fsync", "path", "that rename is durable; there is no journal file"),
     ("store:after-journal-create", "path", "a new empty journal exists; the folder is not synced"),
     ("store:after-journal-create-fsync", "path", "the new journal is durable"),
+    # the file store: the oldest history the contract's retention no longer keeps, dropped after a compaction
+    ("store:before-history-drop", "path",
+     "a transition of its own has recorded the drop; the segments it drops are still in the history folder"),
     # the file store: the first write after a torn final record
     ("store:after-truncate", "path", "the torn tail is cut off the journal, not yet synced"),
     # the file store: init (then temp write, temp fsync, rename of the snapshot and of run.json, and the journal's creation)

@@ -49,6 +49,7 @@ __all__ = [
     "RetryPolicy",
     "LeaseSpec",
     "JobsSpec",
+    "HistorySpec",
     "read_contract",
     "read_http",
     "contract_of",
@@ -340,6 +341,14 @@ class LeaseSpec:
 
 
 @dataclass(frozen=True)
+class HistorySpec:
+    """The ``history`` section: how much of the run's history folder is kept (no bound when left out)."""
+
+    keep_seconds: Optional[float] = None
+    keep_bytes: Optional[int] = None
+
+
+@dataclass(frozen=True)
 class JobsSpec:
     """The ``jobs`` section."""
 
@@ -363,6 +372,7 @@ class Contract:
     retry: RetryPolicy = RetryPolicy()
     lease: LeaseSpec = LeaseSpec()
     jobs: JobsSpec = JobsSpec()
+    history: HistorySpec = HistorySpec()
     workspace: str = "."
 
     def step(self, step_id: str) -> Optional[StepSpec]:
@@ -559,7 +569,8 @@ def read_contract(block: Mapping[str, Any]) -> Contract:
     sections it uses (the simulation's may name its effects alone): a field
     left out reads as its default, and the task, goal and steps as none.
     """
-    limits, retry, lease, jobs = (block.get(name) or {} for name in ("limits", "retry", "lease", "jobs"))
+    sections = ("limits", "retry", "lease", "jobs", "history")
+    limits, retry, lease, jobs, history = (block.get(name) or {} for name in sections)
     effects = block.get("effects") or {}
     return Contract(
         task_id=block.get("task_id", ""),
@@ -577,6 +588,10 @@ def read_contract(block: Mapping[str, Any]) -> Contract:
         ),
         lease=LeaseSpec(float(lease.get("ttl_seconds", 300.0))),
         jobs=JobsSpec(bool(jobs.get("rerun_vanished", False))),
+        history=HistorySpec(
+            float(history["keep_seconds"]) if "keep_seconds" in history else None,
+            int(history["keep_bytes"]) if "keep_bytes" in history else None,
+        ),
         workspace=block.get("workspace", "."),
     )
 

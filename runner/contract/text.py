@@ -41,6 +41,7 @@ TOP_KEYS = {
     "retry": dict,
     "lease": dict,
     "jobs": dict,
+    "history": dict,
     "workspace": str,
 }
 REQUIRED = ("contract", "task_id", "goal", "steps")
@@ -52,6 +53,8 @@ EFFECT_KEYS = {"key_pattern": str, "approval": list, "adapter": str, "verificati
 LIMIT_KEYS = ("max_step_attempts", "max_effect_attempts", "max_elapsed_seconds", "max_cost", "max_steps", "no_progress_seconds")
 RETRY_KEYS = ("base_seconds", "cap_seconds", "deadline_seconds")
 LEASE_KEYS = ("ttl_seconds",)
+#: The bounds of a run's history folder (the file store's; a database keeps every journal row).
+HISTORY_KEYS = ("keep_seconds", "keep_bytes")
 #: The longest lease a contract or a caller may ask for (``lease.ttl_seconds``, ``--ttl``): a week.
 MAX_TTL_SECONDS = 7 * 24 * 3600
 #: The largest value of each field that is a duration; every other number only has to be positive (and finite).
@@ -62,6 +65,7 @@ DURATION_BOUNDS = {
     "cap_seconds": MAX_DURATION_SECONDS,
     "deadline_seconds": MAX_DURATION_SECONDS,
     "ttl_seconds": MAX_TTL_SECONDS,
+    "keep_seconds": MAX_DURATION_SECONDS,
 }
 JOB_KEYS = {"rerun_vanished": bool}
 
@@ -251,9 +255,11 @@ def _effects_problems(effects: Dict[str, Any], lines: List[str], first: int, at:
 
 
 def _number_problems(block: Dict[str, Any], at: _At) -> List[ContractProblem]:
-    """The numbers of ``limits``, ``retry`` and ``lease``: known fields, positive, a duration within its bound."""
+    """The numbers of ``limits``, ``retry``, ``lease`` and ``history``: known fields, positive, a duration within its
+    bound."""
     problems: List[ContractProblem] = []
-    for section, keys in (("limits", LIMIT_KEYS), ("retry", RETRY_KEYS), ("lease", LEASE_KEYS)):
+    sections = (("limits", LIMIT_KEYS), ("retry", RETRY_KEYS), ("lease", LEASE_KEYS), ("history", HISTORY_KEYS))
+    for section, keys in sections:
         value = block.get(section)
         if isinstance(value, dict):
             for key, number in value.items():

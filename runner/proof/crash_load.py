@@ -1,9 +1,10 @@
 """Loading one crash state with the real loader, and what it gave.
 
 Each distinct state is loaded once, however many crash points can leave it:
-``RunStore.open`` and ``scan`` must agree, and for a sample of states the
-store commits once more and reloads (or, after "no run", a new ``init`` must
-succeed).
+``RunStore.open`` and ``scan`` must agree, the run's history (its history
+folder and journals) must hold every record from revision 1 to the one
+loaded, chained to its head, and for a sample of states the store commits
+once more and reloads (or, after "no run", a new ``init`` must succeed).
 """
 
 import hashlib
@@ -34,6 +35,7 @@ class _Outcome(NamedTuple):
     followup: Optional[str]  # None: not tried; "" passed; else what went wrong
     summary: str
     head: str = ""  # after a load: the witness was "current", "behind", "invalid" or "missing"
+    history: str = ""  # after a load: "" when the history holds every record up to the one loaded, else why not
 
 
 def _tick_clock(start: float) -> Callable[[], float]:
@@ -109,7 +111,8 @@ def _load(tree: Tree, variant: _Variant, plan: Dict[str, Any], task_id: str, fol
     digest = _digest(store.state)
     if found is not None and (found.state is None or _digest(found.state) != digest):
         scan_problem = "scan and open disagree about the state"
-    outcome = _Outcome(None, "", revision, digest, scan_problem, None, summary, _head_status(tree, revision))
+    outcome = _Outcome(None, "", revision, digest, scan_problem, None, summary, _head_status(tree, revision),
+                       _history_problem(store))
     if followup:
         outcome = outcome._replace(followup=_write_again(store, fs, variant, clock))
     return outcome
@@ -125,6 +128,24 @@ def _head_status(tree: Tree, revision: int) -> str:
     except (KeyError, ValueError, InvalidInput):
         return "invalid"
     return "current" if head_rev == revision else "behind" if head_rev < revision else "ahead"
+
+
+def _history_problem(store: RunStore) -> str:
+    """"" when the run's history (history folder and journals) holds revisions 1 to the one loaded, chained to its
+    head; else what is missing."""
+    try:
+        records, _oldest = store.records_after(0)
+    except Exception as exc:  # the loader must not fail this way; report it
+        return f"reading the history raised {type(exc).__name__}: {exc}"
+    if store.history_findings:
+        return "; ".join(f.message for f in store.history_findings)
+    revisions = [record["rev"] for record in records]
+    if revisions != list(range(1, store.revision + 1)):
+        held = f"{revisions[0]} to {revisions[-1]}" if revisions else "none"
+        return f"the history holds revisions {held} ({len(revisions)} records) of the {store.revision} loaded"
+    if records and records[-1]["hash"] != store.state["head"]:
+        return "the history's last record is not the loaded state's head"
+    return ""
 
 
 def _write_again(store: RunStore, fs: RecordingFileSystem, variant: _Variant, clock: Callable[[], float]) -> str:

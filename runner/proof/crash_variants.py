@@ -16,7 +16,8 @@ from .recording_fs import RecordingFileSystem
 __all__ = ["VARIANTS"]
 
 #: The deliberately broken write paths :func:`runner.proof.crashcheck.explore` can check, by name.
-VARIANTS = ("no-file-fsync", "no-dir-fsync", "snapshot-before-journal", "no-journal-fsync", "head-before-append")
+VARIANTS = ("no-file-fsync", "no-dir-fsync", "snapshot-before-journal", "no-journal-fsync", "head-before-append",
+            "no-archive-fsync")
 
 #: The store's compaction threshold under every variant: small, so that compactions come often.
 _COMPACT_MIN_BYTES = 512
@@ -62,6 +63,17 @@ class _DropTempFsyncs(Observer):
 
     def reached(self, window: str, **facts: Any) -> None:
         if window == "store:after-temp-write" and isinstance(self.disk, _LyingDisk):
+            self.disk.drop_next_fsync()
+
+
+class _DropArchiveFsyncs(Observer):
+    """Observer that make the disk skip the sync of every copy of the previous journal before it is named a segment."""
+
+    def __init__(self, disk: RecordingFileSystem) -> None:
+        self.disk = disk
+
+    def reached(self, window: str, **facts: Any) -> None:
+        if window == "store:after-archive-write" and isinstance(self.disk, _LyingDisk):
             self.disk.drop_next_fsync()
 
 
@@ -147,5 +159,7 @@ def _variant(name: Optional[str]) -> _Variant:
         return _Variant(RecordingFileSystem, _no_hooks, "process")
     if name == "head-before-append":
         return _Variant(RecordingFileSystem, _HeadBeforeAppend, "sync")
+    if name == "no-archive-fsync":
+        return _Variant(_LyingDisk, _DropArchiveFsyncs, "sync")
     raise ValueError(f"unknown variant {name!r}; known: {', '.join(VARIANTS)}")
 

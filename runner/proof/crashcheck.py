@@ -22,7 +22,10 @@ Let A be the last revision acknowledged before the point (a store call
 returned) and T the last revision attempted. Once ``init`` has been
 acknowledged, ``RunStore.open`` must succeed with a revision r, A <= r <= T,
 whose content is exactly the workload's state at revision r, and
-``runner.stores.file.scan`` must agree. Under this model a store that keeps its
+``runner.stores.file.scan`` must agree; the run's history (the segments
+compaction copied into its history folder, then the journals) must hold
+every record from revision 1 to r, each continuing the one before up to
+r's head (``history-lost`` otherwise). Under this model a store that keeps its
 write protocol loses at most unacknowledged data, so any
 :class:`~runner.base.errors.StateUnrecoverable` there is a violation. Before
 ``init`` is acknowledged a load may report "no run" (and a new ``init`` must
@@ -135,6 +138,8 @@ def _judge(outcome: _Outcome, acked: Optional[int], attempted: Optional[int], re
     problems: List[Tuple[str, str]] = []
     if outcome.scan_problem:
         problems.append(("scan-disagrees", outcome.scan_problem))
+    if outcome.history:
+        problems.append(("history-lost", outcome.history))
     if outcome.error is not None and outcome.error not in (InvalidInput.__name__, StateUnrecoverable.__name__):
         problems.append(("unexpected-error", outcome.message))
         return problems
@@ -382,6 +387,7 @@ def explore(
             "operations": len(ops),
             "revisions": max(refs),
             "compactions": sum(1 for e in ops if e.name == "replace" and e.path.endswith("/journal.jsonl")),
+            "archived": sum(1 for e in ops if e.name == "replace" and e.path.endswith(".jsonl.gz.tmp")),
             "quarantines": sum(1 for e in ops if e.name == "mkdir" and "/quarantine/" in e.path),
             "torn_repairs": sum(1 for e in ops if e.name == "truncate"),
         },

@@ -66,6 +66,9 @@ class Store(abc.ABC):
     clock: Callable[[], float]
     path: str
     findings: List[Finding]
+    #: What the last :meth:`records_after` found breaking the history's chain (none where the backend keeps every
+    #: record).
+    history_findings: Tuple[Finding, ...] = ()
 
     # -- what a backend supplies ------------------------------------------------------
     @classmethod
@@ -140,11 +143,13 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def records_after(self, after: int) -> Tuple[List[Dict[str, Any]], int]:
-        """The journal records after revision ``after`` that the store still holds, oldest first.
+        """The journal records after revision ``after`` that the store holds, oldest first.
 
-        A store may drop records older than its last compaction; an observer
+        Every backend keeps every record (the file store in its history
+        folder), unless the run's retention dropped the oldest: an observer
         that asks for more than is held learns it from the second value and
-        re-reads the state instead.
+        re-reads the state instead. Records the store should hold and cannot
+        read back are left out and said in :attr:`history_findings`.
 
         :param after: the last revision the caller has seen (``-1`` or ``0`` for all).
         :returns: ``(records, oldest)``: each record is the journal body

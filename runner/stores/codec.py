@@ -32,6 +32,7 @@ from ..base.host import local_maker
 
 __all__ = [
     "IDENTITY_FORMAT",
+    "HISTORY_KEPT",
     "Ops",
     "Prepared",
     "new_identity",
@@ -46,6 +47,11 @@ __all__ = [
 
 
 IDENTITY_FORMAT = "runner-run/1"
+
+#: The identity's ``history`` of a run that keeps every journal record (in its journal files, its
+#: history folder or its journal rows) unless its envelope records that its retention dropped them.
+#: A run made before records were kept has no such field: what was compacted away before is not damage.
+HISTORY_KEPT = "kept"
 
 _RECORD_HEAD = re.compile(rb'\{"h":"([0-9a-f]{64})","r":')
 _RECORD_KEYS = {"at", "epoch", "ops", "prev", "rev"}
@@ -63,6 +69,7 @@ def new_identity(task_id: str, plan: Dict[str, Any], created_at: str, workspace_
     identity: Dict[str, Any] = {
         "created_at": created_at,
         "format": IDENTITY_FORMAT,
+        "history": HISTORY_KEPT,
         "made_by": local_maker(),
         "plan": plan,
         "plan_digest": content_digest(plan),

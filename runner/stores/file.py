@@ -1,12 +1,14 @@
 """The file store: one run in one folder, an append-only journal with a snapshot, a backup and a head witness.
 
 This module is where other code takes the file store from; it is written
-in four modules, one concern each:
+in five modules, one concern each:
 
 * :mod:`runner.stores.file_layout`: the run folder's file names, their modes
   and the formats of what they hold;
 * :mod:`runner.stores.file_witness`: ``head.json``, which says how far the run
   was acknowledged, and when a load believes it;
+* :mod:`runner.stores.file_history`: the history folder, where compaction
+  keeps every journal it rotates out, and how it is read back and bounded;
 * :mod:`runner.stores.file_scan`: reading a run folder without changing it
   (:func:`scan`, and :func:`check` for ``doctor``);
 * :mod:`runner.stores.file_writer`: :class:`RunStore`, which changes a run:

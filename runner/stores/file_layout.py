@@ -10,6 +10,8 @@ Layout of a run folder (mode :data:`DIR_MODE`, 0700; every file :data:`FILE_MODE
     backup.json          the snapshot before the current one
     head.json            the witness: the last acknowledged revision and its hash
                          (:mod:`runner.stores.file_witness`)
+    history/             every earlier journal, one compressed segment per compaction
+                         (:mod:`runner.stores.file_history`)
     quarantine/          damaged files, moved aside, never deleted
 
 The run folder itself is the ``flock(2)`` target: there is no lock file that
@@ -29,7 +31,8 @@ from ..ledger.envelope import validate_envelope
 from ..base.canonical import canonical_json, loads_trusted, sha256_hex
 from ..base.fs import DIR_MODE, FILE_MODE
 
-__all__ = ["IDENTITY", "SNAPSHOT", "BACKUP", "JOURNAL", "PREV_JOURNAL", "HEAD", "LOCK", "HOOKS", "QUARANTINE", "DISPLACED", "TMP_SUFFIX",
+__all__ = ["IDENTITY", "SNAPSHOT", "BACKUP", "JOURNAL", "PREV_JOURNAL", "HEAD", "LOCK", "HOOKS", "HISTORY",
+           "QUARANTINE", "DISPLACED", "TMP_SUFFIX",
            "STATE_FILES", "RUN_FILES", "HEAD_SIZE", "SNAPSHOT_FORMAT", "FILE_MODE", "DIR_MODE", "encode_snapshot", "decode_snapshot"]
 
 IDENTITY = "run.json"
@@ -40,6 +43,7 @@ PREV_JOURNAL = "journal.prev.jsonl"
 HEAD = "head.json"
 LOCK = "lock"  # the lock file of older versions: allowed in a folder, never used
 HOOKS = "hooks.json"  # the counters of the harness's hooks: neither state nor damage
+HISTORY = "history"
 QUARANTINE = "quarantine"
 DISPLACED = "quarantine.displaced"  # whatever held the name quarantine/ without being a folder
 TMP_SUFFIX = ".tmp"

@@ -22,8 +22,10 @@ from ..base.canonical import sha256_hex
 from ..base.errors import InvalidInput
 from ..base.fs import FileSystem, OsFileSystem
 from .base import Finding
-from .codec import decode_identity, decode_record, genesis, replay
-from .file_layout import BACKUP, HEAD, IDENTITY, JOURNAL, PREV_JOURNAL, QUARANTINE, SNAPSHOT, STATE_FILES, TMP_SUFFIX, decode_snapshot
+from .codec import HISTORY_KEPT, decode_identity, decode_record, genesis, replay
+from .file_history import dropped_of, list_segments, walk
+from .file_layout import (BACKUP, HEAD, HISTORY, IDENTITY, JOURNAL, PREV_JOURNAL, QUARANTINE, SNAPSHOT, STATE_FILES,
+                          TMP_SUFFIX, decode_snapshot)
 from .file_witness import decode_head, head_problem
 
 __all__ = ["Scan", "JournalFile", "scan", "check", "parse_journal"]
@@ -129,8 +131,9 @@ def scan(path: str, fs: Optional[FileSystem] = None, thorough: bool = False) -> 
     The state returned, when there is one, is the latest revision the files
     prove: rebuilt from the first valid base (snapshot, then backup, then the
     identity) that the journal continues to its last complete record.
-    ``thorough`` also validates what the load did not need: the backup and
-    every line of the previous journal.
+    ``thorough`` also validates what the load did not need: the backup,
+    every line of the previous journal, and the whole history folder
+    (:func:`runner.stores.file_history.walk`).
 
     A load from a valid snapshot needs only the last line of the previous
     journal (the record at the snapshot's revision), so that is all it reads
@@ -221,6 +224,12 @@ class _Reading:
         for name in sorted(names):
             if name.endswith(TMP_SUFFIX):
                 findings.append(Finding("repairable", "stray-temp", f"leftover temporary file {name}"))
+        folder = self._join(HISTORY)
+        if HISTORY in names and not fs.is_symlink(folder):
+            # A copy of the previous journal that never got its segment's name: the next writer removes it.
+            for name in list_segments(fs, folder)[1]:
+                if name.endswith(TMP_SUFFIX):
+                    findings.append(Finding("repairable", "stray-temp", f"leftover temporary file {HISTORY}/{name}"))
         if any(f.code == "symlink" for f in findings):
             return self._stop()
         if IDENTITY in names:
@@ -421,8 +430,26 @@ class _Reading:
         else:
             self.findings.append(Finding("repairable", "rebuilt",
                                          f"rebuilt revision {state['revision']} from {name} and the journal"))
+        if self.thorough:
+            self._history(state)
         since = self.current.good_end if self.current is not None else 0
         return Scan(self.path, True, state, name, self.findings, self.current, snapshot_size, since)
+
+    def _history(self, state: Dict[str, Any]) -> None:
+        """The whole history read back (a thorough look only): what breaks its chain, and what else the folder holds.
+
+        A segment missing or altered is damage of the history, not of the
+        state, which loads as before; another name there is noted.
+        """
+        folder = self._join(HISTORY)
+        kept = self.identity.get("history") == HISTORY_KEPT
+        walked = walk(self.fs, folder, self.records, self.genesis_head, kept, dropped_of(state))
+        self.findings.extend(walked.findings)
+        if HISTORY in self.names and not self.fs.is_symlink(folder):
+            for name in list_segments(self.fs, folder)[1]:
+                if not name.endswith(TMP_SUFFIX):  # a temporary one was found with the folder's names
+                    said = f"{HISTORY}/{name} is not a segment of the history"
+                    self.findings.append(Finding("note", "history-other", said))
 
     def _no_base(self) -> Scan:
         """No base reaches the end of the journal: every problem found is damage now."""

@@ -13,6 +13,11 @@ Invariants the store keeps:
   journal -> prev and snapshot -> backup with a directory fsync after each
   step, so every crash leaves a base (snapshot, backup or ``run.json``) from
   which the journal rebuilds the last acknowledged revision.
+* Compaction forgets nothing: before the rotation replaces the previous
+  journal, a compressed copy of it is made durable in the history folder
+  (:mod:`runner.stores.file_history`), so the segments and the journals
+  hold every record since revision 1. A retention bound of the contract
+  drops the oldest segments only after a transition recorded the drop.
 * A load is a :func:`~runner.stores.file_scan.scan` under the lock; what it
   cannot rebuild exactly is moved into ``quarantine/`` (never deleted) and the
   run stops with :class:`~runner.base.errors.StateUnrecoverable`. Lossless repairs
@@ -30,16 +35,20 @@ import os
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ..ledger.envelope import undo_ops
+from ..ledger.envelope import new_envelope, undo_ops
 from ..base.values import validate_id
+from ..base.times import parse_time
 from ..base.canonical import sha256_hex
 from ..base.errors import InvalidInput, StateUnrecoverable
 from ..base.fs import FileSystem, OsFileSystem, replace_durably
 from ..base.windows import NO_OBSERVER, Observer
 from .base import Finding, Store
-from .codec import Ops, finish_transition, genesis, new_identity, prepare_transition, replay
-from .file_layout import (BACKUP, DISPLACED, HEAD, HOOKS, IDENTITY, JOURNAL, LOCK, PREV_JOURNAL, QUARANTINE, RUN_FILES, SNAPSHOT, TMP_SUFFIX,
-                          encode_snapshot)
+from .codec import (HISTORY_KEPT, Ops, decode_identity, finish_transition, genesis, new_identity, prepare_transition,
+                    replay)
+from .file_history import (compress, dropped_of, dropped_record, due_for_drop, list_segments, read_segment,
+                           retention_of, segment_name, walk)
+from .file_layout import (BACKUP, DISPLACED, HEAD, HISTORY, HOOKS, IDENTITY, JOURNAL, LOCK, PREV_JOURNAL, QUARANTINE,
+                          RUN_FILES, SNAPSHOT, TMP_SUFFIX, encode_snapshot)
 from .file_scan import parse_journal, scan
 from .file_witness import encode_head, seal_key
 
@@ -99,8 +108,11 @@ class RunStore(Store):
         self._pending: List[Finding] = []  # repairs the next writer performs
         self._torn_at: Optional[int] = None
         self._seal: Optional[bytes] = None  # the head's seal key: the run's task id and creation time
+        self._keeping = False  # a drop of history is being recorded: its own transition compacts nothing
         #: Findings of the last full load (notes and lossless repairs).
         self.findings: List[Finding] = []
+        #: What the last :meth:`records_after` found breaking the history's chain (missing or altered segments).
+        self.history_findings: Tuple[Finding, ...] = ()
 
     # -- paths --------------------------------------------------------------
     def _p(self, name: str) -> str:
@@ -281,11 +293,13 @@ class RunStore(Store):
         self._load()
 
     def records_after(self, after: int) -> Tuple[List[Dict[str, Any]], int]:
-        """Journal records with revision > ``after`` that the store still holds, and the oldest it holds.
+        """Journal records with revision > ``after``, from the history folder and the journals, and the oldest held.
 
-        Compaction drops records older than the previous journal, so an
-        observer that asks for more than is held learns it from the second
-        value and re-reads the state instead.
+        Compaction keeps every record (in the history folder), so the oldest
+        is revision 1 unless the run's retention dropped older ones; an
+        observer that asks for those learns it from the second value.
+        Missing or altered segments are not read past as if nothing were
+        there: :attr:`history_findings` says what breaks the chain.
 
         :param after: the last revision the caller has seen.
         :returns: ``(records, oldest)`` as :meth:`runner.stores.base.Store.records_after` describes.
@@ -297,12 +311,16 @@ class RunStore(Store):
             for name in (PREV_JOURNAL, JOURNAL):
                 if self.fs.exists(self._p(name)):
                     parsed = parse_journal(self.fs.read(self._p(name)), None, allow_torn=(name == JOURNAL))
-                    if not records or (parsed.records and parsed.records[0][1]["prev"] == records[-1][0]):
+                    if not records or not parsed.records or parsed.records[0][1]["prev"] == records[-1][0]:
                         records += parsed.records
                     else:
-                        records = list(parsed.records)
-            oldest = records[0][1]["rev"] if records else self.revision + 1
-            return [dict(body, hash=digest) for digest, body in records if body["rev"] > after and body["rev"] <= self.revision], oldest
+                        records = list(parsed.records)  # the previous journal does not link to it: walk says so
+            identity = self.fs.read(self._p(IDENTITY))
+            kept = decode_identity(identity).get("history") == HISTORY_KEPT
+            walked = walk(self.fs, self._p(HISTORY), records, sha256_hex(identity), kept, dropped_of(self.state), after)
+            self.history_findings = tuple(walked.findings)
+            held = [dict(body, hash=digest) for digest, body in walked.records if after < body["rev"] <= self.revision]
+            return held, walked.oldest
 
     # -- transitions ------------------------------------------------------------
     def _in_transaction(self, work: Callable[[], Any]) -> Any:
@@ -339,7 +357,7 @@ class RunStore(Store):
         try:
             if self._pending:
                 self._finish_repairs()
-            if self._journal_bytes >= max(self.compact_min_bytes, self._snapshot_size // 4):
+            if not self._keeping and self._journal_bytes >= max(self.compact_min_bytes, self._snapshot_size // 4):
                 self._compact_locked()
         except OSError as exc:
             failed = f"compaction or repair after revision {self.revision} failed: {exc.strerror or exc}"
@@ -415,6 +433,8 @@ class RunStore(Store):
         if "prev-journal" in codes:
             damaged.append(PREV_JOURNAL)
         damaged = [n for n in dict.fromkeys(damaged) if self.fs.exists(self._p(n))]
+        if PREV_JOURNAL in damaged:
+            self._archive_prev()  # what of it still chains is kept in the history before it goes
         if damaged:
             self._quarantine("lossless repair: " + "; ".join(f.message for f in pending), names=damaged)
         for name in self.fs.listdir(self.path):
@@ -431,6 +451,11 @@ class RunStore(Store):
                 self.fs.create_exclusive(head, encode_head(self.state))
                 self._fsync(HEAD)
                 self._fsync_dir()
+        folder = self._p(HISTORY)
+        if self.fs.exists(folder) and not self.fs.is_symlink(folder):
+            for name in list_segments(self.fs, folder)[1]:
+                if name.endswith(TMP_SUFFIX):
+                    self.fs.unlink(os.path.join(folder, name))
         if damaged or "rebuilt" in codes or "snapshot-missing" in codes:
             self._compact_locked()
 
@@ -476,6 +501,9 @@ class RunStore(Store):
         data = encode_snapshot(self.state)
         tmp = SNAPSHOT + TMP_SUFFIX
         reached("store:before-compaction", path=self._p(SNAPSHOT))
+        rotating = fs.stat(self._p(JOURNAL))
+        if rotating is None or rotating[1] > 0:
+            self._archive_prev()  # 0: before step 3 replaces it
         fs.write_file(self._p(tmp), data)
         reached("store:after-temp-write", path=self._p(SNAPSHOT))
         self._fsync(tmp)
@@ -510,10 +538,104 @@ class RunStore(Store):
         self._snapshot_size = len(data)
         self._journal_bytes = 0
         self._journal_id = fs.stat(self._p(JOURNAL))
+        if not self._keeping:
+            self._keep_history()
+
+    # -- the history folder -------------------------------------------------------
+    def _archive_prev(self) -> None:
+        """Make a compressed copy of the previous journal durable in the history folder, under its segment's name.
+
+        A copy left by a compaction that stopped before its rotation has the
+        same name and the same records, and is replaced. Of a previous
+        journal that is damaged (which a repair is about to quarantine), the
+        records up to the first that does not continue the one before are
+        copied: whatever follows is then missing from the history, which a
+        look at the history reports.
+        """
+        fs, reached = self.fs, self.observer.reached
+        prev = self._p(PREV_JOURNAL)
+        if not fs.exists(prev):
+            return
+        data = fs.read(prev)
+        records = parse_journal(data, None, allow_torn=False).records
+        whole = 1
+        while whole < len(records) and records[whole][1]["rev"] == records[whole - 1][1]["rev"] + 1 \
+                and records[whole][1]["prev"] == records[whole - 1][0]:
+            whole += 1
+        if not records:
+            return
+        records = records[:whole]
+        data = b"\n".join(data.split(b"\n")[:whole]) + b"\n"  # one record per line, the first lines read
+        folder = self._p(HISTORY)
+        if not fs.exists(folder):
+            fs.mkdir(folder)
+            reached("store:after-history-mkdir", path=folder)
+            self._fsync_dir()
+        target = os.path.join(folder, segment_name(records[0][1]["rev"], records[-1][1]["rev"]))
+        tmp = target + TMP_SUFFIX
+        fs.write_file(tmp, compress(data))
+        reached("store:after-archive-write", path=target)
+        if self.durability == "sync":
+            fs.fsync(tmp)
+        reached("store:after-archive-fsync", path=target)
+        fs.replace(tmp, target)
+        reached("store:after-archive-rename", path=target)
+        self._fsync_dir(folder)
+        reached("store:after-archive-rename-fsync", path=target)
+
+    def _keep_history(self) -> None:
+        """Drop the oldest segments the contract's retention no longer keeps, the drop recorded first.
+
+        The record is a transition of its own (epoch 0: the store's, no
+        worker's), made durable before any segment is deleted, so the
+        envelope covers whatever is gone; segments a recorded drop left
+        behind (a crash before their deletion) are deleted here too.
+        """
+        fs, folder = self.fs, self._p(HISTORY)
+        if not fs.exists(folder) or fs.is_symlink(folder):
+            return
+        segments = list_segments(fs, folder)[0]
+        before = dropped_of(self.state)
+        through = int(before["through"]) if before else 0
+        left = [s for s in segments if s.last <= through]
+        kept = [s for s in segments if s.last > through]
+        keep_seconds, keep_bytes = retention_of(self.state["plan"])
+        if len(kept) > 1 and (keep_seconds is not None or keep_bytes is not None):
+            total = sum((fs.stat(os.path.join(folder, s.name)) or (0, 0))[1] for s in kept)
+            now = self.clock()
+            dropping = []
+            for segment in kept[:-1]:
+                try:
+                    records, size = read_segment(fs, folder, segment)
+                except ValueError:
+                    break  # a damaged segment is never dropped, nor anything after it: a look at the history reports it
+                if not due_for_drop(total, parse_time(records[-1][1]["at"]), keep_seconds, keep_bytes, now):
+                    break
+                dropping.append((segment, records, size))
+                total -= size
+            # A drop continues the last one (a run that kept no history folder at first may begin anywhere).
+            continues = not before or (dropping and dropping[0][0].first == through + 1
+                                       and dropping[0][1][0][1]["prev"] == before["head"])
+            if dropping and continues:
+                start = new_envelope(self.state["task_id"], {}, "", self.state["created_at"])
+                bounds = (("keep_seconds", keep_seconds), ("keep_bytes", keep_bytes))
+                policy = {k: v for k, v in bounds if v is not None}
+                record = dropped_record(before, start, dropping, policy, self.now())
+                self._keeping = True
+                try:
+                    self._commit_locked([["set", ["observations", "history"], {"dropped": record}]], 0)
+                finally:
+                    self._keeping = False
+                left += [segment for segment, _, _ in dropping]
+        if left:
+            self.observer.reached("store:before-history-drop", path=folder)
+            for segment in left:
+                fs.unlink(os.path.join(folder, segment.name))
+            self._fsync_dir(folder)
 
     # -- quarantine ---------------------------------------------------------------
     def _quarantine(self, reason: str, names: Optional[Sequence[str]] = None) -> str:
-        """Move run files (all of them unless ``names``) into a fresh folder under ``quarantine/``.
+        """Move run files (all, and the history folder, unless ``names``) into a fresh folder under ``quarantine/``.
 
         Nothing is deleted. Something else under the name ``quarantine`` (a
         file, or a symbolic link that would carry the files out of the run
@@ -547,7 +669,8 @@ class RunStore(Store):
         fs.write_file(note, (reason.strip() + "\n").encode("utf-8", "replace"))
         if self.durability == "sync":
             fs.fsync(note)
-        candidates = names if names is not None else [n for n in fs.listdir(self.path) if n in RUN_FILES or n.endswith(TMP_SUFFIX)]
+        candidates = names if names is not None else [n for n in fs.listdir(self.path)
+                                                      if n in RUN_FILES or n == HISTORY or n.endswith(TMP_SUFFIX)]
         for name in candidates:
             if fs.exists(self._p(name)):
                 fs.replace(self._p(name), os.path.join(target, name))

@@ -591,8 +591,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def _not_healthy(findings: List[Dict[str, str]]) -> str:
     """What to do about the findings that keep a run from being healthy, as the end of doctor's last line."""
     said = []
-    if any(f["level"] not in ("note", "foreign") for f in findings):
+    if any(f["level"] not in ("note", "foreign") and not f["code"].startswith("history-") for f in findings):
         said.append("run 'doctor --repair' for lossless repairs")
+    if any(f["level"] == "damage" and f["code"].startswith("history-") for f in findings):
+        said.append("the run's history lacks records no repair brings back (a copy of the run folder may hold its "
+                    "segments); the state itself loads")
     if any(f["code"] == "calls-refused" for f in findings):
         said.append("nothing is called until the calls folder is as said above")
     elif any(f["level"] == "foreign" for f in findings):
@@ -887,7 +890,12 @@ def cmd_events(args: argparse.Namespace) -> int:
             emit(args, {"ok": True, **batch})
             return 0
         if batch["truncated"]:
-            sys.stdout.write(json.dumps({"gap": True, "after": after, "oldest": batch["oldest"], "hint": "events before 'oldest' were compacted; re-read 'status'"}) + "\n")
+            hint = ("events before 'oldest' were dropped by the run's history retention ('dropped' says what they "
+                    "held); re-read 'status'" if batch.get("dropped") else
+                    "events before 'oldest' are not in the run's history ('damage' says why); re-read 'status'")
+            gap = {"gap": True, "after": after, "oldest": batch["oldest"], "hint": hint,
+                   "dropped": batch.get("dropped"), "damage": batch.get("damage")}
+            sys.stdout.write(json.dumps(gap) + "\n")
         for event in batch["events"]:
             sys.stdout.write(json.dumps(event, sort_keys=True, ensure_ascii=False) + "\n")
         sys.stdout.flush()
@@ -901,13 +909,15 @@ def cmd_events(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from .history import load
+
     store = _open(args)
-    result = verbs.report(Run(store))
+    history = load(store)
+    result = verbs.report(Run(store), history)
     if args.html:
-        from .history import load
         from .timeline import write
 
-        result["html_bytes"] = write(args.html, [load(store)])
+        result["html_bytes"] = write(args.html, [history])
     emit(args, {"ok": True, **result}, "\n".join(f"{k:22} {v}" for k, v in result.items()))
     return 0
 

@@ -10,10 +10,15 @@ acknowledged, uncertain, verified, absent or failed, and whether it was
 settled by observation after its outcome was unknown; approval requests and
 their answers; the cancellation and what was in flight at that moment; jobs.
 
-It reads records only, so it works the same for every store. The file store
-compacts its journal: records older than the previous journal are dropped.
-The gaps that leaves are kept in :attr:`History.gaps` and never papered over;
-a :class:`Recorder` that polls the store while the run runs keeps them away.
+It reads records only, so it works the same for every store, and every
+store keeps every record (the file store's compaction copies each journal
+it rotates out into the run's history folder). Records that are not there
+are kept in :attr:`History.gaps` and never papered over: where the store
+says its history is damaged (:attr:`History.damage`), where a run's
+retention dropped the oldest (:attr:`History.dropped`, whose counts the
+figures of :func:`figures` add back), or where a run was compacted before
+its runner kept a history folder. A :class:`Recorder` that polls a store
+while the run runs keeps every record it saw, whatever the store keeps.
 
 A holding that ended without a release is a *crash* here: its holder stopped
 writing (its last durable write is :attr:`Holding.last_write`) and the lease
@@ -21,6 +26,7 @@ was broken or taken over later. That is what the journal can show; a holder
 that merely stalled past its lease looks the same, and is fenced the same.
 """
 
+import copy
 import threading
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
@@ -30,7 +36,8 @@ from ..base.times import parse_time
 from ..base.errors import RunnerError
 from .views import report
 
-__all__ = ["History", "Holding", "StepAttempt", "EffectPath", "Approval", "build", "load", "Recorder", "EXCEPTIONAL"]
+__all__ = ["History", "Holding", "StepAttempt", "EffectPath", "Approval", "build", "load", "figures", "Recorder",
+           "EXCEPTIONAL", "FIGURES"]
 
 #: Effect states an observer must always see one by one.
 EXCEPTIONAL = ("uncertain", "absent", "failed")
@@ -48,6 +55,7 @@ class Holding:
         self.writes = 0
         self.renewals = 0
         self.takeover = False  # this holding began by taking over an unreleased lease
+        self.before_kept = False  # it began in the records the run's retention dropped, and is counted with them
         self.broken_by: Optional[str] = None
         self.reason: Optional[str] = None
         #: (at, decision, reason, action): why a recovery stopped, or what it chose to do as its action's kind and the
@@ -134,6 +142,13 @@ class History:
         self.last_rev = 0
         self.records = 0
         self.gaps: List[Tuple[int, int]] = []  # (last rev seen, next rev seen): records between are missing
+        #: What the run's retention dropped (``observations.history.dropped``: range, counts, the run at its end),
+        #: or None.
+        self.dropped: Optional[Dict[str, Any]] = _dropped(state)
+        #: What the store found breaking the history's chain (missing or altered records): damage, said on every view.
+        self.damage: List[str] = []
+        #: What the store noted of records it never kept (compacted before the run kept a history folder).
+        self.notes: List[str] = []
         self.start = _time(state["created_at"])
         self.end = _time(state["updated_at"])
         self.holdings: List[Holding] = []
@@ -147,6 +162,39 @@ class History:
     @property
     def crashes(self) -> List[Holding]:
         return [h for h in self.holdings if h.crashed]
+
+
+def _dropped(state: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    history = state["observations"].get("history")
+    dropped = history.get("dropped") if isinstance(history, dict) else None
+    return dropped if isinstance(dropped, dict) and isinstance(dropped.get("through"), int) else None
+
+
+#: The figures :func:`figures` adds to :func:`runner.views.report`'s, each over the whole history.
+FIGURES = ("lease_holders", "crashes", "history_records", "history_dropped", "history_missing")
+
+
+def figures(history: "History") -> Dict[str, int]:
+    """The figures of ``history`` that the state alone does not give, whole whatever compaction did.
+
+    ``lease_holders``: lease holdings (epochs); ``crashes``: holdings that
+    stopped without releasing (see the module docstring); ``history_records``:
+    the journal records read; ``history_dropped``: those the run's retention
+    dropped, whose holdings and crashes the first two figures count from the
+    drop's record; ``history_missing``: records missing from the history for
+    no recorded reason (damage, or compacted before a history folder was kept).
+    """
+    dropped = history.dropped or {}
+    epochs = int((dropped.get("lease") or {}).get("epoch") or 0) if dropped else 0
+    crashed = int((dropped.get("counters") or {}).get("recoveries") or 0) if dropped else 0
+    missing = sum(max(0, upto - after - 1) for after, upto in history.gaps)
+    return {
+        "lease_holders": epochs + sum(1 for h in history.holdings if not h.before_kept),
+        "crashes": crashed + len(history.crashes),
+        "history_records": history.records,
+        "history_dropped": int(dropped.get("records") or 0),
+        "history_missing": missing,
+    }
 
 
 _TIMES: Dict[str, float] = {}
@@ -261,6 +309,22 @@ class _Replay:
         self.by_epoch: Dict[int, Holding] = {}
         self.open_steps: Dict[str, StepAttempt] = {}
         self.unresolved: set = set()
+        if self.history.dropped is not None:
+            self._after_drop(self.history.dropped)
+
+    def _after_drop(self, dropped: Dict[str, Any]) -> None:
+        """Start where the run's retention stopped: lease, counters, status and step as they stood, its holding open."""
+        self.previous = int(dropped["through"])
+        for key in ("lease", "counters", "status", "current_step"):
+            if key in dropped:
+                self.shadow[key] = copy.deepcopy(dropped[key])
+        lease = self.shadow["lease"] if isinstance(self.shadow["lease"], dict) else {}
+        if lease.get("owner") is not None:
+            since = lease.get("acquired_at") or dropped.get("last_at") or self.history.state["created_at"]
+            holding = self.holding = Holding(str(lease["owner"]), int(lease.get("epoch") or 0), _time(str(since)))
+            holding.before_kept = True
+            self.history.holdings.append(holding)
+            self.by_epoch[holding.epoch] = holding
 
     def record(self, record: Dict[str, Any]) -> None:
         """Replay one record, the next in revision order, and add to the history what it changed."""
@@ -459,14 +523,18 @@ class _Replay:
     def finish(self, records: List[Dict[str, Any]]) -> History:
         """The history, with the gaps the replayed ``records`` leave before, between and after them, and its span."""
         history, gaps = self.history, self.gaps
-        if records and records[0]["rev"] > 1 and not any(a == 0 for a, _ in gaps):
-            gaps.append((0, int(records[0]["rev"])))
+        origin = int(history.dropped["through"]) if history.dropped else 0
+        if records and records[0]["rev"] > origin + 1 and not any(a == origin for a, _ in gaps):
+            gaps.append((origin, int(records[0]["rev"])))
         if records and self.previous < int(history.state["revision"]):
             gaps.append((self.previous, int(history.state["revision"]) + 1))
         history.gaps = sorted(set(gaps))
         if records:
-            history.start = min(history.start, _time(records[0]["at"]))
+            # After a drop the page begins with what is kept; the drop's span is said, not drawn.
+            first = _time(records[0]["at"])
+            history.start = first if history.dropped else min(history.start, first)
             history.end = max(history.end, _time(records[-1]["at"]))
+        history.summary.update(figures(history))
         return history
 
 
@@ -484,9 +552,12 @@ def build(records: List[Dict[str, Any]], state: Dict[str, Any],
 
 
 def load(store: Any) -> History:
-    """The history of the run in ``store`` (any store), from the journal records it still holds."""
+    """The history of the run in ``store`` (any store): every record it holds, and what it says breaks the chain."""
     records, _oldest = store.records_after(0)
-    return build(records, store.state)
+    history = build(records, store.state)
+    for finding in getattr(store, "history_findings", ()):
+        (history.damage if finding.level == "damage" else history.notes).append(finding.message)
+    return history
 
 
 class Recorder:

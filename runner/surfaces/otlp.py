@@ -18,6 +18,11 @@ Spans, from :class:`runner.surfaces.history.History`:
   answer; a denial is ERROR;
 * each job: ``job <key>`` with process attributes; vanished is ERROR.
 
+The trace covers the run's whole history. Records the run's retention
+dropped are said by one ``runner.history.dropped`` event of the run's span
+(their range, times and counts; the ``runner.report.*`` figures count them),
+and records missing from a damaged history by ``runner.history.damage``.
+
 Receipts, evidence, reasons given by targets and step evidence are content:
 left out unless ``with_content``. Payloads are never in the journal; their
 digests are. Ids are derived from the run's task id and creation time, so
@@ -150,6 +155,15 @@ def trace(history: History, with_content: bool = False) -> Dict[str, Any]:
         root_events.append((cancel["at"], "runner.cancel", {"runner.cancelled_by": cancel["by"], "runner.step": cancel["step"],
                                                           "runner.in_flight": list(cancel["in_flight"][:50]),
                                                           "runner.reason": cancel["reason"] if with_content else None}))
+    dropped = history.dropped
+    if dropped:
+        # What the run's retention dropped is not in the trace: said once, with its range and counts, where it begins.
+        root_events.append((history.start, "runner.history.dropped", {
+            "runner.history.first": dropped.get("first"), "runner.history.through": dropped.get("through"),
+            "runner.history.records": dropped.get("records"), "runner.history.first_at": dropped.get("first_at"),
+            "runner.history.last_at": dropped.get("last_at")}))
+    for text in history.damage:
+        root_events.append((history.start, "runner.history.damage", {"runner.detail": text}))
     root_events.sort(key=lambda e: e[0])
     failed = state["status"] in ("blocked", "failed")
     detail = (state.get("next_action") or {}).get("detail") if failed else None

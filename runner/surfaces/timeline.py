@@ -30,6 +30,7 @@ import math
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from ..base.times import parse_time
 from ..contract.spec import contract_of
 from .history import EXCEPTIONAL, History
 from ..ledger.states import UNRESOLVED
@@ -99,7 +100,8 @@ class _Axis:
         self.span = max(end - start, 0.001) * 1.02  # a margin after the last fact
 
     def x(self, at: float) -> float:
-        return round(LABEL + (at - self.start) / self.span * PLOT, 1)
+        """The abscissa of ``at``; what began before the axis (a holding a drop of history cut) begins at its start."""
+        return round(LABEL + max(0.0, at - self.start) / self.span * PLOT, 1)
 
     def ticks(self) -> List[float]:
         raw = self.span / 8
@@ -137,8 +139,6 @@ def _summary_rows(history: History) -> List[Tuple[str, Any]]:
     figures = history.summary
     rows = [(name.replace("_", " "), value) for name, value in figures.items() if name != "cost"]
     rows += [(f"cost {name}", value) for name, value in sorted(figures.get("cost", {}).items())]
-    rows += [("lease holders (epochs)", len(history.holdings)), ("crashes seen in the journal", len(history.crashes)),
-             ("journal records read", history.records)]
     return rows
 
 
@@ -448,10 +448,7 @@ def _section(history: History, axis: _Axis) -> str:
     _draw_approvals(svg, axis, history)
     _draw_jobs(svg, axis, history)
     _draw_marks(svg, axis, history, top)
-    notes = []
-    for after, upto in history.gaps:
-        notes.append(f'<p class="warn">Journal records {after + 1} to {upto - 1} were compacted away before they were read: '
-                     f"what happened then is not drawn.</p>")
+    notes = _history_notes(history)
     if counts["aggregated"]:
         notes.append(f'<p class="note">{counts["aggregated"]} ordinary effect transitions are drawn as counts per time bucket; '
                      f'{counts["exceptional"]} exceptional ones one by one.</p>')
@@ -461,6 +458,56 @@ def _section(history: History, axis: _Axis) -> str:
             f'From {_t(_fmt_time(history.start))} to {_t(_fmt_time(history.end))} '
             f"({_t(_fmt_span(history.end - history.start))}); journal records {history.first_rev} to {history.last_rev}.</p>")
     return f'<section class="run" data-task="{_t(history.task_id)}">{head}{"".join(notes)}{svg.done("timeline of " + history.task_id)}{_tables(history)}</section>'
+
+
+def _span(after: int, upto: int) -> str:
+    return f"record {after + 1}" if upto - after == 2 else f"records {after + 1} to {upto - 1}"
+
+
+def _history_notes(history: History) -> List[str]:
+    """What the page cannot draw, said above it: a drop by the run's retention, damage, records never kept."""
+    notes = []
+    dropped = history.dropped
+    if dropped:
+        counters = dropped["counters"] if isinstance(dropped.get("counters"), dict) else {}
+        holders = int(dropped["lease"].get("epoch") or 0) if isinstance(dropped.get("lease"), dict) else 0
+        span = f'{_fmt_time(_when(dropped.get("first_at")))} to {_fmt_time(_when(dropped.get("last_at")))}'
+        notes.append(f'<p class="note dropped">Journal records {_t(dropped.get("first"))} to '
+                     f'{_t(dropped.get("through"))} ({_t(span)}) '
+                     f"were dropped by the run's history retention ({_t(_policy(dropped.get('policy')))}): "
+                     f"{_t(holders)} lease holdings, {_t(counters.get('recoveries', 0))} recoveries, "
+                     f"{_t(counters.get('step_attempts', 0))} step attempts and "
+                     f"{_t(counters.get('effect_attempts', 0))} "
+                     "effect attempts there are counted in the figures above, not drawn.</p>")
+    for text in history.damage:
+        notes.append(f'<p class="warn damage">The run\'s history is damaged: {_t(text)}; doctor reports it.</p>')
+    for after, upto in history.gaps:
+        if history.damage:
+            said = "are missing from the run's history (damage, above)"
+        elif history.notes:
+            said = "were compacted away before the run kept a history folder"
+        else:
+            said = "were compacted away before they were read"
+        notes.append(f'<p class="warn">Journal {_span(after, upto)} {said}: what happened then is not drawn.</p>')
+    return notes
+
+
+def _when(text: Any) -> float:
+    try:
+        return parse_time(str(text))
+    except ValueError:
+        return 0.0
+
+
+def _policy(policy: Any) -> str:
+    if not isinstance(policy, dict) or not policy:
+        return "no bound recorded"
+    said = []
+    if policy.get("keep_seconds") is not None:
+        said.append(f"keep {_fmt_span(float(policy['keep_seconds']))}")
+    if policy.get("keep_bytes") is not None:
+        said.append(f"keep {int(policy['keep_bytes'])} bytes")
+    return ", ".join(said)
 
 
 def _eventful(history: History) -> Tuple[int, int]:

@@ -247,9 +247,20 @@ def events(store: Any, after: int = 0, limit: Optional[int] = None) -> Dict[str,
     return batch
 
 
-def report(run: Run) -> Dict[str, Any]:
-    """Recovery metrics of the whole run (:func:`runner.surfaces.views.report`)."""
-    return _report(run.state)
+def report(run: Run, history: Any = None) -> Dict[str, Any]:
+    """Recovery metrics of the whole run (:func:`runner.surfaces.views.report`) and the figures of its whole history.
+
+    :param history: the run's :class:`runner.surfaces.history.History`, when the caller has read it already.
+    """
+    from .history import figures, load  # the journal's replay is loaded by the verbs that read it, not by every verb
+
+    found = _report(run.state)
+    history = history if history is not None else load(run.store)
+    found.update(figures(history))
+    dropped = history.dropped
+    found["history_dropped_range"] = [dropped.get("first"), dropped.get("through")] if dropped else None
+    found["history_damage"] = list(history.damage)
+    return found
 
 
 def effect_show(run: Run, key: str) -> Dict[str, Any]:

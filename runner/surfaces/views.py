@@ -184,16 +184,29 @@ def _calls_line(calls: Sequence[Any]) -> str:
 
 
 def events_after(store: Any, after: int) -> Dict[str, Any]:
-    """The journal records after sequence ``after``; ``truncated`` when older ones are gone."""
+    """The journal records after sequence ``after``, from the run's whole history.
+
+    ``truncated`` when some of those asked for are not held: ``dropped`` then
+    says what the run's retention dropped (its range, times and counts), and
+    ``damage`` what the store found missing or altered in its history.
+    """
     records, oldest = store.records_after(after)
     truncated = after + 1 < oldest
-    return {
+    out = {
         "after": after,
         "truncated": truncated,
         "oldest": oldest,
         "last": store.revision,
         "events": [{"seq": r["rev"], "at": r["at"], "epoch": r["epoch"], "ops": r["ops"], "hash": r["hash"]} for r in records],
     }
+    history = store.state["observations"].get("history")
+    dropped = history.get("dropped") if isinstance(history, dict) else None
+    if isinstance(dropped, dict):
+        out["dropped"] = {k: dropped.get(k) for k in ("first", "through", "records", "first_at", "last_at", "policy")}
+    damage = [f.message for f in getattr(store, "history_findings", ()) if f.level == "damage"]
+    if damage:
+        out["damage"] = damage
+    return out
 
 
 def report(state: Dict[str, Any]) -> Dict[str, Any]:

@@ -6,7 +6,8 @@ the store passes that window for the second time, then dies by SIGKILL
 (without ``--window`` it commits 30 transitions and exits). ``--tear`` (with
 ``store:before-append``) writes half the record first; ``--index N`` instead
 dies at the N-th window of the phase, whatever its name, after printing each
-window it passes. Each acknowledgement says whether the commit compacted.
+window it passes. Each acknowledgement says whether the commit compacted. ``--keep-bytes N`` gives the run a
+history retention, so that compactions drop the oldest segments.
 ``--verify D...`` loads each run folder in this (other) process and prints one
 JSON report per folder. The program imports little, so that each of the many
 children starts quickly.
@@ -68,17 +69,19 @@ class _Args:
     index: Optional[int] = None
     open = False
     compact_min_bytes = 1
+    keep_bytes: Optional[int] = None
 
 
 def _parse(argv: List[str]) -> _Args:
-    """``--dir D --contract C --phase P [--window W [--occurrence N] [--tear]] [--index N] [--open] [--compact-min-bytes N]``."""
+    """``--dir D --contract C --phase P [--window W [--occurrence N] [--tear]] [--index N] [--open]
+    [--compact-min-bytes N] [--keep-bytes N]`` (the last: the contract's history retention)."""
     args = _Args()
     items = iter(argv)
     for flag in items:
         key = flag.lstrip("-").replace("-", "_")
         if key in ("open", "tear"):
             setattr(args, key, True)
-        elif key in ("occurrence", "index", "compact_min_bytes"):
+        elif key in ("occurrence", "index", "compact_min_bytes", "keep_bytes"):
             setattr(args, key, int(next(items)))
         elif key in ("dir", "contract", "phase", "window"):
             setattr(args, key, next(items))
@@ -100,11 +103,14 @@ def child_main(argv: List[str]) -> int:
         store = RunStore.open(args.dir, **options)
     else:
         plan = load_contract(args.contract)
+        if args.keep_bytes is not None:
+            plan["history"] = {"keep_bytes": args.keep_bytes}
         observer.phase = "init"
         store = RunStore.create(args.dir, plan["task_id"], plan, **options)
         _say("ack", 0, _util.effects_digest(store.state["effects"]), store.state["head"])
     observer.phase = "commit"
-    for rev in range(store.revision + 1, store.revision + 1 + MAX_TRANSITIONS):
+    for _ in range(MAX_TRANSITIONS):
+        rev = store.revision + 1  # a drop of history the retention asks for is a revision of its own
         _say("attempt", rev, _util.effects_digest(_util.next_effects(store.state["effects"], rev)))
         before = observer.compactions
         store.commit(_util.transition_ops(rev))
@@ -142,6 +148,13 @@ def _verify_one(path: str) -> Dict[str, Any]:
     report["next_revision"] = store.revision
     report["next_digest"] = _util.effects_digest(store.state["effects"])
     report["after"] = [f"{f.code}: {f.message}" for f in scan(path, thorough=True).findings if f.level != "note"]
+    records, oldest = store.records_after(0)
+    whole = [r["rev"] for r in records] == list(range(1, store.revision + 1))
+    whole = whole and records[-1]["hash"] == store.state["head"]
+    dropped = (store.state["observations"].get("history") or {}).get("dropped") or {}
+    report["history"] = {"whole": whole, "oldest": oldest, "findings": [f.message for f in store.history_findings],
+                         "dropped": dropped.get("through", 0),
+                         "revisions": [records[0]["rev"], records[-1]["rev"]] if records else []}
     return report
 
 
