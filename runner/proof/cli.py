@@ -74,6 +74,9 @@ def add_proof_verbs(verb: Callable[..., Any]) -> None:
                      help="--via-cli: how the contract calls the service: curl or Python commands, or effects.http (default: curl if present)")
     sub.add_argument("--parallel", type=positive, default=1, metavar="N", help="--via-cli: each drive keeps N effects in flight")
     sub.add_argument("--html", metavar="FILE", type=output_file, default=None, help="write the timeline page of the run(s) to FILE")
+    sub.add_argument("--compact-bytes", type=positive, default=None, metavar="N",
+                     help="the single run compacts once its journal holds N bytes (and a quarter of the snapshot): "
+                          "compaction made often")
 
     sub = verb("simulate", "the executor against a simulated world: seeded schedules of kills, stalls, contention and a target that lags, "
                            "drops answers and says 'not now'; invariants checked", cmd_simulate)
@@ -220,7 +223,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         raise InvalidInput("--cancel-at must be below --documents")
     store = getattr(args, "store", None) if args.workers else None
     result = run_demo(args.documents, args.seed, args.crash_rate, args.cancel_at, None if args.no_progress else sys.stderr, workers=args.workers, store=store,
-                      html=args.html)
+                      html=args.html, compact_bytes=args.compact_bytes)
     emit(args, result, format_table(result) + (f"\ntimeline page: {args.html} ({result['html_bytes']} bytes)" if args.html else ""))
     return _verdict(result["ok"], "the demo's audit found a violation")
 

@@ -38,7 +38,6 @@ from ..base.errors import Cancelled, RunnerError
 from ..execution.recovery import recover
 from ..execution.run import Run
 from ..base.errors import InvalidInput
-from ..surfaces.history import Recorder
 from ..surfaces.history import load as load_history
 from ..ledger.states import UNRESOLVED
 from ..surfaces.timeline import write as write_timeline
@@ -151,7 +150,9 @@ def worker_main(argv: List[str]) -> int:
     opts = json.loads(argv[0])
     nth, point = opts["die_at"] if opts.get("die_at") else (0, None)
     observer = kill_point(point, nth, lose_answer=lambda: lose_next_answer(opts["url"])) if point else NO_OBSERVER
-    run = Run(RunStore.open(opts["run"], durability=opts.get("durability", "sync"), observer=observer), rand=random.Random(opts["seed"]).random)
+    options = {"compact_min_bytes": opts["compact_min_bytes"]} if opts.get("compact_min_bytes") else {}
+    store = RunStore.open(opts["run"], durability=opts.get("durability", "sync"), observer=observer, **options)
+    run = Run(store, rand=random.Random(opts["seed"]).random)
     adapter = TicketAdapter(opts["url"], retention_seconds=None, timeout=5.0, run_id=TASK)
     _say("loaded", run.state["revision"])
     decision = recover(run, opts["owner"], TTL, adapter_for=lambda key, effect: adapter, payloads=_payload_of)
@@ -264,7 +265,8 @@ def _spawn_worker(opts: Dict[str, Any]) -> "subprocess.Popen[str]":
 
 
 def _run_workers(run_path: str, url: str, documents: int, seed: int, crash_rate: float, cancel_at: Optional[int],
-                 progress: Optional[_Progress], max_workers: int = 100000, durability: str = "sync") -> Dict[str, Any]:
+                 progress: Optional[_Progress], max_workers: int = 100000, durability: str = "sync",
+                 compact_bytes: Optional[int] = None) -> Dict[str, Any]:
     """Start workers one after another until the run stops; kill them as the plan says."""
     rng = random.Random(seed)
     # Counts, the revision of the operator's cancel (or None) and the workers' errors: what the run reports.
@@ -288,6 +290,7 @@ def _run_workers(run_path: str, url: str, documents: int, seed: int, crash_rate:
             else:
                 timer = rng.uniform(0.2, 0.2 + life * 0.004)
         opts = {"run": run_path, "url": url, "documents": documents, "owner": f"worker-{generation}", "seed": rng.randrange(1 << 30), "die_at": die_at, "durability": durability,
+                "compact_min_bytes": compact_bytes,
                 # The operator's cancel lands between two documents: the worker waits there for it.
                 "hold_at": cancel_at if cancel_at is not None and tally["cancel_revision"] is None else None}
         proc = _spawn_worker(opts)
@@ -353,6 +356,14 @@ def _run_workers(run_path: str, url: str, documents: int, seed: int, crash_rate:
             break
     tally["documents_done"] = done
     return tally
+
+
+def _history_folder(run_path: str) -> Dict[str, int]:
+    """The size in bytes and the number of segments of a run folder's history folder."""
+    folder = os.path.join(run_path, "history")
+    names = os.listdir(folder) if os.path.isdir(folder) else []
+    size = sum(os.path.getsize(os.path.join(folder, name)) for name in names)
+    return {"history_bytes": size, "history_segments": len(names)}
 
 
 def _audit(states: List[Dict[str, Any]], service: TicketServiceProcess, documents: int) -> Dict[str, Any]:
@@ -432,14 +443,19 @@ def _read_run(store_url: str, task: str, read: Callable[[Any], Any]) -> Any:
 
 def run_demo(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01, cancel_at: Optional[int] = None,
              progress_stream: Optional[IO[str]] = None, workers: Optional[int] = None,
-             store: Optional[str] = None, shard_size: int = SHARD_SIZE, html: Optional[str] = None) -> Dict[str, Any]:
+             store: Optional[str] = None, shard_size: int = SHARD_SIZE, html: Optional[str] = None,
+             compact_bytes: Optional[int] = None) -> Dict[str, Any]:
     """Run the demo and return its figures (see the module docstring).
 
     ``workers``: split the documents into runs of SHARD_SIZE in ``store``
     (default: a fresh SQLite file) and let a pool of that many workers claim
     them, instead of one worker at a time on one run. ``html``: write the
-    timeline page of the run(s) there (a recorder reads the single run's
-    journal while it runs, so that compaction drops nothing unseen).
+    timeline page of the run(s) there, from their whole history, and time it
+    (``html_seconds``: reading the history, the report's figures and the page,
+    as ``report --html`` does). ``compact_bytes``: the single run's workers
+    compact once the journal holds that many bytes (and a quarter of the
+    snapshot), so that compaction comes often; ``history_bytes`` and
+    ``history_segments`` then say what its history folder holds.
     """
     if workers is not None and cancel_at is not None:
         raise InvalidInput("--cancel-at works on the single-run demo, without --workers")
@@ -463,16 +479,15 @@ def run_demo(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01, can
             if workers is None:
                 run_path = os.path.join(root, "run")
                 RunStore.create(run_path, TASK, demo_contract(documents))
-                recorder = Recorder(lambda: RunStore.open(run_path)).start() if html else None
-                tally = _run_workers(run_path, service.url, documents, seed, crash_rate, cancel_at, progress)
+                tally = _run_workers(run_path, service.url, documents, seed, crash_rate, cancel_at, progress,
+                                     compact_bytes=compact_bytes)
                 states = [RunStore.open(run_path).state]
                 store_used = "file:" + run_path
-                pages = (lambda: [recorder.history()]) if recorder else None
+                tally.update(_history_folder(run_path))
             else:
                 store_used = store or "sqlite:" + os.path.join(root, "runs.db")
                 tally = _run_sharded(store_used, service.url, documents, seed, crash_rate, workers, progress, shard_size)
                 states = [_read_run(store_used, task, lambda store: store.state) for task in list_runs(store_used)]
-                pages = lambda: [_read_run(store_used, task, load_history) for task in list_runs(store_used)]  # noqa: E731
             audit = _audit(states, service, documents)
         wall = time.monotonic() - began
         stats, effects = audit["stats"], audit["effects"]
@@ -510,9 +525,16 @@ def run_demo(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01, can
         }
         if progress:
             progress.show(verified, result["crashes"], result["recoveries"], final=True)
+        if "history_bytes" in tally:
+            result.update(history_bytes=tally["history_bytes"], history_segments=tally["history_segments"])
         if html:
-            html_bytes = write_timeline(html, pages(), f"Demo: {documents} documents") if pages else None
-            result.update(html=html, html_bytes=html_bytes)
+            timed = time.monotonic()
+            if workers:
+                histories = [_read_run(store_used, task, load_history) for task in list_runs(store_used)]
+            else:
+                histories = [load_history(RunStore.open(store_used[len("file:"):]))]
+            html_bytes = write_timeline(html, histories, f"Demo: {documents} documents")
+            result.update(html=html, html_bytes=html_bytes, html_seconds=round(time.monotonic() - timed, 2))
         if reference is not None:
             result["matches_reference"] = audit["output"] == reference["output"] and statuses == ["complete"]
         elif cancel_at is not None:  # always, where there is no reference
@@ -565,6 +587,8 @@ def format_table(result: Dict[str, Any]) -> str:
         ("effects retried after absence", result["retried_effects"]),
         ("lost commits", f"{result['lost_commits']}  (must be 0)"),
     ]
+    if result.get("history_segments"):
+        rows.append(("history folder", f"{result['history_bytes']} bytes in {result['history_segments']} segments"))
     if result.get("cancel_at") is not None:
         rows += [
             ("cancelled after", f"{result['cancel_at']} documents, by {result['cancelled_by']}"),
