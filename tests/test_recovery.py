@@ -353,7 +353,11 @@ class StopReasonTest(RecoveryCase):
                 if reason == "limit-exhausted":
                     self.assertEqual(decision["limit"], "max_steps")
                 if reason == "state-unrecoverable":
-                    self.assertTrue(decision["unknowns"])
+                    # What the store found is an observation of it, and nothing is left unsettled: never an "unknown".
+                    self.assertEqual(decision["unknowns"], [])
+                    self.assertEqual([o["source"] for o in decision["observations"]], ["store"])
+                    self.assertIn(decision["detail"], decision["observations"][0]["what"])
+                    self.assertEqual(decision["stop_code"], "state-unrecoverable")
                     self.assertTrue(os.listdir(os.path.join(world.run, "quarantine")))
 
 

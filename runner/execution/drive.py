@@ -163,9 +163,10 @@ class Driver:
                 seen_jobs = refresh_jobs(run) if run.state["jobs"] else {}
                 decision = decide(run.state, run.clock(), run.owner, run.epoch, seen_jobs)
         except RunnerError as exc:
+            # What stopped it is known: the error, observed here; nothing is left unsettled by it.
             failed: Dict[str, Any] = {"decision": "stop", "action": None, "reason": exc.reason, "error": exc.reason,
-                                      "detail": exc.message, "observations": [], "inferences": [],
-                                      "unknowns": [exc.message]}
+                                      "detail": exc.message, "observations": [{"source": "drive", "what": exc.message}],
+                                      "inferences": [], "unknowns": []}
             if exc.context:
                 failed["context"] = exc.context
             return self._out(failed, EXIT_CODES.get(exc.reason, exc.exit_code))

@@ -75,7 +75,8 @@ def _act(action: Dict[str, Any], evidence: Dict[str, List[Any]]) -> Dict[str, An
 def stop_for_error(error: RunnerError) -> Dict[str, Any]:
     """The decision for a failure that happened before a state could be read (e.g. damage)."""
     said = quote(error.message, MESSAGE, 600)
-    return _stop(error.reason, said, {"observations": [], "inferences": [], "unknowns": [said]})
+    seen = {"source": "store", "what": said, "digest": None}  # what the store found: observed, not left unsettled
+    return _stop(error.reason, said, {"observations": [seen], "inferences": [], "unknowns": []})
 
 
 def _cmd(value: Any, placeholder: str) -> str:

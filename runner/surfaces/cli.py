@@ -33,6 +33,7 @@ from ..execution.recovery import decision_exit_code, stop_for_error
 from ..execution.run import Run
 from ..stores import create_store, open_store, parse_store_url
 from ..stores.file import RunStore, check
+from .stops import line as stop_line, with_stop
 from .views import status_view
 
 __all__ = ["main", "build_parser"]
@@ -762,8 +763,8 @@ def cmd_drive(args: argparse.Namespace) -> int:
     result["drive"] = dict(tally, handed_over=result.pop("handed_over"), **executor.figures)
     result["lease"] = dict(run.state["lease"])
     if result["decision"] == "stop" and result["reason"] not in ("complete",) and not args.json:
-        warn(f"{result['reason']}: {result['detail']}")
-    _print_decision(args, result)
+        warn(stop_line(result, run.state))
+    _print_decision(args, result, run.state)
     return code
 
 
@@ -821,15 +822,24 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_decision(args: argparse.Namespace, decision: Dict[str, Any]) -> int:
+#: How each list of a decision's evidence is labelled, line by line, in the text form.
+_EVIDENCE_LABELS = (("observations", "observation"), ("inferences", "inference"), ("unknowns", "not settled"))
+
+
+def _print_decision(args: argparse.Namespace, decision: Dict[str, Any], state: Optional[Dict[str, Any]] = None) -> int:
+    """Print a decision (its text form, or JSON with a stop's code and sentence); its exit code.
+
+    :param state: the run it was made on, from which a stop's sentence reads its specifics.
+    """
     if decision["decision"] == "act":
         text = f"act: {json.dumps(decision['action'], sort_keys=True)}"
     else:
-        text = f"stop: {decision['reason']}: {decision['detail']}"
+        decision = with_stop(decision, state)
+        text = f"stop: {decision['stop_code']}: {decision['sentence']}"
     if not args.json:
-        for label in ("observations", "inferences", "unknowns"):
-            for item in decision[label]:
-                text += f"\n  {label[:-1]}: {item if isinstance(item, str) else json.dumps(item, sort_keys=True)}"
+        for field, label in _EVIDENCE_LABELS:
+            for item in decision[field]:
+                text += f"\n  {label}: {item if isinstance(item, str) else json.dumps(item, sort_keys=True)}"
     emit(args, decision, text)
     return decision_exit_code(decision)
 
@@ -841,7 +851,7 @@ def cmd_next(args: argparse.Namespace) -> int:
         warn(f"{exc.reason}: {exc.message}")
         return _print_decision(args, stop_for_error(exc))
     _warn_job_damage(run)
-    return _print_decision(args, verbs.next_decision(run, args.owner, args.epoch, args.contract))
+    return _print_decision(args, verbs.next_decision(run, args.owner, args.epoch, args.contract), run.state)
 
 
 def _warn_job_damage(run: Run) -> None:
@@ -860,7 +870,7 @@ def cmd_recover(args: argparse.Namespace) -> int:
         warn(f"{exc.reason}: {exc.message}")
         return _print_decision(args, stop_for_error(exc))
     _warn_job_damage(run)
-    return _print_decision(args, verbs.recover(run, args.owner, args.ttl, args.contract))
+    return _print_decision(args, verbs.recover(run, args.owner, args.ttl, args.contract), run.state)
 
 
 def cmd_brief(args: argparse.Namespace) -> int:

@@ -64,12 +64,13 @@ from ..base.errors import InvalidInput, RunnerError
 from ..base.fs import OsFileSystem, replace_durably
 from ..base.paths import PACKAGE_PARENT
 from ..ledger.lease import lease_view
-from ..base.quoting import MESSAGE, NOTICE_SHORT, PATH, fit, moment, name, number, quote, word
+from ..base.quoting import MESSAGE, NOTICE_SHORT, PATH, fit, moment, name, number, quote
 from ..execution.run import Run
 from ..stores.codec import decode_identity
 from ..base.host import local_maker
 from ..stores.file_layout import IDENTITY
 from ..stores.file_scan import scan
+from .stops import STOPS, stop_of
 from .views import action_text, brief
 
 __all__ = ["main", "handle", "owner_for", "locate_run", "made_by", "adoption", "time_budget", "HOOK_FILE", "MAX_PUSHES_WITHOUT_PROGRESS",
@@ -303,8 +304,12 @@ def _session_start(view: _View) -> Output:
 
 
 def _let_through(reason: str, detail: str, task: Any = None) -> Output:
-    """``reason`` is the runner's word (an exit table reason, ``no-progress`` or ``not-adopted``); ``detail`` is prose built quoted."""
-    return {"systemMessage": _line(f"run {name(task) + ' ' if task is not None else ''}stops here: {reason}: {detail}")}
+    """``reason`` is a stop's code (:mod:`runner.surfaces.stops`: an exit table reason, with its case where it has
+    several, ``no-progress`` or ``not-adopted``); ``detail`` is prose built quoted, after the code's meaning unless it
+    begins with it (a stop's sentence does)."""
+    meaning = STOPS.get(reason)
+    said = detail if meaning is None or detail.startswith(meaning) else f"{meaning}: {detail}"
+    return {"systemMessage": _line(f"run {name(task) + ' ' if task is not None else ''}stops here: {reason}: {said}")}
 
 
 def _stop(view: _View, payload: Mapping[str, Any], now: float) -> Output:
@@ -314,7 +319,7 @@ def _stop(view: _View, payload: Mapping[str, Any], now: float) -> Output:
     assert decision is not None
     task = state["task_id"]
     if not view.users:
-        return _let_through("not-adopted", f"{view.provenance}; a `recover` by this user on this machine adopts it", task)
+        return _let_through("not-adopted", view.provenance, task)
     if view.lease.get("live") and not view.mine:
         reason, detail = view.other_holder_reason()
         return _let_through(reason, detail, task)
@@ -322,7 +327,8 @@ def _stop(view: _View, payload: Mapping[str, Any], now: float) -> Output:
         if decision["reason"] == "needs-reconciliation" and decision.get("check"):
             action = {"kind": "reconcile", "key": decision["check"]["key"], "why": decision["detail"]}
         else:
-            return _let_through(decision["reason"], decision["detail"], task)
+            words = stop_of(decision, state)
+            return _let_through(words.code, words.sentence, task)
     else:
         action = decision["action"]
         if action.get("kind") == "wait":
@@ -374,7 +380,7 @@ def _pre_compact_text(view: _View) -> str:
     if view.state is None or view.decision is None:
         return ""
     d = view.decision
-    nxt = _describe(d["action"]) if d["decision"] == "act" else f"stopped: {word(d['reason'])}"
+    nxt = _describe(d["action"]) if d["decision"] == "act" else f"stopped: {stop_of(d, view.state).code}"
     whose = "" if view.users else " It is not this user's run (not adopted): do not act on it unless the user asks."
     return _line(f"Keep in the summary: the run {name(view.state['task_id'])} in {_path_text(view.path)}, owner id {name(view.owner) if view.owner else 'none'}, "
                  f"next action {nxt}.{whose} Its durable state, not this conversation, says what is done; the brief is injected again after compaction.",

@@ -34,6 +34,7 @@ from ..ledger.lease import DEFAULT_TTL_SECONDS, default_ttl, lease_view
 from ..execution.recovery import decide, decision_exit_code, recover as _recover
 from ..execution.run import Run
 from ..ledger.steps import require_plan
+from .stops import with_stop
 from .views import brief as _brief, decision_view, events_after, report as _report, status_view
 
 __all__ = [
@@ -188,9 +189,10 @@ def holder_decision(run: Run) -> Dict[str, Any]:
 def answer(found: Dict[str, Any], run: Run) -> Dict[str, Any]:
     """A decision as a result: the decision, the lease now, and the exit code the command line gives it.
 
-    A decision is an answer, not a refusal: a stop is reported with its reason.
+    A decision is an answer, not a refusal: a stop is reported with its reason, and with its code and
+    sentence (:mod:`runner.surfaces.stops`).
     """
-    return dict(found, lease=dict(run.state["lease"]), exit_code=decision_exit_code(found))
+    return dict(with_stop(found, run.state), lease=dict(run.state["lease"]), exit_code=decision_exit_code(found))
 
 
 def _contract_matches(run: Run, contract: Optional[str]) -> None:

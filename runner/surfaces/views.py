@@ -23,6 +23,7 @@ from ..base.quoting import APPROVAL, CONTRACT, EVIDENCE, ITEMS, NOTICE, PERSON, 
 from ..ledger.steps import plan_steps
 from ..ledger.batch import progress as batch_progress
 from ..execution.evidence import evidence_view
+from .stops import line as stop_line, stop_of
 
 __all__ = ["brief", "action_text", "report", "events_after", "status_view", "decision_view", "possible_duplicates"]
 
@@ -107,7 +108,7 @@ def brief(state: Dict[str, Any], decision: Optional[Dict[str, Any]] = None, limi
         if decision["decision"] == "act":
             head.append(f"Next action: {fit(action_text(decision['action']), 700)}")
         else:
-            head.append(f"Stopped: {word(decision['reason'])}: {fit(decision['detail'], 500)}")
+            head.append(f"Stopped: {fit(stop_line(decision, state), 500)}")
     elif state.get("next_action"):
         head.append(f"Next action (as recorded): {fit(action_text(state['next_action'], decided=False), 700)}")
     head.append("Facts below come from the run's durable state; a claim not listed here is not established.")
@@ -264,12 +265,14 @@ def possible_duplicates(state: Dict[str, Any]) -> List[Tuple[str, List[str]]]:
     return out
 
 
-def decision_view(decision: Dict[str, Any]) -> Dict[str, Any]:
+def decision_view(decision: Dict[str, Any], state: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """A decision of :func:`runner.execution.recovery.decide` as the views show it: act with its action, or stop with
-    its reason."""
+    its reason, and the code and sentence of :mod:`runner.surfaces.stops` (its specifics read from ``state``)."""
     if decision["decision"] == "act":
         return {"decision": "act", "action": decision["action"], "text": action_text(decision["action"])}
-    return {"decision": "stop", "reason": decision["reason"], "detail": decision["detail"], "text": f"stop: {decision['reason']}: {decision['detail']}"}
+    stop = stop_of(decision, state)
+    return {"decision": "stop", "reason": decision["reason"], "stop_code": stop.code, "sentence": stop.sentence,
+            "detail": decision["detail"], "text": f"stop: {stop.code}: {stop.sentence}"}
 
 
 def _without_records(steps: Dict[str, Any]) -> Dict[str, Any]:
@@ -307,7 +310,7 @@ def status_view(state: Dict[str, Any], decision: Optional[Dict[str, Any]] = None
         "effects": counts,
         "lease": state["lease"],
         "cancellation": state["observations"].get("cancellation"),
-        "next": decision_view(decision) if decision is not None else None,
+        "next": decision_view(decision, state) if decision is not None else None,
         "items": {s.id: progress for s in plan_steps(state) for progress in [batch_progress(state, s.id)] if progress},
         "evidence": {k: evidence_view(r) for k, r in state["steps"].items() if isinstance(r, dict) and evidence_view(r)},
     }

@@ -97,6 +97,8 @@ _STEP = {"step": _STR, "record": {"type": "object", "description": "the step's r
 _DECISION = {
     "decision": {"type": "string", "enum": ["act", "stop"]},
     "action": _NULLABLE_OBJ,
+    "stop_code": {"type": "string", "description": "a stop's code: its reason, and its case where it has several"},
+    "sentence": {"type": "string", "description": "a stop's sentence: what it means, what says so, what moves it on"},
     "detail": _STR,
     "observations": _LIST,
     "inferences": _LIST,
@@ -324,7 +326,7 @@ def outline(value: Any, lines: List[str], indent: str = "", key: str = "", rules
 
 
 #: Fields of a result that hold the runner's prose, which names command-line verbs.
-_PROSE = ("detail", "why", "approval", "message", "text", "brief", "hint", "what")
+_PROSE = ("detail", "sentence", "why", "approval", "message", "text", "brief", "hint", "what")
 #: Fields that hold lists of the runner's prose.
 _PROSE_LISTS = ("inferences", "unknowns")
 _QUOTATION = re.compile(r"<quote\b.*?</quote>", re.S)
@@ -366,6 +368,7 @@ def _tool_mentions(text: str) -> str:
 #: The prose of a decision (``recover``, ``next``) that the runner writes quoted.
 _DECISION_PROSE: Dict[str, Any] = {
     "detail": True,
+    "sentence": True,
     "action": {"why": True, "approval": True, "artifact": CONTRACT, "check": CONTRACT, "evidence": CONTRACT, "item": ITEMS, "command": CONTRACT},
     "check": {"why": True},
     "inferences": {"*": True},
