@@ -18,7 +18,7 @@ import unittest
 from typing import Any, Dict, Tuple
 
 from runner.proof.campaign import KILL_POINTS
-from runner.proof.demo import run_demo, run_draft_scenario
+from runner.proof.demo import format_table, run_demo, run_draft_scenario
 from runner.surfaces.timeline import MAX_SECTIONS
 from tests.support.page import Elements, assert_inert, parse
 from tests.support.util import FULL_TESTS as FULL
@@ -33,9 +33,14 @@ class DemoTest(unittest.TestCase):
         documents = 2000 if FULL else 24
         page_path = self.scratch("page.html")
         result, err = proof_cli(self, "demo", "--documents", str(documents), "--seed", "3", "--crash-rate", "0.01" if FULL else "0.1",
-                                "--html", page_path)
+                                "--html", page_path, "--compact-bytes", "1")
         self.assertGreaterEqual(result["crashes"], 1)
         self.assertGreaterEqual(result["recoveries"], 1)
+        # Every crash of a worker that held the lease is one recovery; the others took over from nobody.
+        self.assertEqual(result["recoveries"], result["crashes"] - result["crashes_without_lease"])
+        self.assertGreater(result["history_segments"], 3)  # compaction came often, and kept every journal rotated out
+        total = result["wall_seconds"] + result["reference_seconds"]
+        self.assertAlmostEqual(result["total_seconds"], total, delta=0.02)
         self.assertEqual(result["duplicate_effects"], 0)
         self.assertEqual(result["lost_commits"], 0)
         self.assertEqual(result["effects_applied"], documents)
@@ -46,7 +51,7 @@ class DemoTest(unittest.TestCase):
         # Its timeline page: each takeover follows a holder that stopped without releasing, as the run's own counters say.
         elements, page = read_page(self, result, page_path)
         self.assertEqual(len(elements.having("run")), 1)
-        self.assertNotIn("compacted away", page)  # the recorder read every record
+        self.assertNotIn("compacted away", page)  # the history folder held every record
         counts = {name: len(elements.having(name)) for name in ("crash", "takeover", "reconciled")}
         self.assertEqual(counts, {"crash": result["recoveries"], "takeover": result["recoveries"], "reconciled": result["uncertain_reconciled"]},
                          result)
@@ -55,6 +60,25 @@ class DemoTest(unittest.TestCase):
         if not elements.having("bucket"):
             keys = {a.get("data-key") for a in elements.having("effect")}
             self.assertEqual(len([k for k in keys if k and k.startswith("doc-")]), documents)
+
+    def test_the_table_says_why_figures_differ_and_what_the_wall_time_holds(self) -> None:
+        result = {"documents": 300, "workers_in_parallel": 1, "store": "file", "runs": 1, "crashes": 5,
+                  "crashes_at_windows": 3, "crashes_at_random_moments": 2, "recoveries": 3, "crashes_without_lease": 2,
+                  "effects_requested": 302, "effects_applied": 300, "duplicate_effects": 0, "uncertain_reconciled": 1,
+                  "repeated_steps": 0, "retried_effects": 0, "lost_commits": 0, "matches_reference": True,
+                  "status": "complete", "revision": 915, "wall_seconds": 16.86, "reference_seconds": 19.4,
+                  "total_seconds": 36.26, "errors": [], "ok": True}
+        table = dict(line.split("  ", 1) for line in format_table(result).splitlines() if "  " in line)
+        self.assertIn("2 workers were killed holding none", table["recoveries (lease takeovers)"])
+        self.assertIn("so those crashes are not recoveries", table["recoveries (lease takeovers)"])
+        self.assertIn("2 more than the target holds", table["effects requested"])
+        self.assertEqual(table["repeated steps"].strip(), "0")  # a figure that differs from nothing is said alone
+        self.assertEqual(table["wall time"].strip(),
+                         "36.26 s: the uncrashed reference run 19.4 s, then the crashed run 16.86 s")
+        cancelled = dict(result, matches_reference=None, cancel_at=15, cancelled_by="demo-operator",
+                         effects_begun_after_cancel=0, unresolved_after_cancel=0, stopped_within_one_step=True,
+                         crashes=0, crashes_without_lease=0, recoveries=0)
+        self.assertIn("16.86 s (no reference run", format_table(cancelled))
 
     def test_cancel_stops_within_one_step(self) -> None:
         result = run_demo(documents=40, seed=5, crash_rate=0.0, cancel_at=15)

@@ -271,7 +271,7 @@ def _run_workers(run_path: str, url: str, documents: int, seed: int, crash_rate:
     rng = random.Random(seed)
     # Counts, the revision of the operator's cancel (or None) and the workers' errors: what the run reports.
     tally: Dict[str, Any] = {"crashes": 0, "window_kills": 0, "timer_kills": 0, "workers": 0, "lost_commits": 0,
-                             "cancel_revision": None, "errors": []}
+                             "crashes_without_lease": 0, "cancel_revision": None, "errors": []}
     last_acked = 0
     done = 0  # documents verified, as the workers last reported
     recoveries = 0  # lease takeovers, as the workers read them once they held the lease
@@ -345,7 +345,12 @@ def _run_workers(run_path: str, url: str, documents: int, seed: int, crash_rate:
             if die_at is not None:
                 tally["window_kills"] += 1
             # The supervisor saw the process end: it breaks the lease so the next worker need not wait out the TTL.
-            Run(RunStore.open(run_path)).break_lease("demo-supervisor", f"worker-{generation} (pid {proc.pid}) was killed")
+            # A worker killed before it took the lease (or after it gave it back) held none: nothing is broken, and no
+            # worker takes over from it, so its crash is not a recovery.
+            supervisor = Run(RunStore.open(run_path))
+            if supervisor.state["lease"].get("owner") != opts["owner"]:
+                tally["crashes_without_lease"] += 1
+            supervisor.break_lease("demo-supervisor", f"worker-{generation} (pid {proc.pid}) was killed")
             continue
         if outcome is None:
             tally["errors"].append(f"worker-{generation} exited {code}: {stderr.strip()[-500:]}")
@@ -401,7 +406,7 @@ def _run_sharded(store_url: str, service_url: str, documents: int, seed: int, cr
     acked: Dict[str, int] = {}  # task -> the highest revision a worker saw acknowledged
     verified: Dict[str, int] = {}  # task -> its documents verified, as the workers last reported
     recoveries: Dict[str, int] = {}  # task -> its lease takeovers, as the workers read them once they held the lease
-    audit = {"window_kills": 0, "timer_kills": 0, "lost_commits": 0}
+    audit = {"window_kills": 0, "timer_kills": 0, "lost_commits": 0, "crashes_without_lease": 0}
 
     def on_line(line: str) -> None:
         words = line.split()
@@ -417,12 +422,17 @@ def _run_sharded(store_url: str, service_url: str, documents: int, seed: int, cr
             progress.show(sum(verified.values()), tally.get("crashes", 0), sum(recoveries.values()))
 
     def on_exit(owner: str, code: int) -> None:
-        # Checked in this process after each death: nothing a worker saw acknowledged was lost.
+        # Checked in this process after each death: nothing a worker saw acknowledged was lost, and whether the dead
+        # worker held a lease (the pool's break keeps its name on it), without which its crash is not a recovery.
+        held = False
         for task in list_runs(store_url):
+            held = held or _read_run(store_url, task, lambda store: store.state["lease"].get("owner") == owner)
             revision = _read_run(store_url, task, lambda store: store.revision)
             if revision < acked.get(task, 0):
                 audit["lost_commits"] += acked[task] - revision
                 acked[task] = revision  # count each loss once
+        if code == -signal.SIGKILL and not held:
+            audit["crashes_without_lease"] += 1
 
     context = {"url": service_url, "shard_size": shard_size, "documents": documents, "crash_rate": crash_rate}
     tally = run_pool(store_url, workers, "runner.proof.demo:shard_handler", context=context, ttl=TTL, seed=seed,
@@ -507,6 +517,7 @@ def run_demo(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01, can
             "crashes_at_windows": tally.get("window_kills", 0),
             "crashes_at_random_moments": tally.get("timer_kills", 0),
             "recoveries": sum(int(state["counters"].get("recoveries", 0)) for state in states),
+            "crashes_without_lease": tally.get("crashes_without_lease", 0),
             "workers": tally["workers"],
             "effects_requested": int(stats["requests"].get("post_tickets", 0)),
             "effects_applied": held,
@@ -521,6 +532,7 @@ def run_demo(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01, can
             "matches_reference": None,
             "wall_seconds": round(wall, 2),
             "reference_seconds": round(reference_seconds, 2),
+            "total_seconds": round(wall + reference_seconds, 2),
             "errors": tally["errors"] + ref_errors,
         }
         if progress:
@@ -573,18 +585,54 @@ def _cancel_audit(state: Dict[str, Any], tally: Dict[str, Any], cancel_at: int) 
     }
 
 
+def _why(result: Dict[str, Any]) -> Dict[str, str]:
+    """Why each figure of the table that can differ from another does: a few words after the figure.
+
+    A crash is a recovery only when the killed worker held the lease: the
+    next worker then takes it over. One killed before it took the lease (or
+    after it gave it back) left nothing to take over, and the supervisor's
+    break found no lease of its to break.
+    """
+    why: Dict[str, str] = {}
+    unheld = int(result.get("crashes_without_lease") or 0)
+    if result["crashes"]:
+        why["recoveries"] = "one per crash of a worker that held the lease"
+        if unheld:
+            were = "s were" if unheld != 1 else " was"
+            why["recoveries"] += (f"; {unheld} worker{were} killed holding none (before taking it, or after giving it "
+                                  "back): no worker took over from them, so those crashes are not recoveries")
+    extra = result["effects_requested"] - result["effects_applied"]
+    if extra > 0:
+        why["requested"] = (f"{extra} more than the target holds: calls made again under the same key after a kill or "
+                            "a lost answer, which the service answered from the key, without a second ticket")
+    if result["uncertain_reconciled"]:
+        why["reconciled"] = ("effects whose outcome a killed worker never learned, settled by looking them up, "
+                             "never by a second call")
+    if result["repeated_steps"]:
+        why["repeated"] = "step attempts beyond the first: a new worker started the step again after a kill"
+    if result["retried_effects"]:
+        why["retried"] = "effects called again only after the target was seen not to hold them"
+    return why
+
+
 def format_table(result: Dict[str, Any]) -> str:
+    """The demo's table: each figure, and where it can differ from another, why it does (:func:`_why`)."""
+    why = _why(result)
+
+    def said(value: Any, key: str) -> str:
+        return f"{value}: {why[key]}" if key in why else str(value)
+
     rows = [
         ("documents", result["documents"]),
         ("workers in parallel / store", f"{result['workers_in_parallel']} on {result['store']} ({result['runs']} run{'s' if result['runs'] != 1 else ''})"),
         ("crashes (SIGKILL)", f"{result['crashes']} ({result['crashes_at_windows']} at commit windows, {result['crashes_at_random_moments']} at random moments)"),
-        ("recoveries (lease takeovers)", result["recoveries"]),
-        ("effects requested", result["effects_requested"]),
+        ("recoveries (lease takeovers)", said(result["recoveries"], "recoveries")),
+        ("effects requested", said(result["effects_requested"], "requested")),
         ("effects held by the target", result["effects_applied"]),
         ("duplicate effects", f"{result['duplicate_effects']}  (must be 0)"),
-        ("uncertain effects reconciled", result["uncertain_reconciled"]),
-        ("repeated steps", result["repeated_steps"]),
-        ("effects retried after absence", result["retried_effects"]),
+        ("uncertain effects reconciled", said(result["uncertain_reconciled"], "reconciled")),
+        ("repeated steps", said(result["repeated_steps"], "repeated")),
+        ("effects retried after absence", said(result["retried_effects"], "retried")),
         ("lost commits", f"{result['lost_commits']}  (must be 0)"),
     ]
     if result.get("history_segments"):
@@ -598,8 +646,12 @@ def format_table(result: Dict[str, Any]) -> str:
         ]
     else:
         rows.append(("matches the uncrashed reference", result["matches_reference"]))
-    reference = f" (reference run {result['reference_seconds']} s)" if result.get("matches_reference") is not None else ""
-    rows += [("final status", f"{result['status']} at revision {result['revision']}"), ("wall time", f"{result['wall_seconds']} s{reference}")]
+    if result.get("matches_reference") is not None:
+        wall = (f"{result['total_seconds']} s: the uncrashed reference run {result['reference_seconds']} s, "
+                f"then the crashed run {result['wall_seconds']} s")
+    else:
+        wall = f"{result['wall_seconds']} s (no reference run: a cancelled run is audited on its own)"
+    rows += [("final status", f"{result['status']} at revision {result['revision']}"), ("wall time", wall)]
     width = max(len(name) for name, _ in rows)
     lines = [f"{name:<{width}}  {value}" for name, value in rows]
     for error in result["errors"]:
