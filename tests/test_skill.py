@@ -187,7 +187,7 @@ class ShownCommandsTest(unittest.TestCase):
     def test_every_shown_command_parses(self) -> None:
         parser = build_parser((add_proof_verbs,))
         files = [SKILL, os.path.join(ROOT, "README.md")]
-        for folder in ("references", "templates"):
+        for folder in ("references", "templates", os.path.join("templates", "recipes")):
             for name in sorted(os.listdir(os.path.join(ROOT, folder))):
                 if name.endswith((".md", ".py")):
                     files.append(os.path.join(ROOT, folder, name))
