@@ -237,3 +237,60 @@ class NextAttemptTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class UnreadableTargetTest(unittest.TestCase):
+    """``"observe": "none"``: the target cannot be read back; it is never looked at and an unknown is never re-sent."""
+
+    CAPS = Caps(readable=False)
+
+    def test_a_receipt_verifies_the_effect_with_evidence_that_the_target_cannot_be_read(self) -> None:
+        receipt = {"id": 7}
+        acked = move(effect("started"), answer=Answer("receipt", ended_at=T0 + 1, receipt=receipt), caps=self.CAPS)
+        self.assertEqual((acked.kind, acked.receipt), ("ack", receipt))
+        verified = move(effect("acknowledged", receipt=receipt), caps=self.CAPS)
+        self.assertEqual(verified.kind, "verify")
+        reason = "the target cannot be read back: its receipt is the only evidence"
+        self.assertEqual(verified.evidence, {"observe": "none", "receipt": receipt, "reason": reason})
+        self.assertFalse(verified.reconciled)
+
+    def test_an_unknown_answer_is_recorded_then_stops_for_a_person_never_observed_nor_sent_again(self) -> None:
+        lost = Answer("unknown", ended_at=T0 + 1, detail="connection lost")
+        first = move(effect("started"), answer=lost, caps=self.CAPS)
+        self.assertEqual((first.kind, first.reason), ("uncertain", "unknown outcome: connection lost"))
+        later = move(effect("uncertain", reason="unknown outcome: connection lost"), caps=self.CAPS)
+        self.assertEqual(later.kind, "stop")
+        self.assertIsInstance(later.error, NeedsReconciliation)
+        self.assertEqual(later.error.exit_code, 8)
+        self.assertIn(f"effect verify {KEY} --by NAME --evidence JSON", later.error.message)
+        self.assertIn(f"effect absent {KEY} --by NAME --evidence JSON", later.error.message)
+        # Even a target that deduplicates is not sent to again blindly: there is nothing to look at first.
+        dedup = move(effect("uncertain"), caps=Caps(readable=False, deduplicates=True), now=T0 + 5)
+        self.assertEqual(dedup.kind, "stop")
+
+    def test_a_call_whose_answer_was_lost_is_recorded_uncertain_with_the_stop_once_no_call_is_alive(self) -> None:
+        live = Call(True, T0 + 60, True, None, 42)
+        self.assertEqual(move(effect("started"), calls=(live,), now=T0 + 10, caps=self.CAPS).kind, "wait-call",
+                         "a call still alive is waited for, as at any target")
+        lost = move(effect("started"), caps=self.CAPS)
+        self.assertEqual(lost.kind, "uncertain")
+        self.assertIn("answer was lost", lost.reason or "")
+        self.assertIsInstance(lost.error, NeedsReconciliation)
+
+    def test_not_now_and_a_refusal_are_as_at_any_target(self) -> None:
+        later = move(effect("started"), answer=Answer("not-applied", ended_at=T0 + 1, detail="429", retry_after=30.0),
+                     caps=self.CAPS, now=T0 + 1)
+        self.assertEqual((later.kind, later.until), ("defer", T0 + 31))
+        refused = move(effect("started"), answer=Answer("rejected", ended_at=T0 + 1, detail="400"), caps=self.CAPS)
+        self.assertEqual(refused.kind, "fail")
+
+    def test_a_persons_absence_leads_to_the_next_call(self) -> None:
+        self.assertEqual(move(effect("absent"), caps=self.CAPS).kind, "invoke")
+        self.assertEqual(move(None, caps=self.CAPS).kind, "invoke")
+
+    def test_caps_for_reads_whether_the_adapter_can_be_read_back(self) -> None:
+        class Unreadable:
+            readable = False
+
+        self.assertFalse(caps_for(run_under({}), Unreadable()).readable)  # type: ignore[arg-type]
+        self.assertTrue(caps_for(run_under({}), object()).readable)  # type: ignore[arg-type]

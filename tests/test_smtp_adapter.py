@@ -358,7 +358,9 @@ class SmtpKillTests(unittest.TestCase):
             adapter = SmtpAdapter(spec_for(server.host, server.port), values={"run_id": "mail-kill"}, timeout=5.0)
             with self.assertRaises(NeedsReconciliation) as stopped:
                 run.drive_effect(key, payload_for(key), adapter)
-            self.assertIn("the target cannot say whether it happened", str(stopped.exception))
+            # It cannot be read back: never looked up, the run stops for a person and names what they run.
+            self.assertIn("the target cannot be read back", str(stopped.exception))
+            self.assertIn(f"effect verify {key} --by NAME --evidence JSON", str(stopped.exception))
             effect = Run.open(run_dir).state["effects"][key]
             self.assertEqual((effect["state"], effect["attempts"]), ("uncertain", 1), effect)
             message_id = adapter.message_id(key)

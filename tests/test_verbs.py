@@ -96,8 +96,8 @@ class SurfacesAgree(unittest.TestCase):
         index = next(i for i, t in enumerate(tools) if t.name == "effect_verify")
         tools[index] = tools[index]._replace(arguments=dict(tools[index].arguments, note={"type": "string"}))
         self.assertEqual(surface_problems(build_parser(), tools),
-                         ["MCP tool effect_verify takes ['evidence', 'key', 'note', 'reconciled']; "
-                          "the verb takes ['evidence', 'key', 'reconciled']"])
+                         ["MCP tool effect_verify takes ['by', 'evidence', 'key', 'note', 'reconciled']; "
+                          "the verb takes ['by', 'evidence', 'key', 'reconciled']"])
 
     def test_a_new_tool_and_a_lost_tool_are_found(self) -> None:
         tools = [t for t in TOOLS if t.name != "cost"] + [TOOLS[0]._replace(name="effect_forget")]

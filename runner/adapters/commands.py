@@ -23,6 +23,8 @@ whose calls the executor (:mod:`runner.execution.executor`) makes like any other
   key's own observe command decides. Exit 75 is "not now"; anything else
   says nothing of any key (all unseen). Such a lookup runs in the drive's
   process, unregistered: it creates nothing, so no one need wait for it.
+* ``"observe": "none"``: the target cannot be read back; there is no observe
+  command (``readable`` is False) and the lifecycle never looks.
 """
 
 import os
@@ -63,11 +65,16 @@ class CommandAdapter:
 
     def __init__(self, invoke: Sequence[str], observe: Sequence[str], *, values: Optional[Mapping[str, Any]] = None,
                  cwd: Optional[str] = None, timeout: float = DEFAULT_CALL_TIMEOUT,
-                 runner: Optional[Callable[..., Outcome]] = None, many: Optional["ManyCommand"] = None) -> None:
+                 runner: Optional[Callable[..., Outcome]] = None, many: Optional["ManyCommand"] = None,
+                 readable: bool = True) -> None:
         """``runner`` runs one argument list (default :func:`run_command`); a benchmark may pass a stand-in.
-        ``many``: the contract's ``observe_many`` section (its spec)."""
-        if not invoke or not observe:
+        ``many``: the contract's ``observe_many`` section (its spec). ``readable`` False: the target cannot be read
+        back (``"observe": "none"``), there is no observe command, and the lifecycle never looks."""
+        if not invoke or (not observe and readable):
             raise InvalidInput("an effect run needs both an invoke and an observe command")
+        self.readable = readable
+        if not readable:
+            self.verification = "none: the target cannot be read back; its answer is the only evidence"
         self.invoke_argv, self.observe_argv = list(invoke), list(observe)
         self.many = many
         self.values = dict(values or {})
@@ -126,7 +133,11 @@ class CommandAdapter:
         raise UnknownOutcome(f"the invoke command {what}: {result.tail()}")
 
     def observe(self, key: str, payload: Dict[str, Any]) -> Observation:
-        """Run the observe command: 0 with a JSON object is present, 1 absent, anything else unknown."""
+        """Run the observe command: 0 with a JSON object is present, 1 absent, anything else unknown (always unknown,
+        running nothing, for a target that cannot be read back)."""
+        if not self.readable:
+            return Observation("unknown", {"source": "observe none", "observe": "none",
+                                           "reason": "the target cannot be read back"})
         result = self._call(self.observe_argv, key, payload, None)
         found = result.json_object()
         base = {"source": "observe command", "exit_code": result.exit_code, "stdout_sha256": result.stdout_sha256}

@@ -1,5 +1,6 @@
 """The adapter a contract names for one effect key: commands given inline, else its ``effects.http``, else its
-``effects.invoke`` and ``effects.observe`` commands, with the key's item placeholders filled.
+``effects.invoke`` and ``effects.observe`` commands (``"observe": "none"``: a target that cannot be read back), with
+the key's item placeholders filled.
 
 The HTTP adapter is imported only when a contract names ``effects.http``, so a drive of commands never loads the
 HTTP client.
@@ -42,9 +43,10 @@ def adapter_for(state: Dict[str, Any], key: str, invoke: Optional[Sequence[str]]
     inline = bool(invoke or observe)
     invoke = list(invoke) if invoke else effects.invoke
     observe = list(observe) if observe else effects.observe
-    if not invoke or not observe:
+    readable = inline or effects.readable
+    if not invoke or (not observe and readable):
         raise InvalidInput("effect run needs an invoke and an observe command: the contract's effects.invoke and effects.observe, "
                            "or '-- COMMAND ... --observe -- COMMAND ...'")
     values["workspace"] = root
-    return CommandAdapter(invoke, observe, values=values, cwd=root, timeout=timeout, runner=runner,
-                          many=None if inline else effects.observe_many)
+    return CommandAdapter(invoke, observe or (), values=values, cwd=root, timeout=timeout, runner=runner,
+                          many=None if inline else effects.observe_many, readable=readable)

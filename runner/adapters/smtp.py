@@ -265,6 +265,8 @@ class SmtpAdapter:
     """
 
     name = "smtp"
+    #: A mail server cannot be read back: the lifecycle never looks it up (its receipt is the only evidence).
+    readable = False
     retention_seconds: Optional[float] = None
     deduplicates = False
     conflicting_payload = ("not the target's to decide: the ledger binds a key to one payload, and the runner refuses "

@@ -15,11 +15,15 @@ from .steps import _argv_problem
 from .templates import PLACEHOLDERS, is_field, placeholders_in
 
 __all__ = ["effects_problems", "many_problems", "flow_problems", "EACH", "MAX_CONCURRENCY", "GROUP_PLACEHOLDERS",
-           "GROUP_FIELD", "DEFAULT_CALL_TIMEOUT"]
+           "GROUP_FIELD", "DEFAULT_CALL_TIMEOUT", "OBSERVE_NONE"]
 
 #: Seconds one call of the target may take unless ``effects.timeout_seconds`` says otherwise. Here, beside the check
 #: of that field, so that running a command (every verb imports it) does not load the specs.
 DEFAULT_CALL_TIMEOUT = 60.0
+
+#: ``effects.observe`` for a target that cannot be read back (a chat webhook, a mail server): the answer is the only
+#: evidence, and an unknown outcome stops for a person.
+OBSERVE_NONE = "none"
 
 #: What the ``observe_many`` section holds, and what its command's arguments and each key's ``value`` may name.
 MANY_FIELDS = ("command", "list", "match", "value", "max")
@@ -40,6 +44,8 @@ def effects_problems(effects: Dict[str, Any]) -> List[str]:
     """Problems with the effects section's ``invoke``, ``observe``, ``timeout_seconds``, ``settle_seconds`` and bounds."""
     out: List[str] = []
     for name in ("invoke", "observe"):
+        if name == "observe" and effects.get(name) == OBSERVE_NONE:
+            continue  # a target that cannot be read back: the answer is the only evidence
         if name in effects:
             problem = _argv_problem(effects[name], f"effects: {name}", PLACEHOLDERS, fields=True)
             if problem:
@@ -51,6 +57,8 @@ def effects_problems(effects: Dict[str, Any]) -> List[str]:
         if "observe" not in effects:
             out.append("effects: observe_many looks keys up with a command: it comes with the invoke and observe commands "
                        "(effects.http has observe.many)")
+        elif effects["observe"] == OBSERVE_NONE:
+            out.append('effects: observe_many looks keys up: a target with "observe": "none" cannot be read back')
     from .git import git_problems  # here: a process that never checks a contract does not import them
     from .http import http_problems
 

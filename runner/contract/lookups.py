@@ -41,7 +41,7 @@ def lookups(effects: Dict[str, Any]) -> List[Tuple[str, List[str]]]:
             out.append(("effects.http.observe", [observe.get("url", "")] + fields))
         if isinstance(observe.get("many"), dict):
             out.append(("effects.http.observe.many.value", [observe["many"]["value"]]))
-    elif "observe" in effects:
+    elif isinstance(effects.get("observe"), list):  # "observe": "none" looks nothing up
         out.append(("effects.observe", list(effects["observe"])))
         if isinstance(effects.get("observe_many"), dict):
             out.append(("effects.observe_many.value", [effects["observe_many"]["value"]]))

@@ -22,7 +22,7 @@ from ..base.errors import InvalidInput
 from ..base.pointer import parse_pointer
 from ..base.values import MAX_ID_LENGTH
 from ..base.canonical import canonical_json
-from .effects import DEFAULT_CALL_TIMEOUT
+from .effects import DEFAULT_CALL_TIMEOUT, OBSERVE_NONE
 from .http import (EACH, INVOKE_DEFAULTS, INVOKE_METHODS, MAX_PAGES_DEFAULT, OBSERVE_DEFAULTS, OBSERVE_METHODS,
                    secret_origin, split_url)
 from .lookups import MANY_DEFAULT
@@ -259,7 +259,8 @@ class GitSpec:
 
 @dataclass(frozen=True)
 class EffectsSpec:
-    """The ``effects`` section. ``adapter`` and ``verification`` are prose for people."""
+    """The ``effects`` section. ``adapter`` and ``verification`` are prose for people; ``readable`` is False when
+    ``observe`` is ``"none"`` (a target that cannot be read back; ``observe`` is then None)."""
 
     key_pattern: Optional[str] = None
     approval: Tuple[str, ...] = ()
@@ -278,6 +279,7 @@ class EffectsSpec:
     concurrency_key: Optional[ConcurrencyKey] = None
     observe_many: Optional[ManyCommand] = None
     git: Optional[GitSpec] = None
+    readable: bool = True
 
     @property
     def performs_effects(self) -> bool:
@@ -539,7 +541,8 @@ def _effects(block: Mapping[str, Any]) -> EffectsSpec:
         max_attempts=int(block.get("max_attempts", 3)),
         several_approvals=bool(block.get("several_approvals", False)),
         invoke=tuple(block["invoke"]) if "invoke" in block else None,
-        observe=tuple(block["observe"]) if "observe" in block else None,
+        observe=tuple(block["observe"]) if "observe" in block and block["observe"] != OBSERVE_NONE else None,
+        readable=block.get("observe") != OBSERVE_NONE,
         http=read_http(block["http"]) if "http" in block else None,
         timeout_seconds=float(block.get("timeout_seconds", DEFAULT_CALL_TIMEOUT)),
         settle_seconds=float(block.get("settle_seconds", 0.0)),

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from ..base.values import MAX_DURATION_SECONDS, check_duration, validate_id
 from ..base.canonical import loads_strict, read_document
-from .effects import effects_problems, flow_problems
+from .effects import OBSERVE_NONE, effects_problems, flow_problems
 from .lookups import shared_lookup
 from .steps import effects_field_problems, step_problems
 from ..base.errors import InvalidInput
@@ -232,6 +232,8 @@ def _effects_problems(effects: Dict[str, Any], lines: List[str], first: int, at:
         kind = EFFECT_KEYS.get(key)
         if kind is None:
             problems.append(ContractProblem(at(key), f"effects: unknown field {key!r} (allowed: {', '.join(sorted(EFFECT_KEYS))})"))
+        elif key == "observe" and value == OBSERVE_NONE:
+            continue  # a target that cannot be read back
         elif not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             problems.append(ContractProblem(at(key), f"effects: {key!r} must be {_kind(kind)}"))
     pattern = effects.get("key_pattern")

@@ -125,7 +125,8 @@ class HeldJob(NamedTuple):
 
 
 def caps_for(state: Dict[str, Any], adapter: Adapter, invoke: bool = True) -> Caps:
-    """The caps of one effect: the adapter's timeout and facts, the contract's settle time.
+    """The caps of one effect: the adapter's timeout and facts (whether it can be read back), the contract's settle
+    time.
 
     With ``effects.rate`` every call spends a token, so no lookup is made before the settle time
     only to see a presence sooner: the tokens go to the calls that must be made.
@@ -133,7 +134,8 @@ def caps_for(state: Dict[str, Any], adapter: Adapter, invoke: bool = True) -> Ca
     effects = contract_of(state).effects
     return Caps(timeout=effects.timeout_for(adapter), settle=effects.settle_seconds,
                 deduplicates=bool(getattr(adapter, "deduplicates", False)), retention=getattr(adapter, "retention_seconds", None),
-                invoke=invoke, max_later=effects.max_rate_limited, look_early=effects.rate is None)
+                invoke=invoke, max_later=effects.max_rate_limited, look_early=effects.rate is None,
+                readable=bool(getattr(adapter, "readable", True)))
 
 
 class Executor:

@@ -43,6 +43,11 @@ its loop acts. The rules it keeps:
 * **"Not now" is not "unknown".** A target that says it created nothing
   (429, a 503 naming a delay, exit 75) is recorded as such and called again after the delay
   it named, bounded by its own count.
+* **A target that cannot be read back** (``caps.readable`` False: ``"observe": "none"``, a mail
+  server) is never looked at: its answer is the only evidence. A receipt verifies the effect, with
+  evidence that says the target cannot be read; an outcome left unknown (an unknown answer, a call
+  whose process died) is never called again: it is recorded ``uncertain`` and the run stops for a
+  person, who records what they saw (``effect verify`` or ``effect absent``, ``--by`` who).
 
 Times are seconds since the epoch, from the run's clock.
 """
@@ -90,6 +95,7 @@ class Caps(NamedTuple):
     :param invoke: False to reconcile only: observe and record, never call the target.
     :param max_later: lookups answered "not now" in a row before the lookup counts as inconclusive.
     :param look_early: look again before the settle time is out after an early absence (a presence is believed at once).
+    :param readable: False for a target that cannot be read back: it is never looked at (see the module docstring).
     """
 
     timeout: float = DEFAULT_CALL_TIMEOUT
@@ -99,6 +105,7 @@ class Caps(NamedTuple):
     invoke: bool = True
     max_later: int = 10
     look_early: bool = True
+    readable: bool = True
 
 
 class Facts(NamedTuple):
@@ -175,6 +182,22 @@ def _contradiction(key: str, effect: Dict[str, Any], seen: Seen) -> str:
             f"({describe(seen.evidence, 120)}); a receipt is proof: it is never called again")
 
 
+#: What the evidence of an effect verified by its receipt alone says, at a target that cannot be read back.
+UNREADABLE_REASON = "the target cannot be read back: its receipt is the only evidence"
+
+
+def _unreadable_stop(key: str, state: Optional[EffectState], why: str) -> Move:
+    """An outcome at a target that cannot be read back is not known: recorded ``uncertain`` (once), then the run
+    stops for a person, whose commands the error names."""
+    error = NeedsReconciliation(
+        f"effect {key!r}: {why}, and the target cannot be read back: it is never called again on its own; a person "
+        f"looks at the target and records what they saw: `effect verify {key} --by NAME --evidence JSON` if it is "
+        f"there, `effect absent {key} --by NAME --evidence JSON` if it is not", key=key, readable=False)
+    if state == "uncertain":
+        return Move("stop", error=error)
+    return Move("uncertain", reason=f"{why}; the target cannot be read back", error=error)
+
+
 def next_move(facts: Facts) -> Move:
     """The next move for one effect (see the module docstring for the rules it keeps)."""
     key, effect, caps, now = facts.key, facts.effect, facts.caps, facts.now
@@ -218,6 +241,15 @@ def next_move(facts: Facts) -> Move:
                 "group has ended (end it, or see that it did), run again", key=key, process_group=stuck.pid))
         # Only calls past their deadline without a process of their own are left: their maker checks the
         # deadline right before it sends, so none of them sends any more (quiet_since counts them ended).
+
+    if state in UNRESOLVED and not caps.readable:
+        # Nothing to look at: what the target answered is all there is.
+        if state == "acknowledged":
+            receipt = (effect or {}).get("receipt")
+            return Move("verify", evidence={"observe": "none", "reason": UNREADABLE_REASON, "receipt": receipt})
+        if state == "uncertain":
+            return _unreadable_stop(key, state, f"the outcome is unknown ({(effect or {}).get('reason')})")
+        return _unreadable_stop(key, state, "a call was made and its answer was lost")
 
     seen = facts.seen
     # Settled by observing an outcome this pass did not learn from the target's own answer.

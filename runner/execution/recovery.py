@@ -174,7 +174,9 @@ def _3_effects_in_flight(facts: _Facts) -> Optional[Dict[str, Any]]:
     """Check 3: an unresolved effect is settled before anything else.
 
     The first uncertain one stops with ``needs-reconciliation`` and names
-    what must be observed; else the first unresolved one is reconciled.
+    what must be observed (at a target that cannot be read back, what a person
+    looks at and the two commands, with ``--by``, that record what they saw);
+    else the first unresolved one is reconciled.
     """
     state, ev = facts.state, facts.ev
     obs, inf, unk = ev["observations"], ev["inferences"], ev["unknowns"]
@@ -187,6 +189,19 @@ def _3_effects_in_flight(facts: _Facts) -> Optional[Dict[str, Any]]:
     for key, effect in uncertain[:10]:
         unk.append(f"effect {name(key)} ({digest(effect.get('payload_digest'))}): outcome unknown since "
                    f"{moment(effect.get('updated_at'))}: {quote(effect.get('reason'), WORKER_OR_TARGET)}")
+    if uncertain and not contract_of(state).effects.readable:
+        key, effect = uncertain[0]
+        return _stop(
+            "needs-reconciliation",
+            f"the target of effect {name(key)} (payload {digest(effect.get('payload_digest'))}) cannot be read back, "
+            "so the runner never calls it again on its own: a person looks where its calls land (the channel, the "
+            "recipients' mailboxes) for this item; then runs "
+            f"`effect verify {_cmd(key, 'KEY')} --by NAME --evidence JSON` if it is there, or "
+            f"`effect absent {_cmd(key, 'KEY')} --by NAME --evidence JSON` if it is not; then `drive` goes on",
+            ev,
+            check={"key": key, "payload_digest": effect["payload_digest"], "step": effect.get("step"),
+                   "attempts": effect["attempts"], "readable": False, **_item_context(state, key)},
+        )
     if uncertain:
         key, effect = uncertain[0]
         return _stop(

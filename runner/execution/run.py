@@ -98,10 +98,13 @@ class Run:
         return self.store.refresh()
 
     # -- the transaction template ------------------------------------------------------
-    def _mutate(self, decide: Callable[[Dict[str, Any], float], Ops], fenced: bool = True) -> Dict[str, Any]:
+    def _mutate(self, decide: Callable[[Dict[str, Any], float], Ops], fenced: bool = True,
+                person: bool = False) -> Dict[str, Any]:
+        """Commit what ``decide`` makes of the state. ``fenced``: the writer must hold the live lease; ``person``: a
+        person's record, which needs the lease only while someone holds it live (a drive at work)."""
         def guarded(state: Dict[str, Any]) -> Ops:
             now = self.clock()
-            if fenced:
+            if fenced and not (person and not lease.lease_view(state, now)["live"]):
                 lease.check_fence(state, self.owner, self.epoch, now)
             try:
                 return decide(state, now)
@@ -242,18 +245,23 @@ class Run:
         """
         return self._mutate(lambda s, now: effects.ack_ops(s, key, receipt, now))["effects"][key]
 
-    def effect_verify(self, key: str, evidence: Dict[str, Any], reconciled: bool = False) -> Dict[str, Any]:
-        """Record that the target was observed to hold ``key``'s effect: the only way an effect is done. Fenced.
+    def effect_verify(self, key: str, evidence: Dict[str, Any], reconciled: bool = False,
+                      person: bool = False) -> Dict[str, Any]:
+        """Record that the target was observed to hold ``key``'s effect: the only way an effect is done. Fenced (a
+        ``person``'s record only while someone holds the lease live).
 
         :param evidence: what the observation found (a JSON object).
         :param reconciled: the outcome was unknown to this worker and is settled by this observation (counted in ``report``).
         :returns: the effect's record (``state`` verified).
         :raises InvalidInput: no such effect, or bad evidence.
         """
-        return self._mutate(lambda s, now: effects.verify_ops(s, key, evidence, now, reconciled))["effects"][key]
+        return self._mutate(lambda s, now: effects.verify_ops(s, key, evidence, now, reconciled),
+                            person=person)["effects"][key]
 
-    def effect_absent(self, key: str, evidence: Dict[str, Any], reconciled: bool = False) -> Dict[str, Any]:
-        """Record that the target was observed not to hold ``key``: another attempt may begin after the contract's backoff. Fenced.
+    def effect_absent(self, key: str, evidence: Dict[str, Any], reconciled: bool = False,
+                      person: bool = False) -> Dict[str, Any]:
+        """Record that the target was observed not to hold ``key``: another attempt may begin after the contract's
+        backoff. Fenced (a ``person``'s record only while someone holds the lease live).
 
         :param evidence: what the observation found; record it only when no earlier call can still land.
         :param reconciled: the outcome was unknown to this worker and is settled by this observation.
@@ -262,7 +270,8 @@ class Run:
         :raises InvalidInput: no such effect, or bad evidence.
         """
         return self._mutate(lambda s, now: effects.absent_ops(
-            s, key, evidence, now, reconciled, backoff=lambda attempts: retry.next_attempt_at(s, attempts, now, self.rand)))["effects"][key]
+            s, key, evidence, now, reconciled,
+            backoff=lambda attempts: retry.next_attempt_at(s, attempts, now, self.rand)), person=person)["effects"][key]
 
     def effect_uncertain(self, key: str, reason: str) -> Dict[str, Any]:
         """Record that ``key``'s outcome is unknown; nothing is retried until it is observed. Fenced.

@@ -181,6 +181,8 @@ def _ledger_verbs(verb: _AddVerb) -> None:
     sub.add_argument("--evidence", metavar="JSON", help="verify/absent: what the observation found (inline JSON, @FILE or -)")
     sub.add_argument("--reason", metavar="TEXT", help="uncertain: why the outcome is unknown; skip: why the batch item is left out")
     sub.add_argument("--reconciled", action="store_true", help="verify/absent: the outcome was unknown and is settled by this observation")
+    sub.add_argument("--by", metavar="WHO", help="verify/absent: the person who looked at the target (kept in the "
+                                                 "evidence as observed_by; it settles an unknown outcome)")
     sub.add_argument("--state", choices=EFFECT_STATES, help="list: only effects in this state")
     sub.add_argument("--limit", type=positive, default=None, metavar="N", help=f"list: at most N effects (default {verbs.DEFAULT_LIMIT})")
     _writer(sub)
@@ -712,10 +714,9 @@ def cmd_effect(args: argparse.Namespace) -> int:
         return 0
     if args.action == "ack":
         return _effect_out(args, verbs.effect_ack(run, key, _json_arg(args.receipt, "--receipt")))
-    if args.action == "verify":
-        return _effect_out(args, verbs.effect_verify(run, key, _json_arg(args.evidence, "--evidence"), args.reconciled))
-    if args.action == "absent":
-        return _effect_out(args, verbs.effect_absent(run, key, _json_arg(args.evidence, "--evidence"), args.reconciled))
+    if args.action in ("verify", "absent"):
+        record = verbs.effect_verify if args.action == "verify" else verbs.effect_absent
+        return _effect_out(args, record(run, key, _json_arg(args.evidence, "--evidence"), args.reconciled, by=args.by))
     return _effect_out(args, verbs.effect_uncertain(run, key, args.reason))
 
 

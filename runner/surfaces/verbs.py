@@ -26,7 +26,7 @@ from ..execution import jobs as _jobs
 from ..ledger.approvals import approval_view
 from ..contract.spec import contract_of
 from ..execution.payloads import begin_payload
-from ..base.values import validate_id
+from ..base.values import one_line, validate_id
 from ..base.canonical import read_document
 from ..base.errors import InvalidInput
 from ..calls.inflight import findings as calls_findings
@@ -81,8 +81,10 @@ VERBS: List[Verb] = [
     _v("effect_list", "effect list", state="--state", limit="--limit"),
     _v("effect_begin", "effect begin", "key", key="KEY", payload="--payload", step="--step"),
     _v("effect_ack", "effect ack", "key", "receipt", key="KEY", receipt="--receipt"),
-    _v("effect_verify", "effect verify", "key", "evidence", key="KEY", evidence="--evidence", reconciled="--reconciled"),
-    _v("effect_absent", "effect absent", "key", "evidence", key="KEY", evidence="--evidence", reconciled="--reconciled"),
+    _v("effect_verify", "effect verify", "key", "evidence", key="KEY", evidence="--evidence", reconciled="--reconciled",
+       by="--by"),
+    _v("effect_absent", "effect absent", "key", "evidence", key="KEY", evidence="--evidence", reconciled="--reconciled",
+       by="--by"),
     _v("effect_uncertain", "effect uncertain", "key", "reason", key="KEY", reason="--reason"),
     _v("effect_skip", "effect skip", "key", "reason", key="KEY", reason="--reason"),
     _v("effect_run", "effect run", "key", key="KEY", payload="--payload"),
@@ -317,14 +319,26 @@ def effect_ack(run: Run, key: str, receipt: Dict[str, Any]) -> Dict[str, Any]:
     return _effect(key, run.effect_ack(key, receipt))
 
 
-def effect_verify(run: Run, key: str, evidence: Dict[str, Any], reconciled: bool = False) -> Dict[str, Any]:
-    """Record that the target was observed to hold ``key``'s effect."""
-    return _effect(key, run.effect_verify(key, evidence, reconciled=reconciled))
+def _seen_by(evidence: Dict[str, Any], reconciled: bool, by: Optional[str]) -> Tuple[Dict[str, Any], bool]:
+    """A person's observation: the evidence names who made it (``observed_by``), and it settles an unknown outcome; it
+    needs the lease only while someone holds it live."""
+    if by is None:
+        return evidence, reconciled
+    return {**evidence, "observed_by": {"source": "person", "by": one_line(by, "--by")}}, True
 
 
-def effect_absent(run: Run, key: str, evidence: Dict[str, Any], reconciled: bool = False) -> Dict[str, Any]:
-    """Record that the target was observed not to hold ``key``'s effect."""
-    return _effect(key, run.effect_absent(key, evidence, reconciled=reconciled))
+def effect_verify(run: Run, key: str, evidence: Dict[str, Any], reconciled: bool = False,
+                  by: Optional[str] = None) -> Dict[str, Any]:
+    """Record that the target was observed to hold ``key``'s effect (``by``: the person who looked)."""
+    evidence, reconciled = _seen_by(evidence, reconciled, by)
+    return _effect(key, run.effect_verify(key, evidence, reconciled=reconciled, person=by is not None))
+
+
+def effect_absent(run: Run, key: str, evidence: Dict[str, Any], reconciled: bool = False,
+                  by: Optional[str] = None) -> Dict[str, Any]:
+    """Record that the target was observed not to hold ``key``'s effect (``by``: the person who looked)."""
+    evidence, reconciled = _seen_by(evidence, reconciled, by)
+    return _effect(key, run.effect_absent(key, evidence, reconciled=reconciled, person=by is not None))
 
 
 def effect_uncertain(run: Run, key: str, reason: str) -> Dict[str, Any]:

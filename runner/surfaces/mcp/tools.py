@@ -436,6 +436,8 @@ def _t(
 
 _EVIDENCE = _doc("what the observation found")
 _RECONCILED = {"type": "boolean", "description": "the outcome was unknown and is settled by this observation"}
+_LOOKED = {"type": "string", "description": "the person who looked at the target (kept in the evidence; it settles an "
+                                            "unknown outcome)"}
 _CONTRACT_FILE = _text("a contract file (a path on the server's machine) whose plan must be the run's; refused if it differs", 4096)
 _LIMIT = {"type": "integer", "minimum": 1, "maximum": 10000, "description": f"at most this many (default {verbs.DEFAULT_LIMIT})"}
 _LEASE = {"lease": _OBJ}
@@ -478,10 +480,12 @@ TOOLS: List[Tool] = [
     _t("effect_ack", "Acknowledge an effect", "Record the target's receipt for KEY after the call returned.", "write",
        {"key": _KEY, "receipt": _doc("the target's receipt")}, _EFFECT, _write(verbs.effect_ack)),
     _t("effect_verify", "Verify an effect", "Record that the target was observed to hold KEY's effect.", "write",
-       {"key": _KEY, "evidence": _EVIDENCE, "reconciled": _RECONCILED}, _EFFECT, _write(verbs.effect_verify)),
+       {"key": _KEY, "evidence": _EVIDENCE, "reconciled": _RECONCILED, "by": _LOOKED}, _EFFECT,
+       _write(verbs.effect_verify)),
     _t("effect_absent", "Record an effect absent",
        "Record that the target was observed not to hold KEY's effect, so it may be sent again (after the contract's backoff).", "write",
-       {"key": _KEY, "evidence": _EVIDENCE, "reconciled": _RECONCILED}, _EFFECT, _write(verbs.effect_absent)),
+       {"key": _KEY, "evidence": _EVIDENCE, "reconciled": _RECONCILED, "by": _LOOKED}, _EFFECT,
+       _write(verbs.effect_absent)),
     _t("effect_uncertain", "Mark an effect uncertain", "Record that KEY's outcome is unknown; nothing is retried until it is observed.",
        "write", {"key": _KEY, "reason": _text("why the outcome is unknown")}, _EFFECT, _write(verbs.effect_uncertain)),
     _t("effect_skip", "Skip a batch item", "Settle the batch item KEY without its effect, with the reason recorded (counted in the report).",
