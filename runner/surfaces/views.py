@@ -108,7 +108,7 @@ def brief(state: Dict[str, Any], decision: Optional[Dict[str, Any]] = None, limi
         if decision["decision"] == "act":
             head.append(f"Next action: {fit(action_text(decision['action']), 700)}")
         else:
-            head.append(f"Stopped: {fit(stop_line(decision, state), 500)}")
+            head.append(f"Stopped: {fit(stop_line(decision, state), 700)}")
     elif state.get("next_action"):
         head.append(f"Next action (as recorded): {fit(action_text(state['next_action'], decided=False), 700)}")
     head.append("Facts below come from the run's durable state; a claim not listed here is not established.")
