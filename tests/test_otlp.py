@@ -156,6 +156,10 @@ class OtlpTrace(unittest.TestCase):
         self.assertEqual(tools["doc:5:ticket"]["status"]["code"], 2)  # refused for good
         self.assertTrue(attribute(tools[UNCERTAIN_KEY], "runner.effect.reconciled"))
         self.assertIn("runner.effect.uncertain", [e["name"] for e in tools[UNCERTAIN_KEY]["events"]])
+        # The target's "not now" is a deferral, apart from an absence, and the wait it asked for goes with it.
+        deferred = [e["name"] for e in tools["doc:4:ticket"]["events"]]
+        kept = ("runner.effect.deferred", "runner.effect.absent", "runner.retry.not_now")
+        self.assertEqual([n for n in deferred if n in kept], ["runner.effect.deferred", "runner.retry.not_now"])
         self.assertEqual(tools["doc:1:ticket"]["kind"], 3)
         approvals = by_name["send"]
         self.assertEqual(len(approvals), 3)

@@ -82,7 +82,13 @@ class StepAttempt:
 
 
 class EffectPath:
-    """One effect's transitions: ``(at, state, epoch, reconciled)`` in journal order."""
+    """One effect's transitions: ``(at, state, epoch, reconciled)`` in journal order.
+
+    A *deferral* (the target answered "not now": it created nothing and named
+    a time to come back) enters the ledger's ``absent`` state, but is no
+    absence of the effect: its transitions are those in :attr:`deferrals`,
+    kept apart from :attr:`waits` and from what makes a path exceptional.
+    """
 
     def __init__(self, key: str) -> None:
         self.key = key
@@ -90,6 +96,7 @@ class EffectPath:
         self.payload_digest: Optional[str] = None
         self.transitions: List[Tuple[float, str, int, bool]] = []
         self.waits: List[Tuple[float, float]] = []  # (from, until): backoff after an absence
+        self.deferrals: List[Tuple[float, float]] = []  # (at, until): "not now", and no call before until
         self.receipt: Any = None
         self.evidence: Any = None
         self.reason: Optional[str] = None
@@ -109,9 +116,14 @@ class EffectPath:
     def went_uncertain(self) -> bool:
         return any(state == "uncertain" for _, state, _, _ in self.transitions)
 
+    def deferred(self, at: float, state: str) -> bool:
+        """Whether the transition to ``state`` at ``at`` was a deferral ("not now"), not an absence."""
+        return state == "absent" and any(when == at for when, _ in self.deferrals)
+
     @property
     def exceptional(self) -> bool:
-        return self.reconciled or any(state in EXCEPTIONAL for _, state, _, _ in self.transitions)
+        return self.reconciled or any(state in EXCEPTIONAL and not self.deferred(at, state)
+                                      for at, state, _, _ in self.transitions)
 
 
 class Approval:
@@ -475,7 +487,10 @@ class _Replay:
             path.receipt, path.evidence = now_effect.get("receipt"), now_effect.get("evidence")
             path.reason = now_effect.get("reason")
             wait = now_effect.get("next_attempt_at")
-            if wait and wait != old.get("next_attempt_at"):
+            deferral = int(now_effect.get("deferred") or 0) > int(old.get("deferred") or 0)
+            if deferral:
+                path.deferrals.append((at, _time(wait) if wait else at))
+            elif wait and wait != old.get("next_attempt_at"):
                 path.waits.append((at, _time(wait)))
 
     def _approvals(self, at: float, approvals: set, before: Dict[str, Dict[str, Any]]) -> None:

@@ -12,7 +12,8 @@ Spans, from :class:`runner.surfaces.history.History`:
   ERROR, and its last durable write is a ``runner.crash`` event;
 * each step attempt: ``step <id> attempt <n>``; a failed attempt is ERROR;
 * each effect: ``execute_tool <name>`` (GenAI tool span; the call id is the
-  effect key), one event per lifecycle transition, a link to the attempt
+  effect key), one event per lifecycle transition (a "not now" is
+  ``runner.effect.deferred``, apart from an absence), a link to the attempt
   that began it; refused for good or left unknown is ERROR;
 * each approval request: a messaging ``send`` to the approver, events for the
   answer; a denial is ERROR;
@@ -195,9 +196,12 @@ def trace(history: History, with_content: bool = False) -> Dict[str, Any]:
             continue
         start, end = path.transitions[0][0], path.transitions[-1][0]
         events: List[Tuple[float, str, Dict[str, Any]]] = [
-            (at, f"runner.effect.{state_}", {"runner.epoch": epoch, "runner.reconciled": settled})
+            (at, "runner.effect.deferred" if path.deferred(at, state_) else f"runner.effect.{state_}",
+             {"runner.epoch": epoch, "runner.reconciled": settled})
             for at, state_, epoch, settled in path.transitions]
         events += [(t1, "runner.retry.backoff", {"runner.retry.not_before_unix_nano": _nanos(t2)}) for t1, t2 in path.waits]
+        events += [(t1, "runner.retry.not_now", {"runner.retry.not_before_unix_nano": _nanos(t2)})
+                   for t1, t2 in path.deferrals]
         events.sort(key=lambda e: e[0])
         final = path.state
         status = (STATUS_UNSET, "")
