@@ -25,7 +25,7 @@ from unittest import mock
 from typing import Any, Dict, List, Tuple
 
 from tests.support import real as _real
-from tests.support.browser import blankness, find_chromium, load_pages
+from tests.support.browser import TEXT_BOXES, blankness, evaluate_pages, find_chromium, load_pages, overlapping
 from tests.support.page import assert_inert, parse
 from tests.support.timeline_runs import SMALL_KEYS, UNCERTAIN_KEY, crashed_run, small_contract, small_run
 from tests.support.util import CLOCK_START, REPO_ROOT, in_process_cli, one_json, run_cli, scratch_dir
@@ -119,7 +119,27 @@ class TimelineStructure(unittest.TestCase):
         self.assertEqual(reconciled, [UNCERTAIN_KEY])
         self.assertIn(UNCERTAIN_KEY, [a.get("data-key") for a in self.elements.having("uncertain")])
         self.assertEqual([a.get("data-key") for a in self.elements.having("effect-failed")], ["doc:5:ticket"])
-        self.assertEqual([a.get("data-key") for a in self.elements.having("effect-absent")], ["doc:4:ticket"])
+
+    def test_a_deferral_is_drawn_apart_from_an_absence(self) -> None:
+        # doc:4 was answered "not now" (the target created nothing and named a time): its own row and wait, no absence.
+        self.assertEqual([a.get("data-key") for a in self.elements.having("deferred")], ["doc:4:ticket"])
+        self.assertEqual(self.elements.having("effect-absent"), [])
+        self.assertEqual(len(self.elements.having("not-now")), 1)
+        self.assertIn(">deferred (not now)</text>", self.page)
+        self.assertNotIn("doc&#58;4&#58;ticket</td>", self.page)  # not among the effects that went wrong
+
+    def test_the_legend_draws_each_mark_and_says_what_it_is(self) -> None:
+        legend = self.page.split('<p class="legend">', 1)[1].split("</p>", 1)[0]
+        for words in ("lease held", "crash: the holder's last durable write", "lease broken by a supervisor",
+                      "the target's 'not now' and the wait it asked for (not an absence)",
+                      "settled by observation after an unknown outcome", "cancellation"):
+            self.assertIn(words, html.unescape(legend))
+        self.assertEqual(legend.count("<svg "), legend.count("<span>"))  # every item a picture of its mark
+
+    def test_the_headline_says_the_run_in_one_sentence(self) -> None:
+        headline = html.unescape(self.page.split('<p class="headline">', 1)[1].split("</p>", 1)[0])
+        self.assertTrue(headline.startswith("Cancelled: 6 of 7 effects verified; 1 lease holder, 0 of them"), headline)
+        self.assertIn("1 effect settled by observation", headline)
 
     def test_steps_attempts_backoff_approvals_and_cancellation_are_drawn(self) -> None:
         self.assertEqual(len(self.elements.having("step")), 4)  # fetch twice, publish, archive
@@ -317,6 +337,42 @@ class HistoryReplayTest(unittest.TestCase):
         self.assertEqual((seen.first_rev, seen.last_rev, seen.records), (3, last - 2, len(kept)))
 
 
+class TimelineMarksAndCosts(unittest.TestCase):
+    """Labels of marks never overlap, whatever their number; each named cost has a row, with its limit if it has one."""
+
+    def test_marks_at_one_moment_are_stacked_and_the_rest_listed(self) -> None:
+        records, state = synthetic_run(50, exceptional_every=0)
+        seen = history.build(records, state)
+        at = seen.start + (seen.end - seen.start) / 2
+        reason = "a plan whose reason is long enough to be cut"
+        seen.marks += [(at, "migrate", f"plan changed: revision {n} of {reason}") for n in range(6)]
+        seen.marks.append((at, "status", "run blocked"))  # and the run's own "run complete" at its end
+        page = timeline.render([seen])
+        marks = timeline._marks(seen, timeline._Axis(seen.start, seen.end))
+        placed = [m for m in marks if m.row is not None]
+        self.assertEqual(len(placed), timeline.MARK_ROWS + 1)  # three rows at the one moment, and the last one apart
+        for row in range(timeline.MARK_ROWS):
+            spans = sorted((m.x - timeline._width(m.text, "small") if m.anchor == "end" else m.x,
+                            m.x if m.anchor == "end" else m.x + timeline._width(m.text, "small"))
+                           for m in placed if m.row == row)
+            self.assertTrue(all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans)
+        self.assertIn("Marks (8): more than the drawing has room to name", page)
+        self.assertEqual(page.count('class="small mark"'), len(placed))
+        self.assertTrue(all(len(m.text) <= timeline.MARK_CHARS for m in placed))
+
+    def test_each_cost_is_spent_against_its_limit(self) -> None:
+        records, state = synthetic_run(3, exceptional_every=0)
+        state["plan"] = dict(state["plan"], limits={"max_cost": 2.0})
+        state["plan_digest"] = content_digest(state["plan"])
+        state["counters"]["cost"] = {"money": 1.25, "tokens": 900}
+        page = timeline.render([history.build(records, state)])
+        table = page.split('<table class="costs">', 1)[1].split("</table>", 1)[0]
+        self.assertIn('<th>money</th><td class="n">1.25</td><td class="n">2.0</td>', table)
+        self.assertIn('<th>tokens</th><td class="n">900</td><td class="none">none</td>', table)
+        costless = history.build(*synthetic_run(3, exceptional_every=0))
+        self.assertNotIn('<table class="costs">', timeline.render([costless]))
+
+
 class TimelineSize(unittest.TestCase):
     def test_ten_thousand_effects_give_a_bounded_page(self) -> None:
         sizes = {}
@@ -355,8 +411,53 @@ class TimelineSize(unittest.TestCase):
 CHROMIUM = find_chromium()
 
 
+def crowded_run() -> history.History:
+    """A run that crowds every label: many holders with long owner ids, a step with a long id, marks at one moment."""
+    records, state = synthetic_run(2000, exceptional_every=100)
+    seen = history.build(records, state)
+    span = seen.end - seen.start
+    for n in range(40):
+        holding = history.Holding("worker-" + "x" * (n % 7) * 9 + f"-{n}", n + 2, seen.start + span * n / 40)
+        holding.end, holding.ended = seen.start + span * (n + 0.7) / 40, "broken"
+        holding.last_write = seen.start + span * (n + 0.5) / 40
+        seen.holdings.append(holding)
+    for n in range(12):
+        at = seen.start + span * (0.5 + (n % 3) * 0.001)
+        seen.marks.append((at, "migrate", f"plan changed: the {n}th change of plan"))
+    seen.marks += [(seen.start + span / 2, "status", "run blocked"), (seen.end, "status", "run complete")]
+    long_id = "a-step-whose-id-is-far-longer-than-the-column-of-labels-holds"
+    seen.steps.append(history.StepAttempt(long_id, 1, seen.start, 1))
+    seen.cancellation = {"at": seen.start + span * 0.9, "by": "operator", "reason": "no longer needed", "in_flight": [],
+                         "step": None}
+    return seen
+
+
 @_real.needs("headless Chromium", why_not=lambda: None if CHROMIUM else "not installed (the Debian package chromium; .ci/chromium.sh installs it)")
 class TimelineInBrowser(unittest.TestCase):
+    def test_no_label_overlaps_another_at_any_size(self) -> None:
+        """The boxes the browser drew for the labels: none overlaps another, none leaves its drawing."""
+        assert CHROMIUM is not None
+        with scratch_dir("runner-timeline-labels-") as scratch:
+            small = os.path.join(scratch, "run")
+            small_run(small)
+            names = ("small.html", "crowded.html", "many.html", "holders.html")
+            pages = [os.path.join(scratch, name) for name in names]
+            self.assertEqual(run_cli("--dir", small, "report", "--html", pages[0]).code, 0)
+            timeline.write(pages[1], [crowded_run()])
+            many = [history.build(*synthetic_run(30, exceptional_every=7, task=f"run-{n:02d}")) for n in range(6)]
+            timeline.write(pages[2], many)
+            holders = crowded_run()
+            holders.holdings *= 3  # more than sixty: the lanes get thin and go without labels
+            timeline.write(pages[3], [holders])
+            boxes, version = evaluate_pages(CHROMIUM, pages, TEXT_BOXES, width=1400)
+        for page, drawn in zip(pages, boxes):
+            with self.subTest(page=os.path.basename(page)):
+                self.assertGreater(len(drawn), 20)
+                self.assertEqual(overlapping(drawn), [])
+                self.assertEqual([b["text"] for b in drawn if not b["inside"]], [])
+        sys.stderr.write(f"\ntimeline-labels: browser={version} labels={sum(len(d) for d in boxes)} overlapping=0\n")
+
+
     def test_chromium_renders_the_page_without_errors(self) -> None:
         assert CHROMIUM is not None
         with scratch_dir("runner-timeline-browser-") as scratch:

@@ -28,7 +28,7 @@ and lists every run in the index.
 import html
 import math
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..base.times import parse_time
 from ..contract.spec import contract_of
@@ -48,9 +48,13 @@ RIGHT = 16
 PLOT = WIDTH - LABEL - RIGHT
 ROW = 16
 
-EFFECT_ROWS = ("started", "acknowledged", "uncertain", "verified", "absent", "failed")
+EFFECT_ROWS = ("started", "acknowledged", "uncertain", "verified", "absent", "deferred", "failed")
+#: How each row of effects is labelled: a deferral is the target's "not now", apart from an absence.
+ROW_LABELS = {"deferred": "deferred (not now)"}
 STATE_COLOURS = {"started": "#6b8fd6", "acknowledged": "#3d6fc4", "uncertain": "#e08a00", "verified": "#2e9d57",
-                 "absent": "#c8322f", "failed": "#222222", "planned": "#999999"}
+                 "absent": "#c8322f", "deferred": "#a0785a", "failed": "#222222", "planned": "#999999"}
+#: The waits drawn under the rows: the backoff after an absence, and the time a "not now" asked for.
+WAIT_COLOURS = {"absent": "#e0b050", "deferred": "#d9c2a7"}
 STEP_COLOURS = {"done": "#2e9d57", "failed": "#c8322f", "cancelled": "#8a8a8a", "interrupted": "#e08a00", "running": "#3d6fc4"}
 JOB_COLOURS = {"submitting": "#9bb3e0", "running": "#3d6fc4", "finished": "#2e9d57", "vanished": "#e08a00",
                "cancel-requested": "#b07cc6", "stopped": "#8a8a8a"}
@@ -59,14 +63,17 @@ CSS = """
 body{font:13px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;color:#1c1c1c;background:#fff;margin:18px 24px}
 h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:22px 0 6px;border-bottom:1px solid #ddd;padding-bottom:3px}
 h3{font-size:13px;margin:12px 0 4px}
-p.note{color:#555;margin:2px 0 8px}p.warn{color:#8a4b00;background:#fff4e0;padding:4px 8px;border-left:3px solid #e08a00}
+p.note{color:#555;margin:2px 0 8px}p.headline{font-size:14px;margin:2px 0 6px}
+p.warn{color:#8a4b00;background:#fff4e0;padding:4px 8px;border-left:3px solid #e08a00}
 table{border-collapse:collapse;margin:4px 0 10px;font-size:12px}
 th,td{border:1px solid #d7d7d7;padding:2px 7px;text-align:left;vertical-align:top}
 th{background:#f3f3f3;font-weight:600}td.n{text-align:right;font-variant-numeric:tabular-nums}
 tr.bad td{background:#fdecea}
 svg{display:block;width:100%;height:auto;margin:6px 0;font-size:11px}
 svg text{fill:#333}svg .lab{font-weight:600}svg .small{font-size:9px;fill:#555}
-.legend span{display:inline-block;margin:0 12px 4px 0}.legend i{display:inline-block;width:11px;height:11px;margin-right:4px;vertical-align:-1px}
+.legend span{display:inline-block;margin:0 14px 4px 0;white-space:nowrap}
+.legend svg{display:inline-block;width:22px;height:14px;margin:0 4px 0 0;vertical-align:-2px}
+table.costs td.none{color:#888}
 section{margin-bottom:18px}
 @media print{body{margin:8mm}section{break-inside:avoid-page}h2{break-after:avoid}svg{max-width:100%}}
 """
@@ -110,8 +117,24 @@ class _Axis:
         return [self.start + i * step for i in range(int(self.span / step) + 1)]
 
 
+#: The widest a character of each kind of label is drawn, in pixels: what a label is measured by before it is placed.
+#: Generous, so that a label measured to fit does fit in any of the fonts the page names.
+CHAR_WIDTH = {"": 7.2, "lab": 7.8, "small": 6.0}
+
+
+def _fit(text: str, width: float, cls: str = "") -> str:
+    """``text`` cut (with an ellipsis) to what ``width`` pixels hold in labels of class ``cls``."""
+    most = max(1, int(width // CHAR_WIDTH[cls]))
+    return text if len(text) <= most else text[:max(0, most - 1)] + "…"
+
+
+def _width(text: str, cls: str = "") -> float:
+    """The most ``text`` takes in labels of class ``cls``."""
+    return len(text) * CHAR_WIDTH[cls]
+
+
 class _Svg:
-    """An SVG drawing built row by row."""
+    """An SVG drawing built row by row; a label in the left column is cut to the column (its whole text its title)."""
 
     def __init__(self) -> None:
         self.parts: List[str] = []
@@ -122,7 +145,9 @@ class _Svg:
 
     def label(self, text: str, y: float, cls: str = "") -> None:
         attribute = f' class="{cls}"' if cls else ""
-        self.add(f'<text x="4" y="{y + 11}"{attribute}>{_t(text)}</text>')
+        shown = _fit(text, LABEL - 10, cls)
+        title = f"<title>{_t(text)}</title>" if shown != text else ""
+        self.add(f'<text x="4" y="{y + 11}"{attribute}>{_t(shown)}{title}</text>')
 
     def done(self, title: str) -> str:
         height = self.y + 6
@@ -137,10 +162,27 @@ def _rect(x1: float, y: float, x2: float, h: float, fill: str, title: str, extra
 
 def _summary_rows(history: History) -> List[Tuple[str, Any]]:
     figures = history.summary
-    rows = [(name.replace("_", " "), value) for name, value in figures.items() if name != "cost"]
-    rows += [(f"cost {name}", value) for name, value in sorted(figures.get("cost", {}).items())]
-    return rows
+    return [(name.replace("_", " "), value) for name, value in figures.items() if name != "cost"]
 
+
+def _cost_limits(state: Dict[str, Any]) -> Dict[str, float]:
+    """The limit of each named cost the contract sets: ``limits.max_cost`` bounds the cost named money."""
+    limit = contract_of(state).limits.max_cost
+    return {"money": float(limit)} if limit is not None else {}
+
+
+def _costs_table(history: History) -> str:
+    """Each named cost of the run: what was spent, against its limit where the contract sets one (none: none is set)."""
+    spent, limits = history.summary.get("cost") or {}, _cost_limits(history.state)
+    names = sorted(set(spent) | set(limits))
+    if not names:
+        return ""
+    rows = []
+    for name in names:
+        bound = limits.get(name)
+        limit = f'<td class="n">{_t(bound)}</td>' if bound is not None else '<td class="none">none</td>'
+        rows.append(f'<tr><th>{_t(name)}</th><td class="n">{_t(spent.get(name, 0))}</td>{limit}</tr>')
+    return f'<table class="costs"><tr><th>cost</th><th>spent</th><th>limit</th></tr>{"".join(rows)}</table>'
 
 def _summary_table(history: History, columns: int = 4) -> str:
     cells = [f'<th>{_t(name)}</th><td class="n">{_t(value)}</td>' for name, value in _summary_rows(history)]
@@ -170,21 +212,65 @@ def _index_table(histories: Sequence[History], drawn: set) -> str:
     return f'<table class="summary">{head}{"".join(rows)}{total}</table>'
 
 
+#: The legend: each mark of the drawing as the drawing draws it (inside a 22 by 14 picture), and what it is.
+LEGEND = (
+    ('<rect x="1" y="3" width="20" height="8" fill="#4a78c2"/>', "lease held"),
+    ('<path d="M1 1L8 7L1 13z" fill="#e08a00"/><rect x="8" y="3" width="13" height="8" fill="#4a78c2"/>',
+     "takeover of a lease nobody released"),
+    ('<rect x="1" y="3" width="20" height="8" fill="url(#legend-dead)"/>', "holder stopped, lease not yet moved on"),
+    ('<path d="M7 1l8 12m0 -12l-8 12" stroke="#c8322f" stroke-width="2.4"/>',
+     "crash: the holder's last durable write"),
+    ('<path d="M11 0l-3 7h5l-3 7" stroke="#c8322f" fill="none" stroke-width="1.6"/>',
+     "lease broken by a supervisor"),
+    ('<rect x="9" y="0" width="3" height="14" fill="#2e9d57"/>', "lease released"),
+    ('<rect x="9" y="0" width="2.5" height="14" fill="#111"/>', "recover: its decision"),
+    ('<rect x="1" y="3" width="9" height="8" fill="#2e9d57"/>'
+     '<rect x="11" y="3" width="10" height="8" fill="#c8322f"/>',
+     "step attempt: done, failed (and interrupted, cancelled)"),
+    ('<rect x="1" y="5" width="20" height="4" fill="#f2d7a0"/>', "backoff before the next attempt"),
+    ('<rect x="4" y="1" width="1.5" height="12" fill="#6b8fd6"/>'
+     '<rect x="10" y="1" width="1.5" height="12" fill="#3d6fc4"/>'
+     '<rect x="16" y="1" width="1.5" height="12" fill="#2e9d57"/>', "effect entering the state of its row"),
+    ('<path d="M11 1l6 6l-6 6l-6 -6z" fill="#e08a00"/>', "outcome unknown (uncertain)"),
+    ('<rect x="3" y="3" width="8" height="8" fill="#c8322f"/>'
+     '<rect x="12" y="3" width="8" height="8" fill="#222222"/>', "observed absent; refused for good"),
+    ('<rect x="4" y="1" width="1.5" height="10" fill="#a0785a"/>'
+     '<rect x="4" y="11" width="16" height="3" fill="#d9c2a7"/>',
+     "the target's 'not now' and the wait it asked for (not an absence)"),
+    ('<line x1="1" y1="3" x2="15" y2="7" stroke="#7b3fb0" stroke-dasharray="3 2"/>'
+     '<circle cx="16" cy="7" r="5" fill="none" stroke="#7b3fb0" stroke-width="2.2"/>',
+     "settled by observation after an unknown outcome"),
+    ('<path d="M5 2l5 5l-5 5l-5 -5z" fill="#fff" stroke="#555"/>'
+     '<line x1="10" y1="7" x2="17" y2="7" stroke="#2e9d57"/><circle cx="17" cy="7" r="4" fill="#2e9d57"/>',
+     "approval requested, then granted, used, denied or superseded"),
+    ('<line x1="11" y1="0" x2="11" y2="14" stroke="#8a4b00" stroke-width="2" stroke-dasharray="6 3"/>',
+     "cancellation"),
+    ('<line x1="11" y1="0" x2="11" y2="14" stroke="#8a4b00" stroke-dasharray="1 3"/>',
+     "change of status, store repair, plan change"),
+)
+
+
 def _legend() -> str:
-    items = [("#4a78c2", "lease held"), ("repeating-linear-gradient(45deg,#c8322f 0 3px,#fff 3px 6px)", "holder dead or stalled, lease not yet moved"),
-             ("#c8322f", "crash: last durable write of a holder that never released")]
-    items += [(STATE_COLOURS[s], f"effect {s}") for s in EFFECT_ROWS]
-    items += [("#7b3fb0", "settled by observation after an unknown outcome"), ("#f2d7a0", "backoff wait")]
-    spans = "".join(f'<span><i style="background:{colour}"></i>{_t(text)}</span>' for colour, text in items)
-    return f'<p class="legend">{spans}</p>'
+    """What each mark of the drawing is, each drawn as the drawing draws it (a small picture and its words)."""
+    hatch = ('<defs><pattern id="legend-dead" width="6" height="6" patternUnits="userSpaceOnUse" '
+             'patternTransform="rotate(45)"><rect width="3" height="6" fill="#c8322f"/>'
+             '<rect x="3" width="3" height="6" fill="#fbe3e2"/></pattern></defs>')
+    spans = []
+    for icon, text in LEGEND:
+        defs = hatch if "legend-dead" in icon else ""
+        spans.append(f'<span><svg viewBox="0 0 22 14" aria-hidden="true">{defs}{icon}</svg>{_t(text)}</span>')
+    return f'<p class="legend">{"".join(spans)}</p>'
 
 
 def _draw_axis(svg: _Svg, axis: _Axis, height_hint: int) -> None:
     y = svg.y
     for tick in axis.ticks():
         x = axis.x(tick)
+        said = "+" + _fmt_span(tick - axis.start)
+        # Centred on its tick, or ending at it where the centred text would leave the drawing.
+        anchor = "end" if x + _width(said, "small") / 2 > WIDTH - 2 else "middle"
         svg.add(f'<line x1="{x}" y1="{y + 14}" x2="{x}" y2="{y + 14 + height_hint}" stroke="#eee"/>')
-        svg.add(f'<text x="{x}" y="{y + 11}" text-anchor="middle" class="small">+{_t(_fmt_span(tick - axis.start))}</text>')
+        svg.add(f'<text x="{x}" y="{y + 11}" text-anchor="{anchor}" class="small">{_t(said)}</text>')
     svg.label("time from " + time.strftime("%H:%M:%S", time.gmtime(axis.start)) + " UTC", y, "small")
     svg.y += 16
 
@@ -200,7 +286,11 @@ def _draw_lanes(svg: _Svg, axis: _Axis, history: History) -> None:
         name = f"{holding.owner} · epoch {holding.epoch}"
         svg.add(f'<g class="lane" data-owner="{_t(holding.owner)}" data-epoch="{holding.epoch}" data-ended="{holding.ended}">')
         if row >= 12:
-            svg.label(name, y - 1)
+            epoch = f" · epoch {holding.epoch}"
+            owner = _fit(str(holding.owner), LABEL - 10 - _width(epoch))
+            shown = owner + epoch
+            title = f"<title>{_t(name)}</title>" if shown != name else ""
+            svg.add(f'<text x="4" y="{y + 10}">{_t(shown)}{title}</text>')
         dead_from = holding.last_write if holding.crashed else end
         title = f"{name}: held from {_fmt_time(holding.start)}; {holding.writes} writes, {holding.renewals} renewals; ended {holding.ended}"
         if holding.end is not None:
@@ -269,7 +359,9 @@ def _draw_effects(svg: _Svg, axis: _Axis, history: History) -> Dict[str, int]:
         for at, state, _epoch, settled in path.transitions:
             # Settled by observation: flagged so in the journal, or right after the effect was uncertain.
             observed = state in ("verified", "absent") and (settled or previous == "uncertain")
-            if state in EXCEPTIONAL or observed:
+            if path.deferred(at, state):
+                ordinary["deferred"].append((at, path.key))  # "not now": a row of its own, never an absence
+            elif state in EXCEPTIONAL or observed:
                 special.append((at, state, path, observed))
             elif state in ordinary:
                 ordinary[state].append((at, path.key))
@@ -281,15 +373,17 @@ def _draw_effects(svg: _Svg, axis: _Axis, history: History) -> Dict[str, int]:
     rows: Dict[str, float] = {}
     for state in EFFECT_ROWS:
         rows[state] = svg.y
-        svg.label(state, svg.y - 1)
+        svg.label(ROW_LABELS.get(state, state), svg.y - 1)
         svg.add(f'<line x1="{LABEL}" y1="{svg.y + ROW / 2}" x2="{LABEL + PLOT}" y2="{svg.y + ROW / 2}" stroke="#f0f0f0"/>')
         marks = ordinary[state]
         colour = STATE_COLOURS[state]
         if individual:
             for at, key in marks:
                 x = axis.x(at)
-                svg.add(f'<rect x="{x}" y="{svg.y + 2}" width="1.2" height="{ROW - 4}" fill="{colour}" class="effect" data-key="{_t(key)}">'
-                        f'<title>{_t(f"{key} {state} at {_fmt_time(at)}")}</title></rect>')
+                said = "answered 'not now'" if state == "deferred" else state
+                svg.add(f'<rect x="{x}" y="{svg.y + 2}" width="1.2" height="{ROW - 4}" fill="{colour}" '
+                        f'class="effect{" deferred" if state == "deferred" else ""}" data-key="{_t(key)}">'
+                        f'<title>{_t(f"{key} {said} at {_fmt_time(at)}")}</title></rect>')
         elif marks:
             buckets: Dict[int, int] = {}
             for at, _key in marks:
@@ -328,7 +422,12 @@ def _draw_effects(svg: _Svg, axis: _Axis, history: History) -> Dict[str, int]:
                     f'<title>{_t(f"{path.key} {state} at {_fmt_time(at)}")}</title></rect>')
     for path in effects:
         for t1, t2 in path.waits:
-            svg.add(_rect(axis.x(t1), rows["absent"] + 11, axis.x(t2), 3, "#e0b050", f"{path.key}: backoff until {_fmt_time(t2)}", ' class="wait"'))
+            svg.add(_rect(axis.x(t1), rows["absent"] + 11, axis.x(t2), 3, WAIT_COLOURS["absent"],
+                          f"{path.key}: backoff until {_fmt_time(t2)}", ' class="wait"'))
+        for t1, t2 in path.deferrals:
+            svg.add(_rect(axis.x(t1), rows["deferred"] + 11, axis.x(t2), 3, WAIT_COLOURS["deferred"],
+                          f"{path.key}: the target said 'not now'; no call before {_fmt_time(t2)}",
+                          ' class="wait not-now"'))
     return {"individual": count if individual else 0, "aggregated": 0 if individual else count, "exceptional": len(special)}
 
 
@@ -372,26 +471,88 @@ def _draw_jobs(svg: _Svg, axis: _Axis, history: History) -> None:
         svg.y += ROW
 
 
-def _note(x: float, y: float, text: str, cls: str) -> str:
-    """A label beside a vertical mark, on its left near the right edge so that it stays on the page."""
-    if x > LABEL + PLOT - 120:
-        return f'<text x="{x - 3}" y="{y}" text-anchor="end" class="{cls}">{_t(text)}</text>'
-    return f'<text x="{x + 3}" y="{y}" class="{cls}">{_t(text)}</text>'
+#: Rows of labels above the lanes for the run's marks: changes of status, repairs, plan changes, the cancellation.
+#: A label that finds no room there is left out of the drawing (its line keeps its whole text as its title) and
+#: listed below it.
+MARK_ROWS = 3
+MARK_ROW = 11
+MARK_CHARS = 48
+MARK_COLOURS = {"status": "#8a4b00", "repair": "#b07cc6", "migrate": "#3d6fc4"}
 
 
-def _draw_marks(svg: _Svg, axis: _Axis, history: History, top: int) -> None:
-    shown = [(at, kind, text) for at, kind, text in history.marks if not (kind == "status" and text == "run active")]
-    for index, (at, kind, text) in enumerate(shown):
-        x = axis.x(at)
-        colour = {"status": "#2e9d57" if "complete" in text else "#8a4b00", "repair": "#b07cc6", "migrate": "#3d6fc4"}.get(kind, "#555")
-        svg.add(f'<line x1="{x}" y1="{top}" x2="{x}" y2="{svg.y}" stroke="{colour}" stroke-width="1" stroke-dasharray="1 3"/>' + _note(x, top + 9 + (index % 3) * 10, text, "small"))
+class _Mark(NamedTuple):
+    """One vertical mark across the drawing, and where its label goes (``row`` None: no room for it)."""
+
+    at: float
+    kind: str  # status, repair, migrate, cancel
+    text: str
+    row: Optional[int] = None
+    x: float = 0.0  # where the label's text is anchored
+    anchor: str = "start"
+
+
+def _marks(history: History, axis: _Axis) -> List[_Mark]:
+    """The run's marks in time order, each label placed in the first row where it overlaps no other.
+
+    A label stands right of its line, or left of it where it would leave
+    the drawing; it is measured as :data:`CHAR_WIDTH` says, so two labels
+    placed apart are drawn apart.
+    """
+    found = [(at, kind, text) for at, kind, text in history.marks if not (kind == "status" and text == "run active")]
     if history.cancellation:
-        cancel = history.cancellation
-        x = axis.x(cancel["at"])
-        flight = cancel["in_flight"]
-        text = f"cancelled by {cancel['by']}: {cancel['reason']}; in flight: {', '.join(flight[:10]) or 'nothing'}"
-        svg.add(f'<g class="cancellation"><line x1="{x}" y1="{top}" x2="{x}" y2="{svg.y}" stroke="#8a4b00" stroke-width="2" '
-                f'stroke-dasharray="6 3"/>{_note(x, top + 20, "cancel", "lab")}<title>{_t(text)}</title></g>')
+        found.append((history.cancellation["at"], "cancel", "cancelled"))
+    taken: List[List[Tuple[float, float]]] = [[] for _ in range(MARK_ROWS)]
+    placed = []
+    for at, kind, text in sorted(found, key=lambda m: m[0]):
+        x = axis.x(at)
+        shown = text if len(text) <= MARK_CHARS else text[:MARK_CHARS - 1] + "…"
+        width = _width(shown, "small")
+        start, anchor, tx = x + 3, "start", x + 3
+        if start + width > WIDTH - 2:
+            start, anchor, tx = x - 3 - width, "end", x - 3
+        span = (start - 3, start + width + 3)
+        row = next((r for r in range(MARK_ROWS) if all(span[1] <= a or span[0] >= b for a, b in taken[r])), None)
+        if row is not None and span[0] >= LABEL - 2:
+            taken[row].append(span)
+            placed.append(_Mark(at, kind, shown, row, tx, anchor))
+        else:
+            placed.append(_Mark(at, kind, text))
+    return placed
+
+
+def _band_rows(marks: Sequence[_Mark]) -> int:
+    """The rows of labels the marks take."""
+    return 1 + max((m.row for m in marks if m.row is not None), default=-1)
+
+
+def _draw_marks(svg: _Svg, axis: _Axis, history: History, marks: Sequence[_Mark], top: int) -> None:
+    """Each mark's line from its label's row down through the drawing, and its label (see :func:`_marks`)."""
+    for mark in marks:
+        x = axis.x(mark.at)
+        label = ""
+        if mark.row is not None:
+            label = (f'<text x="{round(mark.x, 1)}" y="{top + 8 + mark.row * MARK_ROW}" text-anchor="{mark.anchor}" '
+                     f'class="small mark">{_t(mark.text)}</text>')
+        if mark.kind == "cancel" and history.cancellation:
+            cancel = history.cancellation
+            flight = cancel["in_flight"]
+            text = f"cancelled by {cancel['by']}: {cancel['reason']}; in flight: {', '.join(flight[:10]) or 'nothing'}"
+            svg.add(f'<g class="cancellation"><line x1="{x}" y1="{top}" x2="{x}" y2="{svg.y}" stroke="#8a4b00" '
+                    f'stroke-width="2" stroke-dasharray="6 3"/>{label}<title>{_t(text)}</title></g>')
+            continue
+        colour = "#2e9d57" if mark.kind == "status" and "complete" in mark.text else MARK_COLOURS.get(mark.kind, "#555")
+        title = _t(f"{mark.text} at {_fmt_time(mark.at)}")
+        svg.add(f'<g class="marked {mark.kind}"><line x1="{x}" y1="{top}" x2="{x}" y2="{svg.y}" stroke="{colour}" '
+                f'stroke-width="1" stroke-dasharray="1 3"/>{label}<title>{title}</title></g>')
+
+
+def _marks_table(history: History, marks: Sequence[_Mark]) -> str:
+    """Every mark, as a table, when the drawing had no room for the label of one of them."""
+    if all(m.row is not None for m in marks):
+        return ""
+    rows = "".join(f"<tr><td>{_t(_fmt_time(m.at))}</td><td>{_t(m.kind)}</td><td>{_t(m.text)}</td></tr>" for m in marks)
+    return (f"<h3>Marks ({len(marks)}): more than the drawing has room to name</h3>"
+            f"<table><tr><th>at</th><th>kind</th><th>what</th></tr>{rows}</table>")
 
 
 def _tables(history: History) -> str:
@@ -442,22 +603,46 @@ def _section(history: History, axis: _Axis) -> str:
     estimate = ROW * (len(history.holdings) + len(EFFECT_ROWS) + 8)
     _draw_axis(svg, axis, estimate)
     top = svg.y
+    marks = _marks(history, axis)
+    svg.y += _band_rows(marks) * MARK_ROW  # the marks' labels, above everything they cross
     _draw_lanes(svg, axis, history)
     _draw_steps(svg, axis, history)
     counts = _draw_effects(svg, axis, history)
     _draw_approvals(svg, axis, history)
     _draw_jobs(svg, axis, history)
-    _draw_marks(svg, axis, history, top)
+    _draw_marks(svg, axis, history, marks, top)
     notes = _history_notes(history)
     if counts["aggregated"]:
         notes.append(f'<p class="note">{counts["aggregated"]} ordinary effect transitions are drawn as counts per time bucket; '
                      f'{counts["exceptional"]} exceptional ones one by one.</p>')
     state = history.state
     head = (f'<h2>Run {_t(history.task_id)}: {_t(state["status"])} at revision {state["revision"]}</h2>'
+            f'<p class="headline">{_t(_headline(history))}</p>'
             f'<p class="note">Goal: {_t(str(contract_of(state).goal).rstrip("."))}. '
             f'From {_t(_fmt_time(history.start))} to {_t(_fmt_time(history.end))} '
             f"({_t(_fmt_span(history.end - history.start))}); journal records {history.first_rev} to {history.last_rev}.</p>")
-    return f'<section class="run" data-task="{_t(history.task_id)}">{head}{"".join(notes)}{svg.done("timeline of " + history.task_id)}{_tables(history)}</section>'
+    drawing = svg.done("timeline of " + history.task_id)
+    return (f'<section class="run" data-task="{_t(history.task_id)}">{head}{"".join(notes)}{drawing}'
+            f'{_marks_table(history, marks)}{_tables(history)}</section>')
+
+
+def _headline(history: History) -> str:
+    """The run in one sentence, first under its title: its outcome, its effects, its holders and what went wrong."""
+    figures = history.summary
+
+    def count(n: Any, what: str) -> str:
+        return f"{n} {what}" if n == 1 else f"{n} {what}s"
+
+    said = [f"{figures['effects_verified']} of {count(figures['effects'], 'effect')} verified",
+            f"{count(figures['lease_holders'], 'lease holder')}, "
+            f"{figures['crashes']} of them stopped without releasing"]
+    if figures.get("reconciled_effects"):
+        said.append(f"{count(figures['reconciled_effects'], 'effect')} settled by observation after an unknown outcome")
+    if figures.get("unresolved_effects"):
+        said.append(f"{count(figures['unresolved_effects'], 'effect')} still unresolved")
+    if figures.get("possible_duplicates"):
+        said.append(f"{count(figures['possible_duplicates'], 'effect')} for a person to check at the target")
+    return f"{str(figures['status']).capitalize()}: " + "; ".join(said) + "."
 
 
 def _span(after: int, upto: int) -> str:
@@ -533,7 +718,7 @@ def render(histories: Sequence[History], title: Optional[str] = None) -> str:
              f'<p class="note">Drawn from the journal, {_t(_fmt_time(start))} to {_t(_fmt_time(end))} ({_t(_fmt_span(end - start))}). '
              "Hover a mark for its details.</p>"]
     if len(histories) == 1:
-        parts.append(_summary_table(histories[0]))
+        parts.append(_summary_table(histories[0]) + _costs_table(histories[0]))
     else:
         parts.append(_index_table(histories, names))
         if len(drawn) < len(histories):

@@ -5,6 +5,9 @@ runs over file descriptors 3 and 4, one NUL-terminated JSON message each),
 opens each page from disk, waits for its load event, and returns a
 screenshot and every error the page raised: console errors, uncaught exceptions and log
 entries of level error (a resource that failed to load is one).
+:func:`evaluate_pages` asks each laid-out page an expression instead
+(:data:`TEXT_BOXES`: where every label of a timeline was drawn), and
+:func:`overlapping` says which of those boxes overlap.
 :func:`png_pixels` decodes an 8-bit RGB or RGBA PNG with :mod:`zlib`.
 """
 
@@ -107,6 +110,46 @@ def load_pages(chromium: str, pages: List[Tuple[str, str]], width: int = 1200, h
 
     ``media`` is ``screen`` or ``print`` (the page as it is laid out for printing).
     """
+    found, version = _visit(chromium, pages, width, height, timeout, None)
+    return [(png, errors) for png, errors, _value in found], version
+
+
+def evaluate_pages(chromium: str, pages: List[str], expression: str, width: int = 1200, height: int = 900,
+                   timeout: float = 60) -> Tuple[List[Any], str]:
+    """``([value for each page], version)``: ``expression`` (JavaScript) evaluated in each page once it loaded.
+
+    The pages hold no script of their own: the expression is the browser's
+    DevTools protocol asking the laid-out page (the boxes the browser drew).
+    """
+    found, version = _visit(chromium, [(page, "screen") for page in pages], width, height, timeout, expression)
+    return [value for _png, _errors, value in found], version
+
+
+#: The drawn box of every label of every timeline drawing on a page: its text, its drawing, its sides.
+TEXT_BOXES = """(() => Array.from(document.querySelectorAll("section.run svg")).flatMap((svg, index) =>
+  Array.from(svg.querySelectorAll("text")).map(node => {
+    const box = node.getBoundingClientRect(), frame = svg.getBoundingClientRect();
+    return {text: node.textContent, svg: index, left: box.left, top: box.top, right: box.right, bottom: box.bottom,
+            inside: box.left >= frame.left - 0.5 && box.right <= frame.right + 0.5 && box.top >= frame.top - 0.5
+                    && box.bottom <= frame.bottom + 0.5};
+  })))()"""
+
+
+def overlapping(boxes: List[Dict[str, Any]], slack: float = 0.5) -> List[Tuple[str, str]]:
+    """The pairs of labels (of one drawing) whose drawn boxes overlap by more than ``slack`` pixels both ways."""
+    pairs = []
+    ordered = sorted(boxes, key=lambda b: (b["svg"], b["top"]))
+    for i, a in enumerate(ordered):
+        for b in ordered[i + 1:]:
+            if b["svg"] != a["svg"] or b["top"] >= a["bottom"] - slack:
+                break  # sorted by drawing, then by top: nothing later reaches a
+            if min(a["right"], b["right"]) - max(a["left"], b["left"]) > slack:
+                pairs.append((a["text"], b["text"]))
+    return pairs
+
+
+def _visit(chromium: str, pages: List[Tuple[str, str]], width: int, height: int, timeout: float,
+           expression: Optional[str]) -> Tuple[List[Tuple[bytes, List[str], Any]], str]:
     to_browser_r, to_browser_w = os.pipe()
     from_browser_r, from_browser_w = os.pipe()
     profile = tempfile.mkdtemp(prefix="runner-chromium-")
@@ -135,8 +178,16 @@ def load_pages(chromium: str, pages: List[Tuple[str, str]], width: int = 1200, h
             pipe.events.clear()
             pipe.call("Page.navigate", {"url": "file://" + os.path.abspath(page)}, session=session)
             pipe.wait_event("Page.loadEventFired", timeout)
-            png = base64.b64decode(pipe.call("Page.captureScreenshot", {"format": "png"}, session=session, timeout=timeout)["data"])
-            results.append((png, _errors([e for e in pipe.events if e.get("sessionId") == session])))
+            value = None
+            if expression is not None:
+                asked = {"expression": expression, "returnByValue": True}
+                answer = pipe.call("Runtime.evaluate", asked, session=session, timeout=timeout)
+                value = answer.get("result", {}).get("value")
+                png = b""
+            else:
+                shot = pipe.call("Page.captureScreenshot", {"format": "png"}, session=session, timeout=timeout)
+                png = base64.b64decode(shot["data"])
+            results.append((png, _errors([e for e in pipe.events if e.get("sessionId") == session]), value))
         try:
             pipe.send("Browser.close")
         except OSError:
