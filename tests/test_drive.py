@@ -7,7 +7,7 @@ from typing import List
 
 from runner.execution.drive import DriveOptions, Driver
 from runner.execution.executor import Executor
-from runner.proof.demo_cli import run_demo_cli
+from runner.proof.demo_cli import format_cli_table, run_demo_cli
 from runner.execution.run import Run
 from runner.stores.file import RunStore
 from tests.support.batch import batch_contract, recorder_commands, script
@@ -158,11 +158,23 @@ class DriverOptionsTest(unittest.TestCase):
 
 class DemoViaCliTest(unittest.TestCase):
     def test_small_demo_through_drive_alone(self) -> None:
-        result = run_demo_cli(documents=8, seed=3, crash_rate=0.3)
+        with scratch_dir("runner-demo-cli-page-") as scratch:
+            page = os.path.join(scratch, "page.html")
+            result = run_demo_cli(documents=8, seed=3, crash_rate=0.3, html=page)
+            with open(page, encoding="utf-8") as handle:
+                drawn = handle.read()
         self.assertTrue(result["ok"], result)
         self.assertEqual((result["duplicate_effects"], result["lost_commits"], result["matches_reference"]), (0, 0, True))
         self.assertGreater(result["crashes"], 0, "the demo must have killed drive at least once")
         self.assertEqual(result["crashes_holding_the_lease"], result["recoveries"])
+        # The batch run's page: one crash mark per recovery, its whole history read.
+        self.assertEqual(drawn.count('<g class="crash"'), result["recoveries"])
+        self.assertNotIn("compacted away", drawn)
+        table = format_cli_table(result)
+        wall = f"wall time                        {result['total_seconds']} s: the uncrashed reference run"
+        self.assertIn(wall, table)
+        if result["crashes"] > result["recoveries"]:
+            self.assertIn("killed holding none", table)
 
     def test_small_demo_over_the_http_adapter(self) -> None:
         # The service closes each connection with its answer (HTTP/1.0): every answer must still be read whole.

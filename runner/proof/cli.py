@@ -206,13 +206,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import format_table, run_demo, run_draft_scenario
 
     if args.via_cli:
-        if args.html:
-            raise InvalidInput("demo: --html draws the runs of the library's demo; the command-line demo (--via-cli) draws none")
         from .demo_cli import format_cli_table, run_demo_cli
 
         result = run_demo_cli(args.documents, args.seed, args.crash_rate, None if args.no_progress or args.json else sys.stderr, args.client,
-                              args.parallel)
-        emit(args, result, format_cli_table(result))
+                              args.parallel, html=args.html)
+        page = f"\ntimeline page: {args.html} ({result['html_bytes']} bytes)" if args.html else ""
+        emit(args, result, format_cli_table(result) + page)
         return _verdict(result["ok"], "the CLI-only demo's audit found a violation")
     if args.scenario == "draft":
         result = run_draft_scenario(sys.stderr if args.json else sys.stdout)
