@@ -154,6 +154,28 @@ class SchemaMismatch(ValueError):
 _MISSING = object()
 
 
+def apply_leniently(shadow: Dict[str, Any], ops: Sequence[Any], only: Optional[Sequence[str]] = None) -> None:
+    """Apply ``ops`` to a replay's shadow, making a missing parent rather than refusing (a compacted history lacks it).
+
+    :param only: when given, the top-level keys whose operations are applied; others are passed over.
+    """
+    for op in ops:
+        if not isinstance(op, list) or len(op) < 2 or not isinstance(op[1], list) or not op[1]:
+            continue
+        if only is not None and op[1][0] not in only:
+            continue
+        target = shadow
+        for part in op[1][:-1]:
+            child = target.get(part)
+            if not isinstance(child, dict):
+                child = target[part] = {}
+            target = child
+        if op[0] == "set" and len(op) == 3:
+            target[op[1][-1]] = op[2]
+        elif op[0] == "del":
+            target.pop(op[1][-1], None)
+
+
 def apply_ops(state: Dict[str, Any], ops: Sequence[Op], undo: Optional[List[Any]] = None) -> None:
     """Apply ``["set", path, value]`` / ``["del", path]`` operations in place.
 

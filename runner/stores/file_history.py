@@ -39,6 +39,7 @@ import zlib
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..base.fs import FileSystem
+from ..ledger.envelope import apply_leniently
 from .base import Finding
 from .codec import decode_record
 
@@ -174,21 +175,7 @@ _BOUNDARY_KEYS = ("lease", "counters", "status", "current_step")
 
 def _lenient(shadow: Dict[str, Any], ops: Sequence[Any]) -> None:
     """Apply the operations on the lease, the counters, the status and the current step; a missing parent is made."""
-    for op in ops:
-        if not isinstance(op, list) or len(op) < 2 or not isinstance(op[1], list) or not op[1]:
-            continue
-        if op[1][0] not in _BOUNDARY_KEYS:
-            continue
-        target = shadow
-        for part in op[1][:-1]:
-            child = target.get(part)
-            if not isinstance(child, dict):
-                child = target[part] = {}
-            target = child
-        if op[0] == "set" and len(op) == 3:
-            target[op[1][-1]] = op[2]
-        elif op[0] == "del":
-            target.pop(op[1][-1], None)
+    apply_leniently(shadow, ops, only=_BOUNDARY_KEYS)
 
 
 def dropped_record(before: Optional[Dict[str, Any]], genesis: Dict[str, Any],

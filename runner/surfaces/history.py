@@ -30,7 +30,7 @@ import copy
 import threading
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
-from ..ledger.envelope import new_envelope
+from ..ledger.envelope import apply_leniently, new_envelope
 from ..ledger.states import UNRESOLVED
 from ..base.times import parse_time
 from ..base.errors import RunnerError
@@ -223,19 +223,7 @@ def _time(text: str) -> float:
 
 def _apply(shadow: Dict[str, Any], ops: List[Any]) -> None:
     """Apply operations leniently: a missing parent (compacted history) is created, not refused."""
-    for op in ops:
-        if not isinstance(op, list) or len(op) < 2 or not isinstance(op[1], list) or not op[1]:
-            continue
-        target = shadow
-        for part in op[1][:-1]:
-            child = target.get(part)
-            if not isinstance(child, dict):
-                child = target[part] = {}
-            target = child
-        if op[0] == "set" and len(op) == 3:
-            target[op[1][-1]] = op[2]
-        elif op[0] == "del":
-            target.pop(op[1][-1], None)
+    apply_leniently(shadow, ops)
 
 
 class _Touched(NamedTuple):
