@@ -15,6 +15,7 @@ import time
 import unittest
 import urllib.parse
 from email.message import Message
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -440,7 +441,7 @@ class ListingTest(_Base):
         found = self.look(self.spec(listing.url), "c6", "c0")
         self.assertEqual([o.status for o in found], ["present", "unknown"])
         self.assertEqual(found[1].evidence["reason"], f"GET {listing.url}/issues?state=all&per_page=3 (page 2) "
-                                                      'answered 422 Unprocessable Entity: {"message": "Validation Failed"}')
+                                                      f'answered 422 {HTTPStatus(422).phrase}: {{"message": "Validation Failed"}}')
         listing.page_fails = None
         listing.foreign_next = True
         found = self.look(self.spec(listing.url), "c6", "c0")

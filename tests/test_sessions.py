@@ -313,7 +313,7 @@ class CodexCli(Cli):
 
     def command(self, prompt: str, model: ScriptedModel, session: Optional[str], resume: bool) -> List[str]:
         # The sandbox lets commands write in the project (the run folder) and, for the batch's target, reach the network.
-        argv = [self.program, "exec", "tests/test_otlp.py-git-repo-check", "--json", "--dangerously-bypass-hook-trust", "-s", "workspace-write",
+        argv = [self.program, "exec", "--skip-git-repo-check", "--json", "--dangerously-bypass-hook-trust", "-s", "workspace-write",
                 "-c", "sandbox_workspace_write.network_access=true", "-c", f'model_providers.scripted.base_url="{model.url}"']
         if resume:
             assert session, "resuming needs the session id"
