@@ -140,7 +140,8 @@ class RawAppender:
 def journal_sized_line(n: int) -> bytes:
     """A line the size of a runner journal record that sets the effect of step ``n``."""
     key, effect = step_entry(n)
-    body = {"at": "2026-11-29T07:00:00.000Z", "epoch": 0, "ops": [["set", ["effects", key], effect]], "prev": "0" * 64, "rev": n + 1}
+    body = {"at": "2026-11-29T07:00:00.000Z", "epoch": 0, "ops": [["set", ["effects", key], effect]],
+            "prev": "0" * 64, "rev": n + 1}
     return b'{"h":"' + b"0" * 64 + b'","r":' + json.dumps(body, separators=(",", ":"), sort_keys=True).encode() + b"}\n"
 
 
@@ -195,7 +196,8 @@ def worker_langgraph(steps: int, folder: str, raw_path: str, budget: float) -> D
             "journal_mode": conn.execute("PRAGMA journal_mode").fetchone()[0],
             "synchronous": conn.execute("PRAGMA synchronous").fetchone()[0],
         }
-        rows = {table: conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0] for table in ("checkpoints", "writes")}
+        rows = {table: conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+                for table in ("checkpoints", "writes")}
         bytes_open = folder_bytes(folder)
     done = len(stamps)
     assert final["count"] == done and len(final["entries"]) == done
@@ -275,7 +277,8 @@ def worker_dbos(steps: int, folder: str, raw_path: str, budget: float) -> Dict[s
     }
 
 
-WORKERS: Dict[str, Callable[[int, str, str, float], Dict[str, Any]]] = {"langgraph": worker_langgraph, "dbos": worker_dbos}
+WORKERS: Dict[str, Callable[[int, str, str, float], Dict[str, Any]]] = {
+    "langgraph": worker_langgraph, "dbos": worker_dbos}
 
 
 def worker_main(name: str, steps: int, folder: str, raw_path: str, budget: float) -> int:
@@ -333,7 +336,8 @@ class Failure(Exception):
         self.detail = detail
 
 
-def _run(cmd: List[str], timeout: float, what: str, env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None) -> str:
+def _run(cmd: List[str], timeout: float, what: str, env: Optional[Dict[str, str]] = None,
+         cwd: Optional[str] = None) -> str:
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
     except subprocess.TimeoutExpired as exc:
@@ -347,7 +351,8 @@ def _run(cmd: List[str], timeout: float, what: str, env: Optional[Dict[str, str]
 
 
 def _tail(text: str, lines: int = 25) -> str:
-    kept = [line for line in text.splitlines() if line.strip() and "is ignored: it is neither a file nor a directory" not in line]
+    kept = [line for line in text.splitlines()
+            if line.strip() and "is ignored: it is neither a file nor a directory" not in line]
     return "\n".join(kept[-lines:])
 
 
@@ -383,13 +388,15 @@ def ensure_env(name: str, env_dir: str, log: Callable[[str], None]) -> Dict[str,
         log(f"{name}: creating a virtual environment in {env_dir}")
         _run([sys.executable, "-m", "venv", env_dir], 300, f"create the {name} virtual environment")
     log(f"{name}: pip install {' '.join(PINS[name])}")
-    _run([python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", *PINS[name]], 1800, f"install {name}")
+    _run([python, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", *PINS[name]], 1800,
+         f"install {name}")
     return installed_versions(python, REPORTED[name])
 
 
 def run_worker(name: str, python: str, steps: int, folder: str, raw_path: str, budget: float) -> Dict[str, Any]:
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
-    cmd = [python, os.path.abspath(__file__), "--worker", name, "--steps", str(steps), "--folder", folder, "--raw-file", raw_path, "--budget", str(budget)]
+    cmd = [python, os.path.abspath(__file__), "--worker", name, "--steps", str(steps), "--folder", folder,
+           "--raw-file", raw_path, "--budget", str(budget)]
     out = _run(cmd, budget * 3 + 600, f"measure {name}", env=env, cwd=os.path.dirname(folder))
     for line in reversed(out.splitlines()):
         if line.startswith("{"):
@@ -457,7 +464,8 @@ def filesystem_of(path: str) -> str:
         with open("/proc/mounts", encoding="utf-8") as mounts:
             for line in mounts:
                 fields = line.split()
-                if len(fields) >= 3 and (path == fields[1] or path.startswith(fields[1].rstrip("/") + "/")) and len(fields[1]) >= len(best):
+                if (len(fields) >= 3 and (path == fields[1] or path.startswith(fields[1].rstrip("/") + "/"))
+                        and len(fields[1]) >= len(best)):
                     best, kind = fields[1], f"{fields[2]} on {fields[0]}"
     except OSError:
         pass
@@ -466,8 +474,10 @@ def filesystem_of(path: str) -> str:
 
 def runner_revision() -> str:
     try:
-        head = subprocess.run(["git", "-C", REPO_ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=30).stdout.strip()
-        dirty = subprocess.run(["git", "-C", REPO_ROOT, "status", "--porcelain", "--", "runner"], capture_output=True, text=True, timeout=30).stdout.strip()
+        head = subprocess.run(["git", "-C", REPO_ROOT, "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, timeout=30).stdout.strip()
+        dirty = subprocess.run(["git", "-C", REPO_ROOT, "status", "--porcelain", "--", "runner"],
+                               capture_output=True, text=True, timeout=30).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return (head or "unknown") + (" with uncommitted changes under runner/" if dirty else "")
@@ -487,12 +497,14 @@ def _fmt(value: Optional[float], spec: str) -> str:
 
 def render(report: Dict[str, Any]) -> str:
     lines: List[str] = []
-    lines.append(f"Durable steps: {report['steps']} requested per system; scratch {report['scratch']} on {report['filesystem']}")
+    lines.append(f"Durable steps: {report['steps']} requested per system; "
+                 f"scratch {report['scratch']} on {report['filesystem']}")
     lines.append(f"Python {report['python']}, SQLite {report['sqlite']}, runner at {report['runner_revision']}")
     for name, versions in report["versions"].items():
         lines.append(f"{name} environment: " + ", ".join(f"{k}=={v}" for k, v in versions.items()))
     lines.append("")
-    header = ("system", "steps", "median ms", "p99 ms", "1-100 ms", "last100 ms", "growth", "raw ms", "x raw", "x raw(1)", "bytes/step", "total s")
+    header = ("system", "steps", "median ms", "p99 ms", "1-100 ms", "last100 ms", "growth", "raw ms", "x raw",
+              "x raw(1)", "bytes/step", "total s")
     rows = [header]
     for name in ("raw", "runner", "langgraph", "dbos"):
         result = report["systems"].get(name)
@@ -521,7 +533,8 @@ def render(report: Dict[str, Any]) -> str:
             lines.append("  ".join("-" * w for w in widths))
     lines.append("")
     lines.append("growth = median of the last 100 steps / median of steps 1-100; raw ms = median of the raw fsync'd")
-    lines.append("appends interleaved with that system's steps (same folder, same moments); x raw = median ms / raw ms;")
+    lines.append("appends interleaved with that system's steps (same folder, same moments); "
+                 "x raw = median ms / raw ms;")
     lines.append("x raw(1) = median ms / the raw median of the first row (the runner's phase).")
     if any(r.get("stopped_by_budget") for r in report["systems"].values()):
         lines.append(f"* stopped by the {report['budget_s']:.0f} s budget before the requested step count.")
@@ -531,7 +544,8 @@ def render(report: Dict[str, Any]) -> str:
             details = ", ".join(f"{k}={v}" for k, v in result["details"].items() if k != "files")
             size = result["bytes_on_disk"]
             load = result.get("load_average")
-            lines.append(f"{LABELS[name]}: {size:,} bytes on disk at the end; {details}; 1-min load average {load[0]} -> {load[1]}")
+            lines.append(f"{LABELS[name]}: {size:,} bytes on disk at the end; {details}; "
+                         f"1-min load average {load[0]} -> {load[1]}")
     for note in report["notes"]:
         lines.append(note)
     for failure in report["failures"]:
@@ -545,7 +559,8 @@ def render(report: Dict[str, Any]) -> str:
 # -- orchestration ------------------------------------------------------------------------
 
 
-def compare(steps: int, langgraph_steps: int, budget: float, scratch: Optional[str], keep_venv: Optional[str], log: Callable[[str], None]) -> Dict[str, Any]:
+def compare(steps: int, langgraph_steps: int, budget: float, scratch: Optional[str], keep_venv: Optional[str],
+            log: Callable[[str], None]) -> Dict[str, Any]:
     import sqlite3
 
     began = time.perf_counter()
@@ -585,7 +600,8 @@ def compare(steps: int, langgraph_steps: int, budget: float, scratch: Optional[s
             if name == "langgraph":
                 cap = langgraph_step_cap(free_bytes(root))
                 if count > cap:
-                    report["notes"].append(f"LangGraph capped at {cap} steps (of {count}) so that its checkpoints fit in half the free disk space.")
+                    report["notes"].append(f"LangGraph capped at {cap} steps (of {count}) so that its checkpoints "
+                                           "fit in half the free disk space.")
                     count = cap
             log(f"{name}: {count} steps")
             settle()
@@ -607,7 +623,8 @@ def compare(steps: int, langgraph_steps: int, budget: float, scratch: Optional[s
                 shutil.rmtree(folder, ignore_errors=True)
             if name == "runner":
                 raw = measured["raw"]
-                report["systems"]["raw"] = dict(summarise(raw, raw, None), wall_s=sum(raw), details={}, steps_requested=count)
+                report["systems"]["raw"] = dict(summarise(raw, raw, None), wall_s=sum(raw), details={},
+                                                steps_requested=count)
             report["systems"][name] = dict(
                 summarise(measured["times"], measured["raw"], measured["bytes_on_disk"]),
                 load_average=[round(load_before, 2), round(os.getloadavg()[0], 2)],
@@ -628,13 +645,17 @@ def compare(steps: int, langgraph_steps: int, budget: float, scratch: Optional[s
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description="Compare the cost of durable agent steps: this runner, LangGraph (SqliteSaver) and DBOS (SQLite).")
+    parser = argparse.ArgumentParser(description="Compare the cost of durable agent steps: this runner, "
+                                                 "LangGraph (SqliteSaver) and DBOS (SQLite).")
     parser.add_argument("--steps", type=int, default=2000, help="durable steps per system (default 2000)")
     parser.add_argument("--langgraph-steps", type=int, default=None, help="steps for LangGraph only (default: --steps)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument("--keep-venv", metavar="DIR", help="create the environments in DIR and keep them, or reuse them")
-    parser.add_argument("--scratch", metavar="DIR", help="folder the measurements write to (default: the system temporary folder)")
-    parser.add_argument("--budget", type=float, default=600.0, help="seconds after which a system's loop stops early (default 600)")
+    parser.add_argument("--keep-venv", metavar="DIR",
+                        help="create the environments in DIR and keep them, or reuse them")
+    parser.add_argument("--scratch", metavar="DIR",
+                        help="folder the measurements write to (default: the system temporary folder)")
+    parser.add_argument("--budget", type=float, default=600.0,
+                        help="seconds after which a system's loop stops early (default 600)")
     parser.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     parser.add_argument("--folder", help=argparse.SUPPRESS)
     parser.add_argument("--raw-file", help=argparse.SUPPRESS)
