@@ -170,6 +170,16 @@ class TargetCase(unittest.TestCase):
             time.sleep(0.02)
         raise AssertionError("no invoke came in flight")
 
+    def wait_for_lease_epoch_above(self, epoch: int, seconds: float = 20) -> None:
+        """Until the run's lease is held at an epoch above ``epoch``: another holder has taken over."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            lease = json.loads(self.cli("status", "--json").out)["lease"]
+            if lease.get("owner") and int(lease.get("epoch") or 0) > epoch:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"no holder took the lease above epoch {epoch}")
+
     def effect(self, key: str) -> Dict[str, Any]:
         result = self.cli("effect", "show", key, "--json")
         return json.loads(result.out)
@@ -221,10 +231,13 @@ class CallsInFlightTest(TargetCase):
         self.assertEqual(self.lines("a:ticket"), 1)
 
     def test_a_second_drive_of_the_same_owner_waits_for_the_call_in_flight(self) -> None:
-        self.start(["a", "b"], invoke={"send-after": 1.0})
+        self.start(["a", "b"], invoke={"hold-until": self.gate()}, timeout=40)
         first = self.cli.spawn("drive", "--owner", "agent-1", "--json")
-        self.wait_for_call_in_flight()
-        second = self.finish(self.cli.spawn("drive", "--owner", "agent-1", "--json"))
+        held = self.wait_for_call_in_flight()
+        second = self.cli.spawn("drive", "--owner", "agent-1", "--json")
+        self.wait_for_lease_epoch_above(held["epoch"])  # the second has taken over; the first's call is still held
+        self.open_gate()
+        second = self.finish(second)
         self.assertEqual(second["code"], 10, second["err"])
         self.assertEqual(self.finish(first)["code"], 9, "the first is fenced by the second's epoch")
         self.assertEqual((self.lines("a:ticket"), self.lines("b:ticket")), (1, 1))
