@@ -46,7 +46,8 @@ def _effect(key: str, n: int, state: str) -> Dict[str, Any]:
 
 def _fill(store: RunStore, count: int, batch: int = 500) -> None:
     for start in range(0, count, batch):
-        ops = [["set", ["effects", f"doc-{n:06d}:ticket"], _effect(f"doc-{n:06d}:ticket", n, "verified")] for n in range(start, min(count, start + batch))]
+        ops = [["set", ["effects", f"doc-{n:06d}:ticket"], _effect(f"doc-{n:06d}:ticket", n, "verified")]
+               for n in range(start, min(count, start + batch))]
         store.commit(ops)
 
 
@@ -55,7 +56,8 @@ def _percentile(values: List[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def run_bench(transitions: int = 2000, scratch: Optional[str] = None, clock: Callable[[], float] = time.perf_counter) -> Dict[str, Any]:
+def run_bench(transitions: int = 2000, scratch: Optional[str] = None,
+              clock: Callable[[], float] = time.perf_counter) -> Dict[str, Any]:
     """Measure and return the figures described in the module docstring."""
     root = tempfile.mkdtemp(prefix="runner-bench-", dir=scratch)
     try:
@@ -96,7 +98,8 @@ def run_bench(transitions: int = 2000, scratch: Optional[str] = None, clock: Cal
         large.compact()
         effects = len(large.state["effects"])
         snapshot_bytes = os.path.getsize(os.path.join(large.path, "snapshot.json"))
-        disk_bytes = sum(os.path.getsize(os.path.join(large.path, f)) for f in os.listdir(large.path) if os.path.isfile(os.path.join(large.path, f)))
+        disk_bytes = sum(os.path.getsize(os.path.join(large.path, f)) for f in os.listdir(large.path)
+                         if os.path.isfile(os.path.join(large.path, f)))
         raw_median = statistics.median(raw)
         small_median = statistics.median(small_t)
         result: Dict[str, Any] = {
@@ -157,7 +160,8 @@ def run_store_bench(urls: List[str], transitions: int = 300, processes: int = 4)
                 create_store(where, task, {"goal": "bench"})
                 tasks.append((where, task))
             queue = context.Queue()
-            procs = [context.Process(target=_store_worker, args=(where, task, transitions, queue)) for where, task in tasks]
+            procs = [context.Process(target=_store_worker, args=(where, task, transitions, queue))
+                     for where, task in tasks]
             began = time.perf_counter()
             for proc in procs:
                 proc.start()

@@ -38,7 +38,8 @@ _CONTRACT = os.path.join(_ROOT, "templates", "run-contract.example.md")
 
 
 def run_mcp_bench(
-    transitions: int = 200, cli_transitions: int = 20, scratch: Optional[str] = None, clock: Callable[[], float] = time.perf_counter
+    transitions: int = 200, cli_transitions: int = 20, scratch: Optional[str] = None,
+    clock: Callable[[], float] = time.perf_counter
 ) -> Dict[str, Any]:
     """Time ``transitions`` library and MCP transitions and ``cli_transitions`` CLI ones; return medians and ratios."""
     root = tempfile.mkdtemp(prefix="runner-bench-mcp-", dir=scratch)
@@ -68,14 +69,17 @@ def run_mcp_bench(
 
         def ask(method: str, params: Dict[str, Any]) -> Dict[str, Any]:
             ident[0] += 1
-            server.stdin.write(jsonrpc.encode({"jsonrpc": "2.0", "id": ident[0], "method": method, "params": params}))  # type: ignore[union-attr]
+            server.stdin.write(  # type: ignore[union-attr]
+                jsonrpc.encode({"jsonrpc": "2.0", "id": ident[0], "method": method, "params": params}))
             server.stdin.flush()  # type: ignore[union-attr]
             reply = json.loads(server.stdout.readline())  # type: ignore[union-attr]
             if "error" in reply or reply["result"].get("isError"):
                 raise RuntimeError(f"mcp {method} failed: {reply}")
             return reply["result"]
 
-        ask("initialize", {"protocolVersion": jsonrpc.PROTOCOL_VERSION, "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}})
+        ask("initialize",
+            {"protocolVersion": jsonrpc.PROTOCOL_VERSION, "capabilities": {},
+             "clientInfo": {"name": "bench", "version": "1"}})
         times: Dict[str, List[float]] = {"library": [], "mcp": [], "cli": []}
         every = max(1, transitions // max(1, cli_transitions))
         for n in range(transitions):

@@ -97,7 +97,8 @@ def _payload(task: str, n: int) -> Dict[str, Any]:
 
 
 def _work(run: Run, task: str, adapter: Adapter, report: Any, budget: int) -> str:
-    """Drive ``run`` toward completion, at most ``budget`` effects; ``report(revision)`` after each acknowledged call."""
+    """Drive ``run`` toward completion, at most ``budget`` effects; ``report(revision)`` after each acknowledged
+    call."""
     state = run.state
     if (state["steps"].get("ingest") or {}).get("state") != "done":
         if state["current_step"] != "ingest":
@@ -136,7 +137,8 @@ def _child(run_path: str, task: str, url: str, window: Optional[str], nth: int, 
     """The body of a forked worker. Never returns: exits or is killed."""
     code = 0
     try:
-        observer: Observer = kill_point(window, nth, lose_answer=lambda: lose_next_answer(url)) if window else NO_OBSERVER
+        observer: Observer = (kill_point(window, nth, lose_answer=lambda: lose_next_answer(url)) if window
+                              else NO_OBSERVER)
         store = RunStore.open(run_path, compact_min_bytes=4096, observer=observer)
         run = Run(store, rand=random.Random(seed).random)
         adapter = TicketAdapter(url, retention_seconds=None, timeout=5.0, run_id=task)
@@ -145,7 +147,8 @@ def _child(run_path: str, task: str, url: str, window: Optional[str], nth: int, 
             os.write(write_fd, f"ack {revision}\n".encode())
 
         began = time.monotonic()
-        decision = recover(run, f"w{seed}", TTL, adapter_for=lambda key, effect: adapter, payloads=lambda key: _payload(task, int(key.split(":d")[1].split(":")[0])))
+        decision = recover(run, f"w{seed}", TTL, adapter_for=lambda key, effect: adapter,
+                           payloads=lambda key: _payload(task, int(key.split(":d")[1].split(":")[0])))
         os.write(write_fd, f"recovered {time.monotonic() - began:.6f} {run.state['revision']}\n".encode())
         if decision["decision"] == "stop" and decision["reason"] != "needs-reconciliation":
             os.write(write_fd, f"{decision['reason']}\n".encode())
@@ -185,7 +188,8 @@ def _fork_worker(run_path: str, task: str, url: str, window: Optional[str], nth:
     return status, b"".join(chunks).decode("utf-8", "replace").splitlines()
 
 
-def run_campaign(kills: int = 100, seed: int = 1, progress: Optional[Any] = None, html: Optional[str] = None) -> Dict[str, Any]:
+def run_campaign(kills: int = 100, seed: int = 1, progress: Optional[Any] = None,
+                 html: Optional[str] = None) -> Dict[str, Any]:
     """Run the campaign until ``kills`` workers were killed at a window; return the figures.
 
     ``html``: write the timeline page of the runs there; each run's journal is
@@ -196,9 +200,10 @@ def run_campaign(kills: int = 100, seed: int = 1, progress: Optional[Any] = None
     rng = random.Random(seed)
     root = tempfile.mkdtemp(prefix="runner-campaign-")
     began = time.monotonic()
-    result: Dict[str, Any] = {"kills": 0, "kills_by_window": {w: 0 for w in KILL_POINTS}, "workers": 0, "runs": 0, "recoveries": 0,
-                              "recovered": 0, "lost_commits": 0, "unrecoverable": 0, "duplicate_effects": 0, "errors": [],
-                              "slowest_recovery_ms": 0.0, "unknown_results_left": 0, "orphaned_jobs": 0, "jobs_vanished": 0}
+    result: Dict[str, Any] = {"kills": 0, "kills_by_window": {w: 0 for w in KILL_POINTS}, "workers": 0, "runs": 0,
+                              "recoveries": 0, "recovered": 0, "lost_commits": 0, "unrecoverable": 0,
+                              "duplicate_effects": 0, "errors": [], "slowest_recovery_ms": 0.0,
+                              "unknown_results_left": 0, "orphaned_jobs": 0, "jobs_vanished": 0}
     try:
         with TicketServiceProcess(os.path.join(root, "tickets.db")) as service:
             runs: List[Tuple[str, str]] = []
@@ -219,7 +224,8 @@ def run_campaign(kills: int = 100, seed: int = 1, progress: Optional[Any] = None
             misses = 0  # workers in a row that did not reach the chosen window
             while result["kills"] < kills:
                 if misses > 200:
-                    result["errors"].append(f"window {KILL_POINTS[turn % len(KILL_POINTS)]} was not reached by 200 workers in a row")
+                    result["errors"].append(f"window {KILL_POINTS[turn % len(KILL_POINTS)]} was not reached by 200 "
+                                            "workers in a row")
                     break
                 # Windows are taken in turn, and a window stays chosen until a
                 # worker dies there, so rarely reached windows are not skipped.
@@ -233,7 +239,8 @@ def run_campaign(kills: int = 100, seed: int = 1, progress: Optional[Any] = None
                 acked = max([int(line.split()[1]) for line in lines if line.startswith("ack ")] or [0])
                 for line in lines:
                     if line.startswith("recovered "):
-                        result["slowest_recovery_ms"] = max(result["slowest_recovery_ms"], float(line.split()[1]) * 1000)
+                        result["slowest_recovery_ms"] = max(result["slowest_recovery_ms"],
+                                                            float(line.split()[1]) * 1000)
                     elif line.startswith(("error", "crash")) or line in ("already-running", "fenced"):
                         result["errors"].append(f"{task} {window}#{nth}: {line}")
                 killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
@@ -258,7 +265,8 @@ def run_campaign(kills: int = 100, seed: int = 1, progress: Optional[Any] = None
                 if state["status"] == "complete":
                     run_path, task = new_run()
                 if progress is not None and result["workers"] % 50 == 0:
-                    progress.write(f"\rcampaign: {result['kills']}/{kills} kills, {result['runs']} runs, {time.monotonic() - began:.0f}s")
+                    progress.write(f"\rcampaign: {result['kills']}/{kills} kills, {result['runs']} runs, "
+                                   f"{time.monotonic() - began:.0f}s")
                     progress.flush()
                 if result["errors"] and len(result["errors"]) > 20:
                     break
@@ -268,10 +276,12 @@ def run_campaign(kills: int = 100, seed: int = 1, progress: Optional[Any] = None
                     state = RunStore.open(path).state
                     if state["status"] == "complete":
                         break
-                    status, lines = _fork_worker(path, name, service.url, None, 0, rng.randrange(1 << 30), recorders[path].try_poll if html else None)
+                    status, lines = _fork_worker(path, name, service.url, None, 0, rng.randrange(1 << 30),
+                                                 recorders[path].try_poll if html else None)
                     if html:
                         recorders[path].try_poll()
-                    result["errors"] += [f"{name} final: {line}" for line in lines if line.startswith(("error", "crash"))]
+                    result["errors"] += [f"{name} final: {line}" for line in lines
+                                         if line.startswith(("error", "crash"))]
                     state = RunStore.open(path).state
                     if state["lease"]["owner"] is not None and state["status"] != "complete":
                         Run(RunStore.open(path)).break_lease("campaign", "final worker ended")
@@ -279,7 +289,8 @@ def run_campaign(kills: int = 100, seed: int = 1, progress: Optional[Any] = None
                 # A job whose worker died before it started vanished and was run again;
                 # an orphan is one still without a result when the run is finished.
                 result["jobs_vanished"] += int(state["counters"].get("jobs_orphaned", 0))
-                result["orphaned_jobs"] += sum(1 for j in state["jobs"].values() if j["state"] not in ("finished", "stopped"))
+                result["orphaned_jobs"] += sum(1 for j in state["jobs"].values()
+                                               if j["state"] not in ("finished", "stopped"))
                 result["recoveries"] += int(state["counters"].get("recoveries", 0))
                 if state["status"] != "complete":
                     result["errors"].append(f"{name} ended {state['status']}")
@@ -290,7 +301,8 @@ def run_campaign(kills: int = 100, seed: int = 1, progress: Optional[Any] = None
             result["tickets_expected"] = expected
             result["missing_effects"] = max(0, expected - int(stats["tickets"]))
             if html:
-                result["html_bytes"] = write_timeline(html, [recorders[path].history() for path, _ in runs], f"Campaign: {kills} kills, seed {seed}")
+                result["html_bytes"] = write_timeline(html, [recorders[path].history() for path, _ in runs],
+                                                      f"Campaign: {kills} kills, seed {seed}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
     if progress is not None:
@@ -299,6 +311,7 @@ def run_campaign(kills: int = 100, seed: int = 1, progress: Optional[Any] = None
     result["slowest_recovery_ms"] = round(result["slowest_recovery_ms"], 2)
     result["recovery_success_rate"] = round(result["recovered"] / result["kills"], 4) if result["kills"] else None
     result["ok"] = (result["duplicate_effects"] == 0 and result["lost_commits"] == 0 and result["unrecoverable"] == 0
-                    and result["missing_effects"] == 0 and result["unknown_results_left"] == 0 and result["orphaned_jobs"] == 0
+                    and result["missing_effects"] == 0 and result["unknown_results_left"] == 0
+                    and result["orphaned_jobs"] == 0
                     and not result["errors"])
     return result

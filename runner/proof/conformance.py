@@ -216,7 +216,8 @@ def check_never_invoked_is_absent(ctx: _Context) -> str:
     payload = ctx.payload(key)
     first = ctx.observe(key, payload)
     if first.status != "absent":
-        raise _Fail(f"observe of a key never invoked said {first.status} ({_short(first.evidence)}); the runner could never retry a lost request")
+        raise _Fail(f"observe of a key never invoked said {first.status} ({_short(first.evidence)}); the runner could "
+                    "never retry a lost request")
     second = ctx.observe(key, payload)
     if second.status != "absent":
         raise _Fail(f"a second observe said {second.status}: observing must not perform the effect")
@@ -232,13 +233,15 @@ def check_invoke_is_observed(ctx: _Context) -> str:
     receipt = ctx.invoke(key, payload, ctx.epoch())
     seen = ctx.observe(key, payload)
     if seen.status != "present":
-        raise _Fail(f"invoke returned {_short(receipt)} but observe said {seen.status} ({_short(seen.evidence)}); an acknowledged effect could never be verified")
+        raise _Fail(f"invoke returned {_short(receipt)} but observe said {seen.status} ({_short(seen.evidence)}); an "
+                    "acknowledged effect could never be verified")
     return f"receipt {_short(receipt, 100)}; observe said present"
 
 
 def check_same_key_same_payload_dedups(ctx: _Context) -> str:
     if not ctx.dedups:
-        raise _Skip("declares deduplicates = False: the runner never resends through it; an unresolved effect is settled by observe alone")
+        raise _Skip("declares deduplicates = False: the runner never resends through it; an unresolved effect is "
+                    "settled by observe alone")
     key = ctx.key("dedup")
     payload = ctx.payload(key)
     epoch = ctx.epoch()
@@ -252,13 +255,15 @@ def check_same_key_same_payload_dedups(ctx: _Context) -> str:
     count = ctx.count(key, payload)
     if count is not None:
         if count != 1:
-            raise _Fail(f"two invokes with one key and payload left {count} effects at the target (receipts {_short(first, 80)} and {_short(second, 80)})")
+            raise _Fail(f"two invokes with one key and payload left {count} effects at the target (receipts "
+                        f"{_short(first, 80)} and {_short(second, 80)})")
         return f"one effect after two invokes (effect_count); receipts {_short(first, 70)} and {_short(second, 70)}"
     if first == second:
         return "the second invoke returned the same receipt"
     if before.status == after.status == "present" and before.evidence == after.evidence:
         return "receipts differ but the observation is unchanged"
-    raise _Fail(f"receipts differ ({_short(first, 80)} / {_short(second, 80)}) and the observation changed; nothing shows the second invoke was a dedup")
+    raise _Fail(f"receipts differ ({_short(first, 80)} / {_short(second, 80)}) and the observation changed; nothing "
+                "shows the second invoke was a dedup")
 
 
 def check_conflicting_payload_refused(ctx: _Context) -> str:
@@ -276,7 +281,8 @@ def check_conflicting_payload_refused(ctx: _Context) -> str:
     except Exception as exc:
         raise _Fail(f"another payload under a known key raised {type(exc).__name__} ({exc}), not Rejected") from None
     else:
-        raise _Fail(f"another payload under a known key was accepted (receipt {_short(receipt)}), though refusal is declared")
+        raise _Fail(f"another payload under a known key was accepted (receipt {_short(receipt)}), though refusal is "
+                    "declared")
     seen = ctx.observe(key, original)
     if seen.status != "present":
         raise _Fail(f"after the refusal the original effect is observed {seen.status}")
@@ -304,7 +310,8 @@ def check_lost_response_is_observed(ctx: _Context) -> str:
         how = "simulated by discarding the receipt (no lose_next_response control)"
     seen = ctx.observe(key, payload)
     if seen.status != "present":
-        raise _Fail(f"{how}, then observe said {seen.status} ({_short(seen.evidence)}); the runner would stop, or retry into a duplicate")
+        raise _Fail(f"{how}, then observe said {seen.status} ({_short(seen.evidence)}); the runner would stop, or "
+                    "retry into a duplicate")
     if ctx.dedups:
         ctx.invoke(key, payload, epoch)  # what the runner does within retention: resend the same key and payload
         count = ctx.count(key, payload)
@@ -316,7 +323,8 @@ def check_lost_response_is_observed(ctx: _Context) -> str:
 
 def check_fencing_epoch_enforced(ctx: _Context) -> str:
     if getattr(ctx.adapter, "enforces_fencing", None) is not True:
-        raise _Skip("does not declare enforces_fencing = True: only the run store's lease stops a stale writer at this target")
+        raise _Skip("does not declare enforces_fencing = True: only the run store's lease stops a stale writer at this "
+                    "target")
     epoch = ctx.epoch()
     newer, stale = ctx.key("fence-new"), ctx.key("fence-stale")
     ctx.invoke(newer, ctx.payload(newer), epoch + 1)
@@ -326,14 +334,17 @@ def check_fencing_epoch_enforced(ctx: _Context) -> str:
     except StaleEpoch as exc:
         refusal = str(exc)
     except Exception as exc:
-        raise _Fail(f"epoch {epoch} after epoch {epoch + 1} raised {type(exc).__name__} ({exc}), not StaleEpoch") from None
+        raise _Fail(f"epoch {epoch} after epoch {epoch + 1} raised {type(exc).__name__} ({exc}), "
+                    "not StaleEpoch") from None
     else:
-        raise _Fail(f"epoch {epoch} after epoch {epoch + 1} was accepted (receipt {_short(receipt)}): the epoch does not reach the target")
+        raise _Fail(f"epoch {epoch} after epoch {epoch + 1} was accepted (receipt {_short(receipt)}): the epoch does "
+                    "not reach the target")
     seen = ctx.observe(stale, stale_payload)
     if seen.status != "absent":
         raise _Fail(f"the refused stale invoke left the effect {seen.status}")
     ctx.invoke(stale, stale_payload, epoch + 1)
-    return f"epoch {epoch} after {epoch + 1}: StaleEpoch ({_short(refusal, 80)}); nothing written; epoch {epoch + 1} still accepted"
+    return (f"epoch {epoch} after {epoch + 1}: StaleEpoch ({_short(refusal, 80)}); nothing written; "
+            f"epoch {epoch + 1} still accepted")
 
 
 #: Check name -> function, in the order they run.
@@ -356,7 +367,8 @@ def _result(check: str, status: str, reason: str) -> Dict[str, str]:
 
 def _summarise(adapter_name: str, label: str, results: List[Dict[str, str]]) -> Dict[str, Any]:
     counts = {status: sum(1 for r in results if r["status"] == status) for status in (PASS, FAIL, SKIP)}
-    return {"adapter": adapter_name, "factory": label, "passed": counts[FAIL] == 0 and bool(results), "counts": counts, "checks": results}
+    return {"adapter": adapter_name, "factory": label, "passed": counts[FAIL] == 0 and bool(results), "counts": counts,
+            "checks": results}
 
 
 def run_conformance(factory: Callable[[], Any], label: Optional[str] = None) -> Dict[str, Any]:
@@ -422,8 +434,10 @@ def load_factory(spec: str) -> Callable[[], Any]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python3 -m runner.proof.conformance", description="Check an effect adapter against the runner's contract.")
-    parser.add_argument("--adapter", required=True, action="append", metavar="MODULE:FACTORY", help="a factory returning an adapter or (adapter, controls); repeatable")
+    parser = argparse.ArgumentParser(prog="python3 -m runner.proof.conformance",
+                                     description="Check an effect adapter against the runner's contract.")
+    parser.add_argument("--adapter", required=True, action="append", metavar="MODULE:FACTORY",
+                        help="a factory returning an adapter or (adapter, controls); repeatable")
     parser.add_argument("--json", action="store_true", help="print the reports as one JSON object")
     args = parser.parse_args(argv)
     try:
@@ -433,7 +447,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     reports = [run_conformance(factory, spec) for spec, factory in factories]
     if args.json:
-        sys.stdout.write(json.dumps({"passed": all(r["passed"] for r in reports), "reports": reports}, sort_keys=True) + "\n")
+        sys.stdout.write(json.dumps({"passed": all(r["passed"] for r in reports), "reports": reports}, sort_keys=True)
+                         + "\n")
     else:
         sys.stdout.write("\n\n".join(format_report(r) for r in reports) + "\n")
     return 0 if all(r["passed"] for r in reports) else 1

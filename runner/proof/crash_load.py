@@ -106,7 +106,8 @@ def _load(tree: Tree, variant: _Variant, plan: Dict[str, Any], task_id: str, fol
             outcome = outcome._replace(followup=_reinit(fs, variant, plan, task_id, clock))
         return outcome
     except Exception as exc:
-        return _Outcome(type(exc).__name__, f"unexpected {type(exc).__name__}: {exc}", None, None, scan_problem, None, summary)
+        return _Outcome(type(exc).__name__, f"unexpected {type(exc).__name__}: {exc}", None, None, scan_problem, None,
+                        summary)
     revision = int(store.state["revision"])
     digest = _digest(store.state)
     if found is not None and (found.state is None or _digest(found.state) != digest):
@@ -165,7 +166,8 @@ def _write_again(store: RunStore, fs: RecordingFileSystem, variant: _Variant, cl
     return ""
 
 
-def _reinit(fs: RecordingFileSystem, variant: _Variant, plan: Dict[str, Any], task_id: str, clock: Callable[[], float]) -> str:
+def _reinit(fs: RecordingFileSystem, variant: _Variant, plan: Dict[str, Any], task_id: str,
+            clock: Callable[[], float]) -> str:
     """After "no run", a new init must succeed and reload at revision 0: "" when it does."""
     try:
         store = RunStore.create(_RUN, task_id, plan, **variant.options(fs, clock))

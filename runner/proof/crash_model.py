@@ -185,7 +185,8 @@ class CrashSpace:
     changes, and one content choice per reachable file with pending bytes.
     """
 
-    def __init__(self, root: int, dirs: Dict[int, Tuple[Dict[str, int], List[_Change]]], files: Dict[int, List[bytes]]) -> None:
+    def __init__(self, root: int, dirs: Dict[int, Tuple[Dict[str, int], List[_Change]]],
+                 files: Dict[int, List[bytes]]) -> None:
         self.root = root
         self._dirs = dirs
         self._files = files
@@ -249,7 +250,8 @@ class CrashSpace:
             count *= len(self._files[ino])
         return count
 
-    def count(self, rng: Optional[random.Random] = None, limit: int = DIR_COMBO_LIMIT, samples: int = 64) -> Tuple[int, bool]:
+    def count(self, rng: Optional[random.Random] = None, limit: int = DIR_COMBO_LIMIT,
+              samples: int = 64) -> Tuple[int, bool]:
         """``(states, exact)``: the exact number of states, or an estimate when directory choices exceed ``limit``.
 
         The estimate is the number of directory choices times the mean

@@ -56,7 +56,8 @@ class _DirSyncDroppingDisk(_LyingDisk):
 
 
 class _DropTempFsyncs(Observer):
-    """Observer that make the disk skip the sync of every new file written beside its target (the window just before it)."""
+    """Observer that make the disk skip the sync of every new file written beside its target (the window just before
+    it)."""
 
     def __init__(self, disk: RecordingFileSystem) -> None:
         self.disk = disk
@@ -98,7 +99,8 @@ class _SnapshotBeforeRecord(Observer):
     def reached(self, window: str, **facts: Any) -> None:
         if window == "store:before-append":
             self.appended = (facts["path"], facts["data"])
-        elif window == "store:before-compaction" and self.previous == "store:after-append-fsync" and self.appended is not None:
+        elif (window == "store:before-compaction" and self.previous == "store:after-append-fsync" and
+              self.appended is not None):
             path, data = self.held = self.appended
             self.disk.damage(path, lambda journal: journal[: len(journal) - len(data)])
         elif window == "store:after-rename-fsync" and self.held is not None:
@@ -127,7 +129,8 @@ class _HeadBeforeAppend(Observer):
         folder = posixpath.dirname(facts["path"])
         identity = decode_identity(self.disk.read(posixpath.join(folder, "run.json")))
         digest, body = decode_record(facts["data"].rstrip(b"\n"))
-        ahead = {"task_id": identity["task_id"], "created_at": identity["created_at"], "revision": body["rev"], "head": digest}
+        ahead = {"task_id": identity["task_id"], "created_at": identity["created_at"], "revision": body["rev"],
+                 "head": digest}
         self.disk.overwrite(posixpath.join(folder, HEAD), encode_head(ahead))
 
 
@@ -138,7 +141,8 @@ class _Variant(NamedTuple):
 
     def options(self, disk: RecordingFileSystem, clock: Callable[[], float]) -> Dict[str, Any]:
         """The store options of this write path over ``disk``."""
-        return dict(fs=disk, observer=self.observer(disk), clock=clock, durability=self.durability, compact_min_bytes=_COMPACT_MIN_BYTES)
+        return dict(fs=disk, observer=self.observer(disk), clock=clock, durability=self.durability,
+                    compact_min_bytes=_COMPACT_MIN_BYTES)
 
 
 def _no_hooks(disk: RecordingFileSystem) -> Observer:

@@ -100,7 +100,8 @@ class _Point(NamedTuple):
 class _Explorer:
     """Collects, after every operation, the crash states of that moment and their load outcomes."""
 
-    def __init__(self, variant: _Variant, seed: int, cap: int, followup_rate: float, plan: Dict[str, Any], task_id: str) -> None:
+    def __init__(self, variant: _Variant, seed: int, cap: int, followup_rate: float, plan: Dict[str, Any],
+                 task_id: str) -> None:
         self.variant = variant
         # Separate streams, so the states counted do not depend on the cap or
         # on which states were sampled.
@@ -133,7 +134,8 @@ class _Explorer:
         self.points.append(_Point(len(fs.log), last, possible, exact, len(trees), sampled, counts))
 
 
-def _judge(outcome: _Outcome, acked: Optional[int], attempted: Optional[int], refs: Dict[int, str]) -> List[Tuple[str, str]]:
+def _judge(outcome: _Outcome, acked: Optional[int], attempted: Optional[int],
+           refs: Dict[int, str]) -> List[Tuple[str, str]]:
     """The invariants ``outcome`` breaks at a crash point with acknowledged ``acked`` and attempted ``attempted``."""
     problems: List[Tuple[str, str]] = []
     if outcome.scan_problem:
@@ -151,7 +153,8 @@ def _judge(outcome: _Outcome, acked: Optional[int], attempted: Optional[int], re
         elif outcome.error is None and outcome.digest != refs.get(0):
             problems.append(("content", "revision 0 differs from the state init created"))
     elif outcome.error == StateUnrecoverable.__name__:
-        problems.append(("unrecoverable", f"StateUnrecoverable although revision {acked} was acknowledged: {outcome.message}"))
+        problems.append(("unrecoverable",
+                         f"StateUnrecoverable although revision {acked} was acknowledged: {outcome.message}"))
     elif outcome.error == InvalidInput.__name__:
         problems.append(("no-run", f"'no run' although init was acknowledged: {outcome.message}"))
     else:
@@ -164,7 +167,8 @@ def _judge(outcome: _Outcome, acked: Optional[int], attempted: Optional[int], re
         elif outcome.digest != refs.get(r):
             problems.append(("content", f"revision {r} differs from the workload's state at revision {r}"))
     if outcome.followup and not problems:
-        problems.append(("reinit-refused" if outcome.error == InvalidInput.__name__ else "next-write", outcome.followup))
+        problems.append(("reinit-refused" if outcome.error == InvalidInput.__name__ else "next-write",
+                         outcome.followup))
     return problems
 
 
@@ -359,8 +363,9 @@ def explore(
         kinds["loss-unnoticed"] = kinds.get("loss-unnoticed", 0) + 1
         if len(examples) < 8:
             loaded = outcome.revision if outcome.error is None else outcome.error
-            examples.append({"crash_point": None, "after": "outside damage: the journal cut at a random byte", "acknowledged": max(refs),
-                             "attempted": max(refs), "state": outcome.summary, "loaded": loaded, "invariant": "loss-unnoticed",
+            examples.append({"crash_point": None, "after": "outside damage: the journal cut at a random byte",
+                             "acknowledged": max(refs), "attempted": max(refs), "state": outcome.summary,
+                             "loaded": loaded, "invariant": "loss-unnoticed",
                              "problem": f"acknowledged records were cut off and the load gave {loaded!r}"})
 
     ops = rec.operations

@@ -60,7 +60,8 @@ from ..stores.codec import prepare_transition
 from ..stores.file import RUN_FILES, RunStore
 from . import PACKAGE_PARENT
 
-__all__ = ["DAMAGES", "OUTCOMES", "PASSING", "Source", "build_sources", "damage_copy", "judge_copy", "run_damage_campaign"]
+__all__ = ["DAMAGES", "OUTCOMES", "PASSING", "Source", "build_sources", "damage_copy", "judge_copy",
+           "run_damage_campaign"]
 
 #: The damages drawn, one per copy.
 DAMAGES = ("truncate", "flip", "delete", "swap-other", "swap-older", "torn-append")
@@ -85,17 +86,20 @@ _CHILD = (
     "try:\n"
     "    store = RunStore.open(sys.argv[2])\n"
     "except RunnerError as exc:\n"
-    "    print(json.dumps({'error': exc.reason, 'exit_code': exc.exit_code, 'message': exc.message, 'quarantine': exc.context.get('quarantine')}))\n"
+    "    print(json.dumps({'error': exc.reason, 'exit_code': exc.exit_code, 'message': exc.message, "
+    "'quarantine': exc.context.get('quarantine')}))\n"
     "else:\n"
     "    findings = [f.code for f in store.findings if f.level != 'note']\n"
-    "    print(json.dumps({'revision': store.revision, 'digest': sha256_hex(canonical_json(store.state)), 'findings': findings}))\n"
+    "    print(json.dumps({'revision': store.revision, 'digest': sha256_hex(canonical_json(store.state)), "
+    "'findings': findings}))\n"
 )
 _TASK = "damage-campaign"
 _PLAN = {
     "contract": 1,
     "task_id": _TASK,
     "goal": "A run to damage: effects in every state, a step done and one running.",
-    "steps": [{"id": "collect", "artifact": "receipts", "check": "each verified"}, {"id": "file", "artifact": "tickets", "check": "each verified"}],
+    "steps": [{"id": "collect", "artifact": "receipts", "check": "each verified"},
+              {"id": "file", "artifact": "tickets", "check": "each verified"}],
     "limits": {"max_effect_attempts": 50, "max_step_attempts": 50},
 }
 
@@ -136,9 +140,11 @@ def _clock(start: float) -> Callable[[], float]:
     return clock
 
 
-def _build(path: str, name: str, effects: int, compact_min_bytes: int, clock_start: float, rng: random.Random) -> Source:
+def _build(path: str, name: str, effects: int, compact_min_bytes: int, clock_start: float,
+           rng: random.Random) -> Source:
     """Drive a real run through effects in every state; keep two older copies on the way."""
-    store = RunStore.create(path, _TASK, copy.deepcopy(_PLAN), clock=_clock(clock_start), compact_min_bytes=compact_min_bytes, durability="process")
+    store = RunStore.create(path, _TASK, copy.deepcopy(_PLAN), clock=_clock(clock_start),
+                            compact_min_bytes=compact_min_bytes, durability="process")
     run = Run(store)
     run.acquire("campaign-worker", ttl=86400)
     run.step_start("collect")
@@ -167,21 +173,25 @@ def _build(path: str, name: str, effects: int, compact_min_bytes: int, clock_sta
     state = copy.deepcopy(store.state)
     files = _read_files(path)
     probe = copy.deepcopy(state)
-    line = prepare_transition(probe, [["set", ["effects", "never-acknowledged"], {"state": "started"}]], 1, store.now()).line
+    line = prepare_transition(probe, [["set", ["effects", "never-acknowledged"], {"state": "started"}]], 1,
+                              store.now()).line
     store.fs.close()  # type: ignore[attr-defined]
     return Source(name, files, state_digest(state), int(state["revision"]), older, line)
 
 
 def build_sources(root: str, seed: int) -> Dict[str, Source]:
-    """The runs a campaign damages (``compacted``, ``never-compacted``) and the donor (``other``), built under ``root``."""
+    """The runs a campaign damages (``compacted``, ``never-compacted``) and the donor (``other``), built under
+    ``root``."""
     rng = random.Random(f"damage-sources/{seed}")
     os.makedirs(root, 0o700, exist_ok=True)
     sources = {
         "compacted": _build(os.path.join(root, "compacted"), "compacted", 40, 3000, 1_790_000_000.0, rng),
-        "never-compacted": _build(os.path.join(root, "never-compacted"), "never-compacted", 12, 1 << 40, 1_790_100_000.0, rng),
+        "never-compacted": _build(os.path.join(root, "never-compacted"), "never-compacted", 12, 1 << 40,
+                                  1_790_100_000.0, rng),
         "other": _build(os.path.join(root, "other"), "other", 40, 3000, 1_790_200_000.0, rng),
     }
-    if not {"backup.json", "journal.prev.jsonl"} <= set(sources["compacted"].files) or "backup.json" in sources["never-compacted"].files:
+    if (not {"backup.json", "journal.prev.jsonl"} <= set(sources["compacted"].files) or
+            "backup.json" in sources["never-compacted"].files):
         raise AssertionError("the campaign's runs do not have the layouts it needs")
     return sources
 
@@ -218,7 +228,9 @@ def damage_copy(source: Source, other: Source, rng: random.Random) -> Tuple[Dict
     donor = other.files if kind == "swap-other" else rng.choice(source.older)
     name = rng.choice(sorted(set(files) & set(donor)))
     files[name] = donor[name]
-    return files, Damage(source.name, kind, name, "identical bytes" if donor[name] == source.files[name] else f"{len(donor[name])} bytes swapped in")
+    return files, Damage(source.name, kind, name,
+                         "identical bytes" if donor[name] == source.files[name]
+                         else f"{len(donor[name])} bytes swapped in")
 
 
 def _write_folder(path: str, files: Dict[str, bytes]) -> None:
@@ -232,12 +244,14 @@ def _write_folder(path: str, files: Dict[str, bytes]) -> None:
 
 
 def _child_env() -> Dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RUNNER_") and k not in ("PYTHONPATH", "PYTHONSTARTUP")}
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("RUNNER_") and k not in ("PYTHONPATH", "PYTHONSTARTUP")}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
 
 
-def judge_copy(path: str, files: Dict[str, bytes], source: Source, env: Optional[Dict[str, str]] = None, timeout: float = 120) -> Tuple[str, str]:
+def judge_copy(path: str, files: Dict[str, bytes], source: Source, env: Optional[Dict[str, str]] = None,
+               timeout: float = 120) -> Tuple[str, str]:
     """Write ``files`` as a run folder at ``path``, load it in a fresh child process and classify the load.
 
     Returns ``(outcome, what the child said)``; ``outcome`` is one of :data:`OUTCOMES`.
@@ -245,11 +259,13 @@ def judge_copy(path: str, files: Dict[str, bytes], source: Source, env: Optional
     _write_folder(path, files)
     proc = subprocess.run(
         [sys.executable, "-S", "-c", _CHILD, _REPO, path],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env or _child_env(), timeout=timeout,
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env or _child_env(),
+        timeout=timeout,
     )
     said = proc.stdout.decode("utf-8", "replace").strip()
     if proc.returncode != 0 or proc.stderr.strip() or "\n" in said:
-        return "error", f"exit {proc.returncode}: {proc.stderr.decode('utf-8', 'replace').strip()[-400:] or said[-400:]}"
+        return "error", (f"exit {proc.returncode}: "
+                         f"{proc.stderr.decode('utf-8', 'replace').strip()[-400:] or said[-400:]}")
     try:
         report = json.loads(said)
     except ValueError:
@@ -271,13 +287,15 @@ def judge_copy(path: str, files: Dict[str, bytes], source: Source, env: Optional
     return "error", said
 
 
-def run_damage_campaign(copies: int, seed: int = 1, progress: Optional[IO[str]] = None, workers: Optional[int] = None) -> Dict[str, Any]:
+def run_damage_campaign(copies: int, seed: int = 1, progress: Optional[IO[str]] = None,
+                        workers: Optional[int] = None) -> Dict[str, Any]:
     """Damage ``copies`` copies at random (deterministic from ``seed``), load each in a child, and count outcomes."""
     if copies < 1:
         raise ValueError("the campaign needs at least one copy")
     started = time.perf_counter()
     shm = "/dev/shm"
-    scratch = tempfile.mkdtemp(prefix="runner-damage-", dir=shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None)
+    scratch = tempfile.mkdtemp(prefix="runner-damage-",
+                               dir=shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None)
     counts = {outcome: 0 for outcome in OUTCOMES}
     by_damage: Dict[str, Dict[str, int]] = {}
     examples: List[Dict[str, Any]] = []
@@ -312,7 +330,8 @@ def run_damage_campaign(copies: int, seed: int = 1, progress: Optional[IO[str]] 
                 if outcome not in PASSING and len(examples) < 10:
                     examples.append({"damage": damage._asdict(), "outcome": outcome, "load": said})
                 if progress is not None and (done % 100 == 0 or done == copies):
-                    progress.write(f"\rdamage campaign: {done}/{copies} copies, {counts['silent_acceptance']} silent acceptances")
+                    progress.write(f"\rdamage campaign: {done}/{copies} copies, {counts['silent_acceptance']} silent "
+                                   "acceptances")
                     progress.flush()
         if progress is not None:
             progress.write("\n")

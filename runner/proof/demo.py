@@ -65,10 +65,13 @@ def demo_contract(documents: int) -> Dict[str, Any]:
         "goal": f"File one ticket per document for {documents} documents, each exactly once, then write the index.",
         "completion_evidence": ["every effect verified at the ticket service", "index file hash"],
         "steps": [
-            {"id": "ingest", "artifact": "one ticket per document", "check": "each ticket found by key", "evidence": ["verified"], "next": "index"},
-            {"id": "index", "artifact": "index.json", "check": "sha256 of the index", "evidence": ["sha256"], "next": "done"},
+            {"id": "ingest", "artifact": "one ticket per document", "check": "each ticket found by key",
+             "evidence": ["verified"], "next": "index"},
+            {"id": "index", "artifact": "index.json", "check": "sha256 of the index", "evidence": ["sha256"],
+             "next": "done"},
         ],
-        "effects": {"key_pattern": "doc-[0-9]{5}:ticket", "adapter": "ticket service with Idempotency-Key", "verification": "lookup by key"},
+        "effects": {"key_pattern": "doc-[0-9]{5}:ticket", "adapter": "ticket service with Idempotency-Key",
+                    "verification": "lookup by key"},
         "limits": {"max_effect_attempts": 6, "max_step_attempts": 1000},
         "retry": {"base_seconds": 0.01, "cap_seconds": 0.1},
         "lease": {"ttl_seconds": TTL},
@@ -78,7 +81,8 @@ def demo_contract(documents: int) -> Dict[str, Any]:
 def document_payload(n: int) -> Dict[str, Any]:
     """The effect payload of document ``n``: derived from the document alone, so reruns agree."""
     body = f"document {n}: quarterly record {n * 7919 % 100003}".encode()
-    return {"doc": f"doc-{n:05d}", "marker": f"doc-{n:05d}", "title": f"Review of document {n}", "sha256": sha256_hex(body)}
+    return {"doc": f"doc-{n:05d}", "marker": f"doc-{n:05d}", "title": f"Review of document {n}",
+            "sha256": sha256_hex(body)}
 
 
 def doc_key(n: int) -> str:
@@ -101,7 +105,8 @@ def _say(*words: Any) -> None:
 
 
 def verified_documents(run: Run, docs: range) -> int:
-    """How many of ``docs`` the run holds verified: the documents done, whoever verified them (a driver or a recovery)."""
+    """How many of ``docs`` the run holds verified: the documents done, whoever verified them (a driver or a
+    recovery)."""
     return sum(1 for n in docs if (run.state["effects"].get(doc_key(n)) or {}).get("state") == "verified")
 
 
@@ -218,7 +223,8 @@ def worker_faults(context: Dict[str, Any], seed: int) -> Observer:
     rng = random.Random(seed)
     life = int(math.log(1.0 - rng.random()) / math.log(1.0 - rate)) + 1
     if rng.random() < 0.8:
-        return kill_point(rng.choice(WINDOWS), life, lose_answer=lambda: lose_next_answer(context["url"]), on_kill=lambda p: _say("fault", p))
+        return kill_point(rng.choice(WINDOWS), life, lose_answer=lambda: lose_next_answer(context["url"]),
+                          on_kill=lambda p: _say("fault", p))
     return KillAfterSeconds(rng.uniform(0.2, 0.2 + life * 0.004), on_kill=lambda _p: _say("fault", "timer"))
 
 
@@ -244,12 +250,14 @@ class _Progress:
             return
         now = time.monotonic()
         step = max(1, self.total // 10)
-        if not final and ((self.tty and now - self.last < 0.1) or (not self.tty and done // step == self.last_done // step)):
+        if not final and ((self.tty and now - self.last < 0.1) or
+                          (not self.tty and done // step == self.last_done // step)):
             return
         self.last, self.last_done = now, done
         rate = done / max(now - self.start, 1e-9)
         filled = int(30 * done / max(self.total, 1))
-        line = f"[{'#' * filled}{'.' * (30 - filled)}] {done}/{self.total} documents | crashes {crashes} | recoveries {recoveries} | {rate:.0f} docs/s"
+        line = (f"[{'#' * filled}{'.' * (30 - filled)}] {done}/{self.total} documents | crashes {crashes} | "
+                f"recoveries {recoveries} | {rate:.0f} docs/s")
         self.stream.write(("\r" + line + ("\n" if final else "")) if self.tty else line + "\n")
         self.stream.flush()
 
@@ -259,9 +267,10 @@ def _spawn_worker(opts: Dict[str, Any]) -> "subprocess.Popen[str]":
     parent = PACKAGE_PARENT
     env["PYTHONPATH"] = parent + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     stdin = subprocess.PIPE if opts.get("hold_at") is not None else subprocess.DEVNULL
-    # -S: the worker imports only this package (standard library only, found through PYTHONPATH); site would lengthen each start.
-    return subprocess.Popen([sys.executable, "-S", "-m", "runner.proof.demo", "--worker", json.dumps(opts)], stdin=stdin,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    # -S: the worker imports only this package (standard library only, found through PYTHONPATH); site would lengthen
+    # each start.
+    return subprocess.Popen([sys.executable, "-S", "-m", "runner.proof.demo", "--worker", json.dumps(opts)],
+                            stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
 def _run_workers(run_path: str, url: str, documents: int, seed: int, crash_rate: float, cancel_at: Optional[int],
@@ -289,7 +298,8 @@ def _run_workers(run_path: str, url: str, documents: int, seed: int, crash_rate:
                 die_at = (life, rng.choice(WINDOWS))
             else:
                 timer = rng.uniform(0.2, 0.2 + life * 0.004)
-        opts = {"run": run_path, "url": url, "documents": documents, "owner": f"worker-{generation}", "seed": rng.randrange(1 << 30), "die_at": die_at, "durability": durability,
+        opts = {"run": run_path, "url": url, "documents": documents, "owner": f"worker-{generation}",
+                "seed": rng.randrange(1 << 30), "die_at": die_at, "durability": durability,
                 "compact_min_bytes": compact_bytes,
                 # The operator's cancel lands between two documents: the worker waits there for it.
                 "hold_at": cancel_at if cancel_at is not None and tally["cancel_revision"] is None else None}
@@ -324,7 +334,8 @@ def _run_workers(run_path: str, url: str, documents: int, seed: int, crash_rate:
                         done = max(done, int(rest[2]))
                     elif word == "held":
                         if tally["cancel_revision"] is None:
-                            state = Run(RunStore.open(run_path)).cancel("demo-operator", f"the job became obsolete after {cancel_at} documents")
+                            state = Run(RunStore.open(run_path)).cancel(
+                                "demo-operator", f"the job became obsolete after {cancel_at} documents")
                             tally["cancel_revision"] = state["revision"]
                         assert proc.stdin is not None
                         proc.stdin.write("go\n")
@@ -388,8 +399,8 @@ def _audit(states: List[Dict[str, Any]], service: TicketServiceProcess, document
 SHARD_SIZE = 100
 
 
-def _run_sharded(store_url: str, service_url: str, documents: int, seed: int, crash_rate: float, workers: int, progress: Optional[_Progress],
-                 shard_size: int = SHARD_SIZE) -> Dict[str, Any]:
+def _run_sharded(store_url: str, service_url: str, documents: int, seed: int, crash_rate: float, workers: int,
+                 progress: Optional[_Progress], shard_size: int = SHARD_SIZE) -> Dict[str, Any]:
     """The documents in runs of ``shard_size`` in one store, driven by a pool of ``workers``."""
     from ..execution.pool import run_pool
 
@@ -480,7 +491,8 @@ def run_demo(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01, can
             with TicketServiceProcess(os.path.join(root, "reference.db")) as ref_service:
                 ref_run = os.path.join(root, "reference-run")
                 RunStore.create(ref_run, TASK, demo_contract(documents), durability="process")
-                ref_errors = _run_workers(ref_run, ref_service.url, documents, seed, 0.0, None, None, max_workers=1, durability="process")["errors"]
+                ref_errors = _run_workers(ref_run, ref_service.url, documents, seed, 0.0, None, None, max_workers=1,
+                                          durability="process")["errors"]
                 reference = _audit([RunStore.open(ref_run).state], ref_service, documents)
         reference_seconds = time.monotonic() - began
         began = time.monotonic()
@@ -496,7 +508,8 @@ def run_demo(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01, can
                 tally.update(_history_folder(run_path))
             else:
                 store_used = store or "sqlite:" + os.path.join(root, "runs.db")
-                tally = _run_sharded(store_used, service.url, documents, seed, crash_rate, workers, progress, shard_size)
+                tally = _run_sharded(store_used, service.url, documents, seed, crash_rate, workers, progress,
+                                     shard_size)
                 states = [_read_run(store_used, task, lambda store: store.state) for task in list_runs(store_used)]
             audit = _audit(states, service, documents)
         wall = time.monotonic() - began
@@ -504,7 +517,8 @@ def run_demo(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01, can
         held = sum(len(p) for p in audit["tickets"].values())
         duplicates = sum(len(p) - 1 for p in audit["tickets"].values() if len(p) > 1) + int(stats.get("duplicates", 0))
         verified = sum(1 for e in effects.values() if e["state"] == "verified")
-        lost = tally["lost_commits"] + sum(1 for k, e in effects.items() if e["state"] == "verified" and len(audit["tickets"].get(k, [])) != 1)
+        lost = tally["lost_commits"] + sum(1 for k, e in effects.items()
+                                           if e["state"] == "verified" and len(audit["tickets"].get(k, [])) != 1)
         statuses = sorted({state["status"] for state in states})
         result: Dict[str, Any] = {
             "documents": documents,
@@ -524,7 +538,8 @@ def run_demo(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01, can
             "effects_verified": verified,
             "duplicate_effects": duplicates,
             "uncertain_reconciled": sum(int(state["counters"].get("reconciled_effects", 0)) for state in states),
-            "repeated_steps": sum(max(0, int(st.get("attempts", 0)) - 1) for state in states for st in state["steps"].values()),
+            "repeated_steps": sum(max(0, int(st.get("attempts", 0)) - 1) for state in states
+                                  for st in state["steps"].values()),
             "retried_effects": sum(1 for e in effects.values() if e.get("attempts", 0) > 1),
             "lost_commits": lost,
             "status": statuses[0] if len(statuses) == 1 else "+".join(statuses),
@@ -581,7 +596,8 @@ def _cancel_audit(state: Dict[str, Any], tally: Dict[str, Any], cancel_at: int) 
         "effects_begun_after_cancel": began_after,
         "unresolved_after_cancel": unresolved,
         "documents_verified": verified,
-        "stopped_within_one_step": state["status"] == "cancelled" and began_after == 0 and unresolved == 0 and verified <= cancel_at + 1,
+        "stopped_within_one_step": (state["status"] == "cancelled" and began_after == 0 and unresolved == 0 and
+                                    verified <= cancel_at + 1),
     }
 
 
@@ -624,8 +640,12 @@ def format_table(result: Dict[str, Any]) -> str:
 
     rows = [
         ("documents", result["documents"]),
-        ("workers in parallel / store", f"{result['workers_in_parallel']} on {result['store']} ({result['runs']} run{'s' if result['runs'] != 1 else ''})"),
-        ("crashes (SIGKILL)", f"{result['crashes']} ({result['crashes_at_windows']} at commit windows, {result['crashes_at_random_moments']} at random moments)"),
+        ("workers in parallel / store",
+         f"{result['workers_in_parallel']} on {result['store']} ({result['runs']} "
+         f"run{'s' if result['runs'] != 1 else ''})"),
+        ("crashes (SIGKILL)",
+         f"{result['crashes']} ({result['crashes_at_windows']} at commit windows, "
+         f"{result['crashes_at_random_moments']} at random moments)"),
         ("recoveries (lease takeovers)", said(result["recoveries"], "recoveries")),
         ("effects requested", said(result["effects_requested"], "requested")),
         ("effects held by the target", result["effects_applied"]),
@@ -683,7 +703,8 @@ def run_draft_scenario(log: IO[str]) -> Dict[str, Any]:
             for phase in ("first", "recovery"):
                 env = dict(os.environ)
                 env["PYTHONPATH"] = PACKAGE_PARENT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-                proc = subprocess.run([sys.executable, "-S", "-m", "runner.proof.demo", "--draft-worker", json.dumps({"run": run_path, "url": service.url, "phase": phase})],
+                proc = subprocess.run([sys.executable, "-S", "-m", "runner.proof.demo", "--draft-worker",
+                                       json.dumps({"run": run_path, "url": service.url, "phase": phase})],
                                       capture_output=True, text=True, env=env, timeout=120)
                 log.write(f"# {'First process' if phase == 'first' else 'Recovery process'}\n")
                 for line in proc.stdout.splitlines():
@@ -691,7 +712,8 @@ def run_draft_scenario(log: IO[str]) -> Dict[str, Any]:
                     lines.append(line)
                 if phase == "first":
                     if proc.returncode != -signal.SIGKILL:
-                        raise RuntimeError(f"the first process was meant to crash; it exited {proc.returncode}: {proc.stderr[-500:]}")
+                        raise RuntimeError(f"the first process was meant to crash; it exited {proc.returncode}: "
+                                           f"{proc.stderr[-500:]}")
                     crash = "CRASH after effect commit, before checkpoint (SIGKILL)"
                     log.write(crash + "\n")
                     lines.append(crash)

@@ -40,7 +40,8 @@ __all__ = ["run_demo_cli", "format_cli_table", "demo_contract", "http_contract",
 #: How the contract calls the service.
 CLIENTS = ("curl", "python", "http")
 #: The windows an in-process call passes (runner.base.windows), where ``effects.http`` drivers are killed.
-HTTP_WINDOWS = ("effect:before-started", "effect:after-started", "effect:after-call", "effect:after-ack", "effect:before-verify")
+HTTP_WINDOWS = ("effect:before-started", "effect:after-started", "effect:after-call", "effect:after-ack",
+                "effect:before-verify")
 
 TASK = "demo-documents-cli"
 _PACKAGE_PARENT = PACKAGE_PARENT
@@ -53,8 +54,10 @@ def demo_contract(commands: Dict[str, List[str]]) -> Dict[str, Any]:
         "goal": "File one ticket per document in docs/, each exactly once.",
         "completion_evidence": ["every document's ticket found by key at the ticket service"],
         "workspace": ".",
-        "steps": [{"id": "ingest", "items": {"glob": "docs/*.txt"}, "key": "{stem}:ticket", "payload": {"command": commands["payload"]}, "next": "done"}],
-        "effects": {"key_pattern": "doc-[0-9]{5}:ticket", "invoke": commands["invoke"], "observe": commands["observe"], "timeout_seconds": 30},
+        "steps": [{"id": "ingest", "items": {"glob": "docs/*.txt"}, "key": "{stem}:ticket",
+                   "payload": {"command": commands["payload"]}, "next": "done"}],
+        "effects": {"key_pattern": "doc-[0-9]{5}:ticket", "invoke": commands["invoke"], "observe": commands["observe"],
+                    "timeout_seconds": 30},
         "limits": {"max_effect_attempts": 6},
         "retry": {"base_seconds": 0.01, "cap_seconds": 0.1},
         "lease": {"ttl_seconds": 60},
@@ -95,16 +98,19 @@ def _env(**extra: str) -> Dict[str, str]:
 def _cli(workspace: str, *args: str, env: Optional[Dict[str, str]] = None) -> "subprocess.Popen[str]":
     # -S: the runner needs no site-packages (its folder is on PYTHONPATH); site would lengthen every driver's start.
     command = [sys.executable, "-S", "-m", "runner", "--dir", os.path.join(workspace, ".run"), *args]
-    return subprocess.Popen(command, cwd=workspace, env=env or _env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(command, cwd=workspace, env=env or _env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
 
 
 def _job(root: str, name: str, service: TicketServiceProcess, documents: int, client: str) -> str:
     workspace = os.path.join(root, name)
     os.makedirs(workspace)
     _documents(workspace, documents)
-    contract = http_contract(service.url) if client == "http" else demo_contract(write_commands(workspace, service.url, client, killable=True))
+    contract = (http_contract(service.url) if client == "http"
+                else demo_contract(write_commands(workspace, service.url, client, killable=True)))
     with open(os.path.join(workspace, "contract.md"), "w", encoding="utf-8") as handle:
-        handle.write("# Run contract: the demo's documents\n\n```json run-contract\n" + json.dumps(contract, indent=2) + "\n```\n")
+        handle.write("# Run contract: the demo's documents\n\n```json run-contract\n" + json.dumps(contract, indent=2)
+                     + "\n```\n")
     proc = _cli(workspace, "init", "--contract", "contract.md")
     out, err = proc.communicate()
     if proc.returncode != 0:
@@ -112,8 +118,8 @@ def _job(root: str, name: str, service: TicketServiceProcess, documents: int, cl
     return workspace
 
 
-def _drivers(workspace: str, documents: int, seed: int, crash_rate: float, progress: Optional[IO[str]], max_drivers: int = 100000,
-             parallel: int = 1, in_process: bool = False) -> Dict[str, Any]:
+def _drivers(workspace: str, documents: int, seed: int, crash_rate: float, progress: Optional[IO[str]],
+             max_drivers: int = 100000, parallel: int = 1, in_process: bool = False) -> Dict[str, Any]:
     """Start ``drive`` processes one after another until one reports complete; kill them as chosen.
 
     :param in_process: the contract calls the target in the driver (``effects.http``): a driver chosen
@@ -121,7 +127,8 @@ def _drivers(workspace: str, documents: int, seed: int, crash_rate: float, progr
     """
     rng = random.Random(seed)
     windows = HTTP_WINDOWS if in_process else WINDOWS
-    tally: Dict[str, Any] = {"crashes": 0, "crashes_holding": 0, "window_kills": 0, "timer_kills": 0, "drivers": 0, "lost_commits": 0, "errors": [],
+    tally: Dict[str, Any] = {"crashes": 0, "crashes_holding": 0, "window_kills": 0, "timer_kills": 0, "drivers": 0,
+                             "lost_commits": 0, "errors": [],
                              "drive_seconds": 0.0, "kills_by_window": {w: 0 for w in windows}}
     run_path = os.path.join(workspace, ".run")
     counter = os.path.join(workspace, ".kill-count")
@@ -142,9 +149,10 @@ def _drivers(workspace: str, documents: int, seed: int, crash_rate: float, progr
         began = time.monotonic()
         owner = f"driver-{generation}"
         if in_process and window is not None:
-            command = [sys.executable, "-S", "-m", "runner.proof.killed_drive", run_path, owner, window, extra["RUNNER_KILL_NTH"], str(parallel)]
-            proc = subprocess.Popen(command, cwd=workspace, env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True)
+            command = [sys.executable, "-S", "-m", "runner.proof.killed_drive", run_path, owner, window,
+                       extra["RUNNER_KILL_NTH"], str(parallel)]
+            proc = subprocess.Popen(command, cwd=workspace, env=_env(), stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         else:
             proc = _cli(workspace, "drive", "--owner", owner, "--parallel", str(parallel), "--json", env=_env(**extra))
         tally["drivers"] += 1
@@ -167,7 +175,8 @@ def _drivers(workspace: str, documents: int, seed: int, crash_rate: float, progr
         if progress is not None:
             done = sum(1 for e in state["effects"].values() if e["state"] == "verified")
             rate = state["revision"] / max(tally["drive_seconds"], 1e-9)
-            progress.write(f"demo --via-cli: {done}/{documents} documents | crashes {tally['crashes']} | drivers {tally['drivers']}"
+            progress.write(f"demo --via-cli: {done}/{documents} documents | crashes {tally['crashes']}"
+                           f" | drivers {tally['drivers']}"
                            f" | {rate:.0f} transitions/s\n")
             progress.flush()
         if proc.returncode == -signal.SIGKILL:
@@ -177,7 +186,8 @@ def _drivers(workspace: str, documents: int, seed: int, crash_rate: float, progr
             if timer is None and window is not None:
                 tally["window_kills"] += 1
                 tally["kills_by_window"][window] += 1
-            broke = _cli(workspace, "lease", "break", "--by", "demo-supervisor", "--reason", f"driver-{generation} (pid {proc.pid}) was killed")
+            broke = _cli(workspace, "lease", "break", "--by", "demo-supervisor", "--reason",
+                         f"driver-{generation} (pid {proc.pid}) was killed")
             _, berr = broke.communicate()
             if broke.returncode != 0:
                 tally["errors"].append(f"lease break: {berr.strip()}")
@@ -193,8 +203,10 @@ def _drivers(workspace: str, documents: int, seed: int, crash_rate: float, progr
 
 def _audit(workspace: str, service: TicketServiceProcess, documents: int) -> Dict[str, Any]:
     state = RunStore.open(os.path.join(workspace, ".run")).state
-    tickets = {f"doc-{n:05d}:ticket": [t.get("payload_digest") for t in service.tickets_for_key(f"doc-{n:05d}:ticket")] for n in range(documents)}
-    return {"state": state, "tickets": tickets, "output": {k: v[0] for k, v in tickets.items() if len(v) == 1}, "stats": service.stats()}
+    tickets = {f"doc-{n:05d}:ticket": [t.get("payload_digest") for t in service.tickets_for_key(f"doc-{n:05d}:ticket")]
+               for n in range(documents)}
+    return {"state": state, "tickets": tickets, "output": {k: v[0] for k, v in tickets.items() if len(v) == 1},
+            "stats": service.stats()}
 
 
 def run_demo_cli(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01, progress: Optional[IO[str]] = None,
@@ -206,7 +218,8 @@ def run_demo_cli(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01,
     client = client or ("curl" if have_curl() else "python")
     root = tempfile.mkdtemp(prefix="runner-demo-cli-")
     # A SIGTERM to the demo unwinds it like an error, so its services and drivers are stopped.
-    previous = signal.signal(signal.SIGTERM, _terminate) if threading.current_thread() is threading.main_thread() else None
+    previous = (signal.signal(signal.SIGTERM, _terminate) if threading.current_thread() is threading.main_thread()
+                else None)
     try:
         began = time.monotonic()
         with TicketServiceProcess(os.path.join(root, "reference.db")) as ref_service:
@@ -217,13 +230,15 @@ def run_demo_cli(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01,
         began = time.monotonic()
         with TicketServiceProcess(os.path.join(root, "tickets.db")) as service:
             workspace = _job(root, "job", service, documents, client)
-            tally = _drivers(workspace, documents, seed, crash_rate, progress, parallel=parallel, in_process=client == "http")
+            tally = _drivers(workspace, documents, seed, crash_rate, progress, parallel=parallel,
+                             in_process=client == "http")
             audit = _audit(workspace, service, documents)
         wall = time.monotonic() - began
         state, stats = audit["state"], audit["stats"]
         effects = state["effects"]
         duplicates = sum(len(v) - 1 for v in audit["tickets"].values() if len(v) > 1) + int(stats.get("duplicates", 0))
-        lost = tally["lost_commits"] + sum(1 for k, e in effects.items() if e["state"] == "verified" and len(audit["tickets"].get(k, [])) != 1)
+        lost = tally["lost_commits"] + sum(1 for k, e in effects.items()
+                                           if e["state"] == "verified" and len(audit["tickets"].get(k, [])) != 1)
         result: Dict[str, Any] = {
             "documents": documents,
             "seed": seed,
@@ -245,7 +260,8 @@ def run_demo_cli(documents: int = 2000, seed: int = 1, crash_rate: float = 0.01,
             "lost_commits": lost,
             "status": state["status"],
             "revision": state["revision"],
-            "matches_reference": audit["output"] == reference["output"] and state["status"] == "complete" and len(audit["output"]) == documents,
+            "matches_reference": (audit["output"] == reference["output"] and state["status"] == "complete" and
+                                  len(audit["output"]) == documents),
             "wall_seconds": round(wall, 2),
             "drive_seconds": round(tally["drive_seconds"], 2),
             "transitions_per_second": round(state["revision"] / max(tally["drive_seconds"], 1e-9), 1),
@@ -290,10 +306,11 @@ def format_cli_table(result: Dict[str, Any]) -> str:
     rows = [
         ("documents", result["documents"]),
         ("driven by", f"'drive --parallel {result.get('parallel', 1)}' processes over a batch contract; "
-                      + ("the runner's HTTP adapter (effects.http)" if result["client"] == "http" else f"commands via {result['client']}")),
+                      + ("the runner's HTTP adapter (effects.http)" if result["client"] == "http"
+                         else f"commands via {result['client']}")),
         ("crashes (SIGKILL)", f"{result['crashes']} ({result['crashes_at_windows']} at effect windows, "
-                              f"{result['crashes_at_random_moments']} at random moments; {result['crashes_holding_the_lease']} "
-                              "while holding the lease)"),
+                              f"{result['crashes_at_random_moments']} at random moments; "
+                              f"{result['crashes_holding_the_lease']} while holding the lease)"),
         ("  by window", ", ".join(f"{w} {n}" for w, n in result["kills_by_window"].items())),
         ("drive processes", result["drivers"]),
         ("recoveries (lease takeovers)", _recoveries(result)),

@@ -49,7 +49,8 @@ def _contract(task: str, root: str) -> Dict[str, Any]:
         "task_id": task,
         "goal": "Benchmark the drive loop.",
         "workspace": root,
-        "steps": [{"id": "items", "items": {"file": "items.txt"}, "key": "item-{index}", "payload": {"template": {"item": "{item}"}}, "next": "done"}],
+        "steps": [{"id": "items", "items": {"file": "items.txt"}, "key": "item-{index}",
+                   "payload": {"template": {"item": "{item}"}}, "next": "done"}],
         "effects": {"invoke": ["stand-in", "invoke", "{key}"], "observe": ["stand-in", "observe", "{key}"]},
         "lease": {"ttl_seconds": 600},
     }
@@ -87,7 +88,8 @@ def run_drive_bench(large: int = 20000, small: int = 1000, slice_items: int = 10
             big.slice(slice_items, clock)
             if small_done < large:
                 if not smalls or smalls[-1].done >= small:
-                    smalls.append(_Batch(os.path.join(root, f"small-{len(smalls)}"), f"bench-small-{len(smalls)}", small, durability))
+                    smalls.append(_Batch(os.path.join(root, f"small-{len(smalls)}"), f"bench-small-{len(smalls)}",
+                                         small, durability))
                 current = smalls[-1]
                 before_done, before_seconds = current.done, current.seconds
                 current.slice(slice_items, clock)

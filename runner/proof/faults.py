@@ -17,7 +17,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..base.windows import Observer, check_window
 
-__all__ = ["die", "KillAt", "KillAfterSeconds", "LoseAnswerThenKill", "Recorder", "Chain", "kill_point", "lose_next_answer"]
+__all__ = ["die", "KillAt", "KillAfterSeconds", "LoseAnswerThenKill", "Recorder", "Chain", "kill_point",
+           "lose_next_answer"]
 
 
 def die() -> None:
@@ -55,7 +56,8 @@ class KillAt(Observer):
     """
 
     def __init__(self, window: str, nth: int = 1, *, where: Optional[Dict[str, Any]] = None,
-                 after: Optional[Tuple[Any, ...]] = None, tear: bool = False, on_kill: Optional[Callable[[str], None]] = None) -> None:
+                 after: Optional[Tuple[Any, ...]] = None, tear: bool = False,
+                 on_kill: Optional[Callable[[str], None]] = None) -> None:
         if nth < 1:
             raise ValueError("nth counts passes from 1")
         if tear and window != "store:before-append":
@@ -76,7 +78,8 @@ class KillAt(Observer):
 
     def fatal_next(self, **facts: Any) -> bool:
         """True when the next pass through this object's window with ``facts`` would be the fatal one."""
-        return self._armed() and self.target.seen + 1 == self.nth and all(facts.get(k) == v for k, v in self.target.where.items())
+        return (self._armed() and self.target.seen + 1 == self.nth and
+                all(facts.get(k) == v for k, v in self.target.where.items()))
 
     def reached(self, window: str, **facts: Any) -> None:
         if self.after is not None and not self._armed() and self.after.matches(window, facts):
@@ -163,7 +166,8 @@ class Chain(Observer):
 
 def kill_point(point: str, nth: int, *, lose_answer: Optional[Callable[[], None]] = None,
                on_kill: Optional[Callable[[str], None]] = None) -> Observer:
-    """The observer that die at the ``nth`` pass of ``point``: a window name, or ``WINDOW/torn`` or ``WINDOW/answer-lost``.
+    """The observer that die at the ``nth`` pass of ``point``: a window name, or ``WINDOW/torn`` or
+    ``WINDOW/answer-lost``.
 
     ``/torn`` tears the append (``store:before-append/torn``); ``/answer-lost``
     (``effect:after-call/answer-lost``) calls ``lose_answer`` first, so the
@@ -182,7 +186,8 @@ def kill_point(point: str, nth: int, *, lose_answer: Optional[Callable[[], None]
 
 def lose_next_answer(url: str, timeout: float = 5.0) -> None:
     """Arm the loopback ticket service at ``url``: commit the next ticket, then close the connection unanswered."""
-    import urllib.request  # here, not at the top: the killed children that import this module for KillAt start faster without it
+    import urllib.request  # here, not at the top: the killed children that import this module for KillAt start faster
+                           # without it
 
     request = urllib.request.Request(url + "/faults", data=json.dumps({"drop_after_commit": 1}).encode(), method="POST",
                                      headers={"Content-Type": "application/json"})

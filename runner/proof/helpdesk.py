@@ -1,4 +1,5 @@
-"""A helpdesk API on loopback, with the faults of a real one: no idempotency, 429s, answers dropped after creating, lookups that lag.
+"""A helpdesk API on loopback, with the faults of a real one: no idempotency, 429s, answers dropped after creating,
+lookups that lag.
 
 The target the HTTP adapter (:mod:`runner.adapters.http`) is proved against
 and benchmarked on, written for exactly those faults. JSON in and out; every
@@ -74,7 +75,8 @@ class Faults(NamedTuple):
 
 
 class Answer(NamedTuple):
-    """What the handler sends: a status, headers and a JSON body; ``drop``: close without answering; ``hold``: wait first."""
+    """What the handler sends: a status, headers and a JSON body; ``drop``: close without answering; ``hold``: wait
+    first."""
 
     status: int
     body: Any = None
@@ -125,7 +127,8 @@ class Helpdesk:
             return self._by_ref()
 
     def count(self, kind: str) -> int:
-        """How many log entries of ``kind`` (``created``, ``rate-limited``, ``dropped``, ``held``, ``unauthorized``, ``listed``...)."""
+        """How many log entries of ``kind`` (``created``, ``rate-limited``, ``dropped``, ``held``, ``unauthorized``,
+        ``listed``...)."""
         with self._cond:
             return sum(1 for k, _ in self.log if k == kind)
 
@@ -212,8 +215,9 @@ class Helpdesk:
             fields = json.loads(body.decode("utf-8"))
         except (UnicodeDecodeError, ValueError):
             return Answer(400, {"error": "the body is not JSON"})
-        if not isinstance(fields, dict) or not all(isinstance(fields.get(k), str) for k in ("external_ref", "title", "body")) \
-                or not fields["external_ref"]:
+        if (not isinstance(fields, dict) or
+                not all(isinstance(fields.get(k), str) for k in ("external_ref", "title", "body")) or
+                not fields["external_ref"]):
             return Answer(422, {"error": "external_ref, title and body are required strings"})
         self.posts += 1
         fault = self.schedule.get(self.posts)
@@ -222,8 +226,8 @@ class Helpdesk:
         if fault == "rate-limited":
             self._note("rate-limited", fields["external_ref"])
             return self._rate_limited()
-        issue = {"id": len(self.issues) + 1, "external_ref": fields["external_ref"], "title": fields["title"], "body": fields["body"],
-                 "created_at": self.clock()}
+        issue = {"id": len(self.issues) + 1, "external_ref": fields["external_ref"], "title": fields["title"],
+                 "body": fields["body"], "created_at": self.clock()}
         self.issues.append(issue)
         self._note("created", fields["external_ref"])
         if fault is None and self._rand.random() < self.faults.p_dropped:
@@ -237,7 +241,8 @@ class Helpdesk:
 
     @staticmethod
     def _shown(issue: Dict[str, Any]) -> Dict[str, Any]:
-        return {"id": issue["id"], "external_ref": issue["external_ref"], "title": issue["title"], "url": f"/api/issues/{issue['id']}"}
+        return {"id": issue["id"], "external_ref": issue["external_ref"], "title": issue["title"],
+                "url": f"/api/issues/{issue['id']}"}
 
     def wait_answer(self, answer: Answer) -> None:
         """What the answer waits before it is sent: the fixed latency, and a hold until released."""
@@ -257,7 +262,8 @@ class _Server(http.server.ThreadingHTTPServer):
 class _Handler(http.server.BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"  # keep-alive, as a real API
-    disable_nagle_algorithm = True  # the head and the body are two writes: without this, each answer waits for a delayed ACK
+    disable_nagle_algorithm = True  # the head and the body are two writes: without this, each answer waits for a
+                                    # delayed ACK
     timeout = 5.0  # an idle connection is closed after this (the client must notice)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
@@ -319,7 +325,8 @@ class HelpdeskServer:
     pooled client connection sees the server gone.
     """
 
-    def __init__(self, helpdesk: Helpdesk, host: str = "127.0.0.1", port: int = 0, tls: Optional[Tuple[str, str]] = None) -> None:
+    def __init__(self, helpdesk: Helpdesk, host: str = "127.0.0.1", port: int = 0,
+                 tls: Optional[Tuple[str, str]] = None) -> None:
         self.helpdesk = helpdesk
         self.server = _Server((host, port), _Handler)
         self.server.helpdesk = helpdesk
@@ -330,7 +337,8 @@ class HelpdeskServer:
             self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
         self.port = self.server.server_address[1]
         self.url = f"{'https' if tls else 'http'}://{host}:{self.port}"
-        self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, name="helpdesk", daemon=True)
+        self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="helpdesk", daemon=True)
         self._thread.start()
 
     def __enter__(self) -> "HelpdeskServer":
@@ -393,7 +401,8 @@ def _schedule(text: str) -> Dict[int, str]:
     for part in filter(None, text.split(",")):
         number, _, fault = part.partition(":")
         if fault not in POST_FAULTS or not number.isdigit():
-            raise argparse.ArgumentTypeError(f"{part!r}: write POST_NUMBER:FAULT with FAULT one of {', '.join(POST_FAULTS)}")
+            raise argparse.ArgumentTypeError(f"{part!r}: write POST_NUMBER:FAULT with FAULT one of "
+                                             f"{', '.join(POST_FAULTS)}")
         out[int(number)] = fault
     return out
 
@@ -412,11 +421,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--retry-after", choices=("seconds", "date"), default="seconds")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    faults = Faults(args.lag, args.latency, args.rate_limit, args.p_rate_limited, args.p_dropped, args.schedule, args.retry_after, 1, args.seed)
+    faults = Faults(args.lag, args.latency, args.rate_limit, args.p_rate_limited, args.p_dropped, args.schedule,
+                    args.retry_after, 1, args.seed)
     try:
         desk = Helpdesk.from_token_file(args.token_file, faults)
     except (OSError, ValueError) as exc:
-        sys.stderr.write(f"helpdesk: cannot read a token from {args.token_file}: {getattr(exc, 'strerror', None) or exc}\n")
+        sys.stderr.write(f"helpdesk: cannot read a token from {args.token_file}: "
+                         f"{getattr(exc, 'strerror', None) or exc}\n")
         return 1
     try:
         served = HelpdeskServer(desk, args.host, args.port)
@@ -433,7 +444,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 def _until_parent_gone(every: float = 0.5) -> None:
-    """Return once the process that started this one is gone: a helpdesk started in a shell's background ends with that shell."""
+    """Return once the process that started this one is gone: a helpdesk started in a shell's background ends with that
+    shell."""
     parent = os.getppid()
     while os.getppid() == parent:
         time.sleep(every)

@@ -1,4 +1,5 @@
-"""``bench --parallel``: ``drive`` with many calls in flight against a loopback target that answers after a fixed latency.
+"""``bench --parallel``: ``drive`` with many calls in flight against a loopback target that answers after a fixed
+latency.
 
 Each form runs one ``drive --parallel N`` process over a fresh workspace of
 ``items`` reports against the loopback helpdesk (:mod:`runner.proof.helpdesk`,
@@ -112,7 +113,8 @@ def _workspace(folder: str, url: str, items: int, form: str) -> None:
                 handle.write(text)
         effects["invoke"] = ["sh", "invoke.sh", url, "{payload_file}"]
         effects["observe"] = ["sh", "observe.sh", url, "{slug}"]
-        effects["observe_many"] = {"command": ["sh", "observe-many.sh", url, "{each}"], "match": "/external_ref", "value": "{slug}"}
+        effects["observe_many"] = {"command": ["sh", "observe-many.sh", url, "{each}"], "match": "/external_ref",
+                                   "value": "{slug}"}
     block["effects"] = effects
     block["limits"] = {"max_effect_attempts": 3}
     with open(os.path.join(folder, "contract.md"), "w", encoding="utf-8") as handle:
@@ -124,8 +126,9 @@ def _runner(folder: str, *args: str) -> "subprocess.CompletedProcess[str]":
     for name in ("RUNNER_DIR", "RUNNER_STORE", "RUNNER_OWNER", "RUNNER_EPOCH"):
         env.pop(name, None)
     env["PYTHONPATH"] = _ROOT
-    return subprocess.run([sys.executable, "-m", "runner", "--dir", os.path.join(folder, ".run"), *args], cwd=folder, env=env,
-                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=3600)
+    return subprocess.run([sys.executable, "-m", "runner", "--dir", os.path.join(folder, ".run"), *args], cwd=folder,
+                          env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          timeout=3600)
 
 
 def _children_cpu() -> float:
@@ -148,18 +151,22 @@ def _drive(tmp: str, name: str, url: str, desk: Helpdesk, items: int, form: str,
     figures = json.loads(done.stdout)["drive"]
     made = sum(desk.by_ref().values()) - before
     shutil.rmtree(folder, ignore_errors=True)
-    return {"form": form, "items": items, "issues_made": made, "wall_seconds": round(wall, 2), "cpu_ms_per_item": round(1000 * cpu / items, 2),
+    return {"form": form, "items": items, "issues_made": made, "wall_seconds": round(wall, 2),
+            "cpu_ms_per_item": round(1000 * cpu / items, 2),
             "calls": figures["calls"], "commits": figures["commits"], "records": figures["records"],
-            "records_per_commit": round(figures["records"] / max(1, figures["commits"]), 2), "not_now": figures["not_now"]}
+            "records_per_commit": round(figures["records"] / max(1, figures["commits"]), 2),
+            "not_now": figures["not_now"]}
 
 
-def run_parallel_bench(items: int = 2000, in_flight: int = 32, latency: float = 0.1, rate_items: int = 300, rate_limit: float = 50.0,
-                       forms: Optional[List[str]] = None) -> Dict[str, Any]:
-    """Run the benchmark (see the module docstring); its figures, with ``ok`` only when every target holds one issue per item."""
+def run_parallel_bench(items: int = 2000, in_flight: int = 32, latency: float = 0.1, rate_items: int = 300,
+                       rate_limit: float = 50.0, forms: Optional[List[str]] = None) -> Dict[str, Any]:
+    """Run the benchmark (see the module docstring); its figures, with ``ok`` only when every target holds one issue per
+    item."""
     forms = forms or (["http", "commands"] if shutil.which("curl") and shutil.which("sh") else ["http"])
     tmp = tempfile.mkdtemp(prefix="runner-bench-parallel-")
     ideal = items * latency / in_flight
-    result: Dict[str, Any] = {"items": items, "in_flight": in_flight, "latency_seconds": latency, "ideal_seconds": round(ideal, 2)}
+    result: Dict[str, Any] = {"items": items, "in_flight": in_flight, "latency_seconds": latency,
+                              "ideal_seconds": round(ideal, 2)}
     try:
         for form in forms:
             desk = Helpdesk(TOKEN, Faults(latency=latency))
@@ -178,13 +185,16 @@ def run_parallel_bench(items: int = 2000, in_flight: int = 32, latency: float = 
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if "commands" in result and "http" in result:
-        result["cpu_commands_over_http"] = round(result["commands"]["cpu_ms_per_item"] / result["http"]["cpu_ms_per_item"], 2)
+        result["cpu_commands_over_http"] = round(result["commands"]["cpu_ms_per_item"]
+                                                 / result["http"]["cpu_ms_per_item"], 2)
     rows = [result[f] for f in forms] + [result["rate_limited"]]
     result["ok"] = all(r["issues_made"] == r["items"] for r in rows)
     result["targets"] = {
         **({"http_over_ideal": {"target": 1.5, "met": result["http"]["over_ideal"] <= 1.5},
-            "http_records_per_commit": {"target": 4, "met": result["http"]["records_per_commit"] >= 4}} if "http" in result else {}),
-        **({"commands_over_ideal": {"target": 3.0, "met": result["commands"]["over_ideal"] <= 3.0}} if "commands" in result else {}),
+            "http_records_per_commit": {"target": 4, "met": result["http"]["records_per_commit"] >= 4}}
+           if "http" in result else {}),
+        **({"commands_over_ideal": {"target": 3.0, "met": result["commands"]["over_ideal"] <= 3.0}}
+           if "commands" in result else {}),
         "rate_limited_failed_items": {"target": 0, "met": result["rate_limited"]["failed_items"] == 0},
     }
     return result

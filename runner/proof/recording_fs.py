@@ -133,7 +133,8 @@ class RecordingFileSystem(FileSystem):
                 dirs[ino] = (dict(node.durable), list(node.changes))
                 named.update(node.durable.values())
                 named.update(change[-1] for change in node.changes)
-        files = {ino: _content_options(node, rng) for ino, node in self._nodes.items() if ino in named and isinstance(node, _File)}
+        files = {ino: _content_options(node, rng) for ino, node in self._nodes.items()
+                 if ino in named and isinstance(node, _File)}
         return CrashSpace(self._root.ino, dirs, files)
 
     def crash_states(self, rng: Optional[random.Random] = None) -> List[Tree]:
@@ -323,7 +324,8 @@ class RecordingFileSystem(FileSystem):
             current = stack.pop()
             if current is node:
                 return True
-            stack.extend(child for child in (self._nodes[i] for i in current.entries.values()) if isinstance(child, _Dir))
+            stack.extend(child for child in (self._nodes[i] for i in current.entries.values())
+                         if isinstance(child, _Dir))
         return False
 
     def fsync_dir(self, path: str) -> None:

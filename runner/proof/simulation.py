@@ -177,8 +177,8 @@ from .simworld import (FIFO, CallIntroduced, LeaderOnlyProcesses, Ledger, Memory
                        ProcessTable, Scheduler, SimProcesses, SimWorld, TrustingProcesses, Worker, WorkerKilled,
                        registry_room)
 
-__all__ = ["KILL_WINDOWS", "INVARIANTS", "VARIANTS", "Params", "draw_params", "Schedule", "run_schedule", "simulate", "format_report",
-           "replay_command"]
+__all__ = ["KILL_WINDOWS", "INVARIANTS", "VARIANTS", "Params", "draw_params", "Schedule", "run_schedule", "simulate",
+           "format_report", "replay_command"]
 
 #: Where a worker may be killed: the executor's and the lease's windows (:mod:`runner.base.windows`), the store's commit
 #: windows, and the simulation's own points: before a transaction takes the lock, at every ``World.wait``, between a
@@ -202,9 +202,11 @@ KILL_WINDOWS = (
 _INSIDE = ("store:before-db-commit", "store:after-db-commit")
 
 #: How many passes of each window the per-schedule kill may fall on.
-_PASSES = {"lease:after-acquire": 2, "store:before-db-commit": 12, "store:after-db-commit": 12, "sim:lock": 12, "sim:wait": 8}
+_PASSES = {"lease:after-acquire": 2, "store:before-db-commit": 12, "store:after-db-commit": 12, "sim:lock": 12,
+           "sim:wait": 8}
 
-INVARIANTS = ("duplicate", "call-after-receipt", "receipt-lost", "absence-over-receipt", "lost-acknowledgement", "phantom",
+INVARIANTS = ("duplicate", "call-after-receipt", "receipt-lost", "absence-over-receipt", "lost-acknowledgement",
+              "phantom",
               "unfenced-write", "contradiction", "unsettled", "record-set-aside", "wrong-kill", "crash", "simulation")
 
 #: What a key may break once the world broke its contract with the runner for that key (:meth:`Schedule.beyond`):
@@ -238,7 +240,8 @@ def _no_wait(facts: Facts) -> Move:
 
 
 def _receipt_blind(facts: Facts) -> Move:
-    """Broken: the lifecycle never sees a recorded receipt, so an absence after an acknowledgement reads as an absence."""
+    """Broken: the lifecycle never sees a recorded receipt, so an absence after an acknowledgement reads as an
+    absence."""
     if facts.effect is not None and facts.effect.get("receipt") is not None:
         facts = facts._replace(effect=dict(facts.effect, receipt=None))
     return next_move(facts)
@@ -250,7 +253,8 @@ class _ReceiptBlindRun(Run):
     def transact_many(self, changes: Any) -> Any:
         def blind(change: Callable[[Dict[str, Any], float], Any]) -> Callable[[Dict[str, Any], float], Any]:
             def hidden(state: Dict[str, Any], now: float) -> Any:
-                kept = [(effect, effect["receipt"]) for effect in state["effects"].values() if effect.get("receipt") is not None]
+                kept = [(effect, effect["receipt"]) for effect in state["effects"].values()
+                        if effect.get("receipt") is not None]
                 for effect, _ in kept:
                     effect["receipt"] = None
                 try:
@@ -365,7 +369,8 @@ class Params(NamedTuple):
     kill_pass: int
     kill_chance: float  # at each pass through a window
     kill_in_flight: float  # at a random instant while a call is on its way, for each call
-    kill_slow: float  # the same, for a call that will take longer than its timeout to send (the issue's "CLI that authenticates first")
+    kill_slow: float  # the same, for a call that will take longer than its timeout to send (the issue's "CLI that
+                      # authenticates first")
     timed_kills: Tuple[float, ...]
     stall: Optional[Tuple[str, int, float]]  # (window or "time", pass or second, seconds stopped)
     same_owner_at: Optional[float]
@@ -404,12 +409,14 @@ def draw_params(seed: int) -> Params:
     timeout = round(rng.uniform(0.5, 2.0) * ttl if rng.random() < 0.5 else rng.uniform(0.2, 0.9) * ttl, 3)
     settle = rng.choice((0.0, 0.0, round(rng.uniform(0.2, 8.0), 3)))
     window = KILL_WINDOWS[seed % len(KILL_WINDOWS)] if rng.random() < 0.8 else None
-    storms = tuple(sorted((round(rng.uniform(0, 20), 3), round(rng.uniform(2, 25), 3)) for _ in range(rng.choice((0, 0, 0, 1, 2)))))
+    storms = tuple(sorted((round(rng.uniform(0, 20), 3), round(rng.uniform(2, 25), 3))
+                          for _ in range(rng.choice((0, 0, 0, 1, 2)))))
     stall: Optional[Tuple[str, int, float]] = None
     if rng.random() < 0.3:
-        where = rng.choice(("effect:before-started", "effect:after-started", "effect:after-call", "effect:after-ack", "sim:wait", "sim:lock",
-                            "sim:spawned", "time"))
-        stall = (where, rng.randint(1, 4) if where != "time" else rng.randint(0, 20), round(rng.uniform(0.2, 3.0) * ttl, 3))
+        where = rng.choice(("effect:before-started", "effect:after-started", "effect:after-call", "effect:after-ack",
+                            "sim:wait", "sim:lock", "sim:spawned", "time"))
+        stall = (where, rng.randint(1, 4) if where != "time" else rng.randint(0, 20),
+                 round(rng.uniform(0.2, 3.0) * ttl, 3))
     params = Params(
         keys=keys,
         parallel=rng.choice((1, 1, 2, 3, 4, 8)),
@@ -452,7 +459,8 @@ def draw_params(seed: int) -> Params:
 
 
 def _draw_rate(seed: int) -> Optional[Dict[str, float]]:
-    """The contract's ``effects.rate`` of schedule ``seed``, from a stream of its own (the other draws stay as they were)."""
+    """The contract's ``effects.rate`` of schedule ``seed``, from a stream of its own (the other draws stay as they
+    were)."""
     rng = random.Random(f"rate:{seed}")
     if rng.random() < 0.7:
         return None
@@ -520,7 +528,8 @@ class SimCall:
     __slots__ = ("id", "worker", "kind", "key", "items", "payload", "epoch", "registry", "registered", "deadline",
                  "adapter", "tag", "work", "began", "outcome", "delivered", "proc", "helper", "gate_open", "acts_at")
 
-    def __init__(self, number: int, worker: Worker, introduced: CallIntroduced, tag: Any, work: Callable[[], Any], began: float) -> None:
+    def __init__(self, number: int, worker: Worker, introduced: CallIntroduced, tag: Any, work: Callable[[], Any],
+                 began: float) -> None:
         current = introduced.current
         if current is None and introduced.kind != "many":
             raise RuntimeError("a call started outside inflight.calling")
@@ -889,7 +898,8 @@ class Schedule:
                 (self._all_verified(self.ledger.truth) and not self._migration_pending()):
             return
         index = len(self.workers) + 1
-        worker = SimWorker(f"w{index}", owner or f"worker-{index}", self._program, random.Random(f"worker:{self.seed}:{index}"))
+        worker = SimWorker(f"w{index}", owner or f"worker-{index}", self._program,
+                           random.Random(f"worker:{self.seed}:{index}"))
         worker.proc = self.table.new_worker()
         worker.pid, worker.start = worker.proc.pid, worker.proc.start
         self.workers.append(worker)
@@ -964,13 +974,14 @@ class Schedule:
             if self.trace is not None:
                 state = (facts.effect or {}).get("state")
                 calls = ",".join(f"{'alive' if c.alive else 'ended'}/{c.kind}" for c in facts.calls)
-                self.log(f"{worker.name} {facts.key} {state} calls[{calls}] seen={facts.seen.status if facts.seen else None} "
+                self.log(f"{worker.name} {facts.key} {state} calls[{calls}] "
+                         f"seen={facts.seen.status if facts.seen else None} "
                          f"answer={facts.answer.kind if facts.answer else None} -> {move.kind}"
                          + (f" until {move.until - T0:.3f}" if move.until is not None else ""))
             return move
 
-        executor = Executor(run, registry=registry, world=world, decide=decide, ttl=p.ttl, flow=Flow(p.parallel, p.rate, now=self.sched.clock()),
-                            observer=observer,
+        executor = Executor(run, registry=registry, world=world, decide=decide, ttl=p.ttl,
+                            flow=Flow(p.parallel, p.rate, now=self.sched.clock()), observer=observer,
                             rand=worker.rand.random)
         if p.listed:
             try:
@@ -991,7 +1002,8 @@ class Schedule:
         except RunnerError as exc:
             worker.detail = exc.message
             if exc.reason == "needs-reconciliation":
-                kind = ("receipt-contradiction" if "observed" in exc.context else "ledger-refusal" if "state" in exc.context
+                kind = ("receipt-contradiction" if "observed" in exc.context
+                        else "ledger-refusal" if "state" in exc.context
                         else "unverifiable-command" if "process_group" in exc.context else "unknown-outcome")
                 self.count(f"needs-reconciliation:{kind}")
                 if kind == "receipt-contradiction" and not p.over_lag:
@@ -1007,7 +1019,8 @@ class Schedule:
 
     # -- windows and faults ----------------------------------------------------------------------------
     def window(self, worker: Worker, window: str, key: Optional[str] = None) -> None:
-        """``worker`` reached ``window``: count the pass; kill, stall or let another worker run there, as the schedule says."""
+        """``worker`` reached ``window``: count the pass; kill, stall or let another worker run there, as the schedule
+        says."""
         if worker.unwinding:
             raise WorkerKilled()
         p = self.p
@@ -1043,7 +1056,8 @@ class Schedule:
                               "its runner is gone (SIGPIPE)")
         p = self.p
         if p.restart == "same-owner":
-            self.sched.at(self.sched.now + p.restart_delay, self._start_worker, worker.owner, f"restart of {worker.name}, same owner")
+            self.sched.at(self.sched.now + p.restart_delay, self._start_worker, worker.owner,
+                          f"restart of {worker.name}, same owner")
         elif p.restart == "break":
             self.sched.at(self.sched.now + p.restart_delay, self._break_and_start, worker)
         else:
@@ -1059,7 +1073,8 @@ class Schedule:
         self._start_worker(None, f"restart of {dead.name}")
 
     def stall(self, worker: SimWorker, seconds: float, where: str, in_its_thread: bool = False) -> None:
-        """SIGSTOP ``worker`` for ``seconds``, then SIGCONT (``in_its_thread``: it stops here, at a window it reached)."""
+        """SIGSTOP ``worker`` for ``seconds``, then SIGCONT (``in_its_thread``: it stops here, at a window it
+        reached)."""
         if worker.dead or worker.stopped:
             return
         self.sched.stop(worker)
@@ -1099,7 +1114,8 @@ class Schedule:
             self._start_worker(twin.owner, f"a second process with {twin.name}'s owner id")
 
     def _exited(self, worker: Worker) -> None:
-        """A worker's thread ended: record why; the supervisor starts another unless the run is settled or stopped for good."""
+        """A worker's thread ended: record why; the supervisor starts another unless the run is settled or stopped for
+        good."""
         assert isinstance(worker, SimWorker)
         outcome = worker.outcome or "?"
         named = "crashed" if outcome.startswith("crashed") else outcome
@@ -1117,7 +1133,8 @@ class Schedule:
             self.reconciliation_exits += 1
             if self.reconciliation_exits >= MAX_RECONCILIATION_EXITS:
                 self.final, self.final_detail = outcome, worker.detail
-                self.final_lookups = dict(self.last_lookup)  # a worker still running may look again; the stop was decided on these
+                self.final_lookups = dict(self.last_lookup)  # a worker still running may look again; the stop was
+                                                             # decided on these
                 return
         if outcome in ("limit-exhausted", "failed", "invalid-input"):
             self.final, self.final_detail = outcome, worker.detail
@@ -1127,7 +1144,8 @@ class Schedule:
                 self.sched.at(self.sched.now, self._operator_migrates)
             return
         if not self._live():
-            self.sched.at(self.sched.now + self.fault_rng.uniform(0.1, 3.0), self._start_worker, None, f"after {worker.name}: {outcome}")
+            self.sched.at(self.sched.now + self.fault_rng.uniform(0.1, 3.0), self._start_worker, None,
+                          f"after {worker.name}: {outcome}")
 
     # -- calls -----------------------------------------------------------------------------------------
     def _begin_call(self, worker: Worker, introduced: CallIntroduced, tag: Any, work: Callable[[], Any]) -> None:
@@ -1224,7 +1242,8 @@ class Schedule:
         self.sched.bound(call.worker, self.sched.now + self._delay(), self._deliver, call, outcome)
 
     def _spawn(self, call: SimCall, before: float) -> None:
-        """A command-like call's process starts, the call's token in its environment; an instant later it is registered."""
+        """A command-like call's process starts, the call's token in its environment; an instant later it is
+        registered."""
         if call.delivered:
             return  # its worker was stopped past the call's timeout: the call ended before its process began
         if call.kind == "invoke" and call.past_deadline(self.sched.now):
@@ -1422,7 +1441,8 @@ class Schedule:
             return ("unknown", "502 from a proxy; the request did not reach the target")
         held = self.effects.setdefault(key, [])
         if key in self.receipted:
-            self.violation("call-after-receipt", f"{call.id} of {key} by {call.worker.name} reached the target after the receipt "
+            self.violation("call-after-receipt",
+                           f"{call.id} of {key} by {call.worker.name} reached the target after the receipt "
                            f"{self.receipted[key]} was recorded", key)
         remembered = [e for e in held if p.retention is None or e[0] > now - p.retention]
         if p.deduplicates and held and not remembered and key in self.resent:
@@ -1431,14 +1451,16 @@ class Schedule:
                 # references/batch-and-drive.md, section 7: where processes cannot be read, a command that outlives
                 # its deadline is neither verified nor ended; the runner stops for a person while it runs, but what it
                 # sends after the target forgot the key is a second effect no runner can prevent.
-                self.beyond(key, item, "a resend that a command sent past its deadline, where processes cannot be read, "
+                self.beyond(key, item,
+                            "a resend that a command sent past its deadline, where processes cannot be read, "
                             "reached the target after its retention", "unread-resend-past-the-retention")
         if p.deduplicates and remembered:
             self.count("deduplicated")
             receipt = {"ticket": remembered[0][2], "key": key}
         else:
             self.tickets += 1
-            lag = (p.settle if rng.random() < 0.2 else rng.uniform(0, p.settle)) if not p.over_lag else rng.uniform(0, 3 * p.settle + 3)
+            lag = ((p.settle if rng.random() < 0.2 else rng.uniform(0, p.settle)) if not p.over_lag
+                   else rng.uniform(0, 3 * p.settle + 3))
             effect = (now, now + lag, self.tickets, call.id)
             held.append(effect)
             self.by_value.setdefault(self._value(call.payload, key), []).append(effect)
@@ -1516,23 +1538,28 @@ class Schedule:
             room[name] = text
 
     # -- the ledger's observer ------------------------------------------------------------------------
-    def _committed(self, before: Dict[str, Any], after: Dict[str, Any], ops: List[Any], writer: Optional[str], epoch: int) -> None:
+    def _committed(self, before: Dict[str, Any], after: Dict[str, Any], ops: List[Any], writer: Optional[str],
+                   epoch: int) -> None:
         now = self.sched.now
         self.count("commits")
         touched = before["effects"]
         lease = before["lease"]
-        if any(op[1] == ["lease"] for op in ops) and lease.get("owner") is not None and after["lease"].get("owner") is not None:
+        if (any(op[1] == ["lease"] for op in ops) and lease.get("owner") is not None and
+                after["lease"].get("owner") is not None):
             self.count("takeovers")
         if touched:
-            holds = (lease.get("owner") == writer and lease.get("epoch") == epoch and lease.get("expires_at") is not None
+            holds = (lease.get("owner") == writer and lease.get("epoch") == epoch
+                     and lease.get("expires_at") is not None
                      and parse_time(lease["expires_at"]) > now)
             if not holds:
-                self.violation("unfenced-write", f"{writer} at epoch {epoch} changed {sorted(touched)} while the lease was {lease}")
+                self.violation("unfenced-write",
+                               f"{writer} at epoch {epoch} changed {sorted(touched)} while the lease was {lease}")
         for key, was in touched.items():
             now_record = after["effects"].get(key) or {}
             if was.get("receipt") is not None:
                 if now_record.get("receipt") != was["receipt"]:
-                    self.violation("receipt-lost", f"{key}: the receipt {was['receipt']} became {now_record.get('receipt')}")
+                    self.violation("receipt-lost",
+                                   f"{key}: the receipt {was['receipt']} became {now_record.get('receipt')}")
                 if now_record.get("state") == "absent":
                     self.violation("absence-over-receipt", f"{key} recorded absent over the receipt {was['receipt']}")
             if now_record.get("state") == "started":
@@ -1589,11 +1616,14 @@ class Schedule:
             why = self._unexplained(ending, truth)
             if why:
                 self.violation("unsettled", f"stopped with {ending} ({self.final_detail[:200]}), {why}")
-        self.log(f"END {ending}; ledger {self._states(truth)}; target {[(k, len(v)) for k, v in sorted(self.effects.items())]}")
+        self.log(f"END {ending}; ledger {self._states(truth)}; target "
+                 f"{[(k, len(v)) for k, v in sorted(self.effects.items())]}")
         self.count(f"ending:{ending}")
-        return {"seed": self.seed, "ending": ending, "violations": list(self.violations), "counts": dict(self.counts), "signs": sorted(self.signs),
+        return {"seed": self.seed, "ending": ending, "violations": list(self.violations), "counts": dict(self.counts),
+                "signs": sorted(self.signs),
                 "kills": dict(self.kills), "exits": dict(self.exits), "moves": dict(self.moves), "params": self.p,
-                "trace": self.trace, "trace_digest": sha256_hex("\n".join(self.trace).encode()) if self.trace is not None else None}
+                "trace": self.trace,
+                "trace_digest": sha256_hex("\n".join(self.trace).encode()) if self.trace is not None else None}
 
     def _states(self, truth: Dict[str, Any]) -> Dict[str, Any]:
         return {k: (truth["effects"].get(k) or {}).get("state") for k in self._keys_now(truth)}
@@ -1622,13 +1652,15 @@ class Schedule:
         if ending == "needs-reconciliation:receipt-contradiction":
             return "" if self.p.over_lag else "the target kept its settle time, yet an absence contradicted a receipt"
         if ending == "needs-reconciliation:unverifiable-command":
-            return "" if not self.p.can_find else "processes can be read here, yet a command was taken for one that cannot be verified"
+            return ("" if not self.p.can_find
+                    else "processes can be read here, yet a command was taken for one that cannot be verified")
         if ending == "needs-reconciliation:ledger-refusal":
             return "the ledger refused what the lifecycle proposed"
         return f"no fault explains {ending}"
 
 
-def run_schedule(seed: int, variant: str = "real", trace: bool = False, params: Optional[Params] = None) -> Dict[str, Any]:
+def run_schedule(seed: int, variant: str = "real", trace: bool = False,
+                 params: Optional[Params] = None) -> Dict[str, Any]:
     """Run schedule ``seed`` and return what it did and found (``trace``: the event lines too).
 
     ``params``: the world to use instead of the seed's own (a hand-made scenario; the seed still drives every choice).
@@ -1664,7 +1696,8 @@ def simulate(seed: int, schedules: int, variant: str = "real", trace: bool = Fal
     for seed_i in range(seed, seed + schedules):
         result = run_schedule(seed_i, variant, trace)
         done += 1
-        for into, table in ((totals, result["counts"]), (kills, result["kills"]), (exits, result["exits"]), (moves, result["moves"])):
+        for into, table in ((totals, result["counts"]), (kills, result["kills"]), (exits, result["exits"]),
+                            (moves, result["moves"])):
             for key, value in table.items():
                 into[key] = into.get(key, 0) + value
         endings[result["ending"]] = endings.get(result["ending"], 0) + 1
@@ -1709,8 +1742,8 @@ def simulate(seed: int, schedules: int, variant: str = "real", trace: bool = Fal
         "observes": totals.get("calls_observe", 0),
         "effects_at_target": totals.get("effects", 0),
         "commits": totals.get("commits", 0),
-        "faults_at_target": {k: totals.get(k, 0) for k in ("answers_dropped", "answers_not_now", "unknown_not_applied", "stale_epochs_refused",
-                                                           "deduplicated")},
+        "faults_at_target": {k: totals.get(k, 0) for k in ("answers_dropped", "answers_not_now", "unknown_not_applied",
+                                                           "stale_epochs_refused", "deduplicated")},
         "commands_killed_before_sending": totals.get("invoke_commands_killed_before_sending", 0),
         "commands_closed_at_the_gate": totals.get("commands_closed_at_the_gate", 0),
         "sends_past_deadline_refused": totals.get("sends_past_deadline_refused", 0),
@@ -1761,7 +1794,8 @@ def _shapes_of(p: Params) -> List[str]:
 
 def format_report(result: Dict[str, Any]) -> str:
     """The campaign's figures as lines of text."""
-    skip = ("traces", "examples", "kills_by_window", "violations_by_invariant", "endings", "worker_exits", "faults_at_target", "parallel",
+    skip = ("traces", "examples", "kills_by_window", "violations_by_invariant", "endings", "worker_exits",
+            "faults_at_target", "parallel",
             "failing_schedules_by_sign", "failing_seeds", "schedules_by_shape", "shaped", "beyond_promise_by_cause")
     lines = [f"{key:32} {value}" for key, value in result.items() if key not in skip]
     for title in ("kills_by_window", "endings", "worker_exits", "faults_at_target", "schedules_by_shape", "shaped",
@@ -1769,7 +1803,8 @@ def format_report(result: Dict[str, Any]) -> str:
         lines.append(f"{title}:")
         lines += [f"  {name!s:38} {count}" for name, count in result[title].items()]
     if result["failing_seeds"]:
-        lines.append("failing seeds: " + " ".join(map(str, result["failing_seeds"])) + (" ..." if result["failing_schedules"] > 100 else ""))
+        lines.append("failing seeds: " + " ".join(map(str, result["failing_seeds"]))
+                     + (" ..." if result["failing_schedules"] > 100 else ""))
     lines += [f"violation: {example}" for example in result["examples"]]
     for trace in result.get("traces") or []:
         lines.append(f"trace of seed {trace['seed']} (sha256 {trace['digest']}):")

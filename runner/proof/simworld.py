@@ -1,4 +1,5 @@
-"""The simulated world of the executor simulation: one clock, one process table, calls and a ledger in memory, one worker running at a time.
+"""The simulated world of the executor simulation: one clock, one process table, calls and a ledger in memory, one
+worker running at a time.
 
 :mod:`runner.proof.simulation` runs the real executor, lifecycle, registry
 and :class:`runner.execution.run.Run` here; this module holds what stands in for the
@@ -77,10 +78,12 @@ class CallIntroduced(BaseException):
     ``items``: a lookup of many keys' ``(key, payload)`` pairs (its ``key`` and ``payload`` are the first's).
     """
 
-    def __init__(self, kind: str, key: str, payload: Dict[str, Any], epoch: Optional[int], current: Optional[Tuple[Registry, Registered]],
+    def __init__(self, kind: str, key: str, payload: Dict[str, Any], epoch: Optional[int],
+                 current: Optional[Tuple[Registry, Registered]],
                  adapter: Any, items: Optional[List[Tuple[str, Dict[str, Any]]]] = None) -> None:
         super().__init__(kind)
-        self.kind, self.key, self.payload, self.epoch, self.current, self.adapter = kind, key, payload, epoch, current, adapter
+        self.kind, self.key, self.payload, self.epoch, self.current, self.adapter = (
+            kind, key, payload, epoch, current, adapter)
         self.items = items if items is not None else [(key, payload)]
 
 
@@ -261,7 +264,8 @@ class Scheduler:
                 times.append(self._heap[0][0])
             if not times:
                 if self.live:
-                    self.errors.append("no worker can run and nothing is scheduled: " + ", ".join(w.name for w in self.live))
+                    self.errors.append("no worker can run and nothing is scheduled: "
+                                       + ", ".join(w.name for w in self.live))
                     self.abort()
                     continue
                 return None
@@ -594,7 +598,8 @@ class Ledger:
 
     def append(self, digest: str, body: Dict[str, Any], raw: bytes, writer: Optional[str], epoch: int) -> None:
         touched = sorted({op[1][1] for op in body["ops"] if len(op[1]) >= 2 and op[1][0] == "effects"})
-        before = {"effects": {k: dict(self.truth["effects"].get(k) or {}) for k in touched}, "lease": dict(self.truth["lease"])}
+        before = {"effects": {k: dict(self.truth["effects"].get(k) or {}) for k in touched},
+                  "lease": dict(self.truth["lease"])}
         replay(self.truth, [(digest, loads_trusted(raw))])
         self.records.append((digest, raw))
         if self.observer is not None:
@@ -612,7 +617,8 @@ class MemoryStore(Store):
     ``writable()`` is False once that process is dead.
     """
 
-    def __init__(self, ledger: Ledger, clock: Callable[[], float], *, observer: Optional[Observer] = None, writer: Optional[str] = None,
+    def __init__(self, ledger: Ledger, clock: Callable[[], float], *, observer: Optional[Observer] = None,
+                 writer: Optional[str] = None,
                  pause: Optional[Callable[[str], None]] = None, writable: Callable[[], bool] = lambda: True) -> None:
         self.ledger, self.clock = ledger, clock
         self.observer = observer if observer is not None else NO_OBSERVER
@@ -622,13 +628,15 @@ class MemoryStore(Store):
         self._state = ledger.snapshot()
 
     @classmethod
-    def create(cls, location: str, task_id: str, plan: Dict[str, Any], workspace_base: Optional[str] = None, **options: Any) -> "MemoryStore":
+    def create(cls, location: str, task_id: str, plan: Dict[str, Any], workspace_base: Optional[str] = None,
+               **options: Any) -> "MemoryStore":
         clock = options.pop("clock")
         return cls(Ledger(task_id, plan, clock), clock, **options)
 
     @classmethod
     def open(cls, location: str, task_id: Optional[str] = None, **options: Any) -> "MemoryStore":
-        """A simulated run lives only in its :class:`Ledger`: each worker's view is made with the ledger, never opened by URL."""
+        """A simulated run lives only in its :class:`Ledger`: each worker's view is made with the ledger, never opened
+        by URL."""
         raise NotImplementedError("a simulated run is not opened by location; make a MemoryStore over its Ledger")
 
     @classmethod
@@ -671,7 +679,8 @@ class SimWorld(World):
     which runs its ``work`` a second time with :attr:`delivering` set.
     """
 
-    def __init__(self, scheduler: Scheduler, worker: Worker, begin: Callable[..., None], window: Callable[[Worker, str], None]) -> None:
+    def __init__(self, scheduler: Scheduler, worker: Worker, begin: Callable[..., None],
+                 window: Callable[[Worker, str], None]) -> None:
         self.scheduler, self.worker, self.begin, self.window = scheduler, worker, begin, window
         self.delivering: Any = None
         self._probing = False

@@ -195,7 +195,8 @@ def write_commands(folder: str, url: str, client: str = "python", killable: bool
     py = sys.executable
     script = _write(folder, "ticket_client.py", _CLIENT)
     if client == "curl":
-        invoke = ["sh", _write(folder, "ticket_invoke.sh", _INVOKE_SH), url, "{key}", "{payload_file}", "{epoch}", "{run_id}"]
+        invoke = ["sh", _write(folder, "ticket_invoke.sh", _INVOKE_SH), url, "{key}", "{payload_file}", "{epoch}",
+                  "{run_id}"]
         observe = ["sh", _write(folder, "ticket_observe.sh", _OBSERVE_SH), url, "{key}"]
     elif client == "python":
         invoke = [py, "-S", script, "invoke", url, "{key}", "{payload_file}", "{epoch}", "{run_id}"]
