@@ -23,16 +23,19 @@ class _TicketClient:
         self.timeout = float(timeout)
         self.run_id = run_id
 
-    def _send(self, method: str, path: str, body: Optional[Dict[str, Any]] = None, headers: Optional[Dict[str, str]] = None) -> Tuple[int, Dict[str, Any]]:
+    def _send(self, method: str, path: str, body: Optional[Dict[str, Any]] = None,
+              headers: Optional[Dict[str, str]] = None) -> Tuple[int, Dict[str, Any]]:
         """``(status, JSON body)``; raises :class:`NotSent` or :class:`Lost` when there is no answer."""
-        data = None if body is None else json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        data = None if body is None else json.dumps(body, sort_keys=True, separators=(",", ":"),
+                                                    ensure_ascii=False).encode("utf-8")
         sent = dict(headers or {})
         if data is not None:
             sent["Content-Type"] = "application/json"
         where = urllib.parse.urlsplit(self.url)
         if where.scheme != "http" or not where.hostname or where.port is None:
             raise ValueError(f"the ticket service's URL must be http://HOST:PORT, not {self.url!r}")
-        status, raw = exchange(where.hostname, where.port, method, where.path + path, headers=sent, body=data, timeout=self.timeout)
+        status, raw = exchange(where.hostname, where.port, method, where.path + path, headers=sent, body=data,
+                               timeout=self.timeout)
         try:
             parsed = json.loads(raw.decode("utf-8")) if raw else {}
         except ValueError:
@@ -83,13 +86,15 @@ class TicketAdapter(_TicketClient):
     verification = "lookup by key: GET /tickets/by-key/KEY, payload digest compared"
     deduplicates = True
 
-    def __init__(self, url: str, *, retention_seconds: Optional[float], timeout: float = 5.0, run_id: Optional[str] = None,
+    def __init__(self, url: str, *, retention_seconds: Optional[float], timeout: float = 5.0,
+                 run_id: Optional[str] = None,
                  refuses_conflicting_payload: bool = True, enforces_fencing: bool = True) -> None:
         super().__init__(url, timeout=timeout, run_id=run_id)
         self.retention_seconds = retention_seconds
         self.enforces_fencing = enforces_fencing
         self.conflicting_payload = (
-            "refused: 409, nothing created" if refuses_conflicting_payload else "the original ticket is returned; the new payload is ignored"
+            "refused: 409, nothing created" if refuses_conflicting_payload
+            else "the original ticket is returned; the new payload is ignored"
         )
 
     def invoke(self, key: str, payload: Dict[str, Any], epoch: int) -> Dict[str, Any]:
@@ -103,14 +108,20 @@ class TicketAdapter(_TicketClient):
         if status == 200:
             expected = content_digest(payload)
             if body.get("payload_digest") != expected:
-                return Observation("unknown", {"lookup": "by-key", "key": key, "ticket": body.get("ticket"), "reason": "the key's ticket holds another payload",
+                return Observation("unknown", {"lookup": "by-key", "key": key, "ticket": body.get("ticket"),
+                                               "reason": "the key's ticket holds another payload",
                                                "found_digest": body.get("payload_digest"), "expected_digest": expected})
-            return Observation("present", {"lookup": "by-key", "key": key, "ticket": body.get("ticket"), "payload_digest": expected, "created_at": body.get("created_at")})
+            return Observation("present",
+                               {"lookup": "by-key", "key": key, "ticket": body.get("ticket"),
+                                "payload_digest": expected, "created_at": body.get("created_at")})
         if status == 404 and body.get("status") == "never-seen":
             return Observation("absent", {"lookup": "by-key", "key": key, "status": "never-seen"})
         if status == 404:
             # Past retention, or a service that keeps no keys: a 404 proves nothing here.
-            return Observation("unknown", {"lookup": "by-key", "key": key, "status": body.get("status"), "reason": "the service may have forgotten the key", "forgotten_at": body.get("forgotten_at")})
+            return Observation("unknown",
+                               {"lookup": "by-key", "key": key, "status": body.get("status"),
+                                "reason": "the service may have forgotten the key",
+                                "forgotten_at": body.get("forgotten_at")})
         return Observation("unknown", {"lookup": "by-key", "key": key, "http_status": status})
 
 
@@ -129,7 +140,8 @@ class MarkerTicketAdapter(_TicketClient):
     verification = "lookup by business marker: GET /tickets?marker=M, payload digest compared"
     deduplicates = False
 
-    def __init__(self, url: str, *, timeout: float = 5.0, run_id: Optional[str] = None, enforces_fencing: bool = True) -> None:
+    def __init__(self, url: str, *, timeout: float = 5.0, run_id: Optional[str] = None,
+                 enforces_fencing: bool = True) -> None:
         super().__init__(url, timeout=timeout, run_id=run_id)
         self.enforces_fencing = enforces_fencing
 
@@ -159,5 +171,9 @@ class MarkerTicketAdapter(_TicketClient):
         expected = content_digest(payload)
         ids = [t.get("ticket") for t in tickets]
         if any(t.get("payload_digest") != expected for t in tickets):
-            return Observation("unknown", {"lookup": "by-marker", "marker": marker, "tickets": ids, "reason": "a ticket with this marker holds another payload"})
-        return Observation("present", {"lookup": "by-marker", "marker": marker, "ticket": ids[0], "tickets": ids, "count": len(ids), "payload_digest": expected})
+            return Observation("unknown",
+                               {"lookup": "by-marker", "marker": marker, "tickets": ids,
+                                "reason": "a ticket with this marker holds another payload"})
+        return Observation("present",
+                           {"lookup": "by-marker", "marker": marker, "ticket": ids[0], "tickets": ids,
+                            "count": len(ids), "payload_digest": expected})

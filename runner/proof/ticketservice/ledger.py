@@ -27,7 +27,8 @@ FAULT_DEFAULTS: Dict[str, Any] = {
 }
 
 #: Switches consumed by each POST /tickets, and by each lookup.
-POST_FAULTS = ("drop_after_commit", "delay_response_seconds", "unavailable", "crash_before_commit", "reject_stale_epoch", "refuse_conflicting_payload")
+POST_FAULTS = ("drop_after_commit", "delay_response_seconds", "unavailable", "crash_before_commit",
+               "reject_stale_epoch", "refuse_conflicting_payload")
 LOOKUP_FAULTS = ("drop_lookups",)
 
 _OFF_BY_DEFAULT = {name for name, value in FAULT_DEFAULTS.items() if value is False}
@@ -101,10 +102,12 @@ class Faults:
             raise BadRequest("faults must be a JSON object")
         unknown = set(changes) - set(FAULT_DEFAULTS) - {"retention_seconds", "reset"}
         if unknown:
-            raise BadRequest(f"unknown fault(s): {', '.join(sorted(unknown))} (known: {', '.join(sorted(FAULT_DEFAULTS))}, retention_seconds, reset)")
+            raise BadRequest(f"unknown fault(s): {', '.join(sorted(unknown))} (known: "
+                             f"{', '.join(sorted(FAULT_DEFAULTS))}, retention_seconds, reset)")
         parsed = {name: self._parse(name, spec) for name, spec in changes.items() if name in FAULT_DEFAULTS}
         retention = changes.get("retention_seconds")
-        if retention is not None and (isinstance(retention, bool) or not isinstance(retention, (int, float)) or retention < 0):
+        if retention is not None and (isinstance(retention, bool) or not isinstance(retention, (int, float)) or
+                                      retention < 0):
             raise BadRequest("retention_seconds must be a number >= 0 or null")
         with self._lock:
             if changes.get("reset"):
@@ -180,7 +183,8 @@ CREATE TABLE IF NOT EXISTS epochs (
 
 _COUNTERS = (
     "post_tickets", "created", "replayed", "refused_conflict", "refused_stale", "refused_unavailable",
-    "bad_requests", "dropped", "delayed", "get_by_key", "get_by_marker", "get_by_key_diagnostic", "get_ticket", "dropped_lookups",
+    "bad_requests", "dropped", "delayed", "get_by_key", "get_by_marker", "get_by_key_diagnostic", "get_ticket",
+    "dropped_lookups",
 )
 
 
@@ -256,7 +260,8 @@ class TicketLedger:
 
     _COLUMNS = "seq, idem_key, payload, payload_digest, marker, run_scope, epoch, created_at"
 
-    def create(self, key: Optional[str], epoch: Optional[int], scope: str, payload: Dict[str, Any], faults: Dict[str, Any]) -> Tuple[int, Dict[str, Any]]:
+    def create(self, key: Optional[str], epoch: Optional[int], scope: str, payload: Dict[str, Any],
+               faults: Dict[str, Any]) -> Tuple[int, Dict[str, Any]]:
         """Decide and commit one POST /tickets; return ``(status, body)``. See the module invariants."""
         if not self.idempotency:
             key = None  # the header is ignored entirely
@@ -271,11 +276,13 @@ class TicketLedger:
                 high = row[0] if row else None
                 if high is not None and epoch < high and faults["reject_stale_epoch"]:
                     self.counters["refused_stale"] += 1
-                    raise _Answer(412, {"error": "stale-epoch", "epoch": epoch, "high_water": high, "run_id": scope or None})
+                    raise _Answer(412, {"error": "stale-epoch", "epoch": epoch, "high_water": high,
+                                        "run_id": scope or None})
                 if high is None or epoch > high:
                     self.db.execute("INSERT OR REPLACE INTO epochs (run_scope, epoch) VALUES (?, ?)", (scope, epoch))
             if key is not None:
-                known = self.db.execute("SELECT seq, payload_digest FROM idempotency_keys WHERE idem_key = ?", (key,)).fetchone()
+                known = self.db.execute("SELECT seq, payload_digest FROM idempotency_keys WHERE idem_key = ?",
+                                        (key,)).fetchone()
                 if known is not None:
                     if known[1] != digest and faults["refuse_conflicting_payload"]:
                         self.counters["refused_conflict"] += 1
@@ -284,13 +291,15 @@ class TicketLedger:
                     self.counters["replayed"] += 1
                     return 200, {"ticket": _ticket_id(known[0]), "key": key, "created": False}
             cursor = self.db.execute(
-                "INSERT INTO tickets (idem_key, payload, payload_digest, marker, run_scope, epoch, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO tickets (idem_key, payload, payload_digest, marker, run_scope, epoch, created_at) VALUES "
+                "(?, ?, ?, ?, ?, ?, ?)",
                 (key, text, digest, marker, scope, epoch, now),
             )
             rowid: Any = cursor.lastrowid  # an int after an insert; int() of anything else fails as it would
             seq = int(rowid)
             if key is not None:
-                self.db.execute("INSERT INTO idempotency_keys (idem_key, seq, payload_digest, registered_at) VALUES (?, ?, ?, ?)", (key, seq, digest, now))
+                self.db.execute("INSERT INTO idempotency_keys (idem_key, seq, payload_digest, registered_at) VALUES "
+                                "(?, ?, ?, ?)", (key, seq, digest, now))
                 self.db.execute("DELETE FROM forgotten_keys WHERE idem_key = ?", (key,))
             if faults["crash_before_commit"]:
                 # Both rows are written but not committed: recovery must show neither.
@@ -306,11 +315,13 @@ class TicketLedger:
         with self.lock, self._transaction():
             self._forget_expired(now)
             row = self.db.execute(
-                f"SELECT {self._COLUMNS} FROM tickets WHERE seq = (SELECT seq FROM idempotency_keys WHERE idem_key = ?)", (key,)
+                f"SELECT {self._COLUMNS} FROM tickets WHERE seq = (SELECT seq FROM idempotency_keys "
+                "WHERE idem_key = ?)", (key,)
             ).fetchone()
             if row is not None:
                 return 200, self._record(row)
-            gone = self.db.execute("SELECT forgotten_at, registered_at FROM forgotten_keys WHERE idem_key = ?", (key,)).fetchone()
+            gone = self.db.execute("SELECT forgotten_at, registered_at FROM forgotten_keys WHERE idem_key = ?",
+                                   (key,)).fetchone()
         if gone is not None:
             return 404, {
                 "error": "not-found",
@@ -324,7 +335,8 @@ class TicketLedger:
 
     def search(self, column: str, value: str) -> List[Dict[str, Any]]:
         with self.lock:
-            rows = self.db.execute(f"SELECT {self._COLUMNS} FROM tickets WHERE {column} = ? ORDER BY seq", (value,)).fetchall()
+            rows = self.db.execute(f"SELECT {self._COLUMNS} FROM tickets WHERE {column} = ? ORDER BY seq",
+                                   (value,)).fetchall()
         return [self._record(row) for row in rows]
 
     def ticket(self, ticket: str) -> Optional[Dict[str, Any]]:
@@ -342,8 +354,10 @@ class TicketLedger:
             # A duplicate is a ticket whose key or business marker an earlier ticket already had.
             duplicates = q(
                 "SELECT COUNT(*) FROM tickets t WHERE "
-                "(t.idem_key IS NOT NULL AND EXISTS (SELECT 1 FROM tickets u WHERE u.idem_key = t.idem_key AND u.seq < t.seq)) OR "
-                "(t.marker IS NOT NULL AND EXISTS (SELECT 1 FROM tickets u WHERE u.marker = t.marker AND u.seq < t.seq))"
+                "(t.idem_key IS NOT NULL AND EXISTS (SELECT 1 FROM tickets u WHERE u.idem_key = t.idem_key "
+                "AND u.seq < t.seq)) OR "
+                "(t.marker IS NOT NULL AND EXISTS (SELECT 1 FROM tickets u WHERE u.marker = t.marker "
+                "AND u.seq < t.seq))"
             ).fetchone()[0]
             registered = q("SELECT COUNT(*) FROM idempotency_keys").fetchone()[0]
             forgotten = q("SELECT COUNT(*) FROM forgotten_keys").fetchone()[0]

@@ -31,7 +31,8 @@ class TicketServiceProcess:
     or a crash brings the service back on the same ledger and port.
     """
 
-    def __init__(self, db_path: str, *, idempotency: bool = True, retention_seconds: Optional[float] = None, quiet: bool = True, startup_timeout: float = 20.0, **faults: Any) -> None:
+    def __init__(self, db_path: str, *, idempotency: bool = True, retention_seconds: Optional[float] = None,
+                 quiet: bool = True, startup_timeout: float = 20.0, **faults: Any) -> None:
         self.db_path = os.path.abspath(db_path)
         self.port_file = self.db_path + ".port"
         self.log_path = self.db_path + ".log"
@@ -59,7 +60,8 @@ class TicketServiceProcess:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.port_file)
         # -S: the service needs the standard library only, and starts faster without site-packages.
-        command = [sys.executable, "-S", "-m", "runner.proof.ticketservice", "--db", self.db_path, "--port-file", self.port_file]
+        command = [sys.executable, "-S", "-m", "runner.proof.ticketservice", "--db", self.db_path, "--port-file",
+                   self.port_file]
         if not self.idempotency:
             command.append("--no-idempotency")
         if self.retention_seconds is not None:
@@ -74,7 +76,8 @@ class TicketServiceProcess:
         env = dict(os.environ)
         env["PYTHONPATH"] = _PACKAGE_PARENT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, env=env)
+            self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log,
+                                            env=env)
         assert self.process.stdout is not None
         line = b""
         with selectors.DefaultSelector() as selector:
@@ -136,7 +139,8 @@ class TicketServiceProcess:
         return code
 
     # -- talking to it -------------------------------------------------------------------
-    def request(self, method: str, path: str, body: Optional[Dict[str, Any]] = None, headers: Optional[Dict[str, str]] = None) -> Tuple[int, Dict[str, Any]]:
+    def request(self, method: str, path: str, body: Optional[Dict[str, Any]] = None,
+                headers: Optional[Dict[str, str]] = None) -> Tuple[int, Dict[str, Any]]:
         """One request; raises ``ConnectionError`` when no answer comes back."""
         try:
             return self._client._send(method, path, body, headers)
@@ -166,7 +170,8 @@ class TicketServiceProcess:
         """A :class:`TicketAdapter` declaring this service's start-up retention and refusals."""
         options.setdefault("retention_seconds", self.retention_seconds)
         # A start-up override for the next N requests only does not change what the service normally does.
-        options.setdefault("refuses_conflicting_payload", self.faults.get("refuse_conflicting_payload", True) is not False)
+        options.setdefault("refuses_conflicting_payload",
+                           self.faults.get("refuse_conflicting_payload", True) is not False)
         options.setdefault("enforces_fencing", self.faults.get("reject_stale_epoch", True) is not False)
         return TicketAdapter(self.url, **options)
 

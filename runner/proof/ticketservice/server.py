@@ -179,7 +179,9 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not allowed")
 
 
-def serve(db_path: str, port_file: str, *, port: int = 0, idempotency: bool = True, retention_seconds: Optional[float] = None, faults: Optional[Dict[str, Any]] = None, quiet: bool = False) -> None:
+def serve(db_path: str, port_file: str, *, port: int = 0, idempotency: bool = True,
+          retention_seconds: Optional[float] = None, faults: Optional[Dict[str, Any]] = None,
+          quiet: bool = False) -> None:
     """Run the service until SIGTERM or SIGINT; the port is published only once it is listening."""
     ledger = TicketLedger(db_path, idempotency=idempotency, faults=Faults(faults, retention_seconds))
     server = _Server(("127.0.0.1", port), _Handler)
@@ -209,7 +211,8 @@ def serve(db_path: str, port_file: str, *, port: int = 0, idempotency: bool = Tr
 
 
 def _end_with_parent(ledger: TicketLedger, every: float = 0.5) -> None:
-    """Stop (as SIGTERM would) once the process that started the service is gone: a killed test leaves no server behind."""
+    """Stop (as SIGTERM would) once the process that started the service is gone: a killed test leaves no server
+    behind."""
     parent = os.getppid()
 
     def watch() -> None:
@@ -223,16 +226,23 @@ def _end_with_parent(ledger: TicketLedger, every: float = 0.5) -> None:
 
 def parse_command_line(argv: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     """The keyword arguments of :func:`serve` from a command line; exits 2 on a usage error."""
-    parser = argparse.ArgumentParser(prog="python3 -m runner.proof.ticketservice", description="A ticket service with a SQLite ledger and fault switches.")
+    parser = argparse.ArgumentParser(prog="python3 -m runner.proof.ticketservice",
+                                     description="A ticket service with a SQLite ledger and fault switches.")
     parser.add_argument("--db", required=True, help="the SQLite ledger (created if missing)")
     parser.add_argument("--port-file", required=True, help="where to write the port once listening")
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a random free one)")
-    parser.add_argument("--no-idempotency", action="store_true", help="ignore Idempotency-Key: every POST creates a ticket")
-    parser.add_argument("--retention", type=float, default=None, metavar="SECONDS", help="forget keys this long after registration")
-    parser.add_argument("--drop-after-commit", type=int, default=0, metavar="N", help="drop the answers of the next N POSTs after committing")
-    parser.add_argument("--delay-response-seconds", type=float, default=0.0, metavar="S", help="answer every POST S seconds after committing")
-    parser.add_argument("--accept-stale-epoch", action="store_true", help="do not refuse epochs below the high-water mark")
-    parser.add_argument("--accept-conflicting-payload", action="store_true", help="answer a known key with another payload with the original ticket")
+    parser.add_argument("--no-idempotency", action="store_true",
+                        help="ignore Idempotency-Key: every POST creates a ticket")
+    parser.add_argument("--retention", type=float, default=None, metavar="SECONDS",
+                        help="forget keys this long after registration")
+    parser.add_argument("--drop-after-commit", type=int, default=0, metavar="N",
+                        help="drop the answers of the next N POSTs after committing")
+    parser.add_argument("--delay-response-seconds", type=float, default=0.0, metavar="S",
+                        help="answer every POST S seconds after committing")
+    parser.add_argument("--accept-stale-epoch", action="store_true",
+                        help="do not refuse epochs below the high-water mark")
+    parser.add_argument("--accept-conflicting-payload", action="store_true",
+                        help="answer a known key with another payload with the original ticket")
     parser.add_argument("--faults", default=None, metavar="JSON", help="a POST /faults body applied at start-up")
     parser.add_argument("--quiet", action="store_true", help="no request log on stderr")
     args = parser.parse_args(argv)

@@ -22,7 +22,8 @@ __all__ = ["NotSent", "Lost", "BadRequestLine", "Request", "exchange", "read_req
 MAX_LINE = 65536
 MAX_HEADERS = 100
 
-_REASONS = {200: "OK", 201: "Created", 400: "Bad Request", 404: "Not Found", 409: "Conflict", 412: "Precondition Failed",
+_REASONS = {200: "OK", 201: "Created", 400: "Bad Request", 404: "Not Found", 409: "Conflict",
+            412: "Precondition Failed",
             413: "Content Too Large", 429: "Too Many Requests", 500: "Internal Server Error", 501: "Not Implemented",
             503: "Service Unavailable"}
 
@@ -91,7 +92,8 @@ def exchange(host: str, port: int, method: str, target: str, *, headers: Optiona
 def _parse_answer(data: bytes) -> Tuple[int, bytes]:
     head, blank, rest = data.partition(b"\r\n\r\n")
     if not blank:
-        raise Lost("the connection closed before a whole answer head" if data else "the connection closed without an answer")
+        raise Lost("the connection closed before a whole answer head" if data
+                   else "the connection closed without an answer")
     status_line, _, header_lines = head.partition(b"\r\n")
     parts = status_line.split(None, 2)
     if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not parts[1].isdigit():
@@ -140,6 +142,7 @@ def read_request(rfile: io.BufferedIOBase) -> Optional[Request]:
 
 def answer(wfile: io.BufferedIOBase, status: int, body: bytes, *, server: str = "TicketService/1") -> None:
     """Write a whole JSON answer to ``wfile``; the connection is then closed by its handler."""
-    head = (f"HTTP/1.0 {status} {_REASONS.get(status, 'Status')}\r\nServer: {server}\r\nContent-Type: application/json\r\n"
+    head = (f"HTTP/1.0 {status} {_REASONS.get(status, 'Status')}\r\nServer: {server}\r\n"
+            "Content-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n")
     wfile.write(head.encode("latin-1") + body)
