@@ -421,15 +421,18 @@ def violations(root: str, layout: Layout = LAYOUT) -> List[str]:
                 break
             if target == PROOF or target.startswith(PROOF + "."):
                 bad.append(f"{rel}:{line}: {module} imports {target}")
-            elif any(target == e or target.startswith(e + ".") for e in ENGINE_MODULES) and not module.startswith("runner.engines"):
+            elif (any(target == e or target.startswith(e + ".") for e in ENGINE_MODULES) and
+                  not module.startswith("runner.engines")):
                 bad.append(f"{rel}:{line}: {module} imports {target} (an engine module, for harnesses that chose it)")
         for use in uses(path, module, known, nodes):
             if use.target not in known:
                 continue
             if use.target != module:
                 graph[module].setdefault(use.target, use.line)
-            if use.name is not None and _private(use.name) and package_of(use.target, modules[use.target]) != package_of(module, path):
-                bad.append(f"{rel}:{use.line}: {module} imports the private name {use.name} of {use.target} (another package)")
+            if (use.name is not None and _private(use.name) and
+                    package_of(use.target, modules[use.target]) != package_of(module, path)):
+                bad.append(f"{rel}:{use.line}: {module} imports the private name {use.name} of {use.target} (another "
+                           "package)")
             wrong = _direction(module, rel, use, layout, modules) if laid_out and use.target != module else None
             if wrong is not None:
                 bad.append(wrong)

@@ -51,11 +51,14 @@ def main(folder: str) -> int:
                 for line, module, module_level in imports(path):
                     name = module.split(".")[0]
                     if module in ENGINE_MODULES or any(module.startswith(m + ".") for m in ENGINE_MODULES):
-                        bad.append(f"{path}:{line}: imports {module} (an engine module is imported only by the harness that chose it)")
+                        bad.append(f"{path}:{line}: imports {module} (an engine module is imported only by the harness "
+                                   "that chose it)")
                         continue
                     if name in stdlib or (name in OPTIONAL and not module_level) or name == engine:
                         continue
-                    bad.append(f"{path}:{line}: imports {module}" + (" at module level (an optional extra is imported only when selected)" if name in OPTIONAL else ""))
+                    bad.append(f"{path}:{line}: imports {module}"
+                               + (" at module level (an optional extra is imported only when selected)"
+                                  if name in OPTIONAL else ""))
     for line in bad:
         print(line)
     print(f"standard-library check: {len(bad)} non-standard import(s)")

@@ -79,9 +79,11 @@ class Clients:
                 raise CheckFailed(f"{tool} is not installed (run .ci/harness.sh)")
 
     def run(self, argv: List[str], timeout: float = 180, cwd: Optional[str] = None) -> str:
-        env = {"HOME": self.home, "PATH": self.bin + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8",
-               "CI": "true", "DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "NO_COLOR": "1"}
-        done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd or self.home, timeout=timeout, stdin=subprocess.DEVNULL)
+        env = {"HOME": self.home, "PATH": self.bin + os.pathsep + os.environ.get("PATH", "/usr/bin:/bin"),
+               "LANG": "C.UTF-8", "CI": "true", "DISABLE_AUTOUPDATER": "1",
+               "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "NO_COLOR": "1"}
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd or self.home, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
         if done.returncode != 0:
             tail = (done.stderr.strip() or done.stdout.strip()).splitlines()[-3:]
             raise CheckFailed(f"{' '.join(argv[:4])} exited {done.returncode}: {' | '.join(tail)}")
@@ -126,7 +128,8 @@ def check_claude(clients: Clients, checkout: str, transcript: Optional[List[str]
         raise CheckFailed(f"claude plugin details lists no MCP server {NAME}: {details!r}")
     loaded = skill_tokens(details)
     if loaded > MAX_SKILL_TOKENS:
-        raise CheckFailed(f"claude plugin details estimates the skill at {loaded} tokens when loaded, over {MAX_SKILL_TOKENS}")
+        raise CheckFailed(f"claude plugin details estimates the skill at {loaded} tokens when loaded, over "
+                          f"{MAX_SKILL_TOKENS}")
     # Claude Code starts the plugin's MCP server to report its health: it must start in a project that has no run yet.
     project = os.path.join(clients.home, "mcp-project")
     os.makedirs(project, exist_ok=True)
@@ -148,7 +151,8 @@ def check_codex(clients: Clients, checkout: str, transcript: Optional[List[str]]
     installed = root.group(1).strip()
     listed = json.loads(clients.run([codex, "plugin", "list", "--json"]))
     entry = [p for p in listed.get("installed", []) if p.get("pluginId") == PLUGIN]
-    _show(transcript, [codex, "plugin", "list", "--json"], json.dumps(entry, indent=1, sort_keys=True) + f"\n(installed plugin root: {installed})")
+    _show(transcript, [codex, "plugin", "list", "--json"],
+          json.dumps(entry, indent=1, sort_keys=True) + f"\n(installed plugin root: {installed})")
     if not entry or not entry[0].get("installed") or not entry[0].get("enabled"):
         raise CheckFailed(f"codex plugin list does not show {PLUGIN} installed and enabled: {listed!r}")
     with open(os.path.join(installed, ".codex-plugin", "plugin.json"), encoding="utf-8") as handle:
@@ -168,7 +172,8 @@ def check_codex(clients: Clients, checkout: str, transcript: Optional[List[str]]
     _check_codex_mcp(clients, codex, installed, transcript)
     # The skills a Codex session would see, rendered without a model or an account.
     prompt = clients.run([codex, "debug", "prompt-input", "hello"])
-    listed_at = os.path.normpath(os.path.join(manifest.get("skills", "./skills/"), NAME, "SKILL.md"))  # Codex's default folder
+    # Codex's default folder
+    listed_at = os.path.normpath(os.path.join(manifest.get("skills", "./skills/"), NAME, "SKILL.md"))
     if f"{NAME}:{NAME}:" not in prompt or listed_at not in prompt:
         raise CheckFailed(f"codex debug prompt-input does not list the skill {NAME}:{NAME} at {listed_at}")
     copied = _copied_skill_entries(clients, codex, checkout)
@@ -178,7 +183,8 @@ def check_codex(clients: Clients, checkout: str, transcript: Optional[List[str]]
 
 
 def _check_codex_mcp(clients: Clients, codex: str, installed: str, transcript: Optional[List[str]]) -> None:
-    """``codex mcp list --json`` shows the plugin's server enabled, running the installed runner from the plugin's folder.
+    """``codex mcp list --json`` shows the plugin's server enabled, running the installed runner from the plugin's
+    folder.
 
     Codex expands no ``${CLAUDE_PLUGIN_ROOT}`` in a server's arguments; it
     resolves a relative ``cwd`` against the installed plugin root.
@@ -192,7 +198,8 @@ def _check_codex_mcp(clients: Clients, codex: str, installed: str, transcript: O
     args = transport.get("args") or []
     cwd = os.path.normpath(transport.get("cwd") or "")
     if transport.get("command") != "python3" or not args or cwd != os.path.normpath(installed):
-        raise CheckFailed(f"the Codex MCP server does not run python3 in the installed plugin root {installed}: {transport!r}")
+        raise CheckFailed(f"the Codex MCP server does not run python3 in the installed plugin root {installed}: "
+                          f"{transport!r}")
     if not os.path.isfile(os.path.join(cwd, args[0], "__main__.py")):
         raise CheckFailed(f"the Codex MCP server's program {args[0]!r} is not a runner folder in {cwd}")
 
@@ -203,7 +210,8 @@ def _copied_skill_entries(clients: Clients, codex: str, checkout: str) -> int:
     os.mkdir(home)
     clients = Clients(clients.folder, home)
     project = os.path.join(home, "project")
-    shutil.copytree(checkout, os.path.join(project, ".agents", "skills", NAME), ignore=shutil.ignore_patterns(".git", "tests", "bench"))
+    shutil.copytree(checkout, os.path.join(project, ".agents", "skills", NAME),
+                    ignore=shutil.ignore_patterns(".git", "tests", "bench"))
     os.mkdir(os.path.join(project, ".git"))  # the project root Codex searches up to
     prompt = clients.run([codex, "debug", "prompt-input", "hello"], cwd=project)
     return len(re.findall(rf"- (?:{NAME}:)?{NAME}: ", prompt))
@@ -213,7 +221,8 @@ def check_skill(clients: Clients, checkout: str, scratch: str, transcript: Optio
     """``agentskills validate`` on the skill under its own folder name (a link to the checkout)."""
     named = os.path.join(scratch, NAME)
     os.symlink(os.path.abspath(checkout), named)
-    _show(transcript, [clients.agentskills, "validate", NAME], clients.run([clients.agentskills, "validate", named]) or "(exit 0)")
+    _show(transcript, [clients.agentskills, "validate", NAME],
+          clients.run([clients.agentskills, "validate", named]) or "(exit 0)")
     return "ok"
 
 
@@ -233,7 +242,8 @@ def harness_check(clients_dir: str, checkout: str = ROOT, transcript: Optional[L
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return (f"harness-check: claude={claude['version']} codex={codex['version']} skills={claude['skills']} "
-            f"skill_tokens={claude['skill_tokens']} hooks={','.join(claude['hooks'])} validate={validate}")  # type: ignore[arg-type]
+            f"skill_tokens={claude['skill_tokens']} "
+            f"hooks={','.join(claude['hooks'])} validate={validate}")  # type: ignore[arg-type]
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -55,10 +55,12 @@ def main() -> int:
                 return 1
             what = f"page {result['html_bytes']} bytes ({args.documents} documents, {result['crashes']} crashes)"
         subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                        "--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
-                        f"--user-data-dir={os.path.join(scratch, 'profile')}", f"--screenshot={os.path.abspath(args.out)}",
+                        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                        "--hide-scrollbars", f"--user-data-dir={os.path.join(scratch, 'profile')}",
+                        f"--screenshot={os.path.abspath(args.out)}",
                         f"--window-size={args.size}", "file://" + os.path.abspath(page)],
-                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120, check=True)
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120,
+                       check=True)
         print(f"{what}; screenshot {args.out}")
         return 0
     finally:
