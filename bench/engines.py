@@ -116,13 +116,16 @@ def bench_temporal(service_url: str, effects: int, scratch: str) -> Dict[str, An
                 acts = Plain()
             queue = f"bench-{kind}-{round_}"
             with ThreadPoolExecutor(max_workers=8) as pool:
-                async with Worker(client, task_queue=queue, workflows=[engine.TicketJob], activities=[acts.perform, acts.observe], activity_executor=pool):
+                async with Worker(client, task_queue=queue, workflows=[engine.TicketJob],
+                                  activities=[acts.perform, acts.observe], activity_executor=pool):
                     documents = [f"{kind}-{round_}-{i:05d}" for i in range(effects)]
                     started = time.perf_counter()
-                    await client.execute_workflow(engine.TicketJob.run, {"documents": documents}, id=f"bench-{kind}-{round_}-{os.getpid()}", task_queue=queue)
+                    await client.execute_workflow(engine.TicketJob.run, {"documents": documents},
+                                                  id=f"bench-{kind}-{round_}-{os.getpid()}", task_queue=queue)
                     seconds = time.perf_counter() - started
             calls = acts.adapter.calls if kind == "plain" else sum(c.calls for c in counting)
-            return {"ms_per_effect": round(seconds * 1000 / effects, 3), "target_calls_per_effect": round(calls / effects, 2)}
+            return {"ms_per_effect": round(seconds * 1000 / effects, 3),
+                    "target_calls_per_effect": round(calls / effects, 2)}
 
         runs: Dict[str, List[Dict[str, Any]]] = {"plain": [], "helper": []}
         for round_ in range(ROUNDS):
@@ -157,7 +160,8 @@ def bench_dbos(service_url: str, effects: int, scratch: str) -> Dict[str, Any]:
             plain_perform(effect_key(task, f"doc-{document}:ticket"), engine.ticket_payload(document))
 
     engine.use_adapter(lambda: adapter)
-    DBOS(config={"name": "runner-engine-bench", "system_database_url": "sqlite:///" + os.path.join(scratch, "dbos.sqlite")})
+    DBOS(config={"name": "runner-engine-bench",
+                 "system_database_url": "sqlite:///" + os.path.join(scratch, "dbos.sqlite")})
     DBOS.launch()
     try:
         out: Dict[str, Any] = {}
@@ -171,10 +175,12 @@ def bench_dbos(service_url: str, effects: int, scratch: str) -> Dict[str, Any]:
                 seconds = time.perf_counter() - started
                 if kind == "helper" and len(done["filed"]) + len(done["reused"]) != effects:
                     raise RuntimeError(f"the helper's workflow did {done}")
-                out.setdefault(kind + "_rounds", []).append({"ms_per_effect": round(seconds * 1000 / effects, 3), "target_calls": adapter.calls})
+                out.setdefault(kind + "_rounds", []).append({"ms_per_effect": round(seconds * 1000 / effects, 3),
+                                                             "target_calls": adapter.calls})
                 best = out.get(kind, {}).get("ms_per_effect", float("inf"))
                 if seconds * 1000 / effects < best:
-                    out[kind] = {"ms_per_effect": round(seconds * 1000 / effects, 3), "target_calls_per_effect": round(adapter.calls / effects, 2)}
+                    out[kind] = {"ms_per_effect": round(seconds * 1000 / effects, 3),
+                                 "target_calls_per_effect": round(adapter.calls / effects, 2)}
     finally:
         DBOS.destroy()
     out["ratio"] = round(out["helper"]["ms_per_effect"] / out["plain"]["ms_per_effect"], 3)
@@ -184,14 +190,16 @@ def bench_dbos(service_url: str, effects: int, scratch: str) -> Dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--effects", type=int, default=200)
-    parser.add_argument("--engine", choices=("temporal", "dbos", "both"), default="both", help="both: each in its own process")
+    parser.add_argument("--engine", choices=("temporal", "dbos", "both"), default="both",
+                        help="both: each in its own process")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     result: Dict[str, Any] = {"effects": args.effects}
     if args.engine == "both":
         # One process per engine: each SDK keeps process-wide state (DBOS is a singleton).
         for name in ("temporal", "dbos"):
-            proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--effects", str(args.effects), "--engine", name, "--json"],
+            proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--effects", str(args.effects),
+                                   "--engine", name, "--json"],
                                   capture_output=True, text=True)
             if proc.returncode != 0:
                 raise SystemExit(f"{name}: {proc.stderr.strip()[-2000:]}")
@@ -212,8 +220,10 @@ def main() -> int:
         for name in ("temporal", "dbos"):
             if name in result:
                 r = result[name]
-                print(f"{name:9} plain {r['plain']['ms_per_effect']:8.2f} ms/effect ({r['plain']['target_calls_per_effect']} calls)   "
-                      f"helper {r['helper']['ms_per_effect']:8.2f} ms/effect ({r['helper']['target_calls_per_effect']} calls)   ratio {r['ratio']}")
+                print(f"{name:9} plain {r['plain']['ms_per_effect']:8.2f} ms/effect "
+                      f"({r['plain']['target_calls_per_effect']} calls)   "
+                      f"helper {r['helper']['ms_per_effect']:8.2f} ms/effect "
+                      f"({r['helper']['target_calls_per_effect']} calls)   ratio {r['ratio']}")
     sys.stdout.flush()
     os._exit(0)  # the engines' SDK threads may not survive interpreter finalization
 

@@ -46,7 +46,8 @@ def build(project: str, effects: int) -> None:
     run.effect_begin("seed", {"n": 0}, step="draft")
     record = run.effect_verify("seed", {"seen": True})
     for start in range(0, effects, 1000):
-        run.store.commit([["set", ["effects", f"doc-{i:06d}"], dict(record)] for i in range(start, min(start + 1000, effects))], epoch=run.epoch or 0)
+        run.store.commit([["set", ["effects", f"doc-{i:06d}"], dict(record)]
+                          for i in range(start, min(start + 1000, effects))], epoch=run.epoch or 0)
 
 
 def timed(argv, stdin: str = "") -> float:
