@@ -94,7 +94,8 @@ def read_message(stream: BinaryIO, limit: int = MAX_MESSAGE_BYTES) -> Incoming:
             rest = stream.readline(65536)
             if not rest or rest.endswith(b"\n"):
                 break
-        return Incoming("invalid", error=ProtocolError(INVALID_REQUEST, f"message larger than {limit} bytes", {"limit": limit}))
+        return Incoming("invalid",
+                        error=ProtocolError(INVALID_REQUEST, f"message larger than {limit} bytes", {"limit": limit}))
     if not line.strip():
         return Incoming("empty")
     try:
@@ -107,13 +108,15 @@ def read_message(stream: BinaryIO, limit: int = MAX_MESSAGE_BYTES) -> Incoming:
 def classify(message: Any) -> Incoming:
     """Sort a parsed message into request, notification or response, or say why it is invalid."""
     if isinstance(message, list):
-        return Incoming("invalid", error=ProtocolError(INVALID_REQUEST, "batches are not supported: send one message per line"))
+        return Incoming("invalid",
+                        error=ProtocolError(INVALID_REQUEST, "batches are not supported: send one message per line"))
     if not isinstance(message, dict):
         return Incoming("invalid", error=ProtocolError(INVALID_REQUEST, "a message must be a JSON object"))
     has_id = "id" in message
     ident = message.get("id") if has_id and _valid_id(message.get("id")) else None
     if message.get("jsonrpc") != "2.0":
-        return Incoming("invalid", id=ident, error=ProtocolError(INVALID_REQUEST, 'a message must carry "jsonrpc": "2.0"'))
+        return Incoming("invalid", id=ident,
+                        error=ProtocolError(INVALID_REQUEST, 'a message must carry "jsonrpc": "2.0"'))
     method = message.get("method")
     if method is None and ("result" in message or "error" in message):
         return Incoming("response", id=ident)
@@ -126,7 +129,8 @@ def classify(message: Any) -> Incoming:
         params = {}
     if not isinstance(params, dict):
         error = ProtocolError(INVALID_PARAMS, "params must be a JSON object")
-        return Incoming("invalid", method=method, id=ident, error=error) if has_id else Incoming("notification", method=method, params={})
+        return (Incoming("invalid", method=method, id=ident, error=error) if has_id
+                else Incoming("notification", method=method, params={}))
     return Incoming("request" if has_id else "notification", method=method, params=params, id=ident)
 
 

@@ -40,10 +40,12 @@ from .. import verbs
 from ...ledger.states import EFFECT_STATES
 from ...base.errors import EXIT_CODES, InvalidInput
 from ...contract.text import MAX_TTL_SECONDS
-from ...base.quoting import APPROVAL, CONTRACT, EVIDENCE, ITEMS, MESSAGE, NOTICE, PATH, RECORD, TARGET, WORKER, WORKER_OR_TARGET, WORDS
+from ...base.quoting import (APPROVAL, CONTRACT, EVIDENCE, ITEMS, MESSAGE, NOTICE, PATH, RECORD, TARGET, WORKER,
+                             WORKER_OR_TARGET, WORDS)
 from ..views import status_view
 
-__all__ = ["Tool", "TOOLS", "REASONS", "check_arguments", "tool_listing", "summary", "text_form", "outline", "in_tool_words"]
+__all__ = ["Tool", "TOOLS", "REASONS", "check_arguments", "tool_listing", "summary", "text_form", "outline",
+           "in_tool_words"]
 
 #: Every reason a result may carry: the command line's, and ``error`` for a failure it cannot classify.
 REASONS = sorted(EXIT_CODES) + ["error"]
@@ -71,7 +73,8 @@ def _text(description: str, max_length: int = 10_000) -> Dict[str, Any]:
 
 
 def _key(description: str) -> Dict[str, Any]:
-    return {"type": "string", "minLength": 1, "maxLength": 200, "pattern": "^[A-Za-z0-9][A-Za-z0-9._:@+=-]*$", "description": description}
+    return {"type": "string", "minLength": 1, "maxLength": 200, "pattern": "^[A-Za-z0-9][A-Za-z0-9._:@+=-]*$",
+            "description": description}
 
 
 def _doc(description: str) -> Dict[str, Any]:
@@ -92,7 +95,8 @@ _INT = {"type": "integer"}
 _BOOL = {"type": "boolean"}
 _LIST = {"type": "array"}
 _EFFECT = {"effect": {"type": "object", "description": "the effect's ledger record"}, "key": _STR}
-_STEP = {"step": _STR, "record": {"type": "object", "description": "the step's record"}, "status": _STR, "recorded_intent": _NULLABLE_OBJ,
+_STEP = {"step": _STR, "record": {"type": "object", "description": "the step's record"}, "status": _STR,
+         "recorded_intent": _NULLABLE_OBJ,
          "next": {"type": "object", "description": "what next decides now, from the lease holder's side"}}
 _DECISION = {
     "decision": {"type": "string", "enum": ["act", "stop"]},
@@ -109,11 +113,13 @@ _DECISION = {
 #: Properties every result has, and those of a refusal.
 COMMON = {
     "ok": {"type": "boolean", "description": "true when the call did what it was asked"},
-    "reason": {"type": ["string", "null"], "enum": REASONS + [None], "description": "the command line's reason name; null when ok"},
+    "reason": {"type": ["string", "null"], "enum": REASONS + [None],
+               "description": "the command line's reason name; null when ok"},
     "exit_code": {"type": "integer", "description": "the command line's exit code for the same outcome"},
     "message": {"type": "string", "description": "why the call was refused"},
     "context": {"type": "object", "description": "machine-readable facts about a refusal"},
-    "quarantine": {"type": ["string", "null"], "description": "state-unrecoverable: where the damaged files were moved"},
+    "quarantine": {"type": ["string", "null"],
+                   "description": "state-unrecoverable: where the damaged files were moved"},
 }
 
 
@@ -125,7 +131,8 @@ def check_arguments(tool: Tool, arguments: Any) -> Dict[str, Any]:
         raise InvalidInput(f"{tool.name}: arguments must be a JSON object")
     unknown = sorted(set(arguments) - set(tool.arguments))
     if unknown:
-        raise InvalidInput(f"{tool.name}: unknown argument {unknown[0]!r} (takes {', '.join(sorted(tool.arguments)) or 'none'})")
+        raise InvalidInput(f"{tool.name}: unknown argument {unknown[0]!r} (takes "
+                           f"{', '.join(sorted(tool.arguments)) or 'none'})")
     for name in tool.required:
         if name not in arguments:
             raise InvalidInput(f"{tool.name}: missing argument {name!r}")
@@ -145,7 +152,8 @@ def _mismatch(schema: Dict[str, Any], value: Any) -> Optional[str]:
     checks = {
         "string": lambda v: isinstance(v, str),
         "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-        "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf"),
+        "number": lambda v: (isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and
+                             abs(v) != float("inf")),
         "boolean": lambda v: isinstance(v, bool),
         "object": lambda v: isinstance(v, dict),
         "array": lambda v: isinstance(v, list),
@@ -178,8 +186,10 @@ def tool_listing(tool: Tool) -> Dict[str, Any]:
         "name": tool.name,
         "title": tool.title,
         "description": tool.description,
-        "inputSchema": {"type": "object", "properties": tool.arguments, "required": tool.required, "additionalProperties": False},
-        "outputSchema": {"type": "object", "properties": {**COMMON, **tool.results}, "required": ["ok", "reason", "exit_code"]},
+        "inputSchema": {"type": "object", "properties": tool.arguments, "required": tool.required,
+                        "additionalProperties": False},
+        "outputSchema": {"type": "object", "properties": {**COMMON, **tool.results},
+                         "required": ["ok", "reason", "exit_code"]},
         "annotations": {
             "title": tool.title,
             "readOnlyHint": tool.read_only,
@@ -240,7 +250,8 @@ def _control(verb: Callable[..., Dict[str, Any]], **fixed: Any) -> Callable[[Any
 
 def _step(action: str) -> Callable[[Any, Dict[str, Any]], Dict[str, Any]]:
     def handler(session: Any, args: Dict[str, Any]) -> Dict[str, Any]:
-        return verbs.step(session.writer(), action, args["step"], args.get("evidence"), args.get("class"), args.get("error"))
+        return verbs.step(session.writer(), action, args["step"], args.get("evidence"), args.get("class"),
+                          args.get("error"))
 
     return handler
 
@@ -273,10 +284,12 @@ _SOURCES = {
 _DOCUMENTS = ("receipt", "evidence", "claimed", "payload", "observed", "result")
 #: Fields holding a word of the runner's vocabulary.
 _WORD_FIELDS = ("state", "status", "kind", "decision", "class", "reason")
-#: A field name the runner writes: shown plain. Any other key (an id, or a key someone else chose) is shown by quoting.name().
+#: A field name the runner writes: shown plain. Any other key (an id, or a key someone else chose) is shown by
+#: quoting.name().
 _FIELD = re.compile(r"[a-z][a-z0-9_]{0,39}\Z")
 #: Fields that map ids (steps, effect keys, request ids, ...) to records: their keys are always shown by quoting.name().
-_MAPS = ("steps", "effects", "jobs", "approvals", "items", "authorization", "cost", "budgets", "counters", "checks", "artifacts")
+_MAPS = ("steps", "effects", "jobs", "approvals", "items", "authorization", "cost", "budgets", "counters", "checks",
+         "artifacts")
 #: The text form's bound; the structured content always has everything.
 TEXT_CHARS = 20_000
 
@@ -291,7 +304,8 @@ def _scalar(key: str, value: Any, source: Optional[str] = None) -> str:
     return quoting.quote(value, source or _SOURCES.get(key, RECORD), 300)
 
 
-def outline(value: Any, lines: List[str], indent: str = "", key: str = "", rules: Optional[Dict[str, Any]] = None) -> None:
+def outline(value: Any, lines: List[str], indent: str = "", key: str = "",
+            rules: Optional[Dict[str, Any]] = None) -> None:
     """Append ``value`` (an object or a list) to ``lines`` as a Markdown outline: fields by name, recorded text quoted.
 
     Field names the runner writes are shown plain; keys of an id map
@@ -320,7 +334,8 @@ def outline(value: Any, lines: List[str], indent: str = "", key: str = "", rules
             lines.append(indent + label.rstrip())
             outline(v, lines, indent + "  ", field, rule if isinstance(rule, dict) else None)
         elif isinstance(v, (dict, list)):
-            lines.append(indent + label + (json.dumps(v) if not v else quoting.quote(v, _SOURCES.get(field, RECORD), 300)))
+            lines.append(indent + label
+                         + (json.dumps(v) if not v else quoting.quote(v, _SOURCES.get(field, RECORD), 300)))
         else:
             lines.append(indent + label + _scalar(field, v))
 
@@ -359,7 +374,8 @@ def _tool_mentions(text: str) -> str:
         if " " not in match.group(1):
             continue
         # A value the mention names is an id (backticked as quoting.name shows it); a placeholder is the runner's word.
-        given = ", ".join(f"{arg} {value if _PLACEHOLDER.match(value) else '`' + value + '`'}" for arg, value in named.items() if value)
+        given = ", ".join(f"{arg} {value if _PLACEHOLDER.match(value) else '`' + value + '`'}"
+                          for arg, value in named.items() if value)
         pieces += [text[at:match.start()], f"`{verb.tool}`" + (f" ({given})" if given else "")]
         at = match.end()
     return "".join(pieces) + text[at:]
@@ -369,7 +385,8 @@ def _tool_mentions(text: str) -> str:
 _DECISION_PROSE: Dict[str, Any] = {
     "detail": True,
     "sentence": True,
-    "action": {"why": True, "approval": True, "artifact": CONTRACT, "check": CONTRACT, "evidence": CONTRACT, "item": ITEMS, "command": CONTRACT},
+    "action": {"why": True, "approval": True, "artifact": CONTRACT, "check": CONTRACT, "evidence": CONTRACT,
+               "item": ITEMS, "command": CONTRACT},
     "check": {"why": True},
     "inferences": {"*": True},
     "unknowns": {"*": True},
@@ -378,11 +395,14 @@ _DECISION_PROSE: Dict[str, Any] = {
 
 
 def text_form(tool: str, structured: Dict[str, Any]) -> str:
-    """The tool result as a model reads it: a header, the notice, and the fields, recorded text quoted (at most :data:`TEXT_CHARS`)."""
+    """The tool result as a model reads it: a header, the notice, and the fields, recorded text quoted (at most
+    :data:`TEXT_CHARS`)."""
     if structured.get("ok"):
-        head = f"Result of {quoting.name(tool)}: ok" + (f", {structured['reason']}" if structured.get("reason") in WORDS else "")
+        head = f"Result of {quoting.name(tool)}: ok" + (f", {structured['reason']}"
+                                                        if structured.get("reason") in WORDS else "")
     else:
-        head = f"Result of {quoting.name(tool)}: refused, {_scalar('reason', structured.get('reason'))} (exit {_scalar('exit_code', structured.get('exit_code'))})"
+        head = (f"Result of {quoting.name(tool)}: refused, {_scalar('reason', structured.get('reason'))} (exit "
+                f"{_scalar('exit_code', structured.get('exit_code'))})")
     lines = [head, "(The exact result is the structured content; below, the same fields.)", NOTICE]
     rest = dict(structured)
     if tool == "brief" and isinstance(rest.get("brief"), str):
@@ -404,7 +424,8 @@ def _bounded(lines: List[str]) -> str:
 
 def status_text(state: Dict[str, Any]) -> str:
     """The ``runner://status`` resource: the status view as an outline, recorded text quoted."""
-    lines = [f"# Status of run {quoting.name(state['task_id'])}", "(The exact JSON is the structured result of the `status` tool.)", NOTICE, ""]
+    lines = [f"# Status of run {quoting.name(state['task_id'])}",
+             "(The exact JSON is the structured result of the `status` tool.)", NOTICE, ""]
     outline(status_view(state), lines)
     return _bounded(lines)
 
@@ -438,44 +459,56 @@ _EVIDENCE = _doc("what the observation found")
 _RECONCILED = {"type": "boolean", "description": "the outcome was unknown and is settled by this observation"}
 _LOOKED = {"type": "string", "description": "the person who looked at the target (kept in the evidence; it settles an "
                                             "unknown outcome)"}
-_CONTRACT_FILE = _text("a contract file (a path on the server's machine) whose plan must be the run's; refused if it differs", 4096)
-_LIMIT = {"type": "integer", "minimum": 1, "maximum": 10000, "description": f"at most this many (default {verbs.DEFAULT_LIMIT})"}
+_CONTRACT_FILE = _text("a contract file (a path on the server's machine) whose plan must be the run's; "
+                       "refused if it differs", 4096)
+_LIMIT = {"type": "integer", "minimum": 1, "maximum": 10000,
+          "description": f"at most this many (default {verbs.DEFAULT_LIMIT})"}
 _LEASE = {"lease": _OBJ}
 _APPROVAL = {"request_id": _STR, "request": _OBJ}
 
 TOOLS: List[Tool] = [
     _t("recover", "Recover the run",
-       "Take the lease for this server's owner (a higher fencing epoch), reconcile, refresh jobs, decide the one safe next action "
-       "and persist it. Call it first, and again after any stop. Each call fences the previous epoch.",
+       "Take the lease for this server's owner (a higher fencing epoch), reconcile, refresh jobs, decide the one safe "
+       "next action and persist it. Call it first, and again after any stop. Each call fences the previous epoch.",
        "write", {"ttl": _TTL, "contract": _CONTRACT_FILE}, _DECISION, _recover),
     _t("next", "Next safe action",
-       "Name exactly one safe next action, or one stop with its reason (awaiting-approval, needs-reconciliation, fenced, complete, ...). Reads only.",
+       "Name exactly one safe next action, or one stop with its reason (awaiting-approval, needs-reconciliation, "
+       "fenced, complete, ...). Reads only.",
        "view", {"contract": _CONTRACT_FILE}, _DECISION, _next),
     _t("brief", "Brief of the run", "A bounded Markdown summary of durable facts, for a fresh model context.", "view",
-       {"max_chars": {"type": "integer", "minimum": 200, "maximum": 20000, "description": "at most this many characters (default 2000)"}},
+       {"max_chars": {"type": "integer", "minimum": 200, "maximum": 20000,
+                      "description": "at most this many characters (default 2000)"}},
        {"brief": _STR, "chars": _INT}, _brief),
     _t("status", "Run status", "The run's current state: status, steps, effect counts, lease, next action.", "view", {},
-       {"task_id": _STR, "status": _STR, "revision": _INT, "current_step": _NULLABLE_STR, "completed_steps": _LIST, "steps": _OBJ,
-        "effects": _OBJ, "lease": _OBJ, "recorded_intent": _NULLABLE_OBJ, "next": _NULLABLE_OBJ},
+       {"task_id": _STR, "status": _STR, "revision": _INT, "current_step": _NULLABLE_STR, "completed_steps": _LIST,
+        "steps": _OBJ, "effects": _OBJ, "lease": _OBJ, "recorded_intent": _NULLABLE_OBJ, "next": _NULLABLE_OBJ},
        _view(verbs.status)),
-    _t("report", "Run report", "Recovery metrics of the whole run, across all workers and attempts: recoveries, retries, "
+    _t("report", "Run report",
+       "Recovery metrics of the whole run, across all workers and attempts: recoveries, retries, "
        "reconciled and unresolved effects, possible duplicates, items, costs.", "view", {},
-       {"recoveries": _INT, "effects_verified": _INT, "unresolved_effects": _INT, "possible_duplicates": _INT, "cost": _OBJ},
+       {"recoveries": _INT, "effects_verified": _INT, "unresolved_effects": _INT, "possible_duplicates": _INT,
+        "cost": _OBJ},
        _view(verbs.report)),
-    _t("step_start", "Start a step", "Start a step of the plan, in plan order.", "write", {"step": _STEP_ID}, _STEP, _step("start")),
+    _t("step_start", "Start a step", "Start a step of the plan, in plan order.", "write", {"step": _STEP_ID}, _STEP,
+       _step("start")),
     _t("step_done", "Finish a step",
-       "Finish the running step with the evidence its contract asks for (none for a step whose evidence the runner observes); "
-       "gated steps need a verified effect.",
+       "Finish the running step with the evidence its contract asks for (none for a step whose evidence the runner "
+       "observes); gated steps need a verified effect.",
        "write", {"step": _STEP_ID, "evidence": _doc("the evidence the contract names")}, _STEP, _step("done")),
     _t("step_fail", "Fail a step",
-       "Record a failed attempt: transient (retried after a persisted backoff) or permanent (the step is failed for good).",
-       "write", {"step": _STEP_ID, "class": {"type": "string", "enum": ["transient", "permanent"]}, "error": _text("what went wrong")},
+       "Record a failed attempt: transient (retried after a persisted backoff) or permanent "
+       "(the step is failed for good).",
+       "write", {"step": _STEP_ID, "class": {"type": "string", "enum": ["transient", "permanent"]},
+                 "error": _text("what went wrong")},
        _STEP, _step("fail"), destructive=True),
     _t("effect_begin", "Begin an effect",
-       "Record the intent to call the target for KEY with this exact payload, before calling it; the result has the payload to send "
-       "(a batch item's comes from its step's template). Refused when approval, cancellation, limits or an unresolved earlier attempt forbid it.",
-       "write", {"key": _KEY, "payload": _doc("the exact payload that will be sent (default: a batch item's template, or the one kept)"),
-                 "step": _key("the step it belongs to (default: the current step)")},
+       "Record the intent to call the target for KEY with this exact payload, before calling it; the result has the "
+       "payload to send (a batch item's comes from its step's template). Refused when approval, cancellation, "
+       "limits or an unresolved earlier attempt forbid it.",
+       "write",
+       {"key": _KEY,
+        "payload": _doc("the exact payload that will be sent (default: a batch item's template, or the one kept)"),
+        "step": _key("the step it belongs to (default: the current step)")},
        dict(_EFFECT, payload=_OBJ), _write(verbs.effect_begin)),
     _t("effect_ack", "Acknowledge an effect", "Record the target's receipt for KEY after the call returned.", "write",
        {"key": _KEY, "receipt": _doc("the target's receipt")}, _EFFECT, _write(verbs.effect_ack)),
@@ -483,19 +516,25 @@ TOOLS: List[Tool] = [
        {"key": _KEY, "evidence": _EVIDENCE, "reconciled": _RECONCILED, "by": _LOOKED}, _EFFECT,
        _write(verbs.effect_verify)),
     _t("effect_absent", "Record an effect absent",
-       "Record that the target was observed not to hold KEY's effect, so it may be sent again (after the contract's backoff).", "write",
+       "Record that the target was observed not to hold KEY's effect, so it may be sent again "
+       "(after the contract's backoff).", "write",
        {"key": _KEY, "evidence": _EVIDENCE, "reconciled": _RECONCILED, "by": _LOOKED}, _EFFECT,
        _write(verbs.effect_absent)),
-    _t("effect_uncertain", "Mark an effect uncertain", "Record that KEY's outcome is unknown; nothing is retried until it is observed.",
+    _t("effect_uncertain", "Mark an effect uncertain",
+       "Record that KEY's outcome is unknown; nothing is retried until it is observed.",
        "write", {"key": _KEY, "reason": _text("why the outcome is unknown")}, _EFFECT, _write(verbs.effect_uncertain)),
-    _t("effect_skip", "Skip a batch item", "Settle the batch item KEY without its effect, with the reason recorded (counted in the report).",
-       "write", {"key": _KEY, "reason": _text("why the item is left out")}, _EFFECT, _write(verbs.effect_skip), destructive=True),
+    _t("effect_skip", "Skip a batch item",
+       "Settle the batch item KEY without its effect, with the reason recorded (counted in the report).",
+       "write", {"key": _KEY, "reason": _text("why the item is left out")}, _EFFECT, _write(verbs.effect_skip),
+       destructive=True),
     _t("effect_run", "Run an effect",
-       "Take KEY to verified through the contract's effects.http or effects.invoke/observe: wait for a call of KEY still in flight, "
-       "observe first, call the target only after an observed absence, record each transition. Returns when KEY is settled.",
+       "Take KEY to verified through the contract's effects.http or effects.invoke/observe: wait for a call of KEY "
+       "still in flight, observe first, call the target only after an observed absence, record each transition. "
+       "Returns when KEY is settled.",
        "write", {"key": _KEY, "payload": _doc("the payload (default: a batch item's template, or the one kept)")},
        _EFFECT, _write(verbs.effect_run)),
-    _t("effect_show", "Show an effect", "KEY's ledger record.", "view", {"key": _KEY}, _EFFECT, _view(verbs.effect_show)),
+    _t("effect_show", "Show an effect", "KEY's ledger record.", "view", {"key": _KEY}, _EFFECT,
+       _view(verbs.effect_show)),
     _t("effect_list", "List effects", "The ledger's effects, by key, optionally only those in one state.", "view",
        {"state": {"type": "string", "enum": list(EFFECT_STATES)}, "limit": _LIMIT},
        {"count": _INT, "effects": _OBJ, "more": _BOOL}, _view(verbs.effect_list)),
@@ -503,36 +542,48 @@ TOOLS: List[Tool] = [
        "Ask a person to approve ACTION (effect:KEY) in STEP for this exact payload; the run then stops at "
        "awaiting-approval until someone outside the run answers.",
        "write",
-       {"step": _STEP_ID, "action": _text("the action to approve, effect:KEY", 300), "payload": _doc("the exact payload that will be sent"),
-        "ttl": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TTL_SECONDS, "description": "seconds until the request and its grant expire"}},
+       {"step": _STEP_ID, "action": _text("the action to approve, effect:KEY", 300),
+        "payload": _doc("the exact payload that will be sent"),
+        "ttl": {"type": "number", "exclusiveMinimum": 0, "maximum": MAX_TTL_SECONDS,
+                "description": "seconds until the request and its grant expire"}},
        _APPROVAL, _write(verbs.approval_request, step="step_id")),
-    _t("approval_list", "List approvals", "Every approval request with its state (pending, granted, used, denied, expired).", "view", {},
+    _t("approval_list", "List approvals",
+       "Every approval request with its state (pending, granted, used, denied, expired).", "view", {},
        {"approvals": _LIST}, _view(verbs.approval_list)),
-    _t("lease_show", "Show the lease", "The run's lease: owner, epoch, expiry, and whether it is live.", "view", {}, _LEASE,
-       _view(verbs.lease_show)),
-    _t("lease_renew", "Renew the lease", "Extend the lease this server holds (it also renews while calls arrive).", "write", {"ttl": _TTL},
-       _LEASE, _lease_renew),
-    _t("lease_release", "Release the lease", "Give up the lease this server took; writes need recover again afterwards.", "write", {},
+    _t("lease_show", "Show the lease", "The run's lease: owner, epoch, expiry, and whether it is live.", "view", {},
+       _LEASE, _view(verbs.lease_show)),
+    _t("lease_renew", "Renew the lease", "Extend the lease this server holds (it also renews while calls arrive).",
+       "write", {"ttl": _TTL}, _LEASE, _lease_renew),
+    _t("lease_release", "Release the lease",
+       "Give up the lease this server took; writes need recover again afterwards.", "write", {},
        _LEASE, _lease_release),
-    _t("cost", "Add costs", "Attribute an attempt's costs to the run, each NAME=AMOUNT (tokens=1200, money=0.03); returns the run's totals.",
-       "write", {"add": {"type": "array", "items": {"type": "string", "maxLength": 300}, "minItems": 1, "description": "NAME=AMOUNT, one per cost"}},
+    _t("cost", "Add costs",
+       "Attribute an attempt's costs to the run, each NAME=AMOUNT (tokens=1200, money=0.03); returns the run's totals.",
+       "write", {"add": {"type": "array", "items": {"type": "string", "maxLength": 300}, "minItems": 1,
+                         "description": "NAME=AMOUNT, one per cost"}},
        {"cost": _OBJ}, _write(verbs.cost)),
     _t("migrate", "Change the plan",
        "Record a change of plan as a new attempt of the same run, from an edited contract file that says why.", "write",
-       {"contract": _text("the edited contract file (a path on the server's machine)", 4096), "reason": _text("why the plan changes")},
+       {"contract": _text("the edited contract file (a path on the server's machine)", 4096),
+        "reason": _text("why the plan changes")},
        {"plan_digest": _STR, "revision": _INT}, _write(verbs.migrate)),
-    _t("events", "Events", "Journal transitions after sequence number AFTER, so an observer resumes where it left off.", "view",
-       {"after": {"type": "integer", "minimum": 0}, "limit": _LIMIT},
+    _t("events", "Events", "Journal transitions after sequence number AFTER, so an observer resumes where it left off.",
+       "view", {"after": {"type": "integer", "minimum": 0}, "limit": _LIMIT},
        {"after": _INT, "last": _INT, "oldest": _INT, "truncated": _BOOL, "more": _BOOL, "events": _LIST}, _events),
-    _t("approval_grant", "Grant an approval", "Control (a person's authority): grant a pending request, bound to its exact payload.",
-       "control", {"request_id": _key("the request to answer"), "by": _WHO}, _APPROVAL, _control(verbs.approval_answer, grant=True)),
+    _t("approval_grant", "Grant an approval",
+       "Control (a person's authority): grant a pending request, bound to its exact payload.",
+       "control", {"request_id": _key("the request to answer"), "by": _WHO}, _APPROVAL,
+       _control(verbs.approval_answer, grant=True)),
     _t("approval_deny", "Deny an approval", "Control (a person's authority): deny a pending request.", "control",
-       {"request_id": _key("the request to answer"), "by": _WHO}, _APPROVAL, _control(verbs.approval_answer, grant=False), destructive=True),
+       {"request_id": _key("the request to answer"), "by": _WHO}, _APPROVAL,
+       _control(verbs.approval_answer, grant=False), destructive=True),
     _t("cancel", "Cancel the run",
-       "Control (a person's authority): no new step or effect begins; in-flight effects are still reconciled.", "control",
-       {"by": _WHO, "reason": _text("why")}, {"status": _STR, "cancellation": _OBJ, "recorded_intent": _NULLABLE_OBJ}, _control(verbs.cancel),
-       destructive=True),
+       "Control (a person's authority): no new step or effect begins; in-flight effects are still reconciled.",
+       "control",
+       {"by": _WHO, "reason": _text("why")}, {"status": _STR, "cancellation": _OBJ, "recorded_intent": _NULLABLE_OBJ},
+       _control(verbs.cancel), destructive=True),
     _t("lease_break", "Break the lease",
        "Control (a supervisor's authority): end a dead holder's lease now, with the evidence that it ended.", "control",
-       {"by": _WHO, "reason": _text("the evidence that the holder ended")}, _LEASE, _control(verbs.lease_break), destructive=True),
+       {"by": _WHO, "reason": _text("the evidence that the holder ended")}, _LEASE, _control(verbs.lease_break),
+       destructive=True),
 ]
