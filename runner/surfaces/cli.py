@@ -83,11 +83,15 @@ def _common(parser: argparse.ArgumentParser, top: bool) -> None:
     # On sub-parsers the defaults are suppressed so a value given before the
     # verb is not overwritten by the sub-parser's default.
     default: Any = None if top else argparse.SUPPRESS
-    parser.add_argument("--dir", default=default, help="the run's folder (default: $RUNNER_DIR, else the nearest .run/ in this folder or above)")
+    parser.add_argument("--dir", default=default,
+                        help="the run's folder (default: $RUNNER_DIR, else the nearest .run/ in this folder or above)")
     parser.add_argument("--store", default=default, metavar="URL",
-                        help="file:DIR, sqlite:PATH or postgresql://... (default: $RUNNER_STORE; --dir DIR is file:DIR)")
-    parser.add_argument("--task", default=default, metavar="ID", help="the run's task id in a database store (default: $RUNNER_TASK)")
-    parser.add_argument("--json", action="store_true", default=False if top else argparse.SUPPRESS, help="print one JSON object on stdout")
+                        help=("file:DIR, sqlite:PATH or postgresql://... "
+                              "(default: $RUNNER_STORE; --dir DIR is file:DIR)"))
+    parser.add_argument("--task", default=default, metavar="ID",
+                        help="the run's task id in a database store (default: $RUNNER_TASK)")
+    parser.add_argument("--json", action="store_true", default=False if top else argparse.SUPPRESS,
+                        help="print one JSON object on stdout")
 
 
 class _Unbuilt:
@@ -134,7 +138,8 @@ def build_parser(extensions: Sequence[Callable[[_AddVerb], None]] = (),
     :param only: when given, the verbs whose names are not in it are left out (a call that names one verb need not
         build the other verbs' parsers, most of a start's cost); their parsers are then :class:`_Unbuilt`.
     """
-    parser = _Parser(prog="runner", description="Durable, resumable, fenced runs for long agent tasks.", epilog=EXIT_TABLE)
+    parser = _Parser(prog="runner", description="Durable, resumable, fenced runs for long agent tasks.",
+                     epilog=EXIT_TABLE)
     parser.add_argument("--version", action="version", version=f"runner {__version__}")
     _common(parser, top=True)
     subparsers = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
@@ -175,39 +180,49 @@ def _ledger_verbs(verb: _AddVerb) -> None:
     sub = verb("effect", "record an external effect's lifecycle in the ledger", cmd_effect, EFFECT_RUN_HELP)
     sub.add_argument("action", choices=("begin", "ack", "verify", "absent", "uncertain", "run", "skip", "show", "list"))
     sub.add_argument("key", nargs="?", metavar="KEY")
-    sub.add_argument("--payload", metavar="FILE", help="begin/run: the payload as a JSON file, or - for stdin (default: a batch item's template)")
+    sub.add_argument("--payload", metavar="FILE",
+                     help="begin/run: the payload as a JSON file, or - for stdin (default: a batch item's template)")
     sub.add_argument("--step", metavar="STEP", help="begin: the step the effect belongs to (default: the current step)")
     sub.add_argument("--receipt", metavar="JSON", help="ack: the target's receipt (inline JSON, @FILE or -)")
-    sub.add_argument("--evidence", metavar="JSON", help="verify/absent: what the observation found (inline JSON, @FILE or -)")
-    sub.add_argument("--reason", metavar="TEXT", help="uncertain: why the outcome is unknown; skip: why the batch item is left out")
-    sub.add_argument("--reconciled", action="store_true", help="verify/absent: the outcome was unknown and is settled by this observation")
+    sub.add_argument("--evidence", metavar="JSON",
+                     help="verify/absent: what the observation found (inline JSON, @FILE or -)")
+    sub.add_argument("--reason", metavar="TEXT",
+                     help="uncertain: why the outcome is unknown; skip: why the batch item is left out")
+    sub.add_argument("--reconciled", action="store_true",
+                     help="verify/absent: the outcome was unknown and is settled by this observation")
     sub.add_argument("--by", metavar="WHO", help="verify/absent: the person who looked at the target (kept in the "
                                                  "evidence as observed_by; it settles an unknown outcome)")
     sub.add_argument("--state", choices=EFFECT_STATES, help="list: only effects in this state")
-    sub.add_argument("--limit", type=positive, default=None, metavar="N", help=f"list: at most N effects (default {verbs.DEFAULT_LIMIT})")
+    sub.add_argument("--limit", type=positive, default=None, metavar="N",
+                     help=f"list: at most N effects (default {verbs.DEFAULT_LIMIT})")
     _writer(sub)
 
     sub = verb("step", "start, finish or fail a step of the plan", cmd_step)
     sub.add_argument("action", choices=("start", "done", "fail"))
     sub.add_argument("step_id", metavar="STEP")
-    sub.add_argument("--evidence", metavar="JSON", help="done: the evidence the contract asks for (inline JSON, @FILE or -)")
-    sub.add_argument("--class", dest="error_class", choices=("transient", "permanent"), help="fail: transient (retry after a backoff) or permanent")
+    sub.add_argument("--evidence", metavar="JSON",
+                     help="done: the evidence the contract asks for (inline JSON, @FILE or -)")
+    sub.add_argument("--class", dest="error_class", choices=("transient", "permanent"),
+                     help="fail: transient (retry after a backoff) or permanent")
     sub.add_argument("--error", metavar="TEXT", help="fail: what went wrong")
     _writer(sub)
 
 
 def _authority_verbs(verb: _AddVerb) -> None:
     """What people decide and what the run is charged: cancellation, approvals, costs, a change of plan."""
-    sub = verb("cancel", "cancel the run: no new step or effect begins; in-flight effects are still reconciled", cmd_cancel)
+    sub = verb("cancel", "cancel the run: no new step or effect begins; in-flight effects are still reconciled",
+               cmd_cancel)
     sub.add_argument("--by", required=True, metavar="WHO")
     sub.add_argument("--reason", required=True, metavar="TEXT")
 
     sub = verb("approval", "request, grant, deny or list scoped approvals", cmd_approval)
     sub.add_argument("action", choices=("request", "grant", "deny", "list"))
     sub.add_argument("target", nargs="?", metavar="STEP|REQUEST_ID")
-    sub.add_argument("--action", dest="requested_action", metavar="TEXT", help="request: effect:KEY, the action to approve")
+    sub.add_argument("--action", dest="requested_action", metavar="TEXT",
+                     help="request: effect:KEY, the action to approve")
     sub.add_argument("--payload", metavar="FILE", help="request: the exact payload that will be sent (JSON file or -)")
-    sub.add_argument("--ttl", type=_seconds, default=None, help="request: seconds until the request and its grant expire")
+    sub.add_argument("--ttl", type=_seconds, default=None,
+                     help="request: seconds until the request and its grant expire")
     sub.add_argument("--by", metavar="WHO", help="grant/deny: who answers")
     _writer(sub)
 
@@ -225,20 +240,26 @@ def _decision_verbs(verb: _AddVerb) -> None:
     """The next action: named, carried out by the runner, recovered to, summarised for a fresh context."""
     sub = verb("next", "name exactly one safe next action, or one stop with its reason", cmd_next)
     _writer(sub)
-    sub.add_argument("--contract", metavar="FILE", help="refuse (exit 2) if this contract's plan differs from the run's")
+    sub.add_argument("--contract", metavar="FILE",
+                     help="refuse (exit 2) if this contract's plan differs from the run's")
 
-    sub = verb("drive", "take the lease and perform every action the runner can establish alone, until a stop or a judgement", cmd_drive)
+    sub = verb("drive",
+               "take the lease and perform every action the runner can establish alone, until a stop or a judgement",
+               cmd_drive)
     _writer(sub)
     sub.add_argument("--ttl", type=_seconds, default=None, help="lease time to live (default: the contract's)")
     sub.add_argument("--max-actions", type=positive, default=None, metavar="N", help="return (exit 0) after N actions")
-    sub.add_argument("--until-stop", action="store_true", help="also wait out persisted backoffs instead of returning at them")
+    sub.add_argument("--until-stop", action="store_true",
+                     help="also wait out persisted backoffs instead of returning at them")
     sub.add_argument("--parallel", type=_concurrency, default=None, metavar="N",
                      help="effects in flight at once (default: the contract's effects.concurrency, else 1)")
 
-    sub = verb("recover", "take the lease, reconcile, refresh authority and jobs, decide, and persist the intent", cmd_recover)
+    sub = verb("recover", "take the lease, reconcile, refresh authority and jobs, decide, and persist the intent",
+               cmd_recover)
     _writer(sub)
     sub.add_argument("--ttl", type=_seconds, default=None, help="lease time to live (default: the contract's)")
-    sub.add_argument("--contract", metavar="FILE", help="refuse (exit 2) if this contract's plan differs from the run's")
+    sub.add_argument("--contract", metavar="FILE",
+                     help="refuse (exit 2) if this contract's plan differs from the run's")
 
     sub = verb("brief", "a bounded Markdown summary of durable facts, for a fresh model context", cmd_brief)
     sub.add_argument("--max-chars", type=positive, default=2000)
@@ -248,29 +269,35 @@ def _view_verbs(verb: _AddVerb) -> None:
     """What observers read: the transitions, the whole run's report."""
     sub = verb("events", "transitions after sequence number N (resume an observer where it left off)", cmd_events)
     sub.add_argument("--after", type=_not_negative, default=0, metavar="N")
-    sub.add_argument("--limit", type=positive, default=None, metavar="N", help="at most N events per page (default: all)")
+    sub.add_argument("--limit", type=positive, default=None, metavar="N",
+                     help="at most N events per page (default: all)")
     sub.add_argument("--follow", action="store_true", help="keep printing new events until the run stops")
     sub.add_argument("--timeout", type=_seconds, default=None, help="with --follow: stop after this many seconds")
-    sub.add_argument("--otlp", metavar="FILE", type=output_file, default=None, help="write the run as an OpenTelemetry trace (OTLP JSON lines)")
+    sub.add_argument("--otlp", metavar="FILE", type=output_file, default=None,
+                     help="write the run as an OpenTelemetry trace (OTLP JSON lines)")
     sub.add_argument("--with-content", action="store_true", help="with --otlp: include receipts, evidence and reasons")
 
     sub = verb("report", "recovery metrics of the whole run, across all workers and attempts", cmd_report)
-    sub.add_argument("--html", metavar="FILE", type=output_file, default=None, help="also write the run's timeline page (one HTML file)")
+    sub.add_argument("--html", metavar="FILE", type=output_file, default=None,
+                     help="also write the run's timeline page (one HTML file)")
 
 
 def _worker_verbs(verb: _AddVerb) -> None:
     """Work that outlives a call: re-attachable jobs, a pool of workers, the MCP server."""
-    sub = verb("job", "re-attachable long jobs: submit KEY -- COMMAND [ARGS...], status, result, cancel, shard", cmd_job)
+    sub = verb("job", "re-attachable long jobs: submit KEY -- COMMAND [ARGS...], status, result, cancel, shard",
+               cmd_job)
     sub.add_argument("action", choices=("submit", "status", "result", "cancel", "shard"))
     sub.add_argument("key", metavar="KEY")
     sub.add_argument("--done", type=int, metavar="N", help="shard: the last committed shard")
     _writer(sub)
 
-    sub = verb("work", "a pool of N workers that claim the store's runs with leases and drive them with a handler", cmd_work)
+    sub = verb("work", "a pool of N workers that claim the store's runs with leases and drive them with a handler",
+               cmd_work)
     sub.add_argument("--workers", type=positive, default=2, metavar="N")
     sub.add_argument("--handler", dest="handler_spec", required=True, metavar="MODULE:FUNCTION",
                      help="called as f(store, owner, ttl, context) for each claimed run")
-    sub.add_argument("--context", default="{}", metavar="JSON", help="passed to the handler (and to the observer factory)")
+    sub.add_argument("--context", default="{}", metavar="JSON",
+                     help="passed to the handler (and to the observer factory)")
     sub.add_argument("--observer", metavar="MODULE:FUNCTION",
                      help="called as f(context, seed) once in each worker; returns the observer of its commit windows")
     sub.add_argument("--ttl", type=_seconds, default=60.0)
@@ -279,7 +306,8 @@ def _worker_verbs(verb: _AddVerb) -> None:
     _writer(sub)
     sub.add_argument("--ttl", type=_seconds, default=None, help="lease time to live (default: the contract's)")
     sub.add_argument("--read-only", action="store_true", help="list only the tools that read; take no lease")
-    sub.add_argument("--allow-control", action="store_true", help="DANGEROUS: let the client grant and deny approvals, cancel and break leases")
+    sub.add_argument("--allow-control", action="store_true",
+                     help="DANGEROUS: let the client grant and deny approvals, cancel and break leases")
 
 
 #: The groups of verbs, in the order ``--help`` lists them.
@@ -288,8 +316,10 @@ _GROUPS: Tuple[Callable[[_AddVerb], None], ...] = (
 
 
 def _writer(sub: argparse.ArgumentParser) -> None:
-    sub.add_argument("--owner", default=os.environ.get("RUNNER_OWNER"), metavar="ID", help="the lease holder writing (default: $RUNNER_OWNER)")
-    sub.add_argument("--epoch", type=_not_negative, default=None, metavar="N", help="its fencing epoch from 'lease acquire' (default: $RUNNER_EPOCH)")
+    sub.add_argument("--owner", default=os.environ.get("RUNNER_OWNER"), metavar="ID",
+                     help="the lease holder writing (default: $RUNNER_OWNER)")
+    sub.add_argument("--epoch", type=_not_negative, default=None, metavar="N",
+                     help="its fencing epoch from 'lease acquire' (default: $RUNNER_EPOCH)")
 
 
 def _not_negative(text: str) -> int:
@@ -320,7 +350,8 @@ def _seconds(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
     if not 0 < value <= MAX_DURATION_SECONDS:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds above 0 and at most {MAX_DURATION_SECONDS:,}")
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds above 0 and at most "
+                                         f"{MAX_DURATION_SECONDS:,}")
     return value
 
 
@@ -337,7 +368,8 @@ def _concurrency(text: str) -> int:
 
     value = positive(text)
     if value > MAX_CONCURRENCY:
-        raise argparse.ArgumentTypeError(f"{text!r} is above {MAX_CONCURRENCY}, the most effects one drive keeps in flight")
+        raise argparse.ArgumentTypeError(f"{text!r} is above {MAX_CONCURRENCY}, the most effects one drive keeps in "
+                                         "flight")
     return value
 
 
@@ -378,7 +410,9 @@ def check_verb_arguments(parser: argparse.ArgumentParser, args: argparse.Namespa
         action = next((a for a in sub._actions if (a.option_strings[-1:] == [spelling]) or
                        (not a.option_strings and not spelling.startswith("--") and a.dest != "action")), None)
         if action is not None and getattr(args, action.dest, None) in (None, []):
-            raise InvalidInput(f"{words} needs {spelling if not spelling.startswith('--') else spelling + ' ' + (action.metavar or name.upper())}")
+            raise InvalidInput(
+                f"{words} needs "
+                f"{spelling if not spelling.startswith('--') else spelling + ' ' + (action.metavar or name.upper())}")
 
 
 # -- output -----------------------------------------------------------------
@@ -469,8 +503,8 @@ def _store_url(args: argparse.Namespace) -> str:
         found = os.path.join(folders[0], RUN_FOLDER)
         warn(f"no {RUN_FOLDER}/ in {' or '.join(folders)} or above; serving {found} once 'init' starts a run there")
     else:
-        raise InvalidInput(f"no run: no {RUN_FOLDER}/ in {' or '.join(folders)} or above; pass --dir DIR (or --store URL --task ID), "
-                           "or set RUNNER_DIR")
+        raise InvalidInput(f"no run: no {RUN_FOLDER}/ in {' or '.join(folders)} or above; pass --dir DIR (or --store "
+                           "URL --task ID), or set RUNNER_DIR")
     args.dir = found
     return "file:" + found
 
@@ -510,7 +544,8 @@ def cmd_init(args: argparse.Namespace) -> int:
     url = _store_url(args)
     if _task(args) not in (None, plan["task_id"]):
         raise InvalidInput(f"--task {_task(args)} differs from the contract's task_id {plan['task_id']}")
-    store = _kept(args, create_store(url, plan["task_id"], plan, workspace_base=os.path.dirname(os.path.abspath(args.contract))))
+    store = _kept(args, create_store(url, plan["task_id"], plan,
+                                     workspace_base=os.path.dirname(os.path.abspath(args.contract))))
     summary = status_view(store.state)
     workspace = run_workspace(store.state)
     where = getattr(store, "url", store.path)
@@ -529,14 +564,18 @@ def cmd_status(args: argparse.Namespace) -> int:
         f"step      {summary['current_step'] or '-'}; done: {', '.join(summary['completed_steps']) or '-'}",
         f"effects   {', '.join(f'{k} {v}' for k, v in sorted(summary['effects'].items())) or 'none'}",
     ]
-    lines += [f"items     {step}: {p['verified']} verified + {p['skipped']} skipped of {p['total']}" for step, p in summary["items"].items()]
+    lines += [f"items     {step}: {p['verified']} verified + {p['skipped']} skipped of {p['total']}"
+              for step, p in summary["items"].items()]
     for step, ev in summary["evidence"].items():
-        lines.append(f"evidence  {step}: " + ", ".join(f"{source} {json.dumps(value, sort_keys=True)[:100]}" for source, value in ev.items()))
+        lines.append(f"evidence  {step}: "
+                     + ", ".join(f"{source} {json.dumps(value, sort_keys=True)[:100]}" for source, value in ev.items()))
     lines += [
-        f"lease     {summary['lease']['owner'] or '-'} (epoch {summary['lease']['epoch']}, expires {summary['lease']['expires_at'] or '-'})",
+        f"lease     {summary['lease']['owner'] or '-'} (epoch {summary['lease']['epoch']}, expires "
+        f"{summary['lease']['expires_at'] or '-'})",
         f"next      {summary['next']['text']}",
     ]
-    emit(args, {"ok": True, "path": store.path, **summary, "findings": [f._asdict() for f in store.findings]}, "\n".join(lines))
+    emit(args, {"ok": True, "path": store.path, **summary, "findings": [f._asdict() for f in store.findings]},
+         "\n".join(lines))
     return 0
 
 
@@ -609,14 +648,16 @@ def _not_healthy(findings: List[Dict[str, str]]) -> str:
 def cmd_contract(args: argparse.Namespace) -> int:
     block, problems = check_contract(args.file)
     if problems:
-        emit(args, {"ok": False, "error": "invalid-input", "exit_code": InvalidInput.exit_code, "message": problems[0], "file": args.file, "errors": problems})
+        emit(args, {"ok": False, "error": "invalid-input", "exit_code": InvalidInput.exit_code, "message": problems[0],
+                    "file": args.file, "errors": problems})
         for problem in problems:
             sys.stderr.write(problem + "\n")
         return InvalidInput.exit_code
     from ..base.canonical import content_digest
 
     assert block is not None
-    emit(args, {"ok": True, "file": args.file, "task_id": block["task_id"], "plan_digest": content_digest(block), "steps": [s["id"] for s in block["steps"]]},
+    emit(args, {"ok": True, "file": args.file, "task_id": block["task_id"], "plan_digest": content_digest(block),
+                "steps": [s["id"] for s in block["steps"]]},
           f"{args.file}: ok (task {block['task_id']}, {len(block['steps'])} steps, plan {content_digest(block)})")
     return 0
 
@@ -658,7 +699,8 @@ def _worker(args: argparse.Namespace) -> Run:
 
 def _effect_out(args: argparse.Namespace, result: Dict[str, Any]) -> int:
     effect = result["effect"]
-    emit(args, {"ok": True, "key": result["key"], **effect}, f"{result['key']}: {effect['state']} (attempts {effect['attempts']})")
+    emit(args, {"ok": True, "key": result["key"], **effect},
+         f"{result['key']}: {effect['state']} (attempts {effect['attempts']})")
     return 0
 
 
@@ -666,11 +708,14 @@ def cmd_lease(args: argparse.Namespace) -> int:
     run = _worker(args)
     if args.action == "show":
         view = verbs.lease_show(run)["lease"]
-        emit(args, {"ok": True, **view}, f"{view['owner'] or 'nobody'} (epoch {view['epoch']}, expires {view['expires_at'] or '-'}, {'live' if view['live'] else 'not live'})")
+        emit(args, {"ok": True, **view},
+             f"{view['owner'] or 'nobody'} (epoch {view['epoch']}, expires {view['expires_at'] or '-'}, "
+             f"{'live' if view['live'] else 'not live'})")
         return 0
     if args.action == "break":
         view = verbs.lease_break(run, args.by, args.reason)["lease"]
-        emit(args, {"ok": True, **view}, f"lease of {view['owner'] or 'nobody'} (epoch {view['epoch']}) now expires {view['expires_at'] or '-'}")
+        emit(args, {"ok": True, **view},
+             f"lease of {view['owner'] or 'nobody'} (epoch {view['epoch']}) now expires {view['expires_at'] or '-'}")
         return 0
     if not args.owner:
         raise InvalidInput(f"lease {args.action} needs --owner ID")
@@ -680,7 +725,8 @@ def cmd_lease(args: argparse.Namespace) -> int:
         view = verbs.lease_renew(run, args.ttl)["lease"]
     else:
         view = verbs.lease_release(run)["lease"]
-    emit(args, {"ok": True, **view}, f"{args.action}: {view['owner'] or 'nobody'} at epoch {view['epoch']}, expires {view['expires_at'] or '-'}")
+    emit(args, {"ok": True, **view},
+         f"{args.action}: {view['owner'] or 'nobody'} at epoch {view['epoch']}, expires {view['expires_at'] or '-'}")
     return 0
 
 
@@ -700,14 +746,17 @@ def cmd_effect(args: argparse.Namespace) -> int:
         # A batch item's payload is the one its step's template makes; another one is refused with both digests.
         # It is printed, since the caller sends exactly it to the target.
         source = os.path.abspath(args.payload) if args.payload and args.payload != "-" else None
-        began = verbs.effect_begin(run, key, _payload_arg(args.payload) if args.payload else None, step=args.step, source=source)
+        began = verbs.effect_begin(run, key, _payload_arg(args.payload) if args.payload else None, step=args.step,
+                                   source=source)
         effect, payload = began["effect"], began["payload"]
         emit(args, {"ok": True, "key": key, **effect, "payload": payload},
-              f"{key}: {effect['state']} (attempts {effect['attempts']})\npayload {json.dumps(payload, sort_keys=True, ensure_ascii=False)}")
+              f"{key}: {effect['state']} (attempts {effect['attempts']})\npayload "
+              f"{json.dumps(payload, sort_keys=True, ensure_ascii=False)}")
         return 0
     if args.action == "run":
         invoke, observe = _effect_commands(args.command)
-        return _effect_out(args, verbs.effect_run(run, key, _payload_arg(args.payload) if args.payload else None, invoke, observe))
+        return _effect_out(args, verbs.effect_run(run, key, _payload_arg(args.payload) if args.payload else None,
+                                                  invoke, observe))
     if args.action == "skip":
         skipped = verbs.effect_skip(run, key, args.reason)["effect"]
         emit(args, {"ok": True, **skipped}, f"{key}: skipped in step {skipped['step']}: {skipped['reason']}")
@@ -750,8 +799,8 @@ def cmd_drive(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         executor.stop_requested = True
         executor.world.interrupt()
-        warn(f"drive: stopping on {signal.Signals(signum).name}: nothing new begins; what is in hand finishes and is recorded,"
-             " then the lease is released; a second signal stops at once")
+        warn(f"drive: stopping on {signal.Signals(signum).name}: nothing new begins; what is in hand finishes and is "
+             "recorded, then the lease is released; a second signal stops at once")
 
     previous = [signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)]
     try:
@@ -775,14 +824,16 @@ def cmd_step(args: argparse.Namespace) -> int:
     result = verbs.step(run, args.action, args.step_id, evidence, args.error_class, args.error)
     record, decided = result.pop("record"), result["next"]
     emit(args, {"ok": True, **record, **result},
-          f"{args.step_id}: {record['state']} (attempt {record['attempts']}); run {result['status']}; next {decided['text']}")
+          f"{args.step_id}: {record['state']} (attempt {record['attempts']}); run {result['status']}; next "
+          f"{decided['text']}")
     return 0
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     result = verbs.cancel(Run(_open(args)), args.by, args.reason)
     emit(args, {"ok": True, **result},
-          f"cancellation recorded; run {result['status']}" + ("" if result["status"] == "cancelled" else "; in-flight effects are reconciled first"))
+          f"cancellation recorded; run {result['status']}"
+          + ("" if result["status"] == "cancelled" else "; in-flight effects are reconciled first"))
     return 0
 
 
@@ -790,14 +841,18 @@ def cmd_approval(args: argparse.Namespace) -> int:
     run = _worker(args)
     if args.action == "list":
         items = verbs.approval_list(run)["approvals"]
-        emit(args, {"ok": True, "approvals": items}, "\n".join(_approval_line(a) for a in items) or "no approval requests")
+        emit(args, {"ok": True, "approvals": items}, "\n".join(_approval_line(a) for a in items) or
+             "no approval requests")
         return 0
     if args.action == "request":
         text = sys.stdin.read(MAX_DOCUMENT_BYTES + 1) if args.payload == "-" else read_document(args.payload, "payload")
-        source = payload_source(None if args.payload == "-" else os.path.abspath(args.payload), text.encode("utf-8", "replace"))
-        result = verbs.approval_request(run, args.target, args.requested_action, _json_object(text, "payload"), args.ttl, source)
+        source = payload_source(None if args.payload == "-" else os.path.abspath(args.payload),
+                                text.encode("utf-8", "replace"))
+        result = verbs.approval_request(run, args.target, args.requested_action, _json_object(text, "payload"),
+                                        args.ttl, source)
         rid, req = result["request_id"], result["request"]
-        emit(args, {"ok": True, "request_id": rid, **req}, f"{rid}: {req['state']}; ask a person to run: approval grant {rid} --by NAME")
+        emit(args, {"ok": True, "request_id": rid, **req},
+             f"{rid}: {req['state']}; ask a person to run: approval grant {rid} --by NAME")
         return 0
     answer = verbs.approval_answer(run, args.target, args.by, args.action == "grant")["request"]
     emit(args, {"ok": True, "request_id": args.target, **answer}, f"{args.target}: {answer['state']} by {answer['by']}")
@@ -806,9 +861,12 @@ def cmd_approval(args: argparse.Namespace) -> int:
 
 def _approval_line(item: Dict[str, Any]) -> str:
     """One request on one line: what it covers, the payload it was computed from, and its state."""
-    state = item["state"] + (f" by {item['superseded_by']}" if item.get("superseded_by") else "") + (" (expired)" if item["expired"] else "")
-    source = f"from {item['payload_file'] or '(not a file)'}" + (f" {json.dumps(item['payload_head'], ensure_ascii=False)}" if item.get("payload_head") else "")
-    return f"{item['request_id']}  {state}  step {item['step']}  {item['action']}  {item['payload_digest']}  {source}  expires {item['expires_at']}"
+    state = (item["state"] + (f" by {item['superseded_by']}" if item.get("superseded_by") else "")
+             + (" (expired)" if item["expired"] else ""))
+    source = (f"from {item['payload_file'] or '(not a file)'}"
+              + (f" {json.dumps(item['payload_head'], ensure_ascii=False)}" if item.get("payload_head") else ""))
+    return (f"{item['request_id']}  {state}  step {item['step']}  {item['action']}  {item['payload_digest']}  "
+            f"{source}  expires {item['expires_at']}")
 
 
 def cmd_cost(args: argparse.Namespace) -> int:
@@ -913,7 +971,8 @@ def cmd_events(args: argparse.Namespace) -> int:
         after = batch["last"] if batch["events"] or batch["truncated"] else after
         if batch["more"]:
             continue  # the next page at once
-        if not args.follow or store.state["status"] in ("complete", "cancelled") or (deadline is not None and time.monotonic() >= deadline):
+        if (not args.follow or store.state["status"] in ("complete", "cancelled") or
+                (deadline is not None and time.monotonic() >= deadline)):
             return 0
         time.sleep(0.2)
         store.refresh()
@@ -937,11 +996,13 @@ def cmd_job(args: argparse.Namespace) -> int:
     key = args.key
     result = verbs.job(_worker(args), args.action, key, args.command, args.done)
     if args.action == "submit":
-        emit(args, {"ok": True, **result}, f"job {key}: {result['state']} (pid {result['pid']}, attempt {result['attempt']})")
+        emit(args, {"ok": True, **result},
+             f"job {key}: {result['state']} (pid {result['pid']}, attempt {result['attempt']})")
         return 0
     if result.get("damage"):
         warn(f"job {key}: {result['damage']} (not believed)")
-    text = f"job {key}: {result['state']}" + (f", exit {result['exit_code']}" if result.get("exit_code") is not None else "")
+    text = f"job {key}: {result['state']}" + (f", exit {result['exit_code']}"
+                                              if result.get("exit_code") is not None else "")
     emit(args, {"ok": True, **result}, text + (f"\n{result['log_tail']}" if "log_tail" in result else ""))
     return 0
 
@@ -976,7 +1037,8 @@ def split_command(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
     return argv, []
 
 
-def main(argv: Optional[Sequence[str]] = None, extensions: Sequence[Callable[[Callable[..., argparse.ArgumentParser]], None]] = ()) -> int:
+def main(argv: Optional[Sequence[str]] = None,
+         extensions: Sequence[Callable[[Callable[..., argparse.ArgumentParser]], None]] = ()) -> int:
     """Run one verb; return its exit code. What it prints is best effort (:mod:`runner.base.output`): a stream
     nobody reads never ends a verb, nor changes its code."""
     streams = sys.stdout, sys.stderr
@@ -988,7 +1050,8 @@ def main(argv: Optional[Sequence[str]] = None, extensions: Sequence[Callable[[Ca
         sys.stdout, sys.stderr = streams
 
 
-def _main(argv: Optional[Sequence[str]], extensions: Sequence[Callable[[Callable[..., argparse.ArgumentParser]], None]]) -> int:
+def _main(argv: Optional[Sequence[str]],
+          extensions: Sequence[Callable[[Callable[..., argparse.ArgumentParser]], None]]) -> int:
     own, command = split_command(sys.argv[1:] if argv is None else argv)
     # Only the verbs a word of the call could name are built; help, the version or a call that names no verb
     # (an error that lists them all) gets the whole parser.
@@ -1000,8 +1063,10 @@ def _main(argv: Optional[Sequence[str]], extensions: Sequence[Callable[[Callable
     try:
         args = parser.parse_args(own)
         args.stores = stores
-        if command and not (args.verb == "job" and args.action == "submit") and not (args.verb == "effect" and args.action == "run"):
-            raise InvalidInput("only 'job submit KEY -- COMMAND' and 'effect run KEY -- COMMAND ...' take arguments after --")
+        if (command and not (args.verb == "job" and args.action == "submit") and
+                not (args.verb == "effect" and args.action == "run")):
+            raise InvalidInput("only 'job submit KEY -- COMMAND' and 'effect run KEY -- COMMAND ...' "
+                               "take arguments after --")
         args.command = command
         check_verb_arguments(parser, args)
         if hasattr(args, "epoch") and args.epoch is None:
@@ -1015,7 +1080,8 @@ def _main(argv: Optional[Sequence[str]], extensions: Sequence[Callable[[Callable
     except OSError as exc:
         where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
         if wants_json:
-            sys.stdout.write(json.dumps({"error": "io-error", "exit_code": 1, "message": f"{exc.strerror or exc}{where}"}) + "\n")
+            sys.stdout.write(json.dumps({"error": "io-error", "exit_code": 1,
+                                         "message": f"{exc.strerror or exc}{where}"}) + "\n")
         warn(f"i/o error: {exc.strerror or exc}{where}")
         return 1
     except KeyboardInterrupt:

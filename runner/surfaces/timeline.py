@@ -55,12 +55,14 @@ STATE_COLOURS = {"started": "#6b8fd6", "acknowledged": "#3d6fc4", "uncertain": "
                  "absent": "#c8322f", "deferred": "#a0785a", "failed": "#222222", "planned": "#999999"}
 #: The waits drawn under the rows: the backoff after an absence, and the time a "not now" asked for.
 WAIT_COLOURS = {"absent": "#e0b050", "deferred": "#d9c2a7"}
-STEP_COLOURS = {"done": "#2e9d57", "failed": "#c8322f", "cancelled": "#8a8a8a", "interrupted": "#e08a00", "running": "#3d6fc4"}
+STEP_COLOURS = {"done": "#2e9d57", "failed": "#c8322f", "cancelled": "#8a8a8a", "interrupted": "#e08a00",
+                "running": "#3d6fc4"}
 JOB_COLOURS = {"submitting": "#9bb3e0", "running": "#3d6fc4", "finished": "#2e9d57", "vanished": "#e08a00",
                "cancel-requested": "#b07cc6", "stopped": "#8a8a8a"}
 
-CSS = """
-body{font:13px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;color:#1c1c1c;background:#fff;margin:18px 24px}
+CSS = ("""
+body{font:13px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;"""
+       """color:#1c1c1c;background:#fff;margin:18px 24px}
 h1{font-size:20px;margin:0 0 4px}h2{font-size:16px;margin:22px 0 6px;border-bottom:1px solid #ddd;padding-bottom:3px}
 h3{font-size:13px;margin:12px 0 4px}
 p.note{color:#555;margin:2px 0 8px}p.headline{font-size:14px;margin:2px 0 6px}
@@ -76,7 +78,7 @@ svg text{fill:#333}svg .lab{font-weight:600}svg .small{font-size:9px;fill:#555}
 table.costs td.none{color:#888}
 section{margin-bottom:18px}
 @media print{body{margin:8mm}section{break-inside:avoid-page}h2{break-after:avoid}svg{max-width:100%}}
-"""
+""")
 
 _INERT = str.maketrans({":": "&#58;", "/": "&#47;", "=": "&#61;"})
 
@@ -151,7 +153,8 @@ class _Svg:
 
     def done(self, title: str) -> str:
         height = self.y + 6
-        return (f'<svg viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" height="{height}" role="img" aria-label="{_t(title)}">'
+        return (f'<svg viewBox="0 0 {WIDTH} {height}" width="{WIDTH}" height="{height}" role="img" '
+                f'aria-label="{_t(title)}">'
                 + "".join(self.parts) + "</svg>")
 
 
@@ -193,7 +196,8 @@ def _summary_table(history: History, columns: int = 4) -> str:
 def _index_table(histories: Sequence[History], drawn: set) -> str:
     names = ["status", "revision", "elapsed_seconds", "recoveries", "effects", "effects_verified", "unknown_results",
              "reconciled_effects", "unresolved_effects", "retries", "repeated_steps"]
-    head = "<tr><th>run</th>" + "".join(f"<th>{_t(n.replace('_', ' '))}</th>" for n in names) + "<th>crashes</th><th>drawn</th></tr>"
+    head = ("<tr><th>run</th>" + "".join(f"<th>{_t(n.replace('_', ' '))}</th>" for n in names)
+            + "<th>crashes</th><th>drawn</th></tr>")
     rows = []
     totals: Dict[str, float] = {}
     for history in histories:
@@ -205,10 +209,14 @@ def _index_table(histories: Sequence[History], drawn: set) -> str:
             cells.append(f'<td class="n">{_t(value)}</td>')
         totals["crashes"] = totals.get("crashes", 0) + len(history.crashes)
         drawn_cell = "below" if history.task_id in drawn else "index only"
-        bad = ' class="bad"' if history.summary.get("unresolved_effects") or history.summary.get("status") not in ("complete",) else ""
-        rows.append(f"<tr{bad}><th>{_t(history.task_id)}</th>{''.join(cells)}<td class=\"n\">{len(history.crashes)}</td><td>{drawn_cell}</td></tr>")
+        bad = (' class="bad"'
+               if history.summary.get("unresolved_effects") or history.summary.get("status") not in ("complete",)
+               else "")
+        rows.append(f"<tr{bad}><th>{_t(history.task_id)}</th>{''.join(cells)}"
+                    f"<td class=\"n\">{len(history.crashes)}</td><td>{drawn_cell}</td></tr>")
     total = "<tr><th>all runs</th>" + "".join(
-        f'<td class="n">{_t(round(totals[n], 3)) if n in totals else ""}</td>' for n in names) + f'<td class="n">{int(totals.get("crashes", 0))}</td><td></td></tr>'
+        f'<td class="n">{_t(round(totals[n], 3)) if n in totals else ""}</td>'
+        for n in names) + f'<td class="n">{int(totals.get("crashes", 0))}</td><td></td></tr>'
     return f'<table class="summary">{head}{"".join(rows)}{total}</table>'
 
 
@@ -284,7 +292,8 @@ def _draw_lanes(svg: _Svg, axis: _Axis, history: History) -> None:
         y = svg.y
         end = holding.end if holding.end is not None else history.end
         name = f"{holding.owner} · epoch {holding.epoch}"
-        svg.add(f'<g class="lane" data-owner="{_t(holding.owner)}" data-epoch="{holding.epoch}" data-ended="{holding.ended}">')
+        svg.add(f'<g class="lane" data-owner="{_t(holding.owner)}" data-epoch="{holding.epoch}" '
+                f'data-ended="{holding.ended}">')
         if row >= 12:
             epoch = f" · epoch {holding.epoch}"
             owner = _fit(str(holding.owner), LABEL - 10 - _width(epoch))
@@ -292,14 +301,17 @@ def _draw_lanes(svg: _Svg, axis: _Axis, history: History) -> None:
             title = f"<title>{_t(name)}</title>" if shown != name else ""
             svg.add(f'<text x="4" y="{y + 10}">{_t(shown)}{title}</text>')
         dead_from = holding.last_write if holding.crashed else end
-        title = f"{name}: held from {_fmt_time(holding.start)}; {holding.writes} writes, {holding.renewals} renewals; ended {holding.ended}"
+        title = (f"{name}: held from {_fmt_time(holding.start)}; {holding.writes} writes, {holding.renewals} renewals; "
+                 f"ended {holding.ended}")
         if holding.end is not None:
             title += f" at {_fmt_time(holding.end)}"
         svg.add(_rect(axis.x(holding.start), y + 2, axis.x(dead_from), row - 5, "#4a78c2", title))
         if holding.takeover:
             x = axis.x(holding.start)
-            svg.add(f'<path d="M{x - 6} {y + 1}L{x} {y + row / 2 - 1}L{x - 6} {y + row - 3}z" fill="#e08a00" class="takeover">'
-                    f'<title>{_t(f"takeover by {holding.owner} at epoch {holding.epoch}, {_fmt_time(holding.start)}")}</title></path>')
+            svg.add(f'<path d="M{x - 6} {y + 1}L{x} {y + row / 2 - 1}L{x - 6} {y + row - 3}z" fill="#e08a00" '
+                    'class="takeover"><title>'
+                    f'{_t(f"takeover by {holding.owner} at epoch {holding.epoch}, {_fmt_time(holding.start)}")}'
+                    '</title></path>')
         for at, decision, reason, action in holding.recoveries:
             x = axis.x(at)
             known = reason or action  # why it stopped, or what it chose to do
@@ -308,15 +320,22 @@ def _draw_lanes(svg: _Svg, axis: _Axis, history: History) -> None:
                     f'{_t(f"recover by {holding.owner}: {said} at {_fmt_time(at)}")}</title></rect>')
         if holding.crashed:
             xs, xe = axis.x(holding.last_write), axis.x(end)
-            how = {"broken": f"lease broken by {holding.broken_by}: {holding.reason}", "expired": "lease expired and was taken over",
+            how = {"broken": f"lease broken by {holding.broken_by}: {holding.reason}",
+                   "expired": "lease expired and was taken over",
                    "superseded": "lease re-acquired by the same owner id"}[holding.ended]
-            flight = ", ".join(holding.in_flight[:8]) + (f" and {len(holding.in_flight) - 8} more" if len(holding.in_flight) > 8 else "")
-            svg.add(_rect(xs, y + 2, xe, row - 5, "url(#dead)", f"{name} stopped without releasing; {how} at {_fmt_time(end)}"))
-            svg.add(f'<g class="crash" data-epoch="{holding.epoch}"><path d="M{xs - 4} {y + 1}l8 {row - 4}m0 -{row - 4}l-8 {row - 4}" '
-                    f'stroke="#c8322f" stroke-width="2.4"/><title>{_t(f"crash: {name} last wrote at {_fmt_time(holding.last_write)}; {how}")}'
-                    f'{_t("; in flight: " + flight) if flight else ""}{_t("; step " + holding.step_at_end) if holding.step_at_end else ""}</title></g>')
+            flight = ", ".join(holding.in_flight[:8]) + (f" and {len(holding.in_flight) - 8} more"
+                                                         if len(holding.in_flight) > 8 else "")
+            svg.add(_rect(xs, y + 2, xe, row - 5, "url(#dead)",
+                          f"{name} stopped without releasing; {how} at {_fmt_time(end)}"))
+            svg.add(f'<g class="crash" data-epoch="{holding.epoch}">'
+                    f'<path d="M{xs - 4} {y + 1}l8 {row - 4}m0 -{row - 4}l-8 {row - 4}" '
+                    'stroke="#c8322f" stroke-width="2.4"/><title>'
+                    f'{_t(f"crash: {name} last wrote at {_fmt_time(holding.last_write)}; {how}")}'
+                    f'{_t("; in flight: " + flight) if flight else ""}'
+                    f'{_t("; step " + holding.step_at_end) if holding.step_at_end else ""}</title></g>')
             if holding.ended == "broken":
-                svg.add(f'<path d="M{xe} {y}l-3 {row / 2}h5l-3 {row / 2}" stroke="#c8322f" fill="none" stroke-width="1.6" class="break">'
+                svg.add(f'<path d="M{xe} {y}l-3 {row / 2}h5l-3 {row / 2}" stroke="#c8322f" fill="none" '
+                        'stroke-width="1.6" class="break">'
                         f'<title>{_t(how)}</title></path>')
         elif holding.ended == "released":
             x = axis.x(end)
@@ -338,14 +357,16 @@ def _draw_steps(svg: _Svg, axis: _Axis, history: History) -> None:
         svg.label(step, y - 1)
         for attempt in (a for a in history.steps if a.step == step):
             end = attempt.end if attempt.end is not None else history.end
-            title = f"step {step} attempt {attempt.attempt}: {attempt.outcome}, {_fmt_time(attempt.start)} to {_fmt_time(end)}"
+            title = (f"step {step} attempt {attempt.attempt}: {attempt.outcome}, {_fmt_time(attempt.start)} to "
+                     f"{_fmt_time(end)}")
             if attempt.error:
                 title += f"; {attempt.error_class} error: {attempt.error}"
-            svg.add(_rect(axis.x(attempt.start), y + 2, axis.x(end), ROW - 5, STEP_COLOURS.get(attempt.outcome, "#777"), title,
-                          f' class="step {attempt.outcome}"'))
+            svg.add(_rect(axis.x(attempt.start), y + 2, axis.x(end), ROW - 5, STEP_COLOURS.get(attempt.outcome, "#777"),
+                          title, f' class="step {attempt.outcome}"'))
             if attempt.wait_until is not None:
                 svg.add(_rect(axis.x(end), y + 5, axis.x(attempt.wait_until), ROW - 11, "#f2d7a0",
-                              f"backoff after attempt {attempt.attempt}: no new attempt before {_fmt_time(attempt.wait_until)}", ' class="wait"'))
+                              f"backoff after attempt {attempt.attempt}: no new attempt before "
+                              f"{_fmt_time(attempt.wait_until)}", ' class="wait"'))
         svg.y += ROW
 
 
@@ -374,7 +395,8 @@ def _draw_effects(svg: _Svg, axis: _Axis, history: History) -> Dict[str, int]:
     for state in EFFECT_ROWS:
         rows[state] = svg.y
         svg.label(ROW_LABELS.get(state, state), svg.y - 1)
-        svg.add(f'<line x1="{LABEL}" y1="{svg.y + ROW / 2}" x2="{LABEL + PLOT}" y2="{svg.y + ROW / 2}" stroke="#f0f0f0"/>')
+        svg.add(f'<line x1="{LABEL}" y1="{svg.y + ROW / 2}" x2="{LABEL + PLOT}" y2="{svg.y + ROW / 2}" '
+                'stroke="#f0f0f0"/>')
         marks = ordinary[state]
         colour = STATE_COLOURS[state]
         if individual:
@@ -394,8 +416,9 @@ def _draw_effects(svg: _Svg, axis: _Axis, history: History) -> Dict[str, int]:
             for index, n in sorted(buckets.items()):
                 h = max(1.5, (ROW - 3) * n / peak)
                 t1 = axis.start + index * axis.span / BUCKETS
-                svg.add(f'<rect x="{round(LABEL + index * width, 1)}" y="{round(svg.y + ROW - 1 - h, 1)}" width="{round(width, 1)}" '
-                        f'height="{round(h, 1)}" fill="{colour}" class="bucket"><title>{n} {state} from {_t(_fmt_time(t1))} '
+                svg.add(f'<rect x="{round(LABEL + index * width, 1)}" y="{round(svg.y + ROW - 1 - h, 1)}" '
+                        f'width="{round(width, 1)}" height="{round(h, 1)}" fill="{colour}" class="bucket">'
+                        f'<title>{n} {state} from {_t(_fmt_time(t1))} '
                         f'to {_t(_fmt_time(t1 + axis.span / BUCKETS))}</title></rect>')
         svg.y += ROW
     for at, state, path, settled in special:
@@ -407,18 +430,21 @@ def _draw_effects(svg: _Svg, axis: _Axis, history: History) -> Dict[str, int]:
             before = [(t, s) for t, s, _, _ in path.transitions if t <= at and s in UNRESOLVED]
             if before:
                 t0, s0 = before[-1]
-                svg.add(f'<line x1="{axis.x(t0)}" y1="{rows.get(s0, y) + ROW / 2}" x2="{x}" y2="{y}" stroke="#7b3fb0" stroke-width="1" '
-                        f'stroke-dasharray="3 2"/>')
+                svg.add(f'<line x1="{axis.x(t0)}" y1="{rows.get(s0, y) + ROW / 2}" x2="{x}" y2="{y}" stroke="#7b3fb0" '
+                        'stroke-width="1" stroke-dasharray="3 2"/>')
                 if s0 != "uncertain":
                     svg.add(f'<circle cx="{axis.x(t0)}" cy="{rows[s0] + ROW / 2}" r="3" fill="{STATE_COLOURS[s0]}"/>')
-            svg.add(f'<circle cx="{x}" cy="{y}" r="5" fill="none" stroke="#7b3fb0" stroke-width="2.2" class="reconciled" '
-                    f'data-key="{_t(path.key)}"><title>{_t(f"{path.key} {state} by observation at {_fmt_time(at)}, after its outcome was unknown")}'
+            svg.add(f'<circle cx="{x}" cy="{y}" r="5" fill="none" stroke="#7b3fb0" stroke-width="2.2" '
+                    f'class="reconciled" data-key="{_t(path.key)}"><title>'
+                    f'{_t(f"{path.key} {state} by observation at {_fmt_time(at)}, after its outcome was unknown")}'
                     f'</title></circle><circle cx="{x}" cy="{y}" r="2" fill="{STATE_COLOURS[state]}"/>')
         elif state == "uncertain":
-            svg.add(f'<path d="M{x} {y - 6}l6 6l-6 6l-6 -6z" fill="{STATE_COLOURS[state]}" class="uncertain" data-key="{_t(path.key)}">'
-                    f'<title>{_t(path.key + " uncertain at " + _fmt_time(at) + ": " + (path.reason or ""))}</title></path>')
+            svg.add(f'<path d="M{x} {y - 6}l6 6l-6 6l-6 -6z" fill="{STATE_COLOURS[state]}" class="uncertain" '
+                    f'data-key="{_t(path.key)}"><title>'
+                    f'{_t(path.key + " uncertain at " + _fmt_time(at) + ": " + (path.reason or ""))}</title></path>')
         else:
-            svg.add(f'<rect x="{x - 4}" y="{y - 4}" width="8" height="8" fill="{STATE_COLOURS[state]}" class="effect-{state}" data-key="{_t(path.key)}">'
+            svg.add(f'<rect x="{x - 4}" y="{y - 4}" width="8" height="8" fill="{STATE_COLOURS[state]}" '
+                    f'class="effect-{state}" data-key="{_t(path.key)}">'
                     f'<title>{_t(f"{path.key} {state} at {_fmt_time(at)}")}</title></rect>')
     for path in effects:
         for t1, t2 in path.waits:
@@ -428,7 +454,8 @@ def _draw_effects(svg: _Svg, axis: _Axis, history: History) -> Dict[str, int]:
             svg.add(_rect(axis.x(t1), rows["deferred"] + 11, axis.x(t2), 3, WAIT_COLOURS["deferred"],
                           f"{path.key}: the target said 'not now'; no call before {_fmt_time(t2)}",
                           ' class="wait not-now"'))
-    return {"individual": count if individual else 0, "aggregated": 0 if individual else count, "exceptional": len(special)}
+    return {"individual": count if individual else 0, "aggregated": 0 if individual else count,
+            "exceptional": len(special)}
 
 
 def _draw_approvals(svg: _Svg, axis: _Axis, history: History) -> None:
@@ -442,13 +469,15 @@ def _draw_approvals(svg: _Svg, axis: _Axis, history: History) -> None:
         what = f"approval {approval.rid}: {approval.action} in step {approval.step}"
         svg.add(f'<path d="M{x} {cy - 5}l5 5l-5 5l-5 -5z" fill="#fff" stroke="#555" class="approval-request"><title>'
                 f'{_t(f"{what} requested at {_fmt_time(approval.requested_at)}")}</title></path>')
-        answers = [(approval.answered_at, "granted" if approval.state in ("granted", "used") else approval.state, approval.by),
+        answers = [(approval.answered_at, "granted" if approval.state in ("granted", "used") else approval.state,
+                    approval.by),
                    (approval.used_at, "used", approval.used_by), (approval.superseded_at, "superseded", None)]
         for at, kind, who in answers:
             if at is None:
                 continue
             ax = axis.x(at)
-            colour = {"granted": "#2e9d57", "denied": "#c8322f", "used": "#3d6fc4", "superseded": "#8a8a8a"}.get(kind, "#555")
+            colour = {"granted": "#2e9d57", "denied": "#c8322f", "used": "#3d6fc4",
+                      "superseded": "#8a8a8a"}.get(kind, "#555")
             svg.add(f'<line x1="{x + 5}" y1="{cy}" x2="{ax}" y2="{cy}" stroke="{colour}"/>')
             svg.add(f'<circle cx="{ax}" cy="{cy}" r="4.5" fill="{colour}" class="approval-{kind}"><title>'
                     f'{_t(f"{what} {kind}" + (f" by {who}" if who else "") + f" at {_fmt_time(at)}")}</title></circle>')
@@ -464,10 +493,12 @@ def _draw_jobs(svg: _Svg, axis: _Axis, history: History) -> None:
         y = svg.y
         svg.label(key, y - 1)
         for index, (at, state, detail) in enumerate(changes):
-            end = changes[index + 1][0] if index + 1 < len(changes) else (history.end if state in ("submitting", "running") else at)
+            end = (changes[index + 1][0] if index + 1 < len(changes)
+                   else (history.end if state in ("submitting", "running") else at))
             words = ", ".join(f"{k} {v}" for k, v in detail.items())
             svg.add(_rect(axis.x(at), y + 2, axis.x(end), ROW - 5, JOB_COLOURS.get(state, "#777"),
-                          f"job {key} {state} at {_fmt_time(at)}" + (f" ({words})" if words else ""), f' class="job {state}"'))
+                          f"job {key} {state} at {_fmt_time(at)}" + (f" ({words})" if words else ""),
+                          f' class="job {state}"'))
         svg.y += ROW
 
 
@@ -559,47 +590,61 @@ def _tables(history: History) -> str:
     out = []
     if history.crashes:
         rows = "".join(
-            f"<tr><td>{_t(h.owner)}</td><td class=\"n\">{h.epoch}</td><td>{_t(_fmt_time(h.last_write))}</td><td>{_t(h.ended)}"
+            f"<tr><td>{_t(h.owner)}</td><td class=\"n\">{h.epoch}</td><td>{_t(_fmt_time(h.last_write))}</td>"
+            f"<td>{_t(h.ended)}"
             f"{_t(' by ' + str(h.broken_by)) if h.broken_by else ''}</td><td>{_t(_fmt_time(h.end or history.end))}</td>"
-            f"<td>{_t(h.step_at_end or '')}</td><td>{_t(', '.join(h.in_flight[:6]) + (' …' if len(h.in_flight) > 6 else ''))}</td></tr>"
+            f"<td>{_t(h.step_at_end or '')}</td>"
+            f"<td>{_t(', '.join(h.in_flight[:6]) + (' …' if len(h.in_flight) > 6 else ''))}</td></tr>"
             for h in history.crashes)
-        out.append(f"<h3>Crashes: holders that stopped without releasing ({len(history.crashes)})</h3><table><tr><th>holder</th><th>epoch</th>"
-                   f"<th>last durable write</th><th>lease moved on</th><th>at</th><th>step running</th><th>effects in flight</th></tr>{rows}</table>"
-                   '<p class="note">A worker that died before its first durable write left nothing in the journal, and is not drawn.</p>')
+        out.append(f"<h3>Crashes: holders that stopped without releasing ({len(history.crashes)})</h3>"
+                   "<table><tr><th>holder</th><th>epoch</th>"
+                   "<th>last durable write</th><th>lease moved on</th><th>at</th><th>step running</th>"
+                   f"<th>effects in flight</th></tr>{rows}</table>"
+                   '<p class="note">A worker that died before its first durable write left nothing in the journal, '
+                   'and is not drawn.</p>')
     flagged = possible_duplicates(history.state)
     if flagged:
-        rows = "".join(f"<tr><td>{_t(key)}</td><td>{_t('; '.join(reasons))}</td></tr>" for key, reasons in flagged[:300])
+        rows = "".join(f"<tr><td>{_t(key)}</td><td>{_t('; '.join(reasons))}</td></tr>"
+                       for key, reasons in flagged[:300])
         out.append(f'<h3 class="check">To check: effects that may have a duplicate at the target ({len(flagged)})</h3>'
                    f"<table><tr><th>key</th><th>why</th></tr>{rows}</table>"
-                   '<p class="note">The runner did not call these twice blindly; the ledger shows a pattern a person should check at the target.</p>')
+                   '<p class="note">The runner did not call these twice blindly; the ledger shows a pattern a person '
+                   'should check at the target.</p>')
     special = [p for p in history.effects.values() if p.exceptional]
     if special:
         shown = special[:300]
         rows = "".join(
-            f'<tr><td>{_t(p.key)}</td><td>{_t(" → ".join(s for _, s, _, _ in p.transitions))}</td><td class="n">{p.attempts}</td>'
+            f'<tr><td>{_t(p.key)}</td><td>{_t(" → ".join(s for _, s, _, _ in p.transitions))}</td>'
+            f'<td class="n">{p.attempts}</td>'
             f'<td>{"by observation" if p.reconciled else ""}</td><td>{_t(p.reason or "")}</td></tr>' for p in shown)
-        more = f"<p class=\"note\">… and {len(special) - len(shown)} more, all drawn above.</p>" if len(special) > len(shown) else ""
-        out.append(f"<h3>Effects that were uncertain, absent, failed or reconciled ({len(special)})</h3><table><tr><th>key</th><th>path</th>"
+        more = (f"<p class=\"note\">… and {len(special) - len(shown)} more, all drawn above.</p>"
+                if len(special) > len(shown) else "")
+        out.append(f"<h3>Effects that were uncertain, absent, failed or reconciled ({len(special)})</h3>"
+                   "<table><tr><th>key</th><th>path</th>"
                    f"<th>attempts</th><th>settled</th><th>last reason</th></tr>{rows}</table>{more}")
     if history.approvals:
         rows = "".join(
             f"<tr><td>{_t(a.rid)}</td><td>{_t(a.step)}</td><td>{_t(a.action)}</td><td>{_t(a.state)}"
-            f"{_t(', superseded') if a.superseded_at else ''}</td><td>{_t(a.by or '')}</td><td>{_t(a.used_by or '')}</td></tr>"
+            f"{_t(', superseded') if a.superseded_at else ''}</td><td>{_t(a.by or '')}</td>"
+            f"<td>{_t(a.used_by or '')}</td></tr>"
             for a in history.approvals.values())
-        out.append(f"<h3>Approvals</h3><table><tr><th>request</th><th>step</th><th>action</th><th>state</th><th>answered by</th>"
+        out.append("<h3>Approvals</h3><table><tr><th>request</th><th>step</th><th>action</th><th>state</th>"
+                   "<th>answered by</th>"
                    f"<th>used by</th></tr>{rows}</table>")
     if history.cancellation:
         cancel = history.cancellation
         flight = cancel["in_flight"]
-        out.append(f"<h3>Cancellation</h3><p>By {_t(cancel['by'])} at {_t(_fmt_time(cancel['at']))}: {_t(cancel['reason'])}. "
-                   f"Step running: {_t(cancel['step'] or 'none')}. In flight then ({len(flight)}): {_t(', '.join(flight) or 'nothing')}.</p>")
+        out.append(f"<h3>Cancellation</h3><p>By {_t(cancel['by'])} at {_t(_fmt_time(cancel['at']))}: "
+                   f"{_t(cancel['reason'])}. Step running: {_t(cancel['step'] or 'none')}. "
+                   f"In flight then ({len(flight)}): {_t(', '.join(flight) or 'nothing')}.</p>")
     return "".join(out)
 
 
 def _section(history: History, axis: _Axis) -> str:
     svg = _Svg()
     svg.add('<defs><pattern id="dead" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">'
-            '<rect width="3" height="6" fill="#c8322f"/><rect x="3" width="3" height="6" fill="#fbe3e2"/></pattern></defs>')
+            '<rect width="3" height="6" fill="#c8322f"/>'
+            '<rect x="3" width="3" height="6" fill="#fbe3e2"/></pattern></defs>')
     estimate = ROW * (len(history.holdings) + len(EFFECT_ROWS) + 8)
     _draw_axis(svg, axis, estimate)
     top = svg.y
@@ -613,14 +658,15 @@ def _section(history: History, axis: _Axis) -> str:
     _draw_marks(svg, axis, history, marks, top)
     notes = _history_notes(history)
     if counts["aggregated"]:
-        notes.append(f'<p class="note">{counts["aggregated"]} ordinary effect transitions are drawn as counts per time bucket; '
-                     f'{counts["exceptional"]} exceptional ones one by one.</p>')
+        notes.append(f'<p class="note">{counts["aggregated"]} ordinary effect transitions are drawn as counts per '
+                     f'time bucket; {counts["exceptional"]} exceptional ones one by one.</p>')
     state = history.state
     head = (f'<h2>Run {_t(history.task_id)}: {_t(state["status"])} at revision {state["revision"]}</h2>'
             f'<p class="headline">{_t(_headline(history))}</p>'
             f'<p class="note">Goal: {_t(str(contract_of(state).goal).rstrip("."))}. '
             f'From {_t(_fmt_time(history.start))} to {_t(_fmt_time(history.end))} '
-            f"({_t(_fmt_span(history.end - history.start))}); journal records {history.first_rev} to {history.last_rev}.</p>")
+            f"({_t(_fmt_span(history.end - history.start))}); journal records {history.first_rev} to "
+            f"{history.last_rev}.</p>")
     drawing = svg.done("timeline of " + history.task_id)
     return (f'<section class="run" data-task="{_t(history.task_id)}">{head}{"".join(notes)}{drawing}'
             f'{_marks_table(history, marks)}{_tables(history)}</section>')
@@ -713,17 +759,18 @@ def render(histories: Sequence[History], title: Optional[str] = None) -> str:
     names = {h.task_id for h in drawn}
     title = title or (f"Run {histories[0].task_id}" if len(histories) == 1 else f"{len(histories)} runs")
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', f"<title>{_t(title)}</title>",
-             '<meta name="viewport" content="width=device-width, initial-scale=1">', f"<style>{CSS}</style></head><body>",
+             '<meta name="viewport" content="width=device-width, initial-scale=1">',
+             f"<style>{CSS}</style></head><body>",
              f"<h1>{_t(title)}</h1>",
-             f'<p class="note">Drawn from the journal, {_t(_fmt_time(start))} to {_t(_fmt_time(end))} ({_t(_fmt_span(end - start))}). '
-             "Hover a mark for its details.</p>"]
+             f'<p class="note">Drawn from the journal, {_t(_fmt_time(start))} to {_t(_fmt_time(end))} '
+             f'({_t(_fmt_span(end - start))}). Hover a mark for its details.</p>']
     if len(histories) == 1:
         parts.append(_summary_table(histories[0]) + _costs_table(histories[0]))
     else:
         parts.append(_index_table(histories, names))
         if len(drawn) < len(histories):
-            parts.append(f'<p class="note">{len(drawn)} of {len(histories)} runs are drawn below: those with the most crashes and '
-                         "exceptional effects. Every run is in the table.</p>")
+            parts.append(f'<p class="note">{len(drawn)} of {len(histories)} runs are drawn below: those with the most '
+                         "crashes and exceptional effects. Every run is in the table.</p>")
     parts.append(_legend())
     parts += [_section(history, axis) for history in drawn]
     parts.append("</body></html>\n")

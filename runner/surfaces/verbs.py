@@ -91,7 +91,8 @@ VERBS: List[Verb] = [
     _v("step_start", "step start", "step", step="STEP"),
     _v("step_done", "step done", "step", step="STEP", evidence="--evidence"),
     _v("step_fail", "step fail", "step", "class", "error", step="STEP", **{"class": "--class", "error": "--error"}),
-    _v("approval_request", "approval request", "step", "action", "payload", "ttl", step="STEP", action="--action", payload="--payload", ttl="--ttl"),
+    _v("approval_request", "approval request", "step", "action", "payload", "ttl", step="STEP", action="--action",
+       payload="--payload", ttl="--ttl"),
     _v("approval_list", "approval list"),
     _v("approval_grant", "approval grant", "request_id", "by", request_id="REQUEST_ID", by="--by"),
     _v("approval_deny", "approval deny", "request_id", "by", request_id="REQUEST_ID", by="--by"),
@@ -177,7 +178,8 @@ def observed_jobs(path: str, state: Dict[str, Any]) -> Dict[str, Dict[str, Any]]
     return {key: _jobs.observe_job(path, job) for key, job in state["jobs"].items() if job["state"] in _jobs.UNSETTLED}
 
 
-def decision(state: Dict[str, Any], path: str, now: float, owner: Optional[str], epoch: Optional[int]) -> Dict[str, Any]:
+def decision(state: Dict[str, Any], path: str, now: float, owner: Optional[str],
+             epoch: Optional[int]) -> Dict[str, Any]:
     """:func:`runner.execution.recovery.decide` for ``owner`` at ``epoch``, with the jobs observed now."""
     return decide(state, now, owner, epoch, observed_jobs(path, state))
 
@@ -217,7 +219,8 @@ def brief(run: Run, max_chars: int = 2000) -> Dict[str, Any]:
     return {"brief": text, "chars": len(text)}
 
 
-def next_decision(run: Run, owner: Optional[str], epoch: Optional[int], contract: Optional[str] = None) -> Dict[str, Any]:
+def next_decision(run: Run, owner: Optional[str], epoch: Optional[int],
+                  contract: Optional[str] = None) -> Dict[str, Any]:
     """The one safe next action for ``owner`` at ``epoch``, as :func:`answer` gives it; reads only.
 
     :param contract: a contract file whose plan must be the run's.
@@ -276,7 +279,8 @@ def effect_show(run: Run, key: str) -> Dict[str, Any]:
 
 
 def effect_list(run: Run, state: Optional[str] = None, limit: Optional[int] = None) -> Dict[str, Any]:
-    """``{"count", "effects", "more"}``: the effects by key (those in ``state`` only, when given), the first ``limit``."""
+    """``{"count", "effects", "more"}``: the effects by key (those in ``state`` only, when given), the first
+    ``limit``."""
     items = [(k, e) for k, e in sorted(run.state["effects"].items()) if state in (None, e.get("state"))]
     limit = limit or DEFAULT_LIMIT
     return {"count": len(items), "effects": dict(items[:limit]), "more": len(items) > limit}
@@ -364,8 +368,8 @@ def effect_run(run: Run, key: str, payload: Optional[Dict[str, Any]] = None, inv
     return _effect(key, perform_effect(run, key, payload, invoke, observe))
 
 
-def step(run: Run, action: str, step_id: str, evidence: Optional[Dict[str, Any]] = None, error_class: Optional[str] = None,
-         error: Optional[str] = None) -> Dict[str, Any]:
+def step(run: Run, action: str, step_id: str, evidence: Optional[Dict[str, Any]] = None,
+         error_class: Optional[str] = None, error: Optional[str] = None) -> Dict[str, Any]:
     """Start, finish (``done``) or fail a step; ``{"step", "record", "status", "recorded_intent", "next"}``.
 
     ``next`` is what ``next`` decides now; ``recorded_intent`` the intent the state keeps (see
@@ -397,7 +401,8 @@ def step(run: Run, action: str, step_id: str, evidence: Optional[Dict[str, Any]]
 def cancel(run: Run, by: str, reason: str) -> Dict[str, Any]:
     """A person's cancellation: ``{"status", "cancellation", "recorded_intent"}``."""
     state = run.cancel(by, reason)
-    return {"status": state["status"], "cancellation": state["observations"]["cancellation"], "recorded_intent": state["next_action"]}
+    return {"status": state["status"], "cancellation": state["observations"]["cancellation"],
+            "recorded_intent": state["next_action"]}
 
 
 def approval_request(run: Run, step_id: str, action: str, payload: Dict[str, Any], ttl: float,
@@ -452,7 +457,8 @@ def cost(run: Run, add: Sequence[str]) -> Dict[str, Any]:
     return {"cost": run.add_cost(amounts)}
 
 
-def job(run: Run, action: str, key: str, command: Optional[Sequence[str]] = None, done: Optional[int] = None) -> Dict[str, Any]:
+def job(run: Run, action: str, key: str, command: Optional[Sequence[str]] = None,
+        done: Optional[int] = None) -> Dict[str, Any]:
     """A re-attachable job: ``submit`` it, or observe it after ``status``, ``result``, ``cancel`` or ``shard``.
 
     Every action but ``submit`` commits what the observation saw; the result

@@ -19,7 +19,8 @@ from ..contract.spec import contract_of
 from ..ledger.effects import FLAGS
 from ..ledger.states import UNRESOLVED
 from ..base.times import parse_time
-from ..base.quoting import APPROVAL, CONTRACT, EVIDENCE, ITEMS, NOTICE, PERSON, RECORD, TARGET, WORKER, WORKER_OR_TARGET, fit, moment, name, number, quote, word
+from ..base.quoting import (APPROVAL, CONTRACT, EVIDENCE, ITEMS, NOTICE, PERSON, RECORD, TARGET, WORKER,
+                            WORKER_OR_TARGET, fit, moment, name, number, quote, word)
 from ..ledger.steps import plan_steps
 from ..ledger.batch import progress as batch_progress
 from ..execution.evidence import evidence_view
@@ -119,10 +120,12 @@ def brief(state: Dict[str, Any], decision: Optional[Dict[str, Any]] = None, limi
         line = f"- {name(spec.id, CONTRACT)}: {word(status)}"
         items = batch_progress(state, spec.id)
         if items:
-            line += f"; items {number(items['verified'])} verified + {number(items['skipped'])} skipped of {number(items['total'])}"
+            line += (f"; items {number(items['verified'])} verified + {number(items['skipped'])} skipped of "
+                     f"{number(items['total'])}")
         if status == "done" and record.get("observed"):
             seen = record["observed"]
-            line += f"; observed by the runner: {quote({k: seen[k] for k in ('checks', 'artifacts', 'items') if k in seen}, EVIDENCE, 80)}"
+            line += ("; observed by the runner: "
+                     f"{quote({k: seen[k] for k in ('checks', 'artifacts', 'items') if k in seen}, EVIDENCE, 80)}")
         if status == "done" and record.get("evidence"):
             line += f"; claimed (not checked): {quote(record.get('evidence'), WORKER, 60)}"
         elif record.get("error"):
@@ -147,23 +150,27 @@ def brief(state: Dict[str, Any], decision: Optional[Dict[str, Any]] = None, limi
         eff.append(f"- … and {len(unresolved) - 5} more unresolved")
     flagged = possible_duplicates(state)
     for key, reasons in flagged[:5]:
-        eff.append(f"- CHECK {name(key)}: it may have a duplicate at the target; a person should look ({'; '.join(reasons)})")
+        eff.append(f"- CHECK {name(key)}: it may have a duplicate at the target; a person should look "
+                   f"({'; '.join(reasons)})")
     if len(flagged) > 5:
         eff.append(f"- … and {len(flagged) - 5} more to check")
     if calls:
         eff.append(_calls_line(calls))
-    jobs = [f"- {name(k)}: {word(j['state'])}" + (f", exit {number(j['exit_code'])}" if j.get("exit_code") is not None else "")
+    jobs = [f"- {name(k)}: {word(j['state'])}"
+            + (f", exit {number(j['exit_code'])}" if j.get("exit_code") is not None else "")
             + f", cursor {number(j.get('cursor', 0))}" for k, j in sorted(state["jobs"].items())]
     job_part = ["", "## Jobs"] + (jobs[:5] or ["- none"])
     control = ["", "## Control"]
     cancellation = state["observations"].get("cancellation")
     if isinstance(cancellation, dict):
-        control.append(f"- cancellation: by {name(cancellation.get('by'))}: {quote(cancellation.get('reason'), PERSON, 120)}")
+        control.append(f"- cancellation: by {name(cancellation.get('by'))}: "
+                       f"{quote(cancellation.get('reason'), PERSON, 120)}")
     else:
         control.append("- cancellation: none")
     approvals = state["observations"]["approvals"]
     for label in ("pending", "granted", "used", "denied"):
-        ids = [f"{name(rid)} ({name(a['action'], APPROVAL)})" for rid, a in sorted(approvals.items()) if a["state"] == label]
+        ids = [f"{name(rid)} ({name(a['action'], APPROVAL)})" for rid, a in sorted(approvals.items())
+               if a["state"] == label]
         if ids or label == "pending":
             control.append(f"- approvals {label}: {', '.join(ids[:3]) or 'none'}")
     lease = state["lease"]
@@ -198,7 +205,8 @@ def events_after(store: Any, after: int) -> Dict[str, Any]:
         "truncated": truncated,
         "oldest": oldest,
         "last": store.revision,
-        "events": [{"seq": r["rev"], "at": r["at"], "epoch": r["epoch"], "ops": r["ops"], "hash": r["hash"]} for r in records],
+        "events": [{"seq": r["rev"], "at": r["at"], "epoch": r["epoch"], "ops": r["ops"], "hash": r["hash"]}
+                   for r in records],
     }
     history = store.state["observations"].get("history")
     dropped = history.get("dropped") if isinstance(history, dict) else None
@@ -261,7 +269,8 @@ def possible_duplicates(state: Dict[str, Any]) -> List[Tuple[str, List[str]]]:
     for key, effect in sorted(state["effects"].items()):
         flags = effect.get("flags") if isinstance(effect, dict) else None
         if flags:
-            out.append((key, [FLAGS.get(f, quote(f, RECORD, 60)) if isinstance(f, str) else quote(f, RECORD, 60) for f in flags]))
+            out.append((key, [FLAGS.get(f, quote(f, RECORD, 60)) if isinstance(f, str) else quote(f, RECORD, 60)
+                              for f in flags]))
     return out
 
 
@@ -312,5 +321,6 @@ def status_view(state: Dict[str, Any], decision: Optional[Dict[str, Any]] = None
         "cancellation": state["observations"].get("cancellation"),
         "next": decision_view(decision, state) if decision is not None else None,
         "items": {s.id: progress for s in plan_steps(state) for progress in [batch_progress(state, s.id)] if progress},
-        "evidence": {k: evidence_view(r) for k, r in state["steps"].items() if isinstance(r, dict) and evidence_view(r)},
+        "evidence": {k: evidence_view(r) for k, r in state["steps"].items()
+                     if isinstance(r, dict) and evidence_view(r)},
     }
