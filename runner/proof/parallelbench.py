@@ -43,7 +43,8 @@ _ROOT = PACKAGE_PARENT
 TEMPLATE = os.path.join(_ROOT, "templates", "run-contract.http.example.md")
 
 INVOKE_SH = r'''#!/bin/sh
-# invoke.sh URL PAYLOAD_FILE: POST the payload with curl; print the issue (exit 0), or the runner's exit code for the answer.
+# invoke.sh URL PAYLOAD_FILE: POST the payload with curl; print the issue (exit 0), or the runner's exit code for
+# the answer.
 # Only curl is a program of its own: the token, the status and the body are taken apart by the shell.
 read -r token < .helpdesk-token || exit 75
 answer=$(curl -sS --noproxy '*' --max-time 20 -w '\n%{http_code}' -X POST \
@@ -78,13 +79,15 @@ exit 0
 '''
 
 OBSERVE_MANY_SH = r'''#!/bin/sh
-# observe-many.sh URL SLUG...: look many issues up by external_ref with one GET; the helpdesk's list (exit 0), 75 not now, 3 cannot tell.
+# observe-many.sh URL SLUG...: look many issues up by external_ref with one GET; the helpdesk's list (exit 0),
+# 75 not now, 3 cannot tell.
 url=$1
 shift
 read -r token < .helpdesk-token || exit 3
 query=
 for slug; do query="$query&external_ref=$slug"; done
-answer=$(curl -sS --noproxy '*' --max-time 20 -w '\n%{http_code}' -H "Authorization: Bearer $token" "$url/api/issues?${query#&}") || exit 3
+answer=$(curl -sS --noproxy '*' --max-time 20 -w '\n%{http_code}' -H "Authorization: Bearer $token" \
+  "$url/api/issues?${query#&}") || exit 3
 nl='
 '
 case "${answer##*$nl}" in

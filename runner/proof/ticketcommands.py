@@ -44,7 +44,8 @@ def send(url, method, path, body=b"", headers=()):
     """The answer's status and body; OSError when no whole answer came back."""
     netloc = urllib.parse.urlsplit(url).netloc
     host, _, port = netloc.partition(":")
-    head = ["%s %s HTTP/1.1" % (method, path), "Host: %s" % netloc, "Connection: close", "Content-Length: %d" % len(body)]
+    head = ["%s %s HTTP/1.1" % (method, path), "Host: %s" % netloc, "Connection: close",
+            "Content-Length: %d" % len(body)]
     head += ["%s: %s" % pair for pair in headers]
     with socket.create_connection((host, int(port or 80)), timeout=10) as conn:
         conn.sendall(("\r\n".join(head) + "\r\n\r\n").encode("utf-8") + body)
@@ -58,7 +59,8 @@ def send(url, method, path, body=b"", headers=()):
     lines = answer.decode("iso-8859-1").split("\r\n")
     try:
         status = int(lines[0].split()[1])
-        fields = dict((name.strip().lower(), value.strip()) for name, _, value in (line.partition(":") for line in lines[1:]))
+        fields = dict((name.strip().lower(), value.strip())
+                      for name, _, value in (line.partition(":") for line in lines[1:]))
         length = int(fields.get("content-length", len(raw)))
     except (IndexError, ValueError):
         raise OSError("not an HTTP answer: %r" % answer[:80]) from None
@@ -78,7 +80,8 @@ def main(mode, *args):
         if mode == "invoke":
             epoch, run_id = args[3:5]
             body = json.dumps({"payload": payload}).encode("utf-8")
-            headers = [("Content-Type", "application/json"), ("Idempotency-Key", key), ("X-Fencing-Epoch", epoch), ("X-Run-Id", run_id)]
+            headers = [("Content-Type", "application/json"), ("Idempotency-Key", key), ("X-Fencing-Epoch", epoch),
+                       ("X-Run-Id", run_id)]
             status, raw = send(url, "POST", "/tickets", body, headers)
             if status in (200, 201):
                 sys.stdout.write(raw.decode("utf-8"))
@@ -94,7 +97,8 @@ def main(mode, *args):
         return 3
     found = json.loads(raw.decode("utf-8") or "{}")
     if status == 200 and found.get("payload_digest") == digest(payload):
-        print(json.dumps({"ticket": found.get("ticket"), "payload_digest": found.get("payload_digest")}, sort_keys=True))
+        print(json.dumps({"ticket": found.get("ticket"), "payload_digest": found.get("payload_digest")},
+                         sort_keys=True))
         return 0
     if status == 404 and found.get("status") == "never-seen":
         return 1
