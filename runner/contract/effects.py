@@ -41,7 +41,8 @@ GROUP_FIELD = re.compile(r"\{(payload\.[A-Za-z0-9_]+|[a-z_][a-z0-9_]*)\}")
 
 
 def effects_problems(effects: Dict[str, Any]) -> List[str]:
-    """Problems with the effects section's ``invoke``, ``observe``, ``timeout_seconds``, ``settle_seconds`` and bounds."""
+    """Problems with the effects section's ``invoke``, ``observe``, ``timeout_seconds``, ``settle_seconds`` and
+    bounds."""
     out: List[str] = []
     for name in ("invoke", "observe"):
         if name == "observe" and effects.get(name) == OBSERVE_NONE:
@@ -51,12 +52,13 @@ def effects_problems(effects: Dict[str, Any]) -> List[str]:
             if problem:
                 out.append(problem)
     if ("invoke" in effects) != ("observe" in effects):
-        out.append("effects: invoke and observe come together: an effect the runner performs must be one it can observe")
+        out.append("effects: invoke and observe come together: an effect the runner performs must be one it can "
+                   "observe")
     if "observe_many" in effects:
         out.extend(many_problems(effects["observe_many"]))
         if "observe" not in effects:
-            out.append("effects: observe_many looks keys up with a command: it comes with the invoke and observe commands "
-                       "(effects.http has observe.many)")
+            out.append("effects: observe_many looks keys up with a command: it comes with the invoke and observe "
+                       "commands (effects.http has observe.many)")
         elif effects["observe"] == OBSERVE_NONE:
             out.append('effects: observe_many looks keys up: a target with "observe": "none" cannot be read back')
     from .git import git_problems  # here: a process that never checks a contract does not import them
@@ -65,11 +67,14 @@ def effects_problems(effects: Dict[str, Any]) -> List[str]:
     out.extend(http_problems(effects))
     out.extend(git_problems(effects))
     timeout = effects.get("timeout_seconds")
-    if "timeout_seconds" in effects and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400):
+    if ("timeout_seconds" in effects and
+        (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400)):
         out.append("effects: timeout_seconds must be a positive number of seconds (at most a day)")
     settle = effects.get("settle_seconds")
-    if "settle_seconds" in effects and (isinstance(settle, bool) or not isinstance(settle, (int, float)) or not 0 <= settle <= 86400):
-        out.append("effects: settle_seconds must be a number of seconds from 0 to a day (how long the target may not yet show a call)")
+    if ("settle_seconds" in effects and
+        (isinstance(settle, bool) or not isinstance(settle, (int, float)) or not 0 <= settle <= 86400)):
+        out.append("effects: settle_seconds must be a number of seconds from 0 to a day (how long the target may not "
+                   "yet show a call)")
     for name in ("max_attempts", "max_rate_limited"):
         value = effects.get(name)
         if isinstance(value, int) and not isinstance(value, bool) and value < (1 if name == "max_attempts" else 0):
@@ -83,12 +88,13 @@ def many_problems(many: Any) -> List[str]:
              '(optional: "list", a pointer to the answer\'s list; "max", keys per lookup)')
     if not isinstance(many, dict) or not {"command", "match", "value"} <= set(many):
         return [shape]
-    out = [f"effects: observe_many: unknown field {name!r} (allowed: {', '.join(MANY_FIELDS)})" for name in many if name not in MANY_FIELDS]
+    out = [f"effects: observe_many: unknown field {name!r} (allowed: {', '.join(MANY_FIELDS)})" for name in many
+           if name not in MANY_FIELDS]
     command = many["command"]
-    if not isinstance(command, list) or not command or not all(isinstance(a, str) and a for a in command) or command.count(EACH) != 1 \
-            or command[0] == EACH:
-        out.append('effects: observe_many.command must be a list of arguments holding "{each}" once, as an argument of its own '
-                   "(it becomes one argument per key)")
+    if (not isinstance(command, list) or not command or not all(isinstance(a, str) and a for a in command)
+            or command.count(EACH) != 1 or command[0] == EACH):
+        out.append('effects: observe_many.command must be a list of arguments holding "{each}" once, as an argument of '
+                   "its own (it becomes one argument per key)")
     else:
         unknown = sorted({n for a in command if a != EACH for n in placeholders_in(a) if n not in MANY_PLACEHOLDERS})
         if unknown:
@@ -114,23 +120,31 @@ def flow_problems(effects: Mapping[str, Any]) -> List[str]:
     """Problems with the effects section's ``concurrency``, ``rate`` and ``concurrency_key`` (empty when fine)."""
     out: List[str] = []
     limit = effects.get("concurrency")
-    if "concurrency" in effects and (isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_CONCURRENCY):
-        out.append(f"effects: concurrency must be a whole number from 1 to {MAX_CONCURRENCY} (effects in flight at once)")
+    if ("concurrency" in effects and
+        (isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_CONCURRENCY)):
+        out.append(f"effects: concurrency must be a whole number from 1 to {MAX_CONCURRENCY} (effects in flight at "
+                   "once)")
     rate: Any = effects.get("rate")  # a dict once ``numbers`` holds
     if "rate" in effects:
-        numbers = isinstance(rate, dict) and all(isinstance(rate.get(k, 1), (int, float)) and not isinstance(rate.get(k, 1), bool)
+        numbers = isinstance(rate, dict) and all(isinstance(rate.get(k, 1), (int, float)) and
+                                                 not isinstance(rate.get(k, 1), bool)
                                                  for k in ("per_second", "burst"))
-        if not numbers or set(rate) - {"per_second", "burst"} or not 0 < rate.get("per_second", 0) <= 100000 or not 1 <= rate.get("burst", 1) <= 100000:
-            out.append('effects: rate must be {"per_second": R, "burst": B}: R above 0 calls a second, B at least 1 (calls saved up)')
+        if (not numbers or set(rate) - {"per_second", "burst"} or not 0 < rate.get("per_second", 0) <= 100000 or
+            not 1 <= rate.get("burst", 1) <= 100000):
+            out.append('effects: rate must be {"per_second": R, "burst": B}: R above 0 calls a second, B at least 1 '
+                       '(calls saved up)')
     group = effects.get("concurrency_key")
     if "concurrency_key" in effects:
-        if not isinstance(group, dict) or set(group) != {"key", "limit"} or not isinstance(group.get("key"), str) \
-                or isinstance(group.get("limit"), bool) or not isinstance(group.get("limit"), int) or group["limit"] < 1:
-            out.append('effects: concurrency_key must be {"key": TEMPLATE, "limit": N}, e.g. {"key": "{payload.customer}", "limit": 1}')
+        if (not isinstance(group, dict) or set(group) != {"key", "limit"} or not isinstance(group.get("key"), str)
+                or isinstance(group.get("limit"), bool) or not isinstance(group.get("limit"), int)
+                or group["limit"] < 1):
+            out.append('effects: concurrency_key must be {"key": TEMPLATE, "limit": N}, e.g. {"key": '
+                       '"{payload.customer}", "limit": 1}')
         else:
             unknown = sorted({m.group(1) for m in GROUP_FIELD.finditer(group["key"])
                               if not m.group(1).startswith("payload.") and m.group(1) not in GROUP_PLACEHOLDERS})
             if unknown or not GROUP_FIELD.search(group["key"]):
-                out.append("effects: concurrency_key's key must name {item}, {stem}, {slug}, {index}, {key} or {payload.FIELD}"
+                out.append("effects: concurrency_key's key must name {item}, {stem}, {slug}, {index}, {key} or "
+                           "{payload.FIELD}"
                            + (f", not {{{unknown[0]}}}" if unknown else ""))
     return out

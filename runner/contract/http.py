@@ -42,7 +42,8 @@ OBSERVE_DEFAULTS: Dict[str, str] = {"200": "present", "404": "absent"}
 
 _URL_PLACEHOLDERS = {"invoke": ("key", "item", "stem", "slug", "index", "run_id", "epoch"),
                      "observe": ("key", "item", "stem", "slug", "index", "run_id")}
-_HEADER_PLACEHOLDERS = {"invoke": ("key", "slug", "index", "run_id", "epoch"), "observe": ("key", "slug", "index", "run_id")}
+_HEADER_PLACEHOLDERS = {"invoke": ("key", "slug", "index", "run_id", "epoch"),
+                        "observe": ("key", "slug", "index", "run_id")}
 _REQUEST_KEYS = {"invoke": ("method", "url", "headers", "statuses", "receipt_headers", "send_as"),
                  "observe": ("method", "url", "headers", "statuses", "pointer", "many", "list")}
 _MANY_KEYS = ("url", "list", "match", "value", "max", "page_size", "next")
@@ -225,7 +226,8 @@ def _header_problems(kind: str, headers: Any) -> List[FieldProblem]:
             out.append(FieldProblem(here, f"effects.http.{kind}.headers: {name!r} is not a header name"))
             continue
         if name.lower() in _MANAGED:
-            out.append(FieldProblem(here, f"effects.http.{kind}.headers: {name} is written by the runner, not the contract"))
+            out.append(FieldProblem(here, f"effects.http.{kind}.headers: {name} is written by the runner, not the "
+                                          "contract"))
             continue
         if not isinstance(value, str) or any(c in value for c in "\r\n\0"):
             out.append(FieldProblem(here, f"effects.http.{kind}.headers: {name} must be a string on one line"))
@@ -237,7 +239,8 @@ def _header_problems(kind: str, headers: Any) -> List[FieldProblem]:
         unknown = sorted({n for n in placeholders_in(value) if n not in allowed and not is_field(n)})
         if unknown:
             out.append(FieldProblem(here, f"effects.http.{kind}.headers: {name}: unknown placeholder {{{unknown[0]}}} "
-                                          f"(allowed: {', '.join('{' + n + '}' for n in allowed)}, {{env:NAME}}, {{file:PATH}})"))
+                                          f"(allowed: {', '.join('{' + n + '}' for n in allowed)}, {{env:NAME}}, "
+                                          f"{{file:PATH}})"))
             continue
         literal = unsendable(expand([SECRET.sub("", value)], {n: "" for n in allowed})[0])
         if literal:
@@ -245,8 +248,9 @@ def _header_problems(kind: str, headers: Any) -> List[FieldProblem]:
                                           "cannot carry (Latin-1 text without control characters)"))
             continue
         if sensitive(name) and not SECRET.search(value):
-            out.append(FieldProblem(here, f"effects.http.{kind}.headers: {name} holds a credential, and a literal one would be "
-                                          "recorded with the run: write {env:NAME} or {file:PATH} for the secret part"))
+            out.append(FieldProblem(here, f"effects.http.{kind}.headers: {name} holds a credential, and a literal one "
+                                          "would be recorded with the run: write {env:NAME} or {file:PATH} for the "
+                                          "secret part"))
     return out
 
 
@@ -254,17 +258,18 @@ def _status_problems(kind: str, statuses: Any) -> List[FieldProblem]:
     at = ("http", kind, "statuses")
     words = INVOKE_WORDS if kind == "invoke" else OBSERVE_WORDS
     if not isinstance(statuses, dict):
-        return [FieldProblem(at, f"effects.http.{kind}.statuses must be an object: a status or class (\"409\", \"5xx\") to one of "
-                                 f"{', '.join(words)}")]
+        return [FieldProblem(at, f"effects.http.{kind}.statuses must be an object: a status or class (\"409\", "
+                                 f"\"5xx\") to one of {', '.join(words)}")]
     out = []
     for code, word in statuses.items():
         if not _STATUS_KEY.match(code):
-            out.append(FieldProblem(at + (code,), f"effects.http.{kind}.statuses: {code!r} is neither a status (100-599) nor a class (\"4xx\")"))
+            out.append(FieldProblem(at + (code,), f"effects.http.{kind}.statuses: {code!r} is neither a status "
+                                                  "(100-599) nor a class (\"4xx\")"))
         elif isinstance(word, list):
             out.extend(_condition_problems(kind, code, word, words))
         elif word not in words:
-            out.append(FieldProblem(at + (code,), f"effects.http.{kind}.statuses: {code} maps to {word!r}; an {kind} answer is one of "
-                                                  f"{', '.join(words)}"))
+            out.append(FieldProblem(at + (code,), f"effects.http.{kind}.statuses: {code} maps to {word!r}; an {kind} "
+                                                  f"answer is one of {', '.join(words)}"))
     return out
 
 
@@ -274,11 +279,13 @@ def _condition_problems(kind: str, code: str, conditions: List[Any], words: Sequ
     field = f"effects.http.{kind}.statuses: {code}"
     shape = (f"{field}: a list of conditions on the answer's body ({{\"pointer\": \"/errors\", \"then\": WORD}}, with "
              "\"equals\": VALUE to compare the value there) that ends with the word the status means otherwise")
-    if len(conditions) < 2 or not isinstance(conditions[-1], str) or not all(isinstance(c, dict) for c in conditions[:-1]):
+    if (len(conditions) < 2 or not isinstance(conditions[-1], str) or
+        not all(isinstance(c, dict) for c in conditions[:-1])):
         return [FieldProblem(at, shape)]
     out = []
     if conditions[-1] not in words:
-        out.append(FieldProblem(at, f"{field} ends with {conditions[-1]!r}; an {kind} answer is one of {', '.join(words)}"))
+        out.append(FieldProblem(at, f"{field} ends with {conditions[-1]!r}; an {kind} answer is one of "
+                                    f"{', '.join(words)}"))
     for condition in conditions[:-1]:
         unknown = [name for name in condition if name not in _CONDITION_KEYS]
         if unknown or "pointer" not in condition or "then" not in condition:
@@ -306,7 +313,8 @@ def _request_problems(kind: str, spec: Any) -> List[FieldProblem]:
     out: List[FieldProblem] = []
     for name in spec:
         if name not in _REQUEST_KEYS[kind]:
-            out.append(FieldProblem(at + (name,), f"effects.http.{kind}: unknown field {name!r} (allowed: {', '.join(_REQUEST_KEYS[kind])})"))
+            out.append(FieldProblem(at + (name,), f"effects.http.{kind}: unknown field {name!r} (allowed: "
+                                                  f"{', '.join(_REQUEST_KEYS[kind])})"))
     methods = INVOKE_METHODS if kind == "invoke" else OBSERVE_METHODS
     method = spec.get("method", methods[0])
     if method not in methods:
@@ -326,15 +334,18 @@ def _request_problems(kind: str, spec: Any) -> List[FieldProblem]:
         if problem:
             out.append(FieldProblem(at + ("pointer",), problem))
         elif method == "HEAD":
-            out.append(FieldProblem(at + ("pointer",), "effects.http.observe.pointer needs an answer body; a HEAD request has none"))
+            out.append(FieldProblem(at + ("pointer",), "effects.http.observe.pointer needs an answer body; a HEAD "
+                                                       "request has none"))
     if "many" in spec:
         out.extend(_many_problems(spec["many"]))
     if "receipt_headers" in spec:
         names = spec["receipt_headers"]
         if not isinstance(names, list) or not all(isinstance(n, str) and _TOKEN.match(n) for n in names):
-            out.append(FieldProblem(at + ("receipt_headers",), "effects.http.invoke.receipt_headers must list header names"))
+            out.append(FieldProblem(at + ("receipt_headers",), "effects.http.invoke.receipt_headers must list header "
+                                                               "names"))
         elif any(n.lower() in ("set-cookie", "authorization") or sensitive(n) for n in names):
-            out.append(FieldProblem(at + ("receipt_headers",), "effects.http.invoke.receipt_headers: a credential header is never kept in a receipt"))
+            out.append(FieldProblem(at + ("receipt_headers",), "effects.http.invoke.receipt_headers: a credential "
+                                                               "header is never kept in a receipt"))
     return out
 
 
@@ -342,8 +353,8 @@ def _send_as_problems(spec: Dict[str, Any]) -> List[FieldProblem]:
     """Problems of ``invoke.send_as``: ``json`` or ``form``, and a form sent under its own content type."""
     at = ("http", "invoke", "send_as")
     if spec["send_as"] not in SEND_AS:
-        return [FieldProblem(at, 'effects.http.invoke.send_as must be "json" (the payload as JSON, the default) or "form" '
-                                 "(its fields as application/x-www-form-urlencoded)")]
+        return [FieldProblem(at, 'effects.http.invoke.send_as must be "json" (the payload as JSON, the default) or '
+                                 '"form" (its fields as application/x-www-form-urlencoded)')]
     headers = spec.get("headers")
     said = [v for n, v in headers.items() if n.lower() == "content-type"] if isinstance(headers, dict) else []
     if spec["send_as"] == "form" and said and not str(said[0]).lower().startswith(_FORM_TYPE):
@@ -363,7 +374,8 @@ def _list_problems(observe: Dict[str, Any]) -> List[FieldProblem]:
         return [FieldProblem(at, shape)]
     out = [FieldProblem(("http", "observe", name), f"effects.http.observe.list is the lookup: leave observe.{name} out")
            for name in ("url", "pointer", "many", "statuses", "method") if name in observe]
-    out += [FieldProblem(at + (name,), f"effects.http.observe.list: unknown field {name!r} (allowed: {', '.join(_LIST_KEYS)})")
+    out += [FieldProblem(at + (name,), f"effects.http.observe.list: unknown field {name!r} (allowed: "
+                                       f"{', '.join(_LIST_KEYS)})")
             for name in listing if name not in _LIST_KEYS]
     out.extend(_url_problems("observe", listing["url"], LIST_PLACEHOLDERS, "effects.http.observe.list.url"))
     headers = observe.get("headers")
@@ -371,8 +383,9 @@ def _list_problems(observe: Dict[str, Any]) -> List[FieldProblem]:
         named = [n for n in placeholders_in(value) if n not in LIST_PLACEHOLDERS] if isinstance(value, str) else []
         if named:
             out.append(FieldProblem(("http", "observe", "headers", name),
-                                    f"effects.http.observe.headers: {name}: {{{named[0]}}} names an item, and one listing "
-                                    "serves every item: a listing's headers may hold {run_id}, {env:NAME} and {file:PATH}"))
+                                    f"effects.http.observe.headers: {name}: {{{named[0]}}} names an item, and one "
+                                    "listing serves every item: a listing's headers may hold {run_id}, {env:NAME} and "
+                                    "{file:PATH}"))
     pages = listing["pages"]
     if isinstance(pages, dict) and set(pages) <= {"param", "cursor"} and isinstance(pages.get("param"), str) \
             and _QUERY_NAME.match(pages["param"]) and (
@@ -380,9 +393,9 @@ def _list_problems(observe: Dict[str, Any]) -> List[FieldProblem]:
         pass
     elif pages != "link":
         out.append(FieldProblem(at + ("pages",), 'effects.http.observe.list.pages must be "link" (the Link header\'s '
-                                                 'rel="next"), {"param": "page"} (page numbers, to the first empty page) '
-                                                 'or {"cursor": "/next_cursor", "param": "after"} (the cursor each page '
-                                                 "names, sent back as that query parameter)"))
+                                                 'rel="next"), {"param": "page"} (page numbers, to the first empty '
+                                                 'page) or {"cursor": "/next_cursor", "param": "after"} (the cursor '
+                                                 "each page names, sent back as that query parameter)"))
     for name in ("list", "match"):
         if name in listing:
             problem = _pointer_problem(listing[name])
@@ -391,14 +404,14 @@ def _list_problems(observe: Dict[str, Any]) -> List[FieldProblem]:
     value = listing["value"]
     if not isinstance(value, str) or not placeholders_in(value) \
             or any(n not in _URL_PLACEHOLDERS["observe"] and not is_field(n) for n in placeholders_in(value)):
-        out.append(FieldProblem(at + ("value",), "effects.http.observe.list.value must be a template of the key, such as "
-                                                 "\"{field.id}\" or \"crash {slug}\""))
+        out.append(FieldProblem(at + ("value",), "effects.http.observe.list.value must be a template of the key, such "
+                                                 "as \"{field.id}\" or \"crash {slug}\""))
     if listing.get("how", "equals") not in LIST_HOW:
         out.append(FieldProblem(at + ("how",), f"effects.http.observe.list.how must be one of {', '.join(LIST_HOW)}"))
     most = listing.get("max_pages", MAX_PAGES_DEFAULT)
     if isinstance(most, bool) or not isinstance(most, int) or not 1 <= most <= MAX_PAGES_MAX:
-        out.append(FieldProblem(at + ("max_pages",), "effects.http.observe.list.max_pages must be a whole number from 1 "
-                                                     f"to {MAX_PAGES_MAX}"))
+        out.append(FieldProblem(at + ("max_pages",), "effects.http.observe.list.max_pages must be a whole number from "
+                                                     f"1 to {MAX_PAGES_MAX}"))
     return out
 
 
@@ -410,11 +423,14 @@ def _many_problems(many: Any) -> List[FieldProblem]:
         return [FieldProblem(at, 'effects.http.observe.many must be {"url": ".../issues?{each:external_ref={slug}}", '
                                  '"match": "/external_ref", "value": "{slug}"} '
                                  '(and "list", "max", "page_size", "next" if needed)')]
-    out = [FieldProblem(at + (name,), f"effects.http.observe.many: unknown field {name!r} (allowed: {', '.join(_MANY_KEYS)})")
+    out = [FieldProblem(at + (name,), f"effects.http.observe.many: unknown field {name!r} (allowed: "
+                                      f"{', '.join(_MANY_KEYS)})")
            for name in many if name not in _MANY_KEYS]
     url = many["url"]
-    if not isinstance(url, str) or len(EACH.findall(url)) != 1 or "?" not in url or url.index("?") > url.index("{each:"):
-        out.append(FieldProblem(at + ("url",), "effects.http.observe.many.url must hold {each:NAME=TEMPLATE} once, in its query"))
+    if (not isinstance(url, str) or len(EACH.findall(url)) != 1 or "?" not in url or
+        url.index("?") > url.index("{each:")):
+        out.append(FieldProblem(at + ("url",), "effects.http.observe.many.url must hold {each:NAME=TEMPLATE} once, in "
+                                               "its query"))
     else:
         out.extend(FieldProblem(at + ("url",), p) for p in _url_problems("observe", EACH.sub("x", url)))
         inner = EACH.search(url).group(1)  # type: ignore[union-attr]
@@ -433,10 +449,12 @@ def _many_problems(many: Any) -> List[FieldProblem]:
     value = many["value"]
     if not isinstance(value, str) or not placeholders_in(value) \
             or any(n not in _URL_PLACEHOLDERS["observe"] and not is_field(n) for n in placeholders_in(value)):
-        out.append(FieldProblem(at + ("value",), "effects.http.observe.many.value must be a template of the key, such as \"{slug}\""))
+        out.append(FieldProblem(at + ("value",), "effects.http.observe.many.value must be a template of the key, such "
+                                                 "as \"{slug}\""))
     limit = many.get("max", MANY_DEFAULT)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 2 <= limit <= MANY_MAX:
-        out.append(FieldProblem(at + ("max",), f"effects.http.observe.many.max must be a whole number from 2 to {MANY_MAX}"))
+        out.append(FieldProblem(at + ("max",), "effects.http.observe.many.max must be a whole number from 2 to "
+                                               f"{MANY_MAX}"))
     page = many.get("page_size", 1)
     if isinstance(page, bool) or not isinstance(page, int) or not 1 <= page <= PAGE_SIZE_MAX:
         out.append(FieldProblem(at + ("page_size",), "effects.http.observe.many.page_size must be a whole number "
@@ -459,13 +477,16 @@ def http_problems(effects: Dict[str, Any]) -> List[FieldProblem]:
         return []
     out: List[FieldProblem] = []
     if "invoke" in effects or "observe" in effects:
-        out.append(FieldProblem(("http",), "effects: http and the invoke/observe commands exclude each other; keep one of them"))
+        out.append(FieldProblem(("http",), "effects: http and the invoke/observe commands exclude each other; keep one "
+                                           "of them"))
     for name in spec:
         if name not in _HTTP_KEYS:
-            out.append(FieldProblem(("http", name), f"effects.http: unknown field {name!r} (allowed: {', '.join(_HTTP_KEYS)})"))
+            out.append(FieldProblem(("http", name), f"effects.http: unknown field {name!r} (allowed: "
+                                                    f"{', '.join(_HTTP_KEYS)})"))
     for kind in ("invoke", "observe"):
         if kind not in spec:
-            out.append(FieldProblem(("http",), f"effects.http needs {kind!r}: an effect the runner performs must be one it can observe"))
+            out.append(FieldProblem(("http",), f"effects.http needs {kind!r}: an effect the runner performs must be "
+                                               "one it can observe"))
         else:
             out.extend(_request_problems(kind, spec[kind]))
     names = {}
@@ -473,28 +494,33 @@ def http_problems(effects: Dict[str, Any]) -> List[FieldProblem]:
         if field in spec:
             name = spec[field]
             if not isinstance(name, str) or not _TOKEN.match(name) or name.lower() in _MANAGED or sensitive(name):
-                out.append(FieldProblem(("http", field), f"effects.http.{field} must be a header name (not a credential's, not one the runner writes)"))
+                out.append(FieldProblem(("http", field), f"effects.http.{field} must be a header name (not a "
+                                                         "credential's, not one the runner writes)"))
             else:
                 names[field] = name.lower()
     if len(set(names.values())) < len(names):
-        out.append(FieldProblem(("http", "epoch_header"), "effects.http: idempotency_header and epoch_header must differ"))
+        out.append(FieldProblem(("http", "epoch_header"), "effects.http: idempotency_header and epoch_header must "
+                                                          "differ"))
     for field, lowered in names.items():
         for kind in ("invoke", "observe"):
             request = spec.get(kind)
             headers = request.get("headers") if isinstance(request, dict) else None
             if isinstance(headers, dict) and any(h.lower() == lowered for h in headers):
-                out.append(FieldProblem(("http", field), f"effects.http.{field} {spec[field]} is also in {kind}.headers; the runner writes it"))
+                out.append(FieldProblem(("http", field), f"effects.http.{field} {spec[field]} is also in "
+                                                         f"{kind}.headers; the runner writes it"))
     dedup = spec.get("deduplicates")
     if "deduplicates" in spec and not isinstance(dedup, bool):
         out.append(FieldProblem(("http", "deduplicates"), "effects.http.deduplicates must be true or false"))
     elif dedup and "idempotency_header" not in names:
-        out.append(FieldProblem(("http", "deduplicates"), "effects.http.deduplicates needs an idempotency_header: the target can only "
-                                                          "deduplicate on a key it is sent"))
+        out.append(FieldProblem(("http", "deduplicates"), "effects.http.deduplicates needs an idempotency_header: the "
+                                                          "target can only deduplicate on a key it is sent"))
     retention = spec.get("retention_seconds")
     if "retention_seconds" in spec and retention is not None and (
             isinstance(retention, bool) or not isinstance(retention, (int, float)) or not 0 < retention <= 10 ** 10):
-        out.append(FieldProblem(("http", "retention_seconds"), "effects.http.retention_seconds must be a positive number of seconds, or null (forever)"))
+        out.append(FieldProblem(("http", "retention_seconds"), "effects.http.retention_seconds must be a positive "
+                                                               "number of seconds, or null (forever)"))
     ca_file = spec.get("ca_file")
     if "ca_file" in spec and (not isinstance(ca_file, str) or not _relative_path(ca_file)):
-        out.append(FieldProblem(("http", "ca_file"), "effects.http.ca_file must be a path relative to the workspace, without '..'"))
+        out.append(FieldProblem(("http", "ca_file"), "effects.http.ca_file must be a path relative to the workspace, "
+                                                     "without '..'"))
     return out

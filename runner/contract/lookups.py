@@ -14,7 +14,8 @@ from .templates import KEY_PLACEHOLDERS, expand, is_field, placeholders_in, valu
 
 __all__ = ["MANY_MAX", "MANY_DEFAULT", "lookups", "shared_lookup", "run_shared_lookup"]
 
-#: Keys one lookup of many keys asks for at most (``max``), and by default: ``observe_many`` here, ``effects.http.observe.many``.
+#: Keys one lookup of many keys asks for at most (``max``), and by default: ``observe_many`` here,
+#: ``effects.http.observe.many``.
 MANY_MAX, MANY_DEFAULT = 200, 50
 
 

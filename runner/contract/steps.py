@@ -114,7 +114,8 @@ def step_problems(step: Dict[str, Any], effects: Optional[Mapping[str, Any]] = N
     if "items" in step:
         if isinstance(items, list):
             if not items or not all(isinstance(i, str) and i for i in items):
-                out.append("items must be a non-empty list of non-empty strings, {\"glob\": PATTERN} or {\"file\": PATH}")
+                out.append("items must be a non-empty list of non-empty strings, {\"glob\": PATTERN} or {\"file\": "
+                           "PATH}")
             elif len(set(items)) != len(items):
                 out.append("items repeat an item")
             else:
@@ -135,7 +136,8 @@ def step_problems(step: Dict[str, Any], effects: Optional[Mapping[str, Any]] = N
             names = placeholders_in(key)
             bad = [n for n in names if n not in KEY_PLACEHOLDERS and not is_field(n)]
             if bad:
-                out.append(f"key: unknown placeholder {{{bad[0]}}} (allowed: {{item}}, {{stem}}, {{slug}}, {{index}}; nothing random)")
+                out.append(f"key: unknown placeholder {{{bad[0]}}} (allowed: {{item}}, {{stem}}, {{slug}}, {{index}}; "
+                           "nothing random)")
             elif not names:
                 out.append("key must hold {item}, {stem}, {slug} or {index}, or every item would share one key")
         out.extend(_field_problems(step, effects or {}))
@@ -152,7 +154,8 @@ def step_problems(step: Dict[str, Any], effects: Optional[Mapping[str, Any]] = N
                 bad = sorted({n for s in strings_in(payload["template"]) for n in placeholders_in(s)
                               if n not in PAYLOAD_PLACEHOLDERS and not is_field(n)})
                 if bad:
-                    out.append(f"payload template: unknown placeholder {{{bad[0]}}} (allowed: {', '.join('{' + n + '}' for n in PAYLOAD_PLACEHOLDERS)})")
+                    out.append(f"payload template: unknown placeholder {{{bad[0]}}} (allowed: "
+                               f"{', '.join('{' + n + '}' for n in PAYLOAD_PLACEHOLDERS)})")
         else:
             problem = _argv_problem(payload["command"], "payload command", PAYLOAD_COMMAND_PLACEHOLDERS, fields=True)
             if problem:
@@ -160,7 +163,8 @@ def step_problems(step: Dict[str, Any], effects: Optional[Mapping[str, Any]] = N
     checks = step.get("checks")
     if checks is not None:
         if not isinstance(checks, dict) or not checks:
-            out.append("checks must be an object naming each check's command: {\"tests\": [\"python3\", \"-m\", \"unittest\"]}")
+            out.append("checks must be an object naming each check's command: {\"tests\": [\"python3\", \"-m\", "
+                       "\"unittest\"]}")
         else:
             for name, argv in checks.items():
                 if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
@@ -169,9 +173,11 @@ def step_problems(step: Dict[str, Any], effects: Optional[Mapping[str, Any]] = N
                 if problem:
                     out.append(problem)
     timeout = step.get("timeout_seconds")
-    if "timeout_seconds" in step and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400):
+    if ("timeout_seconds" in step and
+        (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400)):
         out.append("timeout_seconds (of the step's checks) must be a positive number of seconds, at most a day")
     artifacts = step.get("artifacts")
-    if artifacts is not None and (not isinstance(artifacts, list) or not artifacts or not all(_relative(a) for a in artifacts)):
+    if (artifacts is not None and
+        (not isinstance(artifacts, list) or not artifacts or not all(_relative(a) for a in artifacts))):
         out.append("artifacts must list paths relative to the workspace, without '..'")
     return out

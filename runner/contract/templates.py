@@ -348,12 +348,14 @@ def document_values(data: bytes, what: str = "the item's file") -> Dict[str, str
     :raises InvalidInput: ``data`` is longer than :data:`MAX_TEXT_BYTES` or is not UTF-8.
     """
     if len(data) > MAX_TEXT_BYTES:
-        raise InvalidInput(f"{what}: the file is larger than {MAX_TEXT_BYTES:,} bytes, the most {{text}}, {{heading}} and {{body}} read; "
-                           "skip the item (`effect skip KEY --reason TEXT`) or send {item} for the target to read")
+        raise InvalidInput(f"{what}: the file is larger than {MAX_TEXT_BYTES:,} bytes, the most {{text}}, {{heading}} "
+                           f"and {{body}} read; skip the item (`effect skip KEY --reason TEXT`) or send {{item}} for "
+                           "the target to read")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise InvalidInput(f"{what}: the file is not UTF-8 (byte {exc.start}); {{text}}, {{heading}} and {{body}} need UTF-8 text") from None
+        raise InvalidInput(f"{what}: the file is not UTF-8 (byte {exc.start}); {{text}}, {{heading}} and {{body}} need "
+                           "UTF-8 text") from None
     if text.startswith("\ufeff"):
         text = text[1:]
     lines = text.split("\n")

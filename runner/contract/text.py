@@ -47,10 +47,12 @@ TOP_KEYS = {
 REQUIRED = ("contract", "task_id", "goal", "steps")
 STEP_KEYS = {"id": str, "artifact": str, "check": str, "next": str, "approval": bool, "evidence": list,
              "items": object, "key": str, "payload": dict, "checks": dict, "artifacts": list, "timeout_seconds": object}
-EFFECT_KEYS = {"key_pattern": str, "approval": list, "adapter": str, "verification": str, "max_attempts": int, "several_approvals": bool,
-               "invoke": list, "observe": list, "http": dict, "timeout_seconds": object, "settle_seconds": object, "max_rate_limited": int,
+EFFECT_KEYS = {"key_pattern": str, "approval": list, "adapter": str, "verification": str, "max_attempts": int,
+               "several_approvals": bool, "invoke": list, "observe": list, "http": dict, "timeout_seconds": object,
+               "settle_seconds": object, "max_rate_limited": int,
                "concurrency": int, "rate": dict, "concurrency_key": dict, "observe_many": object, "git": dict}
-LIMIT_KEYS = ("max_step_attempts", "max_effect_attempts", "max_elapsed_seconds", "max_cost", "max_steps", "no_progress_seconds")
+LIMIT_KEYS = ("max_step_attempts", "max_effect_attempts", "max_elapsed_seconds", "max_cost", "max_steps",
+              "no_progress_seconds")
 RETRY_KEYS = ("base_seconds", "cap_seconds", "deadline_seconds")
 LEASE_KEYS = ("ttl_seconds",)
 #: The bounds of a run's history folder (the file store's; a database keeps every journal row).
@@ -128,7 +130,8 @@ def _find_block(text: str) -> Tuple[Optional[Dict[str, Any]], List[str], int, Li
     if not starts:
         return None, [], 1, [ContractProblem(1, "no ```json run-contract block found")]
     if len(starts) > 1:
-        return None, [], 1, [ContractProblem(starts[1] + 1, "a second ```json run-contract block; a contract has exactly one")]
+        return None, [], 1, [ContractProblem(starts[1] + 1, "a second ```json run-contract block; a contract has "
+                                                            "exactly one")]
     start = starts[0]
     fence = _FENCE.match(all_lines[start].strip()).group(1)  # type: ignore[union-attr]
     end = next((i for i in range(start + 1, len(all_lines)) if all_lines[i].strip() == fence), None)
@@ -139,7 +142,8 @@ def _find_block(text: str) -> Tuple[Optional[Dict[str, Any]], List[str], int, Li
     try:
         block = loads_strict("\n".join(lines))
     except json.JSONDecodeError as exc:
-        return None, lines, first, [ContractProblem(first + exc.lineno - 1, f"invalid JSON: {exc.msg} (column {exc.colno})")]
+        return None, lines, first, [ContractProblem(first + exc.lineno - 1, f"invalid JSON: {exc.msg} (column "
+                                                                            f"{exc.colno})")]
     except ValueError as exc:
         out_of_range = re.search(r"number (\S+) is out of range", str(exc))
         at_number = _locate(lines, first, out_of_range.group(1)) if out_of_range else first
@@ -163,7 +167,8 @@ def _top_problems(block: Dict[str, Any], first: int, at: _At) -> List[ContractPr
             problems.append(ContractProblem(at(key), f"{key!r} must be {_kind(kind)}"))
     if block.get("contract") not in (None, CONTRACT_VERSION) and isinstance(block.get("contract"), int):
         problems.append(ContractProblem(
-            at("contract"), f"contract version {block['contract']} is not supported (this runner reads {CONTRACT_VERSION})"))
+            at("contract"), f"contract version {block['contract']} is not supported (this runner reads "
+                            f"{CONTRACT_VERSION})"))
     if isinstance(block.get("task_id"), str):
         try:
             validate_id(block["task_id"], "task_id")
@@ -206,21 +211,26 @@ def _steps_problems(steps: List[Any], lines: List[str], first: int, at: _At,
         for key, value in step.items():
             kind = STEP_KEYS.get(key)
             if kind is None:
-                problems.append(ContractProblem(line, f"step {sid!r}: unknown field {key!r} (allowed: {', '.join(sorted(STEP_KEYS))})"))
+                problems.append(ContractProblem(line, f"step {sid!r}: unknown field {key!r} (allowed: "
+                                                      f"{', '.join(sorted(STEP_KEYS))})"))
             elif not isinstance(value, kind):
                 problems.append(ContractProblem(line, f"step {sid!r}: {key!r} must be {_kind(kind)}"))
         evidence = step.get("evidence")
         if isinstance(evidence, list) and not all(isinstance(name, str) and name.strip() for name in evidence):
-            problems.append(ContractProblem(line, f"step {sid!r}: 'evidence' must list the names of the evidence (non-empty strings)"))
+            problems.append(ContractProblem(line, f"step {sid!r}: 'evidence' must list the names of the evidence "
+                                                  "(non-empty strings)"))
         problems.extend(ContractProblem(line, f"step {sid!r}: {message}") for message in step_problems(step, effects))
     for step in steps:
-        if isinstance(step, dict) and isinstance(step.get("next"), str) and step["next"] not in seen and step["next"] != "done":
+        if (isinstance(step, dict) and isinstance(step.get("next"), str) and step["next"] not in seen and
+            step["next"] != "done"):
             line = _locate(lines, first, f'"{step["next"]}"', steps_line)
-            problems.append(ContractProblem(line, f"step {step.get('id')!r}: next step {step['next']!r} is not a step id (or 'done')"))
+            problems.append(ContractProblem(line, f"step {step.get('id')!r}: next step {step['next']!r} is not a step "
+                                                  "id (or 'done')"))
     cycle = _next_cycle(steps)
     if cycle:
         line = _locate(lines, first, f'"{cycle[0]}"', steps_line)
-        problems.append(ContractProblem(line, f"steps: 'next' runs in a circle ({' -> '.join(cycle)}), so the run could never finish"))
+        problems.append(ContractProblem(line, f"steps: 'next' runs in a circle ({' -> '.join(cycle)}), so the run "
+                                              "could never finish"))
     return problems
 
 
@@ -231,7 +241,8 @@ def _effects_problems(effects: Dict[str, Any], lines: List[str], first: int, at:
     for key, value in effects.items():
         kind = EFFECT_KEYS.get(key)
         if kind is None:
-            problems.append(ContractProblem(at(key), f"effects: unknown field {key!r} (allowed: {', '.join(sorted(EFFECT_KEYS))})"))
+            problems.append(ContractProblem(at(key), f"effects: unknown field {key!r} (allowed: "
+                                                     f"{', '.join(sorted(EFFECT_KEYS))})"))
         elif key == "observe" and value == OBSERVE_NONE:
             continue  # a target that cannot be read back
         elif not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
@@ -266,7 +277,8 @@ def _number_problems(block: Dict[str, Any], at: _At) -> List[ContractProblem]:
         if isinstance(value, dict):
             for key, number in value.items():
                 if key not in keys:
-                    problems.append(ContractProblem(at(key), f"{section}: unknown field {key!r} (allowed: {', '.join(keys)})"))
+                    problems.append(ContractProblem(at(key), f"{section}: unknown field {key!r} (allowed: "
+                                                             f"{', '.join(keys)})"))
                 elif isinstance(number, bool) or not isinstance(number, (int, float)) or number <= 0:
                     problems.append(ContractProblem(at(key), f"{section}: {key!r} must be a positive number"))
                 elif key in DURATION_BOUNDS:
@@ -292,7 +304,8 @@ def _jobs_problems(block: Dict[str, Any], at: _At) -> List[ContractProblem]:
     if isinstance(jobs, dict):
         for key, value in jobs.items():
             if key not in JOB_KEYS:
-                problems.append(ContractProblem(at(key), f"jobs: unknown field {key!r} (allowed: {', '.join(JOB_KEYS)})"))
+                problems.append(ContractProblem(at(key), f"jobs: unknown field {key!r} (allowed: "
+                                                         f"{', '.join(JOB_KEYS)})"))
             elif not isinstance(value, JOB_KEYS[key]):
                 problems.append(ContractProblem(at(key), f"jobs: {key!r} must be a boolean"))
     return problems
@@ -304,7 +317,8 @@ def _next_cycle(steps: List[Any]) -> List[str]:
     A step without ``next`` goes on to the first step not yet done, which can
     never return to a done one; only explicit links can close a circle.
     """
-    links = {s["id"]: s["next"] for s in steps if isinstance(s, dict) and isinstance(s.get("id"), str) and isinstance(s.get("next"), str)}
+    links = {s["id"]: s["next"] for s in steps if isinstance(s, dict) and isinstance(s.get("id"), str) and
+             isinstance(s.get("next"), str)}
     for origin in links:
         path = [origin]
         while path[-1] in links:
