@@ -69,7 +69,8 @@ class _Progress:
         self.began = clock()
         self.last = self.began
 
-    def show(self, step: str, done: int, total: int, performed: int, reconciled: int, figures: Dict[str, int], final: bool = False) -> None:
+    def show(self, step: str, done: int, total: int, performed: int, reconciled: int, figures: Dict[str, int],
+             final: bool = False) -> None:
         if self.stream is None:
             return
         now = self.clock()
@@ -79,8 +80,8 @@ class _Progress:
         rate = performed / max(now - self.began, 1e-9)
         left = f" | {(total - done) / rate:.0f} s left" if rate > 0 and done < total and not final else ""
         waits = f" | {figures['not_now']} 'not now'" if figures.get("not_now") else ""
-        self.stream.write(f"drive: {step} {done}/{total} items | {figures.get('in_flight', 0)} in flight | {rate:.1f} items/s"
-                          f" | {reconciled} reconciled{waits}{left}\n")
+        self.stream.write(f"drive: {step} {done}/{total} items | {figures.get('in_flight', 0)} in flight | {rate:.1f} "
+                          f"items/s | {reconciled} reconciled{waits}{left}\n")
         self.stream.flush()
 
 

@@ -59,7 +59,8 @@ def observe_step(state: Dict[str, Any], step: str, clock: Any = time.time) -> Op
         outcome = run_command(expand(argv, {"workspace": root, "run_id": state["task_id"]}), cwd=root, timeout=timeout)
         if outcome.exit_code != 0:
             why = f"timed out after {timeout:g}s" if outcome.timed_out else f"exited {outcome.exit_code}"
-            raise InvalidInput(f"step {step!r}: check {name!r} {why}; the step is not done: {outcome.tail()}", check=name, **{"result": outcome.record()})
+            raise InvalidInput(f"step {step!r}: check {name!r} {why}; the step is not done: {outcome.tail()}",
+                               check=name, **{"result": outcome.record()})
         checks[name] = dict(outcome.record(), argv=outcome.argv)
     if checks:
         observed["checks"] = checks
@@ -69,7 +70,8 @@ def observe_step(state: Dict[str, Any], step: str, clock: Any = time.time) -> Op
         try:
             artifacts[rel] = _file_digest(path)
         except OSError as exc:
-            raise InvalidInput(f"step {step!r}: artifact {rel} cannot be read ({exc.strerror or exc}); the step is not done", artifact=rel) from None
+            raise InvalidInput(f"step {step!r}: artifact {rel} cannot be read ({exc.strerror or exc}); the step is not "
+                               "done", artifact=rel) from None
     if artifacts:
         observed["artifacts"] = artifacts
     info = _batch.progress(state, step)
@@ -79,7 +81,8 @@ def observe_step(state: Dict[str, Any], step: str, clock: Any = time.time) -> Op
     return observed
 
 
-def observed_ops(state: Dict[str, Any], step: str, observed: Optional[Dict[str, Any]], done: List[List[Any]]) -> List[List[Any]]:
+def observed_ops(state: Dict[str, Any], step: str, observed: Optional[Dict[str, Any]],
+                 done: List[List[Any]]) -> List[List[Any]]:
     """Record ``observed`` with a ``done`` that ``done_ops`` produced (nothing when it produced nothing)."""
     if observed is None or not done:
         return []
@@ -111,7 +114,8 @@ def evidence_observations(state: Dict[str, Any]) -> List[Dict[str, Any]]:
             parts = [f"{len(seen.get('checks', {}))} check(s) exited 0"] if seen.get("checks") else []
             parts += [f"{len(seen['artifacts'])} artifact(s) hashed"] if seen.get("artifacts") else []
             items = seen.get("items")
-            parts += [f"{quoting.number(items.get('verified'))} of {quoting.number(items.get('total'))} items verified, {quoting.number(items.get('skipped'))} skipped"] if items else []
+            parts += [f"{quoting.number(items.get('verified'))} of {quoting.number(items.get('total'))} items "
+                      f"verified, {quoting.number(items.get('skipped'))} skipped"] if items else []
             out.append({"source": f"step {quoting.name(spec.id)}: observed by the runner", "what": "; ".join(parts),
                         "digest": content_digest(seen)})
         if record.get("evidence"):

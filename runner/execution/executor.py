@@ -133,7 +133,8 @@ def caps_for(state: Dict[str, Any], adapter: Adapter, invoke: bool = True) -> Ca
     """
     effects = contract_of(state).effects
     return Caps(timeout=effects.timeout_for(adapter), settle=effects.settle_seconds,
-                deduplicates=bool(getattr(adapter, "deduplicates", False)), retention=getattr(adapter, "retention_seconds", None),
+                deduplicates=bool(getattr(adapter, "deduplicates", False)),
+                retention=getattr(adapter, "retention_seconds", None),
                 invoke=invoke, max_later=effects.max_rate_limited, look_early=effects.rate is None,
                 readable=bool(getattr(adapter, "readable", True)))
 
@@ -177,7 +178,8 @@ class Executor:
         self.figures: Dict[str, int] = {"calls": 0, "commits": 0, "records": 0, "in_flight": 0, "not_now": 0}
 
     # -- the public verbs ---------------------------------------------------------------------------
-    def perform(self, key: str, payload: Dict[str, Any], adapter: Adapter, step: Optional[str] = None) -> Dict[str, Any]:
+    def perform(self, key: str, payload: Dict[str, Any], adapter: Adapter,
+                step: Optional[str] = None) -> Dict[str, Any]:
         """Take ``key`` to verified through ``adapter``; return its ledger record.
 
         :raises NeedsReconciliation: the outcome cannot be established by observing (or a receipt is contradicted).
@@ -191,7 +193,8 @@ class Executor:
         """Observe an unresolved effect and record what is seen; never call the target to make it."""
         return self._one(Job(key, payload, adapter, None), invoke=False)
 
-    def perform_all(self, jobs: Iterable[Job], on_settled: Optional[Callable[[Job, Dict[str, Any]], None]] = None) -> None:
+    def perform_all(self, jobs: Iterable[Job],
+                    on_settled: Optional[Callable[[Job, Dict[str, Any]], None]] = None) -> None:
         """Perform ``jobs`` in order, as many at once as the flow allows; ``on_settled(job, record)`` after each.
 
         At the first stop no new job starts; those in flight settle; then the stop is raised.
@@ -204,7 +207,8 @@ class Executor:
         return done[0]
 
     # -- the loop ----------------------------------------------------------------------------------
-    def _loop(self, jobs: Iterator[Job], invoke: bool, on_settled: Optional[Callable[[Job, Dict[str, Any]], None]]) -> None:
+    def _loop(self, jobs: Iterator[Job], invoke: bool,
+              on_settled: Optional[Callable[[Job, Dict[str, Any]], None]]) -> None:
         """Take ``jobs`` on as the flow allows, decide and act for each until it settles, and wait in between.
 
         At the first stop no job is taken on and no call begins; the calls in flight settle; then it is raised.
@@ -306,9 +310,11 @@ class Executor:
         return float(self.run.state["lease"].get("ttl_seconds") or default_ttl(self.run.state))
 
     def _renew_due(self) -> Optional[float]:
-        """When this writer's lease is next renewed (a third of its time after the last renewal), or None if it holds none."""
+        """When this writer's lease is next renewed (a third of its time after the last renewal), or None if it holds
+        none."""
         lease = self.run.state["lease"]
-        if self.run.owner is None or lease.get("owner") != self.run.owner or lease.get("epoch") != self.run.epoch or not lease.get("expires_at"):
+        if (self.run.owner is None or lease.get("owner") != self.run.owner or lease.get("epoch") != self.run.epoch or
+            not lease.get("expires_at")):
             return None
         return parse_time(lease["expires_at"]) - self.ttl * 2 / 3
 
@@ -401,7 +407,8 @@ class Executor:
         return True
 
     def _start_lookups(self, tasks: List[EffectTask], now: float, fill: bool = False) -> None:
-        """Start the lookups ``tasks`` want: together where their adapter can, one call each otherwise, while slots last.
+        """Start the lookups ``tasks`` want: together where their adapter can, one call each otherwise, while slots
+        last.
 
         With ``fill`` (invokes want slots), a lookup of many keys goes out only once it is full: the
         slot serves an invoke meanwhile, and one call later verifies many effects at once. A listing
@@ -566,7 +573,8 @@ class Executor:
         """Start one call in the world (registered first); its result arrives through :meth:`_call_ended`."""
         job = task.job
         if call is None:
-            call = self.registry.register(job.key, kind, self._attempt(task), task.caps.timeout, self.run.owner, self.run.epoch)
+            call = self.registry.register(job.key, kind, self._attempt(task), task.caps.timeout, self.run.owner,
+                                          self.run.epoch)
         task.in_flight = CallInFlight(call, kind, now)
         self.figures["calls"] += 1
         self.slots.start()

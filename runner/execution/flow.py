@@ -65,8 +65,8 @@ class Flow:
     :param group: ``{"key": TEMPLATE, "limit": N}`` (``effects.concurrency_key``), or None.
     """
 
-    def __init__(self, limit: int = 1, rate: Optional[Mapping[str, Any]] = None, group: Optional[Mapping[str, Any]] = None,
-                 now: float = 0.0) -> None:
+    def __init__(self, limit: int = 1, rate: Optional[Mapping[str, Any]] = None,
+                 group: Optional[Mapping[str, Any]] = None, now: float = 0.0) -> None:
         self.limit = max(1, int(limit))
         self.in_use = float(self.limit)
         self.bucket = TokenBucket(rate["per_second"], rate.get("burst", 1), now) if rate else None
@@ -100,7 +100,8 @@ class Flow:
             self.not_now += 1
             if now >= self.paused_until:
                 self.in_use = max(1.0, self.in_use / 2)
-            self.paused_until = max(self.paused_until, now + (retry_after if retry_after is not None else MIN_PAUSE_SECONDS))
+            self.paused_until = max(self.paused_until,
+                                    now + (retry_after if retry_after is not None else MIN_PAUSE_SECONDS))
         else:
             self.in_use = min(float(self.limit), self.in_use + 1.0 / max(1.0, self.in_use))
 
@@ -127,7 +128,8 @@ class Flow:
 
 
 def flow_for(state: Mapping[str, Any], parallel: Optional[int], now: float) -> Flow:
-    """The flow of a run's contract: ``effects.concurrency`` (or ``parallel``), ``effects.rate``, ``effects.concurrency_key``."""
+    """The flow of a run's contract: ``effects.concurrency`` (or ``parallel``), ``effects.rate``,
+    ``effects.concurrency_key``."""
     effects = contract_of(state).effects
     rate, group = effects.rate, effects.concurrency_key
     return Flow(parallel if parallel is not None else effects.concurrency,

@@ -52,7 +52,8 @@ from ..base.fs import OsFileSystem, replace_durably
 # start none, so it would only lengthen each start.
 
 __all__ = [
-    "UNSETTLED", "job_dir", "submit_intent_ops", "started_ops", "observe_job", "observation_ops", "cancel_ops", "shard_ops",
+    "UNSETTLED", "job_dir", "submit_intent_ops", "started_ops", "observe_job", "observation_ops", "cancel_ops",
+    "shard_ops",
     "spawn", "signal_job", "read_result", "wrap_main",
 ]
 
@@ -130,7 +131,8 @@ def submit_intent_ops(
 
         if job["state"] == "vanished" and not contract_of(state).jobs.rerun_vanished:
             raise NeedsReconciliation(
-                f"job {key!r} vanished without an exit code and the contract does not allow a rerun; check what it left behind", key=key)
+                f"job {key!r} vanished without an exit code and the contract does not allow a rerun; check what it "
+                "left behind", key=key)
         if job["state"] in ("cancel-requested", "stopped"):
             raise InvalidInput(f"job {key!r} was cancelled")
     attempt = (job["attempt"] + 1) if job else 1
@@ -215,7 +217,8 @@ def launch_main(argv: Sequence[str]) -> int:
 
 
 def started_ops(key: str, pid: int, start: Optional[str]) -> Ops:
-    return [["set", ["jobs", key, "state"], "running"], ["set", ["jobs", key, "pid"], pid], ["set", ["jobs", key, "pid_start"], start]]
+    return [["set", ["jobs", key, "state"], "running"], ["set", ["jobs", key, "pid"], pid],
+            ["set", ["jobs", key, "pid_start"], start]]
 
 
 def _open_regular(path: str) -> Optional[int]:
@@ -279,7 +282,8 @@ def _started(folder: str, job: Dict[str, Any]) -> Tuple[Any, Any]:
     if started is None:
         return None, None
     pid = started.get("pid")
-    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0 or not _belongs(job, started, pid, started.get("start")):
+    if (isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0 or
+        not _belongs(job, started, pid, started.get("start"))):
         raise ValueError("does not name this attempt's wrapper")
     return pid, started.get("start")
 
@@ -348,7 +352,8 @@ def observe_job(run_path: str, job: Dict[str, Any]) -> Dict[str, Any]:
         seen = {"status": "running", "pid": pid, "pid_start": start}
     elif done is not None:
         digest = job.get("log_sha256") or _log_digest(os.path.join(folder, "log"))
-        seen = {"status": "finished", "exit_code": done["exit_code"], "finished_at": done["finished_at"], "log_sha256": digest}
+        seen = {"status": "finished", "exit_code": done["exit_code"], "finished_at": done["finished_at"],
+                "log_sha256": digest}
     else:
         seen = {"status": "vanished", "pid": pid}
     if damage:
@@ -395,7 +400,8 @@ def cancel_ops(state: Dict[str, Any], key: str, now: float) -> Ops:
         raise InvalidInput(f"no job {key!r}")
     if job["state"] in ("finished", "vanished", "stopped", "cancel-requested"):
         return []
-    return [["set", ["jobs", key, "state"], "cancel-requested"], ["set", ["jobs", key, "cancel_requested_at"], format_time(now)]]
+    return [["set", ["jobs", key, "state"], "cancel-requested"],
+            ["set", ["jobs", key, "cancel_requested_at"], format_time(now)]]
 
 
 def signal_job(job: Dict[str, Any]) -> bool:

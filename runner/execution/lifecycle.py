@@ -167,7 +167,8 @@ def quiet_since(facts: Facts) -> float:
     state: Optional[EffectState] = effect.get("state")
     if state in UNRESOLVED and effect.get("updated_at"):
         updated = parse_time(effect["updated_at"])
-        ends.append(updated + facts.caps.timeout if state == "started" and not facts.calls and facts.answer is None else updated)
+        ends.append(updated + facts.caps.timeout if state == "started" and not facts.calls and facts.answer is None
+                    else updated)
     return max(ends) if ends else 0.0
 
 
@@ -205,7 +206,8 @@ def next_move(facts: Facts) -> Move:
     if state == "verified":
         return Move("done")
     if state == "failed":
-        return Move("stop", error=Failed(f"effect {key!r} failed for good: {effect.get('reason')}", effect=key))  # type: ignore[union-attr]
+        return Move("stop", error=Failed(f"effect {key!r} failed for good: "
+                                         f"{effect.get('reason')}", effect=key))  # type: ignore[union-attr]
 
     answer = facts.answer
     if answer is not None and state == "started":
@@ -219,7 +221,8 @@ def next_move(facts: Facts) -> Move:
                         error=Failed(f"effect {key!r} was rejected by the target: {answer.detail}", effect=key))
         if answer.kind == "stale-epoch":
             return Move("uncertain", reason=f"the target refused a stale epoch: {answer.detail}",
-                        error=Fenced(f"the target refused the writer's epoch for effect {key!r}: {answer.detail}", key=key))
+                        error=Fenced(f"the target refused the writer's epoch for effect {key!r}: {answer.detail}",
+                                     key=key))
         return Move("uncertain", reason=f"unknown outcome: {answer.detail}")
 
     live = [c for c in facts.calls if c.alive]
@@ -274,8 +277,10 @@ def next_move(facts: Facts) -> Move:
                 return Move("wait", until=again) if now < again else Move("observe")
             if effect.get("receipt") is not None:
                 reason = _contradiction(key, effect, seen)
-                error = NeedsReconciliation(f"effect {key!r} was {reason}", key=key, receipt=effect.get("receipt"), observed=seen.evidence)
-                return Move("uncertain", reason=reason, error=error) if state != "uncertain" else Move("stop", error=error)
+                error = NeedsReconciliation(f"effect {key!r} was {reason}", key=key, receipt=effect.get("receipt"),
+                                            observed=seen.evidence)
+                return (Move("uncertain", reason=reason, error=error) if state != "uncertain"
+                        else Move("stop", error=error))
             return Move("absent", evidence=seen.evidence, reconciled=reconciled)
         # The lookup could not tell.
         if state != "uncertain":
@@ -288,7 +293,8 @@ def next_move(facts: Facts) -> Move:
                 return Move("observe")  # look again before sending again
             return Move("invoke", resend=True)
         return Move("stop", error=NeedsReconciliation(
-            f"effect {key!r}: the target cannot say whether it happened ({describe(seen.evidence)}); it will not be called blindly",
+            f"effect {key!r}: the target cannot say whether it happened ({describe(seen.evidence)}); it will not be "
+            "called blindly",
             key=key))
 
     # No outcome is pending: the effect was never begun, or was observed absent.
@@ -296,8 +302,8 @@ def next_move(facts: Facts) -> Move:
         return Move("settled")
     if effect is not None and effect.get("receipt") is not None:
         return Move("stop", error=NeedsReconciliation(
-            f"effect {key!r} holds a receipt ({describe(effect.get('receipt'), 120)}) and is {state}: a receipt is proof; "
-            "it is never called again under this key", key=key, receipt=effect.get("receipt")))
+            f"effect {key!r} holds a receipt ({describe(effect.get('receipt'), 120)}) and is {state}: a receipt is "
+            "proof; it is never called again under this key", key=key, receipt=effect.get("receipt")))
     when = (effect or {}).get("next_attempt_at")
     if when and parse_time(when) > now:
         return Move("wait", until=parse_time(when))

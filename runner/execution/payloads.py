@@ -35,7 +35,8 @@ def item_payload(state: Dict[str, Any], step: str, index: int) -> Dict[str, Any]
         outcome = run_command(expand(how.command, dict(values, workspace=root, run_id=state["task_id"])), cwd=root)
         payload = outcome.json_object()
         if outcome.exit_code != 0 or payload is None:
-            raise InvalidInput(f"the payload command for {key} did not print a JSON object (exit {outcome.exit_code}): {outcome.tail()}")
+            raise InvalidInput(f"the payload command for {key} did not print a JSON object (exit {outcome.exit_code}): "
+                               f"{outcome.tail()}")
         return payload
     template = how.template if how is not None else DEFAULT_PAYLOAD_TEMPLATE
     wanted = {n for s in strings_in(template) for n in placeholders_in(s)}
@@ -77,14 +78,15 @@ def begin_payload(state: Dict[str, Any], key: str, given: Optional[Dict[str, Any
         if given is None and kept is not None:
             return kept  # begun before, by this session or another: the run kept what it sent
         if given is None:
-            raise InvalidInput(f"--payload FILE is required (a JSON file, or - for stdin): {key!r} is not the key of an item of a started batch step"
-                               " and the run keeps no payload for it")
+            raise InvalidInput(f"--payload FILE is required (a JSON file, or - for stdin): {key!r} is not the key of "
+                               "an item of a started batch step and the run keeps no payload for it")
         return given
     step, index = found
     expected = item_payload(state, step, index)
     if given is not None:
         want, got = content_digest(expected), content_digest(given)
         if want != got:
-            raise InvalidInput(f"{key!r} is item {index} of step {step!r}, whose template makes the payload {want}; the payload given is {got}. "
-                               "Leave out --payload to send the template's", key=key, expected=want, given=got)
+            raise InvalidInput(f"{key!r} is item {index} of step {step!r}, whose template makes the payload {want}; "
+                               f"the payload given is {got}. Leave out --payload to send the template's", key=key,
+                               expected=want, given=got)
     return expected

@@ -1,7 +1,7 @@
 """``work``: a pool of worker processes that claim runs of one store with leases.
 
-Each worker lists the store's runs (for ``file:ROOT``, the run folders under ROOT), and for each one that is not finished
-takes the lease through the recovery procedure (another live holder means it
+Each worker lists the store's runs (for ``file:ROOT``, the run folders under ROOT), and for each one that is not
+finished takes the lease through the recovery procedure (another live holder means it
 moves on), hands the run to a handler, and releases the lease after the
 handler's last durable write. Fencing keeps a worker that lost its lease
 from writing; the lease keeps two live workers off one run.
@@ -75,7 +75,8 @@ def worker_main(argv: List[str]) -> int:
     opts = json.loads(argv[0])
     handler = load_handler(opts["handler"])
     context = opts.get("context", {})
-    observer: Observer = load_handler(opts["observer"], "observer factory")(context, opts["seed"]) if opts.get("observer") else NO_OBSERVER
+    observer: Observer = (load_handler(opts["observer"], "observer factory")(context, opts["seed"])
+                          if opts.get("observer") else NO_OBSERVER)
     rng = random.Random(opts.get("seed"))
     while True:
         progressed = False
@@ -110,8 +111,8 @@ def _spawn(opts: Dict[str, Any]) -> "subprocess.Popen[str]":
                             env=env)
 
 
-def run_pool(store_url: str, workers: int, handler: str, *, context: Optional[Dict[str, Any]] = None, ttl: float = 60.0, seed: int = 1,
-             observer: Optional[str] = None, on_line: Optional[Callable[[str], None]] = None,
+def run_pool(store_url: str, workers: int, handler: str, *, context: Optional[Dict[str, Any]] = None, ttl: float = 60.0,
+             seed: int = 1, observer: Optional[str] = None, on_line: Optional[Callable[[str], None]] = None,
              on_exit: Optional[Callable[[str, int], None]] = None, max_generations: int = 10000,
              tally: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """Run ``workers`` processes over the store's runs, replacing any that are killed; return the tally.
@@ -141,7 +142,8 @@ def run_pool(store_url: str, workers: int, handler: str, *, context: Optional[Di
     def start() -> None:
         nonlocal generation
         generation += 1
-        opts: Dict[str, Any] = {"store": store_url, "handler": handler, "observer": observer, "owner": f"{supervisor}-w{generation}", "ttl": ttl,
+        opts: Dict[str, Any] = {"store": store_url, "handler": handler, "observer": observer,
+                                "owner": f"{supervisor}-w{generation}", "ttl": ttl,
                                 "context": context or {}, "seed": rng.randrange(1 << 30)}
         proc = _spawn(opts)
         tally["workers"] += 1
@@ -159,7 +161,8 @@ def run_pool(store_url: str, workers: int, handler: str, *, context: Optional[Di
                         and _stuck(watched, _lease(store_url, watched["claim"], time.time())):
                     watched["stuck"] = True
                     watched["proc"].kill()  # its end is read below, as any killed worker's is
-            check_at = time.monotonic() + ttl / 2  # after the reads: a slow store never makes the checks run back to back
+            # after the reads: a slow store never makes the checks run back to back
+            check_at = time.monotonic() + ttl / 2
         for key, _ in sel.select(timeout=max(0.0, check_at - time.monotonic())):
             worker = live.get(key.data)
             if worker is None:
@@ -194,7 +197,8 @@ def run_pool(store_url: str, workers: int, handler: str, *, context: Optional[Di
 
 
 def _lease(store_url: str, task: str, now: float) -> Optional[Dict[str, Any]]:
-    """The lease of ``task`` as :func:`~runner.ledger.lease.lease_view` gives it, or None if the run cannot be read now."""
+    """The lease of ``task`` as :func:`~runner.ledger.lease.lease_view` gives it, or None if the run cannot be read
+    now."""
     try:
         store = open_store(run_url(store_url, task), task)
     except (RunnerError, OSError, ValueError):

@@ -49,7 +49,8 @@ from ..base.times import format_time, parse_time
 from ..base.canonical import content_digest
 from ..base.errors import EXIT_CODES, LimitExhausted, NeedsReconciliation, RunnerError
 from ..ledger.lease import lease_view
-from ..base.quoting import ITEMS, MESSAGE, PERSON, RECORD, WORKER_OR_TARGET, digest, joined, moment, name, number, quote, word
+from ..base.quoting import (ITEMS, MESSAGE, PERSON, RECORD, WORKER_OR_TARGET, digest, joined, moment, name, number,
+                            quote, word)
 from ..ledger.retry import check_limits
 from ..ledger.steps import plan_steps, started_by_holder
 from ..base.host import local_maker
@@ -93,8 +94,8 @@ def _item_context(state: Dict[str, Any], key: str) -> Dict[str, Any]:
     """The batch item an effect belongs to, with the ``why`` of settling it written here, from its fields."""
     context = _batch.item_context(state, key)
     if context and contract_of(state).effects.performs_effects:
-        context["why"] = (f"`effect run {_cmd(key, 'KEY')}` (or `drive`) observes the target first and records what it sees; "
-                          "it calls the target again only after an observed absence")
+        context["why"] = (f"`effect run {_cmd(key, 'KEY')}` (or `drive`) observes the target first and records what it "
+                          "sees; it calls the target again only after an observed absence")
     return context
 
 
@@ -104,17 +105,20 @@ def _batch_why(state: Dict[str, Any], action: Optional[Dict[str, Any]]) -> Optio
         return None
     step = action.get("step")
     if action.get("kind") == "finish-step":
-        why = f"every item of step {name(step)} is verified or skipped: `step done {_cmd(step, 'STEP')}` (the runner observes the evidence)"
+        why = (f"every item of step {name(step)} is verified or skipped: `step done {_cmd(step, 'STEP')}` (the runner "
+               "observes the evidence)")
     else:
         key = _cmd(action.get("key"), "KEY")
         item = f"item {number(action.get('index'))} of step {name(step)} ({quote(action.get('item'), ITEMS, 120)})"
         if action.get("state") == "failed":
             reason = (state["effects"].get(action.get("key")) or {}).get("reason")
-            why = f"{item} failed for good ({quote(reason, WORKER_OR_TARGET)}): decide whether to `effect skip {key} --reason TEXT`"
+            why = (f"{item} failed for good ({quote(reason, WORKER_OR_TARGET)}): decide whether to `effect skip {key} "
+                   "--reason TEXT`")
         elif contract_of(state).effects.performs_effects:
             why = f"perform {item}: `effect run {key}`"
         else:
-            why = f"perform {item}: `effect begin {key}` (its payload comes from the step's template; it prints it), the call, `effect ack`, `effect verify`"
+            why = (f"perform {item}: `effect begin {key}` (its payload comes from the step's template; it prints it), "
+                   "the call, `effect ack`, `effect verify`")
     return dict(action, why=why)
 
 
@@ -498,8 +502,10 @@ def recover(run: Any, owner: str, ttl: float, adapters: Optional[Dict[str, Adapt
         run.acquire(owner, ttl)
     except AlreadyRunning as exc:
         view = lease_view(run.state, run.clock())
-        said = f"{_holder(view)} holds the lease until {moment(view['expires_at'])}" if view["live"] else quote(exc.message, MESSAGE, 300)
-        return _stop("already-running", said, {"observations": [{"source": "lease", "what": said, "digest": None}], "inferences": [], "unknowns": []})
+        said = (f"{_holder(view)} holds the lease until {moment(view['expires_at'])}" if view["live"]
+                else quote(exc.message, MESSAGE, 300))
+        return _stop("already-running", said, {"observations": [{"source": "lease", "what": said, "digest": None}],
+                                               "inferences": [], "unknowns": []})
     reconciled: List[str] = []
     executor = None
     for key, effect in sorted(run.state["effects"].items()):
@@ -536,9 +542,12 @@ def refresh_jobs(run: Any) -> Dict[str, Dict[str, Any]]:
     return seen
 
 
-def _intent_ops(state: Dict[str, Any], decision: Dict[str, Any], now: float, maker: Optional[Dict[str, Any]] = None) -> List[List[Any]]:
-    """Persist the chosen action (or stop) before anything runs, and the authority that was refreshed, with who refreshed it."""
-    intent = decision["action"] if decision["decision"] == "act" else {"kind": "stop", "reason": decision["reason"], "detail": decision["detail"]}
+def _intent_ops(state: Dict[str, Any], decision: Dict[str, Any], now: float,
+                maker: Optional[Dict[str, Any]] = None) -> List[List[Any]]:
+    """Persist the chosen action (or stop) before anything runs, and the authority that was refreshed, with who
+    refreshed it."""
+    intent = decision["action"] if decision["decision"] == "act" else {"kind": "stop", "reason": decision["reason"],
+                                                                       "detail": decision["detail"]}
     if state["status"] == "blocked":
         intent = state["next_action"]
     ops: List[List[Any]] = []

@@ -51,8 +51,8 @@ class Run:
     the run damaged (the damage is quarantined, never replaced).
     """
 
-    def __init__(self, store: Store, owner: Optional[str] = None, epoch: Optional[int] = None, rand: Callable[[], float] = _random.random,
-                 observer: Optional[Observer] = None) -> None:
+    def __init__(self, store: Store, owner: Optional[str] = None, epoch: Optional[int] = None,
+                 rand: Callable[[], float] = _random.random, observer: Optional[Observer] = None) -> None:
         self.store = store
         self.owner = owner
         self.epoch = epoch
@@ -61,7 +61,8 @@ class Run:
 
     @classmethod
     def open(cls, path: str, owner: Optional[str] = None, epoch: Optional[int] = None, *, task_id: Optional[str] = None,
-             clock: Optional[Callable[[], float]] = None, rand: Callable[[], float] = _random.random, **store_options: Any) -> "Run":
+             clock: Optional[Callable[[], float]] = None, rand: Callable[[], float] = _random.random,
+             **store_options: Any) -> "Run":
         """Open the run kept at ``path``: a store URL, or a plain path meaning a file store's run folder.
 
         :param path: ``file:DIR``, ``sqlite:PATH``, ``postgresql://...`` (see
@@ -136,7 +137,9 @@ class Run:
         :raises Fenced: this object's owner and epoch do not hold the lease.
         :raises InvalidInput: a bad time to live.
         """
-        state = self._mutate(lambda s, now: lease.renew_ops(s, self.owner, self.epoch, ttl, now), fenced=False)  # type: ignore[arg-type]
+        state = self._mutate(
+            lambda s, now: lease.renew_ops(s, self.owner, self.epoch, ttl, now),  # type: ignore[arg-type]
+            fenced=False)
         return dict(state["lease"])
 
     def break_lease(self, by: str, reason: str) -> Dict[str, Any]:
@@ -158,7 +161,8 @@ class Run:
 
     # -- steps ---------------------------------------------------------------------------
     def step_start(self, step: str) -> Dict[str, Any]:
-        """Start ``step``, in plan order; a batch step's items are frozen with it (see :mod:`runner.ledger.batch`). Fenced.
+        """Start ``step``, in plan order; a batch step's items are frozen with it (see :mod:`runner.ledger.batch`).
+        Fenced.
 
         :returns: the step's record (``state`` running, ``attempts``).
         :raises InvalidInput: no such step, another step is running, the step is done, or its items cannot be listed.
@@ -167,7 +171,8 @@ class Run:
         :raises RetryLater: the step's backoff after a transient failure has not passed.
         """
         frozen = batch.freeze(self.refresh(), step)
-        out = self._mutate(lambda s, now: steps.start_ops(s, step, now) + batch.freeze_ops(s, step, frozen, now))["steps"][step]
+        out = self._mutate(lambda s, now: steps.start_ops(s, step, now)
+                           + batch.freeze_ops(s, step, frozen, now))["steps"][step]
         self.observer.reached("step:after-start", step=step)
         return out
 
@@ -175,7 +180,8 @@ class Run:
         """Finish the running ``step``; its declared checks and artifacts are observed first
         (:mod:`runner.execution.evidence`). Fenced.
 
-        :param evidence: the evidence the contract names for the step (a JSON object; ``{}`` when the runner observes it).
+        :param evidence: the evidence the contract names for the step (a JSON object; ``{}`` when the runner observes
+            it).
         :returns: the step's record (``state`` done, the evidence and what was observed).
         :raises InvalidInput: the step is not running, evidence is missing, a check failed, an artifact is missing,
             or a gated step has no verified effect.
@@ -217,7 +223,8 @@ class Run:
     # -- effects -------------------------------------------------------------------------
     def effect_begin(self, key: str, payload: Dict[str, Any], step: Optional[str] = None, resend: bool = False,
                      source: Optional[str] = None) -> Dict[str, Any]:
-        """Record ``started`` for ``key`` before the target is called (see :func:`runner.ledger.effects.begin_ops`). Fenced.
+        """Record ``started`` for ``key`` before the target is called (see :func:`runner.ledger.effects.begin_ops`).
+        Fenced.
 
         The record keeps the payload (up to 64 KiB; above, ``source``, the file it came from).
 
@@ -251,7 +258,8 @@ class Run:
         ``person``'s record only while someone holds the lease live).
 
         :param evidence: what the observation found (a JSON object).
-        :param reconciled: the outcome was unknown to this worker and is settled by this observation (counted in ``report``).
+        :param reconciled: the outcome was unknown to this worker and is settled by this observation (counted in
+            ``report``).
         :returns: the effect's record (``state`` verified).
         :raises InvalidInput: no such effect, or bad evidence.
         """
@@ -346,20 +354,23 @@ class Run:
 
     # -- control: cancellation, approvals, costs, plan --------------------------------------
     def cancel(self, by: str, reason: str) -> Dict[str, Any]:
-        """A person cancels the run: no new step or effect begins; effects in flight are still reconciled. Needs no lease.
+        """A person cancels the run: no new step or effect begins; effects in flight are still reconciled. Needs no
+        lease.
 
         :returns: the state after (``cancelled``, or ``cancelling`` while effects are unresolved).
         :raises RunComplete: the run is already complete. :raises InvalidInput: ``by`` or ``reason`` is missing.
         """
         return self._mutate(lambda s, now: steps.cancel_ops(s, by, reason, now), fenced=False)
 
-    def approval_request(self, step: str, action: str, payload: Dict[str, Any], ttl: float, source: Optional[Dict[str, Any]] = None) -> str:
+    def approval_request(self, step: str, action: str, payload: Dict[str, Any], ttl: float,
+                         source: Optional[Dict[str, Any]] = None) -> str:
         """Ask for a grant bound to ``payload``'s digest; it expires after ``ttl`` seconds (at most ten years).
 
         :param step: the step the action belongs to.
         :param action: ``effect:KEY``, the action to approve.
         :param payload: the exact payload the grant is bound to (by digest).
-        :param source: where the payload came from (:func:`runner.ledger.approvals.payload_source`), shown by ``approval list``.
+        :param source: where the payload came from (:func:`runner.ledger.approvals.payload_source`), shown by ``approval
+            list``.
         :returns: the request id. Fenced.
         :raises InvalidInput: a bad step, action, payload or time to live.
         """
@@ -443,7 +454,8 @@ class Run:
     def job_shard(self, key: str, shard: int) -> Dict[str, Any]:
         """Advance the job's committed-shard cursor to ``shard`` (it never moves back). Fenced.
 
-        :returns: the job's record. :raises InvalidInput: no job ``key``, or ``shard`` is not a non-negative whole number.
+        :returns: the job's record. :raises InvalidInput: no job ``key``, or ``shard`` is not a non-negative whole
+            number.
         """
         self._job(key)
         return dict(self._mutate(lambda s, now: jobs.shard_ops(s, key, shard))["jobs"][key])
