@@ -32,7 +32,8 @@ from ..base.errors import AwaitingApproval, InvalidInput
 from ..contract.spec import contract_of
 
 __all__ = [
-    "request_ops", "answer_ops", "find_grant", "require_grant", "approval_view", "newest_requests", "request_order", "payload_source", "HEAD_BYTES",
+    "request_ops", "answer_ops", "find_grant", "require_grant", "approval_view", "newest_requests", "request_order",
+    "payload_source", "HEAD_BYTES",
 ]
 
 #: How much of the payload file a request keeps, for a person to recognise it.
@@ -117,7 +118,8 @@ def request_ops(state: Dict[str, Any], step: str, action: str, payload_digest: s
     ops: Ops = []
     if not contract_of(state).effects.several_approvals:
         for old, req in _in_order(state):
-            if req["step"] == step and req["action"] == action and req["state"] in ("pending", "granted") and req["payload_digest"] != payload_digest:
+            if (req["step"] == step and req["action"] == action and req["state"] in ("pending", "granted") and
+                req["payload_digest"] != payload_digest):
                 ops.append(["set", ["observations", "approvals", old, "state"], "superseded"])
                 ops.append(["set", ["observations", "approvals", old, "superseded_by"], rid])
     return rid, ops + [["set", ["observations", "approvals", rid], request]]
@@ -175,12 +177,14 @@ def find_grant(state: Dict[str, Any], step: str, action: str, payload_digest: st
     return None, why or other or "no approval was requested for it"
 
 
-def require_grant(state: Dict[str, Any], step: str, action: str, payload_digest: str, now: float, effect_key: str) -> Ops:
+def require_grant(state: Dict[str, Any], step: str, action: str, payload_digest: str, now: float,
+                  effect_key: str) -> Ops:
     """Ops that consume a matching grant, or raise :class:`AwaitingApproval`."""
     rid, why = find_grant(state, step, action, payload_digest, now, effect_key)
     if rid is None:
         raise AwaitingApproval(
-            f"{action} in step {step} needs approval: {why}; run `approval request {step} --action {action} --payload FILE --ttl SECONDS`",
+            f"{action} in step {step} needs approval: {why}; run `approval request {step} --action {action} --payload "
+            "FILE --ttl SECONDS`",
             step=step,
             action=action,
             payload_digest=payload_digest,

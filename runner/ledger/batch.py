@@ -336,8 +336,8 @@ def freeze(state: Dict[str, Any], step: str, cwd: Optional[str] = None) -> Optio
         if "slug" in placeholders_in(template):
             for index, item in enumerate(items):
                 if not slug(item):
-                    raise InvalidInput(f"item {index} {item[:60]!r} of step {step!r} has no letter or digit to make {{slug}} of; "
-                                       "put {index} in the key as well")
+                    raise InvalidInput(f"item {index} {item[:60]!r} of step {step!r} has no letter or digit to make "
+                                       f"{{slug}} of; put {{index}} in the key as well")
         digest = _digest(items, records, step)
         if records is not None:
             _check_records(spec, contract.effects, step, items, records)
@@ -348,10 +348,11 @@ def freeze(state: Dict[str, Any], step: str, cwd: Optional[str] = None) -> Optio
         for index, key in enumerate(keys):
             validate_id(key, f"the key of item {index} ({items[index][:60]!r})")
             if pattern is not None and re.fullmatch(pattern, key) is None:
-                raise InvalidInput(f"the key {key!r} of item {index} does not match the contract's key_pattern {pattern!r}")
+                raise InvalidInput(f"the key {key!r} of item {index} does not match the contract's key_pattern "
+                                   f"{pattern!r}")
             if key in seen:
-                raise InvalidInput(f"items {items[seen[key]][:60]!r} and {items[index][:60]!r} give the same key {key!r}: "
-                                   "the key template must tell items apart")
+                raise InvalidInput(f"items {items[seen[key]][:60]!r} and {items[index][:60]!r} give the same key "
+                                   f"{key!r}: the key template must tell items apart")
             seen[key] = index
             for other, batch in others:
                 at = keys_of(batch)[1].get(key)
@@ -575,8 +576,8 @@ def progress(state: Dict[str, Any], step: str) -> Optional[Dict[str, Any]]:
             unresolved += 1
         elif current == "failed" and key not in skipped:
             failed += 1
-    return {"step": step, "total": len(keys), "verified": verified, "skipped": len(skipped), "unresolved": unresolved, "failed": failed,
-            "remaining": len(keys) - verified - len(skipped), "digest": batch["digest"]}
+    return {"step": step, "total": len(keys), "verified": verified, "skipped": len(skipped), "unresolved": unresolved,
+            "failed": failed, "remaining": len(keys) - verified - len(skipped), "digest": batch["digest"]}
 
 
 def next_item(state: Dict[str, Any], step: str, start: int = 0) -> Optional[int]:
@@ -603,8 +604,8 @@ def next_action(state: Dict[str, Any], step: str) -> Optional[Dict[str, Any]]:
     info = progress(state, step) or {}
     key = keys[index]
     current = (state["effects"].get(key) or {}).get("state")
-    action = {"kind": "effect", "step": step, "item": batch["items"][index], "key": key, "index": index, "remaining": info.get("remaining"),
-              "total": batch["count"]}
+    action = {"kind": "effect", "step": step, "item": batch["items"][index], "key": key, "index": index,
+              "remaining": info.get("remaining"), "total": batch["count"]}
     if current is not None:
         action["state"] = current
     return action
@@ -680,8 +681,10 @@ def skip_ops(state: Dict[str, Any], key: str, reason: str, now: float) -> Ops:
     if effect.get("state") == "verified":
         raise InvalidInput(f"effect {key!r} is verified; a done item is not skipped")
     if effect.get("state") in UNRESOLVED:
-        raise NeedsReconciliation(f"effect {key!r} is {effect['state']}: observe it first; an item that may have happened is not skipped", key=key)
-    return [["set", ["steps", step, "batch", "skipped", key], {"index": index, "reason": reason, "at": format_time(now)}]]
+        raise NeedsReconciliation(f"effect {key!r} is {effect['state']}: observe it first; an item that may have "
+                                  "happened is not skipped", key=key)
+    return [["set", ["steps", step, "batch", "skipped", key],
+             {"index": index, "reason": reason, "at": format_time(now)}]]
 
 
 def check_complete(state: Dict[str, Any], step: str) -> None:
@@ -696,5 +699,6 @@ def check_complete(state: Dict[str, Any], step: str) -> None:
         return
     info = progress(state, step) or {}
     key = keys_of(state["steps"][step]["batch"])[0][index]
-    raise InvalidInput(f"step {step!r} has {info.get('remaining')} of {info.get('total')} items not verified or skipped; next is {key}",
+    raise InvalidInput(f"step {step!r} has {info.get('remaining')} of {info.get('total')} items not verified or "
+                       f"skipped; next is {key}",
                        key=key, remaining=info.get("remaining"))

@@ -42,7 +42,8 @@ from .envelope import Ops
 from ..base.values import one_line, validate_id
 from ..base.times import format_time
 from ..base.canonical import canonical_json, check_document
-from ..base.errors import AlreadyVerified, Cancelled, Failed, InvalidInput, LimitExhausted, NeedsReconciliation, RunComplete
+from ..base.errors import (AlreadyVerified, Cancelled, Failed, InvalidInput, LimitExhausted, NeedsReconciliation,
+                           RunComplete)
 from .states import UNRESOLVED
 from .retry import check_attempts, check_limits, check_wait, limit
 from ..base.host import local_maker
@@ -74,7 +75,8 @@ DEFAULT_MAX_ATTEMPTS = 3
 DEFAULT_MAX_RATE_LIMITED = 10
 #: Why an effect is marked for a person to check (its record's ``flags``): it may have a duplicate at the target.
 FLAGS = {
-    "absent-soon-after-takeover": "observed absent soon after a takeover, then invoked again: a call of the earlier holder could have landed late",
+    "absent-soon-after-takeover": "observed absent soon after a takeover, then invoked again: a call of the earlier "
+                                  "holder could have landed late",
     "several-matches": "invoked more than once, and the target shows more than one match",
     "several-listed": "the target's listing holds more than one entry for it: one may be a duplicate, made before the "
                       "run or by another writer",
@@ -102,7 +104,8 @@ def check_open(state: Dict[str, Any]) -> None:
     """Refuse new work on a run that is cancelled, complete or blocked."""
     cancellation = state["observations"].get("cancellation")
     if cancellation:
-        raise Cancelled(f"run {state['task_id']} was cancelled by {cancellation['by']} at {cancellation['at']}: {cancellation['reason']}")
+        raise Cancelled(f"run {state['task_id']} was cancelled by {cancellation['by']} at {cancellation['at']}: "
+                        f"{cancellation['reason']}")
     status = state["status"]
     if status == "complete":
         raise RunComplete(f"run {state['task_id']} is complete")
@@ -135,7 +138,8 @@ def _settle_ops(state: Dict[str, Any], key: str) -> Ops:
     finished = bool(steps) and all((state["steps"].get(s.id) or {}).get("state") == "done" for s in steps)
     # The scan over every effect comes last: while a step runs it is not needed,
     # so settling one effect of a long batch does not cost the whole ledger.
-    if not (cancelled or finished) or any(k != key and e.get("state") in UNRESOLVED for k, e in state["effects"].items()):
+    if (not (cancelled or finished) or
+        any(k != key and e.get("state") in UNRESOLVED for k, e in state["effects"].items())):
         return []
     return cancelled_ops(state) if cancelled else [["set", ["status"], "complete"], ["set", ["next_action"], None]]
 
@@ -153,7 +157,8 @@ def _owning_step(state: Dict[str, Any], key: str, step: Optional[str],
     if step is not None and step != current:
         validate_id(step, "step")
         running = f"the running step is {current!r}" if current else "no step is running"
-        raise InvalidInput(f"effect {key!r} belongs to the running step; --step {step!r} names another ({running})", key=key, step=step)
+        raise InvalidInput(f"effect {key!r} belongs to the running step; --step {step!r} names another ({running})",
+                           key=key, step=step)
     if current:
         return current
     for spec in contract_of(state).steps:
@@ -181,8 +186,9 @@ def kept_payload(payload: Optional[Dict[str, Any]], source: Optional[str] = None
     return {"payload_file": source} if source else {}
 
 
-def begin_ops(state: Dict[str, Any], key: str, payload_digest: str, now: float, step: Optional[str] = None, resend: bool = False,
-              kept: Optional[Dict[str, Any]] = None, maker: Optional[Dict[str, Any]] = None) -> Ops:
+def begin_ops(state: Dict[str, Any], key: str, payload_digest: str, now: float, step: Optional[str] = None,
+              resend: bool = False, kept: Optional[Dict[str, Any]] = None,
+              maker: Optional[Dict[str, Any]] = None) -> Ops:
     """Commit ``started`` for ``key`` (before the target is called), or raise.
 
     The effect belongs to the running step (see :func:`_owning_step`); a gated
@@ -214,19 +220,23 @@ def begin_ops(state: Dict[str, Any], key: str, payload_digest: str, now: float, 
     if effect is not None:
         if effect["payload_digest"] != payload_digest:
             raise InvalidInput(
-                f"effect {key!r} was recorded with payload {effect['payload_digest']}; refusing a different payload {payload_digest} under the same key",
+                f"effect {key!r} was recorded with payload {effect['payload_digest']}; refusing a different payload "
+                f"{payload_digest} under the same key",
                 key=key,
             )
         current = effect["state"]
         if current == "verified":
-            raise AlreadyVerified(f"effect {key!r} is already verified: it is done; do not call the target again", effect=key, record=effect)
+            raise AlreadyVerified(f"effect {key!r} is already verified: it is done; do not call the target again",
+                                  effect=key, record=effect)
         if current == "failed":
             raise Failed(f"effect {key!r} failed for good: {effect.get('reason')}", effect=key)
         if current in UNRESOLVED and not (resend and current in ("started", "uncertain")):
-            raise NeedsReconciliation(f"effect {key!r} is {current}: observe the target (effect verify/absent) before anything is retried", key=key, state=current)
+            raise NeedsReconciliation(f"effect {key!r} is {current}: observe the target (effect verify/absent) before "
+                                      "anything is retried", key=key, state=current)
         if effect.get("receipt") is not None:
-            raise NeedsReconciliation(f"effect {key!r} holds the target's receipt ({describe(effect['receipt'], 120)}): a receipt is proof; "
-                                      "it is never begun again", key=key, state=current)
+            raise NeedsReconciliation(f"effect {key!r} holds the target's receipt "
+                                      f"({describe(effect['receipt'], 120)}): a receipt is proof; it is never begun "
+                                      "again", key=key, state=current)
     check_open(state)
     step = _owning_step(state, key, step, effect)
     check_limits(state, now)
@@ -241,7 +251,8 @@ def begin_ops(state: Dict[str, Any], key: str, payload_digest: str, now: float, 
     gated = effects.needs_approval(key) or any(s.approval and s.id == step for s in contract_of(state).steps)
     if gated:
         if not step:
-            raise InvalidInput(f"effect {key!r} needs approval, which is bound to a step: start the step first", key=key)
+            raise InvalidInput(f"effect {key!r} needs approval, which is bound to a step: start the step first",
+                               key=key)
         ops += require_grant(state, step, f"effect:{key}", payload_digest, now, key)
     stamp = format_time(now)
     record = {
@@ -280,10 +291,12 @@ def ack_ops(state: Dict[str, Any], key: str, receipt: Dict[str, Any], now: float
         return []
     if current not in ("started", "uncertain"):
         raise InvalidInput(f"effect {key!r} is {current}; only a started or uncertain effect can be acknowledged")
-    return [_set(key, "state", "acknowledged"), _set(key, "receipt", receipt), _set(key, "updated_at", format_time(now))]
+    return [_set(key, "state", "acknowledged"), _set(key, "receipt", receipt),
+            _set(key, "updated_at", format_time(now))]
 
 
-def _resolve(state: Dict[str, Any], key: str, to: str, field: str, value: Any, allowed: tuple, now: float, reconciled: bool = False) -> Ops:
+def _resolve(state: Dict[str, Any], key: str, to: str, field: str, value: Any, allowed: tuple, now: float,
+             reconciled: bool = False) -> Ops:
     effect = _effect(state, key)
     current = effect["state"]
     if current == to:
@@ -297,7 +310,8 @@ def _resolve(state: Dict[str, Any], key: str, to: str, field: str, value: Any, a
         ops += _settle_ops(state, key)
         if reconciled:
             # Settled by observing an effect whose outcome this worker did not know.
-            ops.append(["set", ["counters", "reconciled_effects"], int(state["counters"].get("reconciled_effects", 0)) + 1])
+            ops.append(["set", ["counters", "reconciled_effects"],
+                        int(state["counters"].get("reconciled_effects", 0)) + 1])
     elif to == "uncertain":
         ops.append(["set", ["counters", "uncertain_effects"], int(state["counters"].get("uncertain_effects", 0)) + 1])
     return ops
@@ -327,7 +341,8 @@ def verify_ops(state: Dict[str, Any], key: str, evidence: Dict[str, Any], now: f
 
 def absent_ops(state: Dict[str, Any], key: str, evidence: Dict[str, Any], now: float, reconciled: bool = False,
                backoff: Optional[Callable[[int], str]] = None, flag: Optional[str] = None) -> Ops:
-    """The target was observed not to hold the effect: one more bounded attempt is allowed, not before ``backoff(attempts)``.
+    """The target was observed not to hold the effect: one more bounded attempt is allowed, not before
+    ``backoff(attempts)``.
 
     ``backoff`` is given the effect's attempts so far, once the effect is known
     to exist. ``flag`` marks the effect for a person to check (see :data:`FLAGS`),
@@ -340,9 +355,9 @@ def absent_ops(state: Dict[str, Any], key: str, evidence: Dict[str, Any], now: f
     effect = _effect(state, key)
     if effect.get("receipt") is not None:
         raise NeedsReconciliation(
-            f"effect {key!r} was acknowledged by the target (receipt {describe(effect['receipt'], 120)}); an absence contradicts it: "
-            "observe again (the target may lag: effects.settle_seconds), verify it if it is there, or leave it to a person; "
-            "it is never called again under this key", key=key, state=effect["state"])
+            f"effect {key!r} was acknowledged by the target (receipt {describe(effect['receipt'], 120)}); an absence "
+            "contradicts it: observe again (the target may lag: effects.settle_seconds), verify it if it is there, or "
+            "leave it to a person; it is never called again under this key", key=key, state=effect["state"])
     ops = _resolve(state, key, "absent", "evidence", evidence, ("started", "uncertain"), now, reconciled)
     if ops and backoff is not None:
         ops += schedule_ops(state, key, backoff(effect["attempts"]))
@@ -358,7 +373,8 @@ def _flag_ops(effect: "EffectRecord", key: str, *flags: str) -> Ops:
 
 
 def deferred_ops(state: Dict[str, Any], key: str, evidence: Dict[str, Any], now: float, not_before: str) -> Ops:
-    """The target said it created nothing for now (429, a 503 naming a delay, exit 75): absent, counted apart, next call not before ``not_before``.
+    """The target said it created nothing for now (429, a 503 naming a delay, exit 75): absent, counted apart, next call
+    not before ``not_before``.
 
     Said of a resend of an unknown outcome (``resent``), it says nothing of the earlier call: the effect
     goes back to uncertain, not absent, so that it is observed (or resent) again, never called afresh.
@@ -366,8 +382,10 @@ def deferred_ops(state: Dict[str, Any], key: str, evidence: Dict[str, Any], now:
     check_document(evidence, "evidence")
     effect = _effect(state, key)
     if effect.get("resent") and effect["state"] == "started":
-        reason = f"the resend was refused for now ({describe(evidence, 200)}); the earlier call's outcome is still unknown"
-        ops = [_set(key, "state", "uncertain"), _set(key, "reason", one_line(reason[:2000], "reason")), _set(key, "updated_at", format_time(now))]
+        reason = (f"the resend was refused for now ({describe(evidence, 200)}); the earlier call's outcome is still "
+                  "unknown")
+        ops = [_set(key, "state", "uncertain"), _set(key, "reason", one_line(reason[:2000], "reason")),
+               _set(key, "updated_at", format_time(now))]
         return ops + schedule_ops(state, key, not_before) + [_set(key, "deferred", int(effect.get("deferred", 0)) + 1)]
     ops = _resolve(state, key, "absent", "evidence", evidence, ("started",), now)
     if not ops:

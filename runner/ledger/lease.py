@@ -41,15 +41,16 @@ from ..contract.text import MAX_TTL_SECONDS
 if TYPE_CHECKING:  # the records are types only: nothing of them is loaded to run
     from .records import Lease
 
-__all__ = ["acquire_ops", "renew_ops", "release_ops", "break_ops", "check_fence", "lease_view", "default_ttl", "MAX_TTL_SECONDS",
-           "DEFAULT_TTL_SECONDS"]
+__all__ = ["acquire_ops", "renew_ops", "release_ops", "break_ops", "check_fence", "lease_view", "default_ttl",
+           "MAX_TTL_SECONDS", "DEFAULT_TTL_SECONDS"]
 
 #: The lease's time to live when neither the caller nor the contract (``lease.ttl_seconds``) gives one.
 DEFAULT_TTL_SECONDS = 300.0
 
 
 def default_ttl(state: Dict[str, Any], given: Optional[float] = None) -> float:
-    """The lease's time to live: ``given``, else the contract's ``lease.ttl_seconds``, else :data:`DEFAULT_TTL_SECONDS`."""
+    """The lease's time to live: ``given``, else the contract's ``lease.ttl_seconds``, else
+    :data:`DEFAULT_TTL_SECONDS`."""
     if given:
         return float(given)
     return contract_of(state).lease.ttl_seconds
@@ -63,7 +64,8 @@ def _ttl(ttl: float) -> float:
 def _carries_lease(owner: Optional[str], epoch: Optional[int], lease: "Lease", now: float) -> None:
     """Refuse a write that names no owner or no epoch, saying which lease is live and how to take it."""
     if owner is None or epoch is None:
-        raise Fenced(f"this write must carry the lease: pass --owner ID --epoch N (or $RUNNER_OWNER and $RUNNER_EPOCH); {_advice(lease, owner, now)}",
+        raise Fenced("this write must carry the lease: pass --owner ID --epoch N (or $RUNNER_OWNER and "
+                     f"$RUNNER_EPOCH); {_advice(lease, owner, now)}",
                      owner=lease.get("owner"), epoch=lease.get("epoch"))
 
 
@@ -72,13 +74,14 @@ def _advice(lease: "Lease", owner: Optional[str], now: float) -> str:
     epoch: Any  # an int in every lease the runner writes; int() of anything else fails as it would
     holder, epoch, expires = lease.get("owner"), lease.get("epoch"), lease.get("expires_at")
     if holder is None:
-        return "nobody holds the lease: `lease acquire --owner ID` (or `recover --owner ID`) takes it and prints the epoch"
+        return ("nobody holds the lease: `lease acquire --owner ID` (or `recover --owner ID`) takes it and prints the "
+                "epoch")
     if _expired(lease, now):
         return (f"the lease of {holder} at epoch {epoch} expired at {expires}: `lease acquire --owner ID` "
                 f"(or `recover --owner ID`) takes it at epoch {int(epoch) + 1}")
     if holder == owner:
-        return (f"{holder} holds the live lease at epoch {epoch} until {expires}: if this is that holder, pass --epoch {epoch}; "
-                f"an acquire would take a new epoch and fence whatever of {holder} runs under this one")
+        return (f"{holder} holds the live lease at epoch {epoch} until {expires}: if this is that holder, pass --epoch "
+                f"{epoch}; an acquire would take a new epoch and fence whatever of {holder} runs under this one")
     return (f"the lease is held by {holder} at epoch {epoch} until {expires}: another owner takes it once it expires, "
             "or at once after a supervisor's `lease break` if that holder is gone")
 
@@ -101,8 +104,8 @@ def acquire_ops(state: Dict[str, Any], owner: str, ttl: float, now: float) -> Op
             epoch=lease["epoch"],
             expires_at=lease["expires_at"],
         )
-    taken = {"owner": owner, "epoch": int(lease["epoch"]) + 1, "expires_at": format_time(now + ttl), "acquired_at": format_time(now),
-             "ttl_seconds": ttl}
+    taken = {"owner": owner, "epoch": int(lease["epoch"]) + 1, "expires_at": format_time(now + ttl),
+             "acquired_at": format_time(now), "ttl_seconds": ttl}
     ops: Ops = [["set", ["lease"], taken]]
     if holder is not None:
         # The previous holder never released: a takeover after a crash or a stall, or a
@@ -130,12 +133,15 @@ def _holds(lease: "Lease", owner: str, epoch: int, now: float) -> None:
     """Raise :class:`Fenced`, saying why, unless ``owner`` at ``epoch`` is the lease's holder (live or not)."""
     current = int(lease.get("epoch", 0))
     if int(epoch) < current:  # whoever holds it now, or nobody: a fenced writer is never told how to write again
-        raise Fenced(f"stale writer: {owner} at epoch {epoch}, but the lease is at epoch {current}: a later acquire fenced this writer",
+        raise Fenced(f"stale writer: {owner} at epoch {epoch}, but the lease is at epoch {current}: a later acquire "
+                     "fenced this writer",
                      owner=lease.get("owner"), epoch=current)
     if lease.get("owner") != owner:
-        raise Fenced(f"{owner} does not hold the lease: {_advice(lease, owner, now)}", owner=lease.get("owner"), epoch=current)
+        raise Fenced(f"{owner} does not hold the lease: {_advice(lease, owner, now)}", owner=lease.get("owner"),
+                     epoch=current)
     if int(epoch) != current:
-        raise Fenced(f"{owner} at epoch {epoch}, but the lease is at epoch {current}: no acquire gave epoch {epoch}", owner=owner, epoch=current)
+        raise Fenced(f"{owner} at epoch {epoch}, but the lease is at epoch {current}: no acquire gave epoch {epoch}",
+                     owner=owner, epoch=current)
 
 
 def renew_ops(state: Dict[str, Any], owner: str, epoch: int, ttl: float, now: float) -> Ops:

@@ -41,7 +41,8 @@ def limit(state: Dict[str, Any], name: str, default: Optional[float] = None) -> 
     return None if value is None else float(value)
 
 
-def backoff_delay(attempt: int, base: float = DEFAULT_BASE_SECONDS, cap: float = DEFAULT_CAP_SECONDS, rand: Callable[[], float] = _random.random) -> float:
+def backoff_delay(attempt: int, base: float = DEFAULT_BASE_SECONDS, cap: float = DEFAULT_CAP_SECONDS,
+                  rand: Callable[[], float] = _random.random) -> float:
     """Seconds to wait before attempt ``attempt + 1`` after ``attempt`` failures (full jitter)."""
     if attempt < 1:
         return 0.0
@@ -49,7 +50,8 @@ def backoff_delay(attempt: int, base: float = DEFAULT_BASE_SECONDS, cap: float =
     return ceiling * rand()
 
 
-def next_attempt_at(state: Dict[str, Any], attempts: int, now: float, rand: Callable[[], float] = _random.random) -> str:
+def next_attempt_at(state: Dict[str, Any], attempts: int, now: float,
+                    rand: Callable[[], float] = _random.random) -> str:
     """The persisted earliest time of the next attempt, from the contract's retry policy."""
     policy = contract_of(state).retry
     delay = backoff_delay(attempts, policy.base_seconds, policy.cap_seconds, rand)
@@ -64,7 +66,8 @@ def check_wait(record: Mapping[str, Any], now: float, what: str) -> None:
     when = record.get("next_attempt_at")
     if when and parse_time(when) > now:
         wait = parse_time(when) - now
-        raise RetryLater(f"{what}: the next attempt is not allowed before {when} (backoff; {wait:.3f}s left)", retry_at=when, wait_seconds=wait)
+        raise RetryLater(f"{what}: the next attempt is not allowed before {when} (backoff; {wait:.3f}s left)",
+                         retry_at=when, wait_seconds=wait)
 
 
 def check_attempts(attempts: int, maximum: Optional[float], what: str, name: str) -> None:
@@ -79,14 +82,16 @@ def check_limits(state: Dict[str, Any], now: float) -> None:
     counters = state["counters"]
     elapsed_limit = limit(state, "max_elapsed_seconds")
     if elapsed_limit is not None and now - created > elapsed_limit:
-        raise LimitExhausted(f"the run has taken {now - created:.0f}s of its {elapsed_limit:.0f}s", limit="max_elapsed_seconds")
+        raise LimitExhausted(f"the run has taken {now - created:.0f}s of its {elapsed_limit:.0f}s",
+                             limit="max_elapsed_seconds")
     cost_limit = limit(state, "max_cost")
     spent = float(counters.get("cost", {}).get("money", 0))
     if cost_limit is not None and spent >= cost_limit:
         raise LimitExhausted(f"the run has spent {spent:g} of its cost limit {cost_limit:g}", limit="max_cost")
     steps_limit = limit(state, "max_steps")
     if steps_limit is not None and counters.get("steps_started", 0) >= steps_limit:
-        raise LimitExhausted(f"the run has started {counters.get('steps_started', 0)} steps of its {int(steps_limit)}", limit="max_steps")
+        raise LimitExhausted(f"the run has started {counters.get('steps_started', 0)} steps of its {int(steps_limit)}",
+                             limit="max_steps")
     idle_limit = limit(state, "no_progress_seconds")
     last = counters.get("last_progress_at") or state["created_at"]
     if idle_limit is not None and now - parse_time(last) > idle_limit:

@@ -35,7 +35,8 @@ from ..base.canonical import content_digest
 from ..base.errors import InvalidInput, NeedsReconciliation, RunComplete
 from .retry import check_attempts, check_limits, check_wait, limit, next_attempt_at
 
-__all__ = ["start_ops", "done_ops", "fail_ops", "cancel_ops", "migrate_ops", "blocked_ops", "step_failed_ops", "plan_steps", "started_by_holder"]
+__all__ = ["start_ops", "done_ops", "fail_ops", "cancel_ops", "migrate_ops", "blocked_ops", "step_failed_ops",
+           "plan_steps", "started_by_holder"]
 
 
 
@@ -56,7 +57,8 @@ def blocked_ops(detail: str, limit_name: Optional[str], now: float) -> Ops:
     """Record a spent limit as the run's blocked outcome."""
     return [
         ["set", ["status"], "blocked"],
-        ["set", ["next_action"], {"kind": "stop", "reason": "limit-exhausted", "limit": limit_name, "detail": detail, "at": format_time(now)}],
+        ["set", ["next_action"],
+         {"kind": "stop", "reason": "limit-exhausted", "limit": limit_name, "detail": detail, "at": format_time(now)}],
     ]
 
 
@@ -64,7 +66,8 @@ def step_failed_ops(step: str, detail: str, now: float) -> Ops:
     """Record a permanent step failure as the run's blocked outcome, naming the step."""
     return [
         ["set", ["status"], "blocked"],
-        ["set", ["next_action"], {"kind": "stop", "reason": "failed", "step": step, "detail": detail, "at": format_time(now)}],
+        ["set", ["next_action"],
+         {"kind": "stop", "reason": "failed", "step": step, "detail": detail, "at": format_time(now)}],
     ]
 
 
@@ -154,10 +157,13 @@ def done_ops(state: Dict[str, Any], step: str, evidence: Dict[str, Any], now: fl
     if spec.approval and not any(e.get("step") == step and e.get("state") == "verified"
                                  for e in state["effects"].values()):
         # The step exists to gate an effect; without a verified one, "done" would be a claim.
-        raise InvalidInput(f"step {step!r} needs approval: it is done only with a verified effect begun in it (approval request, grant, effect begin ... effect verify)")
-    open_effects = sorted(k for k, e in state["effects"].items() if e.get("step") == step and e.get("state") in UNRESOLVED)
+        raise InvalidInput(f"step {step!r} needs approval: it is done only with a verified effect begun in it "
+                           "(approval request, grant, effect begin ... effect verify)")
+    open_effects = sorted(k for k, e in state["effects"].items() if e.get("step") == step and
+                          e.get("state") in UNRESOLVED)
     if open_effects:
-        raise NeedsReconciliation(f"step {step!r} has unresolved effects: {', '.join(open_effects[:5])}; verify them first", keys=open_effects[:20])
+        raise NeedsReconciliation(f"step {step!r} has unresolved effects: {', '.join(open_effects[:5])}; verify them "
+                                  "first", keys=open_effects[:20])
     stamp = format_time(now)
     ops: Ops = [
         ["set", ["steps", step, "state"], "done"],
@@ -206,7 +212,8 @@ def fail_ops(state: Dict[str, Any], step: str, error_class: str, error: str, now
     if error_class == "permanent":
         return ops + step_failed_ops(step, f"step {step} failed permanently: {error}", now)
     if maximum is not None and attempts >= maximum:
-        return ops + blocked_ops(f"step {step}: {attempts} attempts used of {int(maximum)}; last error: {error}", "max_step_attempts", now)
+        return ops + blocked_ops(f"step {step}: {attempts} attempts used of {int(maximum)}; last error: {error}",
+                                 "max_step_attempts", now)
     kwargs = {"rand": rand} if rand is not None else {}
     when = next_attempt_at(state, attempts, now, **kwargs)
     return ops + [
@@ -226,7 +233,8 @@ def cancel_ops(state: Dict[str, Any], by: str, reason: str, now: float) -> Ops:
     if state["status"] == "cancelled":
         raise InvalidInput(f"run {state['task_id']} is already cancelled")
     stamp = format_time(now)
-    ops: Ops = [["set", ["observations", "cancellation"], {"by": by, "reason": reason, "at": stamp, "source": "cancel"}]]
+    ops: Ops = [["set", ["observations", "cancellation"],
+                 {"by": by, "reason": reason, "at": stamp, "source": "cancel"}]]
     in_flight = sorted(k for k, e in state["effects"].items() if e.get("state") in UNRESOLVED)
     if in_flight:
         ops.append(["set", ["next_action"], {"kind": "reconcile", "keys": in_flight[:20], "then": "cancelled"}])
@@ -248,7 +256,8 @@ def migrate_ops(state: Dict[str, Any], contract_text: str, reason: str, now: flo
     running = state.get("current_step")
     if running and running not in {s["id"] for s in block["steps"]}:
         raise InvalidInput(
-            f"the new plan has no step {running!r}, which is running: finish it (`step done {running}`) or fail it (`step fail {running}`) first, then migrate",
+            f"the new plan has no step {running!r}, which is running: finish it (`step done {running}`) or fail it "
+            f"(`step fail {running}`) first, then migrate",
             step=running,
         )
     key = f"m{state['revision'] + 1}"
@@ -258,7 +267,8 @@ def migrate_ops(state: Dict[str, Any], contract_text: str, reason: str, now: flo
         ["set", ["plan_digest"], digest],
         ["set", ["observations", "authorization", key], record],
     ]
-    for name in ("max_step_attempts", "max_effect_attempts", "max_elapsed_seconds", "max_cost", "max_steps", "no_progress_seconds"):
+    for name in ("max_step_attempts", "max_effect_attempts", "max_elapsed_seconds", "max_cost", "max_steps",
+                 "no_progress_seconds"):
         value = block.get("limits", {}).get(name)
         ops.append(["set", ["budgets", name], value] if value is not None else ["del", ["budgets", name]])
     if state["status"] == "blocked":
@@ -276,6 +286,7 @@ def require_plan(state: Dict[str, Any], contract_text: Optional[str]) -> None:
     digest = content_digest(block)
     if digest != state["plan_digest"]:
         raise InvalidInput(
-            f"the contract's plan {digest} differs from the run's {state['plan_digest']}; record the change with `migrate --contract FILE --reason TEXT` first",
+            f"the contract's plan {digest} differs from the run's {state['plan_digest']}; record the change with "
+            "`migrate --contract FILE --reason TEXT` first",
             plan_digest=state["plan_digest"],
         )
