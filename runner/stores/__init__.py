@@ -48,7 +48,8 @@ class Backend(NamedTuple):
 BACKENDS = (
     Backend("file", ("file:",), "file_writer", "RunStore", "file:DIR"),
     Backend("sqlite", ("sqlite:",), "sqlite", "SQLiteStore", "sqlite:PATH"),
-    Backend("postgresql", ("postgresql://", "postgres://"), "postgres", "PostgresStore", "postgresql://...", whole_url=True),
+    Backend("postgresql", ("postgresql://", "postgres://"), "postgres", "PostgresStore", "postgresql://...",
+            whole_url=True),
 )
 
 
@@ -91,7 +92,8 @@ def open_store(url: str, task_id: Optional[str] = None, **options: Any) -> Store
     return backend.load().open(location, task_id, **options)
 
 
-def create_store(url: str, task_id: str, plan: Dict[str, Any], workspace_base: Optional[str] = None, **options: Any) -> Store:
+def create_store(url: str, task_id: str, plan: Dict[str, Any], workspace_base: Optional[str] = None,
+                 **options: Any) -> Store:
     """Start run ``task_id`` at ``url`` (see :meth:`runner.stores.base.Store.create`).
 
     :raises InvalidInput: an unknown URL, or what the backend's ``create`` raises.

@@ -59,7 +59,8 @@ _RECORD_KEYS = {"at", "epoch", "ops", "prev", "rev"}
 
 # -- identity -----------------------------------------------------------------------
 
-def new_identity(task_id: str, plan: Dict[str, Any], created_at: str, workspace_base: Optional[str] = None) -> Tuple[Dict[str, Any], bytes]:
+def new_identity(task_id: str, plan: Dict[str, Any], created_at: str,
+                 workspace_base: Optional[str] = None) -> Tuple[Dict[str, Any], bytes]:
     """The identity record of a new run and its bytes (canonical JSON and a newline), naming this process as its maker.
 
     :param workspace_base: the absolute folder a relative ``workspace`` of the

@@ -21,5 +21,5 @@ from .file_scan import Scan, check, scan
 from .file_witness import decode_head, encode_head
 from .file_writer import DURABILITY_MODES, RunStore
 
-__all__ = ["RunStore", "Scan", "Finding", "scan", "check", "CommitThenRaise", "DURABILITY_MODES", "STATE_FILES", "RUN_FILES", "IDENTITY",
-           "JOURNAL", "HEAD", "HEAD_SIZE", "encode_head", "decode_head"]
+__all__ = ["RunStore", "Scan", "Finding", "scan", "check", "CommitThenRaise", "DURABILITY_MODES", "STATE_FILES",
+           "RUN_FILES", "IDENTITY", "JOURNAL", "HEAD", "HEAD_SIZE", "encode_head", "decode_head"]

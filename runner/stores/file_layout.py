@@ -33,7 +33,8 @@ from ..base.fs import DIR_MODE, FILE_MODE
 
 __all__ = ["IDENTITY", "SNAPSHOT", "BACKUP", "JOURNAL", "PREV_JOURNAL", "HEAD", "LOCK", "HOOKS", "HISTORY",
            "QUARANTINE", "DISPLACED", "TMP_SUFFIX",
-           "STATE_FILES", "RUN_FILES", "HEAD_SIZE", "SNAPSHOT_FORMAT", "FILE_MODE", "DIR_MODE", "encode_snapshot", "decode_snapshot"]
+           "STATE_FILES", "RUN_FILES", "HEAD_SIZE", "SNAPSHOT_FORMAT", "FILE_MODE", "DIR_MODE", "encode_snapshot",
+           "decode_snapshot"]
 
 IDENTITY = "run.json"
 SNAPSHOT = "snapshot.json"
@@ -65,7 +66,8 @@ _SNAPSHOT_HEAD = re.compile(rb'\{"digest":"([0-9a-f]{64})","format":"runner-snap
 def encode_snapshot(state: Dict[str, Any]) -> bytes:
     """The bytes of ``snapshot.json`` holding ``state``: its canonical JSON, framed with its digest."""
     body = canonical_json(state)
-    return b'{"digest":"' + sha256_hex(body).encode() + b'","format":"' + SNAPSHOT_FORMAT.encode() + b'","state":' + body + b"}\n"
+    return (b'{"digest":"' + sha256_hex(body).encode() + b'","format":"' + SNAPSHOT_FORMAT.encode() + b'","state":'
+            + body + b"}\n")
 
 
 def decode_snapshot(data: bytes) -> Dict[str, Any]:

@@ -459,7 +459,8 @@ class _Reading:
 
 
 def _backup_problem(
-    fs: FileSystem, path: str, identity: Dict[str, Any], state: Dict[str, Any], prev_records: Sequence[Tuple[str, Dict[str, Any]]]
+    fs: FileSystem, path: str, identity: Dict[str, Any], state: Dict[str, Any],
+    prev_records: Sequence[Tuple[str, Dict[str, Any]]]
 ) -> Optional[str]:
     """Why ``backup.json`` is not the snapshot before the current one of this run's history; None when it is.
 

@@ -87,7 +87,8 @@ def decode_head(data: bytes, identity: Dict[str, Any]) -> Tuple[int, str]:
 
 
 def head_problem(
-    head: Optional[Tuple[int, str]], state: Dict[str, Any], base: Tuple[int, str], records: Sequence[Tuple[str, Dict[str, Any]]]
+    head: Optional[Tuple[int, str]], state: Dict[str, Any], base: Tuple[int, str],
+    records: Sequence[Tuple[str, Dict[str, Any]]]
 ) -> Optional[str]:
     """Why the loaded ``state`` is behind or beside what the head says was acknowledged; None when it is not.
 
@@ -98,10 +99,12 @@ def head_problem(
         return None
     rev, digest = head
     if rev > state["revision"]:
-        return f"revision {rev} was acknowledged ({HEAD}) but the journal files end at revision {state['revision']}: acknowledged records are lost"
+        return (f"revision {rev} was acknowledged ({HEAD}) but the journal files end at revision {state['revision']}: "
+                "acknowledged records are lost")
     held = {body["rev"]: d for d, body in records}
     held.setdefault(state["revision"], state["head"])
     held.setdefault(base[0], base[1])
     if rev in held and held[rev] != digest:
-        return f"revision {rev} in the journal is not the one acknowledged ({HEAD} names hash {digest[:12]}, the journal {held[rev][:12]})"
+        return (f"revision {rev} in the journal is not the one acknowledged ({HEAD} names hash {digest[:12]}, the "
+                f"journal {held[rev][:12]})")
     return None

@@ -149,7 +149,8 @@ class RunStore(Store):
         :param path: the run's folder; made (0700) if it does not exist, narrowed to 0700 if it does.
         :param task_id: the run's id. :param plan: its plan, a JSON object.
         :param workspace_base: the folder a relative ``workspace`` resolves against.
-        :param options: the constructor's keywords (``fs``, ``clock``, ``durability``, ``compact_min_bytes``, ``observer``).
+        :param options: the constructor's keywords (``fs``, ``clock``, ``durability``, ``compact_min_bytes``,
+            ``observer``).
         :returns: the store at revision 0.
         :raises InvalidInput: the task id or plan is malformed, or the folder is a
             symbolic link or holds a run, its remains, or other files.
@@ -173,7 +174,8 @@ class RunStore(Store):
                 store.observer.reached("store:after-mkdir-fsync", path=store.path)
         with fs.lock(store.path):
             found = scan(store.path, fs)
-            leftovers = [n for n in fs.listdir(store.path) if n not in (LOCK, HOOKS) + RUN_FILES and not n.endswith(TMP_SUFFIX)]
+            leftovers = [n for n in fs.listdir(store.path) if n not in (LOCK, HOOKS) + RUN_FILES and
+                         not n.endswith(TMP_SUFFIX)]
             if found.exists or leftovers:
                 detail = "; ".join(f.message for f in found.findings if f.level != "note") or (
                     "it already holds a run" if found.exists else f"it holds other files ({', '.join(leftovers[:5])})")
@@ -210,7 +212,8 @@ class RunStore(Store):
 
         :param path: the run's folder.
         :param task_id: when given, the run there must be this one.
-        :param options: the constructor's keywords (``fs``, ``clock``, ``durability``, ``compact_min_bytes``, ``observer``).
+        :param options: the constructor's keywords (``fs``, ``clock``, ``durability``, ``compact_min_bytes``,
+            ``observer``).
         :returns: the store, holding the latest state the folder proves; ``findings``
             lists what the load noted and the lossless repairs the next write makes.
         :raises InvalidInput: no run is there, ``path`` is a symbolic link (which
@@ -260,7 +263,8 @@ class RunStore(Store):
                     problems += f"; moving the files to quarantine failed: {exc.strerror or exc}"
             if where:
                 problems += f"; files moved to {where}"
-            raise StateUnrecoverable(f"run state in {self.path} is unrecoverable: {problems}", path=self.path, quarantine=where)
+            raise StateUnrecoverable(f"run state in {self.path} is unrecoverable: {problems}", path=self.path,
+                                     quarantine=where)
         self._state = found.state
         self.findings = found.findings
         self._pending = found.repairable
@@ -275,7 +279,8 @@ class RunStore(Store):
         ident = self.fs.stat(self._p(JOURNAL))
         if ident is not None and self._journal_id is not None and ident == self._journal_id and self._torn_at is None:
             return
-        if ident is not None and self._journal_id is not None and ident[0] == self._journal_id[0] and ident[1] > self._journal_id[1] and self._torn_at is None:
+        if (ident is not None and self._journal_id is not None and ident[0] == self._journal_id[0] and
+            ident[1] > self._journal_id[1] and self._torn_at is None):
             tail = self.fs.read_from(self._p(JOURNAL), self._journal_id[1])
             parsed = parse_journal(tail, None, allow_torn=True)
             if parsed.error is None:
@@ -288,7 +293,8 @@ class RunStore(Store):
                     self._journal_id = (ident[0], self._journal_id[1] + parsed.good_end)
                     if parsed.torn:
                         self._torn_at = self._journal_id[1]
-                        self._pending.append(Finding("repairable", "torn-record", f"dropped a torn final journal record at offset {self._torn_at}"))
+                        self._pending.append(Finding("repairable", "torn-record",
+                                                     f"dropped a torn final journal record at offset {self._torn_at}"))
                     return
         self._load()
 
@@ -429,7 +435,8 @@ class RunStore(Store):
     def _finish_repairs(self) -> None:
         pending, self._pending = self._pending, []
         codes = {f.code for f in pending}
-        damaged = [name for name in (SNAPSHOT, BACKUP, PREV_JOURNAL) if f"{name}-invalid" in codes or f"{name}-foreign" in codes or f"{name}-inconsistent" in codes]
+        damaged = [name for name in (SNAPSHOT, BACKUP, PREV_JOURNAL) if f"{name}-invalid" in codes or
+                   f"{name}-foreign" in codes or f"{name}-inconsistent" in codes]
         if "prev-journal" in codes:
             damaged.append(PREV_JOURNAL)
         damaged = [n for n in dict.fromkeys(damaged) if self.fs.exists(self._p(n))]

@@ -60,7 +60,8 @@ class PostgresStore(SQLStore):
         try:
             import psycopg  # an optional extra: imported only when a postgresql:// store is opened
         except ImportError:
-            raise InvalidInput("a postgresql:// store needs psycopg 3 (pip install 'psycopg[binary]'); the file and SQLite stores need nothing") from None
+            raise InvalidInput("a postgresql:// store needs psycopg 3 (pip install 'psycopg[binary]'); the file and "
+                               "SQLite stores need nothing") from None
         settings = {
             "idle_in_transaction_session_timeout": max(1, int(self.lock_hold * 1000)),
             "lock_timeout": 1000,
@@ -80,7 +81,8 @@ class PostgresStore(SQLStore):
             if db is not None:
                 db.close()
             if isinstance(exc, psycopg.Error):
-                raise InvalidInput(f"cannot connect to {self._where()}: {' '.join(str(exc).split())[:300]}".strip()) from None
+                raise InvalidInput(f"cannot connect to {self._where()}: "
+                                   f"{' '.join(str(exc).split())[:300]}".strip()) from None
             raise
         return db
 
@@ -91,7 +93,8 @@ class PostgresStore(SQLStore):
         return re.sub(r"//[^@/]*@", "//***@", self.url)
 
     def _columns(self, table: str) -> List[str]:
-        rows = self._all("SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = {m}", (table,))
+        rows = self._all("SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() AND "
+                         "table_name = {m}", (table,))
         return [str(r[0]) for r in rows]
 
     def _begin(self, write: bool) -> None:
@@ -120,7 +123,8 @@ class PostgresStore(SQLStore):
         return bool(self.db.closed or getattr(self.db, "broken", False)) or _sqlstate(exc) in _GONE
 
     def _failure(self, exc: Exception) -> RunnerError:
-        return StateUnrecoverable(f"run {self.task_id} in {self._where()}: PostgreSQL refused: {' '.join(str(exc).split())[:300]}")
+        return StateUnrecoverable(f"run {self.task_id} in {self._where()}: PostgreSQL refused: "
+                                  f"{' '.join(str(exc).split())[:300]}")
 
     def identity(self) -> str:
         """What names this run however its database's URL is spelled: the database's name, the digest of the run's

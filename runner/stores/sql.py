@@ -35,16 +35,19 @@ from ..base.canonical import canonical_json, loads_trusted, sha256, sha256_hex
 from ..base.errors import InvalidInput, RetryLater, RunnerError, StateUnrecoverable
 from ..base.windows import NO_OBSERVER, Observer
 from .base import Finding, Store
-from .codec import Ops, decode_identity, decode_record, finish_transition, genesis, new_identity, prepare_transition, replay
+from .codec import (Ops, decode_identity, decode_record, finish_transition, genesis, new_identity, prepare_transition,
+                    replay)
 
 __all__ = ["SQLStore", "SCHEMA"]
 
 
 SCHEMA = (
-    "CREATE TABLE IF NOT EXISTS runner_runs (task_id TEXT PRIMARY KEY, identity TEXT NOT NULL, envelope TEXT NOT NULL, revision BIGINT NOT NULL,"
-    " head TEXT NOT NULL, rows_digest TEXT)",
-    "CREATE TABLE IF NOT EXISTS runner_effects (task_id TEXT NOT NULL, key TEXT NOT NULL, effect TEXT NOT NULL, PRIMARY KEY (task_id, key))",
-    "CREATE TABLE IF NOT EXISTS runner_journal (task_id TEXT NOT NULL, rev BIGINT NOT NULL, line TEXT NOT NULL, PRIMARY KEY (task_id, rev))",
+    "CREATE TABLE IF NOT EXISTS runner_runs (task_id TEXT PRIMARY KEY, identity TEXT NOT NULL, envelope TEXT NOT NULL, "
+    "revision BIGINT NOT NULL, head TEXT NOT NULL, rows_digest TEXT)",
+    "CREATE TABLE IF NOT EXISTS runner_effects (task_id TEXT NOT NULL, key TEXT NOT NULL, effect TEXT NOT NULL, "
+    "PRIMARY KEY (task_id, key))",
+    "CREATE TABLE IF NOT EXISTS runner_journal (task_id TEXT NOT NULL, rev BIGINT NOT NULL, line TEXT NOT NULL, "
+    "PRIMARY KEY (task_id, rev))",
 )
 
 
@@ -194,7 +197,8 @@ class SQLStore(Store):
         return self.url
 
     def _upsert_effect(self) -> str:
-        return "INSERT INTO runner_effects (task_id, key, effect) VALUES ({m}, {m}, {m}) ON CONFLICT (task_id, key) DO UPDATE SET effect = excluded.effect"
+        return ("INSERT INTO runner_effects (task_id, key, effect) VALUES ({m}, {m}, {m}) ON CONFLICT (task_id, key) "
+                "DO UPDATE SET effect = excluded.effect")
 
     # -- SQL helpers -------------------------------------------------------------------
     def _sql(self, text: str) -> str:
@@ -214,7 +218,8 @@ class SQLStore(Store):
     def _schema(self) -> None:
         """Create the tables (and columns) that are missing; a database that has them all is only read."""
         def complete() -> bool:
-            return "rows_digest" in self._columns("runner_runs") and all(self._columns(t) for t in ("runner_effects", "runner_journal"))
+            return ("rows_digest" in self._columns("runner_runs") and
+                    all(self._columns(t) for t in ("runner_effects", "runner_journal")))
 
         if self.creating or not self._retrying(complete, write=False):
             self._retrying(self._create_tables)
@@ -258,7 +263,8 @@ class SQLStore(Store):
                 left = deadline - self.monotonic()
                 if left <= 0:
                     if lost:
-                        raise StateUnrecoverable(f"{self._where()}: the database connection keeps failing: {_one_line(exc)}") from None
+                        raise StateUnrecoverable(f"{self._where()}: the database connection keeps failing: "
+                                                 f"{_one_line(exc)}") from None
                     raise self._still_locked() from None
                 if lost:
                     try:
@@ -271,7 +277,8 @@ class SQLStore(Store):
     def _still_locked(self) -> RetryLater:
         """The answer once the database stayed locked for ``lock_wait`` seconds: try again later, nothing is damaged."""
         wait = self._retry_after()
-        return RetryLater(f"{self._where()} stayed locked by another transaction for {self.lock_wait:g} s; try again later",
+        return RetryLater(f"{self._where()} stayed locked by another transaction for {self.lock_wait:g} s; "
+                          "try again later",
                           retry_at=format_time(self.clock() + wait), wait_seconds=wait)
 
     def _rollback(self) -> None:
@@ -308,7 +315,8 @@ class SQLStore(Store):
         def insert() -> None:
             if store._one("SELECT 1 FROM runner_runs WHERE task_id = {m}", (task_id,)):
                 raise InvalidInput(f"refusing to start a new run: {store._where()} already holds run {task_id}")
-            store._exec("INSERT INTO runner_runs (task_id, identity, envelope, revision, head, rows_digest) VALUES ({m}, {m}, {m}, 0, {m}, {m})",
+            store._exec("INSERT INTO runner_runs (task_id, identity, envelope, revision, head, rows_digest) VALUES "
+                        "({m}, {m}, {m}, 0, {m}, {m})",
                         (task_id, identity_text, envelope, state["head"], rows_digest(envelope, 0)))
 
         try:
@@ -352,11 +360,15 @@ class SQLStore(Store):
         that chain is whole, the rebuild is exact (a ``repairable`` finding: the
         next write rewrites the rows), and if not, the run is unrecoverable.
         """
-        row = self._one("SELECT identity, envelope, revision, head, rows_digest FROM runner_runs WHERE task_id = {m}", (self.task_id,))
+        row = self._one("SELECT identity, envelope, revision, head, rows_digest FROM runner_runs WHERE task_id = {m}",
+                        (self.task_id,))
         if row is None:
             raise InvalidInput(f"no run {self.task_id} in {self._where()} (start one with init)")
-        identity_text, envelope_text, revision, head, stored_digest = (str(row[0]), str(row[1]), int(row[2]), str(row[3]), row[4])
-        effect_rows = [(str(k), str(t)) for k, t in self._all("SELECT key, effect FROM runner_effects WHERE task_id = {m}", (self.task_id,))]
+        identity_text, envelope_text, revision, head, stored_digest = (str(row[0]), str(row[1]), int(row[2]),
+                                                                       str(row[3]), row[4])
+        effect_rows = [(str(k), str(t))
+                       for k, t in self._all("SELECT key, effect FROM runner_effects WHERE task_id = {m}",
+                                             (self.task_id,))]
         last_rev = self._one("SELECT MAX(rev) FROM runner_journal WHERE task_id = {m}", (self.task_id,))
         journal_end = int(last_rev[0]) if last_rev and last_rev[0] is not None else 0
         problem = None
@@ -365,7 +377,8 @@ class SQLStore(Store):
             state = loads_trusted(envelope_text)
             state["effects"] = {key: loads_trusted(text) for key, text in effect_rows}
             validate_envelope(state)
-            if state["revision"] != revision or state["head"] != head or state["task_id"] != identity["task_id"] or state["task_id"] != self.task_id:
+            if (state["revision"] != revision or state["head"] != head or state["task_id"] != identity["task_id"] or
+                state["task_id"] != self.task_id):
                 raise ValueError("the run row disagrees with its envelope")
             hashes = {key: _effect_hash(key, text) for key, text in effect_rows}
             if stored_digest is None:
@@ -378,7 +391,8 @@ class SQLStore(Store):
                 if head != sha256_hex(identity_text.encode("utf-8")):
                     raise ValueError("the head at revision 0 is not the identity's digest")
             else:
-                last = self._one("SELECT line FROM runner_journal WHERE task_id = {m} AND rev = {m}", (self.task_id, revision))
+                last = self._one("SELECT line FROM runner_journal WHERE task_id = {m} AND rev = {m}",
+                                 (self.task_id, revision))
                 if last is None or decode_record(str(last[0]).encode("utf-8"))[0] != head:
                     raise ValueError(f"journal record {revision} does not match the run's head")
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -393,11 +407,13 @@ class SQLStore(Store):
             # acknowledged transitions are lost, which no rebuild can undo.
             raise StateUnrecoverable(
                 f"run {self.task_id} in {self._where()} is damaged: {problem}; the run row is at revision {revision} "
-                f"but the journal proves only {rebuilt['revision']}" + ("" if rebuilt["revision"] < revision else " along another chain"),
+                f"but the journal proves only {rebuilt['revision']}" + ("" if rebuilt["revision"] < revision
+                                                                        else " along another chain"),
                 store=self._where(), task=self.task_id)
         self._state = rebuilt
         self._rehash(None)
-        found = Finding("repairable", "rows-rebuilt", f"{problem}; revision {rebuilt['revision']} rebuilt exactly from the journal")
+        found = Finding("repairable", "rows-rebuilt", f"{problem}; revision {rebuilt['revision']} rebuilt exactly from "
+                                                      "the journal")
         self.findings, self._pending = [found], [found]
 
     def _replay_journal(self, identity_text: str) -> Tuple[Dict[str, Any], Dict[int, str]]:
@@ -419,14 +435,16 @@ class SQLStore(Store):
             replay(state, records)
             validate_envelope(state)
         except (ValueError, KeyError, TypeError) as exc:
-            raise StateUnrecoverable(f"{where} is damaged and its journal cannot rebuild it: {exc}", store=self._where(), task=self.task_id) from None
+            raise StateUnrecoverable(f"{where} is damaged and its journal cannot rebuild it: {exc}",
+                                     store=self._where(), task=self.task_id) from None
         return state, {body["rev"]: digest for digest, body in records}
 
     def _rehash(self, keys: Optional[Iterable[str]]) -> None:
         """Bring the per-row hashes up to ``state`` for ``keys`` (every row when None)."""
         effects = self.state["effects"]
         if keys is None:
-            self._hashes = {key: _effect_hash(key, canonical_json(value).decode("utf-8")) for key, value in effects.items()}
+            self._hashes = {key: _effect_hash(key, canonical_json(value).decode("utf-8"))
+                            for key, value in effects.items()}
             self._sum = sum(self._hashes.values()) % _MOD
             return
         for key in keys:
@@ -446,7 +464,8 @@ class SQLStore(Store):
         if self._state is not None and committed == (self.state["revision"], self.state["head"]):
             return
         if self._state is not None and not self._pending and committed[0] > self.state["revision"]:
-            rows = self._all("SELECT line FROM runner_journal WHERE task_id = {m} AND rev > {m} ORDER BY rev", (self.task_id, self.state["revision"]))
+            rows = self._all("SELECT line FROM runner_journal WHERE task_id = {m} AND rev > {m} ORDER BY rev",
+                             (self.task_id, self.state["revision"]))
             try:
                 records = [decode_record(str(r[0]).encode("utf-8")) for r in rows]
                 replay(self.state, records)
@@ -510,8 +529,10 @@ class SQLStore(Store):
         if self._pending:
             keys = None  # the rows are rewritten from the state the journal proved
         self._rehash(keys)
-        self._exec("INSERT INTO runner_journal (task_id, rev, line) VALUES ({m}, {m}, {m})", (self.task_id, rev, prepared.line[:-1].decode("utf-8")))
-        self._exec("UPDATE runner_runs SET envelope = {m}, revision = {m}, head = {m}, rows_digest = {m} WHERE task_id = {m}",
+        self._exec("INSERT INTO runner_journal (task_id, rev, line) VALUES ({m}, {m}, {m})",
+                   (self.task_id, rev, prepared.line[:-1].decode("utf-8")))
+        self._exec("UPDATE runner_runs SET envelope = {m}, revision = {m}, head = {m}, rows_digest = {m} "
+                   "WHERE task_id = {m}",
                    (envelope, rev, digest, rows_digest(envelope, self._sum), self.task_id))
         if keys is None:
             self._exec("DELETE FROM runner_effects WHERE task_id = {m}", (self.task_id,))
@@ -554,7 +575,8 @@ class SQLStore(Store):
         :returns: ``(records, 1)``: see :meth:`runner.stores.base.Store.records_after`.
         :raises RetryLater: the database stayed locked for ``lock_wait`` seconds.
         """
-        rows = self._retrying(lambda: self._all("SELECT line FROM runner_journal WHERE task_id = {m} AND rev > {m} ORDER BY rev", (self.task_id, after)), write=False)
+        rows = self._retrying(lambda: self._all("SELECT line FROM runner_journal WHERE task_id = {m} AND rev > {m} "
+                                                "ORDER BY rev", (self.task_id, after)), write=False)
         records = [dict(body, hash=digest) for digest, body in (decode_record(str(r[0]).encode("utf-8")) for r in rows)]
         self.refresh()
         return [r for r in records if r["rev"] <= self.revision], 1
@@ -579,7 +601,9 @@ class SQLStore(Store):
                 return []
             raise
         try:
-            return [str(r[0]) for r in store._retrying(lambda: store._all("SELECT task_id FROM runner_runs ORDER BY task_id"), write=False)]
+            return [str(r[0])
+                    for r in store._retrying(lambda: store._all("SELECT task_id FROM runner_runs ORDER BY task_id"),
+                                             write=False)]
         finally:
             store.close()
 

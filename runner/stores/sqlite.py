@@ -75,7 +75,8 @@ class SQLiteStore(SQLStore):
         if isinstance(exc, sqlite3.OperationalError) and "unable to open" in message:
             return InvalidInput(f"cannot open the SQLite database {self._where()}: {message}")
         if isinstance(exc, sqlite3.DatabaseError):
-            return StateUnrecoverable(f"the SQLite database {self._where()} is damaged or not a database: {message}", store=self._where())
+            return StateUnrecoverable(f"the SQLite database {self._where()} is damaged or not a database: {message}",
+                                      store=self._where())
         return super()._failure(exc)
 
     def _default_jobs_root(self) -> str:
