@@ -169,7 +169,8 @@ class Stopped(RunnerError):
 
     exit_code = 15
     reason = "stopped"
-    meaning = "the runner was asked to stop: calls in flight were recorded and the lease released; run it again to go on"
+    meaning = ("the runner was asked to stop: calls in flight were recorded and the lease released; "
+               "run it again to go on")
 
 
 class ExitCode(NamedTuple):

@@ -137,7 +137,8 @@ class FileSystem:
         raise NotImplementedError
 
 
-def replace_durably(fs: FileSystem, path: str, data: bytes, sync: bool = True, observer: Observer = NO_OBSERVER) -> None:
+def replace_durably(fs: FileSystem, path: str, data: bytes, sync: bool = True,
+                    observer: Observer = NO_OBSERVER) -> None:
     """Replace ``path`` with ``data`` atomically, in the order the module docstring shows.
 
     With ``sync`` false the fsyncs are skipped: the replace is still atomic

@@ -14,7 +14,8 @@ __all__ = ["local_maker"]
 def local_maker() -> Dict[str, Any]:
     """Who makes a run from this process: the host's name and the process's user id (None where there is none)."""
     uid = os.getuid() if hasattr(os, "getuid") else None
-    if hasattr(os, "uname"):  # the name gethostname() gives, without importing socket (whose constants cost a start more)
+    # the name gethostname() gives, without importing socket (whose constants cost a start more)
+    if hasattr(os, "uname"):
         return {"host": os.uname().nodename, "uid": uid}
     import socket
 

@@ -73,6 +73,7 @@ def matched(elements: List[Any], match: Sequence[str]) -> Dict[str, List[Any]]:
 
 
 def shown(value: Any) -> Any:
-    """``value`` as evidence keeps it: whole up to :data:`VALUE_LIMIT` bytes of canonical JSON, else its digest and size."""
+    """``value`` as evidence keeps it: whole up to :data:`VALUE_LIMIT` bytes of canonical JSON, else its digest and
+    size."""
     kept = canonical_json(value)
     return value if len(kept) <= VALUE_LIMIT else {"sha256": sha256_hex(kept), "bytes": len(kept)}

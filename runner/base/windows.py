@@ -27,7 +27,8 @@ __all__ = ["WINDOWS", "WINDOW_NAMES", "Observer", "NO_OBSERVER", "check_window"]
 #: ``(name, facts passed, the durable state at that moment)``, in the order a pass reaches them.
 WINDOWS: Tuple[Tuple[str, str, str], ...] = (
     # the file store: one transition
-    ("store:before-append", "fs, path, data", "the record is encoded; nothing of it is in the journal (a fault may write part of it here)"),
+    ("store:before-append", "fs, path, data",
+     "the record is encoded; nothing of it is in the journal (a fault may write part of it here)"),
     ("store:after-append", "path", "the record is in the journal, not yet synced"),
     ("store:after-append-fsync", "path", "the record is durable; the commit has not returned"),
     # the file store: the compaction a transition may trigger
@@ -55,7 +56,8 @@ WINDOWS: Tuple[Tuple[str, str, str], ...] = (
      "a transition of its own has recorded the drop; the segments it drops are still in the history folder"),
     # the file store: the first write after a torn final record
     ("store:after-truncate", "path", "the torn tail is cut off the journal, not yet synced"),
-    # the file store: init (then temp write, temp fsync, rename of the snapshot and of run.json, and the journal's creation)
+    # the file store: init (then temp write, temp fsync, rename of the snapshot and of run.json, and the journal's
+    # creation)
     ("store:after-mkdir", "path", "the run folder exists; its parent is not synced"),
     ("store:after-mkdir-fsync", "path", "the run folder is durable and empty"),
     # the database stores: one transition
@@ -79,7 +81,8 @@ WINDOW_NAMES = frozenset(name for name, _, _ in WINDOWS)
 
 
 def check_window(name: str) -> str:
-    """``name`` if it is a window of the table; else ``ValueError`` (so a misspelt window fails, never waits forever)."""
+    """``name`` if it is a window of the table; else ``ValueError`` (so a misspelt window fails, never waits
+    forever)."""
     if name not in WINDOW_NAMES:
         raise ValueError(f"unknown window {name!r}; see runner.base.windows.WINDOWS")
     return name

@@ -17,8 +17,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from .errors import InvalidInput
 
-__all__ = ["MAX_ITEMS", "MAX_LISTED_ENTRIES", "item_problem", "resolve_inside", "check_inside", "open_regular", "read_bounded",
-           "glob_files"]
+__all__ = ["MAX_ITEMS", "MAX_LISTED_ENTRIES", "item_problem", "resolve_inside", "check_inside", "open_regular",
+           "read_bounded", "glob_files"]
 
 #: The most items a step's source may list.
 MAX_ITEMS = 100000
@@ -80,7 +80,8 @@ def open_regular(real: str, what: str) -> int:
     return fd
 
 
-def glob_files(root: str, pattern: str, max_entries: Optional[int] = None, max_items: Optional[int] = None) -> List[str]:
+def glob_files(root: str, pattern: str, max_entries: Optional[int] = None,
+               max_items: Optional[int] = None) -> List[str]:
     """The files under ``root`` that ``pattern`` matches, as sorted relative paths; no directory link is followed.
 
     The rules are :func:`glob.glob`'s with ``recursive=True`` (see the module
@@ -104,19 +105,22 @@ def glob_files(root: str, pattern: str, max_entries: Optional[int] = None, max_i
     if not parts:
         return []
     fold = os.path.normcase if os.path.normcase("A") != "A" else None
-    matchers = [None if p == "**" or not any(c in p for c in "*?[") else re.compile(fnmatch.translate(os.path.normcase(p))).match for p in parts]
+    matchers = [None if p == "**" or not any(c in p for c in "*?[")
+                else re.compile(fnmatch.translate(os.path.normcase(p))).match for p in parts]
     found: set = set()
     visited = 0
     seen: set = set()
     stack: List[Tuple[str, int]] = [("", 0)]
 
     def too_many() -> InvalidInput:
-        return InvalidInput(f"the glob {pattern!r} visits more than {max_entries:,} entries under {root}; narrow the pattern or list the items in a file")
+        return InvalidInput(f"the glob {pattern!r} visits more than {max_entries:,} entries under {root}; narrow the "
+                            "pattern or list the items in a file")
 
     def add(rel: str) -> None:
         found.add(rel)
         if len(found) > max_items:
-            raise InvalidInput(f"the glob {pattern!r} lists more than {max_items:,} items under {root}; the limit is {max_items:,}")
+            raise InvalidInput(f"the glob {pattern!r} lists more than {max_items:,} items under {root}; the limit is "
+                               f"{max_items:,}")
 
     while stack:
         rel, index = stack.pop()
@@ -154,8 +158,10 @@ def glob_files(root: str, pattern: str, max_entries: Optional[int] = None, max_i
                     if visited > max_entries:
                         raise too_many()
                     name = entry.name
-                    # As glob.glob: a wildcard does not match a name starting with '.' unless the pattern component does.
-                    if (name[0] == "." and not hidden_ok) or (match is not None and not match(fold(name) if fold else name)):
+                    # As glob.glob: a wildcard does not match a name starting with '.' unless the pattern
+                    # component does.
+                    if ((name[0] == "." and not hidden_ok) or
+                        (match is not None and not match(fold(name) if fold else name))):
                         continue
                     inner = entry.is_dir(follow_symlinks=False)
                     if inner and recurse:
@@ -192,7 +198,8 @@ def check_inside(root: str, items: Sequence[str], what: str) -> None:
     for index, item in enumerate(items):
         problem = item_problem(item)
         if problem:
-            raise InvalidInput(f"item {index} {item[:80]!r} of {what} {problem}; items are paths inside the workspace {root}")
+            raise InvalidInput(f"item {index} {item[:80]!r} of {what} {problem}; items are paths inside the workspace "
+                               f"{root}")
         head, name = os.path.split(item)
         folder = folders.get(head)
         if folder is None:
@@ -201,5 +208,6 @@ def check_inside(root: str, items: Sequence[str], what: str) -> None:
         if real != folder and os.path.islink(real):
             real = os.path.realpath(real)
         if not _inside(root_real, real):
-            raise InvalidInput(f"item {index} {item[:80]!r} of {what} leads outside the workspace {root} (to {real[:200]}) "
-                               "through a symbolic link; items must stay inside it after links are followed")
+            raise InvalidInput(f"item {index} {item[:80]!r} of {what} leads outside the workspace {root} (to "
+                               f"{real[:200]}) through a symbolic link; items must stay inside it after links are "
+                               "followed")
