@@ -118,11 +118,13 @@ def run_effect(key: str, payload: Dict[str, Any], *, epoch: int = 0, maximum_att
 
 def grant_record(task: str, plan_digest: str, step: str, key: str, payload: Dict[str, Any], by: str) -> Dict[str, Any]:
     """The scope of a grant for one effect: every field must match for the effect to be sent."""
-    return {"task": task, "plan_digest": plan_digest, "step": step, "action": f"effect:{key}", "payload_digest": content_digest(payload), "by": by}
+    return {"task": task, "plan_digest": plan_digest, "step": step, "action": f"effect:{key}",
+            "payload_digest": content_digest(payload), "by": by}
 
 
 def grant_matches(grant: Any, wanted: Dict[str, Any]) -> bool:
-    return isinstance(grant, dict) and all(grant.get(field) == wanted[field] for field in ("task", "plan_digest", "step", "action", "payload_digest"))
+    return isinstance(grant, dict) and all(grant.get(field) == wanted[field]
+                                           for field in ("task", "plan_digest", "step", "action", "payload_digest"))
 
 
 def wait_for_grant(wanted: Dict[str, Any], *, poll_seconds: float = 60.0) -> Dict[str, Any]:

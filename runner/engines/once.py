@@ -119,7 +119,8 @@ def perform_once(
         kind = move.kind
         if kind == "done":
             assert record is not None
-            return {"key": key, "payload_digest": digest, "receipt": record.get("receipt"), "evidence": record.get("evidence"), "invoked": invoked}
+            return {"key": key, "payload_digest": digest, "receipt": record.get("receipt"),
+                    "evidence": record.get("evidence"), "invoked": invoked}
         if kind == "observe":
             found = observe_once(adapter, key, payload)
             # Passed on unchecked, as the engines always have: a word of the target's own reads as "cannot tell".
@@ -128,13 +129,16 @@ def perform_once(
             if invoked:
                 raise EffectUncertain(key, f"{detail} (observed {seen.status if seen else 'nothing'})")
             on_window("before-invoke", key)
-            record = dict(record or {"attempts": 0, "started_at": format_time(now)}, state="started", updated_at=format_time(now),
+            record = dict(record or {"attempts": 0, "started_at": format_time(now)}, state="started",
+                          updated_at=format_time(now),
                           attempts=int((record or {}).get("attempts", 0)) + 1, receipt=None)
             answer, invoked, seen = _call(adapter, key, payload, epoch, clock), True, None
-            detail = "the call returned but the target does not show the effect" if answer.kind == "receipt" else f"the call's outcome is unknown: {answer.detail}"
+            detail = ("the call returned but the target does not show the effect" if answer.kind == "receipt"
+                      else f"the call's outcome is unknown: {answer.detail}")
             on_window("after-invoke", key)
         elif kind == "defer":
-            raise NotApplied(answer.detail if answer else "the target created nothing", answer.retry_after if answer else None)
+            raise NotApplied(answer.detail if answer else "the target created nothing",
+                             answer.retry_after if answer else None)
         elif kind in ("ack", "verify", "absent", "uncertain", "fail"):
             assert record is not None
             record = dict(record, updated_at=format_time(now))
@@ -144,7 +148,8 @@ def perform_once(
                 record.update(state="verified", evidence=move.evidence)
                 on_window("after-verify", key)
             else:
-                record.update(state={"absent": "absent", "uncertain": "uncertain", "fail": "failed"}[kind], reason=move.reason)
+                record.update(state={"absent": "absent", "uncertain": "uncertain", "fail": "failed"}[kind],
+                              reason=move.reason)
             if move.error is not None:
                 raise _engine_error(key, move.error, detail)
         elif kind == "stop":

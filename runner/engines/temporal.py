@@ -76,7 +76,8 @@ class EffectActivities:
         (:data:`runner.engines.once.WINDOWS`), for tests and fault injection.
     """
 
-    def __init__(self, adapter_factory: Callable[[], Adapter], on_window: Optional[Callable[[str, str], None]] = None) -> None:
+    def __init__(self, adapter_factory: Callable[[], Adapter],
+                 on_window: Optional[Callable[[str, str], None]] = None) -> None:
         self.adapter = adapter_factory()
         self.on_window = on_window or (lambda window, key: None)
 
@@ -99,12 +100,15 @@ class EffectActivities:
             # Once the call may be made, a cancellation waits for the observation; heartbeats go on
             # meanwhile, so a slow target is not mistaken for a dead worker.
             with activity.shield_thread_cancel_exception(), _heartbeating(info.heartbeat_timeout):
-                return perform_once(self.adapter, request["key"], request["payload"], maybe_done=info.attempt > 1 or bool(request.get("may_exist")),
+                return perform_once(self.adapter, request["key"], request["payload"],
+                                    maybe_done=info.attempt > 1 or bool(request.get("may_exist")),
                                     epoch=int(request.get("epoch", 0)), on_window=window)
         except EffectUncertain as exc:
-            raise ApplicationError(str(exc), {"key": exc.key, "detail": exc.detail}, type="EffectUncertain", non_retryable=True) from None
+            raise ApplicationError(str(exc), {"key": exc.key, "detail": exc.detail}, type="EffectUncertain",
+                                   non_retryable=True) from None
         except EffectConflict as exc:
-            raise ApplicationError(str(exc), {"key": exc.key, "detail": exc.detail}, type="EffectConflict", non_retryable=True) from None
+            raise ApplicationError(str(exc), {"key": exc.key, "detail": exc.detail}, type="EffectConflict",
+                                   non_retryable=True) from None
 
     @activity.defn(name=OBSERVE)
     def observe(self, request: Dict[str, Any]) -> Dict[str, Any]:
@@ -139,11 +143,13 @@ def _heartbeating(timeout: Optional[datetime.timedelta]) -> Iterator[None]:
 
 def grant_record(task: str, plan_digest: str, step: str, key: str, payload: Dict[str, Any], by: str) -> Dict[str, Any]:
     """The scope of a grant for one effect: every field must match for the effect to be sent."""
-    return {"task": task, "plan_digest": plan_digest, "step": step, "action": f"effect:{key}", "payload_digest": content_digest(payload), "by": by}
+    return {"task": task, "plan_digest": plan_digest, "step": step, "action": f"effect:{key}",
+            "payload_digest": content_digest(payload), "by": by}
 
 
 def grant_matches(grant: Dict[str, Any], wanted: Dict[str, Any]) -> bool:
-    return all(grant.get(field) == wanted[field] for field in ("task", "plan_digest", "step", "action", "payload_digest"))
+    return all(grant.get(field) == wanted[field]
+               for field in ("task", "plan_digest", "step", "action", "payload_digest"))
 
 
 async def wait_for_grant(grants: List[Dict[str, Any]], wanted: Dict[str, Any]) -> Dict[str, Any]:
@@ -156,7 +162,8 @@ async def wait_for_grant(grants: List[Dict[str, Any]], wanted: Dict[str, Any]) -
 
 def _options(heartbeat: float) -> Dict[str, Any]:
     """Timeouts of every activity: a worker that stops heartbeating is given up after ``heartbeat`` seconds."""
-    return {"start_to_close_timeout": datetime.timedelta(seconds=30), "heartbeat_timeout": datetime.timedelta(seconds=heartbeat)}
+    return {"start_to_close_timeout": datetime.timedelta(seconds=30),
+            "heartbeat_timeout": datetime.timedelta(seconds=heartbeat)}
 
 
 def _retry(maximum_attempts: int) -> RetryPolicy:
@@ -165,7 +172,8 @@ def _retry(maximum_attempts: int) -> RetryPolicy:
                        non_retryable_error_types=list(NON_RETRYABLE))
 
 
-async def settle(key: str, payload: Dict[str, Any], *, attempts: int = 20, wait: float = 1.0, heartbeat: float = 3.0) -> Dict[str, Any]:
+async def settle(key: str, payload: Dict[str, Any], *, attempts: int = 20, wait: float = 1.0,
+                 heartbeat: float = 3.0) -> Dict[str, Any]:
     """Inside a workflow: observe an effect whose outcome is unknown until the target says present or absent.
 
     :returns: the observation (``status`` present or absent).
@@ -173,15 +181,17 @@ async def settle(key: str, payload: Dict[str, Any], *, attempts: int = 20, wait:
         person must settle it; the call is never made again on a guess.
     """
     for _ in range(attempts):
-        seen = await workflow.execute_activity(OBSERVE, {"key": key, "payload": payload}, retry_policy=_retry(3), **_options(heartbeat))
+        seen = await workflow.execute_activity(OBSERVE, {"key": key, "payload": payload}, retry_policy=_retry(3),
+                                               **_options(heartbeat))
         if seen["status"] in ("present", "absent"):
             return dict(seen)
         await workflow.sleep(wait)
-    raise ApplicationError(f"effect {key} stayed unknown after {attempts} observations", {"key": key}, type="EffectUncertain", non_retryable=True)
+    raise ApplicationError(f"effect {key} stayed unknown after {attempts} observations", {"key": key},
+                           type="EffectUncertain", non_retryable=True)
 
 
-async def run_effect(key: str, payload: Dict[str, Any], *, may_exist: bool = False, epoch: int = 0, maximum_attempts: int = 5,
-                     heartbeat: float = 3.0) -> Dict[str, Any]:
+async def run_effect(key: str, payload: Dict[str, Any], *, may_exist: bool = False, epoch: int = 0,
+                     maximum_attempts: int = 5, heartbeat: float = 3.0) -> Dict[str, Any]:
     """Inside a workflow: perform one effect at most once, settling an unknown outcome by observation.
 
     :raises ApplicationError: ``EffectConflict`` (refused for good) or ``EffectUncertain`` (unsettled).
@@ -198,7 +208,8 @@ async def run_effect(key: str, payload: Dict[str, Any], *, may_exist: bool = Fal
                 raise
         seen = await settle(key, payload, heartbeat=heartbeat)
         if seen["status"] == "present":
-            return {"key": key, "payload_digest": content_digest(payload), "receipt": None, "evidence": seen["evidence"], "invoked": False}
+            return {"key": key, "payload_digest": content_digest(payload), "receipt": None,
+                    "evidence": seen["evidence"], "invoked": False}
         request = dict(request, may_exist=True)  # observed absent: one more call is safe
 
 
