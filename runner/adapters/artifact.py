@@ -159,7 +159,8 @@ class ArtifactAdapter:
             return Observation("unknown", {"path": target, "error": reason})
         found = "sha256:" + sha256_hex(data)
         if found != digest:
-            return Observation("absent", {"path": target, "exists": True, "found_digest": found, "expected_digest": digest})
+            return Observation("absent",
+                               {"path": target, "exists": True, "found_digest": found, "expected_digest": digest})
         return Observation("present", {"path": target, "digest": digest, "size": len(data)})
 
 

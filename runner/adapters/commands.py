@@ -89,7 +89,8 @@ class CommandAdapter:
 
         making = inflight.current()
         folder = None if making is not None else tempfile.mkdtemp(prefix="runner-payload-")
-        path = making[0].payload_path(making[1]) if making is not None else os.path.join(folder, "payload.json")  # type: ignore[arg-type]
+        path = (making[0].payload_path(making[1]) if making is not None
+                else os.path.join(folder, "payload.json"))  # type: ignore[arg-type]
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
             try:
@@ -126,7 +127,8 @@ class CommandAdapter:
         if code == EXIT_REFUSED:
             raise Rejected(f"the invoke command says the target refused it for good: {result.tail()}")
         if code == EXIT_TEMPFAIL:
-            raise NotApplied(f"the invoke command says the target created nothing for now: {result.tail()}", _retry_after(answer))
+            raise NotApplied(f"the invoke command says the target created nothing for now: {result.tail()}",
+                             _retry_after(answer))
         if code == EXIT_STALE_EPOCH:
             raise StaleEpoch(f"the invoke command says the target refused epoch {epoch}: {result.tail()}")
         what = "printed no JSON object" if code == 0 else f"exited {code}"
@@ -145,12 +147,14 @@ class CommandAdapter:
             return Observation("present", {**found, "observed_by": base})
         if result.exit_code == 1:
             return Observation("absent", {**(found or {}), "observed_by": base})
-        reason = f"timed out after {self.timeout:g}s" if result.timed_out else f"exit {result.exit_code}: {result.tail(200)}"
+        reason = (f"timed out after {self.timeout:g}s" if result.timed_out
+                  else f"exit {result.exit_code}: {result.tail(200)}")
         return Observation("unknown", {"observed_by": base, "reason": reason})
 
     @property
     def batch_key(self) -> Optional[Tuple[Any, ...]]:
-        """Adapters with one ``batch_key`` may be looked up together by :meth:`observe_many` (None: no ``observe_many``)."""
+        """Adapters with one ``batch_key`` may be looked up together by :meth:`observe_many` (None: no
+        ``observe_many``)."""
         return None if self.many is None else ("commands", self.many, self.cwd)
 
     @property
@@ -175,7 +179,8 @@ class CommandAdapter:
         for arg in expand(self.many.command, self.values):
             argv.extend(wanted if arg == EACH else [arg])
         result = self.runner(argv, cwd=self.cwd, timeout=self.timeout)
-        base = {"source": "observe_many command", "exit_code": result.exit_code, "stdout_sha256": result.stdout_sha256, "keys": len(items)}
+        base = {"source": "observe_many command", "exit_code": result.exit_code, "stdout_sha256": result.stdout_sha256,
+                "keys": len(items)}
         if result.exit_code == EXIT_TEMPFAIL:
             raise NotApplied(f"the observe_many command says the target refused the lookup for now: {result.tail()}",
                              _retry_after(result.json_object()))
@@ -185,7 +190,8 @@ class CommandAdapter:
             document = MISSING
         listed = resolve_pointer(document, parse_pointer(self.many.list)) if document is not MISSING else MISSING
         if not isinstance(listed, list):
-            reason = (f"timed out after {self.timeout:g}s" if result.timed_out else f"exit {result.exit_code}: {result.tail(200)}"
+            reason = (f"timed out after {self.timeout:g}s" if result.timed_out
+                      else f"exit {result.exit_code}: {result.tail(200)}"
                       if result.exit_code != 0 else "stdout holds no JSON list at the pointer 'list'")
             return [Observation("unseen", dict(base, reason=reason)) for _ in items]
         complete = isinstance(document, dict) and document.get("complete") is True

@@ -19,7 +19,8 @@ __all__ = ["adapter_for"]
 
 def adapter_for(state: Dict[str, Any], key: str, invoke: Optional[Sequence[str]] = None,
                 observe: Optional[Sequence[str]] = None, runner: Optional[Callable[..., Any]] = None) -> Adapter:
-    """The adapter for ``key``: inline commands, else the contract's ``effects.http``, else its commands; item placeholders filled.
+    """The adapter for ``key``: inline commands, else the contract's ``effects.http``, else its commands; item
+    placeholders filled.
 
     :raises InvalidInput: nothing says how to call the target, or a header's secret cannot be read now.
     """
@@ -45,8 +46,8 @@ def adapter_for(state: Dict[str, Any], key: str, invoke: Optional[Sequence[str]]
     observe = list(observe) if observe else effects.observe
     readable = inline or effects.readable
     if not invoke or (not observe and readable):
-        raise InvalidInput("effect run needs an invoke and an observe command: the contract's effects.invoke and effects.observe, "
-                           "or '-- COMMAND ... --observe -- COMMAND ...'")
+        raise InvalidInput("effect run needs an invoke and an observe command: the contract's effects.invoke and "
+                           "effects.observe, or '-- COMMAND ... --observe -- COMMAND ...'")
     values["workspace"] = root
     return CommandAdapter(invoke, observe or (), values=values, cwd=root, timeout=timeout, runner=runner,
                           many=None if inline else effects.observe_many, readable=readable)

@@ -69,7 +69,8 @@ from ..contract.spec import DEFAULT_CALL_TIMEOUT, HttpRequest, HttpSpec, read_ht
 from .http_answers import (LOOK_AGAIN, MANY_NOT_NOW, PACING, Pacing, answer_word, document_of, empty, listed_document,
                            next_link, observed, partial, rate_limit_wait, refused_for_now, retry_after_seconds,
                            text_matches)
-from .http_client import BODY_LIMIT, POOL, ConnectionPool, HttpClient, Lost, NotSent, Origin, Reply, authority, origin_of
+from .http_client import (BODY_LIMIT, POOL, ConnectionPool, HttpClient, Lost, NotSent, Origin, Reply, authority,
+                          origin_of)
 from .http_secrets import fill_secrets, fill_url, scrub, scrub_text, shown_url
 
 __all__ = ["HttpAdapter", "http_spec", "ConnectionPool", "POOL", "LIST_BATCH", "LIST_PAGE_LIMIT"]
@@ -151,7 +152,8 @@ class HttpAdapter:
             f" holding a value at {_written(observe.pointer)}" if observe.pointer is not None else "") + (
             f" read page by page to its end, an entry's {_written(listing.match)} matched to {listing.value} "
             f"({listing.how})" if listing is not None else "")
-        #: What each request's statuses mean, and the conditions on the body some of them have, as the answers read them.
+        #: What each request's statuses mean, and the conditions on the body some of them have, as the answers read
+        #: them.
         self._statuses = {request.kind: dict(request.statuses) for request in (self.spec.invoke, observe)}
         self._conditions = {request.kind: dict(request.conditions) for request in (self.spec.invoke, observe)}
         self._origins: Dict[Tuple[str, str, int], Origin] = {}

@@ -193,7 +193,8 @@ def document_of(body: bytes) -> Any:
 
 
 def observed(statuses: Mapping[str, str], pointer: Optional[Sequence[str]], reply: Reply,
-             evidence: Dict[str, Any], conditions: Optional[Mapping[str, Sequence[BodyCondition]]] = None) -> Observation:
+             evidence: Dict[str, Any],
+             conditions: Optional[Mapping[str, Sequence[BodyCondition]]] = None) -> Observation:
     """What one lookup's answer says of its key: the word ``statuses`` gives its status (its body's ``conditions``
     first, :func:`answer_word`) and, for "present" with a ``pointer``, present only when the answer holds a value
     there.

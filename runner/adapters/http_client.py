@@ -340,7 +340,8 @@ class HttpClient:
         return conn
 
     def _send(self, conn: "http.client.HTTPConnection", origin: Origin, method: str, target: str,
-              headers: Dict[str, str], body: Optional[bytes], end: float, retry: bool, limit: int = BODY_LIMIT) -> Reply:
+              headers: Dict[str, str], body: Optional[bytes], end: float, retry: bool,
+              limit: int = BODY_LIMIT) -> Reply:
         """Write the request on ``conn`` and read the answer; a connection read to its end goes back to the pool.
 
         :param retry: a connection closed as the request went out raises :class:`_Retry` rather than :class:`Lost`.
