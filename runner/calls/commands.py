@@ -44,7 +44,8 @@ OUTPUT_LIMIT = 256 * 1024
 #: Invoke exit codes other than 0 (done: the JSON object on stdout is the receipt) and the rest (unknown).
 EXIT_REFUSED = 2        # the target refused the call for good
 EXIT_STALE_EPOCH = 9    # the target refused the writer's fencing epoch
-EXIT_TEMPFAIL = 75      # EX_TEMPFAIL: the target created nothing for now (429, a 503 naming a delay); {"retry_after": S} optional
+EXIT_TEMPFAIL = 75      # EX_TEMPFAIL: the target created nothing for now (429, a 503 naming a delay);
+                        # {"retry_after": S} optional
 
 #: The longest delay an exit-75 answer may ask for (a day); a longer one is ignored for the contract's backoff.
 MAX_RETRY_AFTER = 86400.0
@@ -54,10 +55,12 @@ INVOKE_EXITS = (
     ("0", "done: the JSON object on stdout is the receipt"),
     (str(EXIT_REFUSED), "refused for good: never retried"),
     (str(EXIT_STALE_EPOCH), "the target refused a stale fencing epoch: stop, fenced"),
-    (str(EXIT_TEMPFAIL), 'created nothing for now (429, a 503 naming a delay): retried after {"retry_after": S} on stdout, or the backoff'),
+    (str(EXIT_TEMPFAIL), 'created nothing for now (429, a 503 naming a delay): retried after {"retry_after": S} on '
+                         'stdout, or the backoff'),
     ("other", "unknown (also a timeout, or exit 0 without a JSON object): observed, never retried blindly"),
 )
-OBSERVE_EXITS = (("0", "present: the JSON object on stdout is the evidence"), ("1", "absent"), ("other", "unknown (also a timeout)"))
+OBSERVE_EXITS = (("0", "present: the JSON object on stdout is the evidence"), ("1", "absent"),
+                 ("other", "unknown (also a timeout)"))
 
 class Outcome(NamedTuple):
     """What one command did: its exit code (None on a timeout), bounded output and digests."""
@@ -142,7 +145,8 @@ def run_command(argv: Sequence[str], *, cwd: Optional[str] = None, timeout: floa
         _end_group(proc)
     code: Optional[int] = None if timed_out else proc.returncode
     stdout, stderr = bytes(kept[0]), bytes(kept[1])
-    return Outcome(argv, code, timed_out, stdout, stderr, sha256_hex(stdout), sha256_hex(stderr), time.monotonic() - began)
+    return Outcome(argv, code, timed_out, stdout, stderr, sha256_hex(stdout), sha256_hex(stderr),
+                   time.monotonic() - began)
 
 
 #: The shell that holds a call's command at its gate.
@@ -160,7 +164,8 @@ def _check_runnable(program: str, cwd: Optional[str], path: str) -> None:
     if os.sep in program:
         found = os.path.join(cwd or ".", program)
         if not (os.path.isfile(found) and os.access(found, os.X_OK)):
-            raise InvalidInput(f"cannot run {program!r}: {'Permission denied' if os.path.exists(found) else 'No such file or directory'}")
+            raise InvalidInput(f"cannot run {program!r}: "
+                               f"{'Permission denied' if os.path.exists(found) else 'No such file or directory'}")
     elif shutil.which(program, path=path) is None:
         raise InvalidInput(f"cannot run {program!r}: No such file or directory")
 

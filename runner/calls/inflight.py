@@ -542,7 +542,8 @@ class Registry:
             pass
 
     def returned(self, call: Registered) -> None:
-        """The call's own thread: it returned. If its loop gave up on it meanwhile, write its end for whoever comes next."""
+        """The call's own thread: it returned. If its loop gave up on it meanwhile, write its end for whoever comes
+        next."""
         with call.lock:
             call.returned = True
             write = call.abandoned
@@ -798,7 +799,8 @@ def _shown(name: str) -> str:
     return text if len(text) <= 100 else text[:99] + "…"
 
 
-_CURRENT: "contextvars.ContextVar[Optional[Tuple[Registry, Registered]]]" = contextvars.ContextVar("runner_call", default=None)
+_CURRENT: "contextvars.ContextVar[Optional[Tuple[Registry, Registered]]]" = contextvars.ContextVar(
+    "runner_call", default=None)
 
 
 def current() -> Optional[Tuple[Registry, Registered]]:
