@@ -199,7 +199,7 @@ def dropped_record(before: Optional[Dict[str, Any]], genesis: Dict[str, Any],
     first_at = (before or {}).get("first_at")
     head, through, last_at = (before or {}).get("head"), (before or {}).get("through", 0), (before or {}).get("last_at")
     size = int((before or {}).get("bytes", 0))
-    for segment, held, nbytes in segments:
+    for _segment, held, nbytes in segments:
         for digest, body in held:
             _lenient(shadow, body.get("ops") or [])
             head, through, last_at = digest, body["rev"], body["at"]

@@ -20,7 +20,7 @@ decision.
 from typing import Any, Dict, Mapping, NamedTuple, Optional
 
 from ..base.errors import EXIT_TABLE
-from ..base.quoting import MESSAGE, PERSON, RECORD, moment, name, number, quote
+from ..base.quoting import PERSON, RECORD, moment, name, number, quote
 from ..base.times import parse_time
 from ..contract.spec import contract_of
 
