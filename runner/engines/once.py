@@ -6,7 +6,7 @@ committing an effect and the engine recording that the step returned. A
 Temporal activity whose worker dies there is retried; a DBOS step runs
 again on recovery. Both then call the target a second time. This module
 closes that window with the runner's lifecycle (:func:`runner.execution.lifecycle.next_move`),
-applied to a target through the same :class:`runner.target.Adapter` protocol the runner uses:
+applied to a target through the same :class:`runner.calls.target.Adapter` protocol the runner uses:
 
 * the key is stable: the workflow's id and the caller's logical key, never
   an attempt number (:func:`effect_key`);

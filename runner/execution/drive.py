@@ -3,13 +3,13 @@
 :func:`perform_effect` is one effect's whole lifecycle through the contract's
 invoke and observe commands (or commands given inline): intent, started,
 invoke, acknowledged, observe, verified. It is the executor
-(:class:`runner.executor.Executor`) over a
-:class:`runner.commands.CommandAdapter`, so a rerun in any intermediate state
+(:class:`runner.execution.executor.Executor`) over a
+:class:`runner.adapters.commands.CommandAdapter`, so a rerun in any intermediate state
 waits for a call of the key still in flight, observes first, invokes again
 only after an observed absence and within the attempt bound, and a timeout
 is an unknown outcome, never a failure.
 
-A :class:`Driver` loops: decide (the same pure :func:`runner.recovery.decide`
+A :class:`Driver` loops: decide (the same pure :func:`runner.execution.recovery.decide`
 that ``next`` prints), perform the action if it is one the runner can
 establish alone (a batch item's effect, reconciling an item, starting a
 step whose evidence the runner observes, finishing a batch or checked step),

@@ -14,7 +14,7 @@ Invariants it keeps:
 * **One writer.** Calls run concurrently, in threads (the :class:`World`);
   every transition is made by the thread that runs the loop. Records of
   several effects that are ready together are committed as one transition
-  (:meth:`runner.run.Run.transact_many`), so a transition is still one
+  (:meth:`runner.execution.run.Run.transact_many`), so a transition is still one
   fsync, shared.
 * **Register, then begin, then call.** A call's record in the registry
   exists before its ``started`` is durable, and ``started`` is durable
@@ -80,12 +80,13 @@ POLL_SECONDS = 0.1
 #: Jobs held back, at most, while their group is full (the rest of the list waits its turn).
 MAX_HELD = 1000
 
-#: A change of the ledger as a function of the state and the time at commit (:meth:`runner.run.Run.transact_many`).
+#: A change of the ledger as a function of the state and the time at commit
+#: (:meth:`runner.execution.run.Run.transact_many`).
 LedgerChange = Callable[[Dict[str, Any], float], List[Any]]
 
 
 class RunLike(Protocol):
-    """What the executor needs of a run: a :class:`runner.run.Run` holding the lease is one.
+    """What the executor needs of a run: a :class:`runner.execution.run.Run` holding the lease is one.
 
     Besides these, the run's ``observer`` (the commit windows' :class:`~runner.base.windows.Observer`) and ``rand``
     (the random source of backoffs) are used when it has them and the executor is given none.
@@ -140,7 +141,7 @@ def caps_for(state: Dict[str, Any], adapter: Adapter, invoke: bool = True) -> Ca
 
 
 class Executor:
-    """Carries out effects' lifecycles for ``run`` (a :class:`runner.run.Run` holding the lease).
+    """Carries out effects' lifecycles for ``run`` (a :class:`runner.execution.run.Run` holding the lease).
 
     :param registry: the run's calls in flight (default: :func:`runner.calls.inflight.registry_for` the run's store).
     :param world: where calls run (default: threads).

@@ -36,7 +36,7 @@ and every command in them is built from structured fields, in backticks.
 refreshes jobs, decides, and persists the chosen action as the run's
 ``next_action`` before returning it. Its record of the refreshed authority
 names the host and user id it ran as: a ``recover`` on this machine by this
-user is what adopts a run that someone else made (see :mod:`runner.hooks`).
+user is what adopts a run that someone else made (see :mod:`runner.surfaces.hooks`).
 """
 
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
@@ -487,12 +487,12 @@ def _observed(state: Dict[str, Any], now: float, owner: Optional[str], epoch: Op
 def recover(run: Any, owner: str, ttl: float, adapters: Optional[Dict[str, Adapter]] = None,
             adapter_for: Optional[Callable[[str, Dict[str, Any]], Optional[Adapter]]] = None,
             payloads: Optional[Callable[[str], Optional[Dict[str, Any]]]] = None) -> Dict[str, Any]:
-    """Run the recovery procedure on ``run`` (a :class:`runner.run.Run`) and persist the intent.
+    """Run the recovery procedure on ``run`` (a :class:`runner.execution.run.Run`) and persist the intent.
 
     Takes the lease (or returns ``already-running``), reconciles every
     unresolved effect through an adapter where one is given (``adapter_for(key,
     effect)`` and ``payloads(key)`` supply it and the original payload) with
-    :meth:`runner.executor.Executor.reconcile`, which waits for a call of the
+    :meth:`runner.execution.executor.Executor.reconcile`, which waits for a call of the
     key still in flight and never calls the target to make the effect;
     observes jobs, decides, and commits the decision as ``next_action``.
     """

@@ -41,7 +41,7 @@ __all__ = ["main", "build_parser"]
 #: The ``--help`` epilog, generated from :data:`runner.base.errors.EXIT_TABLE`.
 EXIT_TABLE = "exit codes: " + ", ".join(f"{row.code} {row.reason}" for row in EXIT_ROWS)
 
-#: What ``effect run`` takes and what its commands' exit codes mean (:mod:`runner.commands`).
+#: What ``effect run`` takes and what its commands' exit codes mean (:mod:`runner.calls.commands`).
 EFFECT_RUN_HELP = "\n".join(
     ["effect run KEY [--payload FILE]   the contract's effects.invoke and effects.observe commands",
      "effect run KEY --payload FILE -- INVOKE [ARGS...] --observe -- OBSERVE [ARGS...]   commands given inline",
@@ -388,7 +388,7 @@ _COMMON_OPTIONS = ("-h", "--help", "--dir", "--store", "--task", "--json", "--ow
 
 
 def check_verb_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Refuse what :data:`runner.verbs.VERBS` says the verb does not take, and name what it needs.
+    """Refuse what :data:`runner.surfaces.verbs.VERBS` says the verb does not take, and name what it needs.
 
     :raises InvalidInput: an option the verb does not take was given, or one it needs was not.
     """
@@ -396,7 +396,7 @@ def check_verb_arguments(parser: argparse.ArgumentParser, args: argparse.Namespa
     verb = verbs.verb_named(words)
     sub = parser.verb_parsers.get(args.verb)  # type: ignore[attr-defined]
     if verb is None or sub is None:
-        return  # a verb only the command line has (runner.verbs.COMMAND_LINE_ONLY)
+        return  # a verb only the command line has (runner.surfaces.verbs.COMMAND_LINE_ONLY)
     spellings = set(verb.arguments.values())
     for action in sub._actions:
         if not action.option_strings or action.option_strings[0] in _COMMON_OPTIONS:

@@ -182,7 +182,7 @@ def _dropped(state: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     return dropped if isinstance(dropped, dict) and isinstance(dropped.get("through"), int) else None
 
 
-#: The figures :func:`figures` adds to :func:`runner.views.report`'s, each over the whole history.
+#: The figures :func:`figures` adds to :func:`runner.surfaces.views.report`'s, each over the whole history.
 FIGURES = ("lease_holders", "crashes", "history_records", "history_dropped", "history_missing")
 
 
