@@ -52,7 +52,7 @@ def synthetic_run(effects: int, exceptional_every: int, task: str = "timeline-la
 
     def commit(ops: List[List[Any]]) -> None:
         clock[0] += 0.004
-        apply_ops(state, ops)
+        apply_ops(state, copy.deepcopy(ops))  # a journal's records are text: the state never shares their values
         state["revision"] += 1
         state["updated_at"] = format_time(clock[0])
         records.append({"rev": state["revision"], "at": state["updated_at"], "epoch": 1, "ops": ops})
@@ -317,10 +317,11 @@ class HistoryReplayTest(unittest.TestCase):
 
     def test_records_in_any_order_or_repeated_give_one_history_and_leave_the_state_as_it_was(self) -> None:
         records, state = synthetic_run(20, exceptional_every=5)
-        before = copy.deepcopy(state)
-        # Replaying applies the records' values to the history's own copy of the state: each build gets fresh ones.
-        ordered = history.build(copy.deepcopy(records), state)
-        shuffled = history.build(copy.deepcopy(records[::-1] + records[:3]), state)
+        before, given = copy.deepcopy(state), copy.deepcopy(records)
+        ordered = history.build(records, state)
+        shuffled = history.build(records[::-1] + records[:3], state)
+        self.assertEqual(records, given, "a replay changes none of the records it is given")
+        self.assertEqual(self.lanes(history.build(records, state)), self.lanes(ordered))
         self.assertEqual(self.lanes(shuffled), self.lanes(ordered))
         self.assertEqual((ordered.records, ordered.gaps, ordered.first_rev), (len(records), [], 1))
         self.assertEqual([len(p.transitions) for p in ordered.effects.values()], [3] * 20)

@@ -8,6 +8,7 @@ it in place: it is a list of operations (``["set", path, value]`` or
 replayed from the journal on any machine and give the same state.
 """
 
+import copy
 from typing import Any, Dict, List, Optional, Sequence
 
 from ..base.canonical import content_digest
@@ -157,6 +158,9 @@ _MISSING = object()
 def apply_leniently(shadow: Dict[str, Any], ops: Sequence[Any], only: Optional[Sequence[str]] = None) -> None:
     """Apply ``ops`` to a replay's shadow, making a missing parent rather than refusing (a compacted history lacks it).
 
+    The shadow gets copies of the values, so a later op never changes a record it came from: replaying the same
+    records twice gives the same shadow.
+
     :param only: when given, the top-level keys whose operations are applied; others are passed over.
     """
     for op in ops:
@@ -171,7 +175,7 @@ def apply_leniently(shadow: Dict[str, Any], ops: Sequence[Any], only: Optional[S
                 child = target[part] = {}
             target = child
         if op[0] == "set" and len(op) == 3:
-            target[op[1][-1]] = op[2]
+            target[op[1][-1]] = copy.deepcopy(op[2])
         elif op[0] == "del":
             target.pop(op[1][-1], None)
 
