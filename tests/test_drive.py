@@ -1,11 +1,12 @@
 """``drive``: what it performs, where it hands over, its progress line, what a driver refuses, and the CLI-only demo."""
 
+import io
 import json
 import os
 import unittest
 from typing import List
 
-from runner.execution.drive import DriveOptions, Driver
+from runner.execution.drive import DriveOptions, Driver, _Progress
 from runner.execution.executor import Executor
 from runner.proof.demo_cli import format_cli_table, run_demo_cli
 from runner.execution.run import Run
@@ -154,6 +155,21 @@ class DriverOptionsTest(unittest.TestCase):
         self.assertEqual((result["exit_code"], result["handed_over"], result["action"]["kind"]),
                          (0, True, "start-step"))
         self.assertIsNone(run.state["lease"]["owner"])
+
+
+class ProgressLineTest(unittest.TestCase):
+    def test_calls_that_may_create_are_counted_apart_from_lookups(self) -> None:
+        out, now = io.StringIO(), [100.0]
+        progress = _Progress(out, lambda: now[0], every=2.0)
+        figures = {"in_flight": 4, "looking": 11, "not_now": 0}
+        now[0] = 101.0
+        progress.show("file", 10, 40, 10, 0, figures)  # within the interval: nothing
+        now[0] = 102.5
+        progress.show("file", 10, 40, 10, 2, figures)
+        progress.show("file", 40, 40, 40, 2, dict(figures, in_flight=0, looking=0), final=True)
+        self.assertEqual(out.getvalue().splitlines(), [
+            "drive: file 10/40 items | 4 calls in flight, 11 lookups | 4.0 items/s | 2 reconciled | 8 s left",
+            "drive: file 40/40 items | 0 calls in flight | 16.0 items/s | 2 reconciled"])
 
 
 class DemoViaCliTest(unittest.TestCase):

@@ -62,7 +62,8 @@ def perform_effect(run: Any, key: str, payload: Optional[Dict[str, Any]] = None,
 
 
 class _Progress:
-    """One line on stderr now and then: items done of total, in flight, rate, waits for the target, time left."""
+    """One line on stderr now and then: items done of total, calls in flight (those that may create; lookups apart),
+    rate, waits for the target, time left."""
 
     def __init__(self, stream: Optional[IO[str]], clock: Callable[[], float], every: float = 2.0) -> None:
         self.stream, self.clock, self.every = stream, clock, every
@@ -80,8 +81,9 @@ class _Progress:
         rate = performed / max(now - self.began, 1e-9)
         left = f" | {(total - done) / rate:.0f} s left" if rate > 0 and done < total and not final else ""
         waits = f" | {figures['not_now']} 'not now'" if figures.get("not_now") else ""
-        self.stream.write(f"drive: {step} {done}/{total} items | {figures.get('in_flight', 0)} in flight | {rate:.1f} "
-                          f"items/s | {reconciled} reconciled{waits}{left}\n")
+        looking = f", {figures['looking']} lookups" if figures.get("looking") else ""
+        self.stream.write(f"drive: {step} {done}/{total} items | {figures.get('in_flight', 0)} calls in flight{looking}"
+                          f" | {rate:.1f} items/s | {reconciled} reconciled{waits}{left}\n")
         self.stream.flush()
 
 

@@ -176,7 +176,8 @@ class Executor:
         #: The ``batch_key`` of each listing being read now: one at a time per target.
         self._listings: Set[Any] = set()
         #: Figures of this executor's work: calls started, transitions committed, effects in flight now.
-        self.figures: Dict[str, int] = {"calls": 0, "commits": 0, "records": 0, "in_flight": 0, "not_now": 0}
+        self.figures: Dict[str, int] = {"calls": 0, "commits": 0, "records": 0, "in_flight": 0, "looking": 0,
+                                        "not_now": 0}
 
     # -- the public verbs ---------------------------------------------------------------------------
     def perform(self, key: str, payload: Dict[str, Any], adapter: Adapter,
@@ -236,8 +237,11 @@ class Executor:
                         stop = stop or task.stop_error
                     elif on_settled is not None and task.settled_record is not None:
                         on_settled(task.job, task.settled_record)
-                # Calls on their way, not items in hand.
-                self.figures["in_flight"] = sum(1 for t in active if t.in_flight is not None)
+                # Calls on their way, not items in hand: the calls that may create apart from the lookups.
+                self.figures["in_flight"] = sum(1 for t in active if t.in_flight is not None
+                                                and t.in_flight.kind == "invoke")
+                self.figures["looking"] = sum(1 for t in active if t.in_flight is not None
+                                              and t.in_flight.kind != "invoke")
                 if stop is not None and not any(t.in_flight for t in active):
                     break  # nothing in flight: what waits (a backoff, an earlier call) is left for the next run
                 self.keep_lease()
