@@ -248,7 +248,8 @@ class CallsInFlightTest(TargetCase):
         call = self.wait_for_call_in_flight()
         first.kill()
         first.wait()
-        self.cli("lease", "break", "--by", "supervisor", "--reason", "worker-1 was killed")
+        broke = self.cli("lease", "break", "--by", "supervisor", "--reason", "worker-1 was killed")
+        self.assertRegex(broke.out, r"^lease of worker-1 \(epoch 1\) ended at \S+Z: its holder's writes are refused")
         os.kill(call["child"][0], 0)  # the orphaned call is still on its way
         self.assertEqual(self.lines(), 0)
         second = self.finish(self.cli.spawn("drive", "--owner", "worker-2", "--json"))

@@ -261,6 +261,9 @@ class StopsOfOwnershipAndDamage(unittest.TestCase):
             damaged = _util.in_process_cli(["--dir", path, "next"])
         self.assertEqual((held["stop_code"], fenced["stop_code"]), ("already-running", "fenced"))
         self.assertTrue(held["sentence"].startswith(STOPS["already-running"]))
+        self.assertTrue(held["sentence"].endswith("and the next drive takes over"), "what moves the run on")
+        self.assertIn("`lease break --by NAME --reason TEXT`", held["sentence"])
+        self.assertIn("`recover --owner ID`", fenced["sentence"])
         self.assertIn("stops here: already-running: ", hook["systemMessage"])
         first = damaged.out.splitlines()[0]
         self.assertTrue(first.startswith(f"stop: state-unrecoverable: {STOPS['state-unrecoverable']}: "), first)

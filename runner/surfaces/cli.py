@@ -715,7 +715,9 @@ def cmd_lease(args: argparse.Namespace) -> int:
     if args.action == "break":
         view = verbs.lease_break(run, args.by, args.reason)["lease"]
         emit(args, {"ok": True, **view},
-             f"lease of {view['owner'] or 'nobody'} (epoch {view['epoch']}) now expires {view['expires_at'] or '-'}")
+             f"lease of {view['owner'] or 'nobody'} (epoch {view['epoch']}) ended at {view['expires_at'] or '-'}: "
+             "its holder's writes are refused from now on, and the next drive or recover takes the lease at a "
+             "higher epoch")
         return 0
     if not args.owner:
         raise InvalidInput(f"lease {args.action} needs --owner ID")

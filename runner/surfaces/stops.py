@@ -76,6 +76,10 @@ STOPS: Dict[str, str] = {
 
 #: What moves the run on, where the specifics do not say: the last part of the sentence.
 _NEXT = {
+    "already-running": "wait until it gives the lease back or it lapses; if that worker is gone for good, "
+                       "`lease break --by NAME --reason TEXT` ends its lease at once and the next drive takes over",
+    "fenced": "stop writing at once; `recover --owner ID` (or `drive --owner ID`) takes the lease again at a new "
+              "epoch if you are meant to go on",
     "awaiting-approval/denied": "a new request, a plan change or a cancellation moves the run on",
     "failed/step": "a plan change (`migrate --contract FILE`) or a cancellation moves the run on",
     "needs-reconciliation/job": "what it left behind is for a person to check",
