@@ -13,7 +13,7 @@ import signal
 import unittest
 from typing import Any, Dict, List, Tuple
 
-from runner.execution.pool import run_pool
+from runner.execution.pool import PoolOptions, run_pool
 from tests.support import util as _util
 from runner.stores import create_store, list_runs, open_store, run_url
 
@@ -49,8 +49,8 @@ class PoolTest(unittest.TestCase):
     def pool(self, url: str, **options: Any) -> Tuple[Dict[str, Any], List[Tuple[str, int]], List[str]]:
         exits: List[Tuple[str, int]] = []
         lines: List[str] = []
-        tally = run_pool(url, 2, HANDLER, ttl=60, seed=4, on_exit=lambda owner, code: exits.append((owner, code)),
-                         on_line=lines.append, **options)
+        tally = run_pool(url, 2, HANDLER, PoolOptions(**dict({"ttl": 60, "seed": 4}, **options)),
+                         on_exit=lambda owner, code: exits.append((owner, code)), on_line=lines.append)
         return tally, exits, lines
 
     def states(self, url: str) -> List[Dict[str, Any]]:
@@ -116,7 +116,8 @@ class PoolTest(unittest.TestCase):
         url = "file:" + os.path.join(self.root, "runs")
         self.make_runs(url, 1)
         exits: List[Tuple[str, int]] = []
-        tally = run_pool(url, 1, "tests.support.scripts.pool_worker:hang_once", ttl=2, seed=4, context={"marker": os.path.join(self.root, "hung"), "hang": 20},
+        options = PoolOptions(ttl=2, seed=4, context={"marker": os.path.join(self.root, "hung"), "hang": 20})
+        tally = run_pool(url, 1, "tests.support.scripts.pool_worker:hang_once", options,
                          on_exit=lambda owner, code: exits.append((owner, code)))
         self.assertEqual((tally["stuck"], tally["crashes"], tally["workers"], tally["errors"]), (1, 1, 2, []))
         self.assertEqual([code for _, code in exits], [-signal.SIGKILL, 0], "killed, then its replacement finished")

@@ -30,7 +30,7 @@ import re
 import signal
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, NamedTuple, Optional
 
 from ..base.errors import InvalidInput, RunnerError
 from ..ledger.lease import lease_view
@@ -44,7 +44,7 @@ from ..base.windows import NO_OBSERVER, Observer
 if TYPE_CHECKING:
     import subprocess
 
-__all__ = ["run_pool", "load_handler", "worker_main"]
+__all__ = ["PoolOptions", "run_pool", "load_handler", "worker_main"]
 
 TERMINAL = ("complete", "cancelled", "blocked", "failed")
 
@@ -111,14 +111,22 @@ def _spawn(opts: Dict[str, Any]) -> "subprocess.Popen[str]":
                             env=env)
 
 
-def run_pool(store_url: str, workers: int, handler: str, *, context: Optional[Dict[str, Any]] = None, ttl: float = 60.0,
-             seed: int = 1, observer: Optional[str] = None, on_line: Optional[Callable[[str], None]] = None,
-             on_exit: Optional[Callable[[str, int], None]] = None, max_generations: int = 10000,
+class PoolOptions(NamedTuple):
+    """How a pool's workers are started. Each field is passed to every worker or read by the supervisor."""
+
+    context: Optional[Dict[str, Any]] = None  # given to the handler of every run, as ``context``
+    ttl: float = 60.0  # the lease's time to live of each worker; the supervisor looks every ttl / 2
+    seed: int = 1  # draws each worker's own seed, so a pool's run is replayable
+    observer: Optional[str] = None  # a ``module:function`` observer factory for each worker (see the module docs)
+    max_generations: int = 10000  # the most workers started in all, replacements included
+
+
+def run_pool(store_url: str, workers: int, handler: str, options: PoolOptions = PoolOptions(), *,
+             on_line: Optional[Callable[[str], None]] = None, on_exit: Optional[Callable[[str, int], None]] = None,
              tally: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """Run ``workers`` processes over the store's runs, replacing any that are killed; return the tally.
 
-    ``observer``: a ``module:function`` observer factory for each worker (see the
-    module docs). ``on_exit(owner, exit code)`` is called after each worker
+    ``on_line`` gets each line a worker prints. ``on_exit(owner, exit code)`` is called after each worker
     ended, once the leases of a killed one are broken. The tally counts
     ``workers`` started, ``crashes`` (workers ended by SIGKILL, each
     replaced), ``stuck`` (those of them the supervisor killed: every
@@ -129,7 +137,8 @@ def run_pool(store_url: str, workers: int, handler: str, *, context: Optional[Di
     """
     import selectors
 
-    rng = random.Random(seed)
+    context, ttl, observer, max_generations = options.context, options.ttl, options.observer, options.max_generations
+    rng = random.Random(options.seed)
     tally = tally if tally is not None else {}
     tally.update({"workers": 0, "crashes": 0, "stuck": 0, "errors": []})
     generation = 0

@@ -402,7 +402,7 @@ SHARD_SIZE = 100
 def _run_sharded(store_url: str, service_url: str, documents: int, seed: int, crash_rate: float, workers: int,
                  progress: Optional[_Progress], shard_size: int = SHARD_SIZE) -> Dict[str, Any]:
     """The documents in runs of ``shard_size`` in one store, driven by a pool of ``workers``."""
-    from ..execution.pool import run_pool
+    from ..execution.pool import PoolOptions, run_pool
 
     if list_runs(store_url):
         raise InvalidInput(f"{store_url} already holds runs; the demo needs an empty store")
@@ -446,8 +446,9 @@ def _run_sharded(store_url: str, service_url: str, documents: int, seed: int, cr
             audit["crashes_without_lease"] += 1
 
     context = {"url": service_url, "shard_size": shard_size, "documents": documents, "crash_rate": crash_rate}
-    tally = run_pool(store_url, workers, "runner.proof.demo:shard_handler", context=context, ttl=TTL, seed=seed,
-                     observer="runner.proof.demo:worker_faults", on_line=on_line, on_exit=on_exit, tally=tally)
+    options = PoolOptions(context=context, ttl=TTL, seed=seed, observer="runner.proof.demo:worker_faults")
+    tally = run_pool(store_url, workers, "runner.proof.demo:shard_handler", options, on_line=on_line, on_exit=on_exit,
+                     tally=tally)
     tally.update(audit)
     tally["documents_done"] = sum(verified.values())
     return tally

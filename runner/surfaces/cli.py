@@ -1010,14 +1010,15 @@ def cmd_job(args: argparse.Namespace) -> int:
 
 
 def cmd_work(args: argparse.Namespace) -> int:
-    from ..execution.pool import load_handler, run_pool
+    from ..execution.pool import PoolOptions, load_handler, run_pool
 
     url = _store_url(args)
     load_handler(args.handler_spec)  # fail here, once, rather than in every worker
     if args.observer:
         load_handler(args.observer, "observer factory")
     context = _json_arg(args.context, "--context")
-    tally = run_pool(url, args.workers, args.handler_spec, context=context, ttl=args.ttl, observer=args.observer)
+    tally = run_pool(url, args.workers, args.handler_spec, PoolOptions(context=context, ttl=args.ttl,
+                                                                        observer=args.observer))
     emit(args, {"ok": not tally["errors"], **tally}, "\n".join(f"{k:14} {v}" for k, v in tally.items()))
     return 0 if not tally["errors"] else 1
 
