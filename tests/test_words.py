@@ -2,7 +2,7 @@
 
 Each vocabulary is a ``Literal`` type (:mod:`runner.ledger.states`,
 :mod:`runner.calls.answers`, :mod:`runner.calls.inflight`,
-:mod:`runner.lifecycle`): with mypy's strict equality a comparison with a
+:mod:`runner.execution.lifecycle`): with mypy's strict equality a comparison with a
 word outside it is an error, so a misspelt word cannot pass the type check.
 What a type checker cannot see, these tests hold: that each type lists the
 words the code makes and the schema allows, no fewer and no more.
@@ -24,7 +24,8 @@ from runner.execution import executor, lifecycle
 from runner.calls import answers, inflight
 from runner.contract.http import INVOKE_WORDS, OBSERVE_WORDS
 from runner.engines import once
-from runner.ledger.states import EFFECT_STATES, UNRESOLVED, EffectState
+from runner.ledger import approvals
+from runner.ledger.states import APPROVAL_STATES, EFFECT_STATES, UNRESOLVED, ApprovalState, EffectState
 
 SCHEMA = os.path.join(REPO_ROOT, "references", "state-envelope.schema.json")
 
@@ -72,6 +73,31 @@ class EffectStateTest(unittest.TestCase):
                             and all(isinstance(e, ast.Constant) for e in node.elts)
                             and {e.value for e in node.elts} == set(UNRESOLVED)]
         self.assertEqual([place.split(":")[0] for place in spelled], [os.path.join("runner", "ledger", "states.py")])
+
+
+class ApprovalStateTest(unittest.TestCase):
+    """A request's states: the type, the schema and the words the approvals' ops write say the same."""
+
+    def test_the_type_the_schema_and_the_ops_list_the_same_states(self) -> None:
+        with open(SCHEMA, encoding="utf-8") as handle:
+            schema = json.load(handle)
+        listed = schema["properties"]["observations"]["properties"]["approvals"]["additionalProperties"]
+        self.assertEqual(get_args(ApprovalState), APPROVAL_STATES)
+        self.assertEqual(list(APPROVAL_STATES), listed["properties"]["state"]["enum"])
+        written = set()
+        for node in ast.walk(_tree(approvals)):
+            # ["set", [..., "state"], "WORD"] and {"state": "WORD"}
+            if isinstance(node, ast.List) and len(node.elts) == 3 and isinstance(node.elts[1], ast.List) \
+                    and node.elts[1].elts and isinstance(node.elts[1].elts[-1], ast.Constant) \
+                    and node.elts[1].elts[-1].value == "state":
+                value = node.elts[2]
+                words = [value] if isinstance(value, ast.Constant) else [v for v in ast.walk(value)
+                                                                          if isinstance(v, ast.Constant)]
+                written |= {w.value for w in words if isinstance(w.value, str)}
+            if isinstance(node, ast.Dict):
+                written |= {v.value for k, v in zip(node.keys, node.values) if isinstance(k, ast.Constant)
+                            and k.value == "state" and isinstance(v, ast.Constant)}
+        self.assertEqual(written, set(APPROVAL_STATES))
 
 
 class MoveKindTest(unittest.TestCase):
