@@ -10,7 +10,7 @@ import unittest
 from typing import Any, Dict
 
 from runner.contract.http import INVOKE_DEFAULTS, OBSERVE_DEFAULTS
-from runner.base.errors import InvalidInput
+from runner.base.errors import InvalidInput, StateUnrecoverable
 from runner.base.pointer import parse_pointer
 from runner.contract import spec
 from runner.contract.lookups import MANY_DEFAULT
@@ -375,6 +375,13 @@ class ContractOfTest(unittest.TestCase):
             plan = _checked({"contract": 1, "task_id": f"t{n}", "goal": "g", "steps": [{"id": "s"}]})
             spec.contract_of(new_envelope(f"t{n}", plan, "", "x"))
         self.assertLessEqual(len(spec._READ), 16)
+
+    def test_a_plan_this_runner_cannot_read_stops_as_unreadable_state(self) -> None:
+        plan = {"contract": 1, "task_id": "t", "goal": "g", "steps": [{"id": "s"}], "retry": {"base_seconds": "soon"}}
+        with self.assertRaises(StateUnrecoverable) as raised:
+            spec.contract_of(new_envelope("t", plan, "", "x"))
+        self.assertIn("the run's plan cannot be read by this runner (ValueError: ", raised.exception.message)
+        self.assertIn("`migrate --contract FILE`", raised.exception.message)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-from ..base.errors import InvalidInput
+from ..base.errors import InvalidInput, StateUnrecoverable
 from ..base.pointer import parse_pointer
 from ..base.values import MAX_ID_LENGTH
 from ..base.canonical import canonical_json
@@ -609,13 +609,20 @@ def contract_of(state: Mapping[str, Any]) -> Contract:
     """The run's contract (its ``plan``), read once per plan digest.
 
     :param state: a run's envelope: its ``plan`` was checked when the run began or migrated.
+    :raises StateUnrecoverable: the plan cannot be read into specs (checked by an older runner under rules this one
+        no longer reads so): nothing is done under a plan read only in part.
     """
     digest = state["plan_digest"]
     with _READ_LOCK:
         found = _READ.get(digest)
     if found is not None:
         return found
-    made = read_contract(state["plan"])
+    try:
+        made = read_contract(state["plan"])
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError) as exc:
+        raise StateUnrecoverable(
+            f"the run's plan cannot be read by this runner ({type(exc).__name__}: {str(exc)[:200]}); check its "
+            "contract with `contract check FILE`, then `migrate --contract FILE` moves the run onto it") from None
     with _READ_LOCK:
         if len(_READ) >= _MOST_KEPT:
             _READ.clear()
