@@ -280,7 +280,7 @@ class FormTest(_Base):
         seen = server.seen[0]
         self.assertEqual(seen.headers["content-type"], "application/x-www-form-urlencoded")
         self.assertEqual(urllib.parse.parse_qsl(seen.body.decode(), keep_blank_values=True),
-                         [("n", "3"), ("none", ""), ("o", '{"b":1}'), ("ok", "true"), ("text", "a b&c=d"), ("to", "x"),
+                         [("n", "3"), ("none", ""), ("o[b]", "1"), ("ok", "true"), ("text", "a b&c=d"), ("to", "x"),
                           ("to", "y")])
 
     def test_the_field_is_checked(self) -> None:

@@ -37,7 +37,8 @@ def adapter_for(state: Dict[str, Any], key: str, invoke: Optional[Sequence[str]]
     if not invoke and not observe and effects.http is not None:
         from .http import HttpAdapter  # here: a contract with commands need not import the HTTP client
 
-        return HttpAdapter(effects.http, values=values, workspace=root, timeout=timeout)
+        receipt = (state.get("effects", {}).get(key) or {}).get("receipt")  # its id is looked for in a listing
+        return HttpAdapter(effects.http, values=values, workspace=root, timeout=timeout, receipt=receipt)
     if not invoke and not observe and effects.git is not None:
         from .git import GitAdapter  # here: a contract without git need not import it
         return GitAdapter(effects.git, values=values, workspace=root, timeout=timeout, runner=runner)

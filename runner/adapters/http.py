@@ -47,9 +47,18 @@ Invariants kept here:
 * **An absence only from a listing read to its end.** With ``observe.list``
   every lookup reads one listing of the target page by page, within the
   call's time and ``max_pages``; a key none of its entries matches is absent
-  only when the last page said no other follows. A listing cut short (a page
-  that cannot be read within the call's time, ``max_pages`` reached, a next
-  page on another origin) says nothing of a key it did not find: unknown.
+  only when the last page said no other follows (with ``more`` declared, by
+  saying false there). A listing cut short (a page that cannot be read within
+  the call's time, ``max_pages`` reached, a next page on another origin, a
+  page that says more follow and gives no way on) says nothing of a key it did
+  not find: unknown.
+* **The receipt's entry is the proof.** With ``invoke.receipt_id`` and
+  ``observe.list.id``, a listing's entry with the id the effect's receipt
+  holds is its proof; a matching entry with another id is recorded and marked
+  a possible duplicate.
+* **A lookup carries its own headers.** The key and the epoch headers
+  (``idempotency_header``, ``epoch_header``) go on the invoke alone, and what
+  is recorded of a request names the headers it carried.
 """
 
 import dataclasses
@@ -120,6 +129,8 @@ class HttpAdapter:
         them).
     :param sleep: how a lookup waits before asking again (injectable).
     :param pacing: when each origin takes a request again, as its answers announced (default: the process's).
+    :param receipt: the effect's receipt, when the ledger holds one: with ``invoke.receipt_id``, the id in it is the
+        one a listing's entry must hold to be this effect's (an invoke's own receipt replaces it).
     :raises InvalidInput: a header's or a URL's secret cannot be read now, a URL made from a secret is no http(s)
         URL, or the environment's proxy is no http:// URL.
     """
@@ -131,8 +142,11 @@ class HttpAdapter:
     def __init__(self, spec: HttpSpec, *, values: Optional[Mapping[str, Any]] = None, workspace: str = ".",
                  timeout: float = DEFAULT_CALL_TIMEOUT, pool: ConnectionPool = POOL,
                  environ: Optional[Mapping[str, str]] = None, sleep: Callable[[float], None] = time.sleep,
-                 pacing: Pacing = PACING) -> None:
+                 pacing: Pacing = PACING, receipt: Optional[Mapping[str, Any]] = None) -> None:
         self.spec = spec
+        #: The id of what the effect's receipt says the invoke made (``invoke.receipt_id``), as text; None: no receipt
+        #: names one, and a listing's matching entries are this effect's whatever their ids.
+        self.receipt_id = self._receipt_id(receipt)
         self.values = dict(values or {})
         self.workspace = os.path.abspath(workspace)
         self.timeout = float(timeout)
@@ -187,7 +201,9 @@ class HttpAdapter:
         unnamed = "not-applied" if reply.status == 503 and retry_after is not None else "unknown"
         word = answer_word(self._statuses["invoke"], self._conditions["invoke"], reply, unnamed)
         if word == "receipt":
-            return scrub(self._receipt(request, reply, key, epoch), secrets)
+            receipt = scrub(self._receipt(request, reply, key, epoch), secrets)
+            self.receipt_id = self._receipt_id(receipt)
+            return receipt
         detail = scrub_text(self._answered(request, reply, key, epoch), secrets)
         if word == "not-applied":
             raise NotApplied(detail, retry_after)
@@ -318,6 +334,13 @@ class HttpAdapter:
         return out
 
     # -- answers ---------------------------------------------------------------------------------------
+    def _receipt_id(self, receipt: Optional[Mapping[str, Any]]) -> Optional[str]:
+        """The text or whole number ``receipt`` holds at ``invoke.receipt_id``, as text; None when it holds none."""
+        pointer = self.spec.invoke.receipt_id
+        if pointer is None or not isinstance(receipt, Mapping):
+            return None
+        return _id_text(resolve_pointer(receipt, pointer))
+
     def _receipt(self, request: HttpRequest, reply: Reply, key: str, epoch: Optional[int]) -> Dict[str, Any]:
         """The JSON object answered, when there is one of a sane size; else the status, chosen headers and the body's
         digest."""
@@ -338,8 +361,8 @@ class HttpAdapter:
     def _shown(self, request: HttpRequest, key: str, epoch: Optional[int]) -> Dict[str, Any]:
         """The request as it may be recorded: method, URL and the names (never the values) of the headers sent."""
         names = [name for name, _ in request.headers]
-        managed = (self.spec.idempotency_header, self.spec.epoch_header if request.kind == "invoke" else None)
-        names += [h for h in managed if h]
+        if request.kind == "invoke":  # the headers the runner writes go on the invoke alone (see _headers)
+            names += [h for h in (self.spec.idempotency_header, self.spec.epoch_header) if h]
         return {"method": request.method, "url": self._shown_url(request, key, epoch),
                 "headers": sorted(names, key=str.lower)}
 
@@ -385,7 +408,7 @@ class HttpAdapter:
         except ValueError as exc:
             located, cut = None, str(exc)
         target = located.target if located is not None else ""
-        number = _page_number(target, listing.param) if listing.pages == "param" else 0
+        first_number = _page_number(target, listing.param) if listing.pages == "param" else 1
         read = set()
         while located is not None:
             if pages >= listing.max_pages:
@@ -408,11 +431,9 @@ class HttpAdapter:
             for entry in entries:
                 for index in self._matching(listing.how, resolve_pointer(entry, listing.match), wanted, by_text):
                     found[index].append(entry)
-            following = self._next_page(located, target, document, reply, entries, number)
+            following = self._next_page(located, target, document, reply, entries, pages, first_number)
             if following is None:
                 break
-            if listing.pages == "param":
-                number += 1
             if isinstance(following, tuple):
                 cut = following[0]
                 break
@@ -421,8 +442,20 @@ class HttpAdapter:
                 break
             target = following
         out = []
-        for matches in found:
+        for matches, (_key, _payload, adapter) in zip(found, items):
             seen = dict(evidence, pages=pages, listed=listed, matches=len(matches))
+            own = getattr(adapter, "receipt_id", None) if listing.id is not None else None
+            if matches and own is not None:
+                # The receipt names what the invoke made: its entry is the proof, and an entry with another id a
+                # possible duplicate (made by an earlier call whose answer was lost, or by another writer).
+                ids = [_id_text(resolve_pointer(entry, listing.id or ())) for entry in matches]
+                matches = [e for e, i in zip(matches, ids) if i == own] + [e for e, i in zip(matches, ids) if i != own]
+                seen["receipt_id"] = own
+                seen["receipt_listed"] = own in ids
+                others = [i for i in ids if i != own]
+                if others:
+                    seen["possible_duplicate"] = True
+                    seen["other_ids"] = others[:4]
             if matches:
                 seen["found"] = shown(_summary(matches[0]))
                 if len(matches) > 1:
@@ -452,13 +485,32 @@ class HttpAdapter:
         return [index for index, want in enumerate(wanted) if text_matches(value, want, how)]
 
     def _next_page(self, located: _Located, target: str, document: Any, reply: Reply, entries: List[Any],
-                   number: int) -> Union[None, str, Tuple[str]]:
+                   number: int, first: int) -> Union[None, str, Tuple[str]]:
         """The path and query of the listing's next page; None after its last page; ``(why,)`` when the next page
-        cannot be followed (the listing is cut short there)."""
+        cannot be followed (the listing is cut short there). ``number``: the page's, from 1; ``first``: the page
+        number (``pages`` ``param``) of the listing's first page.
+
+        With ``more`` declared, the page's own word ends the listing: false is its last page, true asks for a next
+        page, and a page that says true with no way on (no next link, no entries, no cursor) cuts the listing short,
+        as does one that says neither. Without it, a page ends the listing as its form says (no next link; no
+        entries; no cursor).
+        """
         listing = self.spec.observe.listing
         assert listing is not None
+        more = False
+        if listing.more is not None:
+            said = resolve_pointer(document, listing.more)
+            if said is False:
+                return None
+            if said is not True:
+                return (f"page {number} of the listing holds neither true nor false at {_written(listing.more)}: the "
+                        "listing was not read to its end",)
+            more = True
         if listing.pages == "link":
             link = next_link(reply.headers)
+            if link is None and more:
+                return (f"page {number} of the listing says more follow (at {_written(listing.more or ())}) but its "
+                        'answer has no Link rel="next": the listing was not read to its end',)
             if link is None:
                 return None
             origin = located.origin
@@ -473,13 +525,27 @@ class HttpAdapter:
                         "listing was not read to its end",)
             return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         if listing.pages == "param":
-            return None if not entries else _with_param(located.target, listing.param or "", str(number + 1))
-        cursor = resolve_pointer(document, listing.cursor or ())
+            if not entries:
+                return (f"page {number} of the listing says more follow (at {_written(listing.more or ())}) but holds "
+                        "no entries: the listing was not read to its end",) if more else None
+            return _with_param(located.target, listing.param or "", str(first + number))
+        if listing.pages == "cursor":
+            cursor = resolve_pointer(document, listing.cursor or ())
+            where = f"the cursor at {_written(listing.cursor or ())}"
+        else:
+            cursor = resolve_pointer(entries[-1], listing.after_last or ()) if entries else MISSING
+            where = f"the last entry's {_written(listing.after_last or ())}"
         if cursor is False or empty(cursor):
-            return None
+            if entries and listing.pages == "after_last":  # entries, but no id to go on from: more may follow
+                return (f"page {number} of the listing holds entries but {where} is empty: the listing was not read "
+                        "to its end",)
+            if not more:
+                return None
+            return (f"page {number} of the listing says more follow (at {_written(listing.more or ())}) but "
+                    f"{'holds no entries' if not entries else 'names no next page: ' + where + ' is empty'}: the "
+                    "listing was not read to its end",)
         if isinstance(cursor, (dict, list, bool)) or (isinstance(cursor, float) and not cursor.is_integer()):
-            return (f"the cursor at {_written(listing.cursor or ())} is no text or whole number: the listing was not "
-                    "read to its end",)
+            return (f"{where} is no text or whole number: the listing was not read to its end",)
         return _with_param(located.target, listing.param or "", str(cursor))
 
     def _page(self, request: HttpRequest, located: _Located, headers: Dict[str, str], end: float,
@@ -654,6 +720,13 @@ def _encoded(values: Mapping[str, Any]) -> Dict[str, Any]:
 SUMMARY_FIELDS, SUMMARY_TEXT = 12, 200
 
 
+def _id_text(value: Any) -> Optional[str]:
+    """An id as text: a string or a whole number (a receipt's and a listing's alike); None for anything else."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
+        return None
+    return str(value)
+
+
 def _summary(entry: Any) -> Any:
     """What evidence keeps of a listing's entry: an object's fields that are numbers, true or false, or short text
     (an issue's id, number, title, state and URLs, never its body), so a person can find it; anything else whole."""
@@ -667,17 +740,34 @@ def _summary(entry: Any) -> Any:
 def _body(send_as: str, payload: Dict[str, Any]) -> bytes:
     """The invoke's body: the payload as canonical JSON, or as form fields (``send_as`` ``form``).
 
-    A form holds each field in key order: text as it is, a number or true/false as JSON writes it, null as nothing,
-    each element of a list as a field of the same name, and an object (or a list inside a list) as its JSON.
+    A form holds each field in key order, with the brackets Rails, PHP and Stripe read: text as it is, a number or
+    true/false as JSON writes it, null as nothing; an object's fields as ``name[field]``, to any depth; a list's
+    elements as fields of the list's name at the payload's top (``to=a&to=b``, an HTML form's repeated field) and as
+    ``name[]`` inside an object (``metadata[tags][]=a``), but an element that is an object or a list as
+    ``name[INDEX]`` (``items[0][price]=p``), the one form that keeps each element's fields together. An empty object
+    or list sends no field.
     """
     if send_as != "form":
         return canonical_json(payload)
-    pairs = []
+    pairs: List[Tuple[str, str]] = []
     for name in sorted(payload):
-        value = payload[name]
-        for one in value if isinstance(value, list) else [value]:
-            pairs.append((name, _form_text(one)))
+        _form_fields(name, payload[name], pairs, top=True)
     return urllib.parse.urlencode(pairs).encode("ascii")
+
+
+def _form_fields(name: str, value: Any, pairs: List[Tuple[str, str]], top: bool = False) -> None:
+    """Append the form fields of ``value`` named ``name`` to ``pairs`` (see :func:`_body`)."""
+    if isinstance(value, dict):
+        for field in sorted(value):
+            _form_fields(f"{name}[{field}]", value[field], pairs)
+    elif isinstance(value, list):
+        for index, one in enumerate(value):
+            if isinstance(one, (dict, list)):
+                _form_fields(f"{name}[{index}]", one, pairs)
+            else:
+                pairs.append((name if top else f"{name}[]", _form_text(one)))
+    else:
+        pairs.append((name, _form_text(value)))
 
 
 def _form_text(value: Any) -> str:

@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .lookups import MANY_DEFAULT, MANY_MAX
 from .templates import FIELD_NAME, expand, is_field, placeholders_in
-from ..base.pointer import pointer_problem
+from ..base.pointer import parse_pointer, pointer_problem
 
 __all__ = ["FieldProblem", "http_problems", "sensitive", "unsendable", "split_url", "secret_origin", "INVOKE_METHODS",
            "OBSERVE_METHODS", "INVOKE_WORDS", "OBSERVE_WORDS", "INVOKE_DEFAULTS", "OBSERVE_DEFAULTS", "MANY_MAX",
@@ -44,14 +44,16 @@ _URL_PLACEHOLDERS = {"invoke": ("key", "item", "stem", "slug", "index", "run_id"
                      "observe": ("key", "item", "stem", "slug", "index", "run_id")}
 _HEADER_PLACEHOLDERS = {"invoke": ("key", "slug", "index", "run_id", "epoch"),
                         "observe": ("key", "slug", "index", "run_id")}
-_REQUEST_KEYS = {"invoke": ("method", "url", "headers", "statuses", "receipt_headers", "send_as"),
+_REQUEST_KEYS = {"invoke": ("method", "url", "headers", "statuses", "receipt_headers", "send_as", "receipt_id"),
                  "observe": ("method", "url", "headers", "statuses", "pointer", "many", "list")}
 _MANY_KEYS = ("url", "list", "match", "value", "max", "page_size", "next")
 #: How an invoke sends its payload: as JSON (the default), or as an HTML form's fields.
 SEND_AS = ("json", "form")
 _FORM_TYPE = "application/x-www-form-urlencoded"
 #: What ``observe.list`` holds; ``url``, ``pages``, ``match`` and ``value`` are required.
-_LIST_KEYS = ("url", "pages", "list", "match", "value", "how", "max_pages")
+_LIST_KEYS = ("url", "pages", "list", "match", "value", "how", "max_pages", "more", "id")
+#: What ``observe.list.pages`` may hold besides ``param``: how the next page is named, one of them at most.
+_PAGE_FORMS = ("cursor", "after_last")
 #: How ``observe.list`` compares the text at ``match`` with an item's ``value``.
 LIST_HOW = ("equals", "first_line", "contains")
 #: Pages one listing reads at most unless ``max_pages`` says otherwise, and the most it may say.
@@ -312,7 +314,11 @@ def _request_problems(kind: str, spec: Any) -> List[FieldProblem]:
         return [FieldProblem(at, f"effects.http.{kind} must be an object with at least a url")]
     out: List[FieldProblem] = []
     for name in spec:
-        if name not in _REQUEST_KEYS[kind]:
+        if name in ("idempotency_header", "epoch_header") and kind == "invoke":
+            out.append(FieldProblem(at + (name,), f"effects.http.invoke: {name} belongs to effects.http, beside invoke "
+                                                  "and observe (the runner writes it on the invoke only); or write the "
+                                                  "header in invoke.headers with the value \"{key}\""))
+        elif name not in _REQUEST_KEYS[kind]:
             out.append(FieldProblem(at + (name,), f"effects.http.{kind}: unknown field {name!r} (allowed: "
                                                   f"{', '.join(_REQUEST_KEYS[kind])})"))
     methods = INVOKE_METHODS if kind == "invoke" else OBSERVE_METHODS
@@ -338,6 +344,10 @@ def _request_problems(kind: str, spec: Any) -> List[FieldProblem]:
                                                        "request has none"))
     if "many" in spec:
         out.extend(_many_problems(spec["many"]))
+    if "receipt_id" in spec:
+        problem = pointer_problem(spec["receipt_id"], "effects.http.invoke.receipt_id")
+        if problem:
+            out.append(FieldProblem(at + ("receipt_id",), problem))
     if "receipt_headers" in spec:
         names = spec["receipt_headers"]
         if not isinstance(names, list) or not all(isinstance(n, str) and _TOKEN.match(n) for n in names):
@@ -386,17 +396,8 @@ def _list_problems(observe: Dict[str, Any]) -> List[FieldProblem]:
                                     f"effects.http.observe.headers: {name}: {{{named[0]}}} names an item, and one "
                                     "listing serves every item: a listing's headers may hold {run_id}, {env:NAME} and "
                                     "{file:PATH}"))
-    pages = listing["pages"]
-    if isinstance(pages, dict) and set(pages) <= {"param", "cursor"} and isinstance(pages.get("param"), str) \
-            and _QUERY_NAME.match(pages["param"]) and (
-                "cursor" not in pages or not pointer_problem(pages["cursor"], "cursor")):
-        pass
-    elif pages != "link":
-        out.append(FieldProblem(at + ("pages",), 'effects.http.observe.list.pages must be "link" (the Link header\'s '
-                                                 'rel="next"), {"param": "page"} (page numbers, to the first empty '
-                                                 'page) or {"cursor": "/next_cursor", "param": "after"} (the cursor '
-                                                 "each page names, sent back as that query parameter)"))
-    for name in ("list", "match"):
+    out.extend(_pages_problems(listing))
+    for name in ("list", "match", "more", "id"):
         if name in listing:
             problem = _pointer_problem(listing[name])
             if problem:
@@ -413,6 +414,49 @@ def _list_problems(observe: Dict[str, Any]) -> List[FieldProblem]:
         out.append(FieldProblem(at + ("max_pages",), "effects.http.observe.list.max_pages must be a whole number from "
                                                      f"1 to {MAX_PAGES_MAX}"))
     return out
+
+
+def _pages_problems(listing: Dict[str, Any]) -> List[FieldProblem]:
+    """Problems of ``observe.list.pages``: how the next page is named. A cursor read from inside the list (its
+    pointer leads through an entry, ``/data/99/id``) is refused: on a page of another size no entry is there, and
+    that page would be taken for the last."""
+    at = ("http", "observe", "list", "pages")
+    pages = listing["pages"]
+    if pages == "link":
+        return []
+    forms = [name for name in _PAGE_FORMS if isinstance(pages, dict) and name in pages]
+    if not isinstance(pages, dict) or not set(pages) <= {"param", *_PAGE_FORMS} or len(forms) > 1 \
+            or not isinstance(pages.get("param"), str) or not _QUERY_NAME.match(pages["param"]) \
+            or any(pointer_problem(pages[name], name) for name in forms):
+        return [FieldProblem(at, 'effects.http.observe.list.pages must be "link" (the Link header\'s '
+                                 'rel="next"), {"param": "page"} (page numbers, to the first empty page) '
+                                 'or {"cursor": "/next_cursor", "param": "after"} (the cursor each page '
+                                 "names, sent back as that query parameter)"
+                                 ', or {"after_last": "/id", "param": "starting_after"} (the last entry\'s id, sent '
+                                 "back as that query parameter)")]
+    if "cursor" in pages:
+        cursor, entries = parse_pointer(pages["cursor"]), parse_pointer(listing.get("list", "")) \
+            if not pointer_problem(listing.get("list", ""), "list") else None
+        if entries is not None and cursor[:len(entries)] == entries:
+            return [FieldProblem(at + ("cursor",), f"effects.http.observe.list.pages.cursor {pages['cursor']} lies "
+                                                   "inside the list of entries (observe.list.list): a page of another "
+                                                   "size has no entry there and would be taken for the last; for the "
+                                                   'last entry\'s id write {"after_last": "/id", "param": ...}, and '
+                                                   '"more": "/has_more" where a page says whether another follows')]
+    return []
+
+
+def _id_problems(spec: Dict[str, Any]) -> List[FieldProblem]:
+    """``invoke.receipt_id`` and ``observe.list.id`` go together: a receipt's id is looked for in the listing."""
+    invoke, observe = spec.get("invoke"), spec.get("observe")
+    receipt = isinstance(invoke, dict) and "receipt_id" in invoke
+    listing = observe.get("list") if isinstance(observe, dict) else None
+    listed = isinstance(listing, dict) and "id" in listing
+    if receipt == listed:
+        return []
+    at = ("http", "invoke", "receipt_id") if receipt else ("http", "observe", "list", "id")
+    return [FieldProblem(at, "effects.http.invoke.receipt_id and effects.http.observe.list.id go together: where the "
+                             "invoke's answer holds the id of what it made, and where a listed entry holds its id")]
 
 
 def _many_problems(many: Any) -> List[FieldProblem]:
@@ -489,6 +533,7 @@ def http_problems(effects: Dict[str, Any]) -> List[FieldProblem]:
                                                "one it can observe"))
         else:
             out.extend(_request_problems(kind, spec[kind]))
+    out.extend(_id_problems(spec))
     names = {}
     for field in ("idempotency_header", "epoch_header"):
         if field in spec:

@@ -172,8 +172,11 @@ class HttpList:
     waiting for a lookup.
 
     ``pages``: ``"link"`` (the ``Link`` header's ``rel="next"``), ``"param"`` (page numbers in the query parameter
-    ``param``, to the first page without entries) or ``"cursor"`` (the value at ``cursor`` in each page, sent back as
-    ``param``, to a page that names none). ``how``: ``equals``, ``first_line`` or ``contains``.
+    ``param``, to the first page without entries), ``"cursor"`` (the value at ``cursor`` in each page, sent back as
+    ``param``, to a page that names none) or ``"after_last"`` (the value at ``after_last`` in the page's last entry,
+    sent back as ``param``, to the first page without entries). ``more``: where a page says whether another follows
+    (true or false); when declared, it alone ends the listing. ``how``: ``equals``, ``first_line`` or ``contains``.
+    ``id``: where an entry holds the id an invoke's receipt holds at ``invoke.receipt_id``.
     """
 
     pages: str
@@ -184,6 +187,9 @@ class HttpList:
     max_pages: int = MAX_PAGES_DEFAULT
     param: Optional[str] = None
     cursor: Optional[Tuple[str, ...]] = None
+    after_last: Optional[Tuple[str, ...]] = None
+    more: Optional[Tuple[str, ...]] = None
+    id: Optional[Tuple[str, ...]] = None
 
 
 @dataclass(frozen=True)
@@ -203,7 +209,8 @@ class HttpRequest:
 
     With ``origin_secret`` the URL's scheme, host or port come from a secret: ``scheme``, ``host`` and ``port`` are
     empty and ``rest`` is the whole template, split at each call once the secret is read. ``conditions``: per status
-    or class, the conditions on the body tried before its word in ``statuses``.
+    or class, the conditions on the body tried before its word in ``statuses``. ``receipt_id``: where an invoke's
+    answer holds the id of what it made, matched to a listing's ``id``.
     """
 
     kind: str
@@ -222,6 +229,7 @@ class HttpRequest:
     conditions: Tuple[Tuple[str, Tuple[BodyCondition, ...]], ...] = ()
     send_as: str = "json"
     listing: Optional[HttpList] = None
+    receipt_id: Optional[Tuple[str, ...]] = None
 
 
 @dataclass(frozen=True)
@@ -452,6 +460,7 @@ def _request(kind: str, block: Mapping[str, Any], many: Optional[HttpMany] = Non
         conditions=tuple(conditions),
         send_as=block.get("send_as", "json"),
         listing=listing,
+        receipt_id=parse_pointer(block["receipt_id"]) if "receipt_id" in block else None,
     )
 
 
@@ -462,7 +471,8 @@ def _condition(block: Mapping[str, Any]) -> BodyCondition:
 
 def _listing(block: Mapping[str, Any]) -> HttpList:
     pages = block["pages"]
-    kind = "link" if pages == "link" else "cursor" if "cursor" in pages else "param"
+    kind = "link" if pages == "link" else "cursor" if "cursor" in pages else "after_last" if "after_last" in pages \
+        else "param"
     return HttpList(
         pages=kind,
         list=parse_pointer(block.get("list", "")),
@@ -472,6 +482,9 @@ def _listing(block: Mapping[str, Any]) -> HttpList:
         max_pages=int(block.get("max_pages", MAX_PAGES_DEFAULT)),
         param=None if kind == "link" else pages["param"],
         cursor=parse_pointer(pages["cursor"]) if kind == "cursor" else None,
+        after_last=parse_pointer(pages["after_last"]) if kind == "after_last" else None,
+        more=parse_pointer(block["more"]) if "more" in block else None,
+        id=parse_pointer(block["id"]) if "id" in block else None,
     )
 
 
