@@ -273,7 +273,7 @@ class FieldsTest(unittest.TestCase):
                 observe_many=spec.ManyCommand(("find-all", "{each}"), "/ref", "{slug}", list="/found", max=20),
             ),
         )
-        self.assertEqual(made.limits, spec.Limits(4, 6, 3600, 2.5, 9, 600))
+        self.assertEqual(made.limits, spec.Limits(4, 6, 3600, 2.5, 9, 600, cost_limits=(("money", 2.5),)))
         self.assertEqual(made.retry, spec.RetryPolicy(2.0, 30.0, 900))
         self.assertEqual((made.lease, made.jobs), (spec.LeaseSpec(120.0), spec.JobsSpec(True)))
         self.assertEqual(made.workspace_root(base="/project"), os.path.abspath("/project/work"))

@@ -14,7 +14,8 @@ from .lookups import MANY_DEFAULT, MANY_MAX
 from .steps import _argv_problem
 from .templates import PLACEHOLDERS, is_field, placeholders_in
 
-__all__ = ["effects_problems", "many_problems", "flow_problems", "EACH", "MAX_CONCURRENCY", "GROUP_PLACEHOLDERS",
+__all__ = ["effects_problems", "many_problems", "cost_problems", "cost_limit_problems", "COST_NAME", "flow_problems",
+           "EACH", "MAX_CONCURRENCY", "GROUP_PLACEHOLDERS",
            "GROUP_FIELD", "DEFAULT_CALL_TIMEOUT", "OBSERVE_NONE"]
 
 #: Seconds one call of the target may take unless ``effects.timeout_seconds`` says otherwise. Here, beside the check
@@ -31,6 +32,9 @@ MANY_PLACEHOLDERS = ("run_id", "workspace")
 MANY_VALUE_PLACEHOLDERS = ("key", "item", "stem", "slug", "index")
 #: The argument of the ``observe_many`` command that becomes one argument per key.
 EACH = "{each}"
+
+#: A cost's name (``money``, ``tokens``): what ``cost --add NAME=AMOUNT`` accepts too.
+COST_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+=-]{0,199}$")
 
 #: The most calls one executor keeps in flight.
 MAX_CONCURRENCY = 256
@@ -79,7 +83,45 @@ def effects_problems(effects: Dict[str, Any]) -> List[str]:
         value = effects.get(name)
         if isinstance(value, int) and not isinstance(value, bool) and value < (1 if name == "max_attempts" else 0):
             out.append(f"effects: {name} must be {'at least 1' if name == 'max_attempts' else 'zero or more'}")
+    return out + cost_problems(effects)
+
+
+def _amount(value: Any) -> bool:
+    """A finite number of zero or more (not a boolean)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < float("inf")
+
+
+def cost_problems(effects: Mapping[str, Any]) -> List[str]:
+    """Problems of ``effects.cost`` (each named cost a list of ``[POINTER, PRICE]`` terms read from a receipt) and
+    ``effects.cost_estimate`` (each named cost an amount reserved for one call)."""
+    out: List[str] = []
+    shape = 'effects: cost must name each cost with its terms, e.g. {"money": [["/usage/total_tokens", 0.00002]]}'
+    terms = effects.get("cost")
+    if "cost" in effects and isinstance(terms, dict):
+        for name, listed in terms.items():
+            if not COST_NAME.match(name):
+                out.append(f"effects: cost: {name!r} is not a cost's name (letters, digits and ._:@+=-)")
+            elif not isinstance(listed, list) or not listed or not all(
+                    isinstance(t, list) and len(t) == 2 and _amount(t[1]) for t in listed):
+                out.append(shape + f": {name!r} must be a list of [POINTER, PRICE] (a price of zero or more)")
+            else:
+                out.extend(p for p in (pointer_problem(t[0], f"effects: cost.{name}") for t in listed) if p)
+    estimate = effects.get("cost_estimate")
+    if "cost_estimate" in effects and isinstance(estimate, dict):
+        for name, amount in estimate.items():
+            if not COST_NAME.match(name) or not _amount(amount):
+                out.append(f"effects: cost_estimate.{name} must be a cost's name with an amount of zero or more "
+                           "(what one call is reserved)")
     return out
+
+
+def cost_limit_problems(limits: Mapping[str, Any]) -> List[str]:
+    """Problems of ``limits.max_cost`` given as an object: each cost's name with a positive limit."""
+    if not limits:
+        return ["limits: 'max_cost' must be a positive number (money) or name each cost's limit, "
+                'e.g. {"money": 2.0}']
+    return [f"limits: max_cost.{name} must be a positive number" for name, value in limits.items()
+            if not COST_NAME.match(name) or not _amount(value) or value <= 0]
 
 
 def many_problems(many: Any) -> List[str]:

@@ -288,6 +288,10 @@ class EffectsSpec:
     observe_many: Optional[ManyCommand] = None
     git: Optional[GitSpec] = None
     readable: bool = True
+    #: ``effects.cost``: each named cost as terms read from a receipt, ``(pointer, price)``; empty when not given.
+    cost: Tuple[Tuple[str, Tuple[Tuple[str, float], ...]], ...] = ()
+    #: ``effects.cost_estimate``: what one call is reserved of each named cost before any cost was seen.
+    cost_estimate: Tuple[Tuple[str, float], ...] = ()
 
     @property
     def performs_effects(self) -> bool:
@@ -332,6 +336,8 @@ class Limits:
     max_cost: Optional[float] = None
     max_steps: Optional[float] = None
     no_progress_seconds: Optional[float] = None
+    #: Every named cost's limit: ``max_cost`` as a number bounds ``money``; as an object, each cost it names.
+    cost_limits: Tuple[Tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -573,7 +579,22 @@ def _effects(block: Mapping[str, Any]) -> EffectsSpec:
         if many
         else None,
         git=_git(block["git"]) if "git" in block else None,
+        cost=tuple((name, tuple((str(t[0]), float(t[1])) for t in terms))
+                   for name, terms in (block.get("cost") or {}).items()),
+        cost_estimate=tuple((name, float(amount)) for name, amount in (block.get("cost_estimate") or {}).items()),
     )
+
+
+def _limits(block: Mapping[str, Any]) -> Limits:
+    """The ``limits`` section; ``max_cost`` a number bounds the cost named money, an object each cost it names."""
+    values = {name: block.get(name) for name in Limits.__dataclass_fields__ if name != "cost_limits"}
+    cost = values.get("max_cost")
+    if isinstance(cost, dict):
+        named = {str(k): float(v) for k, v in cost.items()}
+    else:
+        named = {} if cost is None else {"money": float(cost)}
+    values["max_cost"] = named.get("money")
+    return Limits(**values, cost_limits=tuple(sorted(named.items())))
 
 
 def read_contract(block: Mapping[str, Any]) -> Contract:
@@ -598,7 +619,7 @@ def read_contract(block: Mapping[str, Any]) -> Contract:
         forbidden_actions=_strings(block.get("forbidden_actions")),
         completion_evidence=_strings(block.get("completion_evidence")),
         effects=_effects(effects),
-        limits=Limits(**{name: limits.get(name) for name in Limits.__dataclass_fields__}),
+        limits=_limits(limits),
         retry=RetryPolicy(
             float(retry.get("base_seconds", 1.0)), float(retry.get("cap_seconds", 60.0)), retry.get("deadline_seconds")
         ),

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from ..base.values import MAX_DURATION_SECONDS, check_duration, validate_id
 from ..base.canonical import loads_strict, read_document
-from .effects import OBSERVE_NONE, effects_problems, flow_problems
+from .effects import cost_limit_problems, OBSERVE_NONE, effects_problems, flow_problems
 from .lookups import shared_lookup
 from .steps import effects_field_problems, step_problems
 from ..base.errors import InvalidInput
@@ -50,7 +50,8 @@ STEP_KEYS = {"id": str, "artifact": str, "check": str, "next": str, "approval": 
 EFFECT_KEYS = {"key_pattern": str, "approval": list, "adapter": str, "verification": str, "max_attempts": int,
                "several_approvals": bool, "invoke": list, "observe": list, "http": dict, "timeout_seconds": object,
                "settle_seconds": object, "max_rate_limited": int,
-               "concurrency": int, "rate": dict, "concurrency_key": dict, "observe_many": object, "git": dict}
+               "concurrency": int, "rate": dict, "concurrency_key": dict, "observe_many": object, "git": dict,
+               "cost": dict, "cost_estimate": dict}
 LIMIT_KEYS = ("max_step_attempts", "max_effect_attempts", "max_elapsed_seconds", "max_cost", "max_steps",
               "no_progress_seconds")
 RETRY_KEYS = ("base_seconds", "cap_seconds", "deadline_seconds")
@@ -279,6 +280,8 @@ def _number_problems(block: Dict[str, Any], at: _At) -> List[ContractProblem]:
                 if key not in keys:
                     problems.append(ContractProblem(at(key), f"{section}: unknown field {key!r} (allowed: "
                                                              f"{', '.join(keys)})"))
+                elif key == "max_cost" and isinstance(number, dict):
+                    problems.extend(ContractProblem(at(key), message) for message in cost_limit_problems(number))
                 elif isinstance(number, bool) or not isinstance(number, (int, float)) or number <= 0:
                     problems.append(ContractProblem(at(key), f"{section}: {key!r} must be a positive number"))
                 elif key in DURATION_BOUNDS:

@@ -55,6 +55,7 @@ says what the executor needs of a run.
 import random as _random
 from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Protocol, Sequence, Set, Tuple
 
+from ..ledger import costs as _costs
 from ..ledger import effects as _effects
 from ..calls import inflight
 from ..calls.answers import MAX_DETAIL_CHARS, Answer, Seen, call_target, look_at_many, look_at_target
@@ -390,10 +391,38 @@ class Executor:
                 else:
                     self._carry_out(task, move, now)
             self._start_lookups(lookups, now, fill=any(move.kind == "invoke" for _, move in batch))
-            batch = [(task, move) for task, move in batch if move.kind != "invoke" or self._take_slot(task, now)]
+            pending: Dict[str, float] = {}  # the reservations of the invokes of this batch, not yet committed
+            batch = [(task, move) for task, move in batch
+                     if move.kind != "invoke" or (self._cost_room(task, active, pending) and self._take_slot(task, now)
+                                                  and self._reserved(pending))]
             if not batch:
                 return
             self._commit(batch)
+
+    def _cost_room(self, task: EffectTask, active: List[EffectTask], pending: Dict[str, float]) -> bool:
+        """Whether ``task``'s call may go on to begin under the run's cost limits, or waits (False).
+
+        Its reservation must fit beside what is spent and reserved, this batch's reservations included
+        (:func:`runner.ledger.costs.first_short`). One that does not fit waits while any other task has a call
+        in flight or holds a reservation (an outcome still to be recorded gives it back or charges it); with
+        none, it goes on, and its ``started`` is refused with the limit named: the run stops.
+        """
+        state = self.run.state
+        if not _costs.cost_limits(state):
+            return True
+        if _costs.first_short(state, _costs.reservation(state), pending) is None:
+            return True
+        effects = state["effects"]
+        if pending or any(t is not task and (t.in_flight is not None or (effects.get(t.job.key) or {}).get("reserved"))
+                          for t in active):
+            task.waits_for_slot = True
+            return False
+        return True
+
+    def _reserved(self, pending: Dict[str, float]) -> bool:
+        """Count one more call's reservation in ``pending`` (the batch about to begin); always True."""
+        pending.update(_costs.summed(pending, _costs.reservation(self.run.state)))
+        return True
 
     def _take_slot(self, task: EffectTask, now: float) -> bool:
         """A call slot for ``task``'s next call, or False (it waits: for a call to end, or for the rate).

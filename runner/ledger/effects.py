@@ -46,6 +46,7 @@ from ..base.errors import (AlreadyVerified, Cancelled, Failed, InvalidInput, Lim
                            RunComplete)
 from .states import UNRESOLVED
 from .retry import check_attempts, check_limits, check_wait, limit
+from . import costs as _costs
 from ..base.host import local_maker
 from ..base.quoting import describe
 
@@ -247,6 +248,8 @@ def begin_ops(state: Dict[str, Any], key: str, payload_digest: str, now: float, 
     check_attempts(deferred, caps["max_rate_limited"], f"effect {key} (answers of 'not now')", "max_rate_limited")
     if effect is not None:
         check_wait(effect, now, f"effect {key}")
+    reserved = _costs.reservation(state)
+    _costs.check_fits(state, key, reserved)
     ops: Ops = []
     gated = effects.needs_approval(key) or any(s.approval and s.id == step for s in contract_of(state).steps)
     if gated:
@@ -272,18 +275,23 @@ def begin_ops(state: Dict[str, Any], key: str, payload_digest: str, now: float, 
         record["deferred"] = deferred
     if resend and effect is not None and effect["state"] in UNRESOLVED:
         record["resent"] = True  # the earlier call's outcome is unknown: this attempt's answer does not settle it alone
-    for field in ("payload", "payload_file", "flags"):
+    for field in ("payload", "payload_file", "flags", "cost", "cost_estimated"):
         if effect is not None and field in effect:
             record[field] = effect[field]
+    # The reservation of an earlier call whose outcome is unknown stays with this one's.
+    held = _costs.summed((effect.get("reserved") if effect else None) or {}, reserved)
+    if held:
+        record["reserved"] = held
     if effect is None or not ({"payload", "payload_file"} & set(effect)):
         record.update(kept or {})
     ops.append(["set", ["effects", key], record])
     ops.append(["set", ["counters", "effect_attempts"], int(state["counters"].get("effect_attempts", 0)) + 1])
-    return ops
+    return ops + _costs.reserve_ops(state, reserved)
 
 
 def ack_ops(state: Dict[str, Any], key: str, receipt: Dict[str, Any], now: float) -> Ops:
-    """``started``/``uncertain`` -> ``acknowledged``, keeping the target's receipt."""
+    """``started``/``uncertain`` -> ``acknowledged``, keeping the target's receipt and the cost read from it
+    (:func:`runner.ledger.costs.read_cost`), which replaces the call's reservation in the same transition."""
     check_document(receipt, "receipt")
     effect = _effect(state, key)
     current = effect["state"]
@@ -291,8 +299,10 @@ def ack_ops(state: Dict[str, Any], key: str, receipt: Dict[str, Any], now: float
         return []
     if current not in ("started", "uncertain"):
         raise InvalidInput(f"effect {key!r} is {current}; only a started or uncertain effect can be acknowledged")
-    return [_set(key, "state", "acknowledged"), _set(key, "receipt", receipt),
-            _set(key, "updated_at", format_time(now))]
+    cost, estimated = _costs.read_cost(state, receipt, effect.get("reserved") or {})
+    return ([_set(key, "state", "acknowledged"), _set(key, "receipt", receipt),
+             _set(key, "updated_at", format_time(now))]
+            + _costs.charge_ops(state, key, cost, estimated) + _costs.release_ops(state, key))
 
 
 def _resolve(state: Dict[str, Any], key: str, to: str, field: str, value: Any, allowed: tuple, now: float,
@@ -305,6 +315,10 @@ def _resolve(state: Dict[str, Any], key: str, to: str, field: str, value: Any, a
         raise InvalidInput(f"effect {key!r} is {current}; it cannot become {to} (allowed from: {', '.join(allowed)})")
     stamp = format_time(now)
     ops = [_set(key, "state", to), _set(key, field, value), _set(key, "updated_at", stamp)]
+    if to in ("verified", "absent", "failed") and effect.get("reserved"):
+        if to == "verified":  # made, and its answer never recorded: what was reserved is the cost known
+            ops += _costs.charge_ops(state, key, effect["reserved"], sorted(effect["reserved"]))
+        ops += _costs.release_ops(state, key)
     if to in ("verified", "absent", "failed"):
         ops.append(["set", ["counters", "last_progress_at"], stamp])
         ops += _settle_ops(state, key)

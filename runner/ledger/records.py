@@ -36,6 +36,9 @@ class EffectRecord(_EffectBase, total=False):
     payload_file: str
     flags: List[str]
     begun_by: Dict[str, Any]
+    reserved: Dict[str, float]  # what its call in flight or unsettled holds of each named cost
+    cost: Dict[str, float]  # what its calls cost, read from their answers (or estimated: cost_estimated)
+    cost_estimated: List[str]
 
 
 class _LeaseBase(TypedDict):

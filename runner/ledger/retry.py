@@ -9,8 +9,8 @@ run-wide counters all live in the envelope and nothing resets on restart.
   ``min(cap, base * 2 ** (attempt - 1))``. Spreading retries over the whole
   window keeps many workers that failed together from retrying together.
 * :func:`check_limits` enforces the run-wide limits of the contract:
-  elapsed time since creation, money spent (the ``money`` cost reported by
-  attempts; tokens are counted but not limited), steps started, and no progress
+  elapsed time since creation, each named cost spent (``limits.max_cost``: a
+  number bounds ``money``), steps started, and no progress
   (time since the last step completed or effect resolved).
 """
 
@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 from ..base.times import format_time, parse_time
 from ..base.errors import InvalidInput, LimitExhausted, RetryLater
 from ..contract.spec import contract_of
+from .costs import cost_limits
 
 __all__ = [
     "backoff_delay",
@@ -84,10 +85,12 @@ def check_limits(state: Dict[str, Any], now: float) -> None:
     if elapsed_limit is not None and now - created > elapsed_limit:
         raise LimitExhausted(f"the run has taken {now - created:.0f}s of its {elapsed_limit:.0f}s",
                              limit="max_elapsed_seconds")
-    cost_limit = limit(state, "max_cost")
-    spent = float(counters.get("cost", {}).get("money", 0))
-    if cost_limit is not None and spent >= cost_limit:
-        raise LimitExhausted(f"the run has spent {spent:g} of its cost limit {cost_limit:g}", limit="max_cost")
+    for cost, cost_limit in sorted(cost_limits(state).items()):
+        spent = float(counters.get("cost", {}).get(cost, 0))
+        if spent >= cost_limit:
+            named = "" if cost == "money" else f" {cost}"
+            raise LimitExhausted(f"the run has spent {spent:g} of its{named} cost limit {cost_limit:g}",
+                                 limit="max_cost")
     steps_limit = limit(state, "max_steps")
     if steps_limit is not None and counters.get("steps_started", 0) >= steps_limit:
         raise LimitExhausted(f"the run has started {counters.get('steps_started', 0)} steps of its {int(steps_limit)}",
