@@ -38,7 +38,7 @@ LIMIT = 1.0
 
 
 class BudgetWithCallsInFlightTest(TargetCase):
-    def begin(self, items: List[str], wrapper: List[str], **limits: Any) -> None:
+    def begin(self, items: List[str], wrapper: List[str], estimate: float = 0.1, **limits: Any) -> None:
         with open(os.path.join(self.root, "billed.sh"), "w", encoding="utf-8") as handle:
             handle.write(BILLED)
         with open(os.path.join(self.root, "killer.sh"), "w", encoding="utf-8") as handle:
@@ -49,7 +49,7 @@ class BudgetWithCallsInFlightTest(TargetCase):
                                items=items, payload={"template": {"item": "{item}"}}, timeout=20)
         block["steps"][0]["key"] = "{item}"
         block["effects"].update(key_pattern="c[0-9]+-x[0-9]+", cost={"money": [["/usage/total_tokens", PRICE]]},
-                                cost_estimate={"money": 0.1})
+                                cost_estimate={"money": estimate})
         block["limits"].update(limits)
         self.cli.init(block)
 
@@ -114,6 +114,16 @@ class BudgetWithCallsInFlightTest(TargetCase):
         self.assertAlmostEqual(state["counters"]["cost"]["money"], paid, places=9)
         self.assertAlmostEqual(paid, LIMIT, places=9, msg="ten calls of 0.1 fit in 1.0, and no eleventh began")
         self.assertEqual(len(self.bill()), 10)
+
+    def test_a_call_that_does_not_fit_waits_for_the_calls_in_flight_and_goes_once_they_free_the_budget(self) -> None:
+        # Three calls reserved 0.3 each fill 0.9 of 1.0; the fourth waits. Their answers cost 0.1: the calls after
+        # them are reserved 0.1, and ten fit in all.
+        items = [f"c100-x{n}" for n in range(20)]
+        self.begin(items, [], estimate=0.3, max_cost=LIMIT)
+        done = self.finish(self.cli.spawn("drive", "--owner", "w1", "--parallel", "4", "--json"))
+        self.assertEqual((done["code"], done["reason"]), (6, "limit-exhausted"), done["err"])
+        self.assertEqual(len(self.bill()), 10, "no call stopped the run while others in flight could free the budget")
+        self.assertAlmostEqual(self.record()["counters"]["cost"]["money"], LIMIT, places=9)
 
 
 if __name__ == "__main__":
