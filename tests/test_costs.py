@@ -7,6 +7,8 @@ from runner.ledger import costs, effects, steps
 from runner.base.errors import LimitExhausted
 from runner.contract.text import parse_contract_text
 from runner.contract.spec import read_contract
+from runner.calls.target import Observation
+from runner.engines.once import perform_once
 
 from .support.ops import DIGEST, T0, apply, fresh, plan, then
 
@@ -121,6 +123,31 @@ class ReservationTest(unittest.TestCase):
         state = begun(drafting(cost_estimate={"money": 0.5}, limits=limits), "doc-1")
         self.assertEqual(costs.spend(state), {"money": {"spent": 0.0, "reserved": 0.5, "limit": 2.0},
                                               "tokens": {"spent": 0.0, "reserved": 0.0, "limit": 9000.0}})
+
+
+class _Target:
+    """A target in memory that answers its usage and shows what it holds."""
+
+    def __init__(self) -> None:
+        self.held: dict = {}
+
+    def invoke(self, key: str, payload: dict, epoch: object = None) -> dict:
+        self.held[key] = payload
+        return dict(USAGE, id=key)
+
+    def observe(self, key: str, payload: dict) -> Observation:
+        return Observation("present" if key in self.held else "absent", {"key": key})
+
+
+class EngineCostTest(unittest.TestCase):
+    def test_an_engine_is_given_the_cost_with_the_result_it_records(self) -> None:
+        target = _Target()
+        spec = read_contract(plan(effects={"cost": PRICED})).effects.cost
+        done = perform_once(target, "wf-1:doc-1", {"n": 1}, maybe_done=False, cost=spec)
+        self.assertEqual((done["invoked"], done["cost"], done["cost_unread"]), (True, {"money": 0.2, "tokens": 150}, []))
+        again = perform_once(target, "wf-1:doc-1", {"n": 1}, maybe_done=True, cost=spec)
+        self.assertEqual((again["invoked"], again["cost"]), (False, {}), "a reused effect cost this attempt nothing")
+        self.assertNotIn("cost", perform_once(target, "wf-1:doc-2", {"n": 2}, maybe_done=False))
 
 
 class ContractTest(unittest.TestCase):

@@ -25,7 +25,7 @@ act there without patching anything.
 """
 
 import time
-from typing import Any, Callable, Dict, Optional, cast
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple, cast
 
 from ..base.values import validate_id
 from ..base.times import format_time
@@ -35,6 +35,7 @@ from ..calls.answers import Answer, AnswerKind, Seen, SeenStatus, call_target
 from ..execution.lifecycle import Caps, Facts, next_move
 from ..calls.target import Adapter, NotApplied, Observation
 from ..contract.spec import EffectsSpec
+from ..ledger.costs import priced
 
 __all__ = ["effect_key", "perform_once", "observe_once", "EffectUncertain", "EffectConflict", "WINDOWS"]
 
@@ -84,6 +85,7 @@ def perform_once(
     epoch: int = 0,
     on_window: Callable[[str, str], None] = _nothing,
     clock: Callable[[], float] = time.time,
+    cost: Sequence[Tuple[str, Sequence[Tuple[str, float]]]] = (),
 ) -> Dict[str, Any]:
     """Bring ``key`` with ``payload`` to verified at the target, calling it at most once per observed absence.
 
@@ -96,8 +98,13 @@ def perform_once(
     :param maybe_done: an earlier attempt may have reached the target (every retry, every
         recovery; a first attempt when the workflow says so): observe first.
     :param epoch: the fencing epoch passed to the target.
+    :param cost: each named cost as terms read from the receipt (a contract's ``effects.cost``, as
+        :attr:`runner.contract.spec.EffectsSpec.cost` holds it).
     :returns: ``{"key", "payload_digest", "receipt", "evidence", "invoked"}``; ``invoked`` is
-        False when an earlier attempt's effect was found and reused.
+        False when an earlier attempt's effect was found and reused. With ``cost``, also ``"cost"``: what
+        this call's answer says it cost (``{}`` when no call of this attempt was answered), and
+        ``"cost_unread"``: the names its receipt did not hold. The engine records them with the result, in
+        the same commit, so a cost is never recorded apart from its answer.
     :raises EffectUncertain: the outcome stays unknown after the call or the observation.
     :raises EffectConflict: the target refused the effect for good.
     :raises NotApplied: the target created nothing, for now: the engine's own retry may try again.
@@ -119,8 +126,12 @@ def perform_once(
         kind = move.kind
         if kind == "done":
             assert record is not None
-            return {"key": key, "payload_digest": digest, "receipt": record.get("receipt"),
+            done = {"key": key, "payload_digest": digest, "receipt": record.get("receipt"),
                     "evidence": record.get("evidence"), "invoked": invoked}
+            if cost:
+                answered = answer.receipt if answer is not None and answer.kind == "receipt" else None
+                done["cost"], done["cost_unread"] = priced(cost, answered) if answered is not None else ({}, [])
+            return done
         if kind == "observe":
             found = observe_once(adapter, key, payload)
             # Passed on unchecked, as the engines always have: a word of the target's own reads as "cannot tell".

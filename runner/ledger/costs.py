@@ -18,7 +18,7 @@ Pure functions of the state, used by the effect transitions (:mod:`runner.ledger
   An unknown outcome keeps it until the effect is settled.
 """
 
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..base.errors import LimitExhausted
 from ..base.pointer import MISSING, parse_pointer, resolve_pointer
@@ -26,7 +26,7 @@ from ..base.quoting import number
 from ..contract.spec import contract_of
 from .envelope import Ops
 
-__all__ = ["cost_limits", "reservation", "check_fits", "read_cost", "reserve_ops", "charge_ops", "release_ops", "spend",
+__all__ = ["cost_limits", "reservation", "check_fits", "read_cost", "priced", "reserve_ops", "charge_ops", "release_ops", "spend",
            "summed", "first_short"]
 
 #: Decimal places kept of a sum of reservations, so that one taken and given back leaves nothing.
@@ -100,34 +100,37 @@ def read_cost(state: Dict[str, Any], receipt: Any, reserved: Mapping[str, float]
     of amounts; for a name reserved and not read, the reservation stands in.
     """
     spec = contract_of(state).effects.cost
-    cost: Dict[str, float] = {}
-    unread: List[str] = []
     if spec:
-        for name, terms in spec:
-            total = 0.0
-            for pointer, price in terms:
-                found = resolve_pointer(receipt, parse_pointer(pointer))
-                if found is MISSING or isinstance(found, bool) or not isinstance(found, (int, float)) or found < 0:
-                    total = -1.0
-                    break
-                total += float(found) * price
-            if total < 0:
-                unread.append(name)
-            elif total > 0:
-                cost[name] = round(total, PLACES)
+        cost, unread = priced(spec, receipt)
     else:
-        field = receipt.get("cost") if isinstance(receipt, dict) else None
-        if isinstance(field, dict):
-            for name, amount in field.items():
-                if isinstance(amount, (int, float)) and not isinstance(amount, bool) and 0 <= amount < float("inf"):
-                    cost[str(name)] = float(amount)
-                elif name not in reserved:
-                    unread.append(str(name))
-        unread += [name for name in reserved if name not in cost and name not in unread]
+        field: Any = receipt.get("cost") if isinstance(receipt, dict) else None
+        cost = {str(name): float(amount) for name, amount in (field.items() if isinstance(field, dict) else ())
+                if isinstance(amount, (int, float)) and not isinstance(amount, bool) and 0 <= amount < float("inf")}
+        unread = [name for name in reserved if name not in cost]
     for name in unread:
         if name in reserved:
             cost[name] = float(reserved[name])
     return cost, [name for name in unread if name in reserved]
+
+
+def priced(spec: Sequence[Tuple[str, Sequence[Tuple[str, float]]]], receipt: Any) -> Tuple[Dict[str, float], List[str]]:
+    """Each named cost of ``spec`` (``effects.cost``: terms of a pointer and a price) read from ``receipt``, and the
+    names whose terms could not all be read (a pointer that leads to no number of zero or more)."""
+    cost: Dict[str, float] = {}
+    unread: List[str] = []
+    for name, terms in spec:
+        total: Optional[float] = 0.0
+        for pointer, price in terms:
+            found = resolve_pointer(receipt, parse_pointer(pointer))
+            if found is MISSING or isinstance(found, bool) or not isinstance(found, (int, float)) or found < 0:
+                total = None
+                break
+            total = (total or 0.0) + float(found) * price
+        if total is None:
+            unread.append(name)
+        elif total > 0:
+            cost[name] = round(total, PLACES)
+    return cost, unread
 
 
 def _set(key: str, field: str, value: Any) -> List[Any]:
