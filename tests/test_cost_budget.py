@@ -6,6 +6,7 @@ recorded cost equal to the bill but for the calls whose answers a kill lost (rec
 the bill over the limit by no more than the calls in flight could cost beyond what they were reserved.
 """
 
+import json
 import os
 import unittest
 from typing import Any, Dict, List
@@ -107,13 +108,41 @@ class BudgetWithCallsInFlightTest(TargetCase):
     def test_without_a_kill_the_recorded_cost_is_the_bill_and_stays_under_the_limit(self) -> None:
         items = [f"c100-x{n}" for n in range(20)]
         self.begin(items, [], max_cost={"money": LIMIT, "tokens": 100000})
-        done = self.finish(self.cli.spawn("drive", "--owner", "w1", "--parallel", "4", "--json"))
-        self.assertEqual((done["code"], done["reason"]), (6, "limit-exhausted"), done["err"])
+        drive = self.cli.spawn("drive", "--owner", "w1", "--parallel", "4")  # in words: with its progress line
+        out, err = drive.communicate(timeout=60)
+        self.assertEqual(drive.returncode, 6, err)
         state = self.record()
         paid = sum(sum(v) for v in self.bill().values())
         self.assertAlmostEqual(state["counters"]["cost"]["money"], paid, places=9)
         self.assertAlmostEqual(paid, LIMIT, places=9, msg="ten calls of 0.1 fit in 1.0, and no eleventh began")
         self.assertEqual(len(self.bill()), 10)
+        self.assert_spend_in_sight(err.decode())
+
+    def assert_spend_in_sight(self, drive_err: str) -> None:
+        """status, brief, next, report, drive's last progress line and the OTLP trace each show spent, reserved and
+        limit of every named cost."""
+        expected = {"money": {"spent": 1.0, "reserved": 0.0, "limit": 1.0},
+                    "tokens": {"spent": 0.0, "reserved": 0.0, "limit": 100000.0}}
+        self.assertIn("money 1 spent of 1, tokens 0 spent of 100000", drive_err)
+        status = self.cli.status()
+        self.assertEqual(status["spend"], expected)
+        self.assertIn("spend     money 1 spent of 1 (a call is reserved 0.1), tokens 0 spent of 100000",
+                      self.cli("status").out)
+        self.assertIn("Spend: money 1 spent of 1 (a call is reserved 0.1)", self.cli("brief").out)
+        decided = self.cli.json("next", code=None)
+        self.assertEqual(decided["spend"], expected)
+        self.assertEqual(decided["stop_code"], "limit-exhausted/cost")
+        self.assertIn("money 1 spent of 1 (a call is reserved 0.1)", decided["sentence"])
+        self.assertEqual(self.cli.json("report")["spend"], expected)
+        trace = os.path.join(self.root, "trace.jsonl")
+        self.cli("events", "--otlp", trace)
+        with open(trace, encoding="utf-8") as handle:
+            spans = [span for line in handle for resource in json.loads(line)["resourceSpans"]
+                     for scope in resource["scopeSpans"] for span in scope["spans"]]
+        root = next(span for span in spans if "parentSpanId" not in span)
+        found = {item["key"]: next(iter(item["value"].values())) for item in root["attributes"]}
+        shown = [found[f"runner.cost.{name}"] for name in ("money", "money.reserved", "money.limit", "tokens.limit")]
+        self.assertEqual(shown, [1.0, 0.0, 1.0, 100000.0])
 
     def test_a_call_that_does_not_fit_waits_for_the_calls_in_flight_and_goes_once_they_free_the_budget(self) -> None:
         # Three calls reserved 0.3 each fill 0.9 of 1.0; the fourth waits. Their answers cost 0.1: the calls after

@@ -363,13 +363,16 @@ class TimelineMarksAndCosts(unittest.TestCase):
 
     def test_each_cost_is_spent_against_its_limit(self) -> None:
         records, state = synthetic_run(3, exceptional_every=0)
-        state["plan"] = dict(state["plan"], limits={"max_cost": 2.0})
+        state["plan"] = dict(state["plan"], limits={"max_cost": {"money": 2.0, "calls": 10}})
         state["plan_digest"] = content_digest(state["plan"])
         state["counters"]["cost"] = {"money": 1.25, "tokens": 900}
+        state["counters"]["reserved"] = {"money": 0.5}
         page = timeline.render([history.build(records, state)])
         table = page.split('<table class="costs">', 1)[1].split("</table>", 1)[0]
-        self.assertIn('<th>money</th><td class="n">1.25</td><td class="n">2.0</td>', table)
-        self.assertIn('<th>tokens</th><td class="n">900</td><td class="none">none</td>', table)
+        self.assertIn("<th>spent</th><th>reserved</th><th>limit</th>", table)
+        self.assertIn('<th>money</th><td class="n">1.25</td><td class="n">0.5</td><td class="n">2.0</td>', table)
+        self.assertIn('<th>tokens</th><td class="n">900</td><td class="n">0</td><td class="none">none</td>', table)
+        self.assertIn('<th>calls</th><td class="n">0</td><td class="n">0</td><td class="n">10.0</td>', table)
         costless = history.build(*synthetic_run(3, exceptional_every=0))
         self.assertNotIn('<table class="costs">', timeline.render([costless]))
 

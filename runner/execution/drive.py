@@ -37,6 +37,7 @@ from ..base.errors import EXIT_CODES, InvalidInput, RunnerError, Stopped
 from .executor import Executor, Job, ThreadWorld
 from .flow import flow_for
 from ..ledger.states import UNRESOLVED
+from ..ledger.costs import spend_line
 from ..base.quoting import name, number
 from .recovery import decide, decision_exit_code, recover, refresh_jobs
 from ..calls.target import Adapter
@@ -70,8 +71,12 @@ class _Progress:
         self.began = clock()
         self.last = self.began
 
+    def due(self) -> bool:
+        """Whether the next line is due (its figures need only be made then)."""
+        return self.stream is not None and self.clock() - self.last >= self.every
+
     def show(self, step: str, done: int, total: int, performed: int, reconciled: int, figures: Dict[str, int],
-             final: bool = False) -> None:
+             final: bool = False, spent: str = "") -> None:
         if self.stream is None:
             return
         now = self.clock()
@@ -82,8 +87,9 @@ class _Progress:
         left = f" | {(total - done) / rate:.0f} s left" if rate > 0 and done < total and not final else ""
         waits = f" | {figures['not_now']} 'not now'" if figures.get("not_now") else ""
         looking = f", {figures['looking']} lookups" if figures.get("looking") else ""
+        spent = f" | {spent}" if spent else ""
         self.stream.write(f"drive: {step} {done}/{total} items | {figures.get('in_flight', 0)} calls in flight{looking}"
-                          f" | {rate:.1f} items/s | {reconciled} reconciled{waits}{left}\n")
+                          f" | {rate:.1f} items/s | {reconciled} reconciled{waits}{spent}{left}\n")
         self.stream.flush()
 
 
@@ -246,7 +252,8 @@ class Driver:
             info = None
         if info:
             self.shown.show(step, info["verified"] + info["skipped"], info["total"], tally["effects"],
-                            tally["reconciled"], self.executor.figures, final=True)
+                            tally["reconciled"], self.executor.figures, final=True,
+                            spent=spend_line(run.state, limited_only=False, per_call=False))
 
     def _walk_items(self, step: str, start: int) -> None:
         """Perform the frozen items of ``step`` from ``start`` on, in order, each in O(1) bookkeeping."""
@@ -282,7 +289,8 @@ class Driver:
             if was is not None and was != "absent":
                 tally["reconciled"] += 1
             done[0] += 1
-            shown.show(step, done[0], total, tally["effects"], tally["reconciled"], executor.figures)
+            shown.show(step, done[0], total, tally["effects"], tally["reconciled"], executor.figures,
+                       spent=spend_line(run.state, limited_only=False, per_call=False) if shown.due() else "")
 
         executor.perform_all(jobs(), settled)
 

@@ -27,7 +27,8 @@ from ..contract.spec import contract_of
 from .envelope import Ops
 
 __all__ = ["cost_limits", "reservation", "check_fits", "read_cost", "priced", "reserve_ops", "charge_ops", "release_ops", "spend",
-           "summed", "first_short"]
+           "summed", "first_short",
+           "spend_line"]
 
 #: Decimal places kept of a sum of reservations, so that one taken and given back leaves nothing.
 PLACES = 12
@@ -187,3 +188,26 @@ def spend(state: Dict[str, Any]) -> Dict[str, Dict[str, Optional[float]]]:
     spent, reserved, limits = counters.get("cost") or {}, counters.get("reserved") or {}, cost_limits(state)
     return {name: {"spent": float(spent.get(name, 0)), "reserved": float(reserved.get(name, 0)),
                    "limit": limits.get(name)} for name in sorted(set(spent) | set(reserved) | set(limits))}
+
+
+def spend_line(state: Dict[str, Any], limited_only: bool = True, per_call: bool = True) -> str:
+    """Each named cost spent (and reserved, when calls hold some) against its limit, and what one call is reserved:
+    ``money 1.9 spent and 0.2 reserved of 2 (a call is reserved 0.1)``; "" when there is none to show.
+
+    :param limited_only: only the costs ``limits.max_cost`` bounds.
+    :param per_call: say what one call is reserved.
+    """
+    parts = []
+    each = reservation(state) if per_call else {}
+    for cost, figures in spend(state).items():
+        if figures["limit"] is None and limited_only:
+            continue
+        said = f"{cost} {number(figures['spent'])} spent"
+        if figures["reserved"]:
+            said += f" and {number(figures['reserved'])} reserved"
+        if figures["limit"] is not None:
+            said += f" of {number(figures['limit'])}"
+        if cost in each:
+            said += f" (a call is reserved {number(each[cost])})"
+        parts.append(said)
+    return ", ".join(parts)

@@ -33,6 +33,7 @@ from ..execution.recovery import decision_exit_code, stop_for_error
 from ..execution.run import Run
 from ..stores import create_store, open_store, parse_store_url
 from ..stores.file import RunStore, check
+from ..ledger.costs import spend, spend_line
 from .stops import line as stop_line, with_stop
 from .views import status_view
 
@@ -569,6 +570,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     for step, ev in summary["evidence"].items():
         lines.append(f"evidence  {step}: "
                      + ", ".join(f"{source} {json.dumps(value, sort_keys=True)[:100]}" for source, value in ev.items()))
+    spent = spend_line(run.state, limited_only=False)
+    lines += [f"spend     {spent}"] if spent else []
     lines += [
         f"lease     {summary['lease']['owner'] or '-'} (epoch {summary['lease']['epoch']}, expires "
         f"{summary['lease']['expires_at'] or '-'})",
@@ -897,6 +900,9 @@ def _print_decision(args: argparse.Namespace, decision: Dict[str, Any], state: O
     else:
         decision = with_stop(decision, state)
         text = f"stop: {decision['stop_code']}: {decision['sentence']}"
+    spent = spend(state) if state is not None else {}
+    if spent:  # each named cost's spent, reserved and limit, beside what is decided
+        decision = dict(decision, spend=spent)
     if not args.json:
         for field, label in _EVIDENCE_LABELS:
             for item in decision[field]:

@@ -37,6 +37,7 @@ from ..base.canonical import sha256_hex
 from ..contract.spec import contract_of
 from .history import History, Holding, StepAttempt
 from ..ledger.states import UNRESOLVED
+from ..ledger.costs import spend
 
 __all__ = ["trace", "write", "trace_id"]
 
@@ -196,6 +197,10 @@ def trace(history: History, with_content: bool = False) -> Dict[str, Any]:
     for name, value in sorted(summary.get("cost", {}).items()):
         # the run's totals: no GenAI attribute names a sum over many calls
         root_attributes[f"runner.cost.{name}"] = value
+    for name, figures in sorted(spend(state).items()):
+        root_attributes[f"runner.cost.{name}.reserved"] = figures["reserved"]
+        if figures["limit"] is not None:
+            root_attributes[f"runner.cost.{name}.limit"] = figures["limit"]
     root = out.add("run", f"invoke_agent {history.task_id}", None, history.start, history.end, KIND_INTERNAL,
                    root_attributes, root_events, root_status)
 

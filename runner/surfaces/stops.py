@@ -23,9 +23,9 @@ from ..base.errors import EXIT_TABLE
 from ..base.quoting import PERSON, RECORD, moment, name, number, quote
 from ..base.times import parse_time
 from ..contract.spec import contract_of
-from ..ledger.costs import reservation, spend
+from ..ledger.costs import spend_line
 
-__all__ = ["Stop", "STOPS", "LIMIT_CODES", "stop_of", "with_stop", "line", "spend_line"]
+__all__ = ["Stop", "STOPS", "LIMIT_CODES", "stop_of", "with_stop", "line"]
 
 
 class Stop(NamedTuple):
@@ -148,25 +148,6 @@ def _specifics(code: str, decision: Mapping[str, Any], state: Optional[Dict[str,
             return (f"by {name(cancellation.get('by'))} at {moment(cancellation.get('at'))}: "
                     f"{quote(cancellation.get('reason'), PERSON, 200)}")
     return detail
-
-
-def spend_line(state: Dict[str, Any], limited_only: bool = True) -> str:
-    """Each named cost spent (and reserved, when calls hold some) against its limit, with what one call is reserved:
-    ``money 1.9 spent and 0.2 reserved of 2 (a call is reserved 0.1)``; "" when the run has none."""
-    parts = []
-    per_call = reservation(state)
-    for cost, figures in spend(state).items():
-        if figures["limit"] is None and limited_only:
-            continue
-        said = f"{cost} {number(figures['spent'])} spent"
-        if figures["reserved"]:
-            said += f" and {number(figures['reserved'])} reserved"
-        if figures["limit"] is not None:
-            said += f" of {number(figures['limit'])}"
-        if cost in per_call:
-            said += f" (a call is reserved {number(per_call[cost])})"
-        parts.append(said)
-    return ", ".join(parts)
 
 
 def _limit(code: str, state: Dict[str, Any]) -> str:

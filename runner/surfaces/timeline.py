@@ -165,27 +165,25 @@ def _rect(x1: float, y: float, x2: float, h: float, fill: str, title: str, extra
 
 def _summary_rows(history: History) -> List[Tuple[str, Any]]:
     figures = history.summary
-    return [(name.replace("_", " "), value) for name, value in figures.items() if name != "cost"]
-
-
-def _cost_limits(state: Dict[str, Any]) -> Dict[str, float]:
-    """The limit of each named cost the contract sets: ``limits.max_cost`` bounds the cost named money."""
-    limit = contract_of(state).limits.max_cost
-    return {"money": float(limit)} if limit is not None else {}
+    return [(name.replace("_", " "), value) for name, value in figures.items() if name not in ("cost", "spend")]
 
 
 def _costs_table(history: History) -> str:
-    """Each named cost of the run: what was spent, against its limit where the contract sets one (none: none is set)."""
-    spent, limits = history.summary.get("cost") or {}, _cost_limits(history.state)
-    names = sorted(set(spent) | set(limits))
+    """Each named cost of the run: what was spent, what calls in flight or unsettled hold reserved, against its limit
+    where the contract sets one (none: none is set)."""
+    spent, reserved = history.summary.get("cost") or {}, history.state["counters"].get("reserved") or {}
+    limits = dict(contract_of(history.state).limits.cost_limits)
+    names = sorted(set(spent) | set(reserved) | set(limits))
     if not names:
         return ""
     rows = []
     for name in names:
         bound = limits.get(name)
         limit = f'<td class="n">{_t(bound)}</td>' if bound is not None else '<td class="none">none</td>'
-        rows.append(f'<tr><th>{_t(name)}</th><td class="n">{_t(spent.get(name, 0))}</td>{limit}</tr>')
-    return f'<table class="costs"><tr><th>cost</th><th>spent</th><th>limit</th></tr>{"".join(rows)}</table>'
+        rows.append(f'<tr><th>{_t(name)}</th><td class="n">{_t(spent.get(name, 0))}</td>'
+                    f'<td class="n">{_t(reserved.get(name, 0))}</td>{limit}</tr>')
+    return ('<table class="costs"><tr><th>cost</th><th>spent</th><th>reserved</th><th>limit</th></tr>'
+            f'{"".join(rows)}</table>')
 
 def _summary_table(history: History, columns: int = 4) -> str:
     cells = [f'<th>{_t(name)}</th><td class="n">{_t(value)}</td>' for name, value in _summary_rows(history)]

@@ -24,6 +24,7 @@ from ..base.quoting import (APPROVAL, CONTRACT, EVIDENCE, ITEMS, NOTICE, PERSON,
 from ..ledger.steps import plan_steps
 from ..ledger.batch import progress as batch_progress
 from ..execution.evidence import evidence_view
+from ..ledger.costs import spend, spend_line
 from .stops import line as stop_line, stop_of
 
 __all__ = ["brief", "action_text", "report", "events_after", "status_view", "decision_view", "possible_duplicates"]
@@ -112,6 +113,9 @@ def brief(state: Dict[str, Any], decision: Optional[Dict[str, Any]] = None, limi
             head.append(f"Stopped: {fit(stop_line(decision, state), 700)}")
     elif state.get("next_action"):
         head.append(f"Next action (as recorded): {fit(action_text(state['next_action'], decided=False), 700)}")
+    spent = spend_line(state, limited_only=False)
+    if spent:
+        head.append(f"Spend: {spent}")
     head.append("Facts below come from the run's durable state; a claim not listed here is not established.")
     steps = ["", "## Steps"]
     for spec in plan_steps(state):
@@ -244,6 +248,7 @@ def report(state: Dict[str, Any]) -> Dict[str, Any]:
         "orphaned_jobs": int(counters.get("jobs_orphaned", 0)),
         "possible_duplicates": sum(1 for e in effects if e.get("flags")),
         "cost": dict(counters.get("cost", {})),
+        "spend": spend(state),
         **_item_counts(state),
     }
 
@@ -321,6 +326,7 @@ def status_view(state: Dict[str, Any], decision: Optional[Dict[str, Any]] = None
         "cancellation": state["observations"].get("cancellation"),
         "next": decision_view(decision, state) if decision is not None else None,
         "items": {s.id: progress for s in plan_steps(state) for progress in [batch_progress(state, s.id)] if progress},
+        "spend": spend(state),
         "evidence": {k: evidence_view(r) for k, r in state["steps"].items()
                      if isinstance(r, dict) and evidence_view(r)},
     }
