@@ -88,8 +88,8 @@ def check_fits(state: Dict[str, Any], key: str, amounts: Mapping[str, float]) ->
     short = first_short(state, amounts)
     if short is not None:
         name, amount, spent, reserved, limit = short
-        raise LimitExhausted(f"a call of effect {key} would reserve {name} {number(amount)}: {number(spent)} spent and "
-                             f"{number(reserved)} reserved of the limit {number(limit)}", limit="max_cost", cost=name)
+        raise LimitExhausted(f"a call of effect {key} would reserve {name} {_amount(amount)}: {_amount(spent)} spent "
+                             f"and {_amount(reserved)} reserved of the limit {_amount(limit)}", limit="max_cost", cost=name)
 
 
 def read_cost(state: Dict[str, Any], receipt: Any, reserved: Mapping[str, float]) -> Tuple[Dict[str, float], List[str]]:
@@ -190,6 +190,13 @@ def spend(state: Dict[str, Any]) -> Dict[str, Dict[str, Optional[float]]]:
                    "limit": limits.get(name)} for name in sorted(set(spent) | set(reserved) | set(limits))}
 
 
+def _amount(value: Optional[float]) -> str:
+    """An amount as people write it: a whole number without a fraction or an exponent (2000000, not 2e+06)."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return number(int(value))
+    return number(value)
+
+
 def spend_line(state: Dict[str, Any], limited_only: bool = True, per_call: bool = True) -> str:
     """Each named cost spent (and reserved, when calls hold some) against its limit, and what one call is reserved:
     ``money 1.9 spent and 0.2 reserved of 2 (a call is reserved 0.1)``; "" when there is none to show.
@@ -202,12 +209,12 @@ def spend_line(state: Dict[str, Any], limited_only: bool = True, per_call: bool 
     for cost, figures in spend(state).items():
         if figures["limit"] is None and limited_only:
             continue
-        said = f"{cost} {number(figures['spent'])} spent"
+        said = f"{cost} {_amount(figures['spent'])} spent"
         if figures["reserved"]:
-            said += f" and {number(figures['reserved'])} reserved"
+            said += f" and {_amount(figures['reserved'])} reserved"
         if figures["limit"] is not None:
-            said += f" of {number(figures['limit'])}"
+            said += f" of {_amount(figures['limit'])}"
         if cost in each:
-            said += f" (a call is reserved {number(each[cost])})"
+            said += f" (a call is reserved {_amount(each[cost])})"
         parts.append(said)
     return ", ".join(parts)
