@@ -1,5 +1,6 @@
 """A budget that holds with calls in flight, with real processes: ``drive --parallel`` against a target whose answers
-name their usage, SIGKILLed between an answer and its record, resumed by another process.
+name their usage, SIGKILLed between an answer and its record, resumed by another process; and a cost read from an
+HTTP target's JSON answer.
 
 Every claim is checked on the target's own bill (one line per call it was paid for): no item paid twice, the run's
 recorded cost equal to the bill but for the calls whose answers a kill lost (recorded at their reservation), and
@@ -13,10 +14,13 @@ import unittest
 from typing import Any, Dict, List
 
 from runner.execution.run import Run
+from runner.proof.helpdesk import Helpdesk, HelpdeskServer
 from runner.stores.file import RunStore
 from tests.support.batch import batch_contract
-from tests.test_parallel import KILLER
+from tests.support.util import in_process_cli, scratch_dir
 from tests.test_executor import TargetCase
+from tests.test_http_drive import TOKEN, make_workspace, open_run
+from tests.test_parallel import KILLER
 
 #: billed.sh invoke|observe BILL KEY: a call of key cN-xM costs N tokens; it writes "KEY N" to the bill and answers
 #: its usage; a lookup finds the key on the bill.
@@ -105,8 +109,8 @@ class BudgetWithCallsInFlightTest(TargetCase):
         error = 4 * (0.12 - 0.05)
         self.assertLessEqual(paid, LIMIT + error)
         self.assertLess(len(verified), len(items), "the budget stopped the run before every item")
-        print(f"budget under a kill: {len(lost)} answers lost at the kill, {len(verified)} calls paid; bill {paid:.3f}, "
-              f"recorded {spent:.3f}, limit {LIMIT:g}", file=sys.stderr)
+        print(f"budget under a kill: {len(lost)} answers lost at the kill, {len(verified)} calls paid; "
+              f"bill {paid:.3f}, recorded {spent:.3f}, limit {LIMIT:g}", file=sys.stderr)
 
     def test_without_a_kill_the_recorded_cost_is_the_bill_and_stays_under_the_limit(self) -> None:
         items = [f"c100-x{n}" for n in range(20)]
@@ -156,6 +160,20 @@ class BudgetWithCallsInFlightTest(TargetCase):
         self.assertEqual((done["code"], done["reason"]), (6, "limit-exhausted"), done["err"])
         self.assertEqual(len(self.bill()), 10, "no call stopped the run while others in flight could free the budget")
         self.assertAlmostEqual(self.record()["counters"]["cost"]["money"], LIMIT, places=9)
+
+
+class HttpAnswerCostTest(unittest.TestCase):
+    def test_the_cost_of_an_http_call_is_read_from_its_json_answer(self) -> None:
+        # The helpdesk answers each POST with the issue it made, {"id": N, ...}: a cost of N units per issue.
+        desk = Helpdesk(TOKEN)
+        with scratch_dir("runner-http-cost-") as root, HelpdeskServer(desk) as served:
+            make_workspace(root, served.url, 3, settle=0, cost={"units": [["/id", 1]]})
+            result = in_process_cli(["--dir", os.path.join(root, ".run"), "drive", "--owner", "w", "--json"])
+            self.assertEqual(result.code, 10, result.err)
+            state = open_run(root).state
+        self.assertEqual(state["counters"]["cost"], {"units": 6})
+        self.assertEqual(sorted(e["cost"]["units"] for e in state["effects"].values()), [1, 2, 3])
+        self.assertEqual(state["counters"]["cost_largest"], {"units": 3})
 
 
 if __name__ == "__main__":
