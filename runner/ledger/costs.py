@@ -26,9 +26,8 @@ from ..base.quoting import number
 from ..contract.spec import contract_of
 from .envelope import Ops
 
-__all__ = ["cost_limits", "reservation", "check_fits", "read_cost", "priced", "reserve_ops", "charge_ops", "release_ops", "spend",
-           "summed", "first_short",
-           "spend_line"]
+__all__ = ["cost_limits", "reservation", "check_fits", "read_cost", "priced", "reserve_ops", "charge_ops",
+           "release_ops", "spend", "summed", "first_short", "spend_line"]
 
 #: Decimal places kept of a sum of reservations, so that one taken and given back leaves nothing.
 PLACES = 12
@@ -89,7 +88,8 @@ def check_fits(state: Dict[str, Any], key: str, amounts: Mapping[str, float]) ->
     if short is not None:
         name, amount, spent, reserved, limit = short
         raise LimitExhausted(f"a call of effect {key} would reserve {name} {_amount(amount)}: {_amount(spent)} spent "
-                             f"and {_amount(reserved)} reserved of the limit {_amount(limit)}", limit="max_cost", cost=name)
+                             f"and {_amount(reserved)} reserved of the limit {_amount(limit)}",
+                             limit="max_cost", cost=name)
 
 
 def read_cost(state: Dict[str, Any], receipt: Any, reserved: Mapping[str, float]) -> Tuple[Dict[str, float], List[str]]:
