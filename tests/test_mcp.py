@@ -43,8 +43,10 @@ WRITER_TOOLS = [
     "effect_absent",
     "effect_uncertain",
     "effect_skip",
+    "skip",
     "effect_run",
     "effect_show",
+    "items",
     "effect_list",
     "approval_request",
     "approval_list",
@@ -55,8 +57,9 @@ WRITER_TOOLS = [
     "migrate",
     "events",
 ]
-VIEW_TOOLS = ["next", "brief", "status", "report", "effect_show", "effect_list", "approval_list", "lease_show", "events"]
-CONTROL_TOOLS = ["approval_grant", "approval_deny", "cancel", "lease_break"]
+VIEW_TOOLS = ["next", "brief", "status", "report", "effect_show", "items", "effect_list", "approval_list", "lease_show",
+              "events"]
+CONTROL_TOOLS = ["approval_grant", "approval_deny", "effect_reopen", "cancel", "lease_break"]
 INIT = {
     "jsonrpc": "2.0",
     "id": 0,
@@ -320,7 +323,7 @@ class McpToolsTest(unittest.TestCase):
         with self.assertRaises(InvalidInput):
             self.session(owner=None)
         destructive = {t.name for t in TOOLS if tool_listing(t)["annotations"]["destructiveHint"]}
-        self.assertEqual(destructive, {"step_fail", "effect_skip", "approval_deny", "cancel", "lease_break"})
+        self.assertEqual(destructive, {"step_fail", "effect_skip", "skip", "approval_deny", "cancel", "lease_break"})
         for tool in TOOLS:
             listing = tool_listing(tool)
             self.assertEqual(listing["annotations"]["readOnlyHint"], tool.name in VIEW_TOOLS, tool.name)

@@ -112,8 +112,9 @@ def _batch_why(state: Dict[str, Any], action: Optional[Dict[str, Any]]) -> Optio
         item = f"item {number(action.get('index'))} of step {name(step)} ({quote(action.get('item'), ITEMS, 120)})"
         if action.get("state") == "failed":
             reason = (state["effects"].get(action.get("key")) or {}).get("reason")
-            why = (f"{item} failed for good ({quote(reason, WORKER_OR_TARGET)}): decide whether to `effect skip {key} "
-                   "--reason TEXT`")
+            why = (f"{item} failed for good ({quote(reason, WORKER_OR_TARGET)}): decide whether to "
+                   f"`effect skip {key} --reason TEXT`, or, once its cause is fixed, ask a person to run "
+                   f"`effect reopen {key} --by NAME --reason TEXT`")
         elif contract_of(state).effects.performs_effects:
             why = f"perform {item}: `effect run {key}`"
         else:

@@ -208,6 +208,43 @@ class Run:
         step = batch.owner_of(self.state, key)[0]  # type: ignore[index]
         return dict(self.state["steps"][step]["batch"]["skipped"][key], key=key, step=step, state="skipped")
 
+    def skip_items(self, step: str, reason: str, states: Optional[Sequence[str]] = None) -> List[str]:
+        """Skip every item of ``step`` in one of ``states`` (None: every item not yet verified or skipped), with one
+        reason, in one transition: all of them or none. Fenced.
+
+        :returns: the keys skipped, in item order.
+        :raises InvalidInput: a bad step, state or reason, or no item to skip.
+        :raises NeedsReconciliation: a chosen item may have happened (its effect is unresolved); nothing is skipped.
+        """
+        chosen = tuple(states) if states is not None else None
+        box: Dict[str, List[str]] = {}
+
+        def decide(s: Dict[str, Any], now: float) -> Ops:
+            ops = batch.skip_many_ops(s, step, reason, now, chosen)
+            box["keys"] = [op[1][-1] for op in ops]
+            return ops
+
+        self._mutate(decide)
+        return box["keys"]
+
+    def effect_reopen(self, key: str, by: str, reason: str) -> Dict[str, Any]:
+        """A person gives the failed ``key`` a new budget of attempts (:func:`runner.ledger.effects.reopen_ops`); needs
+        no lease, and is refused to the lease's live holder: an agent does not reopen what failed under its own lease.
+
+        :returns: the effect's record (``state`` absent, ``reopened`` with who and why).
+        :raises InvalidInput: the effect is not failed or holds a receipt, a bad ``by`` or reason, or ``by`` (or this
+            object's owner) holds the run's lease live.
+        """
+        def decide(s: Dict[str, Any], now: float) -> Ops:
+            view = lease.lease_view(s, now)
+            if view["live"] and view["owner"] in (by, self.owner):
+                raise InvalidInput(f"effect {key!r}: {view['owner']} holds the run's lease; a failed effect is "
+                                   "reopened by a person (`effect reopen KEY --by NAME --reason TEXT`), not by the "
+                                   "worker whose run it is", key=key)
+            return effects.reopen_ops(s, key, by, reason, now)
+
+        return self._mutate(decide, fenced=False)["effects"][key]
+
     def step_fail(self, step: str, error_class: str, error: str) -> Dict[str, Any]:
         """Record a failed attempt of the running ``step``. Fenced.
 

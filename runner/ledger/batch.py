@@ -93,7 +93,7 @@ from ..contract.lookups import run_shared_lookup
 from ..contract.spec import EffectsSpec, ItemsSpec, StepSpec, contract_of
 from ..contract.templates import (RECORD_FILES, expand, field_value, field_values, is_field, item_keys, item_values,
                                   kind_of, placeholders_in, slug)
-from .states import UNRESOLVED
+from .states import EFFECT_STATES, UNRESOLVED
 from ..base.values import validate_id
 from ..base.times import format_time
 from ..base.canonical import canonical_json, content_digest, loads_strict
@@ -115,8 +115,16 @@ __all__ = [
     "item_values_of",
     "items_changed",
     "skip_ops",
+    "skip_many_ops",
+    "ITEM_STATES",
+    "item_state",
+    "batch_of",
     "check_complete",
 ]
+
+#: The states an item of a batch step may be in: ``pending`` (its effect never begun), its effect's state, or
+#: ``skipped`` (settled without its effect, whatever its effect's state).
+ITEM_STATES: Tuple[str, ...] = ("pending",) + tuple(EFFECT_STATES) + ("skipped",)
 
 Ops = List[List[Any]]
 
@@ -685,6 +693,67 @@ def skip_ops(state: Dict[str, Any], key: str, reason: str, now: float) -> Ops:
                                   "happened is not skipped", key=key)
     return [["set", ["steps", step, "batch", "skipped", key],
              {"index": index, "reason": reason, "at": format_time(now)}]]
+
+
+def batch_of(state: Dict[str, Any], step: str) -> Dict[str, Any]:
+    """The frozen batch of ``step``.
+
+    :raises InvalidInput: no step ``step`` in the plan, it is no batch step, or it has not been started.
+    """
+    spec = contract_of(state).step(step)
+    if spec is None:
+        steps = ", ".join(s.id for s in contract_of(state).steps)
+        raise InvalidInput(f"no step {step!r} in the plan (its steps: {steps})", step=step)
+    batch = (state["steps"].get(step) or {}).get("batch")
+    if batch:
+        return cast(Dict[str, Any], batch)
+    if not spec.is_batch:
+        raise InvalidInput(f"step {step!r} is not a batch step: it has no items", step=step)
+    raise InvalidInput(f"step {step!r} has no frozen items: start it first", step=step)
+
+
+def item_state(state: Dict[str, Any], batch: Dict[str, Any], key: str) -> str:
+    """One item's state (one of :data:`ITEM_STATES`): skipped, else its effect's state, else pending."""
+    if key in batch.get("skipped", {}):
+        return "skipped"
+    return str((state["effects"].get(key) or {}).get("state") or "pending")
+
+
+def skip_many_ops(state: Dict[str, Any], step: str, reason: str, now: float,
+                  states: Optional[Tuple[str, ...]] = None) -> Ops:
+    """Skip, in one transition, every item of ``step`` in one of ``states`` (None: every item neither verified
+    nor skipped), with one reason; all or none.
+
+    :raises InvalidInput: a bad step, state or reason, or no item to skip.
+    :raises NeedsReconciliation: a chosen item's effect is unresolved (a call may be in flight, or its outcome is
+        not known): nothing is skipped, and the context names each such item.
+    """
+    if not isinstance(reason, str) or not reason.strip() or len(reason) > 2000:
+        raise InvalidInput("a skip needs --reason: a non-empty line of at most 2,000 characters")
+    batch = batch_of(state, step)
+    for name in states or ():
+        if name not in ITEM_STATES:
+            raise InvalidInput(f"no item state {name!r} (one of: {', '.join(ITEM_STATES)})")
+    wanted = states if states is not None else tuple(s for s in ITEM_STATES if s not in ("verified", "skipped"))
+    if "verified" in wanted:
+        raise InvalidInput(f"step {step!r}: a verified item is done; it is not skipped")
+    chosen = [(index, key, now_in) for index, key in enumerate(keys_of(batch)[0])
+              for now_in in (item_state(state, batch, key),) if now_in in wanted and now_in != "skipped"]
+    # A started, acknowledged or uncertain effect may have happened, and only such an effect can have a call in
+    # flight: a call is made once its effect is started, and an effect is recorded absent or failed only from that
+    # call's own answer or once no call of it is alive.
+    held = [key for _, key, now_in in chosen if now_in in UNRESOLVED]
+    if held:
+        shown = ", ".join(held[:10]) + (f" and {len(held) - 10} more" if len(held) > 10 else "")
+        raise NeedsReconciliation(f"step {step!r}: nothing skipped; {len(held)} of the {len(chosen)} items chosen "
+                                  f"may have happened (a call in flight or an unknown outcome): {shown}; observe them "
+                                  "first", step=step, keys=held[:100])
+    if not chosen:
+        which = ", ".join(states) if states is not None else "neither verified nor skipped"
+        raise InvalidInput(f"step {step!r} has no item to skip ({which})", step=step)
+    stamp = format_time(now)
+    return [["set", ["steps", step, "batch", "skipped", key], {"index": index, "reason": reason, "at": stamp}]
+            for index, key, _ in chosen]
 
 
 def check_complete(state: Dict[str, Any], step: str) -> None:

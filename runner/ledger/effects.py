@@ -27,14 +27,20 @@ Lifecycle of one effect (``state["effects"][KEY]``)::
 * Attempts are bounded: calls that may have created the effect by
   ``limits.max_effect_attempts`` (or ``effects.max_attempts``; 3 when neither
   is given), "not now" answers (``deferred``) by ``effects.max_rate_limited``
-  (10 when not given).
+  (10 when not given). The record's ``attempts`` counts every begin; a call
+  answered "not now" created nothing and is a *deferral*, so an effect's
+  attempts are ``attempts - deferred`` (:func:`attempt_counts`), never above
+  their limit.
+* A failed effect is failed for good, unless a person reopens it
+  (:func:`reopen_ops`, with who and why): it becomes absent with a new budget
+  of attempts and deferrals, the spent ones kept in its ``reopened`` list.
 
 The functions named ``*_ops`` are pure: ``(state, ...) -> ops`` or raise.
 :mod:`runner.execution.lifecycle` decides one effect's next move and
 :mod:`runner.execution.executor` carries it out against a target.
 """
 
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional
 
 from .approvals import require_grant
 from ..contract.spec import contract_of
@@ -63,6 +69,8 @@ __all__ = [
     "deferred_ops",
     "uncertain_ops",
     "failed_ops",
+    "reopen_ops",
+    "attempt_counts",
     "effect_caps",
     "kept_payload",
     "KEPT_PAYLOAD_BYTES",
@@ -179,6 +187,23 @@ def effect_caps(state: Dict[str, Any]) -> Dict[str, float]:
             "max_rate_limited": float(effects.max_rate_limited)}
 
 
+def attempt_counts(effect: Optional[Mapping[str, Any]]) -> Dict[str, int]:
+    """An effect's calls that could have created it (``attempts``) and its "not now" answers (``deferrals``), apart.
+
+    ``attempts`` and ``deferrals`` are those of the present budget (what the limits bound); ``*_total`` add the
+    budgets spent before each reopening. A record of a run journaled before deferrals were counted apart has no
+    ``deferred``: each of its begins is an attempt, as it was counted then.
+    """
+    effect = effect or {}
+    deferrals = int(effect.get("deferred") or 0)
+    attempts = max(0, int(effect.get("attempts") or 0) - deferrals)
+    earlier = [r for r in effect.get("reopened") or [] if isinstance(r, dict)]
+    return {"attempts": attempts, "deferrals": deferrals,
+            "attempts_total": attempts + sum(int(r.get("attempts") or 0) for r in earlier),
+            "deferrals_total": deferrals + sum(int(r.get("deferrals") or 0) for r in earlier),
+            "reopened": len(earlier)}
+
+
 def kept_payload(payload: Optional[Dict[str, Any]], source: Optional[str] = None) -> Dict[str, Any]:
     """What an effect's record keeps of its payload: the payload itself up to :data:`KEPT_PAYLOAD_BYTES`,
     else the file it came from (when known), so another session can run or reconcile the effect."""
@@ -275,7 +300,7 @@ def begin_ops(state: Dict[str, Any], key: str, payload_digest: str, now: float, 
         record["deferred"] = deferred
     if resend and effect is not None and effect["state"] in UNRESOLVED:
         record["resent"] = True  # the earlier call's outcome is unknown: this attempt's answer does not settle it alone
-    for field in ("payload", "payload_file", "flags", "cost", "cost_estimated"):
+    for field in ("payload", "payload_file", "flags", "cost", "cost_estimated", "reopened"):
         if effect is not None and field in effect:
             record[field] = effect[field]
     # The reservation of an earlier call whose outcome is unknown stays with this one's.
@@ -419,6 +444,34 @@ def uncertain_ops(state: Dict[str, Any], key: str, reason: str, now: float) -> O
 def failed_ops(state: Dict[str, Any], key: str, reason: str, now: float) -> Ops:
     """The target refused the effect for good; it will not be retried."""
     return _resolve(state, key, "failed", "reason", reason, ("started", "uncertain"), now)
+
+
+def reopen_ops(state: Dict[str, Any], key: str, by: str, reason: str, now: float) -> Ops:
+    """A person gives a failed effect a new budget of attempts: it becomes absent, called again at the next drive.
+
+    The record's ``reopened`` list keeps who, why, when, the failure and the attempts and deferrals it had spent;
+    its counts start again from zero, so its attempts stay within ``max_attempts`` in each budget.
+
+    :raises InvalidInput: no such effect, it is not failed, it holds a receipt (the target applied it), or a bad
+        ``by`` or ``reason``; the run is not active (:func:`check_open`).
+    """
+    validate_id(by, "--by")
+    one_line(reason, "--reason")
+    effect = _effect(state, key)
+    if effect["state"] != "failed":
+        raise InvalidInput(f"effect {key!r} is {effect['state']}; only a failed effect is reopened", key=key)
+    if effect.get("receipt") is not None:
+        raise InvalidInput(f"effect {key!r} holds the target's receipt ({describe(effect['receipt'], 120)}): a receipt "
+                           "is proof; it is never called again under this key", key=key)
+    check_open(state)
+    counts = attempt_counts(effect)
+    stamp = format_time(now)
+    entry = {"by": by, "reason": reason, "at": stamp, "failure": effect.get("reason"),
+             "attempts": counts["attempts"], "deferrals": counts["deferrals"]}
+    return [_set(key, "state", "absent"), _set(key, "attempts", 0), _set(key, "deferred", 0),
+            _set(key, "reason", None), _set(key, "next_attempt_at", None), _set(key, "updated_at", stamp),
+            _set(key, "reopened", list(effect.get("reopened") or []) + [entry]),
+            ["set", ["counters", "last_progress_at"], stamp]]
 
 
 def schedule_ops(state: Dict[str, Any], key: str, not_before: str) -> Ops:

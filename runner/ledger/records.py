@@ -39,6 +39,7 @@ class EffectRecord(_EffectBase, total=False):
     reserved: Dict[str, float]  # what its call in flight or unsettled holds of each named cost
     cost: Dict[str, float]  # what its calls cost, read from their answers (or estimated: cost_estimated)
     cost_estimated: List[str]
+    reopened: List[Dict[str, Any]]
 
 
 class _LeaseBase(TypedDict):

@@ -19,6 +19,7 @@ from .. import __version__
 from . import verbs
 from ..ledger.approvals import payload_source
 from ..ledger.batch import run_workspace
+from ..ledger.effects import attempt_counts
 from ..calls.commands import INVOKE_EXITS, OBSERVE_EXITS
 from ..contract.templates import PLACEHOLDERS
 from ..contract.text import check_contract, load_contract
@@ -179,7 +180,8 @@ def _ledger_verbs(verb: _AddVerb) -> None:
     sub.add_argument("--reason", metavar="TEXT", help="break: the evidence that it ended")
 
     sub = verb("effect", "record an external effect's lifecycle in the ledger", cmd_effect, EFFECT_RUN_HELP)
-    sub.add_argument("action", choices=("begin", "ack", "verify", "absent", "uncertain", "run", "skip", "show", "list"))
+    sub.add_argument("action", choices=("begin", "ack", "verify", "absent", "uncertain", "run", "skip", "reopen",
+                                        "show", "list"))
     sub.add_argument("key", nargs="?", metavar="KEY")
     sub.add_argument("--payload", metavar="FILE",
                      help="begin/run: the payload as a JSON file, or - for stdin (default: a batch item's template)")
@@ -188,14 +190,25 @@ def _ledger_verbs(verb: _AddVerb) -> None:
     sub.add_argument("--evidence", metavar="JSON",
                      help="verify/absent: what the observation found (inline JSON, @FILE or -)")
     sub.add_argument("--reason", metavar="TEXT",
-                     help="uncertain: why the outcome is unknown; skip: why the batch item is left out")
+                     help="uncertain: why the outcome is unknown; skip: why the batch item is left out; reopen: why "
+                          "a failed effect may be called again")
     sub.add_argument("--reconciled", action="store_true",
                      help="verify/absent: the outcome was unknown and is settled by this observation")
     sub.add_argument("--by", metavar="WHO", help="verify/absent: the person who looked at the target (kept in the "
-                                                 "evidence as observed_by; it settles an unknown outcome)")
+                                                 "evidence as observed_by; it settles an unknown outcome); reopen: the "
+                                                 "person who gives a failed effect a new budget of attempts (not the "
+                                                 "lease's holder)")
     sub.add_argument("--state", choices=EFFECT_STATES, help="list: only effects in this state")
     sub.add_argument("--limit", type=positive, default=None, metavar="N",
                      help=f"list: at most N effects (default {verbs.DEFAULT_LIMIT})")
+    _writer(sub)
+
+    sub = verb("skip", "skip many items of a batch step with one reason, all or none: --state STATE or "
+                       "--all-remaining; refused if any may have happened", cmd_skip)
+    sub.add_argument("step_id", metavar="STEP")
+    sub.add_argument("--state", metavar="STATE", help="skip the items in this state (pending: never begun)")
+    sub.add_argument("--all-remaining", action="store_true", help="skip every item neither verified nor skipped")
+    sub.add_argument("--reason", metavar="TEXT", help="why the items are left out (one line)")
     _writer(sub)
 
     sub = verb("step", "start, finish or fail a step of the plan", cmd_step)
@@ -277,6 +290,11 @@ def _view_verbs(verb: _AddVerb) -> None:
     sub.add_argument("--otlp", metavar="FILE", type=output_file, default=None,
                      help="write the run as an OpenTelemetry trace (OTLP JSON lines)")
     sub.add_argument("--with-content", action="store_true", help="with --otlp: include receipts, evidence and reasons")
+
+    sub = verb("items", "every item of a batch step: its key, state, attempts, deferrals and cost", cmd_items)
+    sub.add_argument("step_id", metavar="STEP")
+    sub.add_argument("--state", metavar="STATE", help="only the items in this state: pending (never begun), an "
+                                                      "effect's state, or skipped")
 
     sub = verb("report", "recovery metrics of the whole run, across all workers and attempts", cmd_report)
     sub.add_argument("--html", metavar="FILE", type=output_file, default=None,
@@ -700,10 +718,22 @@ def _worker(args: argparse.Namespace) -> Run:
     return Run(_open(args), args.owner, args.epoch)
 
 
+def _counted(effect: Dict[str, Any]) -> str:
+    """An effect's attempts, and its deferrals apart when it has any: ``attempts 2, deferrals 3``."""
+    made = attempt_counts(effect)
+    return f"attempts {made['attempts']}" + (f", deferrals {made['deferrals']}" if made["deferrals"] else "")
+
+
 def _effect_out(args: argparse.Namespace, result: Dict[str, Any]) -> int:
-    effect = result["effect"]
-    emit(args, {"ok": True, "key": result["key"], **effect},
-         f"{result['key']}: {effect['state']} (attempts {effect['attempts']})")
+    effect, extra = result["effect"], {"counts": result["counts"]} if "counts" in result else {}
+    text = f"{result['key']}: {effect['state']} ({_counted(effect)})"
+    if "counts" in result:
+        counts = result["counts"]
+        text = (f"{result['key']}: {effect['state']} (attempts {counts['attempts']} of {counts['max_attempts']}, "
+                f"deferrals {counts['deferrals']} of {counts['max_deferrals']})")
+    for entry in effect.get("reopened") or []:
+        text += f"\nreopened at {entry.get('at')} by {entry.get('by')}: {entry.get('reason')}"
+    emit(args, {"ok": True, "key": result["key"], **effect, **extra}, text)
     return 0
 
 
@@ -740,7 +770,7 @@ def cmd_effect(args: argparse.Namespace) -> int:
     key = args.key
     if args.action == "list":
         found = verbs.effect_list(run, args.state, args.limit)
-        lines = [f"{k}  {e['state']}  attempts {e['attempts']}" for k, e in found["effects"].items()]
+        lines = [f"{k}  {e['state']}  {_counted(e)}" for k, e in found["effects"].items()]
         if found["more"]:
             lines.append(f"... {found['count'] - len(found['effects'])} more (--limit N)")
         emit(args, {"ok": True, **found}, "\n".join(lines) or "no effects")
@@ -755,7 +785,7 @@ def cmd_effect(args: argparse.Namespace) -> int:
                                    source=source)
         effect, payload = began["effect"], began["payload"]
         emit(args, {"ok": True, "key": key, **effect, "payload": payload},
-              f"{key}: {effect['state']} (attempts {effect['attempts']})\npayload "
+              f"{key}: {effect['state']} ({_counted(effect)})\npayload "
               f"{json.dumps(payload, sort_keys=True, ensure_ascii=False)}")
         return 0
     if args.action == "run":
@@ -766,6 +796,8 @@ def cmd_effect(args: argparse.Namespace) -> int:
         skipped = verbs.effect_skip(run, key, args.reason)["effect"]
         emit(args, {"ok": True, **skipped}, f"{key}: skipped in step {skipped['step']}: {skipped['reason']}")
         return 0
+    if args.action == "reopen":
+        return _effect_out(args, verbs.effect_reopen(run, key, args.by, args.reason))
     if args.action == "ack":
         return _effect_out(args, verbs.effect_ack(run, key, _json_arg(args.receipt, "--receipt")))
     if args.action in ("verify", "absent"):
@@ -984,6 +1016,28 @@ def cmd_events(args: argparse.Namespace) -> int:
             return 0
         time.sleep(0.2)
         store.refresh()
+
+
+def cmd_items(args: argparse.Namespace) -> int:
+    found = verbs.items(Run(_open(args)), args.step_id, args.state)
+    lines = []
+    for row in found["items"]:
+        line = f"{row['key']}  {row['state']}  attempts {row['attempts']}  deferrals {row['deferrals']}"
+        if row["cost"]:
+            line += "  cost " + ", ".join(f"{k} {v:g}" for k, v in sorted(row["cost"].items()))
+        if row.get("reopened"):
+            line += f"  reopened {row['reopened']}"
+        lines.append(line)
+    said = ", ".join(f"{k} {v}" for k, v in found["states"].items())
+    lines.append(f"{found['count']} of {found['total']} items of step {found['step']}" + (f" ({said})" if said else ""))
+    emit(args, {"ok": True, **found}, "\n".join(lines))
+    return 0
+
+
+def cmd_skip(args: argparse.Namespace) -> int:
+    found = verbs.skip(_worker(args), args.step_id, args.reason, args.state, args.all_remaining)
+    emit(args, {"ok": True, **found}, f"skipped {found['skipped']} items of step {found['step']}: {found['reason']}")
+    return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:

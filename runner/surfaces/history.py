@@ -30,6 +30,7 @@ import copy
 import threading
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
+from ..ledger.effects import attempt_counts
 from ..ledger.envelope import apply_leniently, new_envelope
 from ..ledger.states import UNRESOLVED
 from ..base.times import parse_time
@@ -88,6 +89,10 @@ class EffectPath:
     a time to come back) enters the ledger's ``absent`` state, but is no
     absence of the effect: its transitions are those in :attr:`deferrals`,
     kept apart from :attr:`waits` and from what makes a path exceptional.
+    A *reopening* (a person gave the failed effect a new budget of attempts)
+    enters ``absent`` too, and is no absence either: :attr:`reopenings`.
+    ``attempts`` counts the calls that could have created the effect and
+    ``deferrals`` the "not now" answers, each over every budget.
     """
 
     def __init__(self, key: str) -> None:
@@ -101,6 +106,8 @@ class EffectPath:
         self.evidence: Any = None
         self.reason: Optional[str] = None
         self.attempts = 0
+        self.deferral_count = 0
+        self.reopenings: List[Tuple[float, Any, Any]] = []  # (at, by, reason)
 
     @property
     def state(self) -> str:
@@ -120,10 +127,15 @@ class EffectPath:
         """Whether the transition to ``state`` at ``at`` was a deferral ("not now"), not an absence."""
         return state == "absent" and any(when == at for when, _ in self.deferrals)
 
+    def reopened(self, at: float, state: str) -> bool:
+        """Whether the transition to ``state`` at ``at`` was a person's reopening, not an absence."""
+        return state == "absent" and any(when == at for when, _, _ in self.reopenings)
+
     @property
     def exceptional(self) -> bool:
-        return self.reconciled or any(state in EXCEPTIONAL and not self.deferred(at, state)
-                                      for at, state, _, _ in self.transitions)
+        return self.reconciled or any(
+            state in EXCEPTIONAL and not self.deferred(at, state) and not self.reopened(at, state)
+            for at, state, _, _ in self.transitions)
 
 
 class Approval:
@@ -471,7 +483,12 @@ class _Replay:
                 path.transitions.append((at, state_now, epoch, settled))
             path.step = now_effect.get("step") or path.step
             path.payload_digest = now_effect.get("payload_digest") or path.payload_digest
-            path.attempts = max(path.attempts, attempts)
+            if now_effect:
+                made = attempt_counts(now_effect)
+                path.attempts, path.deferral_count = made["attempts_total"], made["deferrals_total"]
+            reopened = now_effect.get("reopened") or []
+            if len(reopened) > len(old.get("reopened") or []) and isinstance(reopened[-1], dict):
+                path.reopenings.append((at, reopened[-1].get("by"), reopened[-1].get("reason")))
             path.receipt, path.evidence = now_effect.get("receipt"), now_effect.get("evidence")
             path.reason = now_effect.get("reason")
             wait = now_effect.get("next_attempt_at")

@@ -13,7 +13,9 @@ Spans, from :class:`runner.surfaces.history.History`:
 * each step attempt: ``step <id> attempt <n>``; a failed attempt is ERROR;
 * each effect: ``execute_tool <name>`` (GenAI tool span; the call id is the
   effect key), one event per lifecycle transition (a "not now" is
-  ``runner.effect.deferred``, apart from an absence), a link to the attempt
+  ``runner.effect.deferred`` and a person's reopening of a failed effect
+  ``runner.effect.reopened``, each apart from an absence), its attempts and
+  deferrals apart (``runner.effect.attempts``, ``runner.effect.deferrals``), a link to the attempt
   that began it; refused for good or left unknown is ERROR;
 * each approval request: a messaging ``send`` to the approver, events for the
   answer; a denial is ERROR;
@@ -221,7 +223,11 @@ def trace(history: History, with_content: bool = False) -> Dict[str, Any]:
         events: List[Tuple[float, str, Dict[str, Any]]] = [
             (at, "runner.effect.deferred" if path.deferred(at, state_) else f"runner.effect.{state_}",
              {"runner.epoch": epoch, "runner.reconciled": settled})
-            for at, state_, epoch, settled in path.transitions]
+            for at, state_, epoch, settled in path.transitions if not path.reopened(at, state_)]
+        # A person's reopening enters the ledger's absent state; it is no absence, and names who reopened it.
+        events += [(at, "runner.effect.reopened", {"runner.reopened_by": by,
+                                                   **({"runner.reason": why} if with_content else {})})
+                   for at, by, why in path.reopenings]
         events += [(t1, "runner.retry.backoff", {"runner.retry.not_before_unix_nano": _nanos(t2)})
                    for t1, t2 in path.waits]
         events += [(t1, "runner.retry.not_now", {"runner.retry.not_before_unix_nano": _nanos(t2)})
@@ -237,6 +243,7 @@ def trace(history: History, with_content: bool = False) -> Dict[str, Any]:
         attributes: Dict[str, Any] = {
             "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": _tool_name(key), "gen_ai.tool.call.id": key,
             "gen_ai.tool.type": "extension", "runner.effect.state": final, "runner.effect.attempts": path.attempts,
+            "runner.effect.deferrals": path.deferral_count,
             "runner.effect.reconciled": path.reconciled, "runner.payload_digest": path.payload_digest,
             "runner.step.id": path.step,
             "error.type": "failed" if final == "failed" else ("unknown_outcome" if status[0] == STATUS_ERROR else None),

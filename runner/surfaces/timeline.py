@@ -32,7 +32,7 @@ from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..base.times import parse_time
 from ..contract.spec import contract_of
-from .history import EXCEPTIONAL, History
+from .history import EXCEPTIONAL, EffectPath, History
 from ..ledger.states import UNRESOLVED
 from .views import possible_duplicates
 
@@ -48,11 +48,13 @@ RIGHT = 16
 PLOT = WIDTH - LABEL - RIGHT
 ROW = 16
 
-EFFECT_ROWS = ("started", "acknowledged", "uncertain", "verified", "absent", "deferred", "failed")
-#: How each row of effects is labelled: a deferral is the target's "not now", apart from an absence.
-ROW_LABELS = {"deferred": "deferred (not now)"}
+EFFECT_ROWS = ("started", "acknowledged", "uncertain", "verified", "absent", "deferred", "failed", "reopened")
+#: How each row of effects is labelled: a deferral is the target's "not now", apart from an absence; a reopening
+#: is a person's new budget of attempts for a failed effect, no absence either.
+ROW_LABELS = {"deferred": "deferred (not now)", "reopened": "reopened by a person"}
 STATE_COLOURS = {"started": "#6b8fd6", "acknowledged": "#3d6fc4", "uncertain": "#e08a00", "verified": "#2e9d57",
-                 "absent": "#c8322f", "deferred": "#a0785a", "failed": "#222222", "planned": "#999999"}
+                 "absent": "#c8322f", "deferred": "#a0785a", "failed": "#222222", "reopened": "#7a5cc4",
+                 "planned": "#999999"}
 #: The waits drawn under the rows: the backoff after an absence, and the time a "not now" asked for.
 WAIT_COLOURS = {"absent": "#e0b050", "deferred": "#d9c2a7"}
 STEP_COLOURS = {"done": "#2e9d57", "failed": "#c8322f", "cancelled": "#8a8a8a", "interrupted": "#e08a00",
@@ -243,6 +245,8 @@ LEGEND = (
     ('<rect x="4" y="1" width="1.5" height="10" fill="#a0785a"/>'
      '<rect x="4" y="11" width="16" height="3" fill="#d9c2a7"/>',
      "the target's 'not now' and the wait it asked for (not an absence)"),
+    ('<rect x="10" y="1" width="1.5" height="12" fill="#7a5cc4"/>',
+     "a failed effect reopened by a person (a new budget of attempts)"),
     ('<line x1="1" y1="3" x2="15" y2="7" stroke="#7b3fb0" stroke-dasharray="3 2"/>'
      '<circle cx="16" cy="7" r="5" fill="none" stroke="#7b3fb0" stroke-width="2.2"/>',
      "settled by observation after an unknown outcome"),
@@ -368,6 +372,11 @@ def _draw_steps(svg: _Svg, axis: _Axis, history: History) -> None:
         svg.y += ROW
 
 
+def _step_word(path: EffectPath, at: float, state: str) -> str:
+    """A transition of an effect's path as the tables say it: a deferral and a reopening are no absence."""
+    return "not now" if path.deferred(at, state) else "reopened" if path.reopened(at, state) else state
+
+
 def _draw_effects(svg: _Svg, axis: _Axis, history: History) -> Dict[str, int]:
     """Effect transitions by the state entered; returns how many were drawn one by one and how many aggregated."""
     effects = list(history.effects.values())
@@ -380,6 +389,8 @@ def _draw_effects(svg: _Svg, axis: _Axis, history: History) -> Dict[str, int]:
             observed = state in ("verified", "absent") and (settled or previous == "uncertain")
             if path.deferred(at, state):
                 ordinary["deferred"].append((at, path.key))  # "not now": a row of its own, never an absence
+            elif path.reopened(at, state):
+                ordinary["reopened"].append((at, path.key))  # a person's reopening: no absence either
             elif state in EXCEPTIONAL or observed:
                 special.append((at, state, path, observed))
             elif state in ordinary:
@@ -400,7 +411,7 @@ def _draw_effects(svg: _Svg, axis: _Axis, history: History) -> Dict[str, int]:
         if individual:
             for at, key in marks:
                 x = axis.x(at)
-                said = "answered 'not now'" if state == "deferred" else state
+                said = {"deferred": "answered 'not now'", "reopened": "reopened by a person"}.get(state, state)
                 svg.add(f'<rect x="{x}" y="{svg.y + 2}" width="1.2" height="{ROW - 4}" fill="{colour}" '
                         f'class="effect{" deferred" if state == "deferred" else ""}" data-key="{_t(key)}">'
                         f'<title>{_t(f"{key} {said} at {_fmt_time(at)}")}</title></rect>')
@@ -612,14 +623,21 @@ def _tables(history: History) -> str:
     if special:
         shown = special[:300]
         rows = "".join(
-            f'<tr><td>{_t(p.key)}</td><td>{_t(" → ".join(s for _, s, _, _ in p.transitions))}</td>'
-            f'<td class="n">{p.attempts}</td>'
+            f'<tr><td>{_t(p.key)}</td><td>{_t(" → ".join(_step_word(p, t, s) for t, s, _, _ in p.transitions))}</td>'
+            f'<td class="n">{p.attempts}</td><td class="n">{p.deferral_count}</td>'
             f'<td>{"by observation" if p.reconciled else ""}</td><td>{_t(p.reason or "")}</td></tr>' for p in shown)
         more = (f"<p class=\"note\">… and {len(special) - len(shown)} more, all drawn above.</p>"
                 if len(special) > len(shown) else "")
         out.append(f"<h3>Effects that were uncertain, absent, failed or reconciled ({len(special)})</h3>"
                    "<table><tr><th>key</th><th>path</th>"
-                   f"<th>attempts</th><th>settled</th><th>last reason</th></tr>{rows}</table>{more}")
+                   "<th>attempts</th><th>deferrals (not now)</th><th>settled</th><th>last reason</th></tr>"
+                   f"{rows}</table>{more}")
+    reopened = [(p, at, by, why) for p in history.effects.values() for at, by, why in p.reopenings]
+    if reopened:
+        rows = "".join(f"<tr><td>{_t(p.key)}</td><td>{_t(_fmt_time(at))}</td><td>{_t(str(by))}</td>"
+                       f"<td>{_t(str(why))}</td><td>{_t(p.state)}</td></tr>" for p, at, by, why in reopened[:300])
+        out.append(f"<h3>Failed effects reopened by a person ({len(reopened)})</h3><table><tr><th>key</th><th>at</th>"
+                   f"<th>by</th><th>why</th><th>now</th></tr>{rows}</table>")
     if history.approvals:
         rows = "".join(
             f"<tr><td>{_t(a.rid)}</td><td>{_t(a.step)}</td><td>{_t(a.action)}</td><td>{_t(a.state)}"

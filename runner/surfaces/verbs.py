@@ -34,15 +34,17 @@ from ..ledger.lease import DEFAULT_TTL_SECONDS, default_ttl, lease_view
 from ..execution.recovery import decide, decision_exit_code, recover as _recover
 from ..execution.run import Run
 from ..ledger.steps import require_plan
+from ..ledger.effects import attempt_counts, effect_caps
 from .stops import with_stop
-from .views import brief as _brief, decision_view, events_after, report as _report, status_view
+from .views import brief as _brief, decision_view, events_after, items as _items, report as _report, status_view
 
 __all__ = [
     "Verb", "VERBS", "COMMAND_LINE_ONLY", "verb_named", "command_mentions",
     "DEFAULT_TTL_SECONDS", "default_ttl", "observed_jobs", "decision", "holder_decision", "answer",
     "status", "brief", "next_decision", "recover", "events", "report",
     "effect_show", "effect_list", "effect_begin", "effect_ack", "effect_verify", "effect_absent", "effect_uncertain",
-    "effect_skip", "effect_run", "step", "cancel", "approval_request", "approval_answer", "approval_list",
+    "effect_skip", "effect_reopen", "items", "skip",
+    "effect_run", "step", "cancel", "approval_request", "approval_answer", "approval_list",
     "lease_show", "lease_acquire", "lease_renew", "lease_release", "lease_break", "cost", "job", "migrate",
 ]
 
@@ -87,6 +89,10 @@ VERBS: List[Verb] = [
        by="--by"),
     _v("effect_uncertain", "effect uncertain", "key", "reason", key="KEY", reason="--reason"),
     _v("effect_skip", "effect skip", "key", "reason", key="KEY", reason="--reason"),
+    _v("effect_reopen", "effect reopen", "key", "by", "reason", key="KEY", by="--by", reason="--reason"),
+    _v("items", "items", "step", step="STEP", state="--state"),
+    _v("skip", "skip", "step", "reason", step="STEP", state="--state", all_remaining="--all-remaining",
+       reason="--reason"),
     _v("effect_run", "effect run", "key", key="KEY", payload="--payload"),
     _v("step_start", "step start", "step", step="STEP"),
     _v("step_done", "step done", "step", step="STEP", evidence="--evidence"),
@@ -271,11 +277,26 @@ def report(run: Run, history: Any = None) -> Dict[str, Any]:
 
 
 def effect_show(run: Run, key: str) -> Dict[str, Any]:
-    """``{"key", "effect"}``. :raises InvalidInput: no effect ``key`` in the ledger."""
+    """``{"key", "effect", "counts"}``: the record, and its attempts and deferrals apart with their limits
+    (:func:`runner.ledger.effects.attempt_counts`; ``max_deferrals`` is ``effects.max_rate_limited``).
+
+    :raises InvalidInput: no effect ``key`` in the ledger."""
     effect = run.state["effects"].get(key)
     if effect is None:
         raise InvalidInput(f"no effect {key!r} in the ledger")
-    return {"key": key, "effect": effect}
+    caps = effect_caps(run.state)
+    counts = dict(attempt_counts(effect), max_attempts=int(caps["max_attempts"]),
+                  max_deferrals=int(caps["max_rate_limited"]))
+    return {"key": key, "effect": effect, "counts": counts}
+
+
+def items(run: Run, step: str, state: Optional[str] = None) -> Dict[str, Any]:
+    """Every item of the batch ``step`` with its key, state, attempts, deferrals and cost
+    (:func:`runner.surfaces.views.items`); only those in ``state`` when given.
+
+    :raises InvalidInput: no such step, not a batch step, not started, or no such item state.
+    """
+    return _items(run.state, step, state)
 
 
 def effect_list(run: Run, state: Optional[str] = None, limit: Optional[int] = None) -> Dict[str, Any]:
@@ -353,6 +374,30 @@ def effect_uncertain(run: Run, key: str, reason: str) -> Dict[str, Any]:
 def effect_skip(run: Run, key: str, reason: str) -> Dict[str, Any]:
     """Settle a batch item without its effect; ``{"key", "effect"}`` with the skip (step, reason, at)."""
     return _effect(key, run.effect_skip(key, reason))
+
+
+def effect_reopen(run: Run, key: str, by: str, reason: str) -> Dict[str, Any]:
+    """A person gives the failed ``key`` a new budget of attempts, with who and why; ``{"key", "effect"}``.
+
+    :raises InvalidInput: not failed, a receipt held, or ``by`` (or the writer) holds the run's lease live.
+    """
+    return _effect(key, run.effect_reopen(key, by, reason))
+
+
+def skip(run: Run, step: str, reason: str, state: Optional[str] = None, all_remaining: bool = False) -> Dict[str, Any]:
+    """Skip many items of the batch ``step`` with one reason, in one transition; ``{"step", "skipped", "keys",
+    "reason"}``.
+
+    :param state: skip the items in this state (``pending``: never begun).
+    :param all_remaining: skip every item neither verified nor skipped.
+    :raises InvalidInput: neither or both of ``state`` and ``all_remaining``, a bad step or state, nothing to skip.
+    :raises NeedsReconciliation: a chosen item may have happened (a call in flight, an unknown outcome): nothing is
+        skipped, and each such item is named.
+    """
+    if (state is None) == (not all_remaining):
+        raise InvalidInput("skip STEP needs one of --state STATE and --all-remaining")
+    keys = run.skip_items(step, reason, None if all_remaining else [state])  # type: ignore[list-item]
+    return {"step": step, "skipped": len(keys), "keys": keys, "reason": reason}
 
 
 def effect_run(run: Run, key: str, payload: Optional[Dict[str, Any]] = None, invoke: Optional[Sequence[str]] = None,

@@ -11,23 +11,27 @@
   observer only reads: its disconnecting never affects the run.
 * :func:`report` computes recovery metrics for the whole run, across every
   worker and attempt.
+* :func:`items` lists every item of a batch step with its key, state,
+  attempts, deferrals (apart: a "not now" is no attempt) and cost.
 """
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..contract.spec import contract_of
-from ..ledger.effects import FLAGS
+from ..ledger.effects import FLAGS, attempt_counts
 from ..ledger.states import UNRESOLVED
+from ..base.errors import InvalidInput
 from ..base.times import parse_time
 from ..base.quoting import (APPROVAL, CONTRACT, EVIDENCE, ITEMS, NOTICE, PERSON, RECORD, TARGET, WORKER,
                             WORKER_OR_TARGET, fit, moment, name, number, quote, word)
 from ..ledger.steps import plan_steps
-from ..ledger.batch import progress as batch_progress
+from ..ledger.batch import ITEM_STATES, batch_of, item_state, keys_of, progress as batch_progress
 from ..execution.evidence import evidence_view
 from ..ledger.costs import spend, spend_line
 from .stops import line as stop_line, stop_of
 
-__all__ = ["brief", "action_text", "report", "events_after", "status_view", "decision_view", "possible_duplicates"]
+__all__ = ["brief", "action_text", "report", "items", "events_after", "status_view", "decision_view",
+           "possible_duplicates"]
 
 
 def _fit(sections: List[List[str]], order: List[int], limit: int) -> str:
@@ -223,12 +227,18 @@ def events_after(store: Any, after: int) -> Dict[str, Any]:
 
 
 def report(state: Dict[str, Any]) -> Dict[str, Any]:
-    """Recovery metrics of the whole run, across every worker and attempt."""
+    """Recovery metrics of the whole run, across every worker and attempt.
+
+    ``effect_attempts`` and ``retries`` count calls that could have created an effect; ``effect_deferrals`` the
+    "not now" answers, apart (a run journaled before they were counted apart has none, and counts every call).
+    """
     counters = state["counters"]
     effects = state["effects"].values()
     steps = state["steps"].values()
     created = parse_time(state["created_at"])
     updated = parse_time(state["updated_at"])
+    made = [attempt_counts(e) for e in effects]
+    deferrals = sum(c["deferrals_total"] for c in made)
     return {
         "task_id": state["task_id"],
         "status": state["status"],
@@ -242,15 +252,58 @@ def report(state: Dict[str, Any]) -> Dict[str, Any]:
         "unknown_results": int(counters.get("uncertain_effects", 0)),
         "reconciled_effects": int(counters.get("reconciled_effects", 0)),
         "unresolved_effects": sum(1 for e in effects if e["state"] in UNRESOLVED),
-        "retries": sum(max(0, int(e.get("attempts", 0)) - 1) for e in effects),
+        "retries": sum(max(0, c["attempts_total"] - 1) for c in made),
         "step_attempts": int(counters.get("step_attempts", 0)),
-        "effect_attempts": int(counters.get("effect_attempts", 0)),
+        # Every begin is counted; those answered "not now" created nothing and are counted apart.
+        "effect_attempts": max(0, int(counters.get("effect_attempts", 0)) - deferrals),
+        "effect_deferrals": deferrals,
+        "effects_reopened": sum(1 for c in made if c["reopened"]),
         "orphaned_jobs": int(counters.get("jobs_orphaned", 0)),
         "possible_duplicates": sum(1 for e in effects if e.get("flags")),
         "cost": dict(counters.get("cost", {})),
         "spend": spend(state),
         **_item_counts(state),
     }
+
+
+def items(state: Dict[str, Any], step: str, only: Optional[str] = None) -> Dict[str, Any]:
+    """Every item of the batch ``step`` in item order (those in state ``only``, when given):
+    ``{"step", "count", "total", "states", "items"}``.
+
+    Each item has ``index``, ``item``, ``key``, ``state`` (one of :data:`runner.ledger.batch.ITEM_STATES`),
+    ``attempts`` and ``deferrals`` (:func:`runner.ledger.effects.attempt_counts`, the present budget), ``cost``
+    (its effect's recorded cost, ``{}`` when none), and where they apply ``reason`` (a failure's or a skip's),
+    ``reopened`` (how often a person reopened it) and ``next_attempt_at``. ``states`` counts every item by state.
+
+    :raises InvalidInput: no such step, not a batch step, not started, or ``only`` is no item state.
+    """
+    if only is not None and only not in ITEM_STATES:
+        raise InvalidInput(f"no item state {only!r} (one of: {', '.join(ITEM_STATES)})")
+    batch = batch_of(state, step)
+    keys = keys_of(batch)[0]
+    skipped = batch.get("skipped", {})
+    counts = {name: 0 for name in ITEM_STATES}
+    out = []
+    for index, key in enumerate(keys):
+        current = item_state(state, batch, key)
+        counts[current] += 1
+        if only is not None and current != only:
+            continue
+        effect = state["effects"].get(key) or {}
+        made = attempt_counts(effect)
+        row: Dict[str, Any] = {"index": index, "item": batch["items"][index], "key": key, "state": current,
+                               "attempts": made["attempts"], "deferrals": made["deferrals"],
+                               "cost": dict(effect.get("cost") or {})}
+        reason = skipped[key]["reason"] if key in skipped else effect.get("reason") if current == "failed" else None
+        if reason is not None:
+            row["reason"] = reason
+        if made["reopened"]:
+            row["reopened"] = made["reopened"]
+        if effect.get("next_attempt_at") and current not in ("verified", "skipped"):
+            row["next_attempt_at"] = effect["next_attempt_at"]
+        out.append(row)
+    return {"step": step, "count": len(out), "total": len(keys), "states": {k: v for k, v in counts.items() if v},
+            "items": out}
 
 
 def _item_counts(state: Dict[str, Any]) -> Dict[str, Any]:

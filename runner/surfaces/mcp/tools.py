@@ -37,6 +37,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from ...base import quoting
 from .. import verbs
+from ...ledger.batch import ITEM_STATES
 from ...ledger.states import EFFECT_STATES
 from ...base.errors import EXIT_CODES, InvalidInput
 from ...contract.text import MAX_TTL_SECONDS
@@ -464,6 +465,8 @@ _CONTRACT_FILE = _text("a contract file (a path on the server's machine) whose p
 _LIMIT = {"type": "integer", "minimum": 1, "maximum": 10000,
           "description": f"at most this many (default {verbs.DEFAULT_LIMIT})"}
 _LEASE = {"lease": _OBJ}
+_ITEM_STATE = {"type": "string", "enum": list(ITEM_STATES),
+               "description": "an item's state: pending (never begun), an effect's state, or skipped"}
 _APPROVAL = {"request_id": _STR, "request": _OBJ}
 
 TOOLS: List[Tool] = [
@@ -527,14 +530,25 @@ TOOLS: List[Tool] = [
        "Settle the batch item KEY without its effect, with the reason recorded (counted in the report).",
        "write", {"key": _KEY, "reason": _text("why the item is left out")}, _EFFECT, _write(verbs.effect_skip),
        destructive=True),
+    _t("skip", "Skip many batch items",
+       "Settle every item of the batch STEP in STATE (pending: never begun), or with all_remaining every item neither "
+       "verified nor skipped, without its effect, with one reason, in one transition; refused, nothing skipped, when a "
+       "chosen item may have happened (a call in flight or an unknown outcome), each such item named.",
+       "write", {"step": _STEP_ID, "state": _ITEM_STATE, "all_remaining": {"type": "boolean", "description":
+                 "skip every item neither verified nor skipped"}, "reason": _text("why the items are left out")},
+       {"step": _STR, "skipped": _INT, "keys": _LIST, "reason": _STR}, _write(verbs.skip), destructive=True),
     _t("effect_run", "Run an effect",
        "Take KEY to verified through the contract's effects.http or effects.invoke/observe: wait for a call of KEY "
        "still in flight, observe first, call the target only after an observed absence, record each transition. "
        "Returns when KEY is settled.",
        "write", {"key": _KEY, "payload": _doc("the payload (default: a batch item's template, or the one kept)")},
        _EFFECT, _write(verbs.effect_run)),
-    _t("effect_show", "Show an effect", "KEY's ledger record.", "view", {"key": _KEY}, _EFFECT,
-       _view(verbs.effect_show)),
+    _t("effect_show", "Show an effect", "KEY's ledger record, and its attempts and deferrals ('not now' answers) "
+       "apart, with their limits.", "view", {"key": _KEY}, dict(_EFFECT, counts=_OBJ), _view(verbs.effect_show)),
+    _t("items", "List a batch step's items",
+       "Every item of the batch STEP in order, with its key, state (pending, an effect's state, or skipped), attempts, "
+       "deferrals and cost; only those in STATE when given.", "view", {"step": _STEP_ID, "state": _ITEM_STATE},
+       {"step": _STR, "count": _INT, "total": _INT, "states": _OBJ, "items": _LIST}, _view(verbs.items)),
     _t("effect_list", "List effects", "The ledger's effects, by key, optionally only those in one state.", "view",
        {"state": {"type": "string", "enum": list(EFFECT_STATES)}, "limit": _LIMIT},
        {"count": _INT, "effects": _OBJ, "more": _BOOL}, _view(verbs.effect_list)),
@@ -577,6 +591,11 @@ TOOLS: List[Tool] = [
     _t("approval_deny", "Deny an approval", "Control (a person's authority): deny a pending request.", "control",
        {"request_id": _key("the request to answer"), "by": _WHO}, _APPROVAL,
        _control(verbs.approval_answer, grant=False), destructive=True),
+    _t("effect_reopen", "Reopen a failed effect",
+       "Control (a person's authority): give the failed effect KEY a new budget of attempts once the cause of its "
+       "failure is fixed, recorded with who and why; the next drive calls it again. Refused to the lease's holder.",
+       "control", {"key": _KEY, "by": _WHO, "reason": _text("why it may be called again")}, _EFFECT,
+       _control(verbs.effect_reopen)),
     _t("cancel", "Cancel the run",
        "Control (a person's authority): no new step or effect begins; in-flight effects are still reconciled.",
        "control",
