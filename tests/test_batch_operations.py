@@ -19,6 +19,8 @@ from typing import Any, Dict, List, Sequence
 
 from runner.base.errors import InvalidInput
 from runner.execution.run import Run
+from runner.surfaces.mcp import jsonrpc
+from runner.surfaces.mcp.server import Session
 from runner.ledger.effects import attempt_counts
 from runner.surfaces import views
 from tests.support.batch import script
@@ -238,6 +240,44 @@ class BatchOperationsTest(unittest.TestCase):
         self.assertEqual(self.revision(cli), before)
         writer("skip", "make", "--state", "pending", "--reason", "leave d2")
         self.assertEqual([r["key"] for r in cli.json("items", "make", "--state", "skipped")["items"]], ["d2"])
+
+
+    # -- the MCP tools ----------------------------------------------------------------------------------
+
+    def test_the_mcp_server_lists_items_skips_many_and_reopens_only_with_control(self) -> None:
+        cli = self.make(count=4, refuse=["d1"])
+        cli("drive", "--owner", "w1", code=12)
+
+        def tool(session: Session, name: str, arguments: Dict[str, Any]) -> Dict[str, Any]:
+            message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                       "params": {"name": name, "arguments": arguments}}
+            return session.handle(jsonrpc.classify(message))["result"]["structuredContent"]  # type: ignore[index]
+
+        def opened(**options: Any) -> Session:
+            session = Session("file:" + cli.run_dir, owner="agent-1", log=lambda line: None, **options)
+            hello = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                     "params": {"protocolVersion": jsonrpc.PROTOCOL_VERSION, "capabilities": {},
+                                "clientInfo": {"name": "test", "version": "1"}}}
+            self.assertIn("result", session.handle(jsonrpc.classify(hello)))
+            return session
+
+        agent = opened()
+        found = tool(agent, "items", {"step": "make", "state": "pending"})
+        self.assertEqual([i["key"] for i in found["items"]], ["d2", "d3"])
+        self.assertNotIn("effect_reopen", agent.tools)  # a person's act: listed only with --allow-control
+        tool(agent, "recover", {})  # the lease, for the skip
+        self.assertEqual(cli.json("lease", "show")["owner"], "agent-1")
+        skipped = tool(agent, "skip", {"step": "make", "state": "pending", "reason": "budget spent"})
+        self.assertEqual(skipped["keys"], ["d2", "d3"])
+        # The server's owner holds the lease live: even with control, it does not reopen, whoever it names.
+        for by in ("agent-1", "ana"):
+            refused = tool(opened(allow_control=True), "effect_reopen", {"key": "d1", "by": by, "reason": "r"})
+            self.assertEqual((refused["ok"], refused["reason"]), (False, "invalid-input"))
+        self.assertEqual(cli.json("effect", "show", "d1")["state"], "failed")
+        tool(agent, "lease_release", {})
+        reopened = tool(opened(allow_control=True), "effect_reopen", {"key": "d1", "by": "ana", "reason": "fixed"})
+        self.assertTrue(reopened["ok"], reopened)
+        self.assertEqual(reopened["effect"]["reopened"][0]["by"], "ana")
 
 
 if __name__ == "__main__":

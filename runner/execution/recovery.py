@@ -43,6 +43,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from . import jobs as _jobs
 from ..ledger.approvals import find_grant, newest_requests, request_order
+from ..ledger.effects import attempt_counts
 from ..ledger.states import UNRESOLVED
 from ..calls.target import Adapter
 from ..base.times import format_time, parse_time
@@ -205,7 +206,7 @@ def _3_effects_in_flight(facts: _Facts) -> Optional[Dict[str, Any]]:
             f"`effect absent {_cmd(key, 'KEY')} --by NAME --evidence JSON` if it is not; then `drive` goes on",
             ev,
             check={"key": key, "payload_digest": effect["payload_digest"], "step": effect.get("step"),
-                   "attempts": effect["attempts"], "readable": False, **_item_context(state, key)},
+                   "attempts": attempt_counts(effect)["attempts"], "readable": False, **_item_context(state, key)},
         )
     if uncertain:
         key, effect = uncertain[0]
