@@ -218,6 +218,8 @@ class BatchOperationsTest(unittest.TestCase):
         writer("skip", "make", "--state", "pending", "--reason", "again", code=2, reason="invalid-input")
         writer("skip", "make", "--all-remaining", "--reason", "the rest")
         self.assertEqual(cli.json("items", "make", "--state", "skipped")["count"], 4)
+        err = cli("effect", "reopen", "d1", "--by", "ana", "--reason", "fixed", code=2, reason="invalid-input").err
+        self.assertIn("skipped item is not called again", err)
         self.assertEqual(cli.json("report")["items_skipped"], 4)
 
     def test_skip_is_refused_whole_when_a_chosen_item_may_have_happened(self) -> None:

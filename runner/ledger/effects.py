@@ -452,8 +452,8 @@ def reopen_ops(state: Dict[str, Any], key: str, by: str, reason: str, now: float
     The record's ``reopened`` list keeps who, why, when, the failure and the attempts and deferrals it had spent;
     its counts start again from zero, so its attempts stay within ``max_attempts`` in each budget.
 
-    :raises InvalidInput: no such effect, it is not failed, it holds a receipt (the target applied it), or a bad
-        ``by`` or ``reason``; the run is not active (:func:`check_open`).
+    :raises InvalidInput: no such effect, it is not failed, it holds a receipt (the target applied it), its batch item
+        was skipped, or a bad ``by`` or ``reason``; the run is not active (:func:`check_open`).
     """
     validate_id(by, "--by")
     one_line(reason, "--reason")
@@ -463,6 +463,11 @@ def reopen_ops(state: Dict[str, Any], key: str, by: str, reason: str, now: float
     if effect.get("receipt") is not None:
         raise InvalidInput(f"effect {key!r} holds the target's receipt ({describe(effect['receipt'], 120)}): a receipt "
                            "is proof; it is never called again under this key", key=key)
+    skipped_in = [step for step, record in state["steps"].items()
+                  if key in ((record or {}).get("batch") or {}).get("skipped", {})]
+    if skipped_in:
+        raise InvalidInput(f"effect {key!r} is the item of step {skipped_in[0]!r} that was skipped; a skipped item is "
+                           "not called again", key=key)
     check_open(state)
     counts = attempt_counts(effect)
     stamp = format_time(now)
