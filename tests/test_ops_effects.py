@@ -259,5 +259,52 @@ class ResolveTest(unittest.TestCase):
 
 
 
+class FoundFirstTest(unittest.TestCase):
+    """``effects.observe_first``: an effect the target holds before any call of the run is recorded with no call."""
+
+    def setUp(self) -> None:
+        self.drafting = then(fresh(), steps.start_ops, "draft")
+
+    def test_it_is_recorded_verified_with_no_attempt_in_the_running_step(self) -> None:
+        evidence = {"ticket": 7, "observe_first": "found at the target before any call of this run"}
+        kept = {"payload": {"title": "Week 48"}}
+        self.assertEqual(effects.found_ops(self.drafting, "doc-1", DIGEST, evidence, T0, kept=kept), [
+            ["set", ["effects", "doc-1"], {
+                "state": "verified", "payload_digest": DIGEST, "attempts": 0, "step": "draft", "started_at": STAMP,
+                "updated_at": STAMP, "receipt": None, "evidence": evidence, "reason": None, "next_attempt_at": None,
+                "payload": {"title": "Week 48"}}],
+            ["set", ["counters", "last_progress_at"], STAMP],
+        ])
+        found = then(self.drafting, effects.found_ops, "doc-1", DIGEST, evidence)
+        self.assertEqual(found["counters"].get("effect_attempts", 0), 0, "nothing was called")
+        self.assertEqual(effects.found_ops(found, "doc-1", DIGEST, evidence, T0), [], "found again: no change")
+        with self.assertRaises(AlreadyVerified):
+            effects.begin_ops(found, "doc-1", DIGEST, T0)
+
+    def test_a_listing_with_two_entries_for_it_flags_it(self) -> None:
+        ops = effects.found_ops(self.drafting, "doc-1", DIGEST, {"matches": 2, "possible_duplicate": True}, T0)
+        self.assertEqual(ops[0][2]["flags"], ["several-listed"])
+
+    def test_a_key_begun_since_it_was_looked_up_is_reconciled_as_any_begun_key(self) -> None:
+        state = begun(self.drafting, "doc-1")
+        with self.assertRaises(NeedsReconciliation) as caught:
+            effects.found_ops(state, "doc-1", DIGEST, {}, T0)
+        self.assertEqual(caught.exception.context, {"key": "doc-1", "state": "started"})
+        verified = then(state, effects.verify_ops, "doc-1", {"seen": 1})
+        with self.assertRaises(NeedsReconciliation):
+            effects.found_ops(verified, "doc-1", OTHER, {}, T0)
+
+    def test_the_last_one_completes_the_run_and_a_closed_run_or_a_bad_key_refuses_it(self) -> None:
+        state = apply(fresh(plan(steps=[{"id": "only"}])), [["set", ["steps", "only"], {"state": "done"}]])
+        self.assertEqual(effects.found_ops(state, "doc-1", DIGEST, {}, T0)[-2:],
+                         [["set", ["status"], "complete"], ["set", ["next_action"], None]])
+        cancelled = then(self.drafting, steps.cancel_ops, "ops", "stop")
+        with self.assertRaises(Cancelled):
+            effects.found_ops(cancelled, "doc-1", DIGEST, {}, T0)
+        for key in ("bad key!", "Doc-1"):
+            with self.assertRaises(InvalidInput):
+                effects.found_ops(self.drafting, key, DIGEST, {}, T0)
+
+
 if __name__ == "__main__":
     unittest.main()

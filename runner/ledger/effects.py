@@ -24,6 +24,9 @@ Lifecycle of one effect (``state["effects"][KEY]``)::
 * A receipt is proof. An effect whose record holds one is never begun again
   and never recorded absent: an absence observed after an acknowledgement is
   a contradiction for a person, not a reason to call again.
+* Work done before the run (``effects.observe_first``) is found, not made:
+  an effect with no record that the target already holds is recorded
+  ``verified`` with no call and no attempt (:func:`found_ops`).
 * Attempts are bounded: calls that may have created the effect by
   ``limits.max_effect_attempts`` (or ``effects.max_attempts``; 3 when neither
   is given), "not now" answers (``deferred``) by ``effects.max_rate_limited``
@@ -65,6 +68,7 @@ __all__ = [
     "begin_ops",
     "ack_ops",
     "verify_ops",
+    "found_ops",
     "absent_ops",
     "deferred_ops",
     "uncertain_ops",
@@ -376,6 +380,52 @@ def verify_ops(state: Dict[str, Any], key: str, evidence: Dict[str, Any], now: f
     if flags:
         ops += _flag_ops(effect, key, *flags)
     return ops
+
+
+def found_ops(state: Dict[str, Any], key: str, payload_digest: str, evidence: Dict[str, Any], now: float,
+              step: Optional[str] = None, kept: Optional[Dict[str, Any]] = None) -> Ops:
+    """The target was found to hold ``key``'s effect before any call of this run (``effects.observe_first``): its
+    record is made ``verified`` with no attempt, so the target is never called for it.
+
+    The record keeps the digest of the payload the run would have sent (a lookup says the key is there, not with
+    which payload) and ``kept`` (:func:`kept_payload`); it belongs to the running step (:func:`_owning_step`). An
+    evidence that says a listing held more than one entry for the key (``possible_duplicate``) flags it
+    ``several-listed``. Nothing is called, so no grant, attempt or limit is spent.
+
+    :raises NeedsReconciliation: the key has a record already (it was begun since it was looked up): it is
+        reconciled as any begun effect is. A verified record with the same payload digest makes this no change.
+    :raises Cancelled: the run is cancelled (likewise complete or blocked: :func:`check_open`).
+    """
+    validate_id(key, "effect key")
+    check_document(evidence, "evidence")
+    if not contract_of(state).effects.key_allowed(key):
+        raise InvalidInput(f"effect key {key!r} does not match the contract's key_pattern "
+                           f"{contract_of(state).effects.key_pattern!r}")
+    effect: Optional["EffectRecord"] = state["effects"].get(key)
+    if effect is not None:
+        if effect["state"] == "verified" and effect["payload_digest"] == payload_digest:
+            return []
+        raise NeedsReconciliation(f"effect {key!r} is {effect['state']}: it was begun since it was looked up; it is "
+                                  "reconciled as any begun effect is", key=key, state=effect["state"])
+    check_open(state)
+    stamp = format_time(now)
+    record: Dict[str, Any] = {
+        "state": "verified",
+        "payload_digest": payload_digest,
+        "attempts": 0,
+        "step": _owning_step(state, key, step, None),
+        "started_at": stamp,
+        "updated_at": stamp,
+        "receipt": None,
+        "evidence": evidence,
+        "reason": None,
+        "next_attempt_at": None,
+    }
+    if evidence.get("possible_duplicate") is True:
+        record["flags"] = ["several-listed"]
+    record.update(kept or {})
+    ops: Ops = [["set", ["effects", key], record], ["set", ["counters", "last_progress_at"], stamp]]
+    return ops + _settle_ops(state, key)
 
 
 def absent_ops(state: Dict[str, Any], key: str, evidence: Dict[str, Any], now: float, reconciled: bool = False,
