@@ -67,6 +67,7 @@ FULL: Dict[str, Any] = {
         "timeout_seconds": 30,
         "settle_seconds": 2,
         "max_rate_limited": 4,
+        "observe_first": True,
         "concurrency": 8,
         "rate": {"per_second": 5, "burst": 2},
         "concurrency_key": {"key": "{payload.doc}", "limit": 2},
@@ -149,6 +150,7 @@ class DefaultsTest(unittest.TestCase):
             self.assertEqual(effects_spec.timeout_seconds, today)
         self.assertEqual(spec.DEFAULT_CALL_TIMEOUT, effects_spec.timeout_seconds)
         self.assertEqual(effects_spec.settle_seconds, lifecycle.Caps().settle)
+        self.assertEqual(effects_spec.observe_first, lifecycle.Caps().observe_first, "no item is looked up first")
         state = new_envelope("t", {"contract": 1, "task_id": "t", "goal": "g", "steps": [{"id": "s"}]}, "0" * 64,
                              "2026-01-01T00:00:00.000Z")
         self.assertEqual(effects_spec.concurrency, flow.flow_for(state, None, 0.0).limit)
@@ -271,6 +273,7 @@ class FieldsTest(unittest.TestCase):
                 rate=spec.Rate(5.0, 2.0),
                 concurrency_key=spec.ConcurrencyKey("{payload.doc}", 2),
                 observe_many=spec.ManyCommand(("find-all", "{each}"), "/ref", "{slug}", list="/found", max=20),
+                observe_first=True,
             ),
         )
         self.assertEqual(made.limits, spec.Limits(4, 6, 3600, 2.5, 9, 600, cost_limits=(("money", 2.5),)))

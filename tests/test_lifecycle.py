@@ -294,3 +294,60 @@ class UnreadableTargetTest(unittest.TestCase):
 
         self.assertFalse(caps_for(run_under({}), Unreadable()).readable)  # type: ignore[arg-type]
         self.assertTrue(caps_for(run_under({}), object()).readable)  # type: ignore[arg-type]
+
+
+class ObserveFirstTest(unittest.TestCase):
+    """``effects.observe_first``: an effect with no record is looked up before its first call; one the target holds
+    already (work done before the run) is recorded verified with no call."""
+
+    CAPS = Caps(observe_first=True, settle=30.0)
+
+    def test_an_effect_with_no_record_is_looked_up_before_its_first_call_only_when_asked(self) -> None:
+        self.assertEqual(move(None, caps=self.CAPS), Move("observe"))
+        self.assertEqual(move(None, caps=self.CAPS._replace(observe_first=False)), Move("invoke"), "as before")
+
+    def test_found_is_recorded_verified_with_no_call_its_evidence_saying_it_was_there_first(self) -> None:
+        seen = Seen("present", {"ticket": 7}, T0 + 99)
+        got = move(None, seen=seen, caps=self.CAPS)
+        self.assertEqual(got.kind, "found")
+        reason = "found at the target before any call of this run"
+        self.assertEqual(got.evidence, {"ticket": 7, "observe_first": reason})
+        self.assertFalse(got.reconciled)
+
+    def test_an_absence_is_called_at_once_no_call_of_this_run_can_land_late(self) -> None:
+        seen = Seen("absent", {"matches": 0}, T0 + 99)
+        self.assertEqual(move(None, seen=seen, caps=self.CAPS, now=T0 + 100), Move("invoke"), "no settle time to wait")
+
+    def test_not_now_waits_for_the_delay_then_looks_again(self) -> None:
+        seen = Seen("later", {"retry_after": 20}, T0 + 90)
+        self.assertEqual(move(None, seen=seen, caps=self.CAPS, now=T0 + 100), Move("wait", until=T0 + 110))
+        self.assertEqual(move(None, seen=seen, caps=self.CAPS, now=T0 + 110), Move("observe"))
+
+    def test_a_lookup_that_cannot_tell_stops_recording_nothing_and_calling_nothing(self) -> None:
+        got = move(None, seen=Seen("unknown", {"error": "HTTP 500"}, T0 + 99), caps=self.CAPS)
+        self.assertEqual(got.kind, "stop")
+        self.assertIsInstance(got.error, NeedsReconciliation)
+        self.assertEqual(got.error.exit_code, 8)  # type: ignore[union-attr]
+        self.assertIn("observe_first", got.error.message)  # type: ignore[union-attr]
+        self.assertIn("HTTP 500", got.error.message)  # type: ignore[union-attr]
+        self.assertEqual(got.error.context, {"key": KEY, "observe_first": True})  # type: ignore[union-attr]
+
+    def test_after_the_first_call_the_rules_are_those_of_any_effect(self) -> None:
+        # Observed absent after a call: called again after its backoff, not looked up first again.
+        self.assertEqual(move(effect("absent"), caps=self.CAPS), Move("invoke"))
+        # An unresolved effect is reconciled as always: its absence is believed only after the settle time.
+        early = move(effect("uncertain", at=T0 + 90), seen=Seen("absent", {}, T0 + 95), caps=self.CAPS, now=T0 + 96)
+        self.assertEqual(early.kind, "wait")
+        self.assertEqual(move(effect("verified"), caps=self.CAPS).kind, "done")
+
+    def test_a_target_that_cannot_be_read_back_and_reconciling_alone_are_never_looked_up_first(self) -> None:
+        self.assertEqual(move(None, caps=self.CAPS._replace(readable=False)), Move("invoke"))
+        self.assertEqual(move(None, caps=self.CAPS._replace(invoke=False)), Move("settled"))
+
+    def test_an_earlier_call_in_flight_is_waited_for_before_looking(self) -> None:
+        live = Call(True, T0 + 200, True, None, 42)
+        self.assertEqual(move(None, calls=(live,), caps=self.CAPS).kind, "wait-call")
+
+    def test_caps_for_reads_the_contract(self) -> None:
+        self.assertTrue(caps_for(run_under({"observe_first": True}), object()).observe_first)  # type: ignore[arg-type]
+        self.assertFalse(caps_for(run_under({}), object()).observe_first)  # type: ignore[arg-type]

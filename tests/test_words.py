@@ -110,7 +110,7 @@ class MoveKindTest(unittest.TestCase):
         acts, records = set(executor._ACTS), set(executor._RECORDS)
         self.assertEqual(acts & records, set(), "a move is carried out at once or recorded, never both")
         self.assertEqual(acts | records, set(get_args(lifecycle.MoveKind)))
-        self.assertEqual(records, {"invoke", "ack", "verify", "absent", "defer", "uncertain", "fail"})
+        self.assertEqual(records, {"invoke", "ack", "verify", "found", "absent", "defer", "uncertain", "fail"})
 
 
 class AnswerKindTest(unittest.TestCase):

@@ -268,7 +268,8 @@ class GitSpec:
 @dataclass(frozen=True)
 class EffectsSpec:
     """The ``effects`` section. ``adapter`` and ``verification`` are prose for people; ``readable`` is False when
-    ``observe`` is ``"none"`` (a target that cannot be read back; ``observe`` is then None)."""
+    ``observe`` is ``"none"`` (a target that cannot be read back; ``observe`` is then None); ``observe_first``: each
+    item is looked up before its first call, and one the target holds already is verified with no call."""
 
     key_pattern: Optional[str] = None
     approval: Tuple[str, ...] = ()
@@ -292,6 +293,7 @@ class EffectsSpec:
     cost: Tuple[Tuple[str, Tuple[Tuple[str, float], ...]], ...] = ()
     #: ``effects.cost_estimate``: what one call is reserved of each named cost before any cost was seen.
     cost_estimate: Tuple[Tuple[str, float], ...] = ()
+    observe_first: bool = False
 
     @property
     def performs_effects(self) -> bool:
@@ -562,6 +564,7 @@ def _effects(block: Mapping[str, Any]) -> EffectsSpec:
         invoke=tuple(block["invoke"]) if "invoke" in block else None,
         observe=tuple(block["observe"]) if "observe" in block and block["observe"] != OBSERVE_NONE else None,
         readable=block.get("observe") != OBSERVE_NONE,
+        observe_first=bool(block.get("observe_first", False)),
         http=read_http(block["http"]) if "http" in block else None,
         timeout_seconds=float(block.get("timeout_seconds", DEFAULT_CALL_TIMEOUT)),
         settle_seconds=float(block.get("settle_seconds", 0.0)),

@@ -135,7 +135,8 @@ class Driver:
                              f"and the drive would take it for {options.ttl} s: give both the same")
         self.run: Any = run  # a Run: the executor needs less of it (RunLike) than the drive does
         self.owner, self.executor, self.options, self.adapters = owner, executor, options, adapters
-        self.tally: Dict[str, Any] = {"actions": 0, "effects": 0, "reconciled": 0, "steps_started": 0, "steps_done": 0}
+        self.tally: Dict[str, Any] = {"actions": 0, "effects": 0, "reconciled": 0, "found_first": 0, "steps_started": 0,
+                                      "steps_done": 0}
         self.shown = _Progress(options.progress, options.clock)
 
     @classmethod
@@ -288,6 +289,8 @@ class Driver:
             was = before.pop(job.key, None)
             if was is not None and was != "absent":
                 tally["reconciled"] += 1
+            elif was is None and record.get("attempts") == 0 and record.get("state") == "verified":
+                tally["found_first"] += 1  # found at the target before any call (effects.observe_first)
             done[0] += 1
             shown.show(step, done[0], total, tally["effects"], tally["reconciled"], executor.figures,
                        spent=spend_line(run.state, limited_only=False, per_call=False) if shown.due() else "")

@@ -128,7 +128,7 @@ class HeldJob(NamedTuple):
 
 def caps_for(state: Dict[str, Any], adapter: Adapter, invoke: bool = True) -> Caps:
     """The caps of one effect: the adapter's timeout and facts (whether it can be read back), the contract's settle
-    time.
+    time and whether an effect is looked up before its first call (``observe_first``).
 
     With ``effects.rate`` every call spends a token, so no lookup is made before the settle time
     only to see a presence sooner: the tokens go to the calls that must be made.
@@ -138,7 +138,7 @@ def caps_for(state: Dict[str, Any], adapter: Adapter, invoke: bool = True) -> Ca
                 deduplicates=bool(getattr(adapter, "deduplicates", False)),
                 retention=getattr(adapter, "retention_seconds", None),
                 invoke=invoke, max_later=effects.max_rate_limited, look_early=effects.rate is None,
-                readable=bool(getattr(adapter, "readable", True)))
+                readable=bool(getattr(adapter, "readable", True)), observe_first=effects.observe_first)
 
 
 class Executor:
@@ -534,6 +534,10 @@ class Executor:
             evidence["receipt"] = receipt
         return lambda s, now: _effects.verify_ops(s, key, evidence, now, move.reconciled)
 
+    def _found(self, task: EffectTask, move: Move) -> LedgerChange:
+        key, kept, evidence = task.job.key, _effects.kept_payload(task.payload), dict(move.evidence or {})
+        return lambda s, now: _effects.found_ops(s, key, task.digest, evidence, now, task.job.step, kept)
+
     def _absent(self, task: EffectTask, move: Move) -> LedgerChange:
         key = task.job.key
 
@@ -568,7 +572,7 @@ class Executor:
                 task.own_invoke = self.registry.register(task.job.key, "invoke", self._attempt(task) + 1,
                                                          task.caps.timeout, self.run.owner, self.run.epoch)
                 self.observer.reached("effect:before-started", key=task.job.key)
-            elif move.kind == "verify":
+            elif move.kind in ("verify", "found"):
                 self.observer.reached("effect:before-verify", key=task.job.key)
         errors = self.run.transact_many([self._ledger_change(task, move) for task, move in batch])
         self.figures["commits"] += 1
@@ -718,7 +722,8 @@ _ACTS: Dict[MoveKind, Callable[[Executor, EffectTask, Move, float], None]] = {
 #: The moves recorded in the ledger, each by the change its method makes; those of several effects that are ready
 #: together share one transition. Every kind of move is in one of the two tables.
 _RECORDS: Dict[MoveKind, Callable[[Executor, EffectTask, Move], LedgerChange]] = {
-    "invoke": Executor._begin, "ack": Executor._ack, "verify": Executor._verify, "absent": Executor._absent,
+    "invoke": Executor._begin, "ack": Executor._ack, "verify": Executor._verify, "found": Executor._found,
+    "absent": Executor._absent,
     "defer": Executor._defer, "uncertain": Executor._uncertain, "fail": Executor._fail,
 }
 

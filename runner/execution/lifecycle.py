@@ -48,6 +48,11 @@ its loop acts. The rules it keeps:
   evidence that says the target cannot be read; an outcome left unknown (an unknown answer, a call
   whose process died) is never called again: it is recorded ``uncertain`` and the run stops for a
   person, who records what they saw (``effect verify`` or ``effect absent``, ``--by`` who).
+* **Work done before the run is found, not made again** (``caps.observe_first``: ``effects.observe_first``, at a
+  target that can be read back). An effect with no record is looked up before its first call: present, it is
+  recorded verified with no call (``found``, its evidence saying it was there before any call of this run);
+  absent, it is called as any new effect is (no call of this run can land late); a lookup that cannot tell stops,
+  with nothing recorded and nothing called, so that the next run looks again.
 
 Times are seconds since the epoch, from the run's clock.
 """
@@ -63,7 +68,8 @@ from ..calls.inflight import Call, CallKind
 from ..contract.effects import DEFAULT_CALL_TIMEOUT
 
 __all__ = ["Caps", "Call", "Seen", "Answer", "Facts", "Move", "next_move", "quiet_since", "LOOK_AGAIN_SECONDS",
-           "MoveKind", "AnswerKind", "SeenStatus", "CallKind", "ManyLookupState", "MAX_DETAIL_CHARS"]
+           "MoveKind", "AnswerKind", "SeenStatus", "CallKind", "ManyLookupState", "MAX_DETAIL_CHARS",
+           "FOUND_FIRST_REASON"]
 
 # The words of each vocabulary, as types: a value is one of these strings (never an Enum, whose text would differ
 # between Pythons in the reasons and the simulation's trace), and a comparison with any other word is a type error.
@@ -71,7 +77,7 @@ __all__ = ["Caps", "Call", "Seen", "Answer", "Facts", "Move", "next_move", "quie
 
 #: The kinds of :class:`Move`, in the order the docstring of :class:`Move` names them.
 MoveKind = Literal["done", "settled", "wait-call", "kill-call", "wait", "observe", "invoke",
-                   "ack", "verify", "absent", "defer", "uncertain", "fail", "stop"]
+                   "ack", "verify", "found", "absent", "defer", "uncertain", "fail", "stop"]
 #: What an adapter's lookups of many keys came to: one is out and none answered yet, the target answers them, or it
 #: refuses them.
 ManyLookupState = Literal["trying", "works", "refused"]
@@ -96,6 +102,8 @@ class Caps(NamedTuple):
     :param max_later: lookups answered "not now" in a row before the lookup counts as inconclusive.
     :param look_early: look again before the settle time is out after an early absence (a presence is believed at once).
     :param readable: False for a target that cannot be read back: it is never looked at (see the module docstring).
+    :param observe_first: look an effect with no record up before its first call, and record it verified if the
+        target holds it already (work done before the run); only at a target that can be read back.
     """
 
     timeout: float = DEFAULT_CALL_TIMEOUT
@@ -106,6 +114,7 @@ class Caps(NamedTuple):
     max_later: int = 10
     look_early: bool = True
     readable: bool = True
+    observe_first: bool = False
 
 
 class Facts(NamedTuple):
@@ -132,7 +141,8 @@ class Move(NamedTuple):
     * ``observe``: look at the target;
     * ``invoke``: record ``started`` durably, then call the target (``resend``: the same
       key and payload again, to a target that deduplicates);
-    * records: ``ack`` (``receipt``), ``verify`` (``evidence``), ``absent`` (``evidence``),
+    * records: ``ack`` (``receipt``), ``verify`` (``evidence``), ``found`` (``evidence``: an effect with no record
+      is recorded verified with no call), ``absent`` (``evidence``),
       ``defer`` (``evidence``; the next call not before ``until``), ``uncertain`` (``reason``),
       ``fail`` (``reason``); after a record, ``error`` (if any) is raised;
     * ``stop``: raise ``error``.
@@ -197,6 +207,29 @@ def _unreadable_stop(key: str, state: Optional[EffectState], why: str) -> Move:
     if state == "uncertain":
         return Move("stop", error=error)
     return Move("uncertain", reason=f"{why}; the target cannot be read back", error=error)
+
+
+#: What the evidence of an effect found before its first call says (``observe_first``), beside what the lookup found.
+FOUND_FIRST_REASON = "found at the target before any call of this run"
+
+
+def _look_first(key: str, seen: Optional[Seen], now: float) -> Optional[Move]:
+    """Before the first call of an effect with no record (``observe_first``): look; present is ``found`` (verified
+    with no call); absent is None (it is called as any new effect); "not now" waits as any lookup does; a lookup that
+    cannot tell stops, recording nothing, so that no work done before the run is made a second time."""
+    if seen is None:
+        return Move("observe")
+    if seen.status == "later":
+        until = seen.at + float(seen.evidence.get("retry_after") or LOOKUP_RETRY_SECONDS)
+        return Move("wait", until=until) if now < until else Move("observe")
+    if seen.status == "present":
+        return Move("found", evidence=dict(seen.evidence, observe_first=FOUND_FIRST_REASON))
+    if seen.status == "absent":
+        return None
+    return Move("stop", error=NeedsReconciliation(
+        f"effect {key!r}: effects.observe_first: the lookup before its first call could not tell whether the target "
+        f"holds it already ({describe(seen.evidence)}); nothing was recorded or called: run again once the target "
+        "answers its lookups", key=key, observe_first=True))
 
 
 def next_move(facts: Facts) -> Move:
@@ -300,6 +333,10 @@ def next_move(facts: Facts) -> Move:
     # No outcome is pending: the effect was never begun, or was observed absent.
     if not caps.invoke:
         return Move("settled")
+    if effect is None and caps.observe_first and caps.readable:
+        looked = _look_first(key, seen, now)
+        if looked is not None:
+            return looked
     if effect is not None and effect.get("receipt") is not None:
         return Move("stop", error=NeedsReconciliation(
             f"effect {key!r} holds a receipt ({describe(effect.get('receipt'), 120)}) and is {state}: a receipt is "
