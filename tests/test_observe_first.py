@@ -3,9 +3,11 @@ done before the run, by a script or by hand) is verified with no call, never mad
 
 The target is a shell program that never deduplicates: each call appends its key to a ledger, and may SIGKILL the
 ``drive`` that started it right after it did (the target holds the effect, the runner has not recorded the answer).
-Killed ``drive`` processes are resumed by others; the audit counts the ledger's lines per key.
+Killed ``drive`` processes are resumed by others; the audit counts the ledger's lines per key. The GitHub recipe
+(``templates/recipes/github-issues.md``) runs the same against the tracker stand-in, whose listing is the lookup.
 """
 
+import json
 import os
 import signal
 import unittest
@@ -13,6 +15,8 @@ from typing import Any, Dict, List
 
 from tests.support.batch import batch_contract
 from tests.support.cli import RunnerCli
+from tests.support.standins.harness import StandIn
+from tests.test_recipes_http import CRASHES, GITHUB, TOKEN, _Drive, wait_for
 from tests.support.util import write_contract
 
 #: target.sh invoke LEDGER KEY | observe LEDGER KEY | many LEDGER KEY...: a target that never deduplicates. An
@@ -153,8 +157,58 @@ class ObserveFirstTest(unittest.TestCase):
         self.assert_each_made_once_and_the_earlier_ones_found()
         sizes = self.lookups()
         self.assertGreater(max(sizes), 1, f"items looked up together: {sizes}")
-        self.assertLess(len(sizes), len(self.items), f"fewer lookups than items, though each is looked up first: {sizes}")
+        self.assertLess(len(sizes), len(self.items), f"fewer lookups than items, each looked up first: {sizes}")
 
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ListingTest(_Drive):
+    """The GitHub recipe with ``observe_first``: issues a script filed before the run are found in the listing that
+    every item waiting for a lookup shares, and verified with no call; ``drive`` killed mid-call makes no second."""
+
+    def start(self, hub: StandIn, before: List[str]) -> RunnerCli:
+        """The recipe's run over :data:`CRASHES`, the issues of ``before`` filed by a script first and listed."""
+        cli = self.project(GITHUB, hub.base, "https://api.github.com", concurrency=4, observe_first=True)
+        os.makedirs(os.path.join(cli.root, "crashes"))
+        for crash in CRASHES:
+            record = {"id": crash, "title": f"Crash {crash}", "summary": "Seen.", "labels": ["crash"], "count": 1}
+            with open(os.path.join(cli.root, "crashes", f"{crash}.json"), "w", encoding="utf-8") as handle:
+                json.dump(record, handle)
+        with open(os.path.join(cli.root, ".github-token"), "w") as handle:
+            handle.write(TOKEN + "\n")
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        for crash in before:  # the recipe's first line in the body: how the listing finds an item's issue
+            status, _, _ = hub.request("POST", "/repos/OWNER/REPO/issues",
+                                       {"title": crash, "body": f"crash-group: {crash}\n\nfiled by a script"}, auth)
+            self.assertEqual(status, 201)
+        path = "/repos/OWNER/REPO/issues?state=all&per_page=100"
+        wait_for("the listing to show them", lambda: len(json.loads(hub.request("GET", path, None, auth)[2]))
+                 == len(before))
+        cli.init(self.block)
+        return cli
+
+    def assert_found_first(self, cli: RunnerCli, before: List[str]) -> None:
+        for crash in before:
+            shown = cli.json("effect", "show", f"crash-{crash}")
+            self.assertEqual((shown["attempts"], shown["evidence"]["observe_first"]), (0, FOUND_FIRST), crash)
+
+    def test_issues_filed_before_the_run_are_found_and_drive_killed_mid_call_files_none_twice(self) -> None:
+        with StandIn("tracker", ["--token", TOKEN, "--lag", "0.4"]) as hub:
+            before = CRASHES[::3]
+            cli = self.start(hub, before)
+            self.kill_mid_call(cli, hub, "create", kills=1)
+            self.finish(cli, [f"crash-{c}" for c in CRASHES])
+            counted = hub.count()
+            self.assertEqual((counted["total"], counted["duplicates"]), (len(CRASHES), {}))
+            self.assert_found_first(cli, before)
+
+    def test_one_listing_finds_every_item_a_sweep_holds(self) -> None:
+        with StandIn("tracker", ["--token", TOKEN]) as hub:
+            cli = self.start(hub, CRASHES)
+            listed = sum(hub.requests()["list"].values())
+            done = cli.child("drive", "--owner", "agent-1", "--json", code=10).json
+            self.assertEqual((done["drive"]["found_first"], hub.count()["total"]), (len(CRASHES), len(CRASHES)))
+            self.assert_found_first(cli, CRASHES)
+            self.assertEqual(sum(hub.requests()["list"].values()) - listed, 1, "one listing, not one per item")
