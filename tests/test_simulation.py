@@ -42,9 +42,9 @@ def default_campaign() -> Dict[str, Any]:
 
 #: The first of seeds 1 to 10,000 that breaks an invariant under each broken variant (BENCHMARKS.md, section 14).
 #: The search starts there rather than at seed 1, and must catch the variant within CATCH_WINDOW schedules.
-FIRST_CATCH = {"no-wait": 186, "receipt-blind-ledger": 38, "page-believed": 34, "proxy-not-now": 2, "leader-only": 230,
+FIRST_CATCH = {"no-wait": 213, "receipt-blind-ledger": 38, "page-believed": 34, "proxy-not-now": 2, "leader-only": 230,
                "trust-records": 6, "split-registry": 2015, "shared-lookup": 14, "refreeze-rebinds": 9,
-               "listing-cut-believed": 9}
+               "listing-cut-believed": 9, "unknown-resent": 36, "observe-first-ignored": 1}
 CATCH_WINDOW = 20
 
 
@@ -200,6 +200,12 @@ class BrokenVariantsTest(unittest.TestCase):
     def test_absences_believed_from_a_listing_cut_short_are_caught(self) -> None:
         self.assert_caught("listing-cut-believed", "duplicate", "contradiction")
 
+    def test_an_unknown_outcome_sent_again_to_a_target_that_cannot_be_read_back_is_caught(self) -> None:
+        self.assert_caught("unknown-resent", "unknown-resent", "duplicate")
+
+    def test_work_done_before_the_run_made_again_when_observe_first_is_ignored_is_caught(self) -> None:
+        self.assert_caught("observe-first-ignored", "done-before-resent", "duplicate")
+
     def test_a_receipt_hidden_from_the_lifecycle_alone_is_held_by_the_ledger(self) -> None:
         # Without a deduplicating target or a lookup lagging past its settle time, a receipt never meets an absence
         # or a resend, so the variant decides as the real code does: only those schedules can tell them apart.
@@ -213,15 +219,20 @@ class BrokenVariantsTest(unittest.TestCase):
         self.assertGreater(refusals, 0, "the ledger must have refused what the blind lifecycle proposed")
 
 
+def both(test: unittest.TestCase, seed: int, variant: str, params: Params) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """Schedule ``seed`` in the world ``params``, by the real code (which must break nothing) and by ``variant``."""
+    real = run_schedule(seed, params=params, trace=True)
+    broken = run_schedule(seed, variant, params=params, trace=True)
+    test.assertEqual(real["violations"], [], "\n".join(real["trace"]))
+    return real, broken
+
+
 class ShapesTest(unittest.TestCase):
     """Each shape that once broke the runner, in a small world: the real code keeps its promise there, and the variant
     that does what the runner did before its fix breaks it in the same schedule."""
 
     def both(self, seed: int, variant: str, params: Params) -> Tuple[Dict[str, Any], Dict[str, Any]]:
-        real = run_schedule(seed, params=params, trace=True)
-        broken = run_schedule(seed, variant, params=params, trace=True)
-        self.assertEqual(real["violations"], [], "\n".join(real["trace"]))
-        return real, broken
+        return both(self, seed, variant, params)
 
     def test_a_key_missing_from_one_page_of_several_is_looked_up_alone(self) -> None:
         # Three commands apply; their runner is killed before it records any answer. Its successor looks the three keys
@@ -330,6 +341,60 @@ class ShapesTest(unittest.TestCase):
         self.assertEqual((result["ending"], result["counts"].get("effects"), result["violations"]), ("settled", 3, []),
                          "\n".join(result["trace"]))
         self.assertEqual(result["counts"].get("refreeze:may be taken"), 1)
+
+
+class UnreadableTargetTest(unittest.TestCase):
+    """A target that cannot be read back: a receipt verifies, an unknown outcome stops the run for a person, who
+    records what the target holds; the runner never looks, and never sends an unknown outcome again on its own."""
+
+    def test_an_answer_lost_after_the_target_made_it_is_verified_by_a_person_never_sent_again(self) -> None:
+        # Every answer is lost on its way back: the outcome is unknown, the run stops, a person finds the effect.
+        world = quiet(keys=2, parallel=2, unreadable=True, drop=1.0)
+        real, broken = both(self, 1, "unknown-resent", world)
+        self.assertEqual((real["ending"], real["counts"].get("effects"), real["counts"].get("person_records")),
+                         ("settled", 2, 2), "\n".join(real["trace"]))
+        self.assertEqual((real["counts"].get("calls_observe", 0), real["counts"].get("calls_many", 0)), (0, 0))
+        self.assertEqual(real["counts"].get("needs-reconciliation:unreadable"), 1)
+        self.assertTrue({"unknown-resent", "duplicate"} <= {kind for kind, _ in broken["violations"]})
+
+    def test_a_call_begun_by_a_worker_that_died_before_sending_is_sent_again_only_after_a_persons_absence(self) -> None:
+        world = quiet(unreadable=True, kill_window="effect:after-started", kill_pass=1)
+        real, broken = both(self, 1, "unknown-resent", world)
+        trace = "\n".join(real["trace"])
+        self.assertEqual((real["ending"], real["counts"].get("effects"), real["counts"].get("calls_invoke")),
+                         ("settled", 1, 1), trace)
+        self.assertIn("a person records k1 absent", trace)
+        # Sent again on its own, it makes no duplicate here (the first call never left): the invariant still bites.
+        self.assertEqual([kind for kind, _ in broken["violations"]], ["unknown-resent"])
+
+    def test_a_receipt_is_the_only_evidence_and_verifies_with_no_lookup(self) -> None:
+        result = run_schedule(1, params=quiet(keys=3, parallel=2, unreadable=True), trace=True)
+        self.assertEqual((result["ending"], result["violations"], result["counts"].get("effects")), ("settled", [], 3))
+        self.assertEqual((result["counts"].get("calls_observe", 0), result["counts"].get("person_records", 0)), (0, 0))
+
+
+class ObserveFirstTest(unittest.TestCase):
+    """``effects.observe_first``: work done before the run is found, verified with no call, and never made again."""
+
+    def test_keys_held_before_the_run_are_found_and_the_rest_made_once(self) -> None:
+        world = quiet(keys=3, parallel=2, observe_first=True, done_before=(0, 2))
+        real, broken = both(self, 1, "observe-first-ignored", world)
+        self.assertEqual((real["ending"], real["counts"].get("effects"), real["counts"].get("calls_invoke")),
+                         ("settled", 1, 1), "\n".join(real["trace"]))
+        self.assertEqual(real["moves"].get("found"), 2)
+        self.assertTrue({"done-before-resent", "duplicate"} <= {kind for kind, _ in broken["violations"]})
+
+    def test_one_listing_finds_the_work_done_before_of_every_key(self) -> None:
+        world = quiet(keys=3, parallel=3, observe_first=True, done_before=(1,), listing=True, list_page=5,
+                      list_pages=10)
+        real, broken = both(self, 1, "observe-first-ignored", world)
+        self.assertEqual((real["ending"], real["counts"].get("effects"), real["moves"].get("found")), ("settled", 2, 1))
+        self.assertIn("done-before-resent", [kind for kind, _ in broken["violations"]])
+
+    def test_a_lookup_that_cannot_tell_before_the_first_call_stops_with_nothing_called(self) -> None:
+        result = run_schedule(1, params=quiet(observe_first=True, done_before=(0,), lookup_fail=1.0), trace=True)
+        self.assertEqual((result["ending"], result["violations"], result["counts"].get("calls_invoke", 0)),
+                         ("needs-reconciliation:unknown-outcome", [], 0), "\n".join(result["trace"]))
 
 
 class WorldTest(unittest.TestCase):

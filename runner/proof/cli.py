@@ -106,7 +106,8 @@ def add_proof_verbs(verb: Callable[..., Any]) -> None:
                      help="a deliberately broken lifecycle, ledger, adapter, registry or list, to show the checks "
                           "catch it: no-wait, receipt-blind, receipt-blind-ledger, page-believed, proxy-not-now, "
                           "leader-only, trust-records, split-registry, shared-lookup, refreeze-rebinds, "
-                          "listing-cut-believed (default: real, the code as it is)")
+                          "listing-cut-believed, unknown-resent, observe-first-ignored (default: real, the code as "
+                          "it is)")
     sub.add_argument("--trace", action="store_true",
                      help="print every event of each schedule (with --schedules 1: replay one schedule)")
     sub.add_argument("--stop-at-first", action="store_true", help="end at the first schedule that breaks an invariant")

@@ -75,7 +75,14 @@ One schedule:
     stem, ``step start`` freezing the list (:meth:`runner.execution.run.Run.step_start`):
     a list two of whose items one lookup value finds; a list changed by
     ``migrate`` (an item in front of ``{index}`` keys, one at the end, or keys
-    made from another template) and frozen anew.
+    made from another template) and frozen anew;
+  - a target that cannot be read back (``"observe": "none"``: a chat webhook,
+    a mail server): a receipt verifies, an unknown outcome stops the run for a
+    person, who later looks at what the target holds, records it (``effect
+    verify`` or ``effect absent``, ``--by``) and starts a worker again;
+  - work done before the run (``effects.observe_first``): the target holds
+    some keys' effects from the start, and every key is looked up before its
+    first call.
 
 Checked during and at the end of every schedule (:data:`INVARIANTS`):
 
@@ -115,6 +122,13 @@ Checked during and at the end of every schedule (:data:`INVARIANTS`):
   is counted when it is moved aside);
 * ``wrong-kill``: a runner kills only processes that carry the token of the
   call it kills;
+* ``unknown-resent``: at a target that cannot be read back, nothing is
+  looked up, and a key whose outcome is unknown (recorded ``uncertain``, or
+  left ``started`` by a worker that died) is never begun again; only a
+  person's ``effect absent`` lets it be sent again;
+* ``done-before-resent``: no call of a key reaches the target when its item's
+  effect was there before the run began (``observe_first``), a deduplicating
+  target too;
 * ``crash``: no exception other than the runner's own errors leaves the
   executor; ``simulation``: the simulated world itself ran into no error.
 
@@ -151,7 +165,11 @@ past the deadline), ``split-registry`` (a worker's registry is named from the
 database's location as spelled), ``shared-lookup`` (a list whose items share
 a lookup value is started), ``refreeze-rebinds`` (a list frozen anew gives
 the keys the ledger holds to other items) and ``listing-cut-believed`` (a
-listing cut short says absent of every key it did not find).
+listing cut short says absent of every key it did not find). Two break what
+the runner promises of two kinds of target: ``unknown-resent`` (an unknown
+outcome at a target that cannot be read back is sent again) and
+``observe-first-ignored`` (``effects.observe_first`` is ignored: work done
+before the run is made again).
 """
 
 import json
@@ -172,6 +190,7 @@ from ..ledger.states import UNRESOLVED
 from ..execution.run import Run
 from ..calls.target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 from ..execution.flow import Flow
+from ..surfaces import verbs
 from ..base.windows import Observer
 from .simworld import (FIFO, CallIntroduced, LeaderOnlyProcesses, Ledger, MemoryRegistry, MemoryStore, Proc,
                        ProcessTable, Scheduler, SimProcesses, SimWorld, TrustingProcesses, Worker, WorkerKilled,
@@ -207,7 +226,8 @@ _PASSES = {"lease:after-acquire": 2, "store:before-db-commit": 12, "store:after-
 
 INVARIANTS = ("duplicate", "call-after-receipt", "receipt-lost", "absence-over-receipt", "lost-acknowledgement",
               "phantom",
-              "unfenced-write", "contradiction", "unsettled", "record-set-aside", "wrong-kill", "crash", "simulation")
+              "unfenced-write", "contradiction", "unsettled", "record-set-aside", "wrong-kill", "unknown-resent",
+              "done-before-resent", "crash", "simulation")
 
 #: What a key may break once the world broke its contract with the runner for that key (:meth:`Schedule.beyond`):
 #: counted apart, as the duplicates of a target lagging past its settle time are.
@@ -293,6 +313,20 @@ class _ListRun(Run):
         return out  # type: ignore[no-any-return]
 
 
+def _unknown_resent(facts: Facts) -> Move:
+    """Broken: an unknown outcome at a target that cannot be read back is sent again, as at one that deduplicates."""
+    state = (facts.effect or {}).get("state")
+    unknown = state == "uncertain" or (state == "started" and facts.answer is None)
+    if not facts.caps.readable and unknown and not any(call.alive for call in facts.calls):
+        return Move("invoke", resend=True)
+    return next_move(facts)
+
+
+def _observe_first_ignored(facts: Facts) -> Move:
+    """Broken: ``effects.observe_first`` is ignored; an effect with no record is called without a look."""
+    return next_move(facts._replace(caps=facts.caps._replace(observe_first=False)))
+
+
 class _LookupsUnchecked(_ListRun):
     sees_lookups = False
 
@@ -331,6 +365,10 @@ VARIANTS: Dict[str, Variant] = {
                                 "a list frozen anew gives the keys the ledger holds to other items"),
     "listing-cut-believed": Variant(next_move, Run, "listing-cut-believed",
                                     "a listing cut short says absent of every key it did not find"),
+    "unknown-resent": Variant(_unknown_resent, Run, "",
+                              "an unknown outcome at a target that cannot be read back is sent again"),
+    "observe-first-ignored": Variant(_observe_first_ignored, Run, "",
+                                     "effects.observe_first is ignored: work done before the run is made again"),
 }
 
 
@@ -394,11 +432,15 @@ class Params(NamedTuple):
     list_pages: int = 1  # the most pages one listing reads (max_pages)
     list_others: int = 0  # entries of the listing that are no key's (the target's other issues)
     list_cut: float = 0.0  # the chance that a page of a listing cannot be read: the listing is cut short there
+    unreadable: bool = False  # the target cannot be read back ("observe": "none"): a person records what it holds
+    observe_first: bool = False  # effects.observe_first: every key is looked up before its first call
+    done_before: Tuple[int, ...] = ()  # the keys (their places in the list) whose effects the target holds at the start
 
 
 #: The fields of :class:`Params` that :func:`_draw_shapes` draws.
 SHAPES = ("many", "page", "page_marked", "many_limit", "proxy", "lies", "helpers", "garbage", "spellings", "listed",
-          "shared", "migration", "listing", "list_page", "list_pages", "list_others", "list_cut")
+          "shared", "migration", "listing", "list_page", "list_pages", "list_others", "list_cut", "unreadable",
+          "observe_first", "done_before")
 
 
 def draw_params(seed: int) -> Params:
@@ -506,6 +548,13 @@ def _draw_shapes(seed: int, p: Params) -> Dict[str, Any]:
         shapes["list_pages"] = rng.choice((1, 2, 3, 10))
         shapes["list_others"] = rng.choice((0, 0, 2, 6))
         shapes["list_cut"] = rng.choice((0.0, 0.1, 0.3))
+    rng = random.Random(f"unreadable:{seed}")
+    if "many" not in shapes and "listing" not in shapes and rng.random() < 0.15:  # nothing to look up many keys in
+        shapes["unreadable"] = True
+    rng = random.Random(f"first:{seed}")
+    if "unreadable" not in shapes and rng.random() < 0.2:  # contract check refuses observe_first with "observe": "none"
+        shapes["observe_first"] = True
+        shapes["done_before"] = tuple(i for i in range(p.keys) if rng.random() < 0.4)
     return shapes
 
 
@@ -573,6 +622,7 @@ class SimAdapter:
         self.batch_key = ("simulated target",) if p.many or p.listing else None
         self.observe_batch = 1000 if p.listing else max(1, p.many)
         self.lists = p.listing
+        self.readable = not p.unreadable
 
     def _call(self, kind: str, key: str, payload: Dict[str, Any], epoch: Optional[int],
               items: Optional[List[Tuple[str, Dict[str, Any]]]] = None) -> Any:
@@ -723,6 +773,8 @@ class Schedule:
         self.refreeze: Optional[str] = None  # the migration applied, and whether a re-freeze must refuse it
         self.killing: Dict[Tuple[str, int, float], float] = {}  # (key, pid, deadline) of a call being killed: since
         self.hung = False
+        self.before_items: Set[str] = set()  # the items whose effects the target held before the run began
+        self.person_due = False  # a person will look at a target that cannot be read back, and record what it holds
 
     # -- bookkeeping --------------------------------------------------------------------------------
     def count(self, what: str, n: int = 1) -> None:
@@ -815,17 +867,21 @@ class Schedule:
 
     def _plan(self, items: List[str], template: str) -> Dict[str, Any]:
         """The run's plan: the contract's block, its step listing ``items`` keyed by ``template`` when the keys are a
-        list's (looked up by ``{stem}``), else the effects' caps alone."""
+        list's (looked up by ``{stem}``), else the effects' caps alone; a target that cannot be read back and
+        ``observe_first`` as the contract declares them."""
         p = self.p
         effects = {"settle_seconds": p.settle, "timeout_seconds": p.timeout, "max_attempts": p.max_attempts,
-                   "max_rate_limited": p.max_rate_limited, **({"rate": p.rate} if p.rate else {})}
+                   "max_rate_limited": p.max_rate_limited, **({"rate": p.rate} if p.rate else {}),
+                   **({"observe": "none"} if p.unreadable else {}),
+                   **({"observe_first": True} if p.observe_first else {})}
         plan = {"effects": effects, "retry": {"base_seconds": p.backoff[0], "cap_seconds": p.backoff[1]},
                 "lease": {"ttl_seconds": p.ttl}}
         if not p.listed:
             return plan
         return dict(plan, contract=1, task_id=f"sim-{self.seed}", goal="file one ticket per item", workspace=".",
                     steps=[{"id": STEP, "items": items, "key": template, "next": "done"}],
-                    effects=dict(effects, invoke=["file", "{payload_file}"], observe=["find", "{stem}"]))
+                    effects=dict(effects, invoke=["file", "{payload_file}"],
+                                 observe="none" if p.unreadable else ["find", "{stem}"]))
 
     def _keys_now(self, state: Dict[str, Any]) -> List[str]:
         """The keys the run must settle: the step's frozen list while it is the plan's, else the plan's own list (what
@@ -864,6 +920,8 @@ class Schedule:
         # The run as the database names it (runner.stores.postgres.PostgresStore.identity): the same for every spelling.
         self.database = "\n".join(("postgresql", "runs", self.ledger.head0, f"sim-{self.seed}"))
         self.supervisor = Run(MemoryStore(self.ledger, clock, writer="supervisor"))
+        person = random.Random(f"person:{self.seed}")
+        self.person = Run(MemoryStore(self.ledger, clock, writer="person"), rand=person.random)
         fields = p._asdict()
         self.log(f"params { {k: fields[k] for k in Params._fields if k not in Params._field_defaults or k == 'rate'} } "
                  f"commands {sorted(self.command_keys)}")
@@ -872,6 +930,8 @@ class Schedule:
             self.log(f"shapes {shapes}" + (f" items {self.items}" if self.items else ""))
         for spelling in SPELLINGS[:p.spellings]:
             self.rooms.setdefault(self._room_name(spelling), {})
+        for index in p.done_before:
+            self._done_before(index)
         if p.migration is not None:
             self.sched.at(T0 + p.migration[0], self._operator_migrates)
         if p.garbage:
@@ -892,6 +952,20 @@ class Schedule:
         for error in self.sched.errors:
             self.violation("simulation", error)
         return self._finish()
+
+    def _done_before(self, index: int) -> None:
+        """The target holds the effect of the key at ``index`` (its item's, where the keys are a list's) from before
+        the run: made by a script or by hand, a minute before it began, and shown since."""
+        key = self.keys[index]
+        item = self.items[index] if self.p.listed else key
+        self.tickets += 1
+        effect = (T0 - 60.0, T0 - 60.0, self.tickets, "before")
+        self.effects.setdefault(key, []).append(effect)
+        self.by_value.setdefault(self.value_of.get(item, key), []).append(effect)
+        self.by_item.setdefault(item, []).append(effect)
+        self.before_items.add(item)
+        self.count("done_before")
+        self.log(f"the target holds {item}'s effect from before the run: ticket {self.tickets}")
 
     def _start_worker(self, owner: Optional[str], why: str) -> None:
         if self.final is not None or len(self.workers) >= MAX_WORKERS or \
@@ -1002,7 +1076,8 @@ class Schedule:
         except RunnerError as exc:
             worker.detail = exc.message
             if exc.reason == "needs-reconciliation":
-                kind = ("receipt-contradiction" if "observed" in exc.context
+                kind = ("unreadable" if exc.context.get("readable") is False
+                        else "receipt-contradiction" if "observed" in exc.context
                         else "ledger-refusal" if "state" in exc.context
                         else "unverifiable-command" if "process_group" in exc.context else "unknown-outcome")
                 self.count(f"needs-reconciliation:{kind}")
@@ -1093,6 +1168,44 @@ class Schedule:
         self.sched.cont(worker)
         self.log(f"CONT {worker.name}")
 
+    @staticmethod
+    def _lease_live(lease: Dict[str, Any], now: float) -> bool:
+        """Whether someone holds ``lease`` unexpired at ``now`` (a person's record then needs it)."""
+        return lease.get("owner") is not None and lease.get("expires_at") is not None \
+            and parse_time(lease["expires_at"]) > now
+
+    def _person_looks(self) -> None:
+        """A person looks at a target that cannot be read back: for each key recorded ``uncertain``, what the target
+        holds of its item, recorded with ``effect verify`` or ``effect absent`` and ``--by``; then the run goes on (a
+        worker starts). They wait while a worker lives: its lease would refuse their record."""
+        if self.final is not None:
+            return
+        if self._live():
+            self.sched.at(self.sched.now + 1.0, self._person_looks)
+            return
+        state = self.person.refresh()
+        if self._lease_live(state["lease"], self.sched.now):  # held by a worker that died: it lapses
+            self.sched.at(parse_time(state["lease"]["expires_at"]) + 0.1, self._person_looks)
+            return
+        self.person_due = False
+        for key in self._keys_now(state):
+            if (state["effects"].get(key) or {}).get("state") != "uncertain":
+                continue
+            item = self._item_of(state, key)
+            held = [e for e in self.by_item.get(item, []) if e[0] <= self.sched.now]
+            try:
+                if held:
+                    verbs.effect_verify(self.person, key, {"seen": f"ticket {held[0][2]}"}, by="a-person")
+                else:
+                    verbs.effect_absent(self.person, key, {"seen": "nothing"}, by="a-person")
+            except RunnerError as exc:
+                self.log(f"a person's record of {key} is refused: {exc.message[:200]}")
+                continue
+            self.count("person_records")
+            self.log(f"a person records {key} {'verified' if held else 'absent'}: the target holds "
+                     f"{len(held)} of {item}")
+        self._start_worker(None, "a person recorded what the target holds")
+
     def _live(self) -> List[SimWorker]:
         return [w for w in self.workers if not w.dead and w.outcome is None]
 
@@ -1129,6 +1242,12 @@ class Schedule:
             self.violation("crash", f"{worker.name}: {outcome}")
         if outcome == "fenced" and worker.stalled:
             self.count("stalled_workers_fenced")
+        if outcome == "needs-reconciliation:unreadable":
+            # The run stopped for a person, who looks at the target some time later (and starts the next worker).
+            if not self.person_due:
+                self.person_due = True
+                self.sched.at(self.sched.now + self.shape_rng.uniform(0.5, 5.0), self._person_looks)
+            return
         if outcome.startswith("needs-reconciliation"):
             self.reconciliation_exits += 1
             if self.reconciliation_exits >= MAX_RECONCILIATION_EXITS:
@@ -1155,6 +1274,9 @@ class Schedule:
         worker.calls.append(call)  # type: ignore[attr-defined]
         if call.past_deadline(self.sched.now):
             self.count("calls_started_past_deadline")
+        if call.kind != "invoke" and not call.adapter.readable:
+            self.violation("unknown-resent", f"{worker.name} {call.id} looks {call.key} up at a target that cannot be "
+                           "read back")
         command = bool(call.adapter.command) and call.kind != "many"  # a lookup of many keys: in the drive's process
         if call.kind == "many":
             keys = [key for key, _ in call.items]
@@ -1417,6 +1539,9 @@ class Schedule:
 
     def _invoke(self, call: SimCall) -> Optional[Tuple[Any, ...]]:
         p, rng, key, now = self.p, self.world_rng, call.key, self.sched.now
+        if call.payload.get("item", key) in self.before_items:
+            self.violation("done-before-resent", f"{call.id} of {key} by {call.worker.name} reached the target, which "
+                           "held its effect before the run began")
         if call.past_deadline(now):
             self.count("calls_sent_past_deadline")
             self.signs.add("call-sent-past-its-deadline")
@@ -1461,6 +1586,8 @@ class Schedule:
             self.tickets += 1
             lag = ((p.settle if rng.random() < 0.2 else rng.uniform(0, p.settle)) if not p.over_lag
                    else rng.uniform(0, 3 * p.settle + 3))
+            if p.unreadable:
+                lag = 0.0  # nothing looks it up: a person sees it at the target at once
             effect = (now, now + lag, self.tickets, call.id)
             held.append(effect)
             self.by_value.setdefault(self._value(call.payload, key), []).append(effect)
@@ -1551,6 +1678,8 @@ class Schedule:
             holds = (lease.get("owner") == writer and lease.get("epoch") == epoch
                      and lease.get("expires_at") is not None
                      and parse_time(lease["expires_at"]) > now)
+            if writer == "person" and not self._lease_live(lease, now):
+                holds = True  # a person's record needs the lease only while someone holds it live
             if not holds:
                 self.violation("unfenced-write",
                                f"{writer} at epoch {epoch} changed {sorted(touched)} while the lease was {lease}")
@@ -1562,6 +1691,9 @@ class Schedule:
                                    f"{key}: the receipt {was['receipt']} became {now_record.get('receipt')}")
                 if now_record.get("state") == "absent":
                     self.violation("absence-over-receipt", f"{key} recorded absent over the receipt {was['receipt']}")
+            if self.p.unreadable and now_record.get("state") == "started" and was.get("state") in UNRESOLVED:
+                self.violation("unknown-resent", f"{key} was begun again by {writer} while its outcome was unknown "
+                               f"({was.get('state')}), at a target that cannot be read back")
             if now_record.get("state") == "started":
                 if was.get("state") == "uncertain":
                     self.resent.add(key)
@@ -1593,7 +1725,7 @@ class Schedule:
         for key in keys + sorted(k for k in self.effects if k not in keys):
             record = truth["effects"].get(key) or {}
             state = record.get("state")
-            held = len(self.effects.get(key, []))
+            held = len([e for e in self.effects.get(key, []) if e[3] != "before"])  # the run's own effects
             if held and state not in ("verified",) + UNRESOLVED and not self.p.over_lag:
                 self.violation("lost-acknowledgement",
                                f"the target holds {held} effect(s) of {key}; the ledger says {state}", key)
@@ -1749,6 +1881,7 @@ def simulate(seed: int, schedules: int, variant: str = "real", trace: bool = Fal
         "sends_past_deadline_refused": totals.get("sends_past_deadline_refused", 0),
         "waits_for_calls_in_flight": moves.get("wait-call", 0),
         "kills_of_calls_past_deadline": moves.get("kill-call", 0),
+        "found_before_first_call": moves.get("found", 0),
         "duplicates_beyond_contract": totals.get("duplicates_beyond_contract", 0),
         "schedules_by_shape": {name: shapes.get(name, 0) for name in _SHAPE_NAMES},
         "shaped": {k: totals.get(k, 0) for k in _SHAPED},
@@ -1775,12 +1908,13 @@ def simulate(seed: int, schedules: int, variant: str = "real", trace: bool = Fal
 
 #: The shapes a campaign counts schedules of (``none``: a schedule that drew none, and runs as it did before they were).
 _SHAPE_NAMES = ("many", "paged", "refused-many", "proxy", "lies", "helpers", "garbage", "spellings", "listed", "shared",
-                "migration", "listing", "listing-cut", "none")
+                "migration", "listing", "listing-cut", "unreadable", "observe-first", "done-before", "none")
 #: What the schedules did with their shapes, as counted.
 _SHAPED = ("calls_many", "lookups_many_paged", "lookups_many_refused", "answers_proxied_after_delivery",
            "not_now_after_delivery", "commands_with_a_helper", "leaders_gone_before_their_helper",
            "helpers_sending_after_their_leader", "records_planted", "records_set_aside", "migrations",
-           "refreeze:must be refused", "refreeze:may be taken", "listings", "listings_cut_short", "listings_not_now")
+           "refreeze:must be refused", "refreeze:may be taken", "listings", "listings_cut_short", "listings_not_now",
+           "needs-reconciliation:unreadable", "person_records", "done_before")
 
 
 def _shapes_of(p: Params) -> List[str]:
@@ -1788,7 +1922,8 @@ def _shapes_of(p: Params) -> List[str]:
     drawn = (("many", p.many), ("paged", p.many and p.page), ("refused-many", p.many_limit is not None),
              ("proxy", p.proxy), ("lies", p.lies), ("helpers", p.helpers), ("garbage", p.garbage),
              ("spellings", p.spellings > 1), ("listed", p.listed), ("shared", p.shared), ("migration", p.migration),
-             ("listing", p.listing), ("listing-cut", p.listing and (p.list_cut or p.list_pages < 10)))
+             ("listing", p.listing), ("listing-cut", p.listing and (p.list_cut or p.list_pages < 10)),
+             ("unreadable", p.unreadable), ("observe-first", p.observe_first), ("done-before", p.done_before))
     return [name for name, on in drawn if on] or ["none"]
 
 
