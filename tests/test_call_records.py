@@ -291,8 +291,9 @@ class KilledDriveTest(RunCase):
         wait_for("the invoke's helper to start", lambda: os.path.exists(os.path.join(self.root, "helper-started")))
         [record] = [r for r in self.records() if r.get("child")]
         leader = record["child"][0]
-        first.kill()  # SIGKILL: the drive is gone, its command's leader dies at its next report
+        first.kill()  # SIGKILL: the drive is gone
         first.wait()
+        os.kill(leader, signal.SIGKILL)  # and the shell that keeps the command's answer: no answer is left
         wait_for("the command's leader to die", lambda: gone(leader))
         self.cli("lease", "break", "--by", "supervisor", "--reason", "worker-a was killed")
         second = self.drive("worker-b")

@@ -30,7 +30,8 @@ if [ "$mode" = invoke ]; then
     if [ -f "$ledger.kill" ]; then
         calls=$(wc -l < "$ledger.calls" 2>/dev/null || echo 0)
         printf '1\n' >> "$ledger.calls"
-        [ "$((calls + 1))" -eq "$(cat "$ledger.kill")" ] && kill -KILL "$PPID"
+        # The runner: the parent of the shell that keeps the call's answer.
+        [ "$((calls + 1))" -eq "$(cat "$ledger.kill")" ] && kill -KILL "$(ps -o ppid= -p "$PPID" | awk '{print $1}')"
     fi
     printf '{"ticket": "%s"}\n' "$1"
     exit 0

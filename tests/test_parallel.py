@@ -41,7 +41,7 @@ def interrupt_twice(drive: "subprocess.Popen[bytes]", seconds: float = 20) -> No
 
 #: Put in front of a contract command: at its window, SIGKILL the runner that started it (its parent), at the Nth passage.
 KILLER = r'''
-# killer.sh ROLE COUNTER WINDOW NTH -- COMMAND...: run COMMAND; at WINDOW's NTH passage, SIGKILL the parent (the runner).
+# killer.sh ROLE COUNTER WINDOW NTH -- COMMAND...: run COMMAND; at WINDOW's NTH passage, SIGKILL the runner.
 # A shell, not Python, whose start would be most of a call's cost. The Nth passage is the one that creates COUNTER.N:
 # each takes the first number no other took, by an exclusive create (noclobber), so calls in parallel count once each.
 # The numbers taken are always 1 to some M, so a passage starts at the count of those it sees (a glob: no process) plus
@@ -56,15 +56,25 @@ due() {
   until command : 2>/dev/null > "$counter.$seen"; do seen=$((seen + 1)); done
   [ "$seen" -eq "$nth" ]
 }
-die() { kill -KILL "$PPID"; exit 75; }
+# An invoke runs as a call, whose parent is the shell that keeps its answer: the runner is that shell's parent.
+runner=$PPID
+if [ "$role" = invoke ] && [ -n "$RUNNER_CALL" ]; then
+  if [ -r "/proc/$PPID/stat" ]; then
+    runner=$(awk '{sub(/.*\) /, ""); print $2}' "/proc/$PPID/stat")
+  else
+    runner=$(ps -o ppid= -p "$PPID" | awk '{print $1}')
+  fi
+fi
+die() { kill -KILL "$runner"; }
 case "$role" in
-  payload) due before-started && die ;;
-  invoke) due after-started && die ;;
-  observe) due after-ack && die ;;
+  payload) due before-started && { die; exit 75; } ;;
+  invoke) due after-started && { die; exit 75; } ;;
+  observe) due after-ack && { die; exit 75; } ;;
 esac
 [ "$role" = invoke ] || exec "$@"
 answer=$("$@")
 code=$?
+# Killed after the target committed: the command still prints what the target answered, for whoever takes over.
 if [ "$code" -eq 0 ] && due after-target-commit; then die; fi
 printf '%s\n' "$answer"
 if [ "$code" -eq 0 ] && due after-response; then die; fi

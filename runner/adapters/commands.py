@@ -54,6 +54,10 @@ class CommandAdapter:
     (:meth:`runner.calls.inflight.Registry.payload_path`), so a killed runner's
     payloads are removed by the next; elsewhere, in a private temporary
     folder. Never deduplicates: an unknown outcome is settled by observing.
+
+    An invoke command's answer outlives the process that started it (see
+    :func:`runner.calls.commands.run_command`): :meth:`adopt` reads the answer of
+    a call whose caller died as that caller would have.
     """
 
     name = "contract commands"
@@ -117,7 +121,13 @@ class CommandAdapter:
             # This process was held up (stopped) between registering the call and starting it: whoever took
             # over may already have counted the call as never made.
             raise NotApplied("the call's deadline passed before its command started; nothing was sent")
-        result = self._call(self.invoke_argv, key, payload, epoch)
+        return self.adopt(key, self._call(self.invoke_argv, key, payload, epoch), epoch)
+
+    def adopt(self, key: str, result: Outcome, epoch: Optional[int]) -> Dict[str, Any]:
+        """What the invoke command's ``result`` says: the receipt, or the exception that says what else (see
+        :data:`~runner.calls.commands.INVOKE_EXITS`). The one reading of an invoke's answer, whether this process
+        ran the command or took over from a caller that died while it ran (:func:`runner.calls.commands.left_answer`).
+        """
         if result.timed_out:
             raise UnknownOutcome(f"the invoke command timed out after {self.timeout:g}s")
         answer = result.json_object()
@@ -131,7 +141,8 @@ class CommandAdapter:
                              _retry_after(answer))
         if code == EXIT_STALE_EPOCH:
             raise StaleEpoch(f"the invoke command says the target refused epoch {epoch}: {result.tail()}")
-        what = "printed no JSON object" if code == 0 else f"exited {code}"
+        what = ("printed no JSON object" if code == 0 else f"exited {code}" if code is not None
+                else "ended without an exit status")
         raise UnknownOutcome(f"the invoke command {what}: {result.tail()}")
 
     def observe(self, key: str, payload: Dict[str, Any]) -> Observation:

@@ -21,14 +21,14 @@ mapping keeps (see :mod:`runner.calls.target` for what each exception says):
 The words of each answer are types (:data:`AnswerKind`, :data:`SeenStatus`).
 """
 
-from typing import Any, Dict, List, Literal, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, List, Literal, NamedTuple, Optional, Tuple
 
 from ..base.canonical import check_document
 from ..base.errors import RunnerError
 from .target import Adapter, NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 
-__all__ = ["Answer", "Seen", "AnswerKind", "SeenStatus", "MAX_DETAIL_CHARS", "call_target", "look_at_target",
-           "look_at_many"]
+__all__ = ["Answer", "Seen", "AnswerKind", "SeenStatus", "MAX_DETAIL_CHARS", "call_target", "adopted_answer",
+           "look_at_target", "look_at_many"]
 
 #: What a call may answer (:class:`Answer`); the words of an HTTP request's ``statuses`` too.
 AnswerKind = Literal["receipt", "rejected", "not-applied", "stale-epoch", "unknown"]
@@ -78,8 +78,20 @@ def call_target(adapter: Adapter, key: str, payload: Dict[str, Any], epoch: Opti
     :raises Exception: with ``crash="raise"``, what the adapter raised that is none of a target's answers. A
         :class:`BaseException` (an interrupt) always escapes.
     """
+    return _answer_of(lambda: adapter.invoke(key, payload, epoch), crash, check_receipt)  # type: ignore[arg-type]
+
+
+def adopted_answer(adapter: Any, key: str, left: Any, epoch: Optional[int]) -> Answer:
+    """What a call whose caller died answered, meaning what it would have meant to that caller (:func:`call_target`):
+    ``adapter.adopt(key, left, epoch)`` reads what its command left (see
+    :meth:`runner.adapters.commands.CommandAdapter.adopt`)."""
+    return _answer_of(lambda: adapter.adopt(key, left, epoch), "unknown", True)
+
+
+def _answer_of(invoke: Callable[[], Any], crash: Literal["unknown", "raise"], check_receipt: bool) -> Answer:
+    """What the answer ``invoke()`` returns or raises means (see :func:`call_target`)."""
     try:
-        receipt = adapter.invoke(key, payload, epoch)  # type: ignore[arg-type]
+        receipt = invoke()
     except NotApplied as exc:
         return Answer("not-applied", str(exc), retry_after=exc.retry_after)
     except Rejected as exc:

@@ -15,6 +15,7 @@ invoke and observe commands; what each of their exit codes means is :data:`INVOK
 :data:`OBSERVE_EXITS`, which the command line shows too.
 """
 
+import contextlib
 import os
 import signal
 import time
@@ -30,9 +31,12 @@ from ..contract.effects import DEFAULT_CALL_TIMEOUT
 if TYPE_CHECKING:
     import subprocess
 
+    from . import inflight
+
 __all__ = [
     "Outcome",
     "run_command",
+    "left_answer",
     "OUTPUT_LIMIT",
     "INVOKE_EXITS",
     "OBSERVE_EXITS",
@@ -103,16 +107,25 @@ def run_command(argv: Sequence[str], *, cwd: Optional[str] = None, timeout: floa
     """Run ``argv`` (never parsed by a shell) in ``cwd``; stop it after ``timeout`` seconds.
 
     The command gets no stdin and a process group of its own. Of its stdout
-    and stderr, the first ``limit`` bytes each are kept and the rest is read
-    and discarded as it arrives: nothing of it is written anywhere. When the
-    command exits, whatever it left running in its group is killed, so that a
-    call that returned has nothing of it still on its way. On a timeout the
-    whole group is killed and ``exit_code`` is None: the caller must treat
-    that as an unknown outcome. Inside :func:`runner.calls.inflight.calling`, the
+    and stderr, the first ``limit`` bytes each are kept. When the command
+    exits, whatever it left running in its group is killed, so that a call
+    that returned has nothing of it still on its way. On a timeout the whole
+    group is killed and ``exit_code`` is None: the caller must treat that as
+    an unknown outcome. Inside :func:`runner.calls.inflight.calling`, the
     process is registered as the call in flight before the command starts:
-    it waits at a gate (``/bin/sh`` reading one line, then ``exec "$@"``)
+    it waits at a gate (``/bin/sh`` reading one line, then the command)
     until the registration is written, so a runner killed in between leaves
     nothing that can send. Its environment carries the call's token.
+
+    Where its output goes: outside a call, and for a lookup, into pipes this
+    process reads, the rest read and discarded as it arrives. For an invoke
+    call, into the call's answer files beside its record
+    (:meth:`runner.calls.inflight.Registry.answer_files`), and the shell at the
+    gate, in the command's process group, writes its exit status there when it
+    ends, with the call's token and its own pid: so the answer outlives this
+    process, and whoever takes over from it reads it (:func:`left_answer`).
+    This process waits for that shell and reads the files as it would have
+    read the pipes.
 
     :raises InvalidInput: the program cannot be started (the contract names something that is not there).
     """
@@ -126,27 +139,103 @@ def run_command(argv: Sequence[str], *, cwd: Optional[str] = None, timeout: floa
     making = inflight.current()
     child_env = dict(os.environ if env is None else env)
     started = argv
+    files: Optional[inflight.AnswerFiles] = None
     if making is not None:
         child_env[inflight.TOKEN_VARIABLE] = making[1].record["token"]
         _check_runnable(argv[0], cwd, child_env.get("PATH", os.defpath))
-        started = [GATE_SHELL, "-c", _GATE, "runner-gate"] + argv
+        if making[1].record.get("kind") == "invoke":
+            files = making[0].answer_files(making[1])
+            for path in files:  # an earlier command of the same call (a git release) left its own
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+            started = [GATE_SHELL, "-c", _KEEP, "runner-gate", *files] + argv
+        else:
+            started = [GATE_SHELL, "-c", _GATE, "runner-gate"] + argv
+    into = subprocess.DEVNULL if files is not None else subprocess.PIPE
     began = time.monotonic()
     try:
         proc = subprocess.Popen(started, cwd=cwd, stdin=subprocess.DEVNULL if making is None else subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env, start_new_session=True)
+                                stdout=into, stderr=into, env=child_env, start_new_session=True)
     except OSError as exc:
         raise InvalidInput(f"cannot run {started[0]!r}: {exc.strerror or exc}") from None
     try:
         if making is not None:
             making[0].spawned(making[1], proc.pid)
             _open_gate(proc)
-        kept, timed_out = _collect(proc, began + timeout, limit)
+        if files is None:
+            kept, timed_out = _collect(proc, began + timeout, limit)
+        else:
+            timed_out = _wait_exit(proc, began + timeout)
     finally:
         _end_group(proc)
     code: Optional[int] = None if timed_out else proc.returncode
+    if files is not None and making is not None:
+        read = [making[0].read_kept(path, limit) or b"" for path in files[:2]]
+        kept = [bytearray(read[0]), bytearray(read[1])]
+        if not timed_out:
+            status = making[0].read_kept(files.status, _STATUS_BYTES)
+            code = _exit_status(status, making[1].record["token"], proc.pid)
     stdout, stderr = bytes(kept[0]), bytes(kept[1])
     return Outcome(argv, code, timed_out, stdout, stderr, sha256_hex(stdout), sha256_hex(stderr),
                    time.monotonic() - began)
+
+
+def left_answer(registry: "inflight.Registry", call: "inflight.Registered",
+                limit: int = OUTPUT_LIMIT) -> Optional[Outcome]:
+    """What the invoke command of ``call``, a call whose caller died, answered: its exit status and output, as
+    :func:`run_command` would have returned them to that caller; None unless they are all there and its own.
+
+    Believed only from a record the registry believes (:meth:`runner.calls.inflight.Registry.calls`) of an invoke
+    whose command was started (its ``child``), once no process of the call runs, and only from an exit status
+    written whole, holding the call's token and the pid of the shell that ran its command. Anything else (no
+    status: the shell was killed too; a status of another call or another command) says nothing: the outcome is
+    unknown, as it was before.
+    """
+    child = call.record.get("child")
+    if call.record.get("kind") != "invoke" or not child:
+        return None
+    files = registry.answer_files(call)
+    code = _exit_status(registry.read_kept(files.status, _STATUS_BYTES), call.record["token"], int(child[0]))
+    if code is None:
+        return None
+    stdout, stderr = (registry.read_kept(path, limit) for path in files[:2])
+    if stdout is None or stderr is None:
+        return None
+    return Outcome([], code, False, stdout, stderr, sha256_hex(stdout), sha256_hex(stderr), 0.0)
+
+
+def _exit_status(data: Optional[bytes], token: str, pid: int) -> Optional[int]:
+    """The exit code a status file holds, if it is whole (one line) and names ``token`` and ``pid``; else None."""
+    if not data or not data.endswith(b"\n"):
+        return None
+    fields = data[:-1].split(b" ")
+    if len(fields) != 4 or fields[0] != _STATUS_WORD or fields[1] != token.encode() or fields[2] != str(pid).encode():
+        return None
+    return int(fields[3]) if fields[3].isdigit() and len(fields[3]) <= 3 else None
+
+
+def _wait_exit(proc: "subprocess.Popen[bytes]", deadline: float) -> bool:
+    """Wait until ``proc`` exits or ``deadline`` passes; return whether it passed."""
+    import select
+
+    try:
+        # Where the system can (Linux), its exit wakes the wait itself; elsewhere it is polled.
+        exited: Optional[int] = os.pidfd_open(proc.pid) if hasattr(os, "pidfd_open") else None
+    except OSError:
+        exited = None
+    try:
+        while proc.poll() is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return True
+            if exited is not None:
+                select.select([exited], [], [], left)
+            else:
+                time.sleep(min(left, 0.02))
+    finally:
+        if exited is not None:
+            os.close(exited)
+    return False
 
 
 #: The shell that holds a call's command at its gate.
@@ -155,6 +244,15 @@ GATE_SHELL = "/bin/sh"
 # closes the pipe, the read meets its end, and the command never starts. No machine needs to be
 # searched for a command that cannot have sent anything.
 _GATE = 'IFS= read -r go && [ "$go" = go ] || exit 125; exec "$@" </dev/null'
+# The same gate for an invoke, whose answer must outlive its runner: the shell stays, in the command's group,
+# sends its output to the call's answer files ($1, $2) and, once it exits, writes its status ($3) in one line
+# naming the call (its token) and itself (its pid).
+_KEEP = ('IFS= read -r go && [ "$go" = go ] || exit 125; o=$1 e=$2 s=$3; shift 3; '
+         '"$@" </dev/null >"$o" 2>"$e"; c=$?; '
+         'printf "runner-exit %s %s %s\\n" "$RUNNER_CALL" "$$" "$c" >"$s"; exit "$c"')
+_STATUS_WORD = b"runner-exit"
+#: The most bytes a status file is read for (one line of about 60).
+_STATUS_BYTES = 256
 
 
 def _check_runnable(program: str, cwd: Optional[str], path: str) -> None:

@@ -61,7 +61,12 @@ calls: a shared folder is refused to the second user, and a PostgreSQL run,
 whose roots are per user, refuses to observe or invoke an effect ``started``
 by another user of this machine (the ``begun_by`` of its record).
 
-A call's payload file lives beside its record and goes with it. A record is
+A call's payload file lives beside its record and goes with it, and so do the
+answer files of an invoke command (its stdout, its stderr, and its exit
+status, written by what runs the command in the call's own process group:
+:func:`runner.calls.commands.run_command`), so that a process that takes over
+from a caller that died can read what the command answered
+(:func:`runner.calls.commands.left_answer`). A record is
 removed when its outcome is recorded in the ledger (or, for a call whose
 caller died, when an outcome recorded after its end supersedes it);
 :meth:`Registry.sweep` removes what killed processes left behind for effects
@@ -85,8 +90,9 @@ from ..base.errors import InvalidInput
 from .processes import GONE, OS_PROCESSES, VERIFIED, Processes
 from ..base.host import local_maker
 
-__all__ = ["Call", "CallKind", "Registry", "Registered", "SetAside", "registry_for", "findings", "current", "calling",
-           "TOKEN_VARIABLE", "GRACE_SECONDS", "MAX_CALL_SECONDS", "CLOCK_SKEW_SECONDS", "CALLS", "SET_ASIDE"]
+__all__ = ["Call", "CallKind", "Registry", "Registered", "AnswerFiles", "SetAside", "registry_for", "findings",
+           "current", "calling", "TOKEN_VARIABLE", "GRACE_SECONDS", "MAX_CALL_SECONDS", "CLOCK_SKEW_SECONDS", "CALLS",
+           "SET_ASIDE"]
 
 #: The environment variable that carries a call's token into the processes it starts.
 TOKEN_VARIABLE = "RUNNER_CALL"
@@ -108,11 +114,14 @@ SET_ASIDE = "set-aside"
 
 _SUFFIX = ".json"
 _PAYLOAD = ".payload"
+#: An invoke command's answer files (:meth:`Registry.answer_files`): its stdout, its stderr, its exit status.
+_ANSWER = (".out", ".err", ".exit")
 _TEMPORARY = ".new"
 #: The largest record read; a record the runner writes is a few hundred bytes.
 _MAX_RECORD_BYTES = 1 << 16
 #: The names the runner gives a call's files: ``PREFIX.PID-COUNT-RANDOM`` and a suffix.
-_NAME = re.compile(r"^[0-9a-f]{20}\.([0-9]{1,10})-[0-9]{1,12}-[0-9a-f]{6}(\.json|\.json\.new|\.payload)$")
+_NAME = re.compile(r"^[0-9a-f]{20}\.([0-9]{1,10})-[0-9]{1,12}-[0-9a-f]{6}"
+                   r"(\.json|\.json\.new|\.payload|\.out|\.err|\.exit)$")
 _TOKEN = re.compile(r"^[0-9a-f]{24}$")
 #: This machine's name, written into each record: a record written elsewhere (a run folder copied with its
 #: ``calls/``) names processes of that machine, never of this one.
@@ -150,16 +159,17 @@ class Call(NamedTuple):
 class Registered:
     """One registered call: its record as stored, and its file's name.
 
-    ``payload``: a payload file was written beside the record. ``returned`` and
+    ``payload``: a payload file was written beside the record; ``answer``: answer files may have been (see
+    :meth:`Registry.answer_files`). ``returned`` and
     ``abandoned`` meet under a lock: whichever of "the call returned" and "its
     loop gave up on it" comes second writes the call's end (see :meth:`Registry.returned`).
     """
 
-    __slots__ = ("name", "record", "payload", "returned", "abandoned", "lock")
+    __slots__ = ("name", "record", "payload", "answer", "returned", "abandoned", "lock")
 
     def __init__(self, name: str, record: Dict[str, Any]) -> None:
         self.name, self.record = name, record
-        self.payload = False
+        self.payload = self.answer = False
         self.returned = self.abandoned = False
         self.lock = threading.Lock()
 
@@ -179,6 +189,15 @@ class Registered:
         return Call(alive, float(self.record["deadline"]), killable, self.record.get("ended_at"),
                     int((child or self.record["caller"])[0]), cast(CallKind, str(self.record.get("kind", "invoke"))),
                     child is not None)
+
+
+class AnswerFiles(NamedTuple):
+    """Where a call's command leaves its answer, beside the call's record and removed with it: its stdout, its
+    stderr, and its exit status, written when it ends (:func:`runner.calls.commands.run_command`)."""
+
+    stdout: str
+    stderr: str
+    status: str
 
 
 class SetAside(NamedTuple):
@@ -365,8 +384,10 @@ class Registry:
     def _names(self, prefix: str = "") -> List[str]:
         return [n for n in self._entries() if n.startswith(prefix) and n.endswith(_SUFFIX)]
 
-    def _remove(self, call: Registered, payload: bool = True) -> None:
-        for path in (self._path(call.name), self.payload_path(call)) if payload else (self._path(call.name),):
+    def _remove(self, call: Registered, payload: bool = True, answer: bool = True) -> None:
+        """Remove the call's files, its record last: a record left by a kill in between still names the rest."""
+        paths = ([self.payload_path(call)] if payload else []) + (list(self.answer_files(call)) if answer else [])
+        for path in paths + [self._path(call.name)]:
             try:
                 os.unlink(path)
             except FileNotFoundError:
@@ -529,9 +550,36 @@ class Registry:
         call.payload = True
         return self._path(call.name[: -len(_SUFFIX)] + _PAYLOAD)
 
+    def answer_files(self, call: Registered) -> AnswerFiles:
+        """Where the call's command leaves its answer: beside its record, removed with it."""
+        call.answer = True
+        stem = self._path(call.name[: -len(_SUFFIX)])
+        return AnswerFiles(*(stem + suffix for suffix in _ANSWER))
+
+    def read_kept(self, path: str, limit: int) -> Optional[bytes]:
+        """The first ``limit`` bytes of the answer file ``path``, read without blocking or following a link; None
+        unless it is a regular file of this user's."""
+        try:
+            fd = os.open(path, _READ_FLAGS)
+        except OSError:
+            return None
+        try:
+            found = os.fstat(fd)
+            if not stat.S_ISREG(found.st_mode) or (hasattr(os, "getuid") and found.st_uid != os.getuid()):
+                return None
+            kept = bytearray()
+            while len(kept) < limit:
+                data = os.read(fd, min(limit - len(kept), 1 << 16))
+                if not data:
+                    break
+                kept += data
+            return bytes(kept)
+        finally:
+            os.close(fd)
+
     def finish(self, call: Registered) -> None:
         """The call's outcome is recorded in the ledger: forget it."""
-        self._remove(call, payload=call.payload)
+        self._remove(call, payload=call.payload, answer=call.answer)
 
     def ended(self, call: Registered) -> None:
         """The call ended but its outcome could not be recorded: keep it, with its end, for whoever comes next."""

@@ -57,8 +57,8 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, NamedTuple, Op
 
 from ..ledger import costs as _costs
 from ..ledger import effects as _effects
-from ..calls import inflight
-from ..calls.answers import MAX_DETAIL_CHARS, Answer, Seen, call_target, look_at_many, look_at_target
+from ..calls import commands, inflight
+from ..calls.answers import MAX_DETAIL_CHARS, Answer, Seen, adopted_answer, call_target, look_at_many, look_at_target
 from ..calls.inflight import Call, CallKind
 from ..ledger import retry
 from ..base.times import format_time, parse_time
@@ -357,8 +357,29 @@ class Executor:
             task.earlier_calls = [KnownCall(*known) for known in self.registry.calls(key)]
             task.registry_knew_a_call = task.registry_knew_a_call or bool(task.earlier_calls)
             task.watched_call = None
+            if task.last_answer is None and task.earlier_calls:
+                task.last_answer = self._left_answer(task, now)
         return Facts(key, self.run.state["effects"].get(key), tuple(known.view for known in task.earlier_calls),
                      task.last_lookup, task.last_answer, task.caps, now)
+
+    def _left_answer(self, task: EffectTask, now: float) -> Optional[Answer]:
+        """The answer an earlier invoke of the effect's current attempt left, once no call of its key runs: its
+        command's exit status and output (:func:`runner.calls.commands.left_answer`), read by the adapter as the
+        caller that died would have read them, so :func:`next_move` weighs it as this pass's answer. None where
+        there is none, the effect is not ``started``, or the adapter cannot read one (``adopt``)."""
+        adopt = getattr(task.job.adapter, "adopt", None)
+        effect = self.run.state["effects"].get(task.job.key) or {}
+        if adopt is None or effect.get("state") != "started" or any(k.view.alive for k in task.earlier_calls or []):
+            return None
+        for known in task.earlier_calls or []:
+            record = known.record.record
+            if record.get("kind") != "invoke" or record.get("attempt") != effect.get("attempts"):
+                continue
+            left = commands.left_answer(self.registry, known.record)
+            if left is not None:
+                answer = adopted_answer(task.job.adapter, task.job.key, left, record.get("epoch"))
+                return answer._replace(ended_at=known.view.ended_at or now)
+        return None
 
     def _advance(self, active: List[EffectTask], stopping: bool) -> None:
         """Decide and act for every task that is not waiting, until each waits, has a call in flight, or is finished.

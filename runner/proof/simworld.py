@@ -545,7 +545,7 @@ class MemoryRegistry(Registry):
     def _entries(self) -> List[str]:
         return sorted(self.shared)
 
-    def _remove(self, call: Registered, payload: bool = True) -> None:
+    def _remove(self, call: Registered, payload: bool = True, answer: bool = True) -> None:
         self._check()
         self.shared.pop(call.name, None)
 

@@ -155,17 +155,27 @@ due() {
   echo "$seen" > "$RUNNER_KILL_COUNT"
   [ "$seen" -eq "${RUNNER_KILL_NTH:-1}" ]
 }
-die() { kill -KILL "$PPID"; exit 75; }
+# The runner: the parent, but for an invoke it runs as a call, whose parent is the shell that keeps its answer.
+runner=$PPID
+if [ "$role" = invoke ] && [ -n "$RUNNER_CALL" ]; then
+  if [ -r "/proc/$PPID/stat" ]; then
+    runner=$(awk '{sub(/.*\) /, ""); print $2}' "/proc/$PPID/stat")
+  else
+    runner=$(ps -o ppid= -p "$PPID" | awk '{print $1}')
+  fi
+fi
+die() { kill -KILL "$runner"; }
 case "$role" in
-  payload) due before-started && die ;;
-  invoke) due after-started && die ;;
-  observe) due after-ack && die ;;
+  payload) due before-started && { die; exit 75; } ;;
+  invoke) due after-started && { die; exit 75; } ;;
+  observe) due after-ack && { die; exit 75; } ;;
 esac
 [ "$role" = invoke ] || exec "$@"
 out=$(mktemp) || exit 75
 "$@" > "$out"
 code=$?
-if [ "$code" -eq 0 ] && due after-target-commit; then rm -f "$out"; die; fi
+# Killed after the target committed: the command still prints what the target answered, for whoever takes over.
+if [ "$code" -eq 0 ] && due after-target-commit; then die; fi
 cat "$out"
 rm -f "$out"
 if [ "$code" -eq 0 ] && due after-response; then die; fi
