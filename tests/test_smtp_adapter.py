@@ -121,7 +121,10 @@ class SmtpAnswerTests(unittest.TestCase):
             with self.assertRaises(InvalidInput) as caught:
                 self.adapter(message_id=template)
             self.assertIn(words, str(caught.exception))
-        unfilled = self.adapter(message_id="<{key_text}.{nothing}@runner>")
+        with self.assertRaises(InvalidInput) as unknown:
+            self.adapter(message_id="<{key_text}.{nothing}@runner>")
+        self.assertIn("message_id: unknown placeholder {nothing}", str(unknown.exception))
+        unfilled = self.adapter(message_id="<{key_text}.{field.team}@runner>")  # no record gave the field
         with self.assertRaises(Rejected):
             unfilled.invoke("k1", MESSAGE, 1)
 

@@ -1,9 +1,15 @@
-"""The adapter a contract names for one effect key: commands given inline, else its ``effects.http``, else its
-``effects.invoke`` and ``effects.observe`` commands (``"observe": "none"``: a target that cannot be read back), with
-the key's item placeholders filled.
+"""The adapter a contract names for one effect key, with the key's item placeholders filled. Every kind:
 
-The HTTP adapter is imported only when a contract names ``effects.http``, so a drive of commands never loads the
-HTTP client.
+* commands given inline (``effect run KEY -- COMMAND ... --observe -- COMMAND ...``);
+* ``effects.http``: :class:`~runner.adapters.http.HttpAdapter` (``"observe": "none"`` in it: an endpoint that cannot
+  be read back, such as a chat webhook);
+* ``effects.git``: :class:`~runner.adapters.git.GitAdapter`;
+* ``effects.smtp``: :class:`~runner.adapters.smtp.SmtpAdapter`, a mail server, which cannot be read back;
+* ``effects.invoke`` and ``effects.observe`` commands: :class:`~runner.adapters.commands.CommandAdapter`
+  (``"observe": "none"``: a target that cannot be read back).
+
+The HTTP, git and SMTP adapters are imported only when a contract names their section, so a drive of commands
+never loads their clients.
 """
 
 from typing import Any, Callable, Dict, Optional, Sequence
@@ -19,10 +25,11 @@ __all__ = ["adapter_for"]
 
 def adapter_for(state: Dict[str, Any], key: str, invoke: Optional[Sequence[str]] = None,
                 observe: Optional[Sequence[str]] = None, runner: Optional[Callable[..., Any]] = None) -> Adapter:
-    """The adapter for ``key``: inline commands, else the contract's ``effects.http``, else its commands; item
-    placeholders filled.
+    """The adapter for ``key``: inline commands, else the contract's ``effects.http``, ``effects.git`` or
+    ``effects.smtp``, else its commands; item placeholders filled.
 
-    :raises InvalidInput: nothing says how to call the target, or a header's secret cannot be read now.
+    :raises InvalidInput: nothing says how to call the target, or a header's or the mail login's secret cannot be
+        read now.
     """
     effects = contract_of(state).effects  # read once per plan: every item's adapter shares it
     values: Dict[str, Any] = {"run_id": state["task_id"]}
@@ -42,6 +49,10 @@ def adapter_for(state: Dict[str, Any], key: str, invoke: Optional[Sequence[str]]
     if not invoke and not observe and effects.git is not None:
         from .git import GitAdapter  # here: a contract without git need not import it
         return GitAdapter(effects.git, values=values, workspace=root, timeout=timeout, runner=runner)
+    if not invoke and not observe and effects.smtp is not None:
+        from .smtp import SmtpAdapter  # here: a contract without a mail server need not import smtplib's adapter
+
+        return SmtpAdapter(effects.smtp, values=values, workspace=root, timeout=timeout)
     inline = bool(invoke or observe)
     invoke = list(invoke) if invoke else effects.invoke
     observe = list(observe) if observe else effects.observe

@@ -1,6 +1,7 @@
 """An SMTP target: one e-mail message per effect, sent with the standard library's smtplib; it cannot be read back.
 
-The section of a contract that declares it (:func:`smtp_problems` checks it)::
+The section of a contract that declares it (:func:`runner.contract.smtp.smtp_problems` checks it, and
+:class:`runner.contract.spec.SmtpSpec` is what it is read into)::
 
     "smtp": {
       "host": "smtp.example.org", "port": 587, "security": "starttls",
@@ -65,20 +66,21 @@ connection) and the call raises NotApplied. A watchdog closes the connection
 at the deadline, so a server that answers slowly cannot stretch the call.
 """
 
-import ipaddress
 import os
 import re
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
 
 from ..base.canonical import sha256_hex
 from ..base.errors import InvalidInput
 from ..calls import inflight
-from ..calls.commands import MAX_RETRY_AFTER
 from ..calls.target import NotApplied, Observation, Rejected, UnknownOutcome
 from ..contract.http import SECRET
-from ..contract.templates import expand, placeholders_in
+from ..contract.smtp import (DEFAULT_MESSAGE_ID, MESSAGE_ID, NOT_NOW_SECONDS, address_problem, addresses, listed,
+                             smtp_problems, strings)
+from ..contract.spec import SmtpSpec, read_smtp
+from ..contract.templates import expand
 from .http_secrets import read_secret, scrub, scrub_text
 
 # smtplib, ssl and email are imported where a call needs them: they would add tens of milliseconds to a start.
@@ -88,12 +90,6 @@ if TYPE_CHECKING:
 
 __all__ = ["SmtpAdapter", "smtp_problems", "DEFAULT_MESSAGE_ID", "NOT_NOW_SECONDS", "key_text"]
 
-SECURITY = ("starttls", "ssl", "none")
-DEFAULT_PORTS = {"starttls": 587, "ssl": 465, "none": 25}
-#: The Message-ID a message gets when the contract gives no template.
-DEFAULT_MESSAGE_ID = "<{key_text}.{digest}@runner>"
-#: Seconds before sending again after a 4xx, when the contract says nothing.
-NOT_NOW_SECONDS = 60.0
 #: Replies that refuse the login, not the message: called again after the backoff.
 CREDENTIALS = (530, 534, 535, 538)
 #: The most recipients one message has (to, cc and bcc together).
@@ -101,116 +97,18 @@ MAX_RECIPIENTS = 100
 #: The longest reply text kept in a receipt or a reason.
 REPLY_CHARS = 500
 
-_FIELDS = ("host", "port", "security", "username", "password", "from", "to", "cc", "bcc", "reply_to", "message_id",
-           "ca_file", "helo", "not_now_seconds")
 _PAYLOAD = ("subject", "text", "html", "to", "cc", "bcc", "reply_to", "headers")
 #: Header fields the adapter writes itself: a payload's ``headers`` may not name them.
 _OWN_HEADERS = frozenset(("from", "to", "cc", "bcc", "reply-to", "subject", "message-id", "date", "mime-version",
                           "content-type", "content-transfer-encoding", "x-runner-key", "sender", "return-path",
                           "received"))
-#: A Message-ID as the runner makes them: ``<dot-atom@dot-atom>`` (RFC 5322), braces left out so that a placeholder
-#: left unfilled is caught.
-_ATOM = r"[A-Za-z0-9!#$%&'*+/=?^_`|~-]+"
-_MESSAGE_ID = re.compile(rf"<{_ATOM}(?:\.{_ATOM})*@{_ATOM}(?:\.{_ATOM})*>\Z")
 _HEADER_NAME = re.compile(r"[!-9;-~]+\Z")
-_ADDRESS = re.compile(r"[^\s<>()\[\],;:\"@]+@[^\s<>()\[\],;:\"@]+\Z")
 
 
 def key_text(key: str) -> str:
     """``key`` spelled as the left part of a Message-ID allows: ``:`` and ``@`` become ``-``, no dot ends or doubles."""
     text = re.sub(r"[^A-Za-z0-9._+=-]", "-", key)
     return re.sub(r"\.(?=\.|\Z)", "-", text)
-
-
-def smtp_problems(spec: Any) -> List[str]:
-    """What is wrong with an ``effects.smtp`` section, one ``FIELD: why`` each (none: it can be used)."""
-    if not isinstance(spec, dict):
-        return ["the section is a JSON object"]
-    fields = ", ".join(_FIELDS)
-    problems = [f"{name}: not a field of the section (it has {fields})" for name in spec if name not in _FIELDS]
-    security = spec.get("security", "starttls")
-    if security not in SECURITY:
-        problems.append(f"security: one of {', '.join(SECURITY)}, not {security!r}")
-    host = spec.get("host")
-    if not isinstance(host, str) or not host.strip() or any(c.isspace() for c in host):
-        problems.append("host: the mail server's name or address (a string without spaces)")
-    port = spec.get("port", DEFAULT_PORTS.get(security, 25))
-    if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
-        problems.append("port: a whole number from 1 to 65535")
-    for name in ("username", "from", "reply_to", "helo", "ca_file", "message_id", "password"):
-        if name in spec and (not isinstance(spec[name], str) or not spec[name].strip()):
-            problems.append(f"{name}: a non-empty string")
-    for name in ("to", "cc", "bcc"):
-        if name in spec and not _strings(spec[name]):
-            problems.append(f"{name}: an address or a list of addresses")
-    if "from" not in spec:
-        problems.append("from: the sender's address, required")
-    for name in ("from", "reply_to", "to", "cc", "bcc"):
-        # A value with a placeholder is an item's: it is checked when its message is made.
-        for text in (t for t in _listed(spec.get(name)) if isinstance(t, str) and t.strip() and "{" not in t):
-            wrong = _address_problem(text, one=name == "from")
-            if wrong:
-                problems.append(f"{name}: {wrong}")
-    password, username = spec.get("password"), spec.get("username")
-    if (password is None) != (username is None):
-        problems.append("password: given with a username, and only then")
-    if isinstance(password, str) and not SECRET.fullmatch(password):
-        problems.append("password: {env:NAME} or {file:PATH}, read when the message is sent; a password written in "
-                        "the contract would be recorded with the run")
-    if isinstance(username, str) and SECRET.search(username) and not SECRET.fullmatch(username):
-        problems.append("username: a name, or one {env:NAME} or {file:PATH}")
-    for name, value in spec.items():
-        texts = [v for v in (value if isinstance(value, list) else [value]) if isinstance(v, str)]
-        if name not in ("username", "password") and any(SECRET.search(t) for t in texts):
-            problems.append(f"{name}: {{env:...}} and {{file:...}} are read in username and password only")
-    if password is not None and security == "none" and isinstance(host, str) and not _loopback(host):
-        problems.append("security: 'none' sends the password in clear: use starttls or ssl (or a loopback host)")
-    template = spec.get("message_id", DEFAULT_MESSAGE_ID)
-    if isinstance(template, str):
-        if "{digest}" not in template and "{key_text}" not in template:
-            problems.append("message_id: holds {digest} or {key_text}, so that each effect's message has its own")
-        elif not _MESSAGE_ID.match(expand([template], {name: "x" for name in placeholders_in(template)})[0]):
-            problems.append(f"message_id: {template!r} does not make <left@right> of letters, digits and "
-                            "!#$%&'*+/=?^_`|~- (dots between)")
-    wait = spec.get("not_now_seconds", NOT_NOW_SECONDS)
-    if not isinstance(wait, (int, float)) or isinstance(wait, bool) or not 0 <= wait <= MAX_RETRY_AFTER:
-        problems.append(f"not_now_seconds: a number of seconds from 0 to {int(MAX_RETRY_AFTER)}")
-    return problems
-
-
-def _strings(value: Any) -> bool:
-    return (isinstance(value, str) and bool(value.strip())) or (
-        isinstance(value, list) and bool(value) and all(isinstance(v, str) and v.strip() for v in value))
-
-
-def _listed(value: Any) -> List[Any]:
-    return [] if value is None else list(value) if isinstance(value, list) else [value]
-
-
-def _addresses(text: str) -> List[Tuple[str, str]]:
-    """The ``(name, address)`` pairs of a header value such as ``Ops <ops@example.org>, dev@example.org``."""
-    import email.utils
-
-    return email.utils.getaddresses([text])
-
-
-def _address_problem(text: str, one: bool = False) -> Optional[str]:
-    """Why ``text`` is not a list of addresses (one address with ``one``) a message can be sent to, or None."""
-    found = _addresses(text)
-    if not found or any(not _ADDRESS.match(address) or not address.isascii() for _, address in found):
-        return f"{text[:200]!r} is not a list of addresses (ASCII, name@domain)"
-    if one and len(found) != 1:
-        return f"{text[:200]!r} is not one address"
-    return None
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 class _Message(NamedTuple):
@@ -273,34 +171,36 @@ class SmtpAdapter:
                            "another before any call")
     key_scope = "none at the server: the key travels in the message, as its Message-ID and its X-Runner-Key header"
 
-    def __init__(self, spec: Dict[str, Any], *, values: Optional[Mapping[str, Any]] = None, workspace: str = ".",
-                 timeout: float = 60.0, environ: Optional[Mapping[str, str]] = None) -> None:
-        problems = smtp_problems(spec)
-        if problems:
-            raise InvalidInput(f"effects.smtp.{problems[0]}")
+    def __init__(self, spec: Union[SmtpSpec, Dict[str, Any]], *, values: Optional[Mapping[str, Any]] = None,
+                 workspace: str = ".", timeout: float = 60.0, environ: Optional[Mapping[str, str]] = None) -> None:
+        if not isinstance(spec, SmtpSpec):
+            problems = smtp_problems(spec)
+            if problems:
+                raise InvalidInput(f"effects.smtp.{problems[0]}")
+            spec = read_smtp({k: v for k, v in spec.items()})
+        self.spec = spec
         self.values = dict(values or {})
         self.workspace = os.path.abspath(workspace)
         self.timeout = float(timeout)
         self.environ = os.environ if environ is None else environ
 
-        def filled(name: str) -> Optional[str]:
-            value = spec.get(name)
+        def filled(value: Optional[str]) -> Optional[str]:
             return None if value is None else expand([value], self.values)[0]
 
-        self.security: str = spec.get("security", "starttls")
-        self.host = filled("host") or ""
-        self.port = int(spec.get("port", DEFAULT_PORTS[self.security]))
-        self.sender = filled("from") or ""
-        self.to = [expand([v], self.values)[0] for v in _listed(spec.get("to"))]
-        self.cc = [expand([v], self.values)[0] for v in _listed(spec.get("cc"))]
-        self.bcc = [expand([v], self.values)[0] for v in _listed(spec.get("bcc"))]
-        self.reply_to = filled("reply_to")
-        self.helo = filled("helo") or "localhost"
-        self.username: Optional[str] = spec.get("username")
-        self.password: Optional[str] = spec.get("password")
-        self.ca_file = os.path.join(self.workspace, spec["ca_file"]) if spec.get("ca_file") else None
-        self.template: str = spec.get("message_id", DEFAULT_MESSAGE_ID)
-        self.not_now = float(spec.get("not_now_seconds", NOT_NOW_SECONDS))
+        self.security: str = spec.security
+        self.host = filled(spec.host) or ""
+        self.port = spec.port
+        self.sender = filled(spec.sender) or ""
+        self.to = expand(list(spec.to), self.values)
+        self.cc = expand(list(spec.cc), self.values)
+        self.bcc = expand(list(spec.bcc), self.values)
+        self.reply_to = filled(spec.reply_to)
+        self.helo = filled(spec.helo) or "localhost"
+        self.username: Optional[str] = spec.username
+        self.password: Optional[str] = spec.password
+        self.ca_file = os.path.join(self.workspace, spec.ca_file) if spec.ca_file else None
+        self.template: str = spec.message_id
+        self.not_now = spec.not_now_seconds
         self.verification = ("none: a mail server cannot be read back; a person or an IMAP search of the recipients' "
                              "mailboxes finds the message by its Message-ID")
         if self.username is not None:
@@ -317,7 +217,7 @@ class SmtpAdapter:
         """
         digest = sha256_hex(f"{self.values.get('run_id', '')}\n{key}".encode("utf-8"))[:16]
         made = expand([self.template], dict(self.values, key_text=key_text(key), digest=digest))[0]
-        if not _MESSAGE_ID.match(made):
+        if not MESSAGE_ID.match(made):
             raise Rejected(f"the message_id template makes {made[:200]!r} of this key, which is no Message-ID")
         return made
 
@@ -370,9 +270,9 @@ class SmtpAdapter:
             raise Rejected("the payload's 'html' is a string")
         fields = {name: payload[name] if name in payload else getattr(self, name) for name in ("to", "cc", "bcc")}
         for name, value in fields.items():
-            if name in payload and not _strings(value) and value != []:
+            if name in payload and not strings(value) and value != []:
                 raise Rejected(f"the payload's {name!r} is an address or a list of addresses")
-            fields[name] = _listed(value)
+            fields[name] = listed(value)
         reply_to = payload.get("reply_to", self.reply_to)
         extra = payload.get("headers") or {}
         if not isinstance(extra, dict) or not all(isinstance(v, str) for v in extra.values()):
@@ -419,10 +319,10 @@ class SmtpAdapter:
     @staticmethod
     def _addresses(text: str, field: str, one: bool = False) -> List[str]:
         """The addresses of ``text`` (the envelope's); :class:`Rejected` naming ``field`` when it holds none."""
-        wrong = _address_problem(text, one)
+        wrong = address_problem(text, one)
         if wrong:
             raise Rejected(f"{field}: {wrong}")
-        return [address for _, address in _addresses(text)]
+        return [address for _, address in addresses(text)]
 
     # -- sending ---------------------------------------------------------------------------------------
     def _credentials(self, secrets: List[str]) -> Optional[Tuple[str, str]]:

@@ -1,8 +1,8 @@
 """The checks of a contract's ``effects`` section: its commands, bounds and lookups of many keys
 (:func:`effects_problems`, with :func:`many_problems`), and its flow control (:func:`flow_problems`).
 
-The ``effects.http`` and ``effects.git`` subsections have their checks in
-:mod:`runner.contract.http` and :mod:`runner.contract.git`, imported only when
+The ``effects.http``, ``effects.git`` and ``effects.smtp`` subsections have their checks in
+:mod:`runner.contract.http`, :mod:`runner.contract.git` and :mod:`runner.contract.smtp`, imported only when
 a contract is checked.
 """
 
@@ -10,7 +10,7 @@ import re
 from typing import Any, Dict, List, Mapping
 
 from ..base.pointer import pointer_problem
-from .lookups import MANY_DEFAULT, MANY_MAX
+from .lookups import MANY_DEFAULT, MANY_MAX, OBSERVE_NONE
 from .steps import _argv_problem
 from .templates import PLACEHOLDERS, is_field, placeholders_in
 
@@ -21,10 +21,6 @@ __all__ = ["effects_problems", "many_problems", "cost_problems", "cost_limit_pro
 #: Seconds one call of the target may take unless ``effects.timeout_seconds`` says otherwise. Here, beside the check
 #: of that field, so that running a command (every verb imports it) does not load the specs.
 DEFAULT_CALL_TIMEOUT = 60.0
-
-#: ``effects.observe`` for a target that cannot be read back (a chat webhook, a mail server): the answer is the only
-#: evidence, and an unknown outcome stops for a person.
-OBSERVE_NONE = "none"
 
 #: What the ``observe_many`` section holds, and what its command's arguments and each key's ``value`` may name.
 MANY_FIELDS = ("command", "list", "match", "value", "max")
@@ -55,7 +51,7 @@ def effects_problems(effects: Dict[str, Any]) -> List[str]:
             problem = _argv_problem(effects[name], f"effects: {name}", PLACEHOLDERS, fields=True)
             if problem:
                 out.append(problem)
-    if ("invoke" in effects) != ("observe" in effects):
+    if ("invoke" in effects) != ("observe" in effects) and not ("smtp" in effects and "invoke" not in effects):
         out.append("effects: invoke and observe come together: an effect the runner performs must be one it can "
                    "observe")
     if "observe_many" in effects:
@@ -70,9 +66,11 @@ def effects_problems(effects: Dict[str, Any]) -> List[str]:
                    "cannot be read back")
     from .git import git_problems  # here: a process that never checks a contract does not import them
     from .http import http_problems
+    from .smtp import smtp_section_problems
 
     out.extend(http_problems(effects))
     out.extend(git_problems(effects))
+    out.extend(smtp_section_problems(effects))
     timeout = effects.get("timeout_seconds")
     if ("timeout_seconds" in effects and
         (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400)):

@@ -12,7 +12,12 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .templates import KEY_PLACEHOLDERS, expand, is_field, placeholders_in, values_for
 
-__all__ = ["MANY_MAX", "MANY_DEFAULT", "lookups", "shared_lookup", "run_shared_lookup"]
+__all__ = ["MANY_MAX", "MANY_DEFAULT", "OBSERVE_NONE", "lookups", "shared_lookup", "run_shared_lookup"]
+
+#: ``observe`` for a target that cannot be read back (a chat webhook, a mail server): there is no lookup, the answer
+#: is the only evidence, and an unknown outcome stops for a person. Said by ``effects.observe`` (commands),
+#: ``effects.http.observe`` and ``effects.smtp.observe``.
+OBSERVE_NONE = "none"
 
 #: Keys one lookup of many keys asks for at most (``max``), and by default: ``observe_many`` here,
 #: ``effects.http.observe.many``.

@@ -26,6 +26,7 @@ from .effects import DEFAULT_CALL_TIMEOUT, OBSERVE_NONE
 from .http import (EACH, INVOKE_DEFAULTS, INVOKE_METHODS, MAX_PAGES_DEFAULT, OBSERVE_DEFAULTS, OBSERVE_METHODS,
                    secret_origin, split_url)
 from .lookups import MANY_DEFAULT
+from .smtp import DEFAULT_MESSAGE_ID, DEFAULT_PORTS, NOT_NOW_SECONDS
 from .templates import fields_of, reads_records
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "HttpRequest",
     "HttpMany",
     "GitSpec",
+    "SmtpSpec",
     "HttpList",
     "BodyCondition",
     "Limits",
@@ -52,6 +54,7 @@ __all__ = [
     "HistorySpec",
     "read_contract",
     "read_http",
+    "read_smtp",
     "contract_of",
 ]
 
@@ -266,10 +269,38 @@ class GitSpec:
 
 
 @dataclass(frozen=True)
+class SmtpSpec:
+    """``effects.smtp``: the mail server one message per effect is sent to, and what every message shares, as the
+    contract writes each template (the item's placeholders are filled by the adapter).
+
+    ``sender`` is the section's ``from``; ``to``, ``cc`` and ``bcc`` are lists (a payload may name its own);
+    ``username`` and ``password`` are ``{env:NAME}``/``{file:PATH}`` as written, read at each call. A mail server
+    cannot be read back: a contract with this section is never looked up.
+    """
+
+    host: str
+    sender: str
+    security: str = "starttls"
+    port: int = 587
+    to: Tuple[str, ...] = ()
+    cc: Tuple[str, ...] = ()
+    bcc: Tuple[str, ...] = ()
+    reply_to: Optional[str] = None
+    username: Optional[str] = None
+    password: Optional[str] = None
+    message_id: str = DEFAULT_MESSAGE_ID
+    ca_file: Optional[str] = None
+    helo: Optional[str] = None
+    not_now_seconds: float = NOT_NOW_SECONDS
+
+
+@dataclass(frozen=True)
 class EffectsSpec:
-    """The ``effects`` section. ``adapter`` and ``verification`` are prose for people; ``readable`` is False when
-    ``observe`` is ``"none"`` (a target that cannot be read back; ``observe`` is then None); ``observe_first``: each
-    item is looked up before its first call, and one the target holds already is verified with no call."""
+    """The ``effects`` section. ``adapter`` and ``verification`` are prose for people; ``readable`` is False for a
+    target that cannot be read back: ``observe`` is ``"none"`` (``observe`` is then None), ``effects.http.observe``
+    is ``"none"`` (the HTTP spec's ``observe`` is then None), or the target is a mail server (``smtp``);
+    ``observe_first``: each item is looked up before its first call, and one the target holds already is verified
+    with no call."""
 
     key_pattern: Optional[str] = None
     approval: Tuple[str, ...] = ()
@@ -294,11 +325,12 @@ class EffectsSpec:
     #: ``effects.cost_estimate``: what one call is reserved of each named cost before any cost was seen.
     cost_estimate: Tuple[Tuple[str, float], ...] = ()
     observe_first: bool = False
+    smtp: Optional[SmtpSpec] = None
 
     @property
     def performs_effects(self) -> bool:
-        """True when the contract says how the runner calls and observes the target itself: commands, HTTP or git."""
-        return self.invoke is not None or self.http is not None or self.git is not None
+        """True when the contract says how the runner calls the target itself: commands, HTTP, git or SMTP."""
+        return self.invoke is not None or self.http is not None or self.git is not None or self.smtp is not None
 
     def key_allowed(self, key: str) -> bool:
         """True when ``key_pattern`` (if any) matches the whole key, in time linear in the key.
@@ -552,6 +584,33 @@ def _git(block: Mapping[str, Any]) -> GitSpec:
     )
 
 
+def read_smtp(block: Mapping[str, Any]) -> SmtpSpec:
+    """The spec of an ``effects.smtp`` section whose checks (:func:`runner.contract.smtp.smtp_problems`) found nothing;
+    like :func:`read_contract`, it checks nothing again."""
+
+    def listed(name: str) -> Tuple[str, ...]:
+        value = block.get(name)
+        return () if value is None else (value,) if isinstance(value, str) else tuple(value)
+
+    security = block.get("security", "starttls")
+    return SmtpSpec(
+        host=block["host"],
+        sender=block["from"],
+        security=security,
+        port=int(block.get("port", DEFAULT_PORTS[security])),
+        to=listed("to"),
+        cc=listed("cc"),
+        bcc=listed("bcc"),
+        reply_to=block.get("reply_to"),
+        username=block.get("username"),
+        password=block.get("password"),
+        message_id=block.get("message_id", DEFAULT_MESSAGE_ID),
+        ca_file=block.get("ca_file"),
+        helo=block.get("helo"),
+        not_now_seconds=float(block.get("not_now_seconds", NOT_NOW_SECONDS)),
+    )
+
+
 def _effects(block: Mapping[str, Any]) -> EffectsSpec:
     rate, group, many = block.get("rate"), block.get("concurrency_key"), block.get("observe_many")
     return EffectsSpec(
@@ -563,7 +622,7 @@ def _effects(block: Mapping[str, Any]) -> EffectsSpec:
         several_approvals=bool(block.get("several_approvals", False)),
         invoke=tuple(block["invoke"]) if "invoke" in block else None,
         observe=tuple(block["observe"]) if "observe" in block and block["observe"] != OBSERVE_NONE else None,
-        readable=block.get("observe") != OBSERVE_NONE,
+        readable=block.get("observe") != OBSERVE_NONE and "smtp" not in block,
         observe_first=bool(block.get("observe_first", False)),
         http=read_http(block["http"]) if "http" in block else None,
         timeout_seconds=float(block.get("timeout_seconds", DEFAULT_CALL_TIMEOUT)),
@@ -585,6 +644,7 @@ def _effects(block: Mapping[str, Any]) -> EffectsSpec:
         cost=tuple((name, tuple((str(t[0]), float(t[1])) for t in terms))
                    for name, terms in (block.get("cost") or {}).items()),
         cost_estimate=tuple((name, float(amount)) for name, amount in (block.get("cost_estimate") or {}).items()),
+        smtp=read_smtp(block["smtp"]) if "smtp" in block else None,
     )
 
 

@@ -236,8 +236,8 @@ def field_values(record: Any, names: Sequence[str], what: str) -> Dict[str, str]
 
 def effects_templates(effects: Mapping[str, Any]) -> List[str]:
     """The templates of the effects section one item fills: the commands' arguments, the HTTP requests' URLs and header
-    values, each lookup's ``value``, and every template of ``git``. The section may be unchecked: what is not a string
-    is left out."""
+    values, each lookup's ``value``, every template of ``git``, and the addresses and names of ``smtp``. The section
+    may be unchecked: what is not a string is left out."""
     out: List[Any] = []
     for name in ("invoke", "observe"):
         command = effects.get(name)
@@ -262,6 +262,11 @@ def effects_templates(effects: Mapping[str, Any]) -> List[str]:
         files, edit = git.get("files"), git.get("edit")
         out += [part for pair in files.items() for part in pair] if isinstance(files, dict) else []
         out += edit if isinstance(edit, list) else []
+    smtp = effects.get("smtp")
+    if isinstance(smtp, dict):
+        for name in ("host", "helo", "username", "from", "reply_to", "to", "cc", "bcc", "message_id"):
+            value = smtp.get(name)
+            out += value if isinstance(value, list) else [value]
     return [t for t in out if isinstance(t, str)]
 
 

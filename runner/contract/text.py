@@ -51,7 +51,7 @@ EFFECT_KEYS = {"key_pattern": str, "approval": list, "adapter": str, "verificati
                "several_approvals": bool, "invoke": list, "observe": list, "http": dict, "timeout_seconds": object,
                "settle_seconds": object, "max_rate_limited": int,
                "concurrency": int, "rate": dict, "concurrency_key": dict, "observe_many": object, "git": dict,
-               "cost": dict, "cost_estimate": dict, "observe_first": bool}
+               "cost": dict, "cost_estimate": dict, "observe_first": bool, "smtp": dict}
 LIMIT_KEYS = ("max_step_attempts", "max_effect_attempts", "max_elapsed_seconds", "max_cost", "max_steps",
               "no_progress_seconds")
 RETRY_KEYS = ("base_seconds", "cap_seconds", "deadline_seconds")
