@@ -51,8 +51,10 @@ What the answers mean (:mod:`runner.calls.target`):
   network: nothing delivered (a server delivers no message whose final
   ``.`` it did not receive), "not now".
 * A connection lost, or no answer within the call's time, once the whole
-  message was written: the outcome is unknown
-  (:class:`~runner.calls.target.UnknownOutcome`).
+  message was written, or a reply to it that is neither 2xx nor a refusal
+  (4xx, 5xx): the outcome is unknown
+  (:class:`~runner.calls.target.UnknownOutcome`). Once the final ``.`` may
+  have left, nothing is ever called "not sent".
 
 **It cannot be read back**: :meth:`SmtpAdapter.observe` answers ``unknown``,
 with the Message-ID to look for, so the runner never sends a message again on
@@ -413,10 +415,14 @@ class SmtpAdapter:
             said = _said(code, text)
             if 200 <= code < 300:
                 return said
-            if code >= 400:
+            if 400 <= code < 600:
                 self._refused(code, text, "the message")
+            # Only 4xx and 5xx say "not delivered"; once the final "." may have left, anything else is unknown.
             raise _Lost(f"{where}: the server answered the message with {said!r}, which says neither delivered nor not")
         except smtplib.SMTPServerDisconnected as exc:
+            if sent:
+                raise _Lost(f"{where}: the whole message was sent, and the connection was lost before the server's "
+                            f"answer: it may or may not have been delivered ({exc})") from None
             raise _NotSent(f"{where}: the connection was lost before the message was sent, nothing was delivered: "
                            f"{exc}") from None
         except (NotApplied, Rejected, _NotSent, _Lost):
