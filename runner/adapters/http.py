@@ -59,6 +59,12 @@ Invariants kept here:
 * **A lookup carries its own headers.** The key and the epoch headers
   (``idempotency_header``, ``epoch_header``) go on the invoke alone, and what
   is recorded of a request names the headers it carried.
+* **An endpoint that cannot be read back is never looked at.** With
+  ``"observe": "none"`` (a chat incoming webhook) the adapter's ``readable``
+  is False and :meth:`HttpAdapter.observe` answers unknown without a
+  request, as a command target with ``"observe": "none"`` does: the
+  lifecycle verifies an effect by its receipt alone and stops an unknown
+  outcome for a person, never calling again on its own.
 """
 
 import dataclasses
@@ -161,17 +167,23 @@ class HttpAdapter:
         self.key_scope = (f"the target's, on the {header} header" if header else
                           "none: the key is not sent to the target (it is found by the observe request)")
         observe = self.spec.observe
-        listing = observe.listing
-        self.verification = f"{observe.method} {shown_url(observe.url)}" + (
-            f" holding a value at {_written(observe.pointer)}" if observe.pointer is not None else "") + (
-            f" read page by page to its end, an entry's {_written(listing.match)} matched to {listing.value} "
-            f"({listing.how})" if listing is not None else "")
+        #: False for ``"observe": "none"``: the endpoint cannot be read back, and the lifecycle never looks it up.
+        self.readable = observe is not None
+        requests = (self.spec.invoke,) if observe is None else (self.spec.invoke, observe)
+        if observe is None:
+            self.verification = "none: the endpoint cannot be read back; its answer is the only evidence"
+        else:
+            listing = observe.listing
+            self.verification = f"{observe.method} {shown_url(observe.url)}" + (
+                f" holding a value at {_written(observe.pointer)}" if observe.pointer is not None else "") + (
+                f" read page by page to its end, an entry's {_written(listing.match)} matched to {listing.value} "
+                f"({listing.how})" if listing is not None else "")
         #: What each request's statuses mean, and the conditions on the body some of them have, as the answers read
         #: them.
-        self._statuses = {request.kind: dict(request.statuses) for request in (self.spec.invoke, observe)}
-        self._conditions = {request.kind: dict(request.conditions) for request in (self.spec.invoke, observe)}
+        self._statuses = {request.kind: dict(request.statuses) for request in requests}
+        self._conditions = {request.kind: dict(request.conditions) for request in requests}
         self._origins: Dict[Tuple[str, str, int], Origin] = {}
-        for request in (self.spec.invoke, observe):
+        for request in requests:
             if not request.origin_secret:
                 self._origin(request.scheme, request.host, request.port)
             # The item's own header values and URL, secrets read now: one that cannot be made or sent stops the item
@@ -215,8 +227,13 @@ class HttpAdapter:
 
     def observe(self, key: str, payload: Dict[str, Any]) -> Observation:
         """Look the effect up; never changes anything at the target. Asks again after "not now" within the call's
-        time."""
+        time. An endpoint that cannot be read back (``"observe": "none"``) is never asked: unknown, always."""
         request = self.spec.observe
+        if request is None:
+            return Observation("unknown", {
+                "source": "http", "observe": "none", "request": self._shown(self.spec.invoke, key, None),
+                "reason": "the endpoint cannot be read back: whether the call arrived shows only where it lands (the "
+                          "channel, the recipients)"})
         if request.listing is not None:
             return self._listing([(key, payload, self)])[0]
         statuses, conditions = self._statuses["observe"], self._conditions["observe"]
@@ -253,19 +270,32 @@ class HttpAdapter:
         """Adapters with one ``batch_key`` may be looked up together by :meth:`observe_many` (None: no
         ``observe.many``)."""
         observe = self.spec.observe
-        return None if observe.many is None and observe.listing is None else ("http", self.spec, self.workspace)
+        if observe is None or (observe.many is None and observe.listing is None):
+            return None
+        return ("http", self.spec, self.workspace)
 
     @property
     def observe_batch(self) -> int:
         """The most keys one :meth:`observe_many` asks for."""
-        many = self.spec.observe.many
+        many = self._look.many
         return LIST_BATCH if self.lists else many.most if many is not None else 1
 
     @property
     def lists(self) -> bool:
         """True when a lookup reads one listing of the target (``observe.list``), the same whatever keys it is for:
         one at a time answers every key waiting, and a key's own lookup is that listing too."""
-        return self.spec.observe.listing is not None
+        return self.spec.observe is not None and self.spec.observe.listing is not None
+
+    @property
+    def _look(self) -> HttpRequest:
+        """The observe request; only a contract whose endpoint can be read back has one (the lifecycle asks no
+        other to look).
+
+        :raises InvalidInput: ``"observe": "none"``.
+        """
+        if self.spec.observe is None:
+            raise InvalidInput('effects.http.observe is "none": the endpoint cannot be read back, nothing looks it up')
+        return self.spec.observe
 
     def observe_many(self, items: Sequence[Tuple[str, Dict[str, Any], Any]]) -> List[Observation]:
         """Look several keys up with one request (``observe.many``), in the order given.
@@ -286,7 +316,7 @@ class HttpAdapter:
         """
         if self.lists:
             return self._listing(items)
-        many = self.spec.observe.many
+        many = self._look.many
         if many is None:
             raise InvalidInput("this contract's observe request names no 'many': keys are looked up one by one")
         parts, wanted = [], []
@@ -387,7 +417,7 @@ class HttpAdapter:
         :raises NotApplied: a page was answered "not now", or the target announced no request before a reset: the
             listing is read again later, whole.
         """
-        request = self.spec.observe
+        request = self._look
         listing = request.listing
         assert listing is not None
         first = items[0][0]
@@ -495,7 +525,7 @@ class HttpAdapter:
         as does one that says neither. Without it, a page ends the listing as its form says (no next link; no
         entries; no cursor).
         """
-        listing = self.spec.observe.listing
+        listing = self._look.listing
         assert listing is not None
         more = False
         if listing.more is not None:

@@ -6,12 +6,16 @@ what they need: the calls are made by :mod:`runner.adapters.http`, from the
 spec :mod:`runner.contract.spec` reads once these checks find nothing. Each problem is a
 :class:`FieldProblem`, whose ``path`` names the JSON fields that lead to it so
 that ``contract check`` can give its line.
+
+``"observe": "none"`` declares an endpoint that cannot be read back (a chat
+incoming webhook): no lookup is made, the invoke's answer is the only
+evidence, and an unknown outcome stops for a person.
 """
 
 import re
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .lookups import MANY_DEFAULT, MANY_MAX
+from .lookups import MANY_DEFAULT, MANY_MAX, OBSERVE_NONE
 from .templates import FIELD_NAME, expand, is_field, placeholders_in
 from ..base.pointer import parse_pointer, pointer_problem
 
@@ -531,6 +535,11 @@ def http_problems(effects: Dict[str, Any]) -> List[FieldProblem]:
         if kind not in spec:
             out.append(FieldProblem(("http",), f"effects.http needs {kind!r}: an effect the runner performs must be "
                                                "one it can observe"))
+        elif kind == "observe" and spec[kind] == OBSERVE_NONE:
+            # An endpoint that cannot be read back (a chat webhook): the answer is the only evidence.
+            if "observe_many" in effects:
+                out.append(FieldProblem(("http", "observe"), 'effects: observe_many looks keys up: a target with '
+                                                             '"observe": "none" cannot be read back'))
         else:
             out.extend(_request_problems(kind, spec[kind]))
     out.extend(_id_problems(spec))

@@ -37,7 +37,9 @@ def lookups(effects: Dict[str, Any]) -> List[Tuple[str, List[str]]]:
     """
     out: List[Tuple[str, List[str]]] = []
     http = effects.get("http")
-    if isinstance(http, dict):
+    if isinstance(http, dict) and http.get("observe") == OBSERVE_NONE:
+        pass  # an endpoint that cannot be read back looks nothing up
+    elif isinstance(http, dict):
         observe = http.get("observe") or {}
         headers = observe.get("headers") or {}
         fields = [f"{name}: {headers[name]}" for name in sorted(headers, key=str.lower)]

@@ -240,7 +240,8 @@ class HttpSpec:
     """``effects.http``: the invoke and observe requests and what the target promises."""
 
     invoke: HttpRequest
-    observe: HttpRequest
+    #: None for ``"observe": "none"``: an endpoint that cannot be read back.
+    observe: Optional[HttpRequest]
     idempotency_header: Optional[str] = None
     epoch_header: Optional[str] = None
     deduplicates: bool = False
@@ -532,6 +533,8 @@ def read_http(block: Mapping[str, Any]) -> HttpSpec:
     """The spec of an ``effects.http`` section whose checks (:func:`runner.contract.http.http_problems`) found nothing;
     like :func:`read_contract`, it checks nothing again."""
     observe = block["observe"]
+    if observe == OBSERVE_NONE:
+        return _http(block, None)
     many = None
     if "many" in observe:
         found = observe["many"]
@@ -556,7 +559,7 @@ def read_http(block: Mapping[str, Any]) -> HttpSpec:
     return _http(block, _request("observe", observe, many))
 
 
-def _http(block: Mapping[str, Any], observe: HttpRequest) -> HttpSpec:
+def _http(block: Mapping[str, Any], observe: Optional[HttpRequest]) -> HttpSpec:
     return HttpSpec(
         invoke=_request("invoke", block["invoke"]),
         observe=observe,
@@ -622,7 +625,8 @@ def _effects(block: Mapping[str, Any]) -> EffectsSpec:
         several_approvals=bool(block.get("several_approvals", False)),
         invoke=tuple(block["invoke"]) if "invoke" in block else None,
         observe=tuple(block["observe"]) if "observe" in block and block["observe"] != OBSERVE_NONE else None,
-        readable=block.get("observe") != OBSERVE_NONE and "smtp" not in block,
+        readable=block.get("observe") != OBSERVE_NONE and "smtp" not in block
+        and (block.get("http") or {}).get("observe") != OBSERVE_NONE,
         observe_first=bool(block.get("observe_first", False)),
         http=read_http(block["http"]) if "http" in block else None,
         timeout_seconds=float(block.get("timeout_seconds", DEFAULT_CALL_TIMEOUT)),

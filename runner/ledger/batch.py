@@ -419,7 +419,7 @@ def _field_headers(effects: EffectsSpec) -> List[Tuple[str, str, Callable[[str],
         return []
     found = []
     for request in (http.invoke, http.observe):
-        for name, value in request.headers:
+        for name, value in request.headers if request is not None else ():
             if any(is_field(n) for n in placeholders_in(value)):
                 found.append((name, value))
     if not found:
