@@ -47,6 +47,10 @@ class HttpObserveNoneContractTest(unittest.TestCase):
         out = cli("contract", "check", path, code=2)
         self.assertIn('effects: observe_many looks keys up: a target with "observe": "none" cannot be read back',
                       out.err)
+        first = dict(contract(), effects=dict(contract()["effects"], observe_first=True))
+        write_contract(path, first)
+        self.assertIn('effects: observe_first looks each item up before its first call: a target with "observe": '
+                      '"none" cannot be read back', cli("contract", "check", path, code=2).err)
         write_contract(path, contract(observe="nothing"))
         self.assertIn("effects.http.observe must be an object", cli("contract", "check", path, code=2).err)
 

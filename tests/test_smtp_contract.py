@@ -63,7 +63,9 @@ class SmtpSectionTest(unittest.TestCase):
                 (contract(smtp=dict(SECTION, attachments=[])), "effects.smtp.attachments: not a field of the section"),
                 (contract(smtp=dict(SECTION, to="{field.email}, {recipient}")),
                  "effects.smtp.to: unknown placeholder {recipient}"),
-                (contract(smtp="smtp.example.test"), "effects: 'smtp' must be an object")):
+                (contract(smtp="smtp.example.test"), "effects: 'smtp' must be an object"),
+                (contract(observe_first=True), "effects: observe_first looks each item up before its first call: "
+                                               'a target with "observe": "none" cannot be read back')):
             with self.subTest(words=words):
                 found = problems_of(block)
                 self.assertTrue(any(p.startswith(words) for p in found), found)

@@ -61,7 +61,10 @@ def effects_problems(effects: Dict[str, Any]) -> List[str]:
                        "commands (effects.http has observe.many)")
         elif effects["observe"] == OBSERVE_NONE:
             out.append('effects: observe_many looks keys up: a target with "observe": "none" cannot be read back')
-    if effects.get("observe_first") is True and effects.get("observe") == OBSERVE_NONE:
+    http = effects.get("http")
+    unreadable = (effects.get("observe") == OBSERVE_NONE or "smtp" in effects
+                  or (isinstance(http, dict) and http.get("observe") == OBSERVE_NONE))
+    if effects.get("observe_first") is True and unreadable:
         out.append('effects: observe_first looks each item up before its first call: a target with "observe": "none" '
                    "cannot be read back")
     from .git import git_problems  # here: a process that never checks a contract does not import them
