@@ -3,7 +3,8 @@
 The recipes are tested against these programs, so what each promises is held
 here: the tracker's pages, lag and rate limits as GitHub announces them; the
 webhook's secret URL that nothing reads back; the mail server's replies and
-the messages it keeps; the REST API's lookup by key. A fault answers before
+the messages it keeps; the REST API's lookup by key; the model API's bill, which counts every
+request it processed, answered or not. A fault answers before
 or after the operation as its name says, and the counts a test asserts "no
 duplicate" with survive the stand-in's own kill.
 """
@@ -21,7 +22,7 @@ import unittest
 from email.message import EmailMessage
 from typing import Any, Dict, List, Optional, Tuple
 
-from tests.support.standins import common, rest, smtpd, tracker, webhook
+from tests.support.standins import common, models, rest, smtpd, tracker, webhook
 from tests.support.fake_http import wait_until
 from tests.support.standins.harness import StandIn
 from tests.support.util import REPO_ROOT, child_env, python
@@ -472,6 +473,71 @@ class RestTests(unittest.TestCase):
             self.assertEqual(server.request("POST", "/items?key=other", {"external_id": "a"})[0], 401)
             self.assertEqual(server.request("POST", "/items?key=k-31e9", {"external_id": "a"})[0], 201)
             self.assertEqual(server.request("GET", "/items?external_id=a&key=k-31e9")[0], 200)
+
+
+class ModelsTests(unittest.TestCase):
+    server: StandIn
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.server = StandIn("models", ["--key", "sk-standin"])
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.server.stop()
+
+    def setUp(self) -> None:
+        self.server.faults([])
+        self.messages = [{"role": "system", "content": "Summarise."},
+                         {"role": "user", "content": f"# {self.id().rsplit('.', 1)[-1]}\n\nSome text."}]
+
+    def complete(self, key: str = "sk-standin") -> Tuple[int, Dict[str, str], bytes]:
+        return self.server.request("POST", "/v1/chat/completions", {"model": "m", "messages": self.messages},
+                                   {"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+
+    def billed(self) -> int:
+        return models.billed_by_prompt(self.server.state).get(models.prompt_digest(self.messages), 0)
+
+    def test_a_completion_answers_with_its_usage_and_is_billed_once(self) -> None:
+        self.assertTrue(self.server.url.endswith("/v1"), self.server.url)
+        status, _, body = self.complete()
+        answer = json.loads(body)
+        self.assertEqual(status, 200)
+        content = answer["choices"][0]["message"]["content"]
+        self.assertIn("test_a_completion_answers_with_its_usage_and_is_billed_once", content)
+        usage = answer["usage"]
+        self.assertEqual(usage["completion_tokens"], models.tokens(content))
+        self.assertEqual(usage["total_tokens"], usage["prompt_tokens"] + usage["completion_tokens"])
+        self.assertEqual(self.billed(), 1)
+        entry = models.bill(self.server.state)[-1]
+        self.assertEqual({k: entry[k] for k in usage}, usage, "the bill holds what the answer said")
+        again = json.loads(self.complete()[2])["choices"][0]["message"]["content"]
+        self.assertNotEqual(again, content, "two calls of one prompt answer apart")
+        self.assertEqual(self.billed(), 2)
+
+    def test_a_wrong_key_and_a_bad_body_are_refused_and_billed_nothing(self) -> None:
+        self.assertEqual(self.complete("sk-other")[0], 401)
+        status, _, body = self.server.request("POST", "/v1/chat/completions", {"model": "m"},
+                                              {"Authorization": "Bearer sk-standin"})
+        self.assertEqual((status, json.loads(body)["error"]["type"]), (400, "invalid_request_error"))
+        self.assertEqual(self.billed(), 0)
+
+    def test_429_and_500_bill_nothing_a_slow_answer_and_a_dropped_one_are_billed(self) -> None:
+        self.server.faults([{"fault": "429", "retry_after": 3}, {"fault": "500"},
+                            {"fault": "slow", "seconds": 0.3}, {"fault": "reset-after"}])
+        status, headers, _ = self.complete()
+        self.assertEqual((status, headers["retry-after"]), (429, "3"))
+        self.assertEqual(self.complete()[0], 500)
+        self.assertEqual(self.billed(), 0, "refused before the work: nothing billed")
+        began = time.monotonic()
+        self.assertEqual(self.complete()[0], 200)
+        self.assertGreaterEqual(time.monotonic() - began, 0.25, "the slow answer came late")
+        with self.assertRaises((ConnectionError, http.client.HTTPException)):
+            self.complete()
+        self.assertEqual(self.billed(), 2, "the answer lost after the work is billed as well")
+        count = self.server.count()
+        self.assertEqual(count["billed"], len(models.bill(self.server.state)))
+        self.assertGreaterEqual(count["billed_again"], 1)
 
 
 if __name__ == "__main__":
