@@ -44,6 +44,16 @@ Invariants kept here:
   request is left before a reset (:func:`~runner.adapters.http_answers.rate_limit_wait`)
   holds every request to its origin until then: the call raises
   :class:`~runner.calls.target.NotApplied` with the time left, nothing sent.
+* **An answer kept is the acknowledged answer.** With ``invoke.save`` the
+  answer (the value at its pointer, or the whole body) is written to the
+  item's file inside the workspace before the receipt is returned,
+  atomically (:func:`~runner.base.fs.replace_durably`: a temporary file
+  beside it, synced, renamed over it), and the receipt names the file, its
+  size and its SHA-256 in place of the value, so the acknowledgement that
+  records the receipt records the file's hash in the same transition. A
+  file written by a call whose answer was never recorded is no evidence:
+  it is replaced by the answer of the call that is, and its temporary file
+  by the next write.
 * **An absence only from a listing read to its end.** With ``observe.list``
   every lookup reads one listing of the target page by page, within the
   call's time and ``max_pages``; a key none of its entries matches is absent
@@ -77,10 +87,12 @@ from ..calls import inflight
 from ..contract.templates import expand
 from ..base.canonical import canonical_json, sha256_hex
 from ..base.errors import InvalidInput
+from ..base.fs import OsFileSystem, replace_durably
+from ..base.workspace import item_problem, resolve_inside
 from ..base.pointer import MISSING, matched, resolve_pointer, shown
 from ..calls.target import NotApplied, Observation, Rejected, StaleEpoch, UnknownOutcome
 from ..contract.http import SECRET, http_problems, sensitive, split_url, unsendable
-from ..contract.spec import DEFAULT_CALL_TIMEOUT, HttpRequest, HttpSpec, read_http
+from ..contract.spec import DEFAULT_CALL_TIMEOUT, HttpRequest, HttpSave, HttpSpec, read_http
 from .http_answers import (LOOK_AGAIN, MANY_NOT_NOW, PACING, Pacing, answer_word, document_of, empty, listed_document,
                            next_link, observed, partial, rate_limit_wait, refused_for_now, retry_after_seconds,
                            text_matches)
@@ -99,6 +111,8 @@ LIST_PAGE_LIMIT = 8 * BODY_LIMIT
 #: Seconds between two tries of a page of a listing that could not be read (a lost connection, a 5xx).
 PAGE_AGAIN_SECONDS = 0.5
 _FORM = "application/x-www-form-urlencoded"
+#: Where saved answers are written: every open refuses a symbolic link at the file's own name.
+_FS = OsFileSystem()
 
 
 class _Located(NamedTuple):
@@ -193,6 +207,8 @@ class HttpAdapter:
                 self._locate(request, "k", 1, [])
             except ValueError as exc:
                 raise InvalidInput(f"effects.http.{request.kind}: {exc}") from None
+        if self.spec.invoke.save is not None:
+            self._saved_path(self.spec.invoke.save, "k")  # an item whose file cannot be inside begins nothing
 
     # -- the two calls -----------------------------------------------------------------------------
     def invoke(self, key: str, payload: Dict[str, Any], epoch: int) -> Dict[str, Any]:
@@ -212,6 +228,8 @@ class HttpAdapter:
             retry_after = rate_limit_wait(reply.headers)  # a limit spent: nothing before its reset
         unnamed = "not-applied" if reply.status == 503 and retry_after is not None else "unknown"
         word = answer_word(self._statuses["invoke"], self._conditions["invoke"], reply, unnamed)
+        if word == "receipt" and request.save is not None:
+            return self._save(request, request.save, reply, key, epoch, secrets)
         if word == "receipt":
             receipt = scrub(self._receipt(request, reply, key, epoch), secrets)
             self.receipt_id = self._receipt_id(receipt)
@@ -382,6 +400,59 @@ class HttpAdapter:
                 if reply.headers.get(name) is not None}
         return {"status": reply.status, "headers": kept, "body_sha256": sha256_hex(reply.body),
                 "body_bytes": len(reply.body), "request": self._shown(request, key, epoch)}
+
+    def _saved_path(self, save: HttpSave, key: str) -> Tuple[str, str]:
+        """``(the path as the contract's template made it, its real path)`` of the file the item's answer is kept in.
+
+        :raises InvalidInput: the path is absolute, holds ``..`` or a NUL, or a symbolic link leads it outside the
+            workspace.
+        """
+        written = expand([save.path], dict(self.values, key=key))[0]
+        problem = item_problem(written)
+        if problem:
+            raise InvalidInput(f"effects.http.invoke.save.path {written[:200]!r} {problem}; the answer is kept inside "
+                               f"the workspace {self.workspace}")
+        return written, resolve_inside(self.workspace, written, f"effects.http.invoke.save.path {written[:200]!r}")
+
+    def _save(self, request: HttpRequest, save: HttpSave, reply: Reply, key: str, epoch: Optional[int],
+              secrets: List[str]) -> Dict[str, Any]:
+        """Write the answer the run keeps to the item's file, atomically, and return the receipt that names it.
+
+        The receipt is the answer (as :meth:`_receipt` keeps it) with the value kept replaced by ``sha256:HEX``, and
+        ``saved``: the file's path as the template made it, its size and its SHA-256.
+
+        :raises Rejected: the answer holds nothing at the pointer (or null), or is cut: there is nothing to keep.
+        :raises UnknownOutcome: the file could not be written; the target answered, and nothing records it.
+        """
+        receipt = self._receipt(request, reply, key, epoch)
+        if save.pointer is None:
+            if not reply.whole:
+                raise Rejected(scrub_text(f"{self._answered(request, reply, key, epoch)} (longer than "
+                                          f"{BODY_LIMIT // (1024 * 1024)} MiB: the answer to save was cut)", secrets))
+            data = reply.body
+        else:
+            document = document_of(reply.body) if reply.whole else MISSING
+            value = resolve_pointer(document, save.pointer) if document is not MISSING else MISSING
+            if value is MISSING or value is None:
+                raise Rejected(scrub_text(f"{self._answered(request, reply, key, epoch)} (nothing at "
+                                          f"{save.written} to save)", secrets))
+            data = value.encode("utf-8") if isinstance(value, str) else canonical_json(value)
+            digest = f"sha256:{sha256_hex(data)}"
+            if isinstance(receipt, dict) and resolve_pointer(receipt, save.pointer) is not MISSING:
+                receipt = _replaced(receipt, save.pointer, digest)  # the answer is in the file, not the ledger too
+        written, real = "", ""
+        try:
+            written, real = self._saved_path(save, key)
+            os.makedirs(os.path.dirname(real), exist_ok=True)
+            replace_durably(_FS, real, data)
+        except (OSError, InvalidInput) as exc:
+            reason = exc.message if isinstance(exc, InvalidInput) else (exc.strerror or str(exc))
+            raise UnknownOutcome(scrub_text(f"{request.method} {self._shown_url(request, key, epoch)} answered "
+                                            f"{reply.status}, and its answer could not be saved to "
+                                            f"{written or save.path}: {reason}", secrets)) from None
+        receipt = scrub(receipt, secrets)
+        receipt["saved"] = {"path": written, "bytes": len(data), "sha256": sha256_hex(data)}
+        return receipt
 
     def _answered(self, request: HttpRequest, reply: Reply, key: str, epoch: Optional[int]) -> str:
         text = " ".join(reply.body[:300].decode("utf-8", "replace").split())[:200]
@@ -737,6 +808,18 @@ def _written(pointer: Sequence[str]) -> str:
     """A JSON pointer as a contract writes it: the inverse of :func:`~runner.base.pointer.parse_pointer` on every
     pointer the contract's checks accept."""
     return "".join("/" + token.replace("~", "~0").replace("/", "~1") for token in pointer)
+
+
+def _replaced(document: Dict[str, Any], pointer: Sequence[str], value: Any) -> Dict[str, Any]:
+    """A copy of ``document`` with ``value`` at ``pointer`` (which leads to a value in it), the rest shared."""
+    def at(here: Any, tokens: Sequence[str]) -> Any:
+        if not tokens:
+            return value
+        if isinstance(here, dict):
+            return dict(here, **{tokens[0]: at(here[tokens[0]], tokens[1:])})
+        index = int(tokens[0])
+        return here[:index] + [at(here[index], tokens[1:])] + here[index + 1:]
+    return at(document, pointer)
 
 
 def _encoded(values: Mapping[str, Any]) -> Dict[str, Any]:

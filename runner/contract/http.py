@@ -22,7 +22,7 @@ from ..base.pointer import parse_pointer, pointer_problem
 __all__ = ["FieldProblem", "http_problems", "sensitive", "unsendable", "split_url", "secret_origin", "INVOKE_METHODS",
            "OBSERVE_METHODS", "INVOKE_WORDS", "OBSERVE_WORDS", "INVOKE_DEFAULTS", "OBSERVE_DEFAULTS", "MANY_MAX",
            "PAGE_SIZE_MAX", "EACH", "SECRET", "SEND_AS", "LIST_HOW", "MAX_PAGES_DEFAULT", "MAX_PAGES_MAX",
-           "LIST_PLACEHOLDERS"]
+           "LIST_PLACEHOLDERS", "SAVE_PLACEHOLDERS"]
 
 INVOKE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 OBSERVE_METHODS = ("GET", "HEAD")
@@ -48,7 +48,8 @@ _URL_PLACEHOLDERS = {"invoke": ("key", "item", "stem", "slug", "index", "run_id"
                      "observe": ("key", "item", "stem", "slug", "index", "run_id")}
 _HEADER_PLACEHOLDERS = {"invoke": ("key", "slug", "index", "run_id", "epoch"),
                         "observe": ("key", "slug", "index", "run_id")}
-_REQUEST_KEYS = {"invoke": ("method", "url", "headers", "statuses", "receipt_headers", "send_as", "receipt_id"),
+_REQUEST_KEYS = {"invoke": ("method", "url", "headers", "statuses", "receipt_headers", "send_as", "receipt_id",
+                            "save"),
                  "observe": ("method", "url", "headers", "statuses", "pointer", "many", "list")}
 _MANY_KEYS = ("url", "list", "match", "value", "max", "page_size", "next")
 #: How an invoke sends its payload: as JSON (the default), or as an HTML form's fields.
@@ -65,6 +66,9 @@ MAX_PAGES_DEFAULT, MAX_PAGES_MAX = 10, 1000
 #: The placeholders a listing's URL may hold: one listing answers every item, so it names none of an item's.
 LIST_PLACEHOLDERS = ("run_id",)
 _CONDITION_KEYS = ("pointer", "equals", "then")
+#: What ``invoke.save`` holds (``path`` required), and the placeholders its path may hold besides a record's fields.
+_SAVE_KEYS = ("path", "pointer")
+SAVE_PLACEHOLDERS = ("key", "item", "stem", "slug", "index", "run_id")
 #: The largest ``observe.many.page_size`` a contract may declare.
 PAGE_SIZE_MAX = 100000
 #: ``{each:TEMPLATE}`` in a lookup of many keys: TEMPLATE filled for each key, the parts joined with ``&``.
@@ -337,6 +341,8 @@ def _request_problems(kind: str, spec: Any) -> List[FieldProblem]:
         out.extend(_header_problems(kind, spec["headers"]))
     if "send_as" in spec:
         out.extend(_send_as_problems(spec))
+    if "save" in spec:
+        out.extend(_save_problems(spec["save"]))
     if "statuses" in spec:
         out.extend(_status_problems(kind, spec["statuses"]))
     if "pointer" in spec:
@@ -360,6 +366,33 @@ def _request_problems(kind: str, spec: Any) -> List[FieldProblem]:
         elif any(n.lower() in ("set-cookie", "authorization") or sensitive(n) for n in names):
             out.append(FieldProblem(at + ("receipt_headers",), "effects.http.invoke.receipt_headers: a credential "
                                                                "header is never kept in a receipt"))
+    return out
+
+
+def _save_problems(save: Any) -> List[FieldProblem]:
+    """Problems of ``invoke.save``: a file of the workspace the answer is kept in, named for its item, and the part of
+    the answer kept (a pointer into its JSON; none: the whole body)."""
+    at = ("http", "invoke", "save")
+    if not isinstance(save, dict) or not isinstance(save.get("path"), str):
+        return [FieldProblem(at, 'effects.http.invoke.save must be {"path": "summaries/{stem}.md", "pointer": '
+                                 '"/choices/0/message/content"} (no pointer: the whole answer is kept)')]
+    out = [FieldProblem(at + (name,), f"effects.http.invoke.save: unknown field {name!r} (allowed: "
+                                      f"{', '.join(_SAVE_KEYS)})") for name in save if name not in _SAVE_KEYS]
+    path = save["path"]
+    unknown = sorted({n for n in placeholders_in(path) if n not in SAVE_PLACEHOLDERS and not is_field(n)})
+    if not _relative_path(path) or path.endswith(("/", "\\")):
+        out.append(FieldProblem(at + ("path",), "effects.http.invoke.save.path must be a file's path relative to the "
+                                                "workspace, without '..': the answer is kept inside the project"))
+    elif unknown:
+        out.append(FieldProblem(at + ("path",), f"effects.http.invoke.save.path: unknown placeholder {{{unknown[0]}}} "
+                                                f"(allowed: {', '.join('{' + n + '}' for n in SAVE_PLACEHOLDERS)})"))
+    elif not placeholders_in(path):
+        out.append(FieldProblem(at + ("path",), "effects.http.invoke.save.path must name the item (such as {stem} or "
+                                                "{key}): each item's answer is a file of its own"))
+    if "pointer" in save:
+        problem = pointer_problem(save["pointer"], "effects.http.invoke.save.pointer")
+        if problem:
+            out.append(FieldProblem(at + ("pointer",), problem))
     return out
 
 

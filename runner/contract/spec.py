@@ -46,6 +46,7 @@ __all__ = [
     "GitSpec",
     "SmtpSpec",
     "HttpList",
+    "HttpSave",
     "BodyCondition",
     "Limits",
     "RetryPolicy",
@@ -196,6 +197,16 @@ class HttpList:
 
 
 @dataclass(frozen=True)
+class HttpSave:
+    """``effects.http.invoke.save``: where the answer a run must keep is written (``path``, a template of the item's
+    placeholders, relative to the workspace) and what of it (the value at ``pointer``; None: the whole body)."""
+
+    path: str
+    pointer: Optional[Tuple[str, ...]] = None
+    written: Optional[str] = None
+
+
+@dataclass(frozen=True)
 class BodyCondition:
     """A condition on an answer's body that gives its status another word: the value at ``pointer`` is there (not
     null, ``""``, ``[]`` or ``{}``), or, with ``equals`` (canonical JSON), is that value."""
@@ -233,6 +244,7 @@ class HttpRequest:
     send_as: str = "json"
     listing: Optional[HttpList] = None
     receipt_id: Optional[Tuple[str, ...]] = None
+    save: Optional[HttpSave] = None
 
 
 @dataclass(frozen=True)
@@ -502,7 +514,14 @@ def _request(kind: str, block: Mapping[str, Any], many: Optional[HttpMany] = Non
         send_as=block.get("send_as", "json"),
         listing=listing,
         receipt_id=parse_pointer(block["receipt_id"]) if "receipt_id" in block else None,
+        save=_save(block["save"]) if "save" in block else None,
     )
+
+
+def _save(block: Mapping[str, Any]) -> HttpSave:
+    pointer = block.get("pointer")
+    return HttpSave(path=block["path"], pointer=parse_pointer(pointer) if pointer is not None else None,
+                    written=pointer)
 
 
 def _condition(block: Mapping[str, Any]) -> BodyCondition:

@@ -236,8 +236,8 @@ def field_values(record: Any, names: Sequence[str], what: str) -> Dict[str, str]
 
 def effects_templates(effects: Mapping[str, Any]) -> List[str]:
     """The templates of the effects section one item fills: the commands' arguments, the HTTP requests' URLs and header
-    values, each lookup's ``value``, every template of ``git``, and the addresses and names of ``smtp``. The section
-    may be unchecked: what is not a string is left out."""
+    values, each lookup's ``value``, the path an answer is saved to, every template of ``git``, and the addresses and
+    names of ``smtp``. The section may be unchecked: what is not a string is left out."""
     out: List[Any] = []
     for name in ("invoke", "observe"):
         command = effects.get(name)
@@ -256,6 +256,8 @@ def effects_templates(effects: Mapping[str, Any]) -> List[str]:
             out += [many.get("url"), many.get("value")] if isinstance(many, dict) else []
             listing = request.get("list")
             out += [listing.get("value")] if isinstance(listing, dict) else []
+            save = request.get("save")
+            out += [save.get("path")] if isinstance(save, dict) else []
     git = effects.get("git")
     if isinstance(git, dict):
         out += [git.get(name) for name in ("repository", "remote", "branch", "message", "tag")]
