@@ -3,22 +3,32 @@
 Against the OpenAI-compatible stand-in (tests/support/standins/models.py), started as a process: the value at
 the pointer (or the whole body) is written atomically inside the workspace, the receipt names the file's size
 and SHA-256 in place of the value, and an answer with nothing to keep or a file that cannot be inside is
-refused. ``contract check`` refuses a path outside the project.
+refused. ``contract check`` refuses a path outside the project. Through ``drive`` at a target that cannot be
+read back (``"observe": "none"``), killed by SIGKILL after the file was written and before the acknowledgement,
+and after it, each time resumed by another process: the file that stays is the acknowledged answer's, its hash
+the evidence, and only the call in flight at the first kill is paid twice.
 """
 
 import hashlib
 import json
 import os
+import signal
 import unittest
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from runner.adapters.http import HttpAdapter, http_spec
 from runner.adapters.http_client import ConnectionPool
 from runner.base.errors import InvalidInput
 from runner.calls.target import Rejected
+from runner.contract.effects import effects_problems
 from runner.contract.http import http_problems
+from runner.contract.spec import read_contract
+from runner.execution.run import Run
+from runner.stores.file import RunStore
+from tests.support.cli import RunnerCli
+from tests.support.standins import models
 from tests.support.standins.harness import StandIn
-from tests.support.util import scratch_dir
+from tests.support.util import child_env, python, run, scratch_dir
 
 KEY = "sk-save-test"
 CONTENT = "/choices/0/message/content"
@@ -143,6 +153,108 @@ class SaveTest(unittest.TestCase):
             self.adapter({"path": "{stem}/x.md", "pointer": CONTENT}, stem="..")
         self.assertEqual(self.server.count()["billed"], before)
         self.assertEqual(os.listdir(elsewhere), [])
+
+
+def model_contract(base: str, observe: Any = "none") -> Dict[str, Any]:
+    """One summary per Markdown file of ``docs/``, asked of the model API at ``base`` and kept in ``summaries/``."""
+    http = section(base, {"path": "summaries/{stem}.md", "pointer": CONTENT})
+    http.update(observe=observe, idempotency_header="Idempotency-Key")
+    return {
+        "contract": 1, "task_id": "summaries", "goal": "One summary per document.", "workspace": ".",
+        "steps": [{"id": "summarise", "items": {"glob": "docs/*.md"}, "key": "{stem}",
+                   "payload": {"template": {"model": "m", "messages": [{"role": "user", "content": "{text}"}]}},
+                   "next": "done"}],
+        "effects": {"http": http, "timeout_seconds": 20},
+        "limits": {"max_effect_attempts": 4}, "lease": {"ttl_seconds": 60}}
+
+
+class SavedAnswerAfterKillsTest(unittest.TestCase):
+    """One stand-in for the class; each test counts the bill's entries made since it began."""
+
+    server: StandIn
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.server = StandIn("models", ["--key", KEY])
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.server.stop()
+
+    def setUp(self) -> None:
+        self.first = len(models.bill(self.server.state))
+        self.cli = RunnerCli(self, env={"MODEL_KEY": KEY})
+        self.root = self.cli.root
+        os.mkdir(os.path.join(self.root, "docs"))
+        for name in ("a", "b", "c"):
+            with open(os.path.join(self.root, "docs", f"{name}.md"), "w") as handle:
+                handle.write(f"# Document {name}\n\nIts text.\n")
+
+    def effects(self) -> Dict[str, Any]:
+        return dict(Run(RunStore.open(self.cli.run_dir)).state["effects"])
+
+    def saved(self, stem: str) -> Optional[str]:
+        try:
+            with open(os.path.join(self.root, "summaries", f"{stem}.md"), "rb") as handle:
+                return hashlib.sha256(handle.read()).hexdigest()
+        except FileNotFoundError:
+            return None
+
+    def billed(self) -> Dict[str, int]:
+        out: Dict[str, int] = {}
+        for entry in models.bill(self.server.state)[self.first:]:
+            out[entry["key"]] = out.get(entry["key"], 0) + 1
+        return out
+
+    def killed_at(self, window: str, owner: str) -> None:
+        killed = run(python("-m", "tests.support.scripts.http_drive_child", self.cli.run_dir, owner, window),
+                     cwd=self.root, env=child_env(MODEL_KEY=KEY), timeout=120)
+        self.assertEqual(killed.code, -signal.SIGKILL, f"not killed at {window}: {killed.out} {killed.err[-800:]}")
+        Run(RunStore.open(self.cli.run_dir)).break_lease("supervisor", f"{owner} was killed at {window}")
+
+    def test_the_contract_declares_a_model_api_that_cannot_be_read_back(self) -> None:
+        block = model_contract(self.server.url)
+        block["effects"]["observe_first"] = True
+        self.assertIn('effects: observe_first looks each item up before its first call: a target with "observe": '
+                      '"none" cannot be read back', effects_problems(block["effects"]))
+        effects = read_contract(model_contract(self.server.url)).effects
+        self.assertFalse(effects.readable)
+        self.assertIsNone(effects.http.observe if effects.http is not None else "no http")
+        adapter = HttpAdapter(effects.http, environ={"MODEL_KEY": KEY})  # type: ignore[arg-type]
+        self.assertFalse(adapter.readable)
+        self.assertRegex(adapter.verification, r"^none: the \w+ cannot be read back; its answer is the only evidence$")
+
+    def test_a_file_written_before_the_ack_is_no_evidence_and_one_acknowledged_is(self) -> None:
+        self.cli.init(model_contract(self.server.url))
+        self.killed_at("effect:after-call", "driver-1")
+        (first, record), = self.effects().items()
+        self.assertEqual(record["state"], "started")
+        stale = self.saved(first)
+        self.assertIsNotNone(stale, "the killed call had written its answer")
+        self.assertEqual(self.billed(), {first: 1})
+        stopped = self.cli.json("drive", "--owner", "driver-2", code=8)
+        self.assertEqual(stopped["error"], "needs-reconciliation")
+        self.assertEqual(self.effects()[first]["state"], "uncertain", "the file on disk is no evidence")
+        self.assertEqual(self.billed(), {first: 1}, "never called again on its own")
+        self.cli("effect", "absent", first, "--by", "a-person", "--evidence", '{"seen": "the answer was lost"}')
+        self.killed_at("effect:after-ack", "driver-3")
+        record = self.effects()[first]
+        self.assertEqual(record["state"], "acknowledged")
+        self.assertEqual(record["receipt"]["saved"]["sha256"], self.saved(first), "the ack names the file on disk")
+        self.assertNotEqual(self.saved(first), stale, "the acknowledged answer replaced the stale one")
+        done = self.cli.json("drive", "--owner", "driver-4", code=10)
+        self.assertEqual(done["reason"], "complete")
+        effects = self.effects()
+        self.assertEqual({k: e["state"] for k, e in effects.items()}, {s: "verified" for s in ("a", "b", "c")})
+        for key, effect in effects.items():
+            evidence = effect["evidence"]
+            self.assertEqual(evidence["observe"], "none")
+            self.assertEqual(evidence["receipt"]["saved"], {"path": f"summaries/{key}.md", "bytes": os.path.getsize(
+                os.path.join(self.root, "summaries", f"{key}.md")), "sha256": self.saved(key)})
+        self.assertEqual(self.billed(), {k: 2 if k == first else 1 for k in ("a", "b", "c")},
+                         "paid twice: the one call in flight at the kill before its ack; none after its ack")
+        leftovers: List[str] = [n for n in os.listdir(os.path.join(self.root, "summaries")) if n.endswith(".tmp")]
+        self.assertEqual(leftovers, [])
 
 
 if __name__ == "__main__":
