@@ -212,6 +212,19 @@ class SavedAnswerAfterKillsTest(unittest.TestCase):
         self.assertEqual(killed.code, -signal.SIGKILL, f"not killed at {window}: {killed.out} {killed.err[-800:]}")
         Run(RunStore.open(self.cli.run_dir)).break_lease("supervisor", f"{owner} was killed at {window}")
 
+    def test_items_that_would_keep_their_answers_in_one_file_are_refused_at_start(self) -> None:
+        block = model_contract(self.server.url)
+        block["steps"][0].update(items={"glob": "docs/**/*.md"}, key="k{index}")
+        os.mkdir(os.path.join(self.root, "docs", "sub"))
+        with open(os.path.join(self.root, "docs", "sub", "A.md"), "w") as handle:
+            handle.write("# Another a\n")
+        self.cli.init(block)
+        refused = self.cli("drive", "--owner", "d", code=2)
+        self.assertIn("items 'docs/a.md' and 'docs/sub/A.md' of step 'summarise' would keep their answers in one "
+                      "file 'summaries/A.md'", refused.err)
+        self.assertEqual(self.billed(), {}, "nothing was asked")
+        self.assertEqual(self.effects(), {})
+
     def test_the_contract_declares_a_model_api_that_cannot_be_read_back(self) -> None:
         block = model_contract(self.server.url)
         block["effects"]["observe_first"] = True

@@ -61,7 +61,10 @@ Invariants kept here:
   frozen record, never from the file again, so a record edited after the
   start changes nothing sent, in this process or any that resumes the run.
 * Two items never share a key: a list that would (two slugs alike included,
-  or an item of another step's frozen list) is refused at start.
+  or an item of another step's frozen list) is refused at start. Nor a file
+  their answers are kept in (``effects.http.invoke.save``), names compared
+  case-insensitively; a kept answer's path that would leave the workspace is
+  refused at start too.
 * A key the ledger holds is never given to another item, and an item whose
   effect may exist at the target (verified or unresolved) keeps its key:
   a list frozen anew that would do either, an ``{index}`` shifted by an item
@@ -88,11 +91,11 @@ import io
 import re
 from typing import Any, Callable, Dict, List, Optional, Tuple, cast
 
-from ..base.workspace import MAX_ITEMS, check_inside, glob_files, read_bounded, resolve_inside
+from ..base.workspace import MAX_ITEMS, check_inside, glob_files, item_problem, read_bounded, resolve_inside
 from ..contract.lookups import run_shared_lookup
 from ..contract.spec import EffectsSpec, ItemsSpec, StepSpec, contract_of
 from ..contract.templates import (RECORD_FILES, expand, field_value, field_values, is_field, item_keys, item_values,
-                                  kind_of, placeholders_in, slug)
+                                  kind_of, placeholders_in, slug, values_for)
 from .states import EFFECT_STATES, UNRESOLVED
 from ..base.values import validate_id
 from ..base.times import format_time
@@ -368,6 +371,7 @@ def freeze(state: Dict[str, Any], step: str, cwd: Optional[str] = None) -> Optio
                     raise InvalidInput(f"item {items[index][:60]!r} of step {step!r} would have the key {key!r} of "
                                        f"item {batch['items'][at][:60]!r} of step {other!r}: a key names one item; "
                                        "give this step a key template of its own (a prefix of its own)")
+        _check_saved_files(contract.effects, step, items, records, keys, state["task_id"])
         kept = {o: b["records"] for o, b in others if "records" in b}
         if records is not None:
             kept[step] = records
@@ -381,6 +385,34 @@ def freeze(state: Dict[str, Any], step: str, cwd: Optional[str] = None) -> Optio
             frozen["batch"]["records"] = records
         _remember_keys(frozen["batch"], keys, seen)
     return frozen
+
+
+def _check_saved_files(effects: EffectsSpec, step: str, items: List[str], records: Optional[List[Dict[str, Any]]],
+                       keys: List[str], run_id: str) -> None:
+    """Refuse a step whose items would keep their answers (``effects.http.invoke.save``) in one file, or in a file
+    outside the workspace: each item's answer is a file of its own (compared case-insensitively, as some file
+    systems compare names).
+
+    :raises InvalidInput: naming the two items and the file, or the item and its path.
+    """
+    save = effects.http.invoke.save if effects.http is not None else None
+    if save is None:
+        return
+    values = values_for([save.path])
+    seen: Dict[str, int] = {}
+    for index, item in enumerate(items):
+        path = expand([save.path], dict(values(item, index, records[index] if records is not None else None),
+                                         key=keys[index], run_id=run_id))[0]
+        problem = item_problem(path)
+        if problem:
+            raise InvalidInput(f"item {item[:60]!r} of step {step!r} would keep its answer in {path[:120]!r}, which "
+                               f"{problem}: effects.http.invoke.save.path keeps answers inside the workspace")
+        folded = path.casefold()
+        if folded in seen:
+            raise InvalidInput(f"items {items[seen[folded]][:60]!r} and {item[:60]!r} of step {step!r} would keep "
+                               f"their answers in one file {path[:120]!r}: effects.http.invoke.save.path must tell "
+                               "items apart")
+        seen[folded] = index
 
 
 def _check_records(spec: StepSpec, effects: EffectsSpec, step: str, items: List[str],
