@@ -4,9 +4,10 @@ Against the OpenAI-compatible stand-in (tests/support/standins/models.py), start
 the pointer (or the whole body) is written atomically inside the workspace, the receipt names the file's size
 and SHA-256 in place of the value, and an answer with nothing to keep or a file that cannot be inside is
 refused. ``contract check`` refuses a path outside the project. Through ``drive`` at a target that cannot be
-read back (``"observe": "none"``), killed by SIGKILL after the file was written and before the acknowledgement,
-and after it, each time resumed by another process: the file that stays is the acknowledged answer's, its hash
-the evidence, and only the call in flight at the first kill is paid twice.
+read back (``"observe": "none"``), killed by SIGKILL before the temporary file was renamed, after the file was
+written and before the acknowledgement, and after it, each time resumed by another process: the file that
+stays is the acknowledged answer's, its hash the evidence, no temporary file is left, and only the call in
+flight at a kill before its acknowledgement is paid twice.
 """
 
 import hashlib
@@ -211,6 +212,24 @@ class SavedAnswerAfterKillsTest(unittest.TestCase):
                      cwd=self.root, env=child_env(MODEL_KEY=KEY), timeout=120)
         self.assertEqual(killed.code, -signal.SIGKILL, f"not killed at {window}: {killed.out} {killed.err[-800:]}")
         Run(RunStore.open(self.cli.run_dir)).break_lease("supervisor", f"{owner} was killed at {window}")
+
+    def test_a_temporary_file_left_by_a_kill_before_its_rename_is_no_evidence_and_is_replaced(self) -> None:
+        self.cli.init(model_contract(self.server.url))
+        killed = run(python("-m", "tests.support.scripts.save_killed_child", self.cli.run_dir, "driver-1"),
+                     cwd=self.root, env=child_env(MODEL_KEY=KEY), timeout=120)
+        self.assertEqual(killed.code, -signal.SIGKILL, f"not killed at the rename: {killed.out} {killed.err[-800:]}")
+        Run(RunStore.open(self.cli.run_dir)).break_lease("supervisor", "driver-1 was killed before a rename")
+        (first, record), = self.effects().items()
+        self.assertEqual(record["state"], "started")
+        self.assertEqual(os.listdir(os.path.join(self.root, "summaries")), [f"{first}.md.tmp"])
+        self.assertEqual(self.cli.json("drive", "--owner", "driver-2", code=8)["error"], "needs-reconciliation")
+        self.cli("effect", "absent", first, "--by", "a-person", "--evidence", '{"seen": "no summary file"}')
+        self.assertEqual(self.cli.json("drive", "--owner", "driver-3", code=10)["reason"], "complete")
+        self.assertEqual(sorted(os.listdir(os.path.join(self.root, "summaries"))), ["a.md", "b.md", "c.md"],
+                         "the temporary file the kill left was replaced, then renamed")
+        for key, effect in self.effects().items():
+            self.assertEqual(effect["evidence"]["receipt"]["saved"]["sha256"], self.saved(key))
+        self.assertEqual(self.billed(), {k: 2 if k == first else 1 for k in ("a", "b", "c")})
 
     def test_items_that_would_keep_their_answers_in_one_file_are_refused_at_start(self) -> None:
         block = model_contract(self.server.url)
