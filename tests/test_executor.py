@@ -259,7 +259,9 @@ class CallsInFlightTest(TargetCase):
 
     def test_a_stopped_drive_whose_lease_lapsed_is_fenced_and_its_call_waited_for(self) -> None:
         self.start(["a", "b"], invoke={"send-after": 2.5}, lease={"ttl_seconds": 1})
-        first = self.cli.spawn("drive", "--owner", "worker-1", "--json")
+        # A session of its own: the kernel sends a stopped process SIGHUP when its process group becomes orphaned
+        # (POSIX), which a group shared with this test's other processes can, as they come and go.
+        first = self.cli.spawn("drive", "--owner", "worker-1", "--json", start_new_session=True)
         self.wait_for_call_in_flight()
         os.kill(first.pid, signal.SIGSTOP)
         time.sleep(1.2)  # the stopped holder's lease lapses; its call's own process runs on
