@@ -188,7 +188,8 @@ async def observer(tally: Tally, report: Dict[str, Any]) -> None:
     async with Client(server("observer-1", "--read-only")) as client:
         report["auto_protocol"] = client.protocol_version
         names = [t.name for t in (await client.list_tools()).tools]
-        tally.check(set(names) == {"next", "brief", "status", "report", "effect_show", "effect_list", "approval_list", "lease_show", "events"},
+        tally.check(set(names) == {"next", "brief", "status", "report", "effect_show", "items", "effect_list",
+                                   "approval_list", "lease_show", "events"},
                     f"read-only tools: {names}")
         tally.calls += 1
         refused = await client.call_tool("step_start", {"step": "draft"})
