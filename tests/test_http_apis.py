@@ -265,10 +265,12 @@ class BodyConditionTest(_Base):
         bad = {"200": [{"pointer": "errors", "then": "rejected"}, "receipt"], "201": ["receipt"],
                "202": [{"pointer": "/e", "then": "maybe"}, "receipt"], "203": [{"pointer": "/e", "then": "receipt",
                                                                                "when": 1}, "receipt"],
-               "204": [{"pointer": "/e", "then": "receipt"}, "later"]}
+               "204": [{"pointer": "/e", "then": "receipt"}, "later"],
+               "205": [{"pointer": "/ip", "equals": "{field.ip}", "then": "receipt"}, "rejected"]}
         text = "\n".join(http_problems({"http": plain("http://x", invoke={"statuses": bad})}))
         for expected in ("200: a condition's pointer must be a JSON pointer", "201: a list of conditions",
-                         "202: a condition gives 'maybe'", "203: unknown field 'when'", "204 ends with 'later'"):
+                         "202: a condition gives 'maybe'", "203: unknown field 'when'", "204 ends with 'later'",
+                         "205: a condition's equals is compared as written, and {field.ip} is not filled from the item"):
             self.assertIn(expected, text)
 
 

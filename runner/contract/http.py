@@ -306,6 +306,12 @@ def _condition_problems(kind: str, code: str, conditions: List[Any], words: Sequ
         problem = pointer_problem(condition["pointer"], f"{field}: a condition's pointer")
         if problem:
             out.append(FieldProblem(at, problem))
+        equals = condition.get("equals")
+        if isinstance(equals, str) and placeholders_in(equals):
+            # Compared as written, never filled: a placeholder there would make every item's answer fail the test.
+            out.append(FieldProblem(at, f"{field}: a condition's equals is compared as written, and "
+                                        f"{{{placeholders_in(equals)[0]}}} is not filled from the item: look the "
+                                        "item's value up in the request (its URL or query) instead"))
         if condition["then"] not in words:
             out.append(FieldProblem(at, f"{field}: a condition gives {condition['then']!r}; an {kind} answer is one of "
                                         f"{', '.join(words)}"))
