@@ -20,7 +20,7 @@ import stat
 import subprocess
 import time
 import unittest
-from typing import Any, Callable, Dict, List
+from typing import Any, Dict, List
 
 from runner.calls import inflight
 from runner.ledger.effects import begin_ops
@@ -29,7 +29,7 @@ from runner.calls.processes import GONE, UNVERIFIED, VERIFIED, Processes, start_
 from runner.base.host import local_maker
 from tests.support.batch import batch_contract
 from tests.support.cli import RunnerCli
-from tests.support.util import child_env, python, scratch_dir
+from tests.support.util import child_env, python, scratch_dir, wait_for
 
 #: Seconds any one condition may take before a test fails.
 PATIENCE = 30.0
@@ -40,16 +40,6 @@ FAR_DEADLINE = f"its deadline is more than {inflight.MAX_CALL_SECONDS + inflight
                "registration"
 
 
-def wait_for(what: str, check: Callable[[], Any], seconds: float = PATIENCE) -> Any:
-    """Poll ``check`` until it returns something true; fail after ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"waited {seconds:g} s for {what}")
-        time.sleep(0.01)
 
 
 def record_name(key: str, pid: int) -> str:

@@ -23,9 +23,8 @@ import shlex
 import shutil
 import signal
 import subprocess
-import time
 import unittest
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from runner.adapters.git import GitAdapter, carries_key, push_outcome, with_trailer
 from runner.base.errors import InvalidInput
@@ -39,14 +38,12 @@ from runner.contract.text import check_contract, parse_contract_text
 from runner.proof.cli import add_proof_verbs
 from runner.surfaces.cli import build_parser, split_command
 from tests.support.cli import RunnerCli
-from tests.support.util import REPO_ROOT, child_env, contract_markdown, scratch_dir
+from tests.support.util import child_env, contract_markdown, REPO_ROOT, scratch_dir, wait_for
 from tests.test_skill import shown_commands
 
 RECIPE = os.path.join(REPO_ROOT, "templates", "recipes", "git-release.md")
 #: The tests that run git need it installed; the runner itself does not, unless a contract names effects.git.
 HAS_GIT = shutil.which("git") is not None
-#: Seconds any one condition may take before a test fails.
-PATIENCE = 60.0
 KEY = "api:v2.3.0"
 PAYLOAD = {"version": "2.3.0"}
 #: What git reads in every test: no user's or system's configuration, no prompt, English words.
@@ -134,15 +131,6 @@ def lines(path: str) -> List[str]:
         return []
 
 
-def wait_for(what: str, check: Callable[[], Any], seconds: float = PATIENCE) -> Any:
-    deadline = time.monotonic() + seconds
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"waited {seconds:g} s for {what}")
-        time.sleep(0.01)
 
 
 def outcome(code: Optional[int], out: str = "", err: str = "", timed_out: bool = False) -> Outcome:

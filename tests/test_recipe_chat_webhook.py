@@ -17,9 +17,8 @@ import re
 import shlex
 import signal
 import subprocess
-import time
 import unittest
-from typing import Any, Dict, List, Tuple
+from typing import Dict, List, Tuple
 
 from runner.contract.text import check_contract, load_contract
 from runner.proof.cli import add_proof_verbs
@@ -27,20 +26,13 @@ from runner.surfaces.cli import build_parser, split_command
 from tests.support.cli import RunnerCli
 from tests.support.standins import webhook
 from tests.support.standins.harness import StandIn
-from tests.support.util import REPO_ROOT, child_env, scratch_dir
+from tests.support.util import child_env, REPO_ROOT, scratch_dir, wait_for
 from tests.test_skill import shown_commands
 
 RECIPE = os.path.join(REPO_ROOT, "templates", "recipes", "chat-webhook.md")
 LINES = [(f"REL-{100 + n}", f"svc{n}", f"change number {n}") for n in range(1, 9)]
 
 
-def wait_for(what: str, condition: Any, timeout: float = 60.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"waited {timeout:g}s for {what}")
 
 
 def in_channel(hook: StandIn) -> Dict[str, int]:
@@ -182,3 +174,4 @@ class ChatWebhookDriveTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+

@@ -18,7 +18,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 import unittest
 from typing import Any, Dict, List, Set, Tuple
 
@@ -28,7 +27,7 @@ from runner.surfaces.cli import build_parser, split_command
 from tests.support.cli import RunnerCli
 from tests.support.standins import models
 from tests.support.standins.harness import StandIn
-from tests.support.util import REPO_ROOT, child_env, scratch_dir
+from tests.support.util import child_env, REPO_ROOT, scratch_dir, wait_for
 from tests.test_skill import shown_commands
 
 RECIPE = os.path.join(REPO_ROOT, "templates", "recipes", "model-calls.md")
@@ -38,13 +37,6 @@ KEY = "sk-local-5e0c2b7a91d4"
 DOCUMENTS, KILLS, IN_FLIGHT = 64, 3, 8
 
 
-def wait_for(what: str, condition: Any, timeout: float = 90.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"waited {timeout:g}s for {what}")
 
 
 def the_block(path: str, title: str) -> str:
@@ -145,7 +137,8 @@ class KilledWithCallsInFlightTest(unittest.TestCase):
             # Killed with eight calls in flight, none of them met by an earlier kill (a call asked again after a kill
             # waits out the killed call's time first), so each kill meets other calls.
             met = set().union(*in_flight)
-            wait_for(f"kill {kill}: {IN_FLIGHT} calls in flight", lambda met=met: self.ready_to_kill(met))
+            wait_for(f"kill {kill}: {IN_FLIGHT} calls in flight", lambda met=met: self.ready_to_kill(met),
+                     seconds=90.0)
             drive.send_signal(signal.SIGKILL)
             drive.wait()
             in_flight.append(self.started())

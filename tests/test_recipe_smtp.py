@@ -16,7 +16,6 @@ import re
 import shlex
 import signal
 import subprocess
-import time
 import unittest
 from typing import Any, Dict, List
 
@@ -26,7 +25,7 @@ from runner.surfaces.cli import build_parser, split_command
 from tests.support.cli import RunnerCli
 from tests.support.standins import smtpd
 from tests.support.standins.harness import StandIn
-from tests.support.util import REPO_ROOT, child_env, scratch_dir
+from tests.support.util import child_env, REPO_ROOT, scratch_dir, wait_for
 from tests.test_skill import shown_commands
 
 RECIPE = os.path.join(REPO_ROOT, "templates", "recipes", "smtp-email.md")
@@ -34,13 +33,6 @@ PASSWORD = "pw-of-the-relay-3f7a"
 ROWS = [(n, f"Name {n}", f"n{n}@example.invalid") for n in range(1, 9)]
 
 
-def wait_for(what: str, condition: Any, timeout: float = 60.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"waited {timeout:g}s for {what}")
 
 
 def delivered(server: StandIn) -> Dict[str, int]:
@@ -164,3 +156,4 @@ class SmtpRecipeDriveTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+

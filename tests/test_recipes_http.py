@@ -15,7 +15,6 @@ import re
 import shlex
 import signal
 import subprocess
-import time
 import unittest
 from typing import Any, Dict, List, Tuple
 
@@ -25,7 +24,7 @@ from runner.surfaces.cli import build_parser, split_command
 from tests.support.cli import RunnerCli
 from tests.support.standins import rest, tracker
 from tests.support.standins.harness import StandIn
-from tests.support.util import REPO_ROOT, child_env, scratch_dir
+from tests.support.util import child_env, REPO_ROOT, scratch_dir, wait_for
 from tests.test_skill import shown_commands
 
 RECIPES = os.path.join(REPO_ROOT, "templates", "recipes")
@@ -37,13 +36,6 @@ CRASHES = [f"crash-{n:02d}-{word}" for n, word in enumerate(("npe", "oom", "time
                                                              "leak", "overflow", "abort", "hang", "assert", "race"))]
 
 
-def wait_for(what: str, condition: Any, timeout: float = 60.0) -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if condition():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"waited {timeout:g}s for {what}")
 
 
 def the_block(path: str) -> str:
@@ -227,3 +219,4 @@ class SecretUrlTest(_Drive):
 
 if __name__ == "__main__":
     unittest.main()
+

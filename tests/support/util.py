@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import threading
+import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, TypeVar
 
 #: tests/support/, the suite's helpers; the programs the tests start by path are in its scripts/.
@@ -178,6 +179,19 @@ def run_cli(
 
 
 T = TypeVar("T")
+
+
+def wait_for(what: str, check: Callable[[], Any], seconds: float = 60.0) -> Any:
+    """Poll ``check`` every 50 ms until it returns something true, and return that; fail naming ``what`` after
+    ``seconds`` (a bound for a machine far past its cores, never a measure)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {seconds:g} s for {what}")
+        time.sleep(0.05)
 
 
 def in_parallel(jobs: Sequence[Callable[[], T]], workers: int = 4) -> List[T]:
