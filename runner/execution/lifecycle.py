@@ -213,15 +213,25 @@ def _unreadable_stop(key: str, state: Optional[EffectState], why: str) -> Move:
 FOUND_FIRST_REASON = "found at the target before any call of this run"
 
 
-def _look_first(key: str, seen: Optional[Seen], now: float) -> Optional[Move]:
-    """Before the first call of an effect with no record (``observe_first``): look; present is ``found`` (verified
-    with no call); absent is None (it is called as any new effect); "not now" waits as any lookup does; a lookup that
-    cannot tell stops, recording nothing, so that no work done before the run is made a second time."""
+def _look(seen: Optional[Seen], now: float) -> Optional[Move]:
+    """The lookup still to make: one when nothing was seen; after a lookup answered "not now", a wait until the
+    time it gave (else :data:`LOOKUP_RETRY_SECONDS`), then another; None once the target said something."""
     if seen is None:
         return Move("observe")
     if seen.status == "later":
         until = seen.at + float(seen.evidence.get("retry_after") or LOOKUP_RETRY_SECONDS)
         return Move("wait", until=until) if now < until else Move("observe")
+    return None
+
+
+def _look_first(key: str, seen: Optional[Seen], now: float) -> Optional[Move]:
+    """Before the first call of an effect with no record (``observe_first``): look; present is ``found`` (verified
+    with no call); absent is None (it is called as any new effect); "not now" waits as any lookup does; a lookup that
+    cannot tell stops, recording nothing, so that no work done before the run is made a second time."""
+    looking = _look(seen, now)
+    if looking is not None:
+        return looking
+    assert seen is not None, "_look asks for a lookup when nothing was seen"
     if seen.status == "present":
         return Move("found", evidence=dict(seen.evidence, observe_first=FOUND_FIRST_REASON))
     if seen.status == "absent":
@@ -292,11 +302,10 @@ def next_move(facts: Facts) -> Move:
     reconciled = answer is None or answer.kind != "receipt"
     if state in UNRESOLVED:
         effect = effect or {}
-        if seen is None:
-            return Move("observe")
-        if seen.status == "later":
-            until = seen.at + float(seen.evidence.get("retry_after") or LOOKUP_RETRY_SECONDS)
-            return Move("wait", until=until) if now < until else Move("observe")
+        looking = _look(seen, now)
+        if looking is not None:
+            return looking
+        assert seen is not None, "_look asks for a lookup when nothing was seen"
         if seen.status == "present":
             return Move("verify", evidence=seen.evidence, reconciled=reconciled)
         if seen.status == "absent":
