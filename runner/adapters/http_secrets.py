@@ -69,15 +69,7 @@ def fill_secrets(header: str, value: str, workspace: str, environ: Mapping[str, 
     :raises ValueError: a secret cannot be read (the message names the header and the secret, never a value).
     """
 
-    def secret(match: "re.Match[str]") -> str:
-        try:
-            found = read_secret(match.group(1), match.group(2), workspace, environ)
-        except ValueError as exc:
-            raise ValueError(f"the value of header {header} cannot be made: {exc}") from None
-        secrets.append(found)
-        return found
-
-    return SECRET.sub(secret, value)
+    return _read_into(value, f"the value of header {header}", workspace, environ, secrets)
 
 
 def fill_url(url: str, workspace: str, environ: Mapping[str, str], secrets: List[str]) -> str:
@@ -87,15 +79,24 @@ def fill_url(url: str, workspace: str, environ: Mapping[str, str], secrets: List
     :raises ValueError: a secret cannot be read (the message names the secret, never a value).
     """
 
+    return _read_into(url, "the URL", workspace, environ, secrets)
+
+
+def _read_into(text: str, what: str, workspace: str, environ: Mapping[str, str], secrets: List[str]) -> str:
+    """``text`` with each secret placeholder replaced by the value read now, appended to ``secrets``.
+
+    :raises ValueError: ``WHAT cannot be made: WHY`` for the first secret that cannot be read.
+    """
+
     def secret(match: "re.Match[str]") -> str:
         try:
             found = read_secret(match.group(1), match.group(2), workspace, environ)
         except ValueError as exc:
-            raise ValueError(f"the URL cannot be made: {exc}") from None
+            raise ValueError(f"{what} cannot be made: {exc}") from None
         secrets.append(found)
         return found
 
-    return SECRET.sub(secret, url)
+    return SECRET.sub(secret, text)
 
 
 def shown_url(url: str) -> str:
