@@ -27,10 +27,9 @@ whose calls the executor (:mod:`runner.execution.executor`) makes like any other
   command (``readable`` is False) and the lifecycle never looks.
 """
 
-import os
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..base.canonical import canonical_json, loads_strict
+from ..base.canonical import loads_strict
 from ..base.errors import InvalidInput
 from ..base.pointer import MISSING, matched, parse_pointer, resolve_pointer, shown
 from ..calls.commands import EXIT_REFUSED, EXIT_STALE_EPOCH, EXIT_TEMPFAIL, MAX_RETRY_AFTER, Outcome, run_command
@@ -86,30 +85,11 @@ class CommandAdapter:
         self.runner = runner or run_command
 
     def _call(self, argv: Sequence[str], key: str, payload: Dict[str, Any], epoch: Optional[int]) -> Outcome:
-        import shutil
-        import tempfile
-
         from ..calls import inflight
 
-        making = inflight.current()
-        folder = None if making is not None else tempfile.mkdtemp(prefix="runner-payload-")
-        path = (making[0].payload_path(making[1]) if making is not None
-                else os.path.join(folder, "payload.json"))  # type: ignore[arg-type]
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
-            try:
-                os.write(fd, canonical_json(payload))
-            finally:
-                os.close(fd)
+        with inflight.payload_file(payload) as path:
             values = dict(self.values, key=key, payload_file=path, epoch="" if epoch is None else int(epoch))
             return self.runner(expand(argv, values), cwd=self.cwd, timeout=self.timeout)
-        finally:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
-            if folder is not None:
-                shutil.rmtree(folder, ignore_errors=True)
 
     def invoke(self, key: str, payload: Dict[str, Any], epoch: int) -> Dict[str, Any]:
         """Run the invoke command; its exit code says what happened (see

@@ -64,16 +64,13 @@ Invariants kept here:
   before they are recorded.
 """
 
-import contextlib
 import os
 import re
 import shutil
-import tempfile
 import time
-from typing import Any, Callable, Dict, Iterator, Mapping, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from ..calls import inflight
-from ..base.canonical import canonical_json
 from ..base.errors import InvalidInput
 from ..base.workspace import resolve_inside
 from ..calls.commands import MAX_RETRY_AFTER, Outcome, run_command
@@ -390,7 +387,7 @@ class GitAdapter:
             self._write(path, text)
         paths = [path for path, _ in release.files]
         if self.spec.edit is not None:
-            with self._payload_file(payload) as payload_file:
+            with inflight.payload_file(payload) as payload_file:
                 values = dict(self.values, key=key, payload_file=payload_file, workspace=self.workspace,
                               repository=self.folder)
                 edited = self._git(expand(self.spec.edit, values), end, env=self.edit_env)
@@ -424,28 +421,6 @@ class GitAdapter:
                 handle.write(text)
         except OSError as exc:
             raise Rejected(f"effects.git.files {path[:80]!r} cannot be written: {exc.strerror or exc}") from None
-
-    @contextlib.contextmanager
-    def _payload_file(self, payload: Dict[str, Any]) -> Iterator[str]:
-        """The payload as canonical JSON in a private file for the edit command, removed after it."""
-        making = inflight.current()
-        folder = None if making is not None else tempfile.mkdtemp(prefix="runner-payload-")
-        if making is not None:
-            path = making[0].payload_path(making[1])  # beside the call's record: removed with it, also after a kill
-        else:
-            path = os.path.join(folder or "", "payload.json")
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
-            try:
-                os.write(fd, canonical_json(payload))
-            finally:
-                os.close(fd)
-            yield path
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-            if folder is not None:
-                shutil.rmtree(folder, ignore_errors=True)
 
     def _step(self, argv: Sequence[str], end: float, what: str) -> Outcome:
         """A local step of the release; it must succeed.

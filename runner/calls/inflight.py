@@ -85,14 +85,14 @@ import time
 from typing import Any, Callable, Dict, Iterator, List, Literal, NamedTuple, Optional, Tuple, cast
 
 from ..base.times import format_time
-from ..base.canonical import sha256_hex
+from ..base.canonical import canonical_json, sha256_hex
 from ..base.errors import InvalidInput
 from .processes import GONE, OS_PROCESSES, VERIFIED, Processes
 from ..base.host import local_maker
 
 __all__ = ["Call", "CallKind", "Registry", "Registered", "AnswerFiles", "SetAside", "registry_for", "findings",
-           "current", "calling", "TOKEN_VARIABLE", "GRACE_SECONDS", "MAX_CALL_SECONDS", "CLOCK_SKEW_SECONDS", "CALLS",
-           "SET_ASIDE"]
+           "current", "calling", "payload_file", "TOKEN_VARIABLE", "GRACE_SECONDS", "MAX_CALL_SECONDS",
+           "CLOCK_SKEW_SECONDS", "CALLS", "SET_ASIDE"]
 
 #: The environment variable that carries a call's token into the processes it starts.
 TOKEN_VARIABLE = "RUNNER_CALL"
@@ -864,3 +864,30 @@ def calling(registry: Registry, call: Registered) -> Iterator[None]:
         yield
     finally:
         _CURRENT.reset(token)
+
+
+@contextlib.contextmanager
+def payload_file(payload: Dict[str, Any]) -> Iterator[str]:
+    """``payload`` as canonical JSON in a private file (0600, never through a link) for a command, removed after it.
+
+    Within :func:`calling` the file sits beside the call's record, so it is removed with the record even after a
+    kill; otherwise in a temporary folder of its own.
+    """
+    import shutil  # here: status and the views import this module and must not load shutil's compressors
+    import tempfile
+
+    making = current()
+    folder = None if making is not None else tempfile.mkdtemp(prefix="runner-payload-")
+    path = making[0].payload_path(making[1]) if making is not None else os.path.join(folder or "", "payload.json")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        try:
+            os.write(fd, canonical_json(payload))
+        finally:
+            os.close(fd)
+        yield path
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
