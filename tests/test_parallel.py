@@ -16,6 +16,7 @@ import time
 import unittest
 from typing import Any, Callable, Dict, List
 
+from runner.proof.ticketcommands import KILL_AT_WINDOW
 from tests.support.fake_http import wait_until
 from tests.support.util import in_parallel
 from tests.test_executor import TargetCase
@@ -56,22 +57,7 @@ due() {
   until command : 2>/dev/null > "$counter.$seen"; do seen=$((seen + 1)); done
   [ "$seen" -eq "$nth" ]
 }
-# An invoke runs as a call, whose parent is the shell that keeps its answer: the runner is that shell's parent.
-runner=$PPID
-if [ "$role" = invoke ] && [ -n "$RUNNER_CALL" ]; then
-  if [ -r "/proc/$PPID/stat" ]; then
-    runner=$(awk '{sub(/.*\) /, ""); print $2}' "/proc/$PPID/stat")
-  else
-    runner=$(ps -o ppid= -p "$PPID" | awk '{print $1}')
-  fi
-fi
-die() { kill -KILL "$runner"; }
-case "$role" in
-  payload) due before-started && { die; exit 75; } ;;
-  invoke) due after-started && { die; exit 75; } ;;
-  observe) due after-ack && { die; exit 75; } ;;
-esac
-[ "$role" = invoke ] || exec "$@"
+''' + KILL_AT_WINDOW + r'''[ "$role" = invoke ] || exec "$@"
 answer=$("$@")
 code=$?
 # Killed after the target committed: the command still prints what the target answered, for whoever takes over.

@@ -143,19 +143,10 @@ case "$code" in
 esac
 '''
 
-_KILL_AT = r'''#!/bin/sh
-# kill_at.sh ROLE -- COMMAND...: run COMMAND; at the window RUNNER_KILL_AT names, SIGKILL the runner that started it.
-role=$1
-shift 2
-[ -n "$RUNNER_KILL_AT" ] || exec "$@"
-due() {
-  [ "$RUNNER_KILL_AT" = "$1" ] || return 1
-  seen=$(cat "$RUNNER_KILL_COUNT" 2>/dev/null || echo 0)
-  seen=$((seen + 1))
-  echo "$seen" > "$RUNNER_KILL_COUNT"
-  [ "$seen" -eq "${RUNNER_KILL_NTH:-1}" ]
-}
-# The runner: the parent, but for an invoke it runs as a call, whose parent is the shell that keeps its answer.
+#: The end of a script put in front of a contract command: once its ``due WINDOW`` says so, SIGKILL the runner that
+#: started the command (for an invoke, the parent of the shell that keeps the call's answer), at each effect window.
+KILL_AT_WINDOW = r'''# The runner: the parent, but for an invoke it runs as a call, whose parent is the shell that keeps
+# its answer.
 runner=$PPID
 if [ "$role" = invoke ] && [ -n "$RUNNER_CALL" ]; then
   if [ -r "/proc/$PPID/stat" ]; then
@@ -170,7 +161,21 @@ case "$role" in
   invoke) due after-started && { die; exit 75; } ;;
   observe) due after-ack && { die; exit 75; } ;;
 esac
-[ "$role" = invoke ] || exec "$@"
+'''
+
+_KILL_AT = r'''#!/bin/sh
+# kill_at.sh ROLE -- COMMAND...: run COMMAND; at the window RUNNER_KILL_AT names, SIGKILL the runner that started it.
+role=$1
+shift 2
+[ -n "$RUNNER_KILL_AT" ] || exec "$@"
+due() {
+  [ "$RUNNER_KILL_AT" = "$1" ] || return 1
+  seen=$(cat "$RUNNER_KILL_COUNT" 2>/dev/null || echo 0)
+  seen=$((seen + 1))
+  echo "$seen" > "$RUNNER_KILL_COUNT"
+  [ "$seen" -eq "${RUNNER_KILL_NTH:-1}" ]
+}
+''' + KILL_AT_WINDOW + r'''[ "$role" = invoke ] || exec "$@"
 out=$(mktemp) || exit 75
 "$@" > "$out"
 code=$?
